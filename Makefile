@@ -1,0 +1,20 @@
+# Everyday commands. CI runs `.ci/run`, which is fmt-check + lint + test.
+.PHONY: run test fmt lint ci bench generate fuzz-build
+
+run:  ## the main job on the bundled example, no cluster needed
+	cargo run --release -- plan -f examples/cluster.yaml
+
+test: ## the whole suite (installs nginx/haproxy/wrk/iproute2/iptables when missing)
+	./scripts/test.sh
+
+fmt:
+	cargo fmt --all
+
+lint:
+	cargo clippy --workspace --all-targets -- -D warnings
+
+ci:
+	./.ci/run
+
+bench: ## proxy vs HAProxy vs direct nginx, on loopback
+	./bench/run.sh

@@ -1,0 +1,1 @@
+//! Kubernetes I/O: watches, plan application, leader election, uninstall.

@@ -1,0 +1,46 @@
+//! The command-line surface. Each subcommand's arguments live next to its runner in `cmd/`.
+
+use clap::{Parser, Subcommand};
+
+use crate::cmd;
+
+/// Fixes PROXY-protocol "hairpin" traffic in Kubernetes.
+///
+/// In-cluster clients of a cluster's own public hostnames bypass the cloud load balancer
+/// (kube-proxy short-circuits the external IP), so the ingress never gets the PROXY header it
+/// requires. hairpin discovers those load balancers and hostnames, points in-cluster DNS at its
+/// own proxy, and the proxy adds exactly the header the real load balancer would have sent.
+#[derive(Debug, Parser)]
+#[command(name = "hairpin", version, propagate_version = true, max_term_width = 100)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Print what hairpin would write for a set of cluster objects (offline, no cluster needed).
+    Plan(cmd::plan::Args),
+    /// Accept TCP connections, prepend a PROXY protocol header, forward them upstream.
+    Proxy(cmd::proxy::Args),
+    /// Watch the cluster and keep CoreDNS and the hairpin Services equal to the plan.
+    Controller(cmd::controller::Args),
+    /// Remove everything hairpin wrote and restore the CoreDNS configuration exactly.
+    Uninstall(cmd::uninstall::Args),
+    /// Keep a marked block of hairpin hostnames in a node's hosts file.
+    NodeAgent(cmd::node_agent::Args),
+    /// Diagnose whether hairpin traffic to a host is broken, why, and what fixes it.
+    Doctor(cmd::doctor::Args),
+    /// Answer TCP/HTTP with what was received, including any PROXY header (for checking an LB).
+    Echo(cmd::echo::Args),
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,32 @@
+//! Subcommand runners: each turns its parsed arguments into a call into a library crate.
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+
+pub(crate) mod controller;
+pub(crate) mod doctor;
+pub(crate) mod echo;
+pub(crate) mod node_agent;
+pub(crate) mod plan;
+pub(crate) mod proxy;
+pub(crate) mod uninstall;
+
+pub(crate) fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Plan(args) => plan::run(args),
+        Command::Proxy(args) => proxy::run(args),
+        Command::Controller(args) => controller::run(args),
+        Command::Uninstall(args) => uninstall::run(args),
+        Command::NodeAgent(args) => node_agent::run(args),
+        Command::Doctor(args) => doctor::run(args),
+        Command::Echo(args) => echo::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Pure hairpin planner: discovery, hostnames, plan, Corefile and hosts-file editing.

@@ -1,0 +1,1 @@
+//! Test support: loopback port registry and real nginx/HAProxy processes.

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the real peers the test suite drives (nginx, HAProxy, wrk) and the tools the
+# network-namespace lab needs (iproute2, iptables, curl), but only when something is missing.
+# Debian/Ubuntu only; run as root (or with passwordless sudo).
+set -euo pipefail
+
+need=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || need+=(iptables)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-test-deps: installing ${need[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# The packages start system services we do not want: the tests run their own instances.
+for svc in nginx haproxy; do
+  $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || $sudo service "$svc" stop >/dev/null 2>&1 || true
+done
