@@ -1,1 +1,367 @@
-//! Test support: loopback port registry and real nginx/HAProxy processes.
+//! Test support shared by the interop, controller and lab tests: loopback ports that are not
+//! handed out twice, and real nginx / HAProxy processes run from a config string in a temp dir.
+//!
+//! Everything here binds or connects to loopback only. Processes are killed when their handle is
+//! dropped, so a failing assertion never leaves a server behind.
+#![forbid(unsafe_code)]
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a spawned server may take to start listening.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn handed_out() -> &'static Mutex<HashSet<u16>> {
+    static PORTS: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
+    PORTS.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+/// A free TCP port on 127.0.0.1 that this process has not handed out before.
+///
+/// The kernel picks the port (bind to port 0); the registry keeps two tests in one process from
+/// getting the same one between "picked" and "bound by the server under test".
+pub fn free_port() -> u16 {
+    free_port_on(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// A free TCP port on the given loopback address (e.g. `::1`).
+pub fn free_port_on(ip: IpAddr) -> u16 {
+    assert!(
+        ip.is_loopback(),
+        "testkit only hands out loopback ports, not {ip}"
+    );
+    for _ in 0..1000 {
+        let listener =
+            TcpListener::bind(SocketAddr::new(ip, 0)).expect("bind an ephemeral loopback port");
+        let port = listener
+            .local_addr()
+            .expect("local_addr of a bound listener")
+            .port();
+        if handed_out()
+            .lock()
+            .expect("port registry lock")
+            .insert(port)
+        {
+            return port;
+        }
+    }
+    panic!("could not find a free loopback port after 1000 tries");
+}
+
+/// `127.0.0.1:<free port>`.
+pub fn free_addr() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), free_port())
+}
+
+/// Waits until something accepts TCP connections on `addr`.
+pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(_) => return Ok(()),
+            Err(err) if Instant::now() >= deadline => {
+                return Err(io::Error::new(
+                    err.kind(),
+                    format!("nothing listens on {addr} after {timeout:?}: {err}"),
+                ));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Finds a system binary (`nginx`, `haproxy`, `curl`, `wrk`...) in PATH or the sbin folders.
+///
+/// Panics with the fix when it is missing: the test suite's entry point installs them.
+pub fn require_binary(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.extend(["/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/bin"].map(PathBuf::from));
+    dirs.into_iter()
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| panic!("`{name}` is not installed: run scripts/install-test-deps.sh (or scripts/test.sh, which does)"))
+}
+
+/// True when the tests run as root (network namespaces, iptables).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| out.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
+}
+
+/// A server process that is killed (and reaped) when dropped.
+#[derive(Debug)]
+pub struct Process {
+    name: &'static str,
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Process {
+    /// The temp dir holding the config and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Reads a file from the process's temp dir (a log, usually); empty when absent.
+    pub fn read_file(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn spawn(
+        name: &'static str,
+        dir: tempfile::TempDir,
+        mut command: Command,
+        ports: &[SocketAddr],
+    ) -> io::Result<Self> {
+        let stderr = std::fs::File::create(dir.path().join("stderr.log"))?;
+        let stdout = std::fs::File::create(dir.path().join("stdout.log"))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()?;
+        let mut process = Process { name, child, dir };
+        for &addr in ports {
+            if let Err(err) = process.wait_for(addr) {
+                let stderr = process.read_file("stderr.log");
+                return Err(io::Error::new(
+                    err.kind(),
+                    format!("{name} did not start: {err}\n--- {name} stderr ---\n{stderr}"),
+                ));
+            }
+        }
+        Ok(process)
+    }
+
+    fn wait_for(&mut self, addr: SocketAddr) -> io::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "{} exited with {status}",
+                    self.name
+                )));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("nothing listens on {addr} after {START_TIMEOUT:?}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real nginx (Debian's package) running in the foreground from a temp dir.
+#[derive(Debug)]
+pub struct Nginx {
+    process: Process,
+}
+
+impl Nginx {
+    /// Starts nginx with `http_body` as the content of its `http { }` block (server blocks,
+    /// usually) and waits until every address in `ports` accepts connections.
+    ///
+    /// Logs go to `error.log` (level info, where nginx reports `broken header`) and `access.log`
+    /// in the temp dir.
+    pub fn start(http_body: &str, ports: &[SocketAddr]) -> io::Result<Self> {
+        Self::start_with(http_body, "", ports)
+    }
+
+    /// Like [`Nginx::start`], with extra top-level directives (e.g. a `stream { }` block).
+    pub fn start_with(http_body: &str, top_level: &str, ports: &[SocketAddr]) -> io::Result<Self> {
+        let binary = require_binary("nginx");
+        let dir = tempfile::Builder::new()
+            .prefix("hairpin-nginx-")
+            .tempdir()?;
+        let d = dir.path().display();
+        let user = if is_root() { "user root;\n" } else { "" };
+        let mut conf = String::new();
+        let _ = write!(
+            conf,
+            "{user}daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+             error_log {d}/error.log info;\nevents {{ worker_connections 4096; }}\n{top_level}\n\
+             http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+             fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+             default_type text/plain;\n{http_body}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf)?;
+        let mut command = Command::new(binary);
+        command
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .arg("-e")
+            .arg(dir.path().join("error.log"));
+        Ok(Nginx {
+            process: Process::spawn("nginx", dir, command, ports)?,
+        })
+    }
+
+    /// nginx's error log so far (`broken header` lines land here).
+    pub fn error_log(&self) -> String {
+        self.process.read_file("error.log")
+    }
+
+    /// nginx's access log so far.
+    pub fn access_log(&self) -> String {
+        self.process.read_file("access.log")
+    }
+
+    /// The underlying process (temp dir, pid).
+    pub fn process(&self) -> &Process {
+        &self.process
+    }
+}
+
+/// A real HAProxy (Debian's package) running in the foreground (`-db`) from a temp dir.
+#[derive(Debug)]
+pub struct Haproxy {
+    process: Process,
+}
+
+impl Haproxy {
+    /// Starts HAProxy with `sections` (frontends, backends, listens) after a `global` and a
+    /// `defaults` section with short timeouts, and waits until every address in `ports` accepts
+    /// connections. Use `mode tcp` or `mode http` per section as needed.
+    pub fn start(sections: &str, ports: &[SocketAddr]) -> io::Result<Self> {
+        Self::start_with("", sections, ports)
+    }
+
+    /// Like [`Haproxy::start`] with extra `global` lines (e.g. `nbthread 2`).
+    pub fn start_with(
+        global_extra: &str,
+        sections: &str,
+        ports: &[SocketAddr],
+    ) -> io::Result<Self> {
+        let binary = require_binary("haproxy");
+        let dir = tempfile::Builder::new()
+            .prefix("hairpin-haproxy-")
+            .tempdir()?;
+        let conf = format!(
+            "global\n  log stderr format raw local0 info\n{global_extra}\n\
+             defaults\n  log global\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\n{sections}\n"
+        );
+        let path = dir.path().join("haproxy.cfg");
+        std::fs::write(&path, conf)?;
+        let mut command = Command::new(binary);
+        command.arg("-db").arg("-f").arg(&path);
+        Ok(Haproxy {
+            process: Process::spawn("haproxy", dir, command, ports)?,
+        })
+    }
+
+    /// What HAProxy logged (stderr).
+    pub fn log(&self) -> String {
+        self.process.read_file("stderr.log")
+    }
+
+    /// The underlying process (temp dir, pid).
+    pub fn process(&self) -> &Process {
+        &self.process
+    }
+}
+
+/// Sends raw bytes to `addr`, half-closes, and returns everything the peer sent back until it
+/// closed (or `timeout` passed). Handy for servers that answer and close (`Connection: close`).
+pub fn exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -> io::Result<Vec<u8>> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(request)?;
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let mut response = Vec::new();
+    match stream.read_to_end(&mut response) {
+        Ok(_) => Ok(response),
+        Err(err) if matches!(err.kind(), io::ErrorKind::ConnectionReset) => Ok(response),
+        Err(err) => Err(err),
+    }
+}
+
+/// A minimal `GET path HTTP/1.0` through [`exchange`]; returns the body (after the blank line)
+/// and the status line.
+pub fn http_get(addr: SocketAddr, host: &str, path: &str) -> io::Result<(String, String)> {
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    let response = exchange(addr, request.as_bytes(), Duration::from_secs(10))?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.lines().next().unwrap_or_default().to_owned();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_not_handed_out_twice() {
+        let ports: HashSet<u16> = (0..50).map(|_| free_port()).collect();
+        assert_eq!(ports.len(), 50);
+    }
+
+    #[test]
+    fn nginx_serves_and_haproxy_sends_proxy_v1() {
+        let nginx_addr = free_addr();
+        let nginx = Nginx::start(
+            &format!(
+                "server {{ listen {nginx_addr} proxy_protocol; location / {{ return 200 \"$proxy_protocol_addr\"; }} }}"
+            ),
+            &[nginx_addr],
+        )
+        .expect("start nginx");
+        let haproxy_addr = free_addr();
+        let _haproxy = Haproxy::start(
+            &format!("listen lb\n  mode tcp\n  bind {haproxy_addr}\n  server ingress {nginx_addr} send-proxy\n"),
+            &[haproxy_addr],
+        )
+        .expect("start haproxy");
+        let (status, body) =
+            http_get(haproxy_addr, "example.com", "/").expect("request through haproxy");
+        assert!(status.contains("200"), "status: {status}");
+        assert_eq!(body, "127.0.0.1");
+        // Straight to nginx, without a header: the hairpin failure.
+        let direct = http_get(nginx_addr, "example.com", "/").expect("direct request");
+        assert_eq!(
+            direct.0, "",
+            "nginx must reject a connection without a PROXY header"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !nginx.error_log().contains("broken header") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            nginx.error_log().contains("broken header"),
+            "error log: {}",
+            nginx.error_log()
+        );
+    }
+}
