@@ -1,0 +1,233 @@
+//! The admin HTTP server every long-running command serves: `/livez`, `/readyz`, `/metrics`.
+//!
+//! Readiness is a set of named conditions (for example "listeners bound", "routes loaded",
+//! "caches synced"): `/readyz` answers 200 only when all hold and no drain has started, and
+//! otherwise 503 with the conditions still missing, so `kubectl describe pod` tells why.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use clap::Args;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use crate::Shutdown;
+
+/// Admin server options, shared by every long-running command.
+#[derive(Clone, Debug, Args)]
+pub struct AdminArgs {
+    /// Address of the admin server (`/livez`, `/readyz`, `/metrics`). Port 0 picks a free one.
+    #[arg(long, env = "HAIRPIN_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    pub admin_addr: SocketAddr,
+}
+
+/// Errors of the admin server.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The admin address could not be bound.
+    #[error("cannot listen on admin address {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why binding failed.
+        source: std::io::Error,
+    },
+}
+
+impl AdminError {
+    /// A short label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            AdminError::Bind { .. } => "admin_bind",
+        }
+    }
+}
+
+/// Named readiness conditions, all of which must hold for `/readyz` to answer 200.
+#[derive(Clone, Debug, Default)]
+pub struct Readiness {
+    conditions: Arc<Mutex<BTreeMap<&'static str, bool>>>,
+}
+
+impl Readiness {
+    /// No conditions: ready (until one is added).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a condition, initially not met, and returns its handle.
+    pub fn condition(&self, name: &'static str) -> ReadyCondition {
+        self.lock().insert(name, false);
+        ReadyCondition {
+            readiness: self.clone(),
+            name,
+        }
+    }
+
+    /// True when every condition holds.
+    pub fn is_ready(&self) -> bool {
+        self.lock().values().all(|met| *met)
+    }
+
+    /// The conditions that do not hold yet, in name order.
+    pub fn missing(&self) -> Vec<&'static str> {
+        self.lock()
+            .iter()
+            .filter(|(_, met)| !**met)
+            .map(|(name, _)| *name)
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, bool>> {
+        // A poisoned lock only means another thread panicked while flipping a bool: the map is
+        // still consistent, so keep serving instead of propagating the panic.
+        self.conditions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// One readiness condition.
+#[derive(Clone, Debug)]
+pub struct ReadyCondition {
+    readiness: Readiness,
+    name: &'static str,
+}
+
+impl ReadyCondition {
+    /// Marks the condition met or not.
+    pub fn set(&self, met: bool) {
+        self.readiness.lock().insert(self.name, met);
+    }
+}
+
+/// A bound admin server; [`AdminServer::serve`] runs it.
+#[derive(Debug)]
+pub struct AdminServer {
+    listener: TcpListener,
+}
+
+impl AdminServer {
+    /// Binds the admin address (so a busy port is reported before anything else starts).
+    ///
+    /// # Errors
+    /// [`AdminError::Bind`] naming the address.
+    pub async fn bind(addr: SocketAddr) -> Result<Self, AdminError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| AdminError::Bind { addr, source })?;
+        Ok(Self { listener })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has a local address")
+    }
+
+    /// Serves until shutdown is forced or the task is dropped. Once the drain starts, `/readyz`
+    /// answers 503 so endpoints are withdrawn while connections drain.
+    pub async fn serve(self, registry: Arc<Registry>, readiness: Readiness, shutdown: Shutdown) {
+        let state = Arc::new(State {
+            registry,
+            readiness,
+            shutdown: shutdown.clone(),
+        });
+        loop {
+            let (stream, _) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "admin server: accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = shutdown.forced() => return,
+            };
+            let state = state.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |request| {
+                    let state = state.clone();
+                    async move { Ok::<_, Infallible>(state.answer(&request)) }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    }
+}
+
+struct State {
+    registry: Arc<Registry>,
+    readiness: Readiness,
+    shutdown: Shutdown,
+}
+
+impl State {
+    fn answer(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+        if request.method() != Method::GET && request.method() != Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());
+        }
+        match request.uri().path() {
+            "/livez" => text(StatusCode::OK, "ok\n".into()),
+            "/readyz" => {
+                if self.shutdown.is_draining() {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".into())
+                } else if self.readiness.is_ready() {
+                    text(StatusCode::OK, "ready\n".into())
+                } else {
+                    let missing = self.readiness.missing().join(", ");
+                    text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("not ready: waiting for {missing}\n"),
+                    )
+                }
+            }
+            "/metrics" => {
+                let mut body = String::new();
+                match prometheus_client::encoding::text::encode(&mut body, &self.registry) {
+                    Ok(()) => {
+                        let mut response = Response::new(Full::new(Bytes::from(body)));
+                        response.headers_mut().insert(
+                            hyper::header::CONTENT_TYPE,
+                            hyper::header::HeaderValue::from_static(
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            ),
+                        );
+                        response
+                    }
+                    Err(err) => text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("encoding metrics failed: {err}\n"),
+                    ),
+                }
+            }
+            _ => text(
+                StatusCode::NOT_FOUND,
+                "not found: try /livez, /readyz or /metrics\n".into(),
+            ),
+        }
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
