@@ -188,6 +188,9 @@ impl Nginx {
     /// Starts nginx with `http_body` as the content of its `http { }` block (server blocks,
     /// usually) and waits until every address in `ports` accepts connections.
     ///
+    /// nginx runs as a single process (`master_process off`), so killing it on drop leaves no
+    /// orphaned worker behind.
+    ///
     /// Logs go to `error.log` (level info, where nginx reports `broken header`) and `access.log`
     /// in the temp dir.
     pub fn start(http_body: &str, ports: &[SocketAddr]) -> io::Result<Self> {
@@ -205,7 +208,7 @@ impl Nginx {
         let mut conf = String::new();
         let _ = write!(
             conf,
-            "{user}daemon off;\nmaster_process on;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+            "{user}daemon off;\nmaster_process off;\npid {d}/nginx.pid;\n\
              error_log {d}/error.log info;\nevents {{ worker_connections 4096; }}\n{top_level}\n\
              http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
              fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
