@@ -1,1 +1,27 @@
 //! Pure hairpin planner: discovery, hostnames, plan, Corefile and hosts-file editing.
+//!
+//! `desired(&ClusterSnapshot, &PlannerConfig) -> Plan` is the whole job; it does no I/O.
+//! The controller applies the [`Plan`]; `hairpin plan` prints it.
+//!
+//! - [`snapshot`]: the input objects.
+//! - [`config`]: settings, each with a default.
+//! - [`providers`]: PROXY protocol from provider annotations and ours.
+//! - [`discovery`]: which load balancers need a hairpin.
+//! - [`hostnames`]: the hostnames of each load balancer, and conflicts.
+//! - [`plan`]: the plan value.
+
+pub mod config;
+pub mod discovery;
+pub mod hostnames;
+pub mod plan;
+pub mod providers;
+pub mod snapshot;
+pub mod warning;
+
+pub use config::{DnsMode, PlannerConfig};
+pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};
+pub use hostnames::{Conflict, Hostname};
+pub use plan::{DnsChange, DnsEntry, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyRoute};
+pub use providers::ProxyVersion;
+pub use snapshot::{ClusterSnapshot, ObjectRef};
+pub use warning::Warning;

@@ -1,0 +1,127 @@
+//! Planner settings. Every field has a default that fits the common case; `hairpin plan` and
+//! `hairpin controller` expose each one as a flag with an environment variable.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// How the DNS override is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DnsMode {
+    /// `custom` when the Corefile imports `coredns-custom`'s `*.override` keys (k3s, AKS, LKE,
+    /// Gardener), otherwise `corefile`.
+    #[default]
+    Auto,
+    /// A marked block inside the Corefile's server block that holds the `kubernetes` plugin.
+    Corefile,
+    /// A `hairpin.override` key in the `coredns-custom` ConfigMap.
+    Custom,
+}
+
+impl DnsMode {
+    /// The lowercase name used on the command line and in the plan.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DnsMode::Auto => "auto",
+            DnsMode::Corefile => "corefile",
+            DnsMode::Custom => "custom",
+        }
+    }
+}
+
+impl std::str::FromStr for DnsMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(DnsMode::Auto),
+            "corefile" => Ok(DnsMode::Corefile),
+            "custom" => Ok(DnsMode::Custom),
+            other => Err(format!(
+                "unknown DNS mode {other:?} (expected auto, corefile or custom)"
+            )),
+        }
+    }
+}
+
+/// Planner settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannerConfig {
+    /// Our namespace: hairpin Services and the routes ConfigMap live here.
+    pub namespace: String,
+    /// Labels of the proxy pods; the hairpin Services select them.
+    pub proxy_selector: BTreeMap<String, String>,
+    /// Namespace of the CoreDNS ConfigMaps.
+    pub coredns_namespace: String,
+    /// Candidate names of the CoreDNS ConfigMap, tried in order; the first present one is used.
+    pub coredns_config_maps: Vec<String>,
+    /// Key of the Corefile inside the CoreDNS ConfigMap.
+    pub corefile_key: String,
+    /// Name of the `coredns-custom` ConfigMap (k3s, AKS, LKE, Gardener).
+    pub coredns_custom_config_map: String,
+    /// Key we own inside `coredns-custom`.
+    pub coredns_custom_key: String,
+    /// Candidate names of node-local-dns ConfigMaps (in `coredns_namespace`); their presence
+    /// is reported, because node-local-dns answers before CoreDNS sees the query.
+    pub node_local_dns_config_maps: Vec<String>,
+    /// DNS mode.
+    pub dns_mode: DnsMode,
+    /// First proxy listener port; ports are allocated upwards from here.
+    pub listener_port_base: u16,
+    /// Prefix of our annotations (`hairpin.io/` gives `hairpin.io/proxy-protocol`).
+    pub annotation_prefix: String,
+    /// Name of the ConfigMap holding the proxy route table.
+    pub routes_config_map: String,
+    /// Key of the route table inside that ConfigMap.
+    pub routes_key: String,
+    /// Cluster domain used when the Corefile does not name one.
+    pub default_cluster_domain: String,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "hairpin".into(),
+            proxy_selector: BTreeMap::from([
+                ("app.kubernetes.io/name".into(), "hairpin".into()),
+                ("app.kubernetes.io/component".into(), "proxy".into()),
+            ]),
+            coredns_namespace: "kube-system".into(),
+            coredns_config_maps: vec![
+                "coredns".into(),
+                "rke2-coredns-rke2-coredns".into(),
+                "coredns-base".into(),
+                "kube-dns".into(),
+            ],
+            corefile_key: "Corefile".into(),
+            coredns_custom_config_map: "coredns-custom".into(),
+            coredns_custom_key: "hairpin.override".into(),
+            node_local_dns_config_maps: vec!["node-local-dns".into()],
+            dns_mode: DnsMode::Auto,
+            listener_port_base: 10000,
+            annotation_prefix: "hairpin.io/".into(),
+            routes_config_map: "hairpin-routes".into(),
+            routes_key: "routes.json".into(),
+            default_cluster_domain: "cluster.local".into(),
+        }
+    }
+}
+
+impl PlannerConfig {
+    /// Our annotation `<prefix><name>`, e.g. `hairpin.io/proxy-protocol`.
+    pub fn annotation(&self, name: &str) -> String {
+        format!("{}{name}", self.annotation_prefix)
+    }
+}
+
+/// Label put on everything hairpin writes.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY_VALUE: &str = "hairpin";
+/// Annotation on a hairpin Service naming its source load balancer (`namespace/name`).
+pub const SOURCE_ANNOTATION: &str = "hairpin.io/source";
+/// Labels on a hairpin Service naming its source load balancer (a label value cannot hold `/`).
+pub const SOURCE_NAMESPACE_LABEL: &str = "hairpin.io/source-namespace";
+/// See [`SOURCE_NAMESPACE_LABEL`].
+pub const SOURCE_NAME_LABEL: &str = "hairpin.io/source-name";

@@ -1,0 +1,201 @@
+//! Step 1: which `type: LoadBalancer` Services need a hairpin, and why the others do not.
+
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Service;
+use serde::Serialize;
+
+use crate::config::PlannerConfig;
+use crate::providers::{ProxyVersion, proxy_protocol_of};
+use crate::snapshot::{ClusterSnapshot, ObjectRef};
+use crate::warning::Warning;
+
+/// A load balancer whose in-cluster traffic bypasses it and so misses the PROXY header.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadBalancer {
+    /// The `type: LoadBalancer` Service.
+    pub service: ObjectRef,
+    /// Status IPs whose `ipMode` is not `Proxy` (kube-proxy short-circuits these), in status
+    /// order.
+    pub ips: Vec<IpAddr>,
+    /// Every address in the status (IPs, including `ipMode: Proxy` ones, and hostnames), used
+    /// to match Ingresses and Gateways to this load balancer.
+    pub status_addresses: Vec<String>,
+    /// The Service's TCP ports.
+    pub ports: Vec<LbPort>,
+    /// The annotations that turned PROXY on (`key=value`).
+    pub proxy_sources: Vec<String>,
+}
+
+/// One TCP port of a load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LbPort {
+    /// `spec.ports[].name`.
+    pub name: Option<String>,
+    /// `spec.ports[].port`: the port clients connect to on the LB's address.
+    pub port: u16,
+    /// The PROXY version the LB sends on this port; `None` when it sends none.
+    pub proxy_protocol: Option<ProxyVersion>,
+}
+
+impl LoadBalancer {
+    /// The address the real load balancer writes as the header's destination: the first IPv4
+    /// bypassed IP, else the first IPv6 one.
+    pub fn destination_ip(&self) -> IpAddr {
+        self.ips
+            .iter()
+            .copied()
+            .find(IpAddr::is_ipv4)
+            .unwrap_or(self.ips[0])
+    }
+}
+
+/// Why a load balancer needs no hairpin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum SkipReason {
+    /// No annotation turns the PROXY protocol on for any TCP port.
+    NoProxyProtocol,
+    /// Every status IP has `ipMode: Proxy`: kube-proxy already sends traffic through the LB.
+    IpModeProxy,
+    /// The status holds only hostnames, which kube-proxy does not short-circuit.
+    HostnameOnlyStatus,
+    /// The status has no address yet.
+    NoAddressYet,
+    /// Our `proxy-protocol: off` annotation.
+    DisabledByAnnotation,
+}
+
+impl SkipReason {
+    /// A short sentence for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SkipReason::NoProxyProtocol => "no PROXY protocol annotation",
+            SkipReason::IpModeProxy => {
+                "status ipMode is Proxy (traffic already goes through the LB)"
+            }
+            SkipReason::HostnameOnlyStatus => "status holds only hostnames (no short-circuit)",
+            SkipReason::NoAddressYet => "no address in status yet",
+            SkipReason::DisabledByAnnotation => "disabled by annotation",
+        }
+    }
+}
+
+/// A load balancer that needs no hairpin, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NotNeeded {
+    /// The Service.
+    pub service: ObjectRef,
+    /// Why.
+    pub reason: SkipReason,
+    /// Every address in its status (for hostname conflict detection).
+    #[serde(skip)]
+    pub status_addresses: Vec<String>,
+}
+
+/// The result of discovery.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Discovery {
+    /// Load balancers that need a hairpin, sorted by Service.
+    pub load_balancers: Vec<LoadBalancer>,
+    /// Load balancers that do not, sorted by Service.
+    pub not_needed: Vec<NotNeeded>,
+    /// Unknown annotation values and the like.
+    pub warnings: Vec<Warning>,
+}
+
+/// Classifies every `type: LoadBalancer` Service of the snapshot.
+pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery {
+    let own_key = config.annotation("proxy-protocol");
+    let mut out = Discovery::default();
+    for svc in &snapshot.services {
+        let Some(spec) = svc.spec.as_ref() else {
+            continue;
+        };
+        if spec.type_.as_deref() != Some("LoadBalancer") {
+            continue;
+        }
+        let service = ObjectRef::from_meta(&svc.metadata);
+        let (proxy, unknown) = proxy_protocol_of(svc, &own_key);
+        for u in unknown {
+            out.warnings.push(Warning::new(
+                format!("Service {service}"),
+                format!(
+                    "unknown value {:?} of annotation {} (expected {}); annotation ignored",
+                    u.value, u.key, u.expected
+                ),
+            ));
+        }
+        let status_addresses = status_addresses(svc);
+        let skip = |reason| NotNeeded {
+            service: service.clone(),
+            reason,
+            status_addresses: status_addresses.clone(),
+        };
+        if proxy.disabled_by_annotation {
+            out.not_needed.push(skip(SkipReason::DisabledByAnnotation));
+            continue;
+        }
+        let ports: Vec<LbPort> = spec
+            .ports
+            .iter()
+            .flatten()
+            .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+            .filter_map(|p| {
+                Some(LbPort {
+                    name: p.name.clone(),
+                    port: u16::try_from(p.port).ok()?,
+                    proxy_protocol: proxy.ports.get(&p.port).copied(),
+                })
+            })
+            .collect();
+        if ports.iter().all(|p| p.proxy_protocol.is_none()) {
+            out.not_needed.push(skip(SkipReason::NoProxyProtocol));
+            continue;
+        }
+        let entries = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref());
+        let entries = entries.map(Vec::as_slice).unwrap_or_default();
+        let ips: Vec<IpAddr> = entries
+            .iter()
+            .filter(|e| e.ip_mode.as_deref() != Some("Proxy"))
+            .filter_map(|e| e.ip.as_deref()?.parse().ok())
+            .collect();
+        if ips.is_empty() {
+            let reason = if entries.iter().any(|e| e.ip.is_some()) {
+                SkipReason::IpModeProxy
+            } else if entries.iter().any(|e| e.hostname.is_some()) {
+                SkipReason::HostnameOnlyStatus
+            } else {
+                SkipReason::NoAddressYet
+            };
+            out.not_needed.push(skip(reason));
+            continue;
+        }
+        out.load_balancers.push(LoadBalancer {
+            service,
+            ips,
+            status_addresses,
+            ports,
+            proxy_sources: proxy.sources,
+        });
+    }
+    out.load_balancers.sort_by(|a, b| a.service.cmp(&b.service));
+    out.not_needed.sort_by(|a, b| a.service.cmp(&b.service));
+    out
+}
+
+/// Every IP and hostname in a Service's load balancer status.
+fn status_addresses(svc: &Service) -> Vec<String> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .flat_map(|e| e.ip.iter().chain(e.hostname.iter()))
+        .map(|a| a.trim_end_matches('.').to_ascii_lowercase())
+        .collect()
+}

@@ -1,0 +1,595 @@
+//! Step 2: the hostnames each load balancer serves.
+//!
+//! Sources, for a load balancer Service `lb`:
+//! - Ingresses whose `status.loadBalancer.ingress[]` holds one of `lb`'s status addresses:
+//!   `rules[].host` and `tls[].hosts`. An Ingress with no status yet falls back to its class:
+//!   `spec.ingressClassName`, else the `kubernetes.io/ingress.class` annotation, else the
+//!   default IngressClass; the class's `spec.controller` names the controller, and
+//!   [`CONTROLLER_APP_NAMES`] gives the names its Services usually carry in their
+//!   `app.kubernetes.io/name`, `app` or `k8s-app` label or selector. The Ingress goes to the
+//!   one `type: LoadBalancer` Service carrying such a name; when none or several do, it is
+//!   reported and left out.
+//! - Gateways whose `status.addresses` or `spec.addresses` hold one of `lb`'s addresses:
+//!   listener hostnames, and the hostnames of HTTPRoutes, GRPCRoutes and TLSRoutes attached
+//!   to them, intersected with the listener hostname as the Gateway API specifies.
+//! - `external-dns.alpha.kubernetes.io/hostname` on `lb` (comma-separated).
+//! - Our `hostnames` annotation on `lb` (comma-separated).
+//!
+//! Hostnames are lowercased, stripped of a trailing dot, validated (a leading `*.` label is a
+//! wildcard), deduplicated and sorted. A hostname served by two load balancers is a
+//! [`Conflict`]: it is planned for neither.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use gateway_api::gateways::GatewayListenersAllowedRoutesNamespacesFrom;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+
+use crate::config::PlannerConfig;
+use crate::snapshot::{ClusterSnapshot, ObjectRef};
+use crate::warning::Warning;
+
+/// external-dns's hostname annotation.
+pub const EXTERNAL_DNS_ANNOTATION: &str = "external-dns.alpha.kubernetes.io/hostname";
+/// The legacy Ingress class annotation.
+pub const INGRESS_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
+/// Marks the default IngressClass.
+pub const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
+
+/// IngressClass `spec.controller` (prefix) -> the names the controller's Services carry in
+/// their `app.kubernetes.io/name` / `app` / `k8s-app` label or selector (as installed by the
+/// projects' own charts and manifests).
+pub const CONTROLLER_APP_NAMES: &[(&str, &[&str])] = &[
+    ("k8s.io/ingress-nginx", &["ingress-nginx", "nginx-ingress"]),
+    ("nginx.org/ingress-controller", &["nginx-ingress"]),
+    ("traefik.io/ingress-controller", &["traefik"]),
+    ("haproxy-ingress.github.io/controller", &["haproxy-ingress"]),
+    (
+        "haproxy.org/ingress-controller",
+        &[
+            "kubernetes-ingress",
+            "haproxy-kubernetes-ingress",
+            "haproxy-ingress",
+        ],
+    ),
+    ("projectcontour.io/", &["contour", "envoy"]),
+    ("ingress-controllers.konghq.com/", &["kong", "ingress-kong"]),
+    ("k8s.io/ingress-azure", &["ingress-azure"]),
+    ("caddy.io/", &["caddy-ingress-controller"]),
+];
+
+const APP_LABELS: &[&str] = &["app.kubernetes.io/name", "app", "k8s-app"];
+
+/// A hostname and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Hostname {
+    /// Normalized hostname, possibly a wildcard (`*.example.com`).
+    pub name: String,
+    /// Where it was found, e.g. `Ingress shop/web`, sorted.
+    pub sources: Vec<String>,
+}
+
+impl Hostname {
+    /// `*.example.com` and the like.
+    pub fn is_wildcard(&self) -> bool {
+        self.name.starts_with("*.")
+    }
+}
+
+/// A hostname served by more than one load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Conflict {
+    /// The hostname.
+    pub hostname: String,
+    /// The load balancer Services that claim it, sorted.
+    pub load_balancers: Vec<ObjectRef>,
+}
+
+/// Hostnames per load balancer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Collected {
+    /// Load balancer Service -> its hostnames (conflicts removed), sorted by name.
+    pub per_lb: BTreeMap<ObjectRef, Vec<Hostname>>,
+    /// Hostnames claimed by several load balancers.
+    pub conflicts: Vec<Conflict>,
+    /// Invalid hostnames, Ingresses that could not be placed...
+    pub warnings: Vec<Warning>,
+}
+
+/// Lowercases, strips one trailing dot and validates a hostname (RFC 1123 labels; a leading
+/// `*` label makes a wildcard). `Err` says what is wrong.
+pub fn normalize(host: &str) -> Result<String, String> {
+    let h = host.trim().trim_end_matches('.').to_ascii_lowercase();
+    if h.is_empty() {
+        return Err("empty hostname".into());
+    }
+    if h.len() > 253 {
+        return Err(format!("hostname {host:?} is longer than 253 characters"));
+    }
+    if h.parse::<std::net::IpAddr>().is_ok() {
+        return Err(format!("{host:?} is an IP address, not a hostname"));
+    }
+    let rest = h.strip_prefix("*.").unwrap_or(&h);
+    if !rest.contains('.') && h.starts_with("*.") {
+        return Err(format!("wildcard {host:?} covers a whole top-level domain"));
+    }
+    for label in rest.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-');
+        if !ok {
+            return Err(format!("invalid hostname {host:?}"));
+        }
+    }
+    Ok(h)
+}
+
+/// Whether the wildcard `*.suffix` covers `host` (one or more extra labels, as in the
+/// Gateway API).
+fn wildcard_covers(wildcard: &str, host: &str) -> bool {
+    match wildcard.strip_prefix('*') {
+        Some(dot_suffix) => {
+            host.len() > dot_suffix.len()
+                && host.ends_with(dot_suffix)
+                && !host[..host.len() - dot_suffix.len()].is_empty()
+        }
+        None => false,
+    }
+}
+
+/// Gateway API hostname intersection of a listener hostname and a route hostname: the more
+/// specific of the two when one covers the other, else nothing.
+pub fn intersect(listener: &str, route: &str) -> Option<String> {
+    if listener == route {
+        return Some(route.to_owned());
+    }
+    match (listener.starts_with("*."), route.starts_with("*.")) {
+        (false, false) => None,
+        (true, false) => wildcard_covers(listener, route).then(|| route.to_owned()),
+        (false, true) => wildcard_covers(route, listener).then(|| listener.to_owned()),
+        (true, true) => {
+            if wildcard_covers(listener, &route[2..]) {
+                Some(route.to_owned())
+            } else if wildcard_covers(route, &listener[2..]) {
+                Some(listener.to_owned())
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// The hostnames of every load balancer in `lbs` (Service and its status addresses).
+pub fn collect(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+    lbs: &[(ObjectRef, &[String])],
+) -> Collected {
+    let mut c = Collector {
+        found: BTreeMap::new(),
+        warnings: Vec::new(),
+    };
+    let mut by_address: HashMap<&str, Vec<&ObjectRef>> = HashMap::new();
+    for (lb, addresses) in lbs {
+        for a in *addresses {
+            by_address.entry(a.as_str()).or_default().push(lb);
+        }
+    }
+    let known: BTreeSet<&ObjectRef> = lbs.iter().map(|(lb, _)| lb).collect();
+
+    // Annotations on the load balancer Services themselves.
+    let own_key = config.annotation("hostnames");
+    for svc in &snapshot.services {
+        let svc_ref = ObjectRef::from_meta(&svc.metadata);
+        if !known.contains(&svc_ref) {
+            continue;
+        }
+        let annotations = svc.metadata.annotations.as_ref();
+        for key in [EXTERNAL_DNS_ANNOTATION, own_key.as_str()] {
+            if let Some(value) = annotations.and_then(|a| a.get(key)) {
+                let source = format!("Service {svc_ref} annotation {key}");
+                for host in value.split(',').filter(|h| !h.trim().is_empty()) {
+                    c.add(&svc_ref, host, &source);
+                }
+            }
+        }
+    }
+
+    // Ingresses.
+    let lb_services: Vec<&Service> = snapshot
+        .services
+        .iter()
+        .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+        .collect();
+    for ing in &snapshot.ingresses {
+        let ing_ref = ObjectRef::from_meta(&ing.metadata);
+        let source = format!("Ingress {ing_ref}");
+        let hosts = ingress_hosts(ing);
+        if hosts.is_empty() {
+            continue;
+        }
+        let status: Vec<String> = ing
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .into_iter()
+            .flatten()
+            .flat_map(|e| e.ip.iter().chain(e.hostname.iter()))
+            .map(|a| a.trim_end_matches('.').to_ascii_lowercase())
+            .collect();
+        let targets: BTreeSet<&ObjectRef> = if status.is_empty() {
+            match ingress_fallback(snapshot, ing, &lb_services) {
+                Ok(lb) if known.contains(&lb) => {
+                    known.iter().copied().filter(|k| **k == lb).collect()
+                }
+                Ok(_) => BTreeSet::new(),
+                Err(why) => {
+                    c.warnings.push(Warning::new(
+                        source.clone(),
+                        format!("no load balancer address in status and {why}; its hostnames are not planned"),
+                    ));
+                    BTreeSet::new()
+                }
+            }
+        } else {
+            status
+                .iter()
+                .filter_map(|a| by_address.get(a.as_str()))
+                .flatten()
+                .copied()
+                .collect()
+        };
+        for lb in targets {
+            for host in &hosts {
+                c.add(lb, host, &source);
+            }
+        }
+    }
+
+    // Gateways and their routes.
+    let routes = route_views(snapshot);
+    for gw in &snapshot.gateways {
+        let gw_ref = ObjectRef::from_meta(&gw.metadata);
+        let mut addresses: Vec<String> = gw
+            .spec
+            .addresses
+            .iter()
+            .flatten()
+            .filter_map(|a| a.value.clone())
+            .collect();
+        addresses.extend(
+            gw.status
+                .iter()
+                .flat_map(|s| s.addresses.iter().flatten())
+                .map(|a| a.value.clone()),
+        );
+        let targets: BTreeSet<&ObjectRef> = addresses
+            .iter()
+            .map(|a| a.trim_end_matches('.').to_ascii_lowercase())
+            .filter_map(|a| by_address.get(a.as_str()))
+            .flatten()
+            .copied()
+            .collect();
+        if targets.is_empty() {
+            continue;
+        }
+        let gw_source = format!("Gateway {gw_ref}");
+        let mut hosts: Vec<(String, String)> = Vec::new();
+        for listener in &gw.spec.listeners {
+            if matches!(listener.protocol.as_str(), "UDP") {
+                continue;
+            }
+            let listener_host = listener.hostname.as_deref().map(|h| h.to_ascii_lowercase());
+            if let Some(h) = &listener_host {
+                hosts.push((h.clone(), gw_source.clone()));
+            }
+            // Namespaces are not in the snapshot, so a `Selector` is taken as allowing all.
+            let same_only = listener
+                .allowed_routes
+                .as_ref()
+                .and_then(|a| a.namespaces.as_ref())
+                .and_then(|n| n.from.as_ref())
+                .is_none_or(|f| matches!(f, GatewayListenersAllowedRoutesNamespacesFrom::Same));
+            for route in &routes {
+                if same_only && route.namespace != gw_ref.namespace {
+                    continue;
+                }
+                if !route
+                    .parents
+                    .iter()
+                    .any(|p| p.attaches(&route.namespace, &gw_ref, &listener.name, listener.port))
+                {
+                    continue;
+                }
+                let route_source = format!(
+                    "{} {}/{} via Gateway {gw_ref}",
+                    route.kind, route.namespace, route.name
+                );
+                match (&listener_host, route.hostnames.is_empty()) {
+                    (Some(lh), true) => hosts.push((lh.clone(), route_source)),
+                    (Some(lh), false) => {
+                        for rh in &route.hostnames {
+                            if let Some(h) = intersect(lh, &rh.to_ascii_lowercase()) {
+                                hosts.push((h, route_source.clone()));
+                            }
+                        }
+                    }
+                    (None, _) => {
+                        for rh in &route.hostnames {
+                            hosts.push((rh.clone(), route_source.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        for lb in targets {
+            for (host, source) in &hosts {
+                c.add(lb, host, source);
+            }
+        }
+    }
+
+    c.finish()
+}
+
+struct Collector {
+    /// hostname -> load balancer -> sources
+    found: BTreeMap<String, BTreeMap<ObjectRef, BTreeSet<String>>>,
+    warnings: Vec<Warning>,
+}
+
+impl Collector {
+    fn add(&mut self, lb: &ObjectRef, host: &str, source: &str) {
+        match normalize(host) {
+            Ok(h) => {
+                self.found
+                    .entry(h)
+                    .or_default()
+                    .entry(lb.clone())
+                    .or_default()
+                    .insert(source.to_owned());
+            }
+            Err(why) => self
+                .warnings
+                .push(Warning::new(source, format!("{why}; skipped"))),
+        }
+    }
+
+    fn finish(mut self) -> Collected {
+        let mut out = Collected::default();
+        for (host, lbs) in self.found {
+            if lbs.len() > 1 {
+                let load_balancers: Vec<ObjectRef> = lbs.keys().cloned().collect();
+                let names: Vec<String> = load_balancers.iter().map(ToString::to_string).collect();
+                self.warnings.push(Warning::new(
+                    format!("hostname {host}"),
+                    format!(
+                        "claimed by several load balancers ({}); not planned for any of them",
+                        names.join(", ")
+                    ),
+                ));
+                out.conflicts.push(Conflict {
+                    hostname: host,
+                    load_balancers,
+                });
+                continue;
+            }
+            for (lb, sources) in lbs {
+                out.per_lb.entry(lb).or_default().push(Hostname {
+                    name: host.clone(),
+                    sources: sources.into_iter().collect(),
+                });
+            }
+        }
+        self.warnings.sort();
+        self.warnings.dedup();
+        out.warnings = self.warnings;
+        out
+    }
+}
+
+fn ingress_hosts(ing: &Ingress) -> Vec<String> {
+    let Some(spec) = ing.spec.as_ref() else {
+        return Vec::new();
+    };
+    let rules = spec.rules.iter().flatten().filter_map(|r| r.host.clone());
+    let tls = spec
+        .tls
+        .iter()
+        .flatten()
+        .flat_map(|t| t.hosts.iter().flatten().cloned());
+    rules.chain(tls).collect()
+}
+
+/// The class -> controller -> Service heuristic for an Ingress without status.
+fn ingress_fallback(
+    snapshot: &ClusterSnapshot,
+    ing: &Ingress,
+    lb_services: &[&Service],
+) -> Result<ObjectRef, String> {
+    let spec_class = ing.spec.as_ref().and_then(|s| s.ingress_class_name.clone());
+    let annotation_class = ing
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(INGRESS_CLASS_ANNOTATION))
+        .cloned();
+    let class_name = spec_class.or(annotation_class);
+    let class = match &class_name {
+        Some(name) => snapshot
+            .ingress_classes
+            .iter()
+            .find(|c| c.metadata.name.as_ref() == Some(name)),
+        None => snapshot.ingress_classes.iter().find(|c| {
+            c.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
+                .map(String::as_str)
+                == Some("true")
+        }),
+    };
+    let controller = class
+        .and_then(|c| c.spec.as_ref())
+        .and_then(|s| s.controller.clone());
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    if let Some(ctrl) = &controller {
+        for (prefix, apps) in CONTROLLER_APP_NAMES {
+            if ctrl.starts_with(prefix) {
+                names.extend(apps.iter().map(|a| (*a).to_owned()));
+            }
+        }
+    }
+    // Legacy annotation classes without an IngressClass object: the class name itself
+    // ("traefik", "haproxy"), and "nginx" for ingress-nginx.
+    if let Some(name) = class_name.as_deref().filter(|_| class.is_none()) {
+        names.insert(name.to_owned());
+        if name == "nginx" {
+            names.insert("ingress-nginx".into());
+        }
+    }
+    if names.is_empty() {
+        return Err(match (&class_name, &controller) {
+            (None, _) => "it has no class and there is no default IngressClass".into(),
+            (Some(c), None) => format!("its IngressClass {c:?} was not found"),
+            (Some(c), Some(ctrl)) => {
+                format!("the controller {ctrl:?} of IngressClass {c:?} is not one hairpin knows")
+            }
+        });
+    }
+    let matches: Vec<ObjectRef> = lb_services
+        .iter()
+        .filter(|s| {
+            identifies(
+                &s.metadata,
+                s.spec.as_ref().and_then(|s| s.selector.as_ref()),
+                &names,
+            )
+        })
+        .map(|s| ObjectRef::from_meta(&s.metadata))
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(format!(
+            "no LoadBalancer Service is labelled as one of {names:?}"
+        )),
+        many => Err(format!(
+            "several LoadBalancer Services match its controller ({})",
+            many.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+fn identifies(
+    meta: &ObjectMeta,
+    selector: Option<&BTreeMap<String, String>>,
+    names: &BTreeSet<String>,
+) -> bool {
+    [meta.labels.as_ref(), selector]
+        .into_iter()
+        .flatten()
+        .any(|map| {
+            APP_LABELS
+                .iter()
+                .any(|k| map.get(*k).is_some_and(|v| names.contains(v)))
+        })
+}
+
+/// What the planner needs of any route kind.
+struct RouteView {
+    kind: &'static str,
+    namespace: String,
+    name: String,
+    hostnames: Vec<String>,
+    parents: Vec<ParentRef>,
+}
+
+struct ParentRef {
+    group: Option<String>,
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: String,
+    section_name: Option<String>,
+    port: Option<i32>,
+}
+
+impl ParentRef {
+    fn attaches(
+        &self,
+        route_namespace: &str,
+        gw: &ObjectRef,
+        listener: &str,
+        listener_port: i32,
+    ) -> bool {
+        self.group
+            .as_deref()
+            .is_none_or(|g| g == "gateway.networking.k8s.io")
+            && self.kind.as_deref().is_none_or(|k| k == "Gateway")
+            && self.namespace.as_deref().unwrap_or(route_namespace) == gw.namespace
+            && self.name == gw.name
+            && self.section_name.as_deref().is_none_or(|s| s == listener)
+            && self.port.is_none_or(|p| p == listener_port)
+    }
+}
+
+macro_rules! parent_refs {
+    ($refs:expr) => {
+        $refs
+            .iter()
+            .flatten()
+            .map(|p| ParentRef {
+                group: p.group.clone(),
+                kind: p.kind.clone(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                section_name: p.section_name.clone(),
+                port: p.port,
+            })
+            .collect()
+    };
+}
+
+fn route_views(snapshot: &ClusterSnapshot) -> Vec<RouteView> {
+    let mut out = Vec::new();
+    for r in &snapshot.http_routes {
+        let o = ObjectRef::from_meta(&r.metadata);
+        out.push(RouteView {
+            kind: "HTTPRoute",
+            namespace: o.namespace,
+            name: o.name,
+            hostnames: r.spec.hostnames.clone().unwrap_or_default(),
+            parents: parent_refs!(r.spec.parent_refs),
+        });
+    }
+    for r in &snapshot.grpc_routes {
+        let o = ObjectRef::from_meta(&r.metadata);
+        out.push(RouteView {
+            kind: "GRPCRoute",
+            namespace: o.namespace,
+            name: o.name,
+            hostnames: r.spec.hostnames.clone().unwrap_or_default(),
+            parents: parent_refs!(r.spec.parent_refs),
+        });
+    }
+    for r in &snapshot.tls_routes {
+        let o = ObjectRef::from_meta(&r.metadata);
+        out.push(RouteView {
+            kind: "TLSRoute",
+            namespace: o.namespace,
+            name: o.name,
+            hostnames: r.spec.hostnames.clone(),
+            parents: parent_refs!(r.spec.parent_refs),
+        });
+    }
+    out
+}

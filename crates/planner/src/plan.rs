@@ -1,0 +1,143 @@
+//! Step 3: the plan, a pure value: what hairpin would write for a snapshot.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use serde::Serialize;
+
+use crate::config::DnsMode;
+use crate::discovery::{LoadBalancer, NotNeeded};
+use crate::hostnames::{Conflict, Hostname};
+use crate::providers::ProxyVersion;
+use crate::snapshot::ObjectRef;
+use crate::warning::Warning;
+
+/// Everything hairpin would write, and everything it found worth reporting.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// One entry per load balancer that needs a hairpin, sorted by source Service.
+    pub load_balancers: Vec<LoadBalancerPlan>,
+    /// Load balancers that need none, with the reason.
+    pub not_needed: Vec<NotNeeded>,
+    /// Hostnames claimed by more than one load balancer; planned for none of them.
+    pub conflicts: Vec<Conflict>,
+    /// The proxy route table, all load balancers together, sorted by listener port.
+    pub routes: Vec<ProxyRoute>,
+    /// The ConfigMap holding [`Plan::routes`] as JSON (`routes.json`), for `--routes-file`.
+    pub routes_config_map: ConfigMap,
+    /// The DNS change; `None` when it cannot be made (see [`Plan::errors`]).
+    pub dns: Option<DnsChange>,
+    /// The hosts-file entries (rendered with ClusterIPs by [`HostsPlan::resolve`]).
+    pub hosts: HostsPlan,
+    /// Problems that stop part of the plan from being applied (nothing is written for that
+    /// part), e.g. a Corefile without a `kubernetes` block. Non-empty means "exit non-zero".
+    pub errors: Vec<String>,
+    /// Everything else worth knowing, sorted.
+    pub warnings: Vec<Warning>,
+}
+
+/// What hairpin writes for one load balancer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadBalancerPlan {
+    /// The discovered load balancer.
+    pub load_balancer: LoadBalancer,
+    /// The hostnames redirected to the hairpin Service (conflicts removed), sorted.
+    pub hostnames: Vec<Hostname>,
+    /// The hairpin Service to apply (ClusterIP, in our namespace, selecting the proxy pods).
+    pub service: Service,
+    /// The proxy routes of this load balancer, one per PROXY port.
+    pub routes: Vec<ProxyRoute>,
+}
+
+impl LoadBalancerPlan {
+    /// Namespace and name of the hairpin Service.
+    pub fn service_ref(&self) -> ObjectRef {
+        ObjectRef::from_meta(&self.service.metadata)
+    }
+}
+
+/// One proxy listener; the JSON form is what `hairpin proxy --routes-file` reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProxyRoute {
+    /// Unique name: `<lb-namespace>/<lb-name>/<port>`.
+    pub name: String,
+    /// `0.0.0.0:<listener port>`.
+    pub listen: String,
+    /// The LB Service's in-cluster name and port, `<svc>.<ns>.svc.<cluster-domain>:<port>`.
+    pub upstream: String,
+    /// The version the real load balancer sends on this port.
+    pub proxy_protocol: ProxyVersion,
+    /// The header's destination: the LB's external IP and port.
+    pub destination: String,
+}
+
+/// The DNS change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DnsChange {
+    /// The mode actually used (`Corefile` or `Custom`, never `Auto`).
+    pub mode: DnsMode,
+    /// The ConfigMap written.
+    pub config_map: ObjectRef,
+    /// The key written inside it.
+    pub key: String,
+    /// The cluster domain read from the Corefile's `kubernetes` plugin.
+    pub cluster_domain: String,
+    /// Hostname -> the hairpin Service FQDN it is rewritten to, sorted by hostname.
+    pub entries: Vec<DnsEntry>,
+    /// The key's current content (`None`: the key does not exist).
+    pub current: Option<String>,
+    /// The key's new content.
+    pub desired: String,
+    /// `current != desired`.
+    pub changed: bool,
+    /// The full ConfigMap to write (current object with the key replaced; `resourceVersion`
+    /// kept so the write is guarded), present only when `changed`.
+    pub object: Option<ConfigMap>,
+}
+
+/// One DNS redirect: `hostname` (or `*.domain`) answers with the address of `target`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct DnsEntry {
+    /// Normalized hostname, possibly a wildcard `*.example.com`.
+    pub hostname: String,
+    /// The hairpin Service's FQDN, `<name>.<namespace>.svc.<cluster-domain>`.
+    pub target: String,
+}
+
+/// The hosts-file block: hostnames and the hairpin Service whose ClusterIP they point at.
+/// ClusterIPs exist only once the Services do, so rendering takes them as input.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HostsPlan {
+    /// Hostname -> hairpin Service, sorted by hostname. Wildcards are left out: a hosts file
+    /// cannot hold them.
+    pub entries: Vec<HostsEntry>,
+}
+
+/// One hosts-file line before its address is known.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct HostsEntry {
+    /// Exact hostname.
+    pub hostname: String,
+    /// The hairpin Service whose ClusterIP this hostname gets.
+    pub service: ObjectRef,
+}
+
+impl HostsPlan {
+    /// Pairs each hostname with its Service's ClusterIP. Hostnames whose Service has no known
+    /// ClusterIP yet are returned in the second list.
+    pub fn resolve(
+        &self,
+        cluster_ips: &BTreeMap<ObjectRef, IpAddr>,
+    ) -> (Vec<(String, IpAddr)>, Vec<&HostsEntry>) {
+        let mut resolved = Vec::new();
+        let mut missing = Vec::new();
+        for entry in &self.entries {
+            match cluster_ips.get(&entry.service) {
+                Some(ip) => resolved.push((entry.hostname.clone(), *ip)),
+                None => missing.push(entry),
+            }
+        }
+        (resolved, missing)
+    }
+}

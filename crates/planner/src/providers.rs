@@ -1,0 +1,509 @@
+//! Which load balancers speak the PROXY protocol, read from cloud providers' Service
+//! annotations, and from our own annotation that wins over all of them.
+//!
+//! Every entry of [`PROVIDER_ANNOTATIONS`] cites the provider's documentation. Values are
+//! compared case-insensitively after trimming; a value the table does not know is reported as a
+//! warning naming the Service and the annotation, and that annotation is then ignored.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Service;
+use serde::Serialize;
+
+/// A PROXY protocol version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum ProxyVersion {
+    /// Text header (`PROXY TCP4 ...\r\n`).
+    #[serde(rename = "v1")]
+    V1,
+    /// Binary header.
+    #[serde(rename = "v2")]
+    V2,
+}
+
+impl ProxyVersion {
+    /// `"v1"` or `"v2"`, as written in routes and annotations.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyVersion::V1 => "v1",
+            ProxyVersion::V2 => "v2",
+        }
+    }
+}
+
+impl std::fmt::Display for ProxyVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an annotation says about the PROXY protocol of a load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxySetting {
+    /// Explicitly off.
+    Off,
+    /// On for every port.
+    All(ProxyVersion),
+    /// On for the listed Service ports (`spec.ports[].port`) only.
+    Ports(BTreeMap<i32, ProxyVersion>),
+}
+
+/// How an annotation's value is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueFormat {
+    /// A boolean (`true`/`false`, and the other spellings Go's `strconv.ParseBool` accepts,
+    /// since every cloud controller is written in Go); `true` means this version.
+    Bool(ProxyVersion),
+    /// A fixed set of words; `None` means off.
+    Words(&'static [(&'static str, Option<ProxyVersion>)]),
+    /// `true` or `*` for all ports, `false` for none, or a comma-separated list of Service
+    /// ports that get this version.
+    PortList(ProxyVersion),
+    /// A comma-separated list of features; PROXY is on with this version when the list holds
+    /// the given feature. Other features are not our business (no warning).
+    FeatureList(&'static str, ProxyVersion),
+    /// AWS target group attributes, `key=value` pairs separated by commas;
+    /// `proxy_protocol_v2.enabled=true` means v2.
+    AwsTargetGroupAttributes,
+    /// AWS `aws-load-balancer-proxy-protocol`: only `*` is valid. Classic ELBs (the in-tree
+    /// cloud provider) send v1; NLBs of the AWS Load Balancer Controller send v2.
+    AwsProxyProtocol,
+}
+
+/// One known provider annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderAnnotation {
+    /// Human name of the provider.
+    pub provider: &'static str,
+    /// Annotation key.
+    pub key: &'static str,
+    /// How its value is read.
+    pub format: ValueFormat,
+    /// The provider's documentation of this annotation.
+    pub docs: &'static str,
+}
+
+const ON_OFF_V1: &[(&str, Option<ProxyVersion>)] = &[
+    ("true", Some(ProxyVersion::V1)),
+    ("v1", Some(ProxyVersion::V1)),
+    ("v2", Some(ProxyVersion::V2)),
+    ("false", None),
+];
+
+/// The provider annotations we understand. Several may be set on one Service (a chart that
+/// carries annotations for more than one cloud); the first entry that turns a port on decides
+/// its version, and our own `proxy-protocol` annotation wins over all of them.
+pub const PROVIDER_ANNOTATIONS: &[ProviderAnnotation] = &[
+    // Hetzner Cloud: boolean; Hetzner load balancers send PROXY v1.
+    // https://github.com/hetznercloud/hcloud-cloud-controller-manager/blob/main/docs/reference/load_balancer_annotations.md
+    ProviderAnnotation {
+        provider: "Hetzner",
+        key: "load-balancer.hetzner.cloud/uses-proxyprotocol",
+        format: ValueFormat::Bool(ProxyVersion::V1),
+        docs: "https://github.com/hetznercloud/hcloud-cloud-controller-manager/blob/main/docs/reference/load_balancer_annotations.md",
+    },
+    // DigitalOcean: boolean; DigitalOcean load balancers send PROXY v1.
+    // https://docs.digitalocean.com/products/kubernetes/how-to/configure-load-balancers/#proxy-protocol
+    ProviderAnnotation {
+        provider: "DigitalOcean",
+        key: "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol",
+        format: ValueFormat::Bool(ProxyVersion::V1),
+        docs: "https://docs.digitalocean.com/products/kubernetes/how-to/configure-load-balancers/#proxy-protocol",
+    },
+    // OpenStack Octavia (and OVHcloud, which uses the OpenStack controller): `true`/`v1` = v1,
+    // `v2` = v2, on all listeners.
+    // https://github.com/kubernetes/cloud-provider-openstack/blob/master/docs/openstack-cloud-controller-manager/expose-applications-using-loadbalancer-type-service.md
+    ProviderAnnotation {
+        provider: "OpenStack/OVHcloud",
+        key: "loadbalancer.openstack.org/proxy-protocol",
+        format: ValueFormat::Words(ON_OFF_V1),
+        docs: "https://github.com/kubernetes/cloud-provider-openstack/blob/master/docs/openstack-cloud-controller-manager/expose-applications-using-loadbalancer-type-service.md",
+    },
+    // OVHcloud's former load balancer: `v1`, `v2`, `v2-ssl`, `v2-ssl-cn` (v2 with TLS TLVs).
+    // https://help.ovhcloud.com/csm/en-public-cloud-kubernetes-expose-applications-using-load-balancer?id=kb_article_view&sysparm_article=KB0050002
+    ProviderAnnotation {
+        provider: "OVHcloud (legacy)",
+        key: "service.beta.kubernetes.io/ovh-loadbalancer-proxy-protocol",
+        format: ValueFormat::Words(&[
+            ("v1", Some(ProxyVersion::V1)),
+            ("v2", Some(ProxyVersion::V2)),
+            ("v2-ssl", Some(ProxyVersion::V2)),
+            ("v2-ssl-cn", Some(ProxyVersion::V2)),
+            ("none", None),
+        ]),
+        docs: "https://help.ovhcloud.com/csm/en-public-cloud-kubernetes-expose-applications-using-load-balancer?id=kb_article_view&sysparm_article=KB0050002",
+    },
+    // Scaleway: `false`, `true` or `*` for all ports, or a comma-separated list of Service
+    // ports; one annotation per version.
+    // https://github.com/scaleway/scaleway-cloud-controller-manager/blob/master/docs/loadbalancer-annotations.md
+    ProviderAnnotation {
+        provider: "Scaleway",
+        key: "service.beta.kubernetes.io/scw-loadbalancer-proxy-protocol-v1",
+        format: ValueFormat::PortList(ProxyVersion::V1),
+        docs: "https://github.com/scaleway/scaleway-cloud-controller-manager/blob/master/docs/loadbalancer-annotations.md",
+    },
+    // https://github.com/scaleway/scaleway-cloud-controller-manager/blob/master/docs/loadbalancer-annotations.md
+    ProviderAnnotation {
+        provider: "Scaleway",
+        key: "service.beta.kubernetes.io/scw-loadbalancer-proxy-protocol-v2",
+        format: ValueFormat::PortList(ProxyVersion::V2),
+        docs: "https://github.com/scaleway/scaleway-cloud-controller-manager/blob/master/docs/loadbalancer-annotations.md",
+    },
+    // Linode/Akamai NodeBalancers: `none`, `v1`, `v2` for all ports; per-port overrides are
+    // read from `service.beta.kubernetes.io/linode-loadbalancer-port-<port>` (see
+    // [`LINODE_PORT_PREFIX`]). The un-prefixed `proxy-protocol` spelling is the deprecated one.
+    // https://github.com/linode/linode-cloud-controller-manager/blob/main/docs/configuration/annotations.md
+    ProviderAnnotation {
+        provider: "Linode/Akamai",
+        key: "service.beta.kubernetes.io/linode-loadbalancer-default-proxy-protocol",
+        format: ValueFormat::Words(LINODE_WORDS),
+        docs: "https://github.com/linode/linode-cloud-controller-manager/blob/main/docs/configuration/annotations.md",
+    },
+    // https://github.com/linode/linode-cloud-controller-manager/blob/main/docs/configuration/annotations.md
+    ProviderAnnotation {
+        provider: "Linode/Akamai (deprecated)",
+        key: "service.beta.kubernetes.io/linode-loadbalancer-proxy-protocol",
+        format: ValueFormat::Words(LINODE_WORDS),
+        docs: "https://github.com/linode/linode-cloud-controller-manager/blob/main/docs/configuration/annotations.md",
+    },
+    // Vultr: boolean (read with Go's strconv.ParseBool); Vultr load balancers send v1.
+    // https://github.com/vultr/vultr-cloud-controller-manager/blob/master/docs/load-balancers.md
+    ProviderAnnotation {
+        provider: "Vultr",
+        key: "service.beta.kubernetes.io/vultr-loadbalancer-proxy-protocol",
+        format: ValueFormat::Bool(ProxyVersion::V1),
+        docs: "https://github.com/vultr/vultr-cloud-controller-manager/blob/master/docs/load-balancers.md",
+    },
+    // AWS: `*` enables PROXY on all ports: v1 on a classic ELB (in-tree provider), v2 on an
+    // NLB managed by the AWS Load Balancer Controller.
+    // https://kubernetes.io/docs/reference/labels-annotations-taints/#service-beta-kubernetes-io-aws-load-balancer-proxy-protocol
+    // https://kubernetes-sigs.github.io/aws-load-balancer-controller/latest/guide/service/annotations/#proxy-protocol-v2
+    ProviderAnnotation {
+        provider: "AWS",
+        key: "service.beta.kubernetes.io/aws-load-balancer-proxy-protocol",
+        format: ValueFormat::AwsProxyProtocol,
+        docs: "https://kubernetes.io/docs/reference/labels-annotations-taints/#service-beta-kubernetes-io-aws-load-balancer-proxy-protocol",
+    },
+    // AWS NLB: `proxy_protocol_v2.enabled=true` among the target group attributes.
+    // https://kubernetes-sigs.github.io/aws-load-balancer-controller/latest/guide/service/annotations/#target-group-attributes
+    ProviderAnnotation {
+        provider: "AWS NLB",
+        key: "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes",
+        format: ValueFormat::AwsTargetGroupAttributes,
+        docs: "https://kubernetes-sigs.github.io/aws-load-balancer-controller/latest/guide/service/annotations/#target-group-attributes",
+    },
+    // IBM Cloud VPC load balancers: `proxy-protocol` in the enabled-features list; v1.
+    // https://cloud.ibm.com/docs/containers?topic=containers-vpclb-about#vpc_lb_annotations
+    ProviderAnnotation {
+        provider: "IBM Cloud",
+        key: "service.kubernetes.io/ibm-load-balancer-cloud-provider-enable-features",
+        format: ValueFormat::FeatureList("proxy-protocol", ProxyVersion::V1),
+        docs: "https://cloud.ibm.com/docs/containers?topic=containers-vpclb-about#vpc_lb_annotations",
+    },
+    // Oracle OCI network load balancer: boolean, PROXY v2.
+    // https://docs.oracle.com/en-us/iaas/Content/ContEng/Tasks/contengcreatingnetworkloadbalancers.htm
+    ProviderAnnotation {
+        provider: "Oracle OCI NLB",
+        key: "oci-network-load-balancer.oraclecloud.com/is-ppv2-enabled",
+        format: ValueFormat::Bool(ProxyVersion::V2),
+        docs: "https://docs.oracle.com/en-us/iaas/Content/ContEng/Tasks/contengcreatingnetworkloadbalancers.htm",
+    },
+    // Oracle OCI load balancer: `"1"` or `"2"` on all listeners.
+    // https://docs.oracle.com/en-us/iaas/Content/ContEng/Tasks/contengconfiguringloadbalancersnetworkloadbalancers-subtopic.htm
+    ProviderAnnotation {
+        provider: "Oracle OCI LB",
+        key: "service.beta.kubernetes.io/oci-load-balancer-connection-proxy-protocol-version",
+        format: ValueFormat::Words(&[("1", Some(ProxyVersion::V1)), ("2", Some(ProxyVersion::V2))]),
+        docs: "https://docs.oracle.com/en-us/iaas/Content/ContEng/Tasks/contengconfiguringloadbalancersnetworkloadbalancers-subtopic.htm",
+    },
+    // Civo: `send-proxy` = v1, `send-proxy-v2` = v2.
+    // https://www.civo.com/docs/kubernetes/load-balancers#proxy-protocol
+    ProviderAnnotation {
+        provider: "Civo",
+        key: "kubernetes.civo.com/loadbalancer-enable-proxy-protocol",
+        format: ValueFormat::Words(&[
+            ("send-proxy", Some(ProxyVersion::V1)),
+            ("send-proxy-v2", Some(ProxyVersion::V2)),
+        ]),
+        docs: "https://www.civo.com/docs/kubernetes/load-balancers#proxy-protocol",
+    },
+];
+
+const LINODE_WORDS: &[(&str, Option<ProxyVersion>)] = &[
+    ("none", None),
+    ("v1", Some(ProxyVersion::V1)),
+    ("v2", Some(ProxyVersion::V2)),
+];
+
+/// Linode per-port configuration: `service.beta.kubernetes.io/linode-loadbalancer-port-<port>`
+/// holds JSON such as `{"proxy-protocol": "v2"}` and overrides the default for that port.
+/// <https://github.com/linode/linode-cloud-controller-manager/blob/main/docs/configuration/annotations.md>
+pub const LINODE_PORT_PREFIX: &str = "service.beta.kubernetes.io/linode-loadbalancer-port-";
+
+/// AWS annotation that selects the load balancer type; `nlb`, `nlb-ip` and `external`
+/// (AWS Load Balancer Controller) are NLBs.
+const AWS_LB_TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
+/// `spec.loadBalancerClass` of the AWS Load Balancer Controller.
+const AWS_NLB_CLASS: &str = "service.k8s.aws/nlb";
+
+/// The PROXY protocol of a load balancer Service: per Service port, the version it sends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ProxyProtocol {
+    /// Service port -> version, for the ports whose connections carry a header.
+    pub ports: BTreeMap<i32, ProxyVersion>,
+    /// The annotations that decided, for the report (`key=value`).
+    pub sources: Vec<String>,
+    /// Our annotation turned PROXY off.
+    pub disabled_by_annotation: bool,
+}
+
+/// An annotation value nobody understands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownValue {
+    /// The annotation key.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+    /// What would have been accepted.
+    pub expected: String,
+}
+
+/// Reads the PROXY protocol setting of `svc` from our annotation `own_key`
+/// (`hairpin.io/proxy-protocol`: `v1`, `v2` or `off`) and the provider annotations.
+pub fn proxy_protocol_of(svc: &Service, own_key: &str) -> (ProxyProtocol, Vec<UnknownValue>) {
+    let empty = BTreeMap::new();
+    let annotations = svc.metadata.annotations.as_ref().unwrap_or(&empty);
+    let service_ports: Vec<i32> = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .map(|p| p.iter().map(|p| p.port).collect())
+        .unwrap_or_default();
+    let mut unknown = Vec::new();
+    let mut result = ProxyProtocol::default();
+
+    if let Some(value) = annotations.get(own_key) {
+        match norm(value).as_str() {
+            "off" | "false" | "none" => {
+                result.disabled_by_annotation = true;
+                result.sources.push(format!("{own_key}={value}"));
+                return (result, unknown);
+            }
+            "v1" | "true" => {
+                return (
+                    all_ports(&service_ports, ProxyVersion::V1, own_key, value),
+                    unknown,
+                );
+            }
+            "v2" => {
+                return (
+                    all_ports(&service_ports, ProxyVersion::V2, own_key, value),
+                    unknown,
+                );
+            }
+            _ => unknown.push(UnknownValue {
+                key: own_key.to_owned(),
+                value: value.clone(),
+                expected: "v1, v2 or off".into(),
+            }),
+        }
+    }
+
+    let mut decided: BTreeMap<i32, Option<ProxyVersion>> = BTreeMap::new();
+    for entry in PROVIDER_ANNOTATIONS {
+        let Some(value) = annotations.get(entry.key) else {
+            continue;
+        };
+        match parse_value(entry.format, value, svc) {
+            Ok(setting) => {
+                if apply_setting(&mut decided, &service_ports, &setting, false) {
+                    result.sources.push(format!("{}={value}", entry.key));
+                }
+            }
+            Err(expected) => unknown.push(UnknownValue {
+                key: entry.key.to_owned(),
+                value: value.clone(),
+                expected,
+            }),
+        }
+    }
+
+    // Linode per-port settings override the default for their port.
+    for (key, value) in annotations.range(LINODE_PORT_PREFIX.to_owned()..) {
+        let Some(port) = key.strip_prefix(LINODE_PORT_PREFIX) else {
+            break;
+        };
+        let Ok(port) = port.parse::<i32>() else {
+            continue;
+        };
+        match linode_port_setting(value) {
+            Ok(None) => {}
+            Ok(Some(version)) => {
+                if service_ports.contains(&port) {
+                    decided.insert(port, version);
+                    result.sources.push(format!("{key}={value}"));
+                }
+            }
+            Err(expected) => unknown.push(UnknownValue {
+                key: key.clone(),
+                value: value.clone(),
+                expected,
+            }),
+        }
+    }
+
+    result.ports = decided
+        .into_iter()
+        .filter_map(|(port, v)| v.map(|v| (port, v)))
+        .collect();
+    (result, unknown)
+}
+
+/// Records what `setting` says for each port; earlier decisions stand unless `overrides`.
+/// Returns whether it decided anything.
+fn apply_setting(
+    decided: &mut BTreeMap<i32, Option<ProxyVersion>>,
+    service_ports: &[i32],
+    setting: &ProxySetting,
+    overrides: bool,
+) -> bool {
+    let mut used = false;
+    for &port in service_ports {
+        let says = match setting {
+            // "Off" from one provider's annotation does not veto another's "on".
+            ProxySetting::Off => None,
+            ProxySetting::All(v) => Some(Some(*v)),
+            ProxySetting::Ports(map) => map.get(&port).map(|v| Some(*v)),
+        };
+        if let Some(says) = says
+            && (overrides || !decided.contains_key(&port))
+        {
+            decided.insert(port, says);
+            used = true;
+        }
+    }
+    used
+}
+
+fn all_ports(ports: &[i32], version: ProxyVersion, key: &str, value: &str) -> ProxyProtocol {
+    ProxyProtocol {
+        ports: ports.iter().map(|&p| (p, version)).collect(),
+        sources: vec![format!("{key}={value}")],
+        disabled_by_annotation: false,
+    }
+}
+
+fn norm(value: &str) -> String {
+    value.trim().to_ascii_lowercase()
+}
+
+/// Go's `strconv.ParseBool`.
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim() {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Reads one annotation value; `Err` holds what would have been accepted.
+pub fn parse_value(
+    format: ValueFormat,
+    value: &str,
+    svc: &Service,
+) -> Result<ProxySetting, String> {
+    let on_off = |on: bool, v: ProxyVersion| {
+        if on {
+            ProxySetting::All(v)
+        } else {
+            ProxySetting::Off
+        }
+    };
+    match format {
+        ValueFormat::Bool(v) => parse_bool(value)
+            .map(|on| on_off(on, v))
+            .ok_or_else(|| "true or false".into()),
+        ValueFormat::Words(words) => {
+            let n = norm(value);
+            words
+                .iter()
+                .find(|(w, _)| *w == n)
+                .map(|(_, v)| v.map_or(ProxySetting::Off, ProxySetting::All))
+                .ok_or_else(|| words.iter().map(|(w, _)| *w).collect::<Vec<_>>().join(", "))
+        }
+        ValueFormat::PortList(v) => {
+            let n = norm(value);
+            match n.as_str() {
+                "*" | "true" => return Ok(ProxySetting::All(v)),
+                "false" | "" => return Ok(ProxySetting::Off),
+                _ => {}
+            }
+            let mut ports = BTreeMap::new();
+            for part in n.split(',') {
+                let port = part
+                    .trim()
+                    .parse::<i32>()
+                    .map_err(|_| "true, false, * or a comma-separated list of ports".to_owned())?;
+                ports.insert(port, v);
+            }
+            Ok(ProxySetting::Ports(ports))
+        }
+        ValueFormat::FeatureList(feature, v) => Ok(on_off(
+            value
+                .split(',')
+                .any(|f| f.trim().eq_ignore_ascii_case(feature)),
+            v,
+        )),
+        ValueFormat::AwsTargetGroupAttributes => {
+            for pair in value.split(',') {
+                let Some((k, val)) = pair.split_once('=') else {
+                    continue;
+                };
+                if k.trim() == "proxy_protocol_v2.enabled" {
+                    return parse_bool(val)
+                        .map(|on| on_off(on, ProxyVersion::V2))
+                        .ok_or_else(|| "proxy_protocol_v2.enabled=true or =false".into());
+                }
+            }
+            Ok(ProxySetting::Off)
+        }
+        ValueFormat::AwsProxyProtocol => {
+            if value.trim() != "*" {
+                return Err("*".into());
+            }
+            let annotations = svc.metadata.annotations.as_ref();
+            let lb_type = annotations
+                .and_then(|a| a.get(AWS_LB_TYPE))
+                .map(|t| norm(t))
+                .unwrap_or_default();
+            let class = svc
+                .spec
+                .as_ref()
+                .and_then(|s| s.load_balancer_class.as_deref());
+            let nlb = matches!(lb_type.as_str(), "nlb" | "nlb-ip" | "external")
+                || class == Some(AWS_NLB_CLASS);
+            Ok(ProxySetting::All(if nlb {
+                ProxyVersion::V2
+            } else {
+                ProxyVersion::V1
+            }))
+        }
+    }
+}
+
+/// `Ok(None)`: the port config says nothing about PROXY; `Ok(Some(None))`: off for this port.
+fn linode_port_setting(value: &str) -> Result<Option<Option<ProxyVersion>>, String> {
+    let expected = || "JSON with \"proxy-protocol\": \"none\", \"v1\" or \"v2\"".to_owned();
+    let json: serde_json::Value = serde_json::from_str(value).map_err(|_| expected())?;
+    match json.get("proxy-protocol") {
+        None => Ok(None),
+        Some(serde_json::Value::String(s)) => match norm(s).as_str() {
+            "none" => Ok(Some(None)),
+            "v1" => Ok(Some(Some(ProxyVersion::V1))),
+            "v2" => Ok(Some(Some(ProxyVersion::V2))),
+            _ => Err(expected()),
+        },
+        Some(_) => Err(expected()),
+    }
+}
