@@ -1,1 +1,195 @@
-//! Diagnoses hairpin traffic: DNS, PROXY-protocol probes, cluster checks; and the echo test server.
+//! Diagnoses hairpin traffic (DNS, PROXY-protocol probes, cluster checks) and serves
+//! `hairpin echo`, a server that shows what a load balancer sent.
+//!
+//! The judgement is pure ([`verdict::diagnose`] over check results); the network and API I/O
+//! around it is thin and bounded by short timeouts.
+#![forbid(unsafe_code)]
+
+pub mod probe;
+pub mod providers;
+pub mod report;
+pub mod verdict;
+
+use std::path::PathBuf;
+
+pub use probe::Timeouts;
+pub use report::{HostReport, Report};
+pub use verdict::{ClusterView, NetworkChecks, Status, Vantage, Verdict};
+
+/// Prefix of the first line of hairpin's hosts-file block (the planner's marker).
+pub const HOSTS_BEGIN_PREFIX: &str = "# BEGIN hairpin";
+/// Prefix of the last line of hairpin's hosts-file block.
+pub const HOSTS_END_PREFIX: &str = "# END hairpin";
+
+/// Errors of the doctor and the echo server.
+#[derive(Debug, thiserror::Error)]
+pub enum DoctorError {
+    /// A host argument is not a hostname or an IP address.
+    #[error("invalid host {host:?}: {reason}")]
+    InvalidHost {
+        /// The argument.
+        host: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The echo server could not bind its address.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl DoctorError {
+    /// A short label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            DoctorError::InvalidHost { .. } => "invalid_host",
+            DoctorError::Bind { .. } => "bind",
+        }
+    }
+}
+
+/// Checks that `host` is a hostname or an IP address (not a URL, not `host:port`).
+///
+/// # Errors
+/// [`DoctorError::InvalidHost`] saying what to pass instead.
+pub fn validate_host(host: &str) -> Result<(), DoctorError> {
+    let invalid = |reason: &str| DoctorError::InvalidHost {
+        host: host.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if host.is_empty() {
+        return Err(invalid("empty"));
+    }
+    if host.contains("://") || host.contains('/') {
+        return Err(invalid(
+            "pass a hostname, not a URL (e.g. `shop.example.com --port 443`)",
+        ));
+    }
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if bare.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    if host.contains(':') {
+        return Err(invalid("pass the port with --port, not as host:port"));
+    }
+    let name = host.strip_suffix('.').unwrap_or(host);
+    let ok = name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "not a valid DNS name (letters, digits, `-`, dot-separated labels of 1 to 63 characters)",
+        ))
+    }
+}
+
+/// Options of a doctor run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The port to probe.
+    pub port: u16,
+    /// Per-step timeouts.
+    pub timeouts: Timeouts,
+    /// The hosts file to report on.
+    pub hosts_file: PathBuf,
+    /// Where the doctor runs.
+    pub vantage: Vantage,
+}
+
+/// Resolves and probes one host.
+pub async fn check_network(host: &str, options: &Options) -> NetworkChecks {
+    let resolution = probe::resolve(host, options.port, options.timeouts.answer).await;
+    let hosts_file = match resolution {
+        probe::Resolution::Literal { .. } => None,
+        _ => Some(probe::hosts_file_note(
+            &options.hosts_file,
+            host.strip_suffix('.').unwrap_or(host),
+            (HOSTS_BEGIN_PREFIX, HOSTS_END_PREFIX),
+        )),
+    };
+    let probes = match resolution.first() {
+        Some(ip) => Some(
+            probe::probe(
+                std::net::SocketAddr::new(ip, options.port),
+                host,
+                options.timeouts,
+            )
+            .await,
+        ),
+        None => None,
+    };
+    NetworkChecks {
+        resolution,
+        hosts_file,
+        probes,
+    }
+}
+
+/// Runs the network checks for every host, asks `cluster` for each host's cluster view, and
+/// judges.
+pub async fn examine<F>(hosts: &[String], options: &Options, mut cluster: F) -> Report
+where
+    F: FnMut(&str, &NetworkChecks) -> ClusterView,
+{
+    let mut reports = Vec::with_capacity(hosts.len());
+    for host in hosts {
+        let network = check_network(host, options).await;
+        let view = cluster(host, &network);
+        let verdict = verdict::diagnose(&network, &view, options.vantage);
+        reports.push(HostReport {
+            host: host.clone(),
+            port: options.port,
+            network,
+            cluster: view,
+            verdict,
+        });
+    }
+    Report {
+        vantage: options.vantage,
+        hosts: reports,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_validated_with_a_hint() {
+        for good in [
+            "shop.example.com",
+            "localhost",
+            "10.0.0.1",
+            "::1",
+            "[::1]",
+            "a-b.c.",
+            "_acme.x",
+        ] {
+            assert!(validate_host(good).is_ok(), "{good}");
+        }
+        for (bad, hint) in [
+            ("https://shop.example.com/", "not a URL"),
+            ("shop.example.com:443", "--port"),
+            ("", "empty"),
+            ("bad host", "not a valid DNS name"),
+            ("-a.com", "not a valid DNS name"),
+            ("a..com", "not a valid DNS name"),
+        ] {
+            let err = validate_host(bad).unwrap_err().to_string();
+            assert!(err.contains(hint), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! A doctor run's report: one entry per host, rendered as text for people or JSON for scripts,
+//! and the process exit code.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::probe::{ProbeOutcome, Resolution};
+use crate::verdict::{ClusterView, NetworkChecks, Status, Vantage, Verdict};
+
+/// Everything checked about one host.
+#[derive(Clone, Debug, Serialize)]
+pub struct HostReport {
+    /// The host as given.
+    pub host: String,
+    /// The port probed.
+    pub port: u16,
+    /// Resolution and probes.
+    pub network: NetworkChecks,
+    /// What the API said.
+    pub cluster: ClusterView,
+    /// The judgement.
+    pub verdict: Verdict,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Where the doctor ran.
+    pub vantage: Vantage,
+    /// One entry per host, in the order given.
+    pub hosts: Vec<HostReport>,
+}
+
+impl Report {
+    /// 0 when every host is OK or NOT NEEDED, 1 when any is BROKEN.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(
+            self.hosts
+                .iter()
+                .any(|host| host.verdict.status == Status::Broken),
+        )
+    }
+
+    /// JSON for scripts.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self)
+            .unwrap_or_else(|err| format!("{{\"error\": \"cannot serialise the report: {err}\"}}"))
+    }
+
+    /// Text for people.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let vantage = match self.vantage {
+            Vantage::Pod => "from this pod (the in-cluster path)",
+            Vantage::Machine => "from this machine",
+        };
+        let _ = writeln!(
+            out,
+            "hairpin doctor: checking {} host(s) {vantage}",
+            self.hosts.len()
+        );
+        for host in &self.hosts {
+            render_host(&mut out, host);
+        }
+        let broken = self
+            .hosts
+            .iter()
+            .filter(|host| host.verdict.status == Status::Broken)
+            .count();
+        let _ = writeln!(
+            out,
+            "\n{}",
+            if broken == 0 {
+                "result: no hairpin problem found".to_owned()
+            } else {
+                format!("result: {broken} host(s) BROKEN")
+            }
+        );
+        out
+    }
+}
+
+fn render_host(out: &mut String, host: &HostReport) {
+    let _ = writeln!(
+        out,
+        "\n{}:{}  {}\n  {}",
+        host.host,
+        host.port,
+        host.verdict.status.as_str(),
+        host.verdict.summary
+    );
+    let resolution = match &host.network.resolution {
+        Resolution::Resolved { addresses } => addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        Resolution::Literal { address } => format!("{address} (an address, not resolved)"),
+        Resolution::Failed { error } => format!("does not resolve: {error}"),
+    };
+    let _ = writeln!(out, "  resolves to     {resolution} (system resolver)");
+    if let Some(hosts) = &host.network.hosts_file {
+        let text = if let Some(err) = &hosts.unreadable {
+            format!("unreadable: {err}")
+        } else if hosts.addresses.is_empty() {
+            "no entry (DNS decides)".to_owned()
+        } else {
+            let list = hosts
+                .addresses
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            if hosts.in_hairpin_block {
+                format!("{list} (in hairpin's block)")
+            } else {
+                list
+            }
+        };
+        let _ = writeln!(out, "  {:<15} {text}", hosts.path);
+    }
+    if let Some(probes) = &host.network.probes {
+        let _ = writeln!(out, "  probed          {}", probes.address);
+        for (label, outcome) in [
+            ("plain HTTP", &probes.plain),
+            ("PROXY v1 + HTTP", &probes.proxy_v1),
+            ("PROXY v2 + HTTP", &probes.proxy_v2),
+        ] {
+            let mark = if matches!(outcome, ProbeOutcome::Answered { .. }) {
+                "ok  "
+            } else {
+                "FAIL"
+            };
+            let _ = writeln!(out, "  {label:<15} {mark} {}", outcome.describe());
+        }
+    }
+    match &host.cluster {
+        ClusterView::NotChecked { reason } => {
+            let _ = writeln!(out, "  cluster         not checked: {reason}");
+        }
+        ClusterView::Checked(facts) => {
+            if let Some((major, minor)) = facts.kubernetes_version {
+                let _ = writeln!(out, "  kubernetes      {major}.{minor}");
+            }
+            match &facts.load_balancer {
+                Some(lb) => {
+                    let ingress = lb
+                        .ingress
+                        .iter()
+                        .map(|i| match (&i.ip, &i.hostname) {
+                            (Some(ip), _) => {
+                                format!("{ip} ipMode={}", i.ip_mode.as_deref().unwrap_or("unset"))
+                            }
+                            (None, Some(hostname)) => format!("hostname {hostname}"),
+                            (None, None) => "empty".into(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let _ = writeln!(
+                        out,
+                        "  load balancer   {} ({}) PROXY {} status [{ingress}] externalTrafficPolicy {}",
+                        lb.service,
+                        lb.provider.map_or("unknown provider", |p| p.name()),
+                        lb.proxy_protocol.as_deref().unwrap_or("off"),
+                        lb.external_traffic_policy.as_deref().unwrap_or("Cluster"),
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "  load balancer   none found for this host (no Ingress/Gateway on a LoadBalancer Service names it)"
+                    );
+                }
+            }
+            let dns = &facts.dns;
+            let _ = writeln!(
+                out,
+                "  coredns         {}; hairpin markers {}; host in block {}; reload plugin {}; node-local-dns {}",
+                if dns.coredns_found {
+                    "found"
+                } else {
+                    "not found"
+                },
+                yes_no(dns.markers_present),
+                yes_no(dns.host_in_block),
+                dns.reload_plugin.map_or("unknown", yes_no),
+                if dns.node_local_dns {
+                    "running"
+                } else {
+                    "not found"
+                },
+            );
+            let _ = writeln!(
+                out,
+                "  hairpin         {} Service(s), {} ready proxy endpoint(s)",
+                facts.hairpin.services.len(),
+                facts.hairpin.ready_endpoints
+            );
+        }
+    }
+    if let Some(cause) = &host.verdict.cause {
+        let _ = writeln!(out, "  cause: {cause}");
+    }
+    for (i, fix) in host.verdict.fixes.iter().enumerate() {
+        let _ = writeln!(out, "  fix {}: {fix}", i + 1);
+    }
+    for note in &host.verdict.notes {
+        let _ = writeln!(out, "  note: {note}");
+    }
+}
+
+fn yes_no(value: bool) -> &'static str {
+    if value { "yes" } else { "no" }
+}
