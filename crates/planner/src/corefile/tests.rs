@@ -1,0 +1,353 @@
+use super::*;
+
+const T: &str = "hairpin-lb.hairpin.svc.cluster.local";
+
+fn entries(names: &[&str]) -> Vec<DnsEntry> {
+    names.iter().map(|n| DnsEntry::new(n, T).unwrap()).collect()
+}
+
+const BASIC: &str = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    reload\n}\n";
+
+#[test]
+fn inserts_before_kubernetes_with_its_indentation() {
+    let edit = apply(BASIC, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(
+        edit.text,
+        ".:53 {\n    errors\n    # BEGIN hairpin (managed by hairpin; do not edit)\n    rewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\n    # END hairpin\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    reload\n}\n"
+    );
+    assert!(edit.changed && edit.warnings.is_empty());
+    let again = apply(&edit.text, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(again.text, edit.text);
+    assert!(!again.changed);
+    assert_eq!(remove(&edit.text).unwrap().text, BASIC);
+    assert_eq!(apply(&edit.text, &[]).unwrap().text, BASIC);
+}
+
+#[test]
+fn tabs_crlf_and_missing_final_newline() {
+    let original = "# top\r\n.:53\r\n{\r\n\terrors\r\n\tkubernetes\tcluster.local\r\n}";
+    let edit = apply(original, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(
+        edit.text,
+        "# top\r\n.:53\r\n{\r\n\terrors\r\n\t# BEGIN hairpin (managed by hairpin; do not edit)\r\n\trewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\r\n\t# END hairpin\r\n\tkubernetes\tcluster.local\r\n}"
+    );
+    assert_eq!(remove(&edit.text).unwrap().text, original);
+}
+
+#[test]
+fn kubernetes_on_the_brace_line_inserts_before_the_closing_brace() {
+    let original = ".:53 { kubernetes cluster.local\n  reload\n}\n";
+    let edit = apply(original, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(
+        edit.text,
+        ".:53 { kubernetes cluster.local\n  reload\n  # BEGIN hairpin (managed by hairpin; do not edit)\n  rewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\n  # END hairpin\n}\n"
+    );
+    assert_eq!(remove(&edit.text).unwrap().text, original);
+}
+
+#[test]
+fn one_line_server_block_is_unsupported() {
+    let err = apply(".:53 { kubernetes cluster.local }\n", &entries(&["a.b"])).unwrap_err();
+    assert_eq!(err.metric_label(), "unsupported_layout");
+}
+
+#[test]
+fn no_kubernetes_block_is_an_error() {
+    let err = apply(".:53 {\n    forward . 1.1.1.1\n}\n", &entries(&["a.b"])).unwrap_err();
+    assert_eq!(err, CorefileError::NoKubernetesBlock);
+    assert_eq!(err.metric_label(), "no_kubernetes_block");
+    assert_eq!(analyze("").unwrap_err(), CorefileError::NoKubernetesBlock);
+}
+
+#[test]
+fn syntax_errors_are_errors() {
+    let err = apply(".:53 {\n    kubernetes cluster.local\n", &entries(&["a.b"])).unwrap_err();
+    assert_eq!(err.metric_label(), "corefile_syntax");
+    assert!(analyze(".:53 {\n kubernetes\n}\n}\n").is_err());
+}
+
+#[test]
+fn picks_the_root_server_block_among_several() {
+    let original = "cluster.local:53 {\n  kubernetes\n}\n.:5353 {\n  forward . 8.8.8.8\n}\n.:53 {\n  kubernetes cluster.local\n  reload\n}\n";
+    let info = analyze(original).unwrap();
+    assert_eq!(info.server_block_keys, [".:53"]);
+    assert_eq!(info.server_block_line, 7);
+    assert!(info.serves_root && info.has_reload);
+    let edit = apply(original, &entries(&["a.example.com"])).unwrap();
+    let at = edit.text.find("# BEGIN").unwrap();
+    assert!(at > original.find(".:53 {").unwrap());
+}
+
+#[test]
+fn cluster_domain_comes_from_the_kubernetes_line_or_the_block_or_defaults() {
+    let d = |src: &str| analyze(src).unwrap().cluster_domain;
+    assert_eq!(
+        d(".:53 {\n kubernetes Corp.Example. in-addr.arpa\n}\n"),
+        "corp.example"
+    );
+    assert_eq!(d("k8s.internal:53 {\n kubernetes\n}\n"), "k8s.internal");
+    let info = analyze(".:53 {\n kubernetes {$DOMAIN}\n}\n").unwrap();
+    assert_eq!(info.cluster_domain, "cluster.local");
+    assert!(info.warnings.contains(&Warning::ClusterDomainDefaulted {
+        line: 2,
+        default: "cluster.local".into()
+    }));
+    let info = analyze("cluster.local:53 {\n kubernetes\n}\n").unwrap();
+    assert!(!info.serves_root);
+    assert!(matches!(
+        info.warnings[0],
+        Warning::ServerBlockNotRoot { line: 1, .. }
+    ));
+}
+
+#[test]
+fn missing_reload_is_reported() {
+    let info = analyze(".:53 {\n kubernetes cluster.local\n}\n").unwrap();
+    assert!(!info.has_reload);
+    assert_eq!(
+        info.warnings,
+        [Warning::ReloadMissing {
+            server_block_line: 1
+        }]
+    );
+    assert!(info.warnings[0].to_string().contains("add a `reload` line"));
+}
+
+#[test]
+fn custom_imports_are_detected() {
+    let info = analyze(".:53 {\n kubernetes cluster.local\n reload\n import custom/*.include\n import /etc/coredns/custom/*.override\n}\nimport custom/*.server\n").unwrap();
+    assert!(info.imports_custom_override());
+    assert_eq!(info.custom_key_suffix(), Some(".override"));
+    assert_eq!(info.custom_imports.len(), 2);
+    let info = analyze(".:53 {\n kubernetes cluster.local\n import custom/*.include\n}\n").unwrap();
+    assert!(!info.imports_custom_override());
+    assert_eq!(info.custom_key_suffix(), Some(".include"));
+    let info = analyze(".:53 {\n kubernetes cluster.local\n}\nimport custom/*.override\n").unwrap();
+    assert_eq!(
+        info.custom_key_suffix(),
+        None,
+        "a top-level import is not inside the block"
+    );
+}
+
+fn block(indent: &str, names: &[&str]) -> String {
+    let rules = render_rules(&entries(names)).unwrap();
+    markers::render_block(rules.iter().map(String::as_str), indent, "\n", true)
+}
+
+#[test]
+fn update_keeps_a_moved_block_in_place() {
+    let original = ".:53 {\n    kubernetes cluster.local\n  # BEGIN hairpin (managed by hairpin; do not edit)\n  rewrite stop name exact old.example.com x.y.svc.cluster.local\n  # END hairpin\n    reload\n}\n";
+    let edit = apply(original, &entries(&["new.example.com"])).unwrap();
+    assert_eq!(
+        edit.text,
+        format!(
+            ".:53 {{\n    kubernetes cluster.local\n{}    reload\n}}\n",
+            block("  ", &["new.example.com"])
+        )
+    );
+    assert!(edit.warnings.is_empty());
+}
+
+#[test]
+fn begin_without_end_is_repaired() {
+    let original = ".:53 {\n    # BEGIN hairpin\n    rewrite stop name exact old.example.com x.y.svc.cluster.local\n    kubernetes cluster.local\n    reload\n}\n";
+    let edit = apply(original, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(
+        edit.warnings,
+        [Warning::MissingEnd {
+            line: 2,
+            removed_lines: 1
+        }]
+    );
+    assert_eq!(
+        edit.text,
+        format!(
+            ".:53 {{\n{}    kubernetes cluster.local\n    reload\n}}\n",
+            block("    ", &["a.example.com"])
+        )
+    );
+    let removed = remove(original).unwrap();
+    assert_eq!(
+        removed.text,
+        ".:53 {\n    kubernetes cluster.local\n    reload\n}\n"
+    );
+    assert_eq!(removed.warnings.len(), 1);
+}
+
+#[test]
+fn end_without_begin_is_repaired() {
+    let original = ".:53 {\n    errors\n    rewrite stop name exact old.example.com x.y.svc.cluster.local\n    # END hairpin\n    kubernetes cluster.local\n    reload\n}\n";
+    let edit = apply(original, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(
+        edit.warnings,
+        [Warning::MissingBegin {
+            line: 4,
+            removed_lines: 1
+        }]
+    );
+    assert_eq!(
+        edit.text,
+        format!(
+            ".:53 {{\n    errors\n{}    kubernetes cluster.local\n    reload\n}}\n",
+            block("    ", &["a.example.com"])
+        )
+    );
+}
+
+#[test]
+fn user_rewrites_next_to_a_damaged_marker_survive() {
+    let original = ".:53 {\n    rewrite name exact mine.example.com other.svc.cluster.local\n    # END hairpin\n    kubernetes cluster.local\n}\n";
+    let removed = remove(original).unwrap();
+    assert_eq!(
+        removed.text,
+        ".:53 {\n    rewrite name exact mine.example.com other.svc.cluster.local\n    kubernetes cluster.local\n}\n"
+    );
+}
+
+#[test]
+fn two_blocks_and_end_before_begin_are_repaired() {
+    let b = block("    ", &["old.example.com"]);
+    let original = format!(".:53 {{\n{b}    kubernetes cluster.local\n{b}    reload\n}}\n");
+    let edit = apply(&original, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(edit.warnings, [Warning::DuplicateBlock { line: 6 }]);
+    assert_eq!(
+        edit.text,
+        format!(
+            ".:53 {{\n{}    kubernetes cluster.local\n    reload\n}}\n",
+            block("    ", &["a.example.com"])
+        )
+    );
+
+    let original =
+        ".:53 {\n    # END hairpin\n    kubernetes cluster.local\n    # BEGIN hairpin\n}\n";
+    let edit = apply(original, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(
+        edit.warnings,
+        [
+            Warning::MissingBegin {
+                line: 2,
+                removed_lines: 0
+            },
+            Warning::MissingEnd {
+                line: 4,
+                removed_lines: 0
+            }
+        ]
+    );
+    assert_eq!(
+        edit.text,
+        format!(
+            ".:53 {{\n{}    kubernetes cluster.local\n}}\n",
+            block("    ", &["a.example.com"])
+        )
+    );
+}
+
+#[test]
+fn a_block_outside_the_kubernetes_server_block_is_moved() {
+    let b = block("", &["old.example.com"]);
+    let original = format!(
+        "{b}.:53 {{\n    kubernetes cluster.local\n}}\nexample.org {{\n{}    forward . 1.1.1.1\n}}\n",
+        block("    ", &["x.example.com"])
+    );
+    let edit = apply(&original, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(
+        edit.warnings,
+        [
+            Warning::BlockMisplaced { line: 1 },
+            Warning::BlockMisplaced { line: 8 }
+        ]
+    );
+    assert_eq!(
+        edit.text,
+        format!(
+            ".:53 {{\n{}    kubernetes cluster.local\n}}\nexample.org {{\n    forward . 1.1.1.1\n}}\n",
+            block("    ", &["a.example.com"])
+        )
+    );
+    let info = analyze(&original).unwrap();
+    assert!(info.has_hairpin_block);
+    assert_eq!(
+        info.warnings
+            .iter()
+            .filter(|w| w.metric_label() == "block_misplaced")
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn entry_errors() {
+    let bad = DnsEntry {
+        name: HostPattern::Exact("a.com".into()),
+        target: "Not A Target".into(),
+    };
+    assert_eq!(
+        apply(BASIC, &[bad]).unwrap_err().metric_label(),
+        "invalid_target"
+    );
+    let conflict = [
+        DnsEntry::new("a.com", "x.ns.svc.cluster.local").unwrap(),
+        DnsEntry::new("a.com", "y.ns.svc.cluster.local").unwrap(),
+    ];
+    assert_eq!(
+        apply(BASIC, &conflict).unwrap_err().metric_label(),
+        "conflicting_targets"
+    );
+    assert_eq!(
+        render_override(&conflict).unwrap_err().metric_label(),
+        "conflicting_targets"
+    );
+}
+
+#[test]
+fn override_content_has_the_same_rules_without_indentation() {
+    let e = entries(&["b.example.com", "*.example.org"]);
+    assert_eq!(
+        render_override(&e).unwrap(),
+        "# managed by hairpin; do not edit\nrewrite stop name exact b.example.com hairpin-lb.hairpin.svc.cluster.local\nrewrite stop name regex ^[^.]+\\.example\\.org\\.$ hairpin-lb.hairpin.svc.cluster.local answer auto\n"
+    );
+    assert_eq!(render_override(&[]).unwrap(), "");
+}
+
+#[test]
+fn node_local_dns_forwards_only_cluster_zones() {
+    let src = "cluster.local:53 {\n    bind 169.254.20.10 10.96.0.10\n    forward . __PILLAR__CLUSTER__DNS__ {\n        force_tcp\n    }\n    }\nexample.net:53 {\n    forward . 10.96.0.10:53\n}\n.:53 {\n    forward . __PILLAR__UPSTREAM__SERVERS__\n    }\n";
+    let info = analyze_node_local_dns(src, &["10.96.0.10"]).unwrap();
+    assert_eq!(info.cluster_dns_zones, ["cluster.local", "example.net"]);
+    assert_eq!(info.servers[2].zones, ["."]);
+    assert!(!info.servers[2].forwards_to_cluster_dns);
+    let names: Vec<HostPattern> = [
+        "a.team.example.com",
+        "*.example.net",
+        "b.example.com",
+        "x.y.team.example.com",
+    ]
+    .iter()
+    .map(|n| HostPattern::parse(n).unwrap())
+    .collect();
+    let by: Vec<String> = bypassed(&info, &names)
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    assert_eq!(
+        by,
+        [
+            "a.team.example.com",
+            "b.example.com",
+            "x.y.team.example.com"
+        ]
+    );
+    let zones = NodeLocalDnsInfo::zones_for(&names);
+    assert_eq!(zones, ["example.com", "example.net"]);
+    let stanza = info.suggested_stanza(&["example.com".into()]).unwrap();
+    assert_eq!(
+        stanza,
+        "example.com:53 {\n    errors\n    cache 30\n    reload\n    loop\n    bind 169.254.20.10 10.96.0.10\n    forward . __PILLAR__CLUSTER__DNS__ {\n            force_tcp\n    }\n}\n"
+    );
+    // The suggestion parses and then covers the names.
+    let patched = format!("{src}{stanza}");
+    let info = analyze_node_local_dns(&patched, &["10.96.0.10"]).unwrap();
+    assert!(bypassed(&info, &names[..3]).is_empty());
+}

@@ -1,0 +1,339 @@
+//! Hosts-file editor: keeps one marked block of `IP name...` lines at the end of a hosts file.
+//!
+//! Pure: string in, string out, with the guarantees of the Corefile editor: lines outside the
+//! block stay byte-identical (malformed ones included: not our business), the file's line
+//! ending (LF or CRLF) is kept, a missing final newline stays missing after removal, applying
+//! twice equals applying once, and removing the block restores the original exactly.
+//!
+//! ```
+//! use hairpin_planner::hosts::{self, HostsEntry};
+//! let original = "127.0.0.1\tlocalhost\n";
+//! let entries = [HostsEntry::new("10.96.0.20".parse().unwrap(), ["b.example.com", "a.example.com"])];
+//! let edit = hosts::apply(original, &entries).unwrap();
+//! assert_eq!(edit.text, "127.0.0.1\tlocalhost\n# BEGIN hairpin (managed by hairpin; do not edit)\n10.96.0.20\ta.example.com b.example.com\n# END hairpin\n");
+//! assert_eq!(hosts::remove(&edit.text).unwrap().text, original);
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use crate::markers::{self, Framing, normalize_dns_name};
+pub use crate::markers::{BEGIN_MARKER, END_MARKER, Edit, Warning};
+
+/// Longest line we write; musl reads hosts lines into a 512-byte buffer, so stay well below.
+pub const MAX_LINE_BYTES: usize = 255;
+
+/// Errors of the hosts-file editor. Nothing is written when one is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostsError {
+    #[error("invalid hostname `{name}`: {reason}")]
+    InvalidHostname { name: String, reason: &'static str },
+    #[error("hostname `{name}` has two {family} addresses: {first} and {second}")]
+    ConflictingAddresses {
+        name: String,
+        family: &'static str,
+        first: IpAddr,
+        second: IpAddr,
+    },
+    #[error("entry for {ip} has no hostname")]
+    NoNames { ip: IpAddr },
+}
+
+impl HostsError {
+    /// Stable label for metrics and events.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            HostsError::InvalidHostname { .. } => "invalid_hostname",
+            HostsError::ConflictingAddresses { .. } => "conflicting_addresses",
+            HostsError::NoNames { .. } => "no_names",
+        }
+    }
+}
+
+/// One address and the names that should resolve to it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HostsEntry {
+    pub ip: IpAddr,
+    /// RFC 1123 names; no wildcards (hosts files have none). Order and duplicates do not matter.
+    pub names: Vec<String>,
+}
+
+impl HostsEntry {
+    pub fn new<S: Into<String>>(ip: IpAddr, names: impl IntoIterator<Item = S>) -> Self {
+        HostsEntry {
+            ip,
+            names: names.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// Validate and normalise: address -> sorted names. A name may have one IPv4 and one IPv6
+/// address, not two of the same family.
+fn normalize(entries: &[HostsEntry]) -> Result<BTreeMap<IpAddr, BTreeSet<String>>, HostsError> {
+    let mut by_ip: BTreeMap<IpAddr, BTreeSet<String>> = BTreeMap::new();
+    let mut owner: BTreeMap<(String, bool), IpAddr> = BTreeMap::new();
+    for e in entries {
+        if e.names.is_empty() {
+            return Err(HostsError::NoNames { ip: e.ip });
+        }
+        for raw in &e.names {
+            let name = normalize_dns_name(raw).map_err(|p| HostsError::InvalidHostname {
+                name: raw.clone(),
+                reason: if raw.contains('*') {
+                    "hosts files do not support wildcards"
+                } else {
+                    p.as_str()
+                },
+            })?;
+            let v6 = e.ip.is_ipv6();
+            if let Some(prev) = owner.insert((name.clone(), v6), e.ip)
+                && prev != e.ip
+            {
+                let (first, second) = (prev.min(e.ip), prev.max(e.ip));
+                return Err(HostsError::ConflictingAddresses {
+                    name,
+                    family: if v6 { "IPv6" } else { "IPv4" },
+                    first,
+                    second,
+                });
+            }
+            by_ip.entry(e.ip).or_default().insert(name);
+        }
+    }
+    Ok(by_ip)
+}
+
+/// The block body: `IP<TAB>name name...`, sorted by address then name, split so that no line
+/// exceeds [`MAX_LINE_BYTES`].
+pub fn render_lines(entries: &[HostsEntry]) -> Result<Vec<String>, HostsError> {
+    let mut out = Vec::new();
+    for (ip, names) in normalize(entries)? {
+        let head = format!("{ip}\t");
+        let mut line = head.clone();
+        for name in names {
+            if line.len() > head.len() && line.len() + 1 + name.len() > MAX_LINE_BYTES {
+                out.push(std::mem::replace(&mut line, head.clone()));
+            }
+            if line.len() > head.len() {
+                line.push(' ');
+            }
+            line.push_str(&name);
+        }
+        out.push(line);
+    }
+    Ok(out)
+}
+
+/// Lines the editor writes between the markers: an address followed by names.
+fn is_managed_line(line: &str) -> bool {
+    let mut words = line.split_whitespace();
+    words.next().is_some_and(|w| w.parse::<IpAddr>().is_ok()) && words.next().is_some()
+}
+
+/// Insert or update the hairpin block so that it holds exactly `entries`. Empty `entries`
+/// removes the block (same as [`remove`]).
+pub fn apply(hosts: &str, entries: &[HostsEntry]) -> Result<Edit, HostsError> {
+    let body = render_lines(entries)?;
+    if body.is_empty() {
+        return remove(hosts);
+    }
+    let lines = markers::lines(hosts);
+    let blocks = markers::find_blocks(hosts, &lines, is_managed_line);
+    let eol = markers::line_ending(hosts);
+    let warnings = warnings_for(&blocks);
+    let single_complete = blocks.len() == 1 && blocks[0].framing == Framing::Complete;
+    let text = if single_complete {
+        markers::replace_block(
+            hosts,
+            &lines,
+            &blocks[0],
+            body.iter().map(String::as_str),
+            eol,
+        )
+    } else {
+        let cleaned = markers::remove_blocks(hosts, &lines, &blocks);
+        markers::append_block(&cleaned, body.iter().map(String::as_str), eol)
+    };
+    Ok(Edit {
+        changed: text != hosts,
+        text,
+        warnings,
+    })
+}
+
+fn warnings_for(blocks: &[markers::Block]) -> Vec<Warning> {
+    let mut warnings: Vec<Warning> = blocks.iter().filter_map(markers::damage_warning).collect();
+    warnings.extend(
+        blocks
+            .iter()
+            .filter(|b| b.framing == Framing::Complete)
+            .skip(1)
+            .map(|b| Warning::DuplicateBlock {
+                line: b.marker_line_number(),
+            }),
+    );
+    warnings
+}
+
+/// Remove every hairpin block (complete or damaged); a file that only ever received blocks
+/// through [`apply`] comes back byte for byte.
+pub fn remove(hosts: &str) -> Result<Edit, HostsError> {
+    let lines = markers::lines(hosts);
+    let blocks = markers::find_blocks(hosts, &lines, is_managed_line);
+    let warnings = warnings_for(&blocks);
+    let text = markers::remove_blocks(hosts, &lines, &blocks);
+    Ok(Edit {
+        changed: text != hosts,
+        text,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ip: &str, names: &[&str]) -> HostsEntry {
+        HostsEntry::new(ip.parse().unwrap(), names.iter().copied())
+    }
+
+    #[test]
+    fn crlf_and_missing_final_newline_are_kept() {
+        let original = "127.0.0.1 localhost\r\n::1 localhost";
+        let e = [entry(
+            "fd00::1",
+            &["b.example.com", "a.example.com", "a.example.com"],
+        )];
+        let edit = apply(original, &e).unwrap();
+        assert_eq!(
+            edit.text,
+            "127.0.0.1 localhost\r\n::1 localhost\r\n# BEGIN hairpin (managed by hairpin; do not edit)\r\nfd00::1\ta.example.com b.example.com\r\n# END hairpin"
+        );
+        assert!(edit.changed);
+        assert_eq!(apply(&edit.text, &e).unwrap().text, edit.text);
+        assert!(!apply(&edit.text, &e).unwrap().changed);
+        assert_eq!(remove(&edit.text).unwrap().text, original);
+        assert_eq!(apply(&edit.text, &[]).unwrap().text, original);
+    }
+
+    #[test]
+    fn empty_file_round_trips() {
+        let e = [entry("10.0.0.1", &["a.example.com"])];
+        let edit = apply("", &e).unwrap();
+        assert_eq!(
+            edit.text,
+            "# BEGIN hairpin (managed by hairpin; do not edit)\n10.0.0.1\ta.example.com\n# END hairpin\n"
+        );
+        assert_eq!(remove(&edit.text).unwrap().text, "");
+    }
+
+    #[test]
+    fn an_update_replaces_the_block_in_place() {
+        let original = "# head\n# BEGIN hairpin (managed by hairpin; do not edit)\n10.0.0.1\told.example.com\n# END hairpin\n10.0.0.9 user\n";
+        let edit = apply(original, &[entry("10.0.0.2", &["new.example.com"])]).unwrap();
+        assert_eq!(
+            edit.text,
+            "# head\n# BEGIN hairpin (managed by hairpin; do not edit)\n10.0.0.2\tnew.example.com\n# END hairpin\n10.0.0.9 user\n"
+        );
+        assert!(edit.warnings.is_empty());
+        assert_eq!(remove(&edit.text).unwrap().text, "# head\n10.0.0.9 user\n");
+    }
+
+    #[test]
+    fn malformed_lines_outside_the_block_are_left_alone() {
+        let original = "garbage line\n\t\n999.1.1.1 bad\n";
+        let edit = apply(original, &[entry("10.0.0.1", &["a.example.com"])]).unwrap();
+        assert!(edit.text.starts_with(original));
+        assert_eq!(remove(&edit.text).unwrap().text, original);
+    }
+
+    #[test]
+    fn begin_without_end_is_repaired() {
+        let original =
+            "127.0.0.1 localhost\n# BEGIN hairpin\n10.0.0.1\tstale.example.com\n\n# user comment\n";
+        let edit = apply(original, &[entry("10.0.0.2", &["a.example.com"])]).unwrap();
+        assert_eq!(
+            edit.warnings,
+            [Warning::MissingEnd {
+                line: 2,
+                removed_lines: 1
+            }]
+        );
+        assert_eq!(
+            edit.text,
+            "127.0.0.1 localhost\n\n# user comment\n# BEGIN hairpin (managed by hairpin; do not edit)\n10.0.0.2\ta.example.com\n# END hairpin\n"
+        );
+    }
+
+    #[test]
+    fn end_without_begin_and_duplicates_are_repaired() {
+        let original = "a b\n# x\n10.0.0.1 stale\n# END hairpin\n# BEGIN hairpin\n10.0.0.1 s\n# END hairpin\n# BEGIN hairpin\n# END hairpin\nz y\n";
+        let edit = apply(original, &[entry("10.0.0.2", &["a.example.com"])]).unwrap();
+        assert_eq!(
+            edit.warnings,
+            [
+                Warning::MissingBegin {
+                    line: 4,
+                    removed_lines: 1
+                },
+                Warning::DuplicateBlock { line: 8 }
+            ]
+        );
+        assert_eq!(
+            edit.text,
+            "a b\n# x\nz y\n# BEGIN hairpin (managed by hairpin; do not edit)\n10.0.0.2\ta.example.com\n# END hairpin\n"
+        );
+        // END before BEGIN: both orphans.
+        let edit = remove("# END hairpin\nx y\n# BEGIN hairpin\n").unwrap();
+        assert_eq!(edit.text, "x y\n");
+        assert_eq!(edit.warnings.len(), 2);
+    }
+
+    #[test]
+    fn invalid_entries_are_errors() {
+        for (e, label) in [
+            (entry("10.0.0.1", &["*.example.com"]), "invalid_hostname"),
+            (entry("10.0.0.1", &["bad_name"]), "invalid_hostname"),
+            (entry("10.0.0.1", &[]), "no_names"),
+        ] {
+            assert_eq!(apply("", &[e]).unwrap_err().metric_label(), label);
+        }
+        let err = apply(
+            "",
+            &[entry("10.0.0.2", &["a.com"]), entry("10.0.0.1", &["A.com"])],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            HostsError::ConflictingAddresses {
+                name: "a.com".into(),
+                family: "IPv4",
+                first: "10.0.0.1".parse().unwrap(),
+                second: "10.0.0.2".parse().unwrap(),
+            }
+        );
+        // One IPv4 and one IPv6 address for a name is fine.
+        let ok = apply(
+            "",
+            &[entry("10.0.0.1", &["a.com"]), entry("fd00::1", &["a.com"])],
+        )
+        .unwrap();
+        assert!(ok.text.contains("10.0.0.1\ta.com\nfd00::1\ta.com\n"));
+    }
+
+    #[test]
+    fn long_name_lists_are_split() {
+        let names: Vec<String> = (0..100)
+            .map(|i| format!("host-{i:03}.example.com"))
+            .collect();
+        let body = render_lines(&[HostsEntry::new("10.0.0.1".parse().unwrap(), names)]).unwrap();
+        assert!(body.len() > 1);
+        assert!(
+            body.iter()
+                .all(|l| l.len() <= MAX_LINE_BYTES && l.starts_with("10.0.0.1\t"))
+        );
+        let count: usize = body.iter().map(|l| l.split_whitespace().count() - 1).sum();
+        assert_eq!(count, 100);
+    }
+}
