@@ -11,8 +11,11 @@
 //! - [`plan`]: the plan value.
 
 pub mod config;
+pub mod corefile;
 pub mod discovery;
 pub mod hostnames;
+pub mod hosts;
+pub mod markers;
 pub mod plan;
 pub mod providers;
 pub mod snapshot;
