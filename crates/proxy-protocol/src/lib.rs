@@ -17,15 +17,23 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod decode;
 mod error;
+mod model;
+pub mod tlv;
 mod v1;
-mod v2;
+pub mod v2;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 
-pub use error::EncodeError;
+pub use decode::{DEFAULT_MAX_HEADER_LEN, Decoded, Decoder, decode};
+pub use error::{DecodeError, EncodeError};
+pub use model::{
+    Addresses, Command, Family, Header, OwnedHeader, Protocol, UNIX_ADDR_LEN, UnixAddr,
+};
+pub use v2::V2_MAX_LEN;
 
 /// Longest possible v1 header, CRLF included (`PROXY TCP6` with two full IPv6 addresses).
 pub const V1_MAX_LEN: usize = 107;

@@ -1,9 +1,16 @@
-//! The text header (version 1).
+//! The text header (version 1): `PROXY TCP4|TCP6|UNKNOWN ...\r\n`.
 
 use std::io::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
-use crate::{EncodeError, V1_MAX_LEN};
+use crate::{
+    Addresses, Command, DecodeError, Decoded, EncodeError, Header, Protocol, V1_MAX_LEN, Version,
+};
+
+/// The v1 magic.
+pub(crate) const MAGIC: &[u8; 5] = b"PROXY";
+/// The shortest complete header, `PROXY UNKNOWN\r\n`.
+pub(crate) const MIN_LEN: usize = 15;
 
 /// Copies `header` into the start of `buf`, or reports how much room it needs.
 fn put(header: &[u8], buf: &mut [u8]) -> Result<usize, EncodeError> {
@@ -40,6 +47,320 @@ pub(crate) fn encode_tcp(
     .expect("a v1 header fits in V1_MAX_LEN bytes");
     let len = V1_MAX_LEN - cursor.len();
     put(&line[..len], buf)
+}
+
+/// Encodes any header v1 can express.
+pub(crate) fn encode(header: &Header<'_>, buf: &mut [u8]) -> Result<usize, EncodeError> {
+    if header.command == Command::Local {
+        return Err(EncodeError::NotInV1 {
+            what: "the LOCAL command",
+        });
+    }
+    if !header.tlvs.is_empty() {
+        return Err(EncodeError::NotInV1 { what: "TLVs" });
+    }
+    match (header.addresses, header.protocol) {
+        (Addresses::Unspec, Protocol::Unspec) => put(b"PROXY UNKNOWN\r\n", buf),
+        (Addresses::Unix { .. }, _) => Err(EncodeError::NotInV1 {
+            what: "UNIX socket addresses",
+        }),
+        (_, Protocol::Dgram) => Err(EncodeError::NotInV1 {
+            what: "DGRAM (UDP) connections",
+        }),
+        (addresses, Protocol::Stream) => match (addresses.source(), addresses.destination()) {
+            (Some(src), Some(dst)) => encode_tcp(src, dst, buf),
+            _ => Err(EncodeError::FamilyProtocol {
+                family: addresses.family(),
+                protocol: "STREAM",
+            }),
+        },
+        (addresses, Protocol::Unspec) => Err(EncodeError::FamilyProtocol {
+            family: addresses.family(),
+            protocol: "UNSPEC",
+        }),
+    }
+}
+
+/// Decodes a v1 header from `buf`, which starts with (a prefix of) `PROXY`. The CRLF must come
+/// within `max_len` bytes (at most [`V1_MAX_LEN`]).
+pub(crate) fn decode(buf: &[u8], max_len: usize) -> Result<Decoded<'_>, DecodeError> {
+    let window = &buf[..buf.len().min(max_len)];
+    for (at, &byte) in window.iter().enumerate() {
+        match byte {
+            b'\n' => return Err(DecodeError::V1LoneLf { at }),
+            b'\r' => match window.get(at + 1) {
+                Some(b'\n') => {
+                    let header = parse_line(&buf[..at], true)?
+                        .expect("a complete line yields a header or an error");
+                    return Ok(Decoded::Complete {
+                        header,
+                        len: at + 2,
+                    });
+                }
+                Some(_) => return Err(DecodeError::V1LoneCr { at }),
+                None => break,
+            },
+            _ => {}
+        }
+    }
+    if buf.len() >= max_len {
+        return Err(DecodeError::V1NoCrlf { max: max_len });
+    }
+    // Not complete yet: reject what is already wrong instead of waiting for more bytes.
+    let partial = buf.strip_suffix(b"\r").unwrap_or(buf);
+    parse_line(partial, false)?;
+    Ok(Decoded::Incomplete {
+        needed: MIN_LEN.saturating_sub(buf.len()).max(1),
+    })
+}
+
+const FIELDS: [&str; 6] = [
+    "PROXY",
+    "protocol",
+    "source address",
+    "destination address",
+    "source port",
+    "destination port",
+];
+
+/// Parses a line without its CRLF. When `complete` is false the line is only the start of a
+/// header: a valid prefix gives `Ok(None)`.
+fn parse_line(line: &[u8], complete: bool) -> Result<Option<Header<'static>>, DecodeError> {
+    let magic_len = line.len().min(MAGIC.len());
+    debug_assert_eq!(&line[..magic_len], &MAGIC[..magic_len]);
+    let mut tokens: [&[u8]; 6] = [&[]; 6];
+    tokens[0] = &line[..magic_len];
+    let mut pos = magic_len;
+    let mut tcp6 = false;
+    for (i, field) in FIELDS.iter().enumerate().skip(1) {
+        if pos == line.len() {
+            return if complete {
+                Err(DecodeError::V1MissingField { field })
+            } else {
+                Ok(None)
+            };
+        }
+        if line[pos] != b' ' {
+            return Err(DecodeError::V1Spacing { field, at: pos });
+        }
+        pos += 1;
+        let start = pos;
+        while pos < line.len() && line[pos] != b' ' {
+            pos += 1;
+        }
+        let token = &line[start..pos];
+        let partial = !complete && pos == line.len();
+        if token.is_empty() {
+            if partial {
+                return Ok(None);
+            }
+            return Err(if pos == line.len() {
+                DecodeError::V1MissingField { field }
+            } else {
+                DecodeError::V1Spacing { field, at: start }
+            });
+        }
+        if let Some(at) = token.iter().position(|b| !b.is_ascii_graphic()) {
+            return Err(DecodeError::V1InvalidByte {
+                at: start + at,
+                byte: token[at],
+            });
+        }
+        if i == 1 {
+            match token {
+                b"UNKNOWN" => {
+                    // Anything between UNKNOWN and the CRLF is ignored.
+                    return Ok(complete.then(unknown));
+                }
+                b"TCP4" => {}
+                b"TCP6" => tcp6 = true,
+                _ if partial
+                    && [&b"TCP4"[..], b"TCP6", b"UNKNOWN"]
+                        .iter()
+                        .any(|p| p.starts_with(token)) =>
+                {
+                    return Ok(None);
+                }
+                _ => {
+                    return Err(DecodeError::V1UnknownProtocol {
+                        found: token.escape_ascii().to_string(),
+                    });
+                }
+            }
+        } else if partial {
+            check_partial(field, token, tcp6)?;
+            return Ok(None);
+        }
+        tokens[i] = token;
+    }
+    if pos < line.len() {
+        return Err(DecodeError::V1TrailingData { at: pos });
+    }
+    if !complete {
+        // Everything is there but the CRLF.
+        return Ok(None);
+    }
+    let sport = parse_port(FIELDS[4], tokens[4])?;
+    let dport = parse_port(FIELDS[5], tokens[5])?;
+    let addresses = if tcp6 {
+        Addresses::Inet6 {
+            source: SocketAddrV6::new(parse_v6(FIELDS[2], tokens[2])?, sport, 0, 0),
+            destination: SocketAddrV6::new(parse_v6(FIELDS[3], tokens[3])?, dport, 0, 0),
+        }
+    } else {
+        Addresses::Inet {
+            source: SocketAddrV4::new(parse_v4(FIELDS[2], tokens[2])?, sport),
+            destination: SocketAddrV4::new(parse_v4(FIELDS[3], tokens[3])?, dport),
+        }
+    };
+    Ok(Some(Header::new(
+        Version::V1,
+        Command::Proxy,
+        Protocol::Stream,
+        addresses,
+    )))
+}
+
+fn unknown() -> Header<'static> {
+    Header::new(
+        Version::V1,
+        Command::Proxy,
+        Protocol::Unspec,
+        Addresses::Unspec,
+    )
+}
+
+fn text(token: &[u8]) -> String {
+    token.escape_ascii().to_string()
+}
+
+/// Rejects the start of a field that cannot become valid, whatever follows.
+fn check_partial(field: &'static str, token: &[u8], tcp6: bool) -> Result<(), DecodeError> {
+    let is_port = field.ends_with("port");
+    if is_port {
+        if !token.iter().all(u8::is_ascii_digit) {
+            return Err(port_error(field, token, "not a decimal number"));
+        }
+        if token.len() > 1 && token[0] == b'0' {
+            return Err(port_error(field, token, "leading zero"));
+        }
+        if token.len() > 5 {
+            return Err(port_error(field, token, "above 65535"));
+        }
+    } else if tcp6 {
+        let ok = |b: &u8| b.is_ascii_hexdigit() || *b == b':' || *b == b'.';
+        if !token.iter().all(ok) || token.len() > 45 {
+            return Err(address_error(field, token, "not an IPv6 address"));
+        }
+    } else {
+        if token.contains(&b':') {
+            return Err(mismatch("TCP4", field, token));
+        }
+        if !token.iter().all(|b| b.is_ascii_digit() || *b == b'.') || token.len() > 15 {
+            return Err(address_error(
+                field,
+                token,
+                "not 4 decimal numbers separated by dots",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn port_error(field: &'static str, token: &[u8], reason: &'static str) -> DecodeError {
+    DecodeError::V1InvalidPort {
+        field,
+        value: text(token),
+        reason,
+    }
+}
+
+fn address_error(field: &'static str, token: &[u8], reason: &'static str) -> DecodeError {
+    DecodeError::V1InvalidAddress {
+        field,
+        value: text(token),
+        reason,
+    }
+}
+
+fn mismatch(protocol: &'static str, field: &'static str, token: &[u8]) -> DecodeError {
+    DecodeError::V1FamilyMismatch {
+        protocol,
+        field,
+        value: text(token),
+    }
+}
+
+/// A decimal number without leading zeros (`0` itself is fine).
+fn decimal(token: &[u8], max: u32) -> Result<u32, &'static str> {
+    if token.is_empty() || !token.iter().all(u8::is_ascii_digit) {
+        return Err("not a decimal number");
+    }
+    if token.len() > 1 && token[0] == b'0' {
+        return Err("leading zero");
+    }
+    if token.len() > 5 {
+        return Err("out of range");
+    }
+    let value = token
+        .iter()
+        .fold(0u32, |acc, b| acc * 10 + u32::from(b - b'0'));
+    if value > max {
+        return Err("out of range");
+    }
+    Ok(value)
+}
+
+fn parse_port(field: &'static str, token: &[u8]) -> Result<u16, DecodeError> {
+    match decimal(token, 65535) {
+        Ok(port) => Ok(port as u16),
+        Err("out of range") => Err(port_error(field, token, "above 65535")),
+        Err(reason) => Err(port_error(field, token, reason)),
+    }
+}
+
+fn parse_v4(field: &'static str, token: &[u8]) -> Result<Ipv4Addr, DecodeError> {
+    if token.contains(&b':') {
+        return Err(mismatch("TCP4", field, token));
+    }
+    let mut octets = [0u8; 4];
+    let mut parts = token.split(|&b| b == b'.');
+    for octet in &mut octets {
+        let part = parts.next().ok_or_else(|| {
+            address_error(field, token, "not 4 decimal numbers separated by dots")
+        })?;
+        *octet = match decimal(part, 255) {
+            Ok(value) => value as u8,
+            Err("out of range") => return Err(address_error(field, token, "number above 255")),
+            Err("leading zero") => return Err(address_error(field, token, "leading zero")),
+            Err(_) => {
+                return Err(address_error(
+                    field,
+                    token,
+                    "not 4 decimal numbers separated by dots",
+                ));
+            }
+        };
+    }
+    if parts.next().is_some() {
+        return Err(address_error(
+            field,
+            token,
+            "not 4 decimal numbers separated by dots",
+        ));
+    }
+    Ok(Ipv4Addr::from(octets))
+}
+
+fn parse_v6(field: &'static str, token: &[u8]) -> Result<Ipv6Addr, DecodeError> {
+    let parsed = std::str::from_utf8(token)
+        .ok()
+        .and_then(|text| text.parse::<IpAddr>().ok());
+    match parsed {
+        Some(IpAddr::V6(ip)) => Ok(ip),
+        Some(IpAddr::V4(_)) => Err(mismatch("TCP6", field, token)),
+        None => Err(address_error(field, token, "not an IPv6 address")),
+    }
 }
 
 #[cfg(test)]
