@@ -1,1 +1,30 @@
-//! Kubernetes I/O: watches, plan application, leader election, uninstall.
+//! Kubernetes I/O for hairpin: watches, plan application, leader election, uninstall, and
+//! publishing the proxy routes.
+//!
+//! - [`watch`]: reflector caches of what the planner reads, and the snapshot.
+//! - [`apply`]: writing a plan (Services, ConfigMap keys guarded by resourceVersion).
+//! - [`fight`]: detecting another writer reverting our CoreDNS change.
+//! - [`lease`]: leader election on a Lease.
+//! - [`routes`]: the routes ConfigMap the proxies watch.
+//! - [`uninstall`]: removing everything hairpin wrote.
+//! - `fake` (feature `testing`): an in-process fake API server for tests.
+#![forbid(unsafe_code)]
+
+pub mod apply;
+pub mod client;
+pub mod error;
+#[cfg(feature = "testing")]
+pub mod fake;
+pub mod fight;
+pub mod lease;
+pub mod metrics;
+pub mod report;
+pub mod routes;
+pub mod uninstall;
+pub mod watch;
+
+pub use error::Error;
+pub use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+pub use metrics::Metrics;
+pub use routes::{RoutesUpdate, watch_routes_configmap};
+pub use uninstall::{UninstallReport, uninstall};

@@ -1,0 +1,366 @@
+//! Applying a plan: the I/O half of reconcile (stackable's `cluster_resources` pattern).
+//!
+//! Desired children (hairpin Services, the routes ConfigMap) are created or updated, orphans
+//! carrying our label are deleted, and the CoreDNS change is a read-modify-write guarded by
+//! resourceVersion, retried on 409 Conflict with a fresh read and skipped when nothing changed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+
+use hairpin_planner::corefile;
+
+use crate::error::{is_conflict, is_not_found};
+use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+
+/// How many times a write is retried after a 409 Conflict (each time on a fresh read).
+pub const CONFLICT_RETRIES: u32 = 5;
+
+/// Computes the desired value of a key from its current one: `Ok(None)` removes the key.
+pub type EditFn = Arc<dyn Fn(Option<&str>) -> Result<Option<String>, String> + Send + Sync>;
+
+/// A change to one key of one ConfigMap, recomputed from a fresh read on every attempt.
+#[derive(Clone)]
+pub struct KeyEdit {
+    /// Namespace of the ConfigMap.
+    pub namespace: String,
+    /// Name of the ConfigMap.
+    pub name: String,
+    /// The key edited.
+    pub key: String,
+    /// Create the ConfigMap when it does not exist (for `coredns-custom` and our own).
+    pub create_if_missing: bool,
+    /// Delete the ConfigMap when the edit leaves it empty and we created it.
+    pub delete_if_empty_and_ours: bool,
+    /// The edit.
+    pub edit: EditFn,
+}
+
+impl std::fmt::Debug for KeyEdit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyEdit")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("create_if_missing", &self.create_if_missing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyEdit {
+    /// `namespace/name`.
+    pub fn config_map(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// An edit that sets the key to `value` (or removes it when `None`).
+    pub fn set(namespace: &str, name: &str, key: &str, value: Option<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            key: key.into(),
+            create_if_missing: value.is_some(),
+            delete_if_empty_and_ours: true,
+            edit: Arc::new(move |_| Ok(value.clone())),
+        }
+    }
+}
+
+/// Outcome of a [`write_key`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyOutcome {
+    /// The key already had the desired value: nothing was written.
+    Unchanged {
+        /// The value read (None: absent).
+        value: Option<String>,
+    },
+    /// The ConfigMap was written (created, updated or deleted).
+    Written {
+        /// The value before.
+        before: Option<String>,
+        /// The value now.
+        after: Option<String>,
+    },
+    /// The ConfigMap does not exist and was not to be created.
+    ConfigMapMissing,
+}
+
+/// Annotation marking a ConfigMap hairpin created (so uninstall may delete it once empty).
+pub const CREATED_BY_ANNOTATION: &str = "hairpin.io/created-by";
+
+/// Reads the ConfigMap, applies the edit to the key, and writes it back with the
+/// resourceVersion it read; on 409 Conflict reads again and retries. Skips the write when the
+/// value is already the desired one.
+///
+/// # Errors
+/// API errors other than 409, an edit the editor refuses, or conflicts on every attempt.
+pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutcome, Error> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &edit.namespace);
+    let what = edit.config_map();
+    for _ in 0..=CONFLICT_RETRIES {
+        let current = match api.get_opt(&edit.name).await {
+            Ok(current) => current,
+            Err(err) => return Err(Error::kube(format!("get ConfigMap {what}"), err)),
+        };
+        let before = current
+            .as_ref()
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|data| data.get(&edit.key))
+            .cloned();
+        let after = (edit.edit)(before.as_deref()).map_err(|reason| Error::DnsEdit {
+            config_map: what.clone(),
+            key: edit.key.clone(),
+            reason,
+        })?;
+        if after == before {
+            return Ok(match current {
+                Some(_) => KeyOutcome::Unchanged { value: before },
+                None => KeyOutcome::ConfigMapMissing,
+            });
+        }
+        let result = match current {
+            None => {
+                let Some(value) = after.clone() else {
+                    return Ok(KeyOutcome::ConfigMapMissing);
+                };
+                if !edit.create_if_missing {
+                    return Ok(KeyOutcome::ConfigMapMissing);
+                }
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(edit.name.clone()),
+                        namespace: Some(edit.namespace.clone()),
+                        labels: Some(BTreeMap::from([(
+                            MANAGED_BY_LABEL.into(),
+                            MANAGED_BY_VALUE.into(),
+                        )])),
+                        annotations: Some(BTreeMap::from([(
+                            CREATED_BY_ANNOTATION.into(),
+                            "hairpin".into(),
+                        )])),
+                        ..ObjectMeta::default()
+                    },
+                    data: Some(BTreeMap::from([(edit.key.clone(), value)])),
+                    ..ConfigMap::default()
+                };
+                api.create(&PostParams::default(), &cm).await.map(drop)
+            }
+            Some(mut cm) => {
+                let data = cm.data.get_or_insert_with(BTreeMap::new);
+                match &after {
+                    Some(value) => {
+                        data.insert(edit.key.clone(), value.clone());
+                    }
+                    None => {
+                        data.remove(&edit.key);
+                    }
+                }
+                let ours = cm
+                    .annotations()
+                    .get(CREATED_BY_ANNOTATION)
+                    .is_some_and(|v| v == "hairpin");
+                let empty = cm.data.as_ref().is_none_or(BTreeMap::is_empty)
+                    && cm.binary_data.as_ref().is_none_or(BTreeMap::is_empty);
+                if empty && ours && edit.delete_if_empty_and_ours {
+                    let rv = cm.resource_version();
+                    let params = DeleteParams {
+                        preconditions: Some(kube::api::Preconditions {
+                            resource_version: rv,
+                            uid: None,
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    api.delete(&edit.name, &params).await.map(drop)
+                } else {
+                    // `replace` sends the resourceVersion we read: a concurrent writer makes
+                    // this fail with 409 instead of being overwritten.
+                    api.replace(&edit.name, &PostParams::default(), &cm)
+                        .await
+                        .map(drop)
+                }
+            }
+        };
+        match result {
+            Ok(()) => return Ok(KeyOutcome::Written { before, after }),
+            Err(err) if is_conflict(&err) => {
+                tracing::debug!(configmap = %what, "write conflicted with another writer; reading again");
+            }
+            Err(err) if is_not_found(&err) => {
+                tracing::debug!(configmap = %what, "ConfigMap vanished during the write; reading again");
+            }
+            Err(err) => return Err(Error::kube(format!("write ConfigMap {what}"), err)),
+        }
+    }
+    Err(Error::ConflictRetriesExhausted {
+        action: format!("write ConfigMap {what}"),
+        attempts: CONFLICT_RETRIES + 1,
+    })
+}
+
+/// What [`apply_services`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceChanges {
+    /// Names created.
+    pub created: Vec<String>,
+    /// Names updated.
+    pub updated: Vec<String>,
+    /// Names deleted (orphans).
+    pub deleted: Vec<String>,
+}
+
+impl ServiceChanges {
+    /// Number of writes made.
+    pub fn writes(&self) -> usize {
+        self.created.len() + self.updated.len() + self.deleted.len()
+    }
+}
+
+fn managed_selector() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+}
+
+/// True when `existing` already carries everything `desired` sets.
+fn service_matches(existing: &Service, desired: &Service) -> bool {
+    let subset = |want: &Option<BTreeMap<String, String>>,
+                  have: &Option<BTreeMap<String, String>>| {
+        want.iter()
+            .flatten()
+            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+    };
+    let (Some(want), Some(have)) = (&desired.spec, &existing.spec) else {
+        return desired.spec.is_none();
+    };
+    subset(&desired.metadata.labels, &existing.metadata.labels)
+        && subset(
+            &desired.metadata.annotations,
+            &existing.metadata.annotations,
+        )
+        && want.selector == have.selector
+        && want.ports == have.ports
+        && want.type_.as_deref().unwrap_or("ClusterIP")
+            == have.type_.as_deref().unwrap_or("ClusterIP")
+}
+
+/// Creates or updates every desired Service in `namespace` and deletes Services there that
+/// carry our label but are not desired. `desired` Services must carry the managed-by label.
+///
+/// # Errors
+/// The first API error that is not a 404 on delete or a 409 resolved by re-reading.
+pub async fn apply_services(
+    client: &kube::Client,
+    namespace: &str,
+    desired: &[Service],
+) -> Result<ServiceChanges, Error> {
+    let api: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let existing = api
+        .list(&kube::api::ListParams::default().labels(&managed_selector()))
+        .await
+        .map_err(|err| Error::kube(format!("list hairpin Services in {namespace}"), err))?;
+    let existing: BTreeMap<String, Service> = existing
+        .items
+        .into_iter()
+        .map(|svc| (svc.name_any(), svc))
+        .collect();
+    let mut changes = ServiceChanges::default();
+    for want in desired {
+        let name = want.name_any();
+        let mut current = existing.get(&name).cloned();
+        for attempt in 0..=CONFLICT_RETRIES {
+            let result = match &current {
+                Some(have) if service_matches(have, want) => break,
+                Some(have) => {
+                    let mut updated = want.clone();
+                    updated.metadata.resource_version = have.metadata.resource_version.clone();
+                    // clusterIP(s) are immutable: keep the allocated ones.
+                    if let (Some(spec), Some(have_spec)) =
+                        (updated.spec.as_mut(), have.spec.as_ref())
+                    {
+                        spec.cluster_ip = have_spec.cluster_ip.clone();
+                        spec.cluster_ips = have_spec.cluster_ips.clone();
+                        spec.ip_families = have_spec.ip_families.clone();
+                        spec.ip_family_policy = have_spec.ip_family_policy.clone();
+                    }
+                    api.replace(&name, &PostParams::default(), &updated)
+                        .await
+                        .map(|_| changes.updated.push(name.clone()))
+                }
+                None => {
+                    let mut created = want.clone();
+                    created.metadata.resource_version = None;
+                    api.create(&PostParams::default(), &created)
+                        .await
+                        .map(|_| changes.created.push(name.clone()))
+                }
+            };
+            match result {
+                Ok(()) => break,
+                Err(err)
+                    if (is_conflict(&err) || is_not_found(&err)) && attempt < CONFLICT_RETRIES =>
+                {
+                    current = api.get_opt(&name).await.map_err(|err| {
+                        Error::kube(format!("get Service {namespace}/{name}"), err)
+                    })?;
+                }
+                Err(err) => {
+                    return Err(Error::kube(
+                        format!("write Service {namespace}/{name}"),
+                        err,
+                    ));
+                }
+            }
+        }
+    }
+    for name in existing.keys() {
+        if desired
+            .iter()
+            .any(|svc| svc.metadata.name.as_deref() == Some(name.as_str()))
+        {
+            continue;
+        }
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => changes.deleted.push(name.clone()),
+            Err(err) if is_not_found(&err) => {}
+            Err(err) => {
+                return Err(Error::kube(
+                    format!("delete Service {namespace}/{name}"),
+                    err,
+                ));
+            }
+        }
+    }
+    Ok(changes)
+}
+
+/// Deletes every Service in `namespace` carrying our label. Returns the names deleted.
+///
+/// # Errors
+/// API errors other than 404.
+pub async fn delete_managed_services(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<Vec<String>, Error> {
+    apply_services(client, namespace, &[])
+        .await
+        .map(|changes| changes.deleted)
+}
+
+/// An edit that removes our block from a Corefile (leaving every other byte as it was).
+pub fn remove_block_edit(namespace: &str, name: &str, key: &str) -> KeyEdit {
+    KeyEdit {
+        namespace: namespace.into(),
+        name: name.into(),
+        key: key.into(),
+        create_if_missing: false,
+        delete_if_empty_and_ours: false,
+        edit: Arc::new(|current| match current {
+            None => Ok(None),
+            Some(text) => corefile::remove(text)
+                .map(|edit| Some(edit.text))
+                .map_err(|err| err.to_string()),
+        }),
+    }
+}

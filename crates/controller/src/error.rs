@@ -1,0 +1,108 @@
+//! The controller's error type.
+
+/// Errors of the controller's Kubernetes I/O. None of them ends the process: the control loop
+/// counts them (by [`Error::metric_label`]), logs them and retries with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What was being done, e.g. "replace ConfigMap kube-system/coredns".
+        action: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The CoreDNS configuration could not be edited (the editor refused it).
+    #[error("cannot edit {config_map} key {key}: {reason}")]
+    DnsEdit {
+        /// `namespace/name` of the ConfigMap.
+        config_map: String,
+        /// The key being edited.
+        key: String,
+        /// Why the editor refused.
+        reason: String,
+    },
+    /// A write kept conflicting with other writers after every retry.
+    #[error("{action}: still conflicting after {attempts} attempts")]
+    ConflictRetriesExhausted {
+        /// What was being written.
+        action: String,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+    /// JSON encoding failed (a bug, reported rather than panicking).
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        /// What was being encoded.
+        what: &'static str,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The Kubernetes client could not be configured (kubeconfig, context, in-cluster env).
+    #[error("cannot configure the Kubernetes client: {0}")]
+    Config(String),
+}
+
+impl Error {
+    /// Wraps a client error with what was being done.
+    pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
+        Error::Kube {
+            action: action.into(),
+            source,
+        }
+    }
+
+    /// A short, bounded label for the `errors_total{kind}` metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube { source, .. } => kube_error_label(source),
+            Error::DnsEdit { .. } => "dns_edit",
+            Error::ConflictRetriesExhausted { .. } => "conflict_retries_exhausted",
+            Error::Encode { .. } => "encode",
+            Error::Config(_) => "config",
+        }
+    }
+
+    /// The API status code, when the server answered with an error status.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            Error::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } => Some(status.code),
+            _ => None,
+        }
+    }
+}
+
+/// A bounded label for a client error: by HTTP status class, or the transport failure.
+pub fn kube_error_label(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::Api(status) => match status.code {
+            401 => "api_unauthorized",
+            403 => "api_forbidden",
+            404 => "api_not_found",
+            409 => "api_conflict",
+            410 => "api_gone",
+            422 => "api_invalid",
+            429 => "api_throttled",
+            500..=599 => "api_server_error",
+            _ => "api_other",
+        },
+        kube::Error::HyperError(_) | kube::Error::Service(_) => "api_transport",
+        kube::Error::SerdeError(_) => "api_decode",
+        _ => "api_client",
+    }
+}
+
+/// True when the error is the server's 404 NotFound.
+pub fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+/// True when the error is the server's 409 (Conflict or AlreadyExists).
+pub fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}

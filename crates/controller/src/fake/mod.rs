@@ -1,0 +1,392 @@
+//! An in-process fake Kubernetes API server for tests, reached through a real `kube::Client`
+//! over loopback HTTP.
+//!
+//! It answers the verbs hairpin uses the way kube-apiserver does: one object store per
+//! resource with a cluster-wide, monotonically increasing `resourceVersion`; GET, LIST (with
+//! equality label and field selectors, `limit`/`continue` paging), WATCH (JSON lines of
+//! ADDED/MODIFIED/DELETED, BOOKMARK when asked, and an `ERROR` event carrying a 410 `Expired`
+//! Status for a compacted resourceVersion), CREATE (409 `AlreadyExists`), UPDATE (409
+//! `Conflict` on a stale resourceVersion), merge PATCH and DELETE (404 `NotFound`), with the
+//! real server's `Status` bodies. Unregistered groups answer 404 like an absent CRD.
+//! Faults can be injected: the next N requests matching a method and path fail with a given
+//! code, or are delayed; open watches can be dropped and history compacted.
+
+mod http;
+mod store;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::Notify;
+
+pub use store::ResourceType;
+use store::State;
+
+/// What an injected fault does to a matching request.
+#[derive(Clone, Debug)]
+pub enum FaultKind {
+    /// Answer with this HTTP status and the matching `Status` body (403, 404, 409, 410, 429,
+    /// 500, 503, 504).
+    Status(u16),
+    /// Wait this long, then answer normally.
+    Delay(Duration),
+}
+
+/// One injected fault: applies to the next `remaining` requests whose method matches (or any,
+/// when `None`) and whose path contains `path_contains`.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    /// HTTP method to match (`GET`, `PUT`...), or any.
+    pub method: Option<String>,
+    /// Substring of the request path (and query) to match.
+    pub path_contains: String,
+    /// How many more requests it applies to.
+    pub remaining: usize,
+    /// What it does.
+    pub kind: FaultKind,
+}
+
+/// One request the fake answered, for assertions.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// HTTP method.
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+    /// Status code answered.
+    pub status: u16,
+    /// When the answer was produced.
+    pub at: Instant,
+    /// The request body, parsed as JSON when it was JSON.
+    pub body: Option<Value>,
+}
+
+/// A running fake API server. Dropping it stops the listener task.
+#[derive(Debug)]
+pub struct FakeApiServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.shared.lock().close_watches();
+    }
+}
+
+impl FakeApiServer {
+    /// Starts a fake on a free loopback port, with the built-in resources hairpin uses
+    /// registered (Services, ConfigMaps, Leases, Events, Ingresses, IngressClasses) and the
+    /// Gateway API absent.
+    pub async fn start() -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::with_builtin_types()),
+            changed: Notify::new(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port for the fake API server");
+        let addr = listener
+            .local_addr()
+            .expect("bound listener has an address");
+        let task = tokio::spawn(http::serve(listener, shared.clone()));
+        Self { addr, shared, task }
+    }
+
+    /// The server's base URL, e.g. `http://127.0.0.1:40123`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A `kube::Client` talking to this fake over HTTP, with `default` as default namespace.
+    pub fn client(&self) -> kube::Client {
+        let uri: hyper::Uri = self.url().parse().expect("a valid URL");
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        config.read_timeout = Some(Duration::from_secs(30));
+        kube::Client::try_from(config).expect("a client for the fake API server")
+    }
+
+    /// A kubeconfig file's content pointing at this fake (context `fake`), for driving the
+    /// binary.
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\n\
+             current-context: fake\nusers:\n- name: fake\n  user:\n    token: fake-token\n",
+            self.url()
+        )
+    }
+
+    /// Registers the Gateway API kinds hairpin reads (as if the CRDs were installed).
+    pub fn install_gateway_api(&self) {
+        let mut state = self.shared.lock();
+        for (plural, kind) in [
+            ("gateways", "Gateway"),
+            ("httproutes", "HTTPRoute"),
+            ("grpcroutes", "GRPCRoute"),
+            ("tlsroutes", "TLSRoute"),
+        ] {
+            state.register(ResourceType::new(
+                "gateway.networking.k8s.io",
+                "v1",
+                plural,
+                kind,
+                true,
+            ));
+        }
+    }
+
+    /// Registers another resource type.
+    pub fn register(&self, resource: ResourceType) {
+        self.shared.lock().register(resource);
+    }
+
+    /// Creates or replaces an object directly in the store (as another client would),
+    /// notifying watchers. `object` needs `apiVersion`, `kind` and `metadata.name`. Returns the
+    /// new resourceVersion.
+    pub fn apply(&self, object: Value) -> u64 {
+        let rv = self
+            .shared
+            .lock()
+            .upsert(object)
+            .expect("a storable object");
+        self.shared.changed.notify_waiters();
+        rv
+    }
+
+    /// Deletes an object directly in the store, notifying watchers. True if it existed.
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> bool {
+        let existed = self
+            .shared
+            .lock()
+            .remove(api_version, kind, namespace, name)
+            .is_some();
+        self.shared.changed.notify_waiters();
+        existed
+    }
+
+    /// The stored object, if any.
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        self.shared.lock().get(api_version, kind, namespace, name)
+    }
+
+    /// All stored objects of a kind (in every namespace), ordered by namespace and name.
+    pub fn list(&self, api_version: &str, kind: &str) -> Vec<Value> {
+        self.shared.lock().list_kind(api_version, kind)
+    }
+
+    /// Inserts many objects at once with one notification (for large caches).
+    pub fn apply_many(&self, objects: impl IntoIterator<Item = Value>) {
+        let mut state = self.shared.lock();
+        for object in objects {
+            state.upsert(object).expect("a storable object");
+        }
+        drop(state);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Injects a fault.
+    pub fn inject(&self, fault: Fault) {
+        self.shared.lock().faults.push(fault);
+    }
+
+    /// The next `n` requests with this method whose path contains `path_contains` fail with
+    /// `status`.
+    pub fn fail_next(&self, method: &str, path_contains: &str, n: usize, status: u16) {
+        self.inject(Fault {
+            method: Some(method.to_owned()),
+            path_contains: path_contains.to_owned(),
+            remaining: n,
+            kind: FaultKind::Status(status),
+        });
+    }
+
+    /// Ends every open watch (as a dropped connection or an apiserver restart would).
+    pub fn drop_watches(&self) {
+        self.shared.lock().close_watches();
+    }
+
+    /// Forgets the watch history, so resuming a watch from an older resourceVersion gets the
+    /// 410 `Expired` error event (as after etcd compaction).
+    pub fn compact(&self) {
+        self.shared.lock().compact();
+    }
+
+    /// Requests answered so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.lock().log.clone()
+    }
+
+    /// Number of open watches.
+    pub fn open_watches(&self) -> usize {
+        self.shared.lock().open_watches()
+    }
+
+    /// Waits until `check` holds on the store, polling on every change and at least every
+    /// 5 ms, up to `timeout`. Returns the instant it first held, or `None` on timeout.
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        mut check: impl FnMut(&Self) -> bool,
+    ) -> Option<Instant> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let notified = self.shared.changed.notified();
+            if check(self) {
+                return Some(Instant::now());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            let wait = (deadline - now).min(Duration::from_millis(5));
+            let _ = tokio::time::timeout(wait, notified).await;
+        }
+    }
+
+    /// Counts the recorded requests matching a method and a path substring.
+    pub fn count(&self, method: &str, path_contains: &str) -> usize {
+        self.shared
+            .lock()
+            .log
+            .iter()
+            .filter(|r| r.method == method && r.uri.contains(path_contains))
+            .count()
+    }
+}
+
+/// Builds an object with `apiVersion`, `kind`, and `metadata` from name/namespace/labels,
+/// merged with `rest` (for tests).
+pub fn object(
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+    rest: Value,
+) -> Value {
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("name".into(), name.into());
+    if let Some(ns) = namespace {
+        metadata.insert("namespace".into(), ns.into());
+    }
+    let mut value =
+        serde_json::json!({ "apiVersion": api_version, "kind": kind, "metadata": metadata });
+    if let (Some(target), Value::Object(rest)) = (value.as_object_mut(), rest) {
+        for (key, val) in rest {
+            if key == "metadata" {
+                if let (Some(Value::Object(meta)), Value::Object(extra)) =
+                    (target.get_mut("metadata"), val)
+                {
+                    meta.extend(extra);
+                }
+            } else {
+                target.insert(key, val);
+            }
+        }
+    }
+    value
+}
+
+pub(crate) fn status_body(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
+    let mut status = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    });
+    if let Some(details) = details {
+        status["details"] = details;
+    }
+    status
+}
+
+pub(crate) fn default_status(code: u16, resource: &str, name: &str) -> Value {
+    let details = Some(serde_json::json!({ "name": name, "kind": resource }));
+    match code {
+        403 => status_body(
+            403,
+            "Forbidden",
+            &format!(
+                "{resource} \"{name}\" is forbidden: User \"system:serviceaccount:hairpin:hairpin\" cannot access resource \"{resource}\""
+            ),
+            details,
+        ),
+        404 => status_body(
+            404,
+            "NotFound",
+            &format!("{resource} \"{name}\" not found"),
+            details,
+        ),
+        409 => status_body(
+            409,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on {resource} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+            ),
+            details,
+        ),
+        410 => status_body(410, "Expired", "too old resource version", None),
+        429 => status_body(
+            429,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+            Some(serde_json::json!({ "retryAfterSeconds": 1 })),
+        ),
+        500 => status_body(
+            500,
+            "InternalError",
+            "Internal error occurred: injected fault",
+            None,
+        ),
+        503 => status_body(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+            None,
+        ),
+        504 => status_body(
+            504,
+            "Timeout",
+            "the server was unable to return a response in the time allotted",
+            None,
+        ),
+        other => status_body(other, "Unknown", "injected fault", None),
+    }
+}
+
+pub(crate) type Labels = BTreeMap<String, String>;

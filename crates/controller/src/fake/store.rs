@@ -1,0 +1,375 @@
+//! The fake server's object stores, watch history and watchers.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use futures::channel::mpsc::UnboundedSender;
+use serde_json::Value;
+
+use super::{Fault, Labels, Recorded};
+
+/// How many watch events per resource the fake keeps for resuming watches (the rest is
+/// "compacted": resuming from before it gets 410 Expired).
+const HISTORY: usize = 2048;
+
+/// A resource type the fake serves.
+#[derive(Clone, Debug)]
+pub struct ResourceType {
+    /// API group, empty for the core group.
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Plural resource name, as in the URL.
+    pub plural: String,
+    /// Kind.
+    pub kind: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+}
+
+impl ResourceType {
+    /// Describes a resource type.
+    pub fn new(group: &str, version: &str, plural: &str, kind: &str, namespaced: bool) -> Self {
+        Self {
+            group: group.into(),
+            version: version.into(),
+            plural: plural.into(),
+            kind: kind.into(),
+            namespaced,
+        }
+    }
+
+    pub(crate) fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Watcher {
+    pub(crate) id: u64,
+    pub(crate) namespace: Option<String>,
+    pub(crate) labels: Vec<Requirement>,
+    pub(crate) fields: Vec<Requirement>,
+    pub(crate) tx: UnboundedSender<Bytes>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Resource {
+    pub(crate) ty: ResourceType,
+    /// (namespace or "", name) -> object
+    pub(crate) objects: BTreeMap<(String, String), Value>,
+    pub(crate) history: VecDeque<(u64, &'static str, Value)>,
+    /// Resuming from a resourceVersion below this gets 410.
+    pub(crate) compacted_below: u64,
+    pub(crate) watchers: Vec<Watcher>,
+}
+
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) rv: u64,
+    next_id: u64,
+    pub(crate) resources: Vec<Resource>,
+    pub(crate) faults: Vec<Fault>,
+    pub(crate) log: Vec<Recorded>,
+}
+
+/// One equality-based selector requirement (`k=v`, `k==v`, `k!=v`, `k`, `!k`).
+#[derive(Clone, Debug)]
+pub(crate) enum Requirement {
+    Eq(String, String),
+    NotEq(String, String),
+    Exists(String),
+    NotExists(String),
+}
+
+pub(crate) fn parse_selector(selector: &str) -> Vec<Requirement> {
+    selector
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            if let Some((k, v)) = part.split_once("!=") {
+                Requirement::NotEq(k.trim().into(), v.trim().into())
+            } else if let Some((k, v)) = part.split_once("==") {
+                Requirement::Eq(k.trim().into(), v.trim().into())
+            } else if let Some((k, v)) = part.split_once('=') {
+                Requirement::Eq(k.trim().into(), v.trim().into())
+            } else if let Some(k) = part.strip_prefix('!') {
+                Requirement::NotExists(k.trim().into())
+            } else {
+                Requirement::Exists(part.into())
+            }
+        })
+        .collect()
+}
+
+fn matches(requirements: &[Requirement], values: &Labels) -> bool {
+    requirements.iter().all(|req| match req {
+        Requirement::Eq(k, v) => values.get(k) == Some(v),
+        Requirement::NotEq(k, v) => values.get(k) != Some(v),
+        Requirement::Exists(k) => values.contains_key(k),
+        Requirement::NotExists(k) => !values.contains_key(k),
+    })
+}
+
+fn labels_of(object: &Value) -> Labels {
+    object["metadata"]["labels"]
+        .as_object()
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn fields_of(object: &Value) -> Labels {
+    let mut fields = Labels::new();
+    for key in ["name", "namespace"] {
+        if let Some(value) = object["metadata"][key].as_str() {
+            fields.insert(format!("metadata.{key}"), value.to_owned());
+        }
+    }
+    if let Some(t) = object["type"].as_str() {
+        fields.insert("type".into(), t.into());
+    }
+    if let Some(t) = object["spec"]["type"].as_str() {
+        fields.insert("spec.type".into(), t.into());
+    }
+    fields
+}
+
+pub(crate) fn selected(object: &Value, labels: &[Requirement], fields: &[Requirement]) -> bool {
+    matches(labels, &labels_of(object)) && matches(fields, &fields_of(object))
+}
+
+impl State {
+    pub(crate) fn with_builtin_types() -> Self {
+        let mut state = Self {
+            rv: 100,
+            next_id: 1,
+            resources: Vec::new(),
+            faults: Vec::new(),
+            log: Vec::new(),
+        };
+        for ty in [
+            ResourceType::new("", "v1", "services", "Service", true),
+            ResourceType::new("", "v1", "configmaps", "ConfigMap", true),
+            ResourceType::new("", "v1", "events", "Event", true),
+            ResourceType::new("coordination.k8s.io", "v1", "leases", "Lease", true),
+            ResourceType::new("events.k8s.io", "v1", "events", "Event", true),
+            ResourceType::new("networking.k8s.io", "v1", "ingresses", "Ingress", true),
+            ResourceType::new(
+                "networking.k8s.io",
+                "v1",
+                "ingressclasses",
+                "IngressClass",
+                false,
+            ),
+        ] {
+            state.register(ty);
+        }
+        state
+    }
+
+    pub(crate) fn register(&mut self, ty: ResourceType) {
+        if self.resources.iter().any(|r| {
+            r.ty.group == ty.group && r.ty.version == ty.version && r.ty.plural == ty.plural
+        }) {
+            return;
+        }
+        self.resources.push(Resource {
+            ty,
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            compacted_below: 0,
+            watchers: Vec::new(),
+        });
+    }
+
+    pub(crate) fn resource_index(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
+        self.resources
+            .iter()
+            .position(|r| r.ty.group == group && r.ty.version == version && r.ty.plural == plural)
+    }
+
+    fn index_by_kind(&self, api_version: &str, kind: &str) -> Option<usize> {
+        self.resources
+            .iter()
+            .position(|r| r.ty.api_version() == api_version && r.ty.kind == kind)
+    }
+
+    pub(crate) fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Stamps and stores an object, emitting ADDED or MODIFIED; returns the new rv.
+    pub(crate) fn upsert(&mut self, mut object: Value) -> Result<u64, String> {
+        let api_version = object["apiVersion"]
+            .as_str()
+            .ok_or("no apiVersion")?
+            .to_owned();
+        let kind = object["kind"].as_str().ok_or("no kind")?.to_owned();
+        let index = self
+            .index_by_kind(&api_version, &kind)
+            .ok_or_else(|| format!("{api_version} {kind} is not registered"))?;
+        let namespaced = self.resources[index].ty.namespaced;
+        let name = object["metadata"]["name"]
+            .as_str()
+            .ok_or("no metadata.name")?
+            .to_owned();
+        let namespace = if namespaced {
+            let ns = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_owned();
+            object["metadata"]["namespace"] = ns.clone().into();
+            ns
+        } else {
+            String::new()
+        };
+        let key = (namespace, name);
+        let existing = self.resources[index].objects.get(&key).cloned();
+        match &existing {
+            Some(old) => {
+                object["metadata"]["uid"] = old["metadata"]["uid"].clone();
+                object["metadata"]["creationTimestamp"] =
+                    old["metadata"]["creationTimestamp"].clone();
+            }
+            None => {
+                let uid = format!("00000000-0000-4000-8000-{:012x}", self.next_id());
+                object["metadata"]["uid"] = uid.into();
+                object["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z".into();
+            }
+        }
+        Ok(self.store(
+            index,
+            key,
+            object,
+            if existing.is_some() {
+                "MODIFIED"
+            } else {
+                "ADDED"
+            },
+        ))
+    }
+
+    pub(crate) fn store(
+        &mut self,
+        index: usize,
+        key: (String, String),
+        mut object: Value,
+        event: &'static str,
+    ) -> u64 {
+        self.rv += 1;
+        let rv = self.rv;
+        object["metadata"]["resourceVersion"] = rv.to_string().into();
+        let resource = &mut self.resources[index];
+        resource.objects.insert(key, object.clone());
+        Self::emit(resource, rv, event, object);
+        rv
+    }
+
+    pub(crate) fn remove_key(&mut self, index: usize, key: &(String, String)) -> Option<Value> {
+        let mut object = self.resources[index].objects.remove(key)?;
+        self.rv += 1;
+        let rv = self.rv;
+        object["metadata"]["resourceVersion"] = rv.to_string().into();
+        Self::emit(&mut self.resources[index], rv, "DELETED", object.clone());
+        Some(object)
+    }
+
+    pub(crate) fn remove(
+        &mut self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let index = self.index_by_kind(api_version, kind)?;
+        self.remove_key(
+            index,
+            &(namespace.unwrap_or_default().to_owned(), name.to_owned()),
+        )
+    }
+
+    pub(crate) fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let index = self.index_by_kind(api_version, kind)?;
+        self.resources[index]
+            .objects
+            .get(&(namespace.unwrap_or_default().to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    pub(crate) fn list_kind(&self, api_version: &str, kind: &str) -> Vec<Value> {
+        self.index_by_kind(api_version, kind)
+            .map(|index| self.resources[index].objects.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn emit(resource: &mut Resource, rv: u64, event: &'static str, object: Value) {
+        resource.history.push_back((rv, event, object.clone()));
+        while resource.history.len() > HISTORY {
+            if let Some((old, _, _)) = resource.history.pop_front() {
+                resource.compacted_below = old + 1;
+            }
+        }
+        let line = watch_line(event, &object);
+        resource.watchers.retain(|w| {
+            let ns_ok = w
+                .namespace
+                .as_deref()
+                .is_none_or(|ns| object["metadata"]["namespace"] == ns);
+            if !ns_ok || !selected(&object, &w.labels, &w.fields) {
+                return true;
+            }
+            w.tx.unbounded_send(line.clone()).is_ok()
+        });
+    }
+
+    pub(crate) fn close_watches(&mut self) {
+        for resource in &mut self.resources {
+            resource.watchers.clear();
+        }
+    }
+
+    pub(crate) fn compact(&mut self) {
+        let rv = self.rv;
+        for resource in &mut self.resources {
+            resource.history.clear();
+            resource.compacted_below = rv + 1;
+        }
+    }
+
+    pub(crate) fn open_watches(&self) -> usize {
+        self.resources.iter().map(|r| r.watchers.len()).sum()
+    }
+
+    pub(crate) fn remove_watcher(&mut self, id: u64) -> Option<Watcher> {
+        for resource in &mut self.resources {
+            if let Some(pos) = resource.watchers.iter().position(|w| w.id == id) {
+                return Some(resource.watchers.remove(pos));
+            }
+        }
+        None
+    }
+}
+
+pub(crate) fn watch_line(event: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&serde_json::json!({ "type": event, "object": object }))
+        .expect("JSON values serialize");
+    line.push(b'\n');
+    Bytes::from(line)
+}

@@ -1,0 +1,251 @@
+//! Detecting another writer that keeps reverting our CoreDNS change (an addon manager in
+//! Reconcile mode, a distribution re-applying its manifest), and backing off instead of
+//! fighting it in a loop.
+//!
+//! A revert is counted when we must write again exactly the value we wrote last time for the
+//! same ConfigMap key: the plan did not change, so someone else changed the key. `threshold`
+//! reverts within `window` start a fight: DNS writes stop for an exponentially growing
+//! backoff (one write is tried when it ends). Our value surviving a whole `window` ends it.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Fight detection settings.
+#[derive(Clone, Debug)]
+pub struct FightParams {
+    /// Reverts within `window` that make a fight.
+    pub threshold: usize,
+    /// The window.
+    pub window: Duration,
+    /// First backoff.
+    pub initial_backoff: Duration,
+    /// Longest backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for FightParams {
+    fn default() -> Self {
+        Self {
+            threshold: 3,
+            window: Duration::from_secs(300),
+            initial_backoff: Duration::from_secs(30),
+            max_backoff: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// What the guard says about writing now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Go ahead.
+    Write,
+    /// Backed off until then.
+    BackedOff(Instant),
+}
+
+/// What recording a write found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observation {
+    /// A plain write (first write, or a new value).
+    Normal,
+    /// Our previous identical write had been reverted (`count` reverts in the window).
+    Reverted {
+        /// Reverts within the window.
+        count: usize,
+    },
+    /// This revert started (or prolonged) a fight: writes are backed off for `backoff`.
+    Fight {
+        /// Reverts within the window.
+        count: usize,
+        /// How long writes are now suspended.
+        backoff: Duration,
+    },
+}
+
+/// Per-target fight state.
+#[derive(Debug)]
+pub struct FightGuard {
+    params: FightParams,
+    target: Option<String>,
+    last_written: Option<Option<String>>,
+    last_write_at: Option<Instant>,
+    reverts: VecDeque<Instant>,
+    backoff: Option<(Instant, Duration)>,
+}
+
+impl FightGuard {
+    /// A guard with these settings.
+    pub fn new(params: FightParams) -> Self {
+        Self {
+            params,
+            target: None,
+            last_written: None,
+            last_write_at: None,
+            reverts: VecDeque::new(),
+            backoff: None,
+        }
+    }
+
+    /// True while backed off (a fight is on).
+    pub fn in_fight(&self) -> bool {
+        self.backoff.is_some()
+    }
+
+    /// May we write `target` now?
+    pub fn decide(&mut self, target: &str, now: Instant) -> Decision {
+        if self.target.as_deref() != Some(target) {
+            return Decision::Write;
+        }
+        match self.backoff {
+            Some((until, _)) if now < until => Decision::BackedOff(until),
+            _ => Decision::Write,
+        }
+    }
+
+    /// Records that `target` was written with `value` (`None`: key removed).
+    pub fn written(&mut self, target: &str, value: Option<String>, now: Instant) -> Observation {
+        if self.target.as_deref() != Some(target) {
+            *self = Self::new(self.params.clone());
+            self.target = Some(target.to_owned());
+        }
+        let same_as_before = self.last_written.as_ref() == Some(&value);
+        self.last_written = Some(value);
+        self.last_write_at = Some(now);
+        if !same_as_before {
+            self.reverts.clear();
+            self.backoff = None;
+            return Observation::Normal;
+        }
+        self.reverts.push_back(now);
+        while self
+            .reverts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.params.window)
+        {
+            self.reverts.pop_front();
+        }
+        let count = self.reverts.len();
+        if count < self.params.threshold {
+            return Observation::Reverted { count };
+        }
+        let backoff = match self.backoff {
+            Some((_, previous)) => (previous * 2).min(self.params.max_backoff),
+            None => self.params.initial_backoff,
+        };
+        self.backoff = Some((now + backoff, backoff));
+        Observation::Fight { count, backoff }
+    }
+
+    /// Records that `target` still holds what we wrote: a fight ends once our value has
+    /// survived a whole window.
+    pub fn held(&mut self, target: &str, now: Instant) -> bool {
+        if self.target.as_deref() != Some(target) || self.backoff.is_none() {
+            return false;
+        }
+        let calm = self
+            .reverts
+            .back()
+            .is_none_or(|t| now.duration_since(*t) > self.params.window);
+        if calm {
+            self.backoff = None;
+            self.reverts.clear();
+        }
+        calm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> FightParams {
+        FightParams {
+            threshold: 3,
+            window: Duration::from_secs(60),
+            initial_backoff: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(40),
+        }
+    }
+
+    #[test]
+    fn repeated_identical_writes_become_a_fight_with_growing_backoff() {
+        let mut guard = FightGuard::new(params());
+        let t0 = Instant::now();
+        let v = Some("ours".to_owned());
+        assert_eq!(guard.written("cm/key", v.clone(), t0), Observation::Normal);
+        assert_eq!(
+            guard.written("cm/key", v.clone(), t0 + Duration::from_secs(1)),
+            Observation::Reverted { count: 1 }
+        );
+        assert_eq!(
+            guard.written("cm/key", v.clone(), t0 + Duration::from_secs(2)),
+            Observation::Reverted { count: 2 }
+        );
+        let third = guard.written("cm/key", v.clone(), t0 + Duration::from_secs(3));
+        assert_eq!(
+            third,
+            Observation::Fight {
+                count: 3,
+                backoff: Duration::from_secs(10)
+            }
+        );
+        assert!(matches!(
+            guard.decide("cm/key", t0 + Duration::from_secs(5)),
+            Decision::BackedOff(_)
+        ));
+        assert_eq!(
+            guard.decide("cm/key", t0 + Duration::from_secs(14)),
+            Decision::Write
+        );
+        let fourth = guard.written("cm/key", v.clone(), t0 + Duration::from_secs(14));
+        assert_eq!(
+            fourth,
+            Observation::Fight {
+                count: 4,
+                backoff: Duration::from_secs(20)
+            }
+        );
+        let t = t0 + Duration::from_secs(40);
+        assert_eq!(
+            guard.written("cm/key", v.clone(), t),
+            Observation::Fight {
+                count: 5,
+                backoff: Duration::from_secs(40)
+            }
+        );
+        assert_eq!(
+            guard.written("cm/key", v, t + Duration::from_secs(10)),
+            Observation::Fight {
+                count: 6,
+                backoff: Duration::from_secs(40)
+            },
+            "the backoff is capped"
+        );
+    }
+
+    #[test]
+    fn a_new_value_or_a_calm_window_ends_the_fight() {
+        let mut guard = FightGuard::new(params());
+        let t0 = Instant::now();
+        for i in 0..4 {
+            guard.written("cm/key", Some("a".into()), t0 + Duration::from_secs(i));
+        }
+        assert!(guard.in_fight());
+        assert!(!guard.held("cm/key", t0 + Duration::from_secs(30)));
+        assert!(guard.held("cm/key", t0 + Duration::from_secs(100)));
+        assert!(!guard.in_fight());
+        for i in 0..4 {
+            guard.written(
+                "cm/key",
+                Some("a".into()),
+                t0 + Duration::from_secs(200 + i),
+            );
+        }
+        assert!(guard.in_fight());
+        assert_eq!(
+            guard.written("cm/key", Some("b".into()), t0 + Duration::from_secs(205)),
+            Observation::Normal
+        );
+        assert!(!guard.in_fight());
+    }
+}

@@ -1,0 +1,114 @@
+//! The controller's Prometheus metrics.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Label set of `hairpin_controller_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// [`crate::Error::metric_label`].
+    pub kind: String,
+}
+
+/// Metrics the controller updates.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    /// Reconciles run (plans computed and applied, or attempted).
+    pub reconciles: Counter,
+    /// Errors by kind.
+    pub errors: Family<ErrorLabels, Counter>,
+    /// Reconcile duration in seconds (plan plus writes).
+    pub reconcile_duration: Histogram,
+    /// Load balancers that currently get a hairpin.
+    pub managed_load_balancers: Gauge,
+    /// Hostnames currently redirected to the proxy.
+    pub managed_hostnames: Gauge,
+    /// Times another writer was found to have reverted our CoreDNS change.
+    pub dns_reverts: Counter,
+    /// 1 while a CoreDNS write fight is backed off, else 0.
+    pub dns_fight: Gauge,
+    /// Writes made to the cluster (creates, updates, deletes).
+    pub writes: Counter,
+    /// 1 while this instance holds the leader Lease.
+    pub leader: Gauge,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them under `hairpin_controller_`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            reconciles: Counter::default(),
+            errors: Family::default(),
+            reconcile_duration: Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            managed_load_balancers: Gauge::default(),
+            managed_hostnames: Gauge::default(),
+            dns_reverts: Counter::default(),
+            dns_fight: Gauge::default(),
+            writes: Counter::default(),
+            leader: Gauge::default(),
+        };
+        let sub = registry.sub_registry_with_prefix("hairpin_controller");
+        sub.register("reconciles", "Reconciles run", metrics.reconciles.clone());
+        sub.register("errors", "Errors by kind", metrics.errors.clone());
+        sub.register(
+            "reconcile_duration_seconds",
+            "Time to compute and apply a plan",
+            metrics.reconcile_duration.clone(),
+        );
+        sub.register(
+            "managed_load_balancers",
+            "Load balancers that currently get a hairpin",
+            metrics.managed_load_balancers.clone(),
+        );
+        sub.register(
+            "managed_hostnames",
+            "Hostnames currently redirected to the hairpin proxy",
+            metrics.managed_hostnames.clone(),
+        );
+        sub.register(
+            "dns_reverts",
+            "Times another writer reverted the CoreDNS change",
+            metrics.dns_reverts.clone(),
+        );
+        sub.register(
+            "dns_fight",
+            "1 while CoreDNS writes are backed off because another writer keeps reverting them",
+            metrics.dns_fight.clone(),
+        );
+        sub.register(
+            "writes",
+            "Writes made to the cluster",
+            metrics.writes.clone(),
+        );
+        sub.register(
+            "leader",
+            "1 while this instance holds the leader Lease",
+            metrics.leader.clone(),
+        );
+        metrics
+    }
+
+    /// Counts an error.
+    pub fn error(&self, error: &crate::Error) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                kind: error.metric_label().to_owned(),
+            })
+            .inc();
+    }
+
+    /// The current count of errors of one kind (for tests and reports).
+    pub fn error_count(&self, kind: &str) -> u64 {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                kind: kind.to_owned(),
+            })
+            .get()
+    }
+}

@@ -1,0 +1,129 @@
+//! Kubernetes Events on the objects concerned, published only when what they say changes
+//! (so a steady state does not emit an Event per reconcile).
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::metrics::Metrics;
+
+/// Event reasons hairpin emits.
+pub mod reason {
+    /// A load balancer got its hairpin (Service, routes, DNS).
+    pub const CONFIGURED: &str = "HairpinConfigured";
+    /// A load balancer needs no hairpin; the note says why.
+    pub const NOT_NEEDED: &str = "HairpinNotNeeded";
+    /// A hostname is claimed by several load balancers.
+    pub const HOST_CONFLICT: &str = "HostConflict";
+    /// The CoreDNS ConfigMap could not be written (forbidden, refused by the editor...).
+    pub const DNS_WRITE_FAILED: &str = "DNSWriteFailed";
+    /// Another writer keeps reverting our CoreDNS change.
+    pub const DNS_FIGHT: &str = "DNSWriteReverted";
+    /// The CoreDNS change was written.
+    pub const DNS_UPDATED: &str = "DNSUpdated";
+}
+
+/// (namespace, kind/name, reason) of an Event.
+type EventKey = (String, String, String);
+
+/// Publishes Events, deduplicated by (object, reason, note).
+#[derive(Clone)]
+pub struct Events {
+    recorder: Recorder,
+    metrics: Metrics,
+    last: std::sync::Arc<tokio::sync::Mutex<HashMap<EventKey, String>>>,
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events").finish_non_exhaustive()
+    }
+}
+
+/// A reference to a core v1 object for Events.
+pub fn object_ref(kind: &str, namespace: &str, name: &str, uid: Option<String>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some(kind.into()),
+        namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+        name: Some(name.into()),
+        uid,
+        ..ObjectReference::default()
+    }
+}
+
+impl Events {
+    /// An Event publisher reporting as `hairpin-controller` from `instance`.
+    pub fn new(client: kube::Client, instance: &str, metrics: Metrics) -> Self {
+        let reporter = Reporter {
+            controller: "hairpin-controller".into(),
+            instance: Some(instance.into()),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+            metrics,
+            last: std::sync::Arc::default(),
+        }
+    }
+
+    /// Publishes an Event unless the same note was the last one for this object and reason.
+    /// Failures are logged and counted, never returned: an Event is a report, not a write the
+    /// plan depends on.
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let key = (
+            regarding.namespace.clone().unwrap_or_default(),
+            format!(
+                "{}/{}",
+                regarding.kind.clone().unwrap_or_default(),
+                regarding.name.clone().unwrap_or_default()
+            ),
+            reason.to_owned(),
+        );
+        {
+            let mut last = self.last.lock().await;
+            if last.get(&key) == Some(&note) {
+                return;
+            }
+            last.insert(key.clone(), note.clone());
+        }
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(truncate(note)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, regarding).await {
+            let err = crate::Error::kube("publish Event", err);
+            self.metrics.error(&err);
+            tracing::warn!(error = %err, reason, "could not publish an Event");
+            // Let the next reconcile try again.
+            self.last.lock().await.remove(&key);
+        }
+    }
+}
+
+/// events.k8s.io/v1 notes are limited to 1 KiB.
+fn truncate(mut note: String) -> String {
+    const MAX: usize = 1024;
+    if note.len() > MAX {
+        let mut cut = MAX - 3;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    note
+}

@@ -1,0 +1,158 @@
+//! `hairpin uninstall`: remove everything hairpin wrote.
+//!
+//! Our Services (by label), the routes ConfigMap, the leader Lease, our marked block in every
+//! candidate CoreDNS ConfigMap (removed with the Corefile editor, which gives back the original
+//! bytes), and our key in `coredns-custom` (the ConfigMap itself too when hairpin created it
+//! and nothing else is left in it). Each step is retried on transient API errors; a step that
+//! still fails is reported and the others still run.
+
+use std::time::Duration;
+
+use hairpin_planner::PlannerConfig;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::DeleteParams;
+
+use crate::Error;
+use crate::apply::{KeyEdit, KeyOutcome, delete_managed_services, remove_block_edit, write_key};
+use crate::error::is_not_found;
+
+/// What uninstall removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UninstallReport {
+    /// hairpin Services deleted.
+    pub services_deleted: Vec<String>,
+    /// The routes ConfigMap was deleted.
+    pub routes_deleted: bool,
+    /// The leader Lease was deleted.
+    pub lease_deleted: bool,
+    /// CoreDNS ConfigMaps whose Corefile had our block removed.
+    pub corefiles_restored: Vec<String>,
+    /// Our key was removed from `coredns-custom`.
+    pub custom_key_removed: bool,
+    /// Steps that failed after retries (the rest still ran).
+    pub failures: Vec<String>,
+}
+
+/// Attempts per step.
+const ATTEMPTS: u32 = 5;
+
+async fn retry<T, F, Fut>(what: &str, mut op: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut delay = Duration::from_millis(200);
+    let mut attempt = 1;
+    loop {
+        match op().await {
+            Ok(value) => return Ok(value),
+            Err(err)
+                if attempt < ATTEMPTS
+                    && err
+                        .status_code()
+                        .is_none_or(|c| c == 409 || c == 429 || c >= 500) =>
+            {
+                tracing::warn!(error = %err, attempt, "{what} failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Removes everything hairpin wrote. `lease_name` is the controller's Lease.
+///
+/// # Errors
+/// Never for a single failed step (it is listed in [`UninstallReport::failures`]).
+pub async fn uninstall(
+    client: &kube::Client,
+    planner: &PlannerConfig,
+    lease_name: &str,
+) -> UninstallReport {
+    let mut report = UninstallReport::default();
+    let fail = |report: &mut UninstallReport, err: Error| {
+        tracing::error!(error = %err, "uninstall step failed");
+        report.failures.push(err.to_string());
+    };
+
+    match retry("delete hairpin Services", || {
+        delete_managed_services(client, &planner.namespace)
+    })
+    .await
+    {
+        Ok(deleted) => report.services_deleted = deleted,
+        Err(err) => fail(&mut report, err),
+    }
+
+    let routes: Api<ConfigMap> = Api::namespaced(client.clone(), &planner.namespace);
+    match retry("delete routes ConfigMap", || async {
+        match routes
+            .delete(&planner.routes_config_map, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(err) if is_not_found(&err) => Ok(false),
+            Err(err) => Err(Error::kube(
+                format!(
+                    "delete ConfigMap {}/{}",
+                    planner.namespace, planner.routes_config_map
+                ),
+                err,
+            )),
+        }
+    })
+    .await
+    {
+        Ok(deleted) => report.routes_deleted = deleted,
+        Err(err) => fail(&mut report, err),
+    }
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &planner.namespace);
+    match retry("delete Lease", || async {
+        match leases.delete(lease_name, &DeleteParams::default()).await {
+            Ok(_) => Ok(true),
+            Err(err) if is_not_found(&err) => Ok(false),
+            Err(err) => Err(Error::kube(
+                format!("delete Lease {}/{lease_name}", planner.namespace),
+                err,
+            )),
+        }
+    })
+    .await
+    {
+        Ok(deleted) => report.lease_deleted = deleted,
+        Err(err) => fail(&mut report, err),
+    }
+
+    for name in &planner.coredns_config_maps {
+        let edit = remove_block_edit(&planner.coredns_namespace, name, &planner.corefile_key);
+        match retry("restore the Corefile", || write_key(client, &edit)).await {
+            Ok(KeyOutcome::Written { .. }) => report
+                .corefiles_restored
+                .push(format!("{}/{name}", planner.coredns_namespace)),
+            Ok(_) => {}
+            Err(err) => fail(&mut report, err),
+        }
+    }
+
+    let custom = KeyEdit::set(
+        &planner.coredns_namespace,
+        &planner.coredns_custom_config_map,
+        &planner.coredns_custom_key,
+        None,
+    );
+    match retry("remove the coredns-custom key", || {
+        write_key(client, &custom)
+    })
+    .await
+    {
+        Ok(KeyOutcome::Written { .. }) => report.custom_key_removed = true,
+        Ok(_) => {}
+        Err(err) => fail(&mut report, err),
+    }
+    report
+}

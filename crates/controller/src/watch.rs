@@ -1,0 +1,356 @@
+//! Reflector stores of exactly the objects the planner reads, and the snapshot built from them.
+//!
+//! Every store is fed by `watcher(..).default_backoff()`, so API errors and dropped watches are
+//! retried (and re-listed after 410 Gone) without ever ending the task; each event pokes a
+//! [`Notify`] that drives the debounced re-plan. The Gateway API is optional: a 404 on its
+//! group means "not installed" (the store stays empty and counts as synced), probed again
+//! every minute so installing the CRDs later is picked up.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
+use gateway_api::httproutes::HttpRoute;
+use gateway_api::tlsroutes::TlsRoute;
+use hairpin_planner::config::PlannerConfig;
+use hairpin_planner::snapshot::ClusterSnapshot;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use kube::api::ListParams;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, watch};
+
+use crate::error::{is_not_found, kube_error_label};
+use crate::metrics::Metrics;
+
+/// How often an absent Gateway API is probed again.
+pub const GATEWAY_API_REPROBE: Duration = Duration::from_secs(60);
+
+/// Sync state of one store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncState {
+    /// Initial list not done yet.
+    Pending,
+    /// Listed (or the API is not installed).
+    Synced,
+}
+
+/// One cache: its store and whether it has synced.
+#[derive(Clone)]
+pub struct Cache<K: Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    store: Store<K>,
+    synced: watch::Receiver<SyncState>,
+}
+
+impl<K> std::fmt::Debug for Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("synced", &*self.synced.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn objects(&self) -> Vec<K> {
+        self.store.state().iter().map(|o| (**o).clone()).collect()
+    }
+
+    fn is_synced(&self) -> bool {
+        *self.synced.borrow() == SyncState::Synced
+    }
+
+    async fn wait_synced(&self) {
+        let mut rx = self.synced.clone();
+        let _ = rx.wait_for(|s| *s == SyncState::Synced).await;
+    }
+}
+
+/// The controller's caches.
+#[derive(Clone)]
+pub struct Caches {
+    services: Cache<Service>,
+    ingresses: Cache<Ingress>,
+    ingress_classes: Cache<IngressClass>,
+    gateways: Cache<Gateway>,
+    http_routes: Cache<HttpRoute>,
+    grpc_routes: Cache<GrpcRoute>,
+    tls_routes: Cache<TlsRoute>,
+    config_maps: Vec<Cache<ConfigMap>>,
+}
+
+impl Caches {
+    /// Starts every watch (as tasks that live until `stop` resolves). `changed` is notified on
+    /// every event.
+    pub fn start(
+        client: &kube::Client,
+        config: &PlannerConfig,
+        changed: Arc<Notify>,
+        metrics: Metrics,
+        stop: impl Future<Output = ()> + Send + Clone + 'static,
+    ) -> Self {
+        let ctx = Ctx { changed, metrics };
+        let all = |c: &kube::Client| c.clone();
+        let mut config_maps = Vec::new();
+        let mut names: Vec<(String, String)> = config
+            .coredns_config_maps
+            .iter()
+            .chain([&config.coredns_custom_config_map])
+            .chain(&config.node_local_dns_config_maps)
+            .map(|name| (config.coredns_namespace.clone(), name.clone()))
+            .collect();
+        names.push((config.namespace.clone(), config.routes_config_map.clone()));
+        names.sort();
+        names.dedup();
+        for (namespace, name) in names {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+            let wc = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            config_maps.push(required(api, wc, "ConfigMap", &ctx, stop.clone()));
+        }
+        Self {
+            services: required(
+                Api::all(all(client)),
+                watcher::Config::default(),
+                "Service",
+                &ctx,
+                stop.clone(),
+            ),
+            ingresses: required(
+                Api::all(all(client)),
+                watcher::Config::default(),
+                "Ingress",
+                &ctx,
+                stop.clone(),
+            ),
+            ingress_classes: required(
+                Api::all(all(client)),
+                watcher::Config::default(),
+                "IngressClass",
+                &ctx,
+                stop.clone(),
+            ),
+            gateways: optional(Api::all(all(client)), "Gateway", &ctx, stop.clone()),
+            http_routes: optional(Api::all(all(client)), "HTTPRoute", &ctx, stop.clone()),
+            grpc_routes: optional(Api::all(all(client)), "GRPCRoute", &ctx, stop.clone()),
+            tls_routes: optional(Api::all(all(client)), "TLSRoute", &ctx, stop),
+            config_maps,
+        }
+    }
+
+    /// True once every cache has synced.
+    pub fn is_synced(&self) -> bool {
+        self.services.is_synced()
+            && self.ingresses.is_synced()
+            && self.ingress_classes.is_synced()
+            && self.gateways.is_synced()
+            && self.http_routes.is_synced()
+            && self.grpc_routes.is_synced()
+            && self.tls_routes.is_synced()
+            && self.config_maps.iter().all(Cache::is_synced)
+    }
+
+    /// Resolves once every cache has synced.
+    pub async fn wait_synced(&self) {
+        self.services.wait_synced().await;
+        self.ingresses.wait_synced().await;
+        self.ingress_classes.wait_synced().await;
+        self.gateways.wait_synced().await;
+        self.http_routes.wait_synced().await;
+        self.grpc_routes.wait_synced().await;
+        self.tls_routes.wait_synced().await;
+        for cm in &self.config_maps {
+            cm.wait_synced().await;
+        }
+    }
+
+    /// A point-in-time copy of everything cached.
+    pub fn snapshot(&self) -> ClusterSnapshot {
+        ClusterSnapshot {
+            services: self.services.objects(),
+            ingresses: self.ingresses.objects(),
+            ingress_classes: self.ingress_classes.objects(),
+            gateways: self.gateways.objects(),
+            http_routes: self.http_routes.objects(),
+            grpc_routes: self.grpc_routes.objects(),
+            tls_routes: self.tls_routes.objects(),
+            config_maps: self.config_maps.iter().flat_map(Cache::objects).collect(),
+        }
+    }
+
+    /// Number of cached Ingresses.
+    pub fn ingress_count(&self) -> usize {
+        self.ingresses.store.len()
+    }
+}
+
+impl std::fmt::Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caches")
+            .field("synced", &self.is_synced())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone)]
+struct Ctx {
+    changed: Arc<Notify>,
+    metrics: Metrics,
+}
+
+/// Drops what the planner never reads, to keep the caches small (10,000 Ingresses).
+fn slim<K: ResourceExt>(object: &mut K) {
+    object.managed_fields_mut().clear();
+    object
+        .annotations_mut()
+        .remove("kubectl.kubernetes.io/last-applied-configuration");
+}
+
+fn required<K>(
+    api: Api<K>,
+    wc: watcher::Config,
+    kind: &'static str,
+    ctx: &Ctx,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Cache<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    let (store, writer) = reflector::store();
+    let (tx, synced) = watch::channel(SyncState::Pending);
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let events = reflector::reflector(
+            writer,
+            watcher::watcher(api, wc).modify(slim).default_backoff(),
+        );
+        let run = events.for_each(|event| {
+            match event {
+                Ok(watcher::Event::InitDone) => {
+                    tx.send_replace(SyncState::Synced);
+                    ctx.changed.notify_one();
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                Ok(_) => ctx.changed.notify_one(),
+                Err(err) => {
+                    let label = match &err {
+                        watcher::Error::InitialListFailed(e)
+                        | watcher::Error::WatchStartFailed(e)
+                        | watcher::Error::WatchFailed(e) => kube_error_label(e),
+                        _ => "watch_error",
+                    };
+                    ctx.metrics
+                        .errors
+                        .get_or_create(&crate::metrics::ErrorLabels {
+                            kind: label.to_owned(),
+                        })
+                        .inc();
+                    tracing::warn!(kind, error = %err, "watch failed; retrying with backoff");
+                }
+            }
+            futures::future::ready(())
+        });
+        tokio::select! {
+            () = run => {}
+            () = stop => {}
+        }
+    });
+    Cache { store, synced }
+}
+
+/// A cache of a CRD kind that may not be installed.
+fn optional<K>(
+    api: Api<K>,
+    kind: &'static str,
+    ctx: &Ctx,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Cache<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    let (store, writer) = reflector::store();
+    let (tx, synced) = watch::channel(SyncState::Pending);
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let probe_then_watch = async {
+            let mut delay = Duration::from_secs(1);
+            loop {
+                match api.list(&ListParams::default().limit(1)).await {
+                    Ok(_) => break,
+                    Err(err) if is_not_found(&err) => {
+                        if *tx.borrow() == SyncState::Pending {
+                            tracing::info!(
+                                kind,
+                                "Gateway API kind not installed; skipping it (checked again every minute)"
+                            );
+                            tx.send_replace(SyncState::Synced);
+                            ctx.changed.notify_one();
+                        }
+                        tokio::time::sleep(GATEWAY_API_REPROBE).await;
+                    }
+                    Err(err) => {
+                        ctx.metrics
+                            .errors
+                            .get_or_create(&crate::metrics::ErrorLabels {
+                                kind: kube_error_label(&err).to_owned(),
+                            })
+                            .inc();
+                        tracing::warn!(kind, error = %err, "probing the Gateway API failed; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(60));
+                    }
+                }
+            }
+            let events = reflector::reflector(
+                writer,
+                watcher::watcher(api.clone(), watcher::Config::default())
+                    .modify(slim)
+                    .default_backoff(),
+            );
+            events
+                .for_each(|event| {
+                    match event {
+                        Ok(watcher::Event::InitDone) => {
+                            tx.send_replace(SyncState::Synced);
+                            ctx.changed.notify_one();
+                        }
+                        Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                        Ok(_) => ctx.changed.notify_one(),
+                        Err(err) => {
+                            ctx.metrics
+                                .errors
+                                .get_or_create(&crate::metrics::ErrorLabels { kind: "watch_error".to_owned() })
+                                .inc();
+                            tracing::warn!(kind, error = %err, "watch failed; retrying with backoff");
+                        }
+                    }
+                    futures::future::ready(())
+                })
+                .await;
+        };
+        tokio::select! {
+            () = probe_then_watch => {}
+            () = stop => {}
+        }
+    });
+    Cache { store, synced }
+}

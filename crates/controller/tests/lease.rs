@@ -1,0 +1,126 @@
+//! Leader election between two instances on one fake API server.
+
+use std::time::{Duration, Instant};
+
+use hairpin_controller::fake::FakeApiServer;
+use hairpin_controller::lease::{Leadership, LeaseManager, LeaseParams};
+use tokio::sync::{oneshot, watch};
+
+fn params(identity: &str) -> LeaseParams {
+    LeaseParams {
+        duration: Duration::from_secs(3),
+        renew_interval: Duration::from_millis(300),
+        retry_interval: Duration::from_millis(100),
+        ..LeaseParams::new("hairpin", "hairpin-controller", identity)
+    }
+}
+
+struct Candidate {
+    rx: watch::Receiver<Leadership>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start(fake: &FakeApiServer, identity: &str) -> Candidate {
+    let (tx, rx) = watch::channel(Leadership::Follower(None));
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let manager = LeaseManager::new(fake.client(), params(identity));
+    let task = tokio::spawn(manager.run(
+        tx,
+        async move {
+            let _ = stop_rx.await;
+        },
+        |_| {},
+    ));
+    Candidate {
+        rx,
+        stop: Some(stop_tx),
+        task,
+    }
+}
+
+async fn wait_leader(rx: &mut watch::Receiver<Leadership>, within: Duration) -> Duration {
+    let started = Instant::now();
+    tokio::time::timeout(within, rx.wait_for(Leadership::is_leader))
+        .await
+        .expect("became leader in time")
+        .expect("manager alive");
+    started.elapsed()
+}
+
+fn holder(fake: &FakeApiServer) -> Option<String> {
+    fake.get(
+        "coordination.k8s.io/v1",
+        "Lease",
+        Some("hairpin"),
+        "hairpin-controller",
+    )
+    .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
+}
+
+#[tokio::test]
+async fn one_leader_and_a_fast_hand_over_when_it_vacates() {
+    let fake = FakeApiServer::start().await;
+    let mut a = start(&fake, "pod-a");
+    wait_leader(&mut a.rx, Duration::from_secs(5)).await;
+    let mut b = start(&fake, "pod-b");
+    // b stays a follower while a renews (well past one lease duration).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(a.rx.borrow().is_leader());
+    assert_eq!(*b.rx.borrow(), Leadership::Follower(Some("pod-a".into())));
+    assert_eq!(holder(&fake).as_deref(), Some("pod-a"));
+
+    // a shuts down: it vacates the Lease and b takes over without waiting for expiry.
+    a.stop.take().unwrap().send(()).unwrap();
+    a.task.await.unwrap();
+    assert_eq!(holder(&fake), None, "the Lease was vacated");
+    let hand_over = wait_leader(&mut b.rx, Duration::from_secs(2)).await;
+    println!("leader hand-over after a clean shutdown: {hand_over:?} (lease duration 3s)");
+    assert!(
+        hand_over < Duration::from_secs(1),
+        "hand-over took {hand_over:?}"
+    );
+    assert_eq!(holder(&fake).as_deref(), Some("pod-b"));
+    let lease = fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("hairpin"),
+            "hairpin-controller",
+        )
+        .unwrap();
+    assert_eq!(lease["spec"]["leaseTransitions"], 1);
+    b.stop.take().unwrap().send(()).unwrap();
+    b.task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crashed_leader_is_replaced_after_the_lease_expires() {
+    let fake = FakeApiServer::start().await;
+    let mut a = start(&fake, "pod-a");
+    wait_leader(&mut a.rx, Duration::from_secs(5)).await;
+    let mut b = start(&fake, "pod-b");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A crash: no vacate.
+    a.task.abort();
+    let took = wait_leader(&mut b.rx, Duration::from_secs(6)).await;
+    println!("take-over after a crashed leader: {took:?} (lease duration 3s)");
+    assert!(
+        took >= Duration::from_secs(2),
+        "took over before the lease could expire: {took:?}"
+    );
+    drop(b.stop.take());
+    b.task.await.unwrap();
+}
+
+#[tokio::test]
+async fn api_errors_do_not_end_the_election() {
+    let fake = FakeApiServer::start().await;
+    fake.fail_next("GET", "/leases/hairpin-controller", 3, 500);
+    fake.fail_next("POST", "/leases", 1, 403);
+    let mut a = start(&fake, "pod-a");
+    wait_leader(&mut a.rx, Duration::from_secs(5)).await;
+    assert_eq!(holder(&fake).as_deref(), Some("pod-a"));
+    a.stop.take().unwrap().send(()).unwrap();
+    a.task.await.unwrap();
+}
