@@ -1,10 +1,112 @@
-//! `hairpin node-agent` (being built; see the issue tracker).
+//! `hairpin node-agent`: keep a marked block of hairpin hostnames in a node's hosts file.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use anyhow::Context as _;
+use hairpin_node_agent::{Agent, AgentOptions, HostsFile, SourceFile, SyncOutcome};
+use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Shutdown};
+
+/// Keeps a marked block in a hosts file that maps every planned hostname to its hairpin
+/// Service's address, so node-level clients (the kubelet pulling images, host-network pods)
+/// reach the hairpin proxy too. The file is rewritten in place (safe for a bind mount); lines
+/// outside the block never change.
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
+pub(crate) struct Args {
+    /// The hosts file to keep (in the DaemonSet: the node's /etc/hosts mounted by hostPath).
+    #[arg(long, env = "HAIRPIN_HOSTS_FILE", default_value = "/host/etc/hosts")]
+    pub(crate) hosts_file: PathBuf,
 
-pub(crate) fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`hairpin node-agent` is not available in this build yet")
+    /// JSON or YAML list of `{ip, hostnames}` entries to keep in the block; re-read every
+    /// interval.
+    #[arg(
+        long,
+        env = "HAIRPIN_SOURCE_FILE",
+        value_name = "PATH",
+        required_unless_present = "remove"
+    )]
+    pub(crate) source_file: Option<PathBuf>,
+
+    /// Seconds between checks of the source and the hosts file.
+    #[arg(long, env = "HAIRPIN_INTERVAL", default_value_t = 10)]
+    pub(crate) interval: u64,
+
+    /// Sync once and exit (exit code 1 on failure).
+    #[arg(long, env = "HAIRPIN_ONCE", conflicts_with = "remove")]
+    pub(crate) once: bool,
+
+    /// Remove the block and exit (uninstall).
+    #[arg(long, env = "HAIRPIN_REMOVE")]
+    pub(crate) remove: bool,
+
+    /// Remove the block when stopped by SIGTERM/SIGINT.
+    #[arg(long, env = "HAIRPIN_REMOVE_ON_EXIT")]
+    pub(crate) remove_on_exit: bool,
+
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
+
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
+    let hosts = HostsFile::new(&args.hosts_file);
+    if args.remove {
+        let outcome = hosts.remove()?;
+        println!(
+            "{}: {}",
+            args.hosts_file.display(),
+            match outcome {
+                SyncOutcome::Unchanged => "no hairpin block",
+                SyncOutcome::Written { .. } => "hairpin block removed",
+            }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let source = SourceFile::new(
+        args.source_file
+            .clone()
+            .context("--source-file is required")?,
+    );
+    if args.interval == 0 {
+        anyhow::bail!("--interval must be at least 1 second");
+    }
+    let agent = Agent::new(
+        hosts,
+        source,
+        AgentOptions {
+            interval: Duration::from_secs(args.interval),
+            remove_on_exit: args.remove_on_exit,
+        },
+    );
+    if args.once {
+        let outcome = agent.sync_once()?;
+        println!(
+            "{}: {}",
+            args.hosts_file.display(),
+            match outcome {
+                SyncOutcome::Unchanged => "already up to date",
+                SyncOutcome::Written { .. } => "updated and verified",
+            }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
+        let admin = AdminServer::bind(args.admin.admin_addr).await?;
+        tracing::info!(
+            admin = %admin.local_addr(),
+            hosts_file = %args.hosts_file.display(),
+            "node agent started"
+        );
+        agent.run_with_admin(admin, &shutdown).await?;
+        Ok(ExitCode::SUCCESS)
+    })
 }
