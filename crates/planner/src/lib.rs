@@ -8,23 +8,29 @@
 //! - [`providers`]: PROXY protocol from provider annotations and ours.
 //! - [`discovery`]: which load balancers need a hairpin.
 //! - [`hostnames`]: the hostnames of each load balancer, and conflicts.
-//! - [`plan`]: the plan value.
+//! - [`plan`]: the plan value; [`desired`] computes it.
+//! - [`corefile`], [`hosts`]: the Corefile and hosts-file editors.
+//! - [`load`]: cluster objects from YAML text; [`render`]: text, diff and YAML forms of a plan.
 
 pub mod config;
 pub mod corefile;
+mod desired;
 pub mod discovery;
 pub mod hostnames;
 pub mod hosts;
+pub mod load;
 pub mod markers;
 pub mod plan;
 pub mod providers;
+pub mod render;
 pub mod snapshot;
 pub mod warning;
 
 pub use config::{DnsMode, PlannerConfig};
+pub use desired::desired;
 pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};
 pub use hostnames::{Conflict, Hostname};
-pub use plan::{DnsChange, DnsEntry, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyRoute};
+pub use plan::{DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyRoute};
 pub use providers::ProxyVersion;
 pub use snapshot::{ClusterSnapshot, ObjectRef};
 pub use warning::Warning;

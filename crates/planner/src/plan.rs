@@ -30,6 +30,9 @@ pub struct Plan {
     pub dns: Option<DnsChange>,
     /// The hosts-file entries (rendered with ClusterIPs by [`HostsPlan::resolve`]).
     pub hosts: HostsPlan,
+    /// Hairpin Services of an earlier plan (labelled as ours, in our namespace) that this
+    /// plan no longer has: delete them.
+    pub orphaned_services: Vec<ObjectRef>,
     /// Problems that stop part of the plan from being applied (nothing is written for that
     /// part), e.g. a Corefile without a `kubernetes` block. Non-empty means "exit non-zero".
     pub errors: Vec<String>,
@@ -84,7 +87,7 @@ pub struct DnsChange {
     /// The cluster domain read from the Corefile's `kubernetes` plugin.
     pub cluster_domain: String,
     /// Hostname -> the hairpin Service FQDN it is rewritten to, sorted by hostname.
-    pub entries: Vec<DnsEntry>,
+    pub entries: Vec<DnsRedirect>,
     /// The key's current content (`None`: the key does not exist).
     pub current: Option<String>,
     /// The key's new content.
@@ -98,7 +101,7 @@ pub struct DnsChange {
 
 /// One DNS redirect: `hostname` (or `*.domain`) answers with the address of `target`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct DnsEntry {
+pub struct DnsRedirect {
     /// Normalized hostname, possibly a wildcard `*.example.com`.
     pub hostname: String,
     /// The hairpin Service's FQDN, `<name>.<namespace>.svc.<cluster-domain>`.
@@ -139,5 +142,49 @@ impl HostsPlan {
             }
         }
         (resolved, missing)
+    }
+
+    /// The entries for [`crate::hosts::apply`], one per ClusterIP, and the hostnames whose
+    /// Service has no known ClusterIP yet.
+    pub fn hosts_entries(
+        &self,
+        cluster_ips: &BTreeMap<ObjectRef, IpAddr>,
+    ) -> (Vec<crate::hosts::HostsEntry>, Vec<&HostsEntry>) {
+        let (resolved, missing) = self.resolve(cluster_ips);
+        let mut by_ip: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
+        for (name, ip) in resolved {
+            by_ip.entry(ip).or_default().push(name);
+        }
+        let entries = by_ip
+            .into_iter()
+            .map(|(ip, names)| crate::hosts::HostsEntry::new(ip, names))
+            .collect();
+        (entries, missing)
+    }
+}
+
+impl Plan {
+    /// ClusterIPs of the planned hairpin Services that already exist (taken from the snapshot),
+    /// for [`HostsPlan::hosts_entries`].
+    pub fn known_cluster_ips(&self) -> BTreeMap<ObjectRef, IpAddr> {
+        self.load_balancers
+            .iter()
+            .filter_map(|lb| {
+                let ip = lb
+                    .service
+                    .spec
+                    .as_ref()?
+                    .cluster_ip
+                    .as_deref()?
+                    .parse()
+                    .ok()?;
+                Some((lb.service_ref(), ip))
+            })
+            .collect()
+    }
+
+    /// Whether `hairpin plan` should exit non-zero.
+    pub fn has_errors(&self) -> bool {
+        !self.errors.is_empty()
     }
 }

@@ -1,10 +1,189 @@
-//! `hairpin plan` (being built; see the issue tracker).
+//! `hairpin plan`: read cluster objects from YAML files and print what hairpin would write.
 
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
+use anyhow::Context as _;
+use hairpin_planner::{ClusterSnapshot, DnsMode, PlannerConfig, desired, load, render};
 
-pub(crate) fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`hairpin plan` is not available in this build yet")
+/// Planner settings, shared by every command that computes a plan.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct PlannerArgs {
+    /// Our namespace: hairpin Services and the routes ConfigMap live here.
+    #[arg(long, env = "HAIRPIN_NAMESPACE", default_value = "hairpin")]
+    pub(crate) namespace: String,
+    /// Labels of the proxy pods, `key=value,...`; hairpin Services select them.
+    #[arg(
+        long,
+        env = "HAIRPIN_PROXY_SELECTOR",
+        default_value = "app.kubernetes.io/name=hairpin,app.kubernetes.io/component=proxy",
+        value_parser = parse_labels
+    )]
+    pub(crate) proxy_selector: BTreeMap<String, String>,
+    /// Namespace of the CoreDNS ConfigMaps.
+    #[arg(long, env = "HAIRPIN_COREDNS_NAMESPACE", default_value = "kube-system")]
+    pub(crate) coredns_namespace: String,
+    /// Candidate names of the CoreDNS ConfigMap, tried in order.
+    #[arg(
+        long = "coredns-configmap",
+        env = "HAIRPIN_COREDNS_CONFIGMAPS",
+        value_delimiter = ',',
+        default_value = "coredns,rke2-coredns-rke2-coredns,coredns-base,kube-dns"
+    )]
+    pub(crate) coredns_config_maps: Vec<String>,
+    /// Key of the Corefile in the CoreDNS ConfigMap.
+    #[arg(long, env = "HAIRPIN_COREFILE_KEY", default_value = "Corefile")]
+    pub(crate) corefile_key: String,
+    /// Name of the `coredns-custom` ConfigMap.
+    #[arg(
+        long = "coredns-custom-configmap",
+        env = "HAIRPIN_COREDNS_CUSTOM_CONFIGMAP",
+        default_value = "coredns-custom"
+    )]
+    pub(crate) coredns_custom_config_map: String,
+    /// Our key in the `coredns-custom` ConfigMap.
+    #[arg(
+        long,
+        env = "HAIRPIN_COREDNS_CUSTOM_KEY",
+        default_value = "hairpin.override"
+    )]
+    pub(crate) coredns_custom_key: String,
+    /// Names of node-local-dns ConfigMaps (checked for bypassed hostnames).
+    #[arg(
+        long = "node-local-dns-configmap",
+        env = "HAIRPIN_NODE_LOCAL_DNS_CONFIGMAPS",
+        value_delimiter = ',',
+        default_value = "node-local-dns"
+    )]
+    pub(crate) node_local_dns_config_maps: Vec<String>,
+    /// How DNS is changed: `auto` (coredns-custom where the Corefile imports it, else the
+    /// Corefile), `corefile` or `custom`.
+    #[arg(long, env = "HAIRPIN_DNS_MODE", default_value = "auto")]
+    pub(crate) dns_mode: DnsMode,
+    /// First proxy listener port.
+    #[arg(long, env = "HAIRPIN_LISTENER_PORT_BASE", default_value_t = 10000)]
+    pub(crate) listener_port_base: u16,
+    /// Prefix of hairpin's annotations (`<prefix>proxy-protocol`, `<prefix>hostnames`).
+    #[arg(long, env = "HAIRPIN_ANNOTATION_PREFIX", default_value = "hairpin.io/")]
+    pub(crate) annotation_prefix: String,
+    /// Name of the proxy routes ConfigMap.
+    #[arg(
+        long = "routes-configmap",
+        env = "HAIRPIN_ROUTES_CONFIGMAP",
+        default_value = "hairpin-routes"
+    )]
+    pub(crate) routes_config_map: String,
+    /// Cluster domain used when the Corefile names none.
+    #[arg(long, env = "HAIRPIN_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub(crate) cluster_domain: String,
+}
+
+impl PlannerArgs {
+    pub(crate) fn config(&self) -> PlannerConfig {
+        PlannerConfig {
+            namespace: self.namespace.clone(),
+            proxy_selector: self.proxy_selector.clone(),
+            coredns_namespace: self.coredns_namespace.clone(),
+            coredns_config_maps: self.coredns_config_maps.clone(),
+            corefile_key: self.corefile_key.clone(),
+            coredns_custom_config_map: self.coredns_custom_config_map.clone(),
+            coredns_custom_key: self.coredns_custom_key.clone(),
+            node_local_dns_config_maps: self.node_local_dns_config_maps.clone(),
+            dns_mode: self.dns_mode,
+            listener_port_base: self.listener_port_base,
+            annotation_prefix: self.annotation_prefix.clone(),
+            routes_config_map: self.routes_config_map.clone(),
+            default_cluster_domain: self.cluster_domain.clone(),
+            ..PlannerConfig::default()
+        }
+    }
+}
+
+fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .ok_or_else(|| format!("{pair:?} is not key=value"))
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Output {
+    /// A human summary.
+    Text,
+    /// Unified diffs of the ConfigMaps that would change.
+    Diff,
+    /// The objects to write, for `kubectl apply -f -`.
+    Yaml,
+}
+
+/// Exit status: 0 when the plan is complete, 2 when part of it cannot be applied (e.g. a
+/// Corefile without a `kubernetes` block; see "Errors" in the output), 1 when the input
+/// cannot be read.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// YAML file of cluster objects (multi-document, or `kind: List` as printed by
+    /// `kubectl get -o yaml`); `-` reads stdin. Repeat for several files.
+    #[arg(
+        short = 'f',
+        long = "filename",
+        env = "HAIRPIN_PLAN_FILES",
+        value_delimiter = ',',
+        required = true
+    )]
+    files: Vec<PathBuf>,
+    /// Output format.
+    #[arg(
+        short,
+        long,
+        env = "HAIRPIN_PLAN_OUTPUT",
+        value_enum,
+        default_value = "text"
+    )]
+    output: Output,
+    #[command(flatten)]
+    planner: PlannerArgs,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut snapshot = ClusterSnapshot::default();
+    let mut notes = Vec::new();
+    for path in &args.files {
+        let (name, text) = if path.as_os_str() == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading stdin")?;
+            ("-".to_owned(), text)
+        } else {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            (path.display().to_string(), text)
+        };
+        notes.extend(load::load_yaml(&mut snapshot, &name, &text)?);
+    }
+    for note in &notes {
+        eprintln!("note: {note}");
+    }
+    let plan = desired(&snapshot, &args.planner.config());
+    let out = match args.output {
+        Output::Text => render::text(&plan),
+        Output::Diff => render::diff(&plan, &snapshot),
+        Output::Yaml => render::yaml(&plan).map_err(anyhow::Error::msg)?,
+    };
+    print!("{out}");
+    if plan.has_errors() {
+        if args.output != Output::Text {
+            for e in &plan.errors {
+                eprintln!("error: {e}");
+            }
+        }
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,663 @@
+//! `desired`: snapshot + config -> plan. Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::config::{DnsMode, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig};
+use crate::corefile::{self, CorefileInfo, DnsEntry, HostPattern};
+use crate::discovery::{LoadBalancer, discover};
+use crate::hostnames;
+use crate::plan::{
+    DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyRoute,
+};
+use crate::snapshot::{ClusterSnapshot, ObjectRef};
+use crate::warning::Warning;
+
+/// Computes everything hairpin would write for `snapshot`. Pure and deterministic: the same
+/// input gives the same plan, and listener ports already allocated to a load balancer port
+/// (read from our existing hairpin Services) are kept.
+pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
+    let discovery = discover(snapshot, config);
+    let mut warnings = discovery.warnings.clone();
+    let mut errors = Vec::new();
+
+    // Hostnames of every load balancer that has an address, needed or not, so that a
+    // hostname shared with a load balancer we leave alone is a conflict too.
+    let mut lbs: Vec<(ObjectRef, &[String])> = discovery
+        .load_balancers
+        .iter()
+        .map(|lb| (lb.service.clone(), lb.status_addresses.as_slice()))
+        .collect();
+    lbs.extend(
+        discovery
+            .not_needed
+            .iter()
+            .filter(|n| !n.status_addresses.is_empty())
+            .map(|n| (n.service.clone(), n.status_addresses.as_slice())),
+    );
+    let mut collected = hostnames::collect(snapshot, config, &lbs);
+    warnings.append(&mut collected.warnings);
+
+    // CoreDNS: which ConfigMap, and the cluster domain.
+    let coredns = find_coredns(snapshot, config);
+    let analyzed = coredns
+        .as_ref()
+        .map(|(cm, corefile)| (cm, corefile, corefile::analyze(corefile)));
+    let cluster_domain = match &analyzed {
+        Some((_, _, Ok(info))) => info.cluster_domain.clone(),
+        _ => config.default_cluster_domain.clone(),
+    };
+
+    // Hairpin Services, listener ports, routes.
+    let names = service_names(&discovery.load_balancers);
+    let existing_ports = existing_allocations(snapshot, config);
+    let ports = allocate_ports(
+        &discovery.load_balancers,
+        &existing_ports,
+        config,
+        &mut warnings,
+    );
+    let mut load_balancers = Vec::new();
+    for lb in &discovery.load_balancers {
+        let hostnames = collected.per_lb.remove(&lb.service).unwrap_or_default();
+        if hostnames.is_empty() {
+            warnings.push(Warning::new(
+                format!("Service {}", lb.service),
+                "needs a hairpin but no hostname points at it (no Ingress, Gateway or hostname annotation found)",
+            ));
+        }
+        for p in lb.ports.iter().filter(|p| p.proxy_protocol.is_none()) {
+            warnings.push(Warning::new(
+                format!("Service {}", lb.service),
+                format!(
+                    "port {} does not use the PROXY protocol; in-cluster clients of this load balancer's hostnames cannot reach it through the hairpin Service",
+                    p.port
+                ),
+            ));
+        }
+        let name = &names[&lb.service];
+        let routes = routes_for(lb, &ports, &cluster_domain);
+        let service = hairpin_service(snapshot, config, lb, name, &routes);
+        load_balancers.push(LoadBalancerPlan {
+            load_balancer: lb.clone(),
+            hostnames,
+            service,
+            routes,
+        });
+    }
+
+    let mut routes: Vec<ProxyRoute> = load_balancers
+        .iter()
+        .flat_map(|lb| lb.routes.iter().cloned())
+        .collect();
+    routes.sort_by_key(|r| r.listen_port());
+    let routes_config_map = routes_config_map(snapshot, config, &routes);
+
+    // DNS.
+    let redirects: Vec<DnsRedirect> = {
+        let mut r: Vec<DnsRedirect> = load_balancers
+            .iter()
+            .flat_map(|lb| {
+                let target = corefile::service_fqdn(
+                    lb.service.metadata.name.as_deref().unwrap_or_default(),
+                    &config.namespace,
+                    &cluster_domain,
+                );
+                lb.hostnames.iter().map(move |h| DnsRedirect {
+                    hostname: h.name.clone(),
+                    target: target.clone(),
+                })
+            })
+            .collect();
+        r.sort();
+        r
+    };
+    let dns = match analyzed {
+        None => {
+            errors.push(format!(
+                "no CoreDNS ConfigMap found (looked for {} in namespace {} with key {}); DNS is not planned",
+                config.coredns_config_maps.join(", "),
+                config.coredns_namespace,
+                config.corefile_key
+            ));
+            None
+        }
+        Some((cm, _, Err(e))) => {
+            errors.push(format!(
+                "ConfigMap {}/{} key {}: {e}; nothing is written to it",
+                config.coredns_namespace,
+                cm.metadata.name.as_deref().unwrap_or_default(),
+                config.corefile_key
+            ));
+            None
+        }
+        Some((cm, corefile, Ok(info))) => {
+            match dns_change(
+                snapshot,
+                config,
+                cm,
+                corefile,
+                &info,
+                &redirects,
+                &mut warnings,
+            ) {
+                Ok(change) => Some(change),
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
+            }
+        }
+    };
+    node_local_dns_warnings(snapshot, config, &redirects, &mut warnings);
+
+    let hosts = HostsPlan {
+        entries: {
+            let mut e: Vec<HostsEntry> = load_balancers
+                .iter()
+                .flat_map(|lb| {
+                    let service = lb.service_ref();
+                    lb.hostnames
+                        .iter()
+                        .filter(|h| !h.is_wildcard())
+                        .map(move |h| HostsEntry {
+                            hostname: h.name.clone(),
+                            service: service.clone(),
+                        })
+                })
+                .collect();
+            e.sort();
+            e
+        },
+    };
+
+    let planned: BTreeSet<ObjectRef> = load_balancers
+        .iter()
+        .map(LoadBalancerPlan::service_ref)
+        .collect();
+    let orphaned_services = snapshot
+        .services
+        .iter()
+        .filter(|s| is_ours(&s.metadata, config))
+        .map(|s| ObjectRef::from_meta(&s.metadata))
+        .filter(|r| !planned.contains(r))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+
+    warnings.sort();
+    warnings.dedup();
+    Plan {
+        load_balancers,
+        not_needed: discovery.not_needed,
+        conflicts: collected.conflicts,
+        routes,
+        routes_config_map,
+        dns,
+        hosts,
+        orphaned_services,
+        errors,
+        warnings,
+    }
+}
+
+impl ProxyRoute {
+    /// The listener port (from [`ProxyRoute::listen`]).
+    pub fn listen_port(&self) -> u16 {
+        self.listen
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// The first configured CoreDNS ConfigMap present, with its Corefile.
+fn find_coredns<'a>(
+    snapshot: &'a ClusterSnapshot,
+    config: &PlannerConfig,
+) -> Option<(&'a ConfigMap, &'a str)> {
+    config.coredns_config_maps.iter().find_map(|name| {
+        let cm = snapshot.config_map(&config.coredns_namespace, name)?;
+        let corefile = cm.data.as_ref()?.get(&config.corefile_key)?;
+        Some((cm, corefile.as_str()))
+    })
+}
+
+fn is_ours(meta: &ObjectMeta, config: &PlannerConfig) -> bool {
+    meta.namespace.as_deref() == Some(config.namespace.as_str())
+        && meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(MANAGED_BY_LABEL))
+            .map(String::as_str)
+            == Some(MANAGED_BY_VALUE)
+        && meta
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(&config.annotation("source")))
+}
+
+/// `hairpin-<namespace>-<name>`, or, when that is longer than a Service name may be (63) or
+/// two load balancers would get the same name, a shortened form with a hash of the source.
+fn service_names(lbs: &[LoadBalancer]) -> BTreeMap<ObjectRef, String> {
+    let plain = |r: &ObjectRef| format!("hairpin-{}-{}", r.namespace, r.name);
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    for lb in lbs {
+        *count.entry(plain(&lb.service)).or_default() += 1;
+    }
+    lbs.iter()
+        .map(|lb| {
+            let name = plain(&lb.service);
+            let name = if name.len() <= 63 && count[&name] == 1 {
+                name
+            } else {
+                let hash = fnv1a(lb.service.to_string().as_bytes());
+                let mut head: String = name.chars().take(54).collect();
+                while head.ends_with('-') {
+                    head.pop();
+                }
+                format!("{head}-{:08x}", hash as u32)
+            };
+            (lb.service.clone(), name)
+        })
+        .collect()
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Listener ports our existing hairpin Services use: (source LB, LB port) -> listener port.
+fn existing_allocations(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+) -> BTreeMap<(ObjectRef, u16), u16> {
+    let source_key = config.annotation("source");
+    let mut out = BTreeMap::new();
+    for svc in snapshot
+        .services
+        .iter()
+        .filter(|s| is_ours(&s.metadata, config))
+    {
+        let Some(source) = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(&source_key))
+        else {
+            continue;
+        };
+        let Some((ns, name)) = source.split_once('/') else {
+            continue;
+        };
+        for p in svc.spec.iter().flat_map(|s| s.ports.iter().flatten()) {
+            if let (Ok(port), Some(IntOrString::Int(target))) =
+                (u16::try_from(p.port), &p.target_port)
+                && let Ok(target) = u16::try_from(*target)
+            {
+                out.insert((ObjectRef::new(ns, name), port), target);
+            }
+        }
+    }
+    out
+}
+
+/// Listener port for each PROXY port of each load balancer: the existing allocation where it
+/// is still free, else the lowest free port from the configured base.
+fn allocate_ports(
+    lbs: &[LoadBalancer],
+    existing: &BTreeMap<(ObjectRef, u16), u16>,
+    config: &PlannerConfig,
+    warnings: &mut Vec<Warning>,
+) -> BTreeMap<(ObjectRef, u16), u16> {
+    let wanted: Vec<(ObjectRef, u16)> = lbs
+        .iter()
+        .flat_map(|lb| {
+            lb.ports
+                .iter()
+                .filter(|p| p.proxy_protocol.is_some())
+                .map(|p| (lb.service.clone(), p.port))
+        })
+        .collect();
+    let mut used = BTreeSet::new();
+    let mut out = BTreeMap::new();
+    for key in &wanted {
+        if let Some(&port) = existing.get(key)
+            && port >= config.listener_port_base
+            && used.insert(port)
+        {
+            out.insert(key.clone(), port);
+        }
+    }
+    let mut next = config.listener_port_base;
+    for key in wanted {
+        if out.contains_key(&key) {
+            continue;
+        }
+        while used.contains(&next) {
+            next = next.saturating_add(1);
+        }
+        if next == u16::MAX && used.contains(&next) {
+            warnings.push(Warning::new(
+                format!("Service {}", key.0),
+                format!("no free proxy listener port left for port {}", key.1),
+            ));
+            continue;
+        }
+        used.insert(next);
+        out.insert(key, next);
+    }
+    out
+}
+
+fn routes_for(
+    lb: &LoadBalancer,
+    ports: &BTreeMap<(ObjectRef, u16), u16>,
+    cluster_domain: &str,
+) -> Vec<ProxyRoute> {
+    let host = corefile::service_fqdn(&lb.service.name, &lb.service.namespace, cluster_domain);
+    lb.ports
+        .iter()
+        .filter_map(|p| {
+            let version = p.proxy_protocol?;
+            let listen = *ports.get(&(lb.service.clone(), p.port))?;
+            Some(ProxyRoute {
+                name: format!("{}/{}", lb.service, p.port),
+                listen: format!("0.0.0.0:{listen}"),
+                upstream: format!("{host}:{}", p.port),
+                proxy_protocol: version,
+                destination: SocketAddr::new(lb.destination_ip(), p.port).to_string(),
+            })
+        })
+        .collect()
+}
+
+fn hairpin_service(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+    lb: &LoadBalancer,
+    name: &str,
+    routes: &[ProxyRoute],
+) -> Service {
+    let existing = snapshot.service(&config.namespace, name);
+    let labels = BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        (
+            config.annotation("source-namespace"),
+            lb.service.namespace.clone(),
+        ),
+        (config.annotation("source-name"), lb.service.name.clone()),
+    ]);
+    let annotations = BTreeMap::from([(config.annotation("source"), lb.service.to_string())]);
+    let ports = lb
+        .ports
+        .iter()
+        .filter(|p| p.proxy_protocol.is_some())
+        .zip(routes)
+        .map(|(p, r)| ServicePort {
+            name: Some(p.name.clone().unwrap_or_else(|| format!("tcp-{}", p.port))),
+            port: i32::from(p.port),
+            protocol: Some("TCP".into()),
+            target_port: Some(IntOrString::Int(i32::from(r.listen_port()))),
+            ..ServicePort::default()
+        })
+        .collect();
+    let existing_spec = existing.and_then(|s| s.spec.as_ref());
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(config.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            resource_version: existing.and_then(|s| s.metadata.resource_version.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(config.proxy_selector.clone()),
+            ports: Some(ports),
+            // The ClusterIP is immutable: repeat the one the Service already has.
+            cluster_ip: existing_spec.and_then(|s| s.cluster_ip.clone()),
+            cluster_ips: existing_spec.and_then(|s| s.cluster_ips.clone()),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn routes_config_map(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+    routes: &[ProxyRoute],
+) -> ConfigMap {
+    let existing = snapshot.config_map(&config.namespace, &config.routes_config_map);
+    let mut json = serde_json::to_string_pretty(routes).unwrap_or_else(|_| "[]".into());
+    json.push('\n');
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(config.routes_config_map.clone()),
+            namespace: Some(config.namespace.clone()),
+            labels: Some(BTreeMap::from([(
+                MANAGED_BY_LABEL.to_owned(),
+                MANAGED_BY_VALUE.to_owned(),
+            )])),
+            resource_version: existing.and_then(|c| c.metadata.resource_version.clone()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(config.routes_key.clone(), json)])),
+        ..ConfigMap::default()
+    }
+}
+
+fn dns_change(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+    coredns: &ConfigMap,
+    corefile: &str,
+    info: &CorefileInfo,
+    redirects: &[DnsRedirect],
+    warnings: &mut Vec<Warning>,
+) -> Result<DnsChange, String> {
+    let coredns_ref = ObjectRef::from_meta(&coredns.metadata);
+    let subject = format!("ConfigMap {coredns_ref}");
+    for w in &info.warnings {
+        warnings.push(Warning::new(&subject, w.to_string()));
+    }
+    let entries: Vec<DnsEntry> = redirects
+        .iter()
+        .filter_map(|r| match DnsEntry::new(&r.hostname, &r.target) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                warnings.push(Warning::new(
+                    format!("hostname {}", r.hostname),
+                    format!("{e}; skipped"),
+                ));
+                None
+            }
+        })
+        .collect();
+    let mode = match config.dns_mode {
+        DnsMode::Auto if info.custom_key_suffix().is_some() => DnsMode::Custom,
+        DnsMode::Auto => DnsMode::Corefile,
+        other => other,
+    };
+    let fail =
+        |what: &str, e: corefile::CorefileError| format!("{what}: {e}; nothing is written to it");
+    match mode {
+        DnsMode::Custom => {
+            let key = match info.custom_key_suffix() {
+                Some(suffix) if !config.coredns_custom_key.ends_with(suffix) => {
+                    let stem = config
+                        .coredns_custom_key
+                        .rsplit_once('.')
+                        .map_or(config.coredns_custom_key.as_str(), |(s, _)| s);
+                    format!("{stem}{suffix}")
+                }
+                _ => config.coredns_custom_key.clone(),
+            };
+            if info.custom_key_suffix().is_none() {
+                warnings.push(Warning::new(
+                    &subject,
+                    format!(
+                        "DNS mode is custom but the Corefile imports no coredns-custom keys; CoreDNS will not read {}/{} until it does",
+                        config.coredns_custom_config_map, key
+                    ),
+                ));
+            }
+            if info.has_hairpin_block {
+                warnings.push(Warning::new(
+                    &subject,
+                    "the Corefile still holds a hairpin block from corefile mode; remove it (hairpin uninstall) to avoid duplicate rules",
+                ));
+            }
+            let existing =
+                snapshot.config_map(&config.coredns_namespace, &config.coredns_custom_config_map);
+            let target = ObjectRef::new(
+                config.coredns_namespace.clone(),
+                config.coredns_custom_config_map.clone(),
+            );
+            let desired = corefile::render_override(&entries)
+                .map_err(|e| fail(&format!("ConfigMap {target} key {key}"), e))?;
+            let current = existing
+                .and_then(|c| c.data.as_ref())
+                .and_then(|d| d.get(&key))
+                .cloned();
+            let changed = current.as_deref().unwrap_or_default() != desired;
+            let object = changed.then(|| {
+                let mut cm = existing.cloned().unwrap_or_else(|| ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(target.name.clone()),
+                        namespace: Some(target.namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    ..ConfigMap::default()
+                });
+                let data = cm.data.get_or_insert_with(BTreeMap::new);
+                if desired.is_empty() {
+                    data.remove(&key);
+                } else {
+                    data.insert(key.clone(), desired.clone());
+                }
+                strip_server_fields(&mut cm.metadata);
+                cm
+            });
+            Ok(DnsChange {
+                mode,
+                config_map: target,
+                key,
+                cluster_domain: info.cluster_domain.clone(),
+                entries: redirects.to_vec(),
+                current,
+                desired,
+                changed,
+                object,
+            })
+        }
+        DnsMode::Corefile | DnsMode::Auto => {
+            let edit = corefile::apply(corefile, &entries).map_err(|e| {
+                fail(
+                    &format!("ConfigMap {coredns_ref} key {}", config.corefile_key),
+                    e,
+                )
+            })?;
+            for w in &edit.warnings {
+                warnings.push(Warning::new(&subject, w.to_string()));
+            }
+            let object = edit.changed.then(|| {
+                let mut cm = coredns.clone();
+                cm.data
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(config.corefile_key.clone(), edit.text.clone());
+                strip_server_fields(&mut cm.metadata);
+                cm
+            });
+            Ok(DnsChange {
+                mode: DnsMode::Corefile,
+                config_map: coredns_ref,
+                key: config.corefile_key.clone(),
+                cluster_domain: info.cluster_domain.clone(),
+                entries: redirects.to_vec(),
+                current: Some(corefile.to_owned()),
+                changed: edit.changed,
+                desired: edit.text,
+                object,
+            })
+        }
+    }
+}
+
+/// Server-set metadata that must not be sent back, except `resourceVersion`, which guards the
+/// write.
+fn strip_server_fields(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    meta.creation_timestamp = None;
+    meta.generation = None;
+    meta.uid = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+        if a.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
+fn node_local_dns_warnings(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+    redirects: &[DnsRedirect],
+    warnings: &mut Vec<Warning>,
+) {
+    for name in &config.node_local_dns_config_maps {
+        let Some(cm) = snapshot.config_map(&config.coredns_namespace, name) else {
+            continue;
+        };
+        let subject = format!("ConfigMap {}/{name}", config.coredns_namespace);
+        let Some(corefile) = cm.data.as_ref().and_then(|d| d.get(&config.corefile_key)) else {
+            continue;
+        };
+        let info = match corefile::analyze_node_local_dns(corefile, &[]) {
+            Ok(info) => info,
+            Err(e) => {
+                warnings.push(Warning::new(
+                    &subject,
+                    format!("node-local-dns Corefile unreadable: {e}"),
+                ));
+                continue;
+            }
+        };
+        let patterns: Vec<HostPattern> = redirects
+            .iter()
+            .filter_map(|r| HostPattern::parse(&r.hostname).ok())
+            .collect();
+        let bypassed: Vec<HostPattern> = corefile::bypassed(&info, &patterns)
+            .into_iter()
+            .cloned()
+            .collect();
+        if bypassed.is_empty() {
+            continue;
+        }
+        let zones = corefile::NodeLocalDnsInfo::zones_for(&bypassed);
+        let mut message = format!(
+            "node-local-dns answers {} of the hairpin hostnames from upstream DNS, bypassing CoreDNS's rewrite (pods on nodes with node-local-dns still get the public address)",
+            bypassed.len()
+        );
+        match info.suggested_stanza(&zones) {
+            Some(stanza) if !stanza.is_empty() => {
+                message.push_str(
+                    "; fix: add this server block to its Corefile, or run the node agent:\n",
+                );
+                message.push_str(&stanza);
+            }
+            _ => message.push_str(
+                "; fix: forward these zones to kube-dns in its Corefile, or run the node agent",
+            ),
+        }
+        warnings.push(Warning::new(subject, message));
+    }
+}

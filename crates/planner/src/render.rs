@@ -1,0 +1,248 @@
+//! Printable forms of a [`Plan`]: a human summary, unified diffs of the ConfigMaps that would
+//! change, and the objects to write as multi-document YAML for `kubectl apply -f -`.
+
+use std::fmt::Write as _;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde::Serialize;
+
+use crate::plan::Plan;
+use crate::snapshot::{ClusterSnapshot, ObjectRef};
+
+/// The human summary.
+pub fn text(plan: &Plan) -> String {
+    let mut out = String::new();
+    let needed = plan.load_balancers.len();
+    let _ = writeln!(
+        out,
+        "hairpin plan: {needed} load balancer{} need{} a hairpin, {} do{} not",
+        plural(needed),
+        if needed == 1 { "s" } else { "" },
+        plan.not_needed.len(),
+        if plan.not_needed.len() == 1 { "es" } else { "" },
+    );
+
+    let cluster_ips = plan.known_cluster_ips();
+    for lb in &plan.load_balancers {
+        let l = &lb.load_balancer;
+        let svc = lb.service_ref();
+        let _ = writeln!(out, "\nLoad balancer {}", l.service);
+        let ips: Vec<String> = l.ips.iter().map(ToString::to_string).collect();
+        let rows = [
+            ("addresses", ips.join(", ")),
+            ("PROXY from", l.proxy_sources.join(", ")),
+            (
+                "hairpin Service",
+                format!(
+                    "{svc} (ClusterIP {})",
+                    cluster_ips
+                        .get(&svc)
+                        .map_or_else(|| "assigned when created".to_owned(), ToString::to_string)
+                ),
+            ),
+        ];
+        for (k, v) in rows {
+            let _ = writeln!(out, "  {k:<16} {v}");
+        }
+        let _ = writeln!(out, "  routes");
+        let width = lb
+            .routes
+            .iter()
+            .map(|r| r.upstream.len())
+            .max()
+            .unwrap_or(0);
+        for r in &lb.routes {
+            let _ = writeln!(
+                out,
+                "    {:<15} -> {:<width$}  PROXY {}  destination {}",
+                r.listen, r.upstream, r.proxy_protocol, r.destination
+            );
+        }
+        let _ = writeln!(out, "  hostnames ({})", lb.hostnames.len());
+        let width = lb.hostnames.iter().map(|h| h.name.len()).max().unwrap_or(0);
+        for h in &lb.hostnames {
+            let _ = writeln!(out, "    {:<width$}  {}", h.name, h.sources.join("; "));
+        }
+    }
+
+    if !plan.not_needed.is_empty() {
+        let _ = writeln!(out, "\nNot needed");
+        let width = plan
+            .not_needed
+            .iter()
+            .map(|n| n.service.to_string().len())
+            .max()
+            .unwrap_or(0);
+        for n in &plan.not_needed {
+            let _ = writeln!(
+                out,
+                "  {:<width$}  {}",
+                n.service.to_string(),
+                n.reason.describe()
+            );
+        }
+    }
+
+    if !plan.conflicts.is_empty() {
+        let _ = writeln!(out, "\nConflicts (hostnames planned for no load balancer)");
+        let width = plan
+            .conflicts
+            .iter()
+            .map(|c| c.hostname.len())
+            .max()
+            .unwrap_or(0);
+        for c in &plan.conflicts {
+            let lbs: Vec<String> = c.load_balancers.iter().map(ToString::to_string).collect();
+            let _ = writeln!(out, "  {:<width$}  {}", c.hostname, lbs.join(", "));
+        }
+    }
+
+    let _ = writeln!(out, "\nDNS");
+    match &plan.dns {
+        Some(d) => {
+            let _ = writeln!(
+                out,
+                "  mode {}: ConfigMap {} key {} (cluster domain {}), {} hostname{}, {}",
+                d.mode.as_str(),
+                d.config_map,
+                d.key,
+                d.cluster_domain,
+                d.entries.len(),
+                plural(d.entries.len()),
+                if d.changed {
+                    "changes (see -o diff)"
+                } else {
+                    "unchanged"
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  not planned (see errors)");
+        }
+    }
+
+    let _ = writeln!(out, "\nHosts-file block (node agent)");
+    let (entries, missing) = plan.hosts.hosts_entries(&cluster_ips);
+    if entries.is_empty() && missing.is_empty() {
+        let _ = writeln!(out, "  (empty)");
+    }
+    for e in &entries {
+        let _ = writeln!(out, "  {:<15} {}", e.ip.to_string(), e.names.join(" "));
+    }
+    for m in &missing {
+        let _ = writeln!(out, "  {:<15} {}", format!("<{}>", m.service), m.hostname);
+    }
+    if !missing.is_empty() {
+        let _ = writeln!(
+            out,
+            "  (<namespace/name>: the ClusterIP of that hairpin Service, known once it exists)"
+        );
+    }
+
+    if !plan.orphaned_services.is_empty() {
+        let _ = writeln!(out, "\nTo delete (hairpin Services no longer needed)");
+        for o in &plan.orphaned_services {
+            let _ = writeln!(out, "  Service {o}");
+        }
+    }
+    if !plan.warnings.is_empty() {
+        let _ = writeln!(out, "\nWarnings");
+        for w in &plan.warnings {
+            let _ = writeln!(out, "  - {}", indent_rest(&w.to_string(), "    "));
+        }
+    }
+    if !plan.errors.is_empty() {
+        let _ = writeln!(out, "\nErrors (nothing is written for these)");
+        for e in &plan.errors {
+            let _ = writeln!(out, "  - {e}");
+        }
+    }
+    out
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn indent_rest(s: &str, indent: &str) -> String {
+    s.trim_end().replace('\n', &format!("\n{indent}"))
+}
+
+/// Unified diffs of every ConfigMap key the plan would change, with
+/// `--- a/<namespace>/<name>/<key>` headers. Empty when nothing changes.
+pub fn diff(plan: &Plan, snapshot: &ClusterSnapshot) -> String {
+    let mut out = String::new();
+    if let Some(d) = plan.dns.as_ref().filter(|d| d.changed) {
+        push_diff(
+            &mut out,
+            &d.config_map,
+            &d.key,
+            d.current.as_deref(),
+            Some(&d.desired),
+        );
+    }
+    let cm = &plan.routes_config_map;
+    let cm_ref = ObjectRef::from_meta(&cm.metadata);
+    let current = snapshot.config_map(&cm_ref.namespace, &cm_ref.name);
+    for (key, desired) in cm.data.iter().flatten() {
+        let now = current
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get(key))
+            .map(String::as_str);
+        if now != Some(desired.as_str()) {
+            push_diff(&mut out, &cm_ref, key, now, Some(desired));
+        }
+    }
+    out
+}
+
+fn push_diff(out: &mut String, cm: &ObjectRef, key: &str, old: Option<&str>, new: Option<&str>) {
+    let path = format!("{}/{}/{key}", cm.namespace, cm.name);
+    let old_header = if old.is_some() {
+        format!("a/{path}")
+    } else {
+        "/dev/null".into()
+    };
+    let new_header = if new.is_some() {
+        format!("b/{path}")
+    } else {
+        "/dev/null".into()
+    };
+    let diff = similar::TextDiff::from_lines(old.unwrap_or_default(), new.unwrap_or_default());
+    let _ = write!(
+        out,
+        "{}",
+        diff.unified_diff()
+            .context_radius(3)
+            .header(&old_header, &new_header)
+    );
+}
+
+/// The objects to write, as multi-document YAML: hairpin Services, the DNS ConfigMap (when it
+/// changes) and the routes ConfigMap. Orphaned hairpin Services are listed in a comment.
+pub fn yaml(plan: &Plan) -> Result<String, String> {
+    let mut docs: Vec<String> = Vec::new();
+    for lb in &plan.load_balancers {
+        docs.push(to_yaml(&lb.service)?);
+    }
+    if let Some(cm) = plan.dns.as_ref().and_then(|d| d.object.as_ref()) {
+        docs.push(to_yaml::<ConfigMap>(cm)?);
+    }
+    docs.push(to_yaml(&plan.routes_config_map)?);
+    let mut out = String::new();
+    for o in &plan.orphaned_services {
+        let _ = writeln!(out, "# delete: Service {o} (no longer needed)");
+    }
+    for d in docs {
+        out.push_str("---\n");
+        out.push_str(&d);
+        if !d.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+fn to_yaml<T: Serialize>(obj: &T) -> Result<String, String> {
+    serde_saphyr::to_string(obj).map_err(|e| e.to_string())
+}
