@@ -142,7 +142,7 @@ pub fn apply(hosts: &str, entries: &[HostsEntry]) -> Result<Edit, HostsError> {
     let blocks = markers::find_blocks(hosts, &lines, is_managed_line);
     let eol = markers::line_ending(hosts);
     let warnings = warnings_for(&blocks);
-    let single_complete = blocks.len() == 1 && blocks[0].framing == Framing::Complete;
+    let single_complete = blocks.len() == 1 && blocks[0].is_intact();
     let text = if single_complete {
         markers::replace_block(
             hosts,
@@ -288,6 +288,24 @@ mod tests {
         let edit = remove("# END hairpin\nx y\n# BEGIN hairpin\n").unwrap();
         assert_eq!(edit.text, "x y\n");
         assert_eq!(edit.warnings.len(), 2);
+    }
+
+    #[test]
+    fn foreign_lines_inside_the_markers_are_kept() {
+        let original =
+            "# BEGIN hairpin\n10.0.0.1\tstale.example.com\n# someone's note\n# END hairpin\n";
+        let edit = apply(original, &[entry("10.0.0.2", &["a.example.com"])]).unwrap();
+        assert_eq!(
+            edit.warnings,
+            [Warning::ForeignLines {
+                line: 1,
+                kept_lines: 1
+            }]
+        );
+        assert_eq!(
+            edit.text,
+            "# someone's note\n# BEGIN hairpin (managed by hairpin; do not edit)\n10.0.0.2\ta.example.com\n# END hairpin\n"
+        );
     }
 
     #[test]

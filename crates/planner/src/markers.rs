@@ -37,6 +37,9 @@ pub enum Warning {
     /// An end marker without its begin marker; the marker and the managed-looking lines
     /// before it were removed.
     MissingBegin { line: usize, removed_lines: usize },
+    /// Lines between the markers that hairpin does not write; they were kept, the markers and
+    /// hairpin's lines were removed and the block was written again.
+    ForeignLines { line: usize, kept_lines: usize },
     /// More than one managed block; all were removed and one was written.
     DuplicateBlock { line: usize },
     /// A managed block outside the server block that holds the `kubernetes` plugin; it was
@@ -57,6 +60,7 @@ impl Warning {
         match self {
             Warning::MissingEnd { .. } => "missing_end_marker",
             Warning::MissingBegin { .. } => "missing_begin_marker",
+            Warning::ForeignLines { .. } => "foreign_lines_in_block",
             Warning::DuplicateBlock { .. } => "duplicate_block",
             Warning::BlockMisplaced { .. } => "block_misplaced",
             Warning::ReloadMissing { .. } => "reload_missing",
@@ -84,6 +88,11 @@ impl fmt::Display for Warning {
                 f,
                 "line {line}: `{END_MARKER}` without `{BEGIN_PREFIX}`; removed the marker and \
                  {removed_lines} managed line(s) before it and rewrote the block"
+            ),
+            Warning::ForeignLines { line, kept_lines } => write!(
+                f,
+                "line {line}: the hairpin block holds {kept_lines} line(s) hairpin did not write; \
+                 kept them outside the block and rewrote the block"
             ),
             Warning::DuplicateBlock { line } => write!(
                 f,
@@ -189,7 +198,7 @@ enum MarkerKind {
 
 fn marker_kind(line: &str) -> Option<MarkerKind> {
     let t = line.trim();
-    if t.starts_with(BEGIN_PREFIX) {
+    if t == BEGIN_PREFIX || t.starts_with("# BEGIN hairpin ") {
         Some(MarkerKind::Begin)
     } else if t == END_MARKER || t.starts_with("# END hairpin ") {
         Some(MarkerKind::End)
@@ -211,13 +220,16 @@ pub(crate) enum Framing {
 
 /// A managed block (or the remains of one) as whole lines `first..=last` (indices into
 /// [`lines`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Block {
     pub(crate) framing: Framing,
     /// Index of the marker line (begin, or end for [`Framing::MissingBegin`]).
     pub(crate) marker: usize,
     pub(crate) first: usize,
     pub(crate) last: usize,
+    /// Lines between complete markers that the editor would not have written (someone else's
+    /// configuration, or markers wrapped around it by mistake); they are kept on removal.
+    pub(crate) foreign: Vec<usize>,
 }
 
 impl Block {
@@ -240,6 +252,11 @@ impl Block {
     pub(crate) fn marker_line_number(&self) -> usize {
         self.marker + 1
     }
+
+    /// A complete block holding only lines the editor writes: safe to update in place.
+    pub(crate) fn is_intact(&self) -> bool {
+        self.framing == Framing::Complete && self.foreign.is_empty()
+    }
 }
 
 /// Find every managed block, complete or damaged, in order. `is_managed_line` recognises the
@@ -261,11 +278,15 @@ pub(crate) fn find_blocks(
         match kind {
             MarkerKind::Begin => {
                 if let Some(&(j, MarkerKind::End)) = markers.get(k + 1) {
+                    let foreign = (i + 1..j)
+                        .filter(|&n| !is_managed_line(lines[n].text(text)))
+                        .collect();
                     blocks.push(Block {
                         framing: Framing::Complete,
                         marker: i,
                         first: i,
                         last: j,
+                        foreign,
                     });
                     k += 2;
                     continue;
@@ -282,6 +303,7 @@ pub(crate) fn find_blocks(
                     marker: i,
                     first: i,
                     last,
+                    foreign: Vec::new(),
                 });
             }
             MarkerKind::End => {
@@ -299,6 +321,7 @@ pub(crate) fn find_blocks(
                     marker: i,
                     first,
                     last: i,
+                    foreign: Vec::new(),
                 });
             }
         }
@@ -311,7 +334,11 @@ pub(crate) fn find_blocks(
 pub(crate) fn damage_warning(block: &Block) -> Option<Warning> {
     let removed_lines = block.last - block.first;
     match block.framing {
-        Framing::Complete => None,
+        Framing::Complete if block.foreign.is_empty() => None,
+        Framing::Complete => Some(Warning::ForeignLines {
+            line: block.marker_line_number(),
+            kept_lines: block.foreign.len(),
+        }),
         Framing::MissingEnd => Some(Warning::MissingEnd {
             line: block.marker_line_number(),
             removed_lines,
@@ -323,17 +350,37 @@ pub(crate) fn damage_warning(block: &Block) -> Option<Warning> {
     }
 }
 
-/// Remove the given blocks (sorted, non-overlapping) from `text`.
+/// Remove the given blocks' lines from `text`, keeping their foreign lines. When the text's
+/// last line is removed and has no terminator, the terminator before it goes too, mirroring
+/// [`append_block`].
 pub(crate) fn remove_blocks(text: &str, lines: &[Line], blocks: &[Block]) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut pos = 0;
+    let mut removed = vec![false; lines.len()];
     for b in blocks {
-        let r = b.byte_range(text, lines);
-        let start = r.start.max(pos);
-        out.push_str(&text[pos..start]);
-        pos = r.end.max(pos);
+        for (n, flag) in removed
+            .iter_mut()
+            .enumerate()
+            .take(b.last + 1)
+            .skip(b.first)
+        {
+            *flag = !b.foreign.contains(&n);
+        }
     }
-    out.push_str(&text[pos..]);
+    let mut out = String::with_capacity(text.len());
+    for (line, gone) in lines.iter().zip(&removed) {
+        if !gone {
+            out.push_str(&text[line.start..line.end]);
+        }
+    }
+    let tail_removed = lines
+        .last()
+        .is_some_and(|l| !l.has_terminator() && removed[lines.len() - 1]);
+    if tail_removed {
+        if out.ends_with("\r\n") {
+            out.truncate(out.len() - 2);
+        } else if out.ends_with('\n') {
+            out.truncate(out.len() - 1);
+        }
+    }
     out
 }
 

@@ -313,7 +313,7 @@ fn classify(
             continue;
         }
         seen_complete = true;
-        keep = Some(*b);
+        keep = Some(b.clone());
     }
     if !warnings.is_empty() {
         // Any damage: rebuild from scratch at the default place, deterministically.

@@ -351,3 +351,29 @@ fn node_local_dns_forwards_only_cluster_zones() {
     let info = analyze_node_local_dns(&patched, &["10.96.0.10"]).unwrap();
     assert!(bypassed(&info, &names[..3]).is_empty());
 }
+
+#[test]
+fn markers_around_foreign_lines_keep_those_lines() {
+    let original = ".:53 {\n    # BEGIN hairpin (managed by hairpin; do not edit)\n    rewrite stop name exact old.example.com x.y.svc.cluster.local\n    kubernetes cluster.local {\n        pods insecure\n    }\n    # END hairpin\n    reload\n}\n";
+    let edit = apply(original, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(
+        edit.warnings,
+        [Warning::ForeignLines {
+            line: 2,
+            kept_lines: 3
+        }]
+    );
+    assert_eq!(
+        edit.text,
+        format!(
+            ".:53 {{\n{}    kubernetes cluster.local {{\n        pods insecure\n    }}\n    reload\n}}\n",
+            block("    ", &["a.example.com"])
+        )
+    );
+    let removed = remove(original).unwrap();
+    assert_eq!(
+        removed.text,
+        ".:53 {\n    kubernetes cluster.local {\n        pods insecure\n    }\n    reload\n}\n"
+    );
+    assert_eq!(removed.warnings[0].metric_label(), "foreign_lines_in_block");
+}
