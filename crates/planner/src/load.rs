@@ -57,8 +57,15 @@ pub fn load_yaml(
     Ok(notes)
 }
 
+/// The parser's message without its own `error:` and document-relative `line N column M:`
+/// prefixes (the file line is reported separately).
 fn first_message_line(s: &str) -> String {
-    s.lines().next().unwrap_or(s).trim().to_owned()
+    let first = s.lines().next().unwrap_or(s).trim();
+    let rest = first.strip_prefix("error:").unwrap_or(first).trim_start();
+    match rest.strip_prefix("line ").and_then(|r| r.split_once(": ")) {
+        Some((_, message)) => message.to_owned(),
+        None => rest.to_owned(),
+    }
 }
 
 /// Splits at `---` document markers (which YAML only allows at column 0), returning each

@@ -1,0 +1,471 @@
+//! The plan: hairpin Services, routes, DNS change, hosts block, YAML output that reads back
+//! into typed objects, stability, and errors.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use hairpin_planner::load::load_yaml;
+use hairpin_planner::{
+    ClusterSnapshot, DnsMode, ObjectRef, PlannerConfig, ProxyVersion, desired, render,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::json;
+use support::{KUBEADM_COREFILE, coredns, fixture, ingress, lb_service, proxied_lb};
+
+fn example() -> ClusterSnapshot {
+    let mut s = ClusterSnapshot::default();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/cluster.yaml"
+    ))
+    .unwrap();
+    let notes = load_yaml(&mut s, "examples/cluster.yaml", &text).unwrap();
+    assert_eq!(
+        notes,
+        ["skipped apps/v1 Deployment coredns: not read by the planner"]
+    );
+    s
+}
+
+fn two_lbs() -> ClusterSnapshot {
+    ClusterSnapshot {
+        services: vec![
+            lb_service(
+                "ingress",
+                "nginx",
+                json!({ "load-balancer.hetzner.cloud/uses-proxyprotocol": "true" }),
+                json!([{ "ip": "203.0.113.10" }]),
+            ),
+            lb_service(
+                "edge",
+                "traefik",
+                json!({ "hairpin.io/proxy-protocol": "v2" }),
+                json!([{ "ip": "2001:db8::7" }]),
+            ),
+        ],
+        ingresses: vec![
+            ingress(
+                "shop",
+                "web",
+                None,
+                &["shop.example.com"],
+                &["*.shop.example.com"],
+                Some("203.0.113.10"),
+            ),
+            ingress(
+                "auth",
+                "sso",
+                None,
+                &["sso.example.org"],
+                &[],
+                Some("2001:db8::7"),
+            ),
+        ],
+        config_maps: vec![coredns(KUBEADM_COREFILE)],
+        ..ClusterSnapshot::default()
+    }
+}
+
+#[test]
+fn hairpin_services_routes_and_dns() {
+    let plan = desired(&two_lbs(), &PlannerConfig::default());
+    assert!(plan.errors.is_empty(), "{:?}", plan.errors);
+    assert_eq!(plan.load_balancers.len(), 2);
+
+    // Sorted by source Service: edge/traefik first.
+    let edge = &plan.load_balancers[0];
+    assert_eq!(
+        edge.load_balancer.service,
+        ObjectRef::new("edge", "traefik")
+    );
+    let svc = &edge.service;
+    assert_eq!(svc.metadata.name.as_deref(), Some("hairpin-edge-traefik"));
+    assert_eq!(svc.metadata.namespace.as_deref(), Some("hairpin"));
+    let labels = svc.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "hairpin");
+    assert_eq!(labels["hairpin.io/source-namespace"], "edge");
+    assert_eq!(labels["hairpin.io/source-name"], "traefik");
+    assert_eq!(
+        svc.metadata.annotations.as_ref().unwrap()["hairpin.io/source"],
+        "edge/traefik"
+    );
+    assert_eq!(svc.metadata.resource_version, None, "new object");
+    let spec = svc.spec.as_ref().unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(
+        spec.selector.as_ref(),
+        Some(&PlannerConfig::default().proxy_selector)
+    );
+    let ports: Vec<(i32, Option<IntOrString>)> = spec
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.port, p.target_port.clone()))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            (80, Some(IntOrString::Int(10000))),
+            (443, Some(IntOrString::Int(10001)))
+        ]
+    );
+
+    let r = &edge.routes[1];
+    assert_eq!(r.listen, "0.0.0.0:10001");
+    assert_eq!(r.upstream, "traefik.edge.svc.cluster.local:443");
+    assert_eq!(r.proxy_protocol, ProxyVersion::V2);
+    assert_eq!(r.destination, "[2001:db8::7]:443");
+
+    let nginx = &plan.load_balancers[1];
+    assert_eq!(nginx.routes[0].listen, "0.0.0.0:10002");
+    assert_eq!(nginx.routes[0].destination, "203.0.113.10:80");
+    assert_eq!(nginx.routes[0].proxy_protocol, ProxyVersion::V1);
+
+    // routes.json: exactly the fields the proxy reads.
+    let json: serde_json::Value =
+        serde_json::from_str(&plan.routes_config_map.data.as_ref().unwrap()["routes.json"])
+            .unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 4);
+    assert_eq!(
+        json[0],
+        json!({ "name": "edge/traefik/80", "listen": "0.0.0.0:10000", "upstream": "traefik.edge.svc.cluster.local:80",
+                "proxy_protocol": "v2", "destination": "[2001:db8::7]:80" })
+    );
+
+    let dns = plan.dns.as_ref().unwrap();
+    assert_eq!(dns.mode, DnsMode::Corefile);
+    assert_eq!(dns.config_map, ObjectRef::new("kube-system", "coredns"));
+    assert_eq!(dns.key, "Corefile");
+    assert!(dns.changed);
+    assert!(
+        dns.desired
+            .contains("shop.example.com hairpin-ingress-nginx.hairpin.svc.cluster.local"),
+        "{}",
+        dns.desired
+    );
+    assert!(
+        dns.desired
+            .contains("sso.example.org hairpin-edge-traefik.hairpin.svc.cluster.local")
+    );
+    let cm = dns.object.as_ref().unwrap();
+    assert_eq!(
+        cm.metadata.resource_version.as_deref(),
+        Some("100"),
+        "guarded update"
+    );
+
+    // Hosts: wildcards left out; ClusterIPs unknown until the Services exist.
+    let hosts: Vec<&str> = plan
+        .hosts
+        .entries
+        .iter()
+        .map(|e| e.hostname.as_str())
+        .collect();
+    assert_eq!(hosts, ["shop.example.com", "sso.example.org"]);
+    let ips = BTreeMap::from([(
+        ObjectRef::new("hairpin", "hairpin-ingress-nginx"),
+        "10.96.0.20".parse().unwrap(),
+    )]);
+    let (entries, missing) = plan.hosts.hosts_entries(&ips);
+    assert_eq!(
+        entries,
+        [hairpin_planner::hosts::HostsEntry::new(
+            "10.96.0.20".parse().unwrap(),
+            ["shop.example.com"]
+        )]
+    );
+    assert_eq!(missing.len(), 1);
+    assert_eq!(missing[0].hostname, "sso.example.org");
+}
+
+#[test]
+fn plan_is_deterministic_and_input_order_does_not_matter() {
+    let a = desired(&two_lbs(), &PlannerConfig::default());
+    let mut reversed = two_lbs();
+    reversed.services.reverse();
+    reversed.ingresses.reverse();
+    assert_eq!(a, desired(&reversed, &PlannerConfig::default()));
+}
+
+#[test]
+fn existing_hairpin_services_keep_their_ports_cluster_ip_and_resource_version() {
+    let first = desired(&two_lbs(), &PlannerConfig::default());
+    // The cluster after applying: our Services exist with a ClusterIP and a resourceVersion.
+    let mut cluster = two_lbs();
+    for lb in &first.load_balancers {
+        let mut svc = lb.service.clone();
+        svc.metadata.resource_version = Some("7".into());
+        svc.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.30".into());
+        cluster.services.push(svc);
+    }
+    // A new load balancer that sorts before the others must not shift their ports.
+    cluster
+        .services
+        .push(proxied_lb("aaa", "first", "192.0.2.99"));
+    let second = desired(&cluster, &PlannerConfig::default());
+    let ports = |plan: &hairpin_planner::Plan, ns: &str| -> Vec<String> {
+        let lb = plan
+            .load_balancers
+            .iter()
+            .find(|lb| lb.load_balancer.service.namespace == ns)
+            .unwrap();
+        lb.routes.iter().map(|r| r.listen.clone()).collect()
+    };
+    assert_eq!(ports(&first, "edge"), ports(&second, "edge"));
+    assert_eq!(ports(&first, "ingress"), ports(&second, "ingress"));
+    assert_eq!(ports(&second, "aaa"), ["0.0.0.0:10004", "0.0.0.0:10005"]);
+    let edge = second
+        .load_balancers
+        .iter()
+        .find(|lb| lb.load_balancer.service.namespace == "edge")
+        .unwrap();
+    assert_eq!(edge.service.metadata.resource_version.as_deref(), Some("7"));
+    assert_eq!(
+        edge.service.spec.as_ref().unwrap().cluster_ip.as_deref(),
+        Some("10.96.0.30")
+    );
+    assert_eq!(second.known_cluster_ips().len(), 2);
+}
+
+#[test]
+fn hairpin_services_no_longer_needed_are_orphans() {
+    let first = desired(&two_lbs(), &PlannerConfig::default());
+    let mut cluster = two_lbs();
+    cluster
+        .services
+        .extend(first.load_balancers.iter().map(|lb| lb.service.clone()));
+    cluster
+        .services
+        .retain(|s| s.metadata.name.as_deref() != Some("traefik"));
+    let plan = desired(&cluster, &PlannerConfig::default());
+    assert_eq!(
+        plan.orphaned_services,
+        [ObjectRef::new("hairpin", "hairpin-edge-traefik")]
+    );
+}
+
+#[test]
+fn long_and_colliding_service_names_stay_valid_and_distinct() {
+    let long = "a".repeat(60);
+    let snapshot = ClusterSnapshot {
+        services: vec![
+            proxied_lb("a-b", "c", "192.0.2.1"),
+            proxied_lb("a", "b-c", "192.0.2.2"),
+            proxied_lb(&long, &long, "192.0.2.3"),
+        ],
+        ..ClusterSnapshot::default()
+    };
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let names: Vec<String> = plan
+        .load_balancers
+        .iter()
+        .map(|lb| lb.service.metadata.name.clone().unwrap())
+        .collect();
+    for n in &names {
+        assert!(
+            n.len() <= 63 && n.starts_with("hairpin-") && !n.ends_with('-'),
+            "{n}"
+        );
+    }
+    assert_ne!(names[0], names[1]);
+}
+
+#[test]
+fn yaml_output_parses_back_into_typed_objects() {
+    let snapshot = example();
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let yaml = render::yaml(&plan).unwrap();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+    let mut services = Vec::new();
+    let mut config_maps = Vec::new();
+    for doc in docs {
+        match doc["kind"].as_str().unwrap() {
+            "Service" => services.push(serde_json::from_value::<Service>(doc).unwrap()),
+            "ConfigMap" => config_maps.push(serde_json::from_value::<ConfigMap>(doc).unwrap()),
+            other => panic!("unexpected kind {other}"),
+        }
+    }
+    assert_eq!(
+        services,
+        plan.load_balancers
+            .iter()
+            .map(|lb| lb.service.clone())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(config_maps.len(), 2);
+    assert_eq!(
+        &config_maps[0],
+        plan.dns.as_ref().unwrap().object.as_ref().unwrap()
+    );
+    assert_eq!(config_maps[1], plan.routes_config_map);
+    // The Corefile that would be written survives the YAML round trip byte for byte.
+    assert_eq!(
+        config_maps[0].data.as_ref().unwrap()["Corefile"],
+        plan.dns.as_ref().unwrap().desired
+    );
+}
+
+#[test]
+fn corefile_without_kubernetes_block_is_an_error_and_nothing_is_written() {
+    let mut snapshot = two_lbs();
+    snapshot.config_maps = vec![coredns(
+        ".:53 {\n    errors\n    forward . /etc/resolv.conf\n}\n",
+    )];
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    assert!(plan.dns.is_none());
+    assert!(plan.has_errors());
+    assert!(
+        plan.errors[0].contains("kube-system/coredns") && plan.errors[0].contains("kubernetes"),
+        "{:?}",
+        plan.errors
+    );
+    let yaml = render::yaml(&plan).unwrap();
+    assert!(!yaml.contains("name: coredns"), "{yaml}");
+    // The rest of the plan is still computed.
+    assert_eq!(plan.load_balancers.len(), 2);
+}
+
+#[test]
+fn missing_coredns_config_map_is_an_error() {
+    let mut snapshot = two_lbs();
+    snapshot.config_maps.clear();
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    assert!(plan.dns.is_none());
+    assert!(
+        plan.errors[0].contains("no CoreDNS ConfigMap"),
+        "{:?}",
+        plan.errors
+    );
+}
+
+#[test]
+fn auto_mode_uses_coredns_custom_where_the_corefile_imports_it() {
+    let mut snapshot = two_lbs();
+    snapshot.config_maps = vec![coredns(&fixture("k3s.Corefile"))];
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let dns = plan.dns.as_ref().unwrap();
+    assert_eq!(dns.mode, DnsMode::Custom);
+    assert_eq!(
+        dns.config_map,
+        ObjectRef::new("kube-system", "coredns-custom")
+    );
+    assert_eq!(dns.key, "hairpin.override");
+    assert_eq!(dns.current, None);
+    assert!(dns.desired.contains("shop.example.com"));
+    let cm = dns.object.as_ref().unwrap();
+    assert_eq!(
+        cm.metadata.resource_version, None,
+        "coredns-custom did not exist"
+    );
+    assert_eq!(cm.data.as_ref().unwrap()["hairpin.override"], dns.desired);
+
+    // An existing coredns-custom keeps its other keys and its resourceVersion.
+    snapshot.config_maps.push(
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "coredns-custom", "namespace": "kube-system", "resourceVersion": "55" },
+            "data": { "mine.override": "log\n" }
+        }))
+        .unwrap(),
+    );
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let cm = plan.dns.as_ref().unwrap().object.as_ref().unwrap();
+    assert_eq!(cm.metadata.resource_version.as_deref(), Some("55"));
+    assert_eq!(cm.data.as_ref().unwrap()["mine.override"], "log\n");
+
+    // Forcing corefile mode edits the Corefile instead.
+    let config = PlannerConfig {
+        dns_mode: DnsMode::Corefile,
+        ..PlannerConfig::default()
+    };
+    let plan = desired(&snapshot, &config);
+    assert_eq!(
+        plan.dns.as_ref().unwrap().config_map,
+        ObjectRef::new("kube-system", "coredns")
+    );
+}
+
+#[test]
+fn missing_reload_and_node_local_dns_are_warned_about() {
+    let mut snapshot = two_lbs();
+    snapshot.config_maps = vec![
+        coredns(&KUBEADM_COREFILE.replace("    reload\n", "")),
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "node-local-dns", "namespace": "kube-system" },
+            "data": { "Corefile": fixture("nodelocaldns.Corefile") }
+        }))
+        .unwrap(),
+    ];
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let warnings: Vec<String> = plan.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("kube-system/coredns") && w.contains("reload")),
+        "{warnings:#?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("kube-system/node-local-dns") && w.contains("bypassing")),
+        "{warnings:#?}"
+    );
+}
+
+#[test]
+fn custom_namespace_selector_and_port_base() {
+    let config = PlannerConfig {
+        namespace: "net".into(),
+        proxy_selector: BTreeMap::from([("app".to_owned(), "px".to_owned())]),
+        listener_port_base: 20000,
+        ..PlannerConfig::default()
+    };
+    let plan = desired(&two_lbs(), &config);
+    let lb = &plan.load_balancers[0];
+    assert_eq!(lb.service.metadata.namespace.as_deref(), Some("net"));
+    assert_eq!(
+        lb.service.spec.as_ref().unwrap().selector.as_ref().unwrap()["app"],
+        "px"
+    );
+    assert_eq!(lb.routes[0].listen, "0.0.0.0:20000");
+    assert_eq!(
+        plan.routes_config_map.metadata.namespace.as_deref(),
+        Some("net")
+    );
+    assert!(
+        plan.dns
+            .as_ref()
+            .unwrap()
+            .desired
+            .contains("hairpin-edge-traefik.net.svc.cluster.local")
+    );
+}
+
+#[test]
+fn text_and_diff_renderings() {
+    let snapshot = example();
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let text = render::text(&plan);
+    assert!(
+        text.starts_with("hairpin plan: 2 load balancers need a hairpin, 1 does not\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("backoffice/internal-api  no PROXY protocol annotation"),
+        "{text}"
+    );
+    let diff = render::diff(&plan, &snapshot);
+    assert!(
+        diff.starts_with(
+            "--- a/kube-system/coredns/Corefile\n+++ b/kube-system/coredns/Corefile\n"
+        ),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("--- /dev/null\n+++ b/hairpin/hairpin-routes/routes.json\n"),
+        "{diff}"
+    );
+}
