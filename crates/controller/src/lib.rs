@@ -2,6 +2,7 @@
 //! publishing the proxy routes.
 //!
 //! - [`watch`]: reflector caches of what the planner reads, and the snapshot.
+//! - [`controller`]: the debounced plan-and-apply loop, run only by the leader.
 //! - [`apply`]: writing a plan (Services, ConfigMap keys guarded by resourceVersion).
 //! - [`fight`]: detecting another writer reverting our CoreDNS change.
 //! - [`lease`]: leader election on a Lease.
@@ -12,6 +13,7 @@
 
 pub mod apply;
 pub mod client;
+pub mod controller;
 pub mod error;
 #[cfg(feature = "testing")]
 pub mod fake;
@@ -23,6 +25,7 @@ pub mod routes;
 pub mod uninstall;
 pub mod watch;
 
+pub use controller::{ControllerConfig, run};
 pub use error::Error;
 pub use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 pub use metrics::Metrics;

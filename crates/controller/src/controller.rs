@@ -1,0 +1,483 @@
+//! The control loop: caches -> debounced pure plan -> apply, only while leading.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::Shared;
+use hairpin_planner::corefile;
+use hairpin_planner::{DnsMode, Plan, PlannerConfig};
+use hairpin_runtime::Shutdown;
+use hairpin_runtime::admin::ReadyCondition;
+use k8s_openapi::api::core::v1::Service;
+use tokio::sync::{Notify, watch};
+
+use crate::Error;
+use crate::apply::{KeyEdit, KeyOutcome, apply_services, remove_block_edit, write_key};
+use crate::fight::{Decision, FightGuard, FightParams, Observation};
+use crate::lease::{Leadership, LeaseManager, LeaseParams};
+use crate::metrics::Metrics;
+use crate::report::{Events, object_ref, reason};
+use crate::watch::Caches;
+
+/// Controller settings.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// What to plan.
+    pub planner: PlannerConfig,
+    /// This instance's identity (pod name).
+    pub identity: String,
+    /// Leader election; `None` runs as the only instance (for local runs).
+    pub lease: Option<LeaseParams>,
+    /// Quiet time after a change before re-planning (coalesces bursts).
+    pub debounce: Duration,
+    /// Re-plan at least this often even without changes.
+    pub resync: Duration,
+    /// CoreDNS write-fight detection.
+    pub fight: FightParams,
+    /// First retry delay after a failed reconcile (doubled up to `max_retry`).
+    pub min_retry: Duration,
+    /// Longest retry delay.
+    pub max_retry: Duration,
+}
+
+impl ControllerConfig {
+    /// Defaults for `identity`, leader election on in `planner.namespace`.
+    pub fn new(planner: PlannerConfig, identity: &str) -> Self {
+        let lease = LeaseParams::new(&planner.namespace, "hairpin-controller", identity);
+        Self {
+            planner,
+            identity: identity.into(),
+            lease: Some(lease),
+            debounce: Duration::from_millis(150),
+            resync: Duration::from_secs(300),
+            fight: FightParams::default(),
+            min_retry: Duration::from_millis(500),
+            max_retry: Duration::from_secs(60),
+        }
+    }
+}
+
+type StopFuture = Shared<futures::future::BoxFuture<'static, ()>>;
+
+/// Runs the controller until the drain starts, then vacates the Lease.
+///
+/// `ready` is set once every cache has synced (standbys are ready too: they are warm).
+///
+/// # Errors
+/// None at the moment: every API error is retried; the `Result` leaves room for fatal setup
+/// errors.
+pub async fn run(
+    client: kube::Client,
+    config: ControllerConfig,
+    metrics: Metrics,
+    ready: ReadyCondition,
+    shutdown: Shutdown,
+) -> Result<(), Error> {
+    let stop: StopFuture = {
+        let shutdown = shutdown.clone();
+        async move { shutdown.draining().await }.boxed().shared()
+    };
+    let changed = Arc::new(Notify::new());
+    let caches = Caches::start(
+        &client,
+        &config.planner,
+        changed.clone(),
+        metrics.clone(),
+        stop.clone(),
+    );
+
+    let (leader_tx, mut leader_rx) = watch::channel(Leadership::Follower(None));
+    let lease_task = match config.lease.clone() {
+        Some(params) => {
+            let manager = LeaseManager::new(client.clone(), params);
+            let metrics = metrics.clone();
+            Some(tokio::spawn(manager.run(
+                leader_tx,
+                stop.clone(),
+                move |err| metrics.error(err),
+            )))
+        }
+        None => {
+            leader_tx.send_replace(Leadership::Leader);
+            None
+        }
+    };
+
+    tokio::select! {
+        () = caches.wait_synced() => {}
+        () = stop.clone() => return finish(lease_task).await,
+    }
+    ready.set(true);
+    tracing::info!(ingresses = caches.ingress_count(), "caches synced");
+
+    let mut state = Reconciler {
+        client: client.clone(),
+        config: config.clone(),
+        events: Events::new(client, &config.identity, metrics.clone()),
+        metrics: metrics.clone(),
+        fight: FightGuard::new(config.fight.clone()),
+    };
+    let mut retry = config.min_retry;
+    let mut next = Instant::now();
+    loop {
+        tokio::select! {
+            () = changed.notified() => {
+                // Coalesce a burst of changes into one plan.
+                tokio::time::sleep(config.debounce).await;
+                let _ = changed.notified().now_or_never();
+            }
+            res = leader_rx.changed() => {
+                if res.is_err() { return finish(lease_task).await; }
+            }
+            () = tokio::time::sleep_until(next.into()) => {}
+            () = stop.clone() => return finish(lease_task).await,
+        }
+        let leading = leader_rx.borrow().is_leader();
+        metrics.leader.set(i64::from(leading));
+        if !leading {
+            next = Instant::now() + config.resync;
+            continue;
+        }
+        match state.reconcile(&caches).await {
+            Ok(requeue) => {
+                retry = config.min_retry;
+                next = requeue.unwrap_or_else(|| Instant::now() + config.resync);
+            }
+            Err(err) => {
+                metrics.error(&err);
+                tracing::warn!(error = %err, kind = err.metric_label(), retry_in = ?retry, "reconcile failed; retrying");
+                next = Instant::now() + retry;
+                retry = (retry * 2).min(config.max_retry);
+            }
+        }
+    }
+}
+
+async fn finish(lease_task: Option<tokio::task::JoinHandle<()>>) -> Result<(), Error> {
+    if let Some(task) = lease_task {
+        let _ = task.await;
+    }
+    Ok(())
+}
+
+struct Reconciler {
+    client: kube::Client,
+    config: ControllerConfig,
+    events: Events,
+    metrics: Metrics,
+    fight: FightGuard,
+}
+
+impl Reconciler {
+    /// One plan-and-apply. Returns when to run again, if sooner than the resync.
+    async fn reconcile(&mut self, caches: &Caches) -> Result<Option<Instant>, Error> {
+        let started = Instant::now();
+        self.metrics.reconciles.inc();
+        let snapshot = caches.snapshot();
+        let plan = hairpin_planner::desired(&snapshot, &self.config.planner);
+        let result = self.apply(&plan, &snapshot).await;
+        self.metrics
+            .reconcile_duration
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .managed_load_balancers
+            .set(i64::try_from(plan.load_balancers.len()).unwrap_or(i64::MAX));
+        self.metrics.managed_hostnames.set(
+            i64::try_from(plan.dns.as_ref().map_or(0, |dns| dns.entries.len())).unwrap_or(i64::MAX),
+        );
+        self.report(&plan, &snapshot).await;
+        result
+    }
+
+    async fn apply(
+        &mut self,
+        plan: &Plan,
+        snapshot: &hairpin_planner::ClusterSnapshot,
+    ) -> Result<Option<Instant>, Error> {
+        let planner = &self.config.planner;
+        let services: Vec<Service> = plan
+            .load_balancers
+            .iter()
+            .map(|lb| lb.service.clone())
+            .collect();
+        let changes = apply_services(&self.client, &planner.namespace, &services).await?;
+        self.count_writes(changes.writes());
+        if changes.writes() > 0 {
+            tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "hairpin Services applied");
+        }
+
+        // The proxies' route table: only written when it differs from the cached copy.
+        let routes = plan
+            .routes_config_map
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&planner.routes_key))
+            .cloned()
+            .unwrap_or_else(|| "[]".into());
+        let cached_routes = snapshot
+            .config_map(&planner.namespace, &planner.routes_config_map)
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|d| d.get(&planner.routes_key));
+        if cached_routes != Some(&routes) {
+            let edit = KeyEdit {
+                delete_if_empty_and_ours: false,
+                ..KeyEdit::set(
+                    &planner.namespace,
+                    &planner.routes_config_map,
+                    &planner.routes_key,
+                    Some(routes),
+                )
+            };
+            if let KeyOutcome::Written { .. } = write_key(&self.client, &edit).await? {
+                self.count_writes(1);
+                tracing::info!(routes = plan.routes.len(), "proxy routes published");
+            }
+        }
+
+        self.apply_dns(plan, snapshot).await
+    }
+
+    async fn apply_dns(
+        &mut self,
+        plan: &Plan,
+        snapshot: &hairpin_planner::ClusterSnapshot,
+    ) -> Result<Option<Instant>, Error> {
+        let planner = self.config.planner.clone();
+        let Some(dns) = &plan.dns else {
+            for err in &plan.errors {
+                tracing::warn!(error = %err, "DNS change not planned");
+            }
+            return Ok(None);
+        };
+        // Leaving the other mode's location clean (after a mode switch).
+        let custom_has_ours = snapshot
+            .config_map(
+                &planner.coredns_namespace,
+                &planner.coredns_custom_config_map,
+            )
+            .and_then(|cm| cm.data.as_ref())
+            .is_some_and(|d| d.contains_key(&planner.coredns_custom_key));
+        if dns.mode == DnsMode::Corefile && custom_has_ours {
+            let edit = KeyEdit::set(
+                &planner.coredns_namespace,
+                &planner.coredns_custom_config_map,
+                &planner.coredns_custom_key,
+                None,
+            );
+            write_key(&self.client, &edit).await?;
+        }
+        if dns.mode == DnsMode::Custom {
+            for name in &planner.coredns_config_maps {
+                let has_block = snapshot
+                    .config_map(&planner.coredns_namespace, name)
+                    .and_then(|cm| cm.data.as_ref())
+                    .and_then(|d| d.get(&planner.corefile_key))
+                    .is_some_and(|text| text.contains(hairpin_planner::markers::BEGIN_PREFIX));
+                if has_block {
+                    write_key(
+                        &self.client,
+                        &remove_block_edit(&planner.coredns_namespace, name, &planner.corefile_key),
+                    )
+                    .await?;
+                }
+            }
+        }
+
+        let target = format!("{}/{}", dns.config_map, dns.key);
+        let cm_ref = object_ref(
+            "ConfigMap",
+            &dns.config_map.namespace,
+            &dns.config_map.name,
+            None,
+        );
+        if !dns.changed {
+            if self.fight.held(&target, Instant::now()) {
+                self.metrics.dns_fight.set(0);
+                tracing::info!(configmap = %dns.config_map, "our CoreDNS change has held for a whole window; the write fight is over");
+            }
+            return Ok(None);
+        }
+        if let Decision::BackedOff(until) = self.fight.decide(&target, Instant::now()) {
+            tracing::debug!(configmap = %dns.config_map, "CoreDNS write backed off (write fight)");
+            return Ok(Some(until));
+        }
+        let edit = dns_edit(dns);
+        let outcome = match write_key(&self.client, &edit).await {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                let warning = format!("cannot write {} key {}: {err}", dns.config_map, dns.key);
+                self.events
+                    .publish(&cm_ref, true, reason::DNS_WRITE_FAILED, warning)
+                    .await;
+                return Err(err);
+            }
+        };
+        let KeyOutcome::Written { after, .. } = outcome else {
+            return Ok(None);
+        };
+        self.count_writes(1);
+        tracing::info!(configmap = %dns.config_map, key = %dns.key, entries = dns.entries.len(), "CoreDNS change written");
+        match self.fight.written(&target, after, Instant::now()) {
+            Observation::Normal => {
+                self.metrics.dns_fight.set(0);
+                let note = format!(
+                    "hairpin DNS rules written ({} hostnames)",
+                    dns.entries.len()
+                );
+                self.events
+                    .publish(&cm_ref, false, reason::DNS_UPDATED, note)
+                    .await;
+                Ok(None)
+            }
+            Observation::Reverted { count } => {
+                self.metrics.dns_reverts.inc();
+                tracing::warn!(configmap = %dns.config_map, reverts = count, "another writer reverted our CoreDNS change; rewrote it");
+                Ok(None)
+            }
+            Observation::Fight { count, backoff } => {
+                self.metrics.dns_reverts.inc();
+                self.metrics.dns_fight.set(1);
+                let fix = fight_fix(dns.mode, &planner);
+                let note = format!(
+                    "another writer reverted hairpin's change to {} {count} times within {:?}; backing off for {:?}. {fix}",
+                    dns.config_map, self.config.fight.window, backoff
+                );
+                tracing::warn!(configmap = %dns.config_map, reverts = count, backoff = ?backoff, fix, "CoreDNS write fight detected; backing off");
+                self.events
+                    .publish(&cm_ref, true, reason::DNS_FIGHT, note)
+                    .await;
+                Ok(Some(Instant::now() + backoff))
+            }
+        }
+    }
+
+    fn count_writes(&self, n: usize) {
+        self.metrics
+            .writes
+            .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+    }
+
+    async fn report(&self, plan: &Plan, snapshot: &hairpin_planner::ClusterSnapshot) {
+        let uid_of = |ns: &str, name: &str| {
+            snapshot
+                .service(ns, name)
+                .and_then(|s| s.metadata.uid.clone())
+        };
+        for lb in &plan.load_balancers {
+            let svc = &lb.load_balancer.service;
+            let hosts: Vec<&str> = lb.hostnames.iter().map(|h| h.name.as_str()).collect();
+            let note = format!(
+                "hairpin Service {} routes {} hostname(s) through the hairpin proxy: {}",
+                lb.service_ref(),
+                hosts.len(),
+                hosts.join(", ")
+            );
+            let regarding = object_ref(
+                "Service",
+                &svc.namespace,
+                &svc.name,
+                uid_of(&svc.namespace, &svc.name),
+            );
+            self.events
+                .publish(&regarding, false, reason::CONFIGURED, note)
+                .await;
+        }
+        for skipped in &plan.not_needed {
+            let svc = &skipped.service;
+            let regarding = object_ref(
+                "Service",
+                &svc.namespace,
+                &svc.name,
+                uid_of(&svc.namespace, &svc.name),
+            );
+            let note = format!("no hairpin needed: {}", skipped.reason.describe());
+            self.events
+                .publish(&regarding, false, reason::NOT_NEEDED, note)
+                .await;
+        }
+        for conflict in &plan.conflicts {
+            let lbs: Vec<String> = conflict
+                .load_balancers
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            let note = format!(
+                "hostname {} is claimed by several load balancers ({}); hairpin redirects it for none of them",
+                conflict.hostname,
+                lbs.join(", ")
+            );
+            for svc in &conflict.load_balancers {
+                let regarding = object_ref(
+                    "Service",
+                    &svc.namespace,
+                    &svc.name,
+                    uid_of(&svc.namespace, &svc.name),
+                );
+                self.events
+                    .publish(&regarding, true, reason::HOST_CONFLICT, note.clone())
+                    .await;
+            }
+        }
+        for warning in &plan.warnings {
+            tracing::warn!(subject = %warning.subject, "{}", warning.message);
+        }
+    }
+}
+
+/// The fix to name when another writer keeps reverting our change.
+pub fn fight_fix(mode: DnsMode, planner: &PlannerConfig) -> String {
+    match mode {
+        DnsMode::Custom => format!(
+            "Something also manages {}/{}: exclude it from that tool's reconciliation (e.g. the addon manager's `addonmanager.kubernetes.io/mode: EnsureExists`).",
+            planner.coredns_namespace, planner.coredns_custom_config_map
+        ),
+        _ => format!(
+            "The CoreDNS ConfigMap is managed by the distribution or an addon manager: run with `--dns-mode custom` where CoreDNS imports `{}` (k3s, AKS, LKE, Gardener), or add the rules through the distribution's own CoreDNS customization, or set the addon's mode to EnsureExists.",
+            planner.coredns_custom_config_map
+        ),
+    }
+}
+
+/// The DNS edit, recomputed from a fresh read on every attempt (so a conflict retry edits
+/// what is there now, not what the cache held).
+fn dns_edit(dns: &hairpin_planner::DnsChange) -> KeyEdit {
+    let entries: Result<Vec<corefile::DnsEntry>, String> = dns
+        .entries
+        .iter()
+        .map(|e| corefile::DnsEntry::new(&e.hostname, &e.target).map_err(|err| err.to_string()))
+        .collect();
+    let (namespace, name) = (
+        dns.config_map.namespace.clone(),
+        dns.config_map.name.clone(),
+    );
+    match dns.mode {
+        DnsMode::Custom => {
+            let content = dns.desired.clone();
+            let empty = dns.entries.is_empty();
+            KeyEdit {
+                namespace,
+                name,
+                key: dns.key.clone(),
+                create_if_missing: !empty,
+                delete_if_empty_and_ours: true,
+                edit: Arc::new(move |_| Ok((!empty).then(|| content.clone()))),
+            }
+        }
+        DnsMode::Corefile | DnsMode::Auto => KeyEdit {
+            namespace,
+            name,
+            key: dns.key.clone(),
+            create_if_missing: false,
+            delete_if_empty_and_ours: false,
+            edit: Arc::new(move |current| {
+                let current =
+                    current.ok_or_else(|| "the ConfigMap has no Corefile key".to_owned())?;
+                let entries = entries.as_ref().map_err(Clone::clone)?;
+                corefile::apply(current, entries)
+                    .map(|edit| Some(edit.text))
+                    .map_err(|err| err.to_string())
+            }),
+        },
+    }
+}

@@ -1,0 +1,485 @@
+//! The controller against the fake API server: first sync, change-to-write latency, removal,
+//! conflict retries, the CoreDNS write fight, API errors, leader hand-over, uninstall.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hairpin_controller::fake::{FakeApiServer, object};
+use hairpin_controller::fight::FightParams;
+use hairpin_controller::lease::LeaseParams;
+use hairpin_controller::{ControllerConfig, Metrics};
+use hairpin_planner::PlannerConfig;
+use hairpin_runtime::{Readiness, Shutdown};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+
+const COREFILE: &str = ".:53 {\n    errors\n    health {\n       lameduck 5s\n    }\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n       ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf {\n       max_concurrent 1000\n    }\n    cache 30\n    loop\n    reload\n    loadbalance\n}\n";
+
+fn lb_service() -> Value {
+    object(
+        "v1",
+        "Service",
+        Some("ingress-nginx"),
+        "ingress-nginx-controller",
+        json!({
+            "metadata": {"annotations": {"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}},
+            "spec": {
+                "type": "LoadBalancer",
+                "selector": {"app": "ingress-nginx"},
+                "ports": [
+                    {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80},
+                    {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 443}
+                ]
+            },
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10", "ipMode": "VIP"}]}}
+        }),
+    )
+}
+
+fn ingress(namespace: &str, name: &str, host: &str) -> Value {
+    object(
+        "networking.k8s.io/v1",
+        "Ingress",
+        Some(namespace),
+        name,
+        json!({
+            "spec": {"rules": [{"host": host}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+        }),
+    )
+}
+
+fn coredns(corefile: &str) -> Value {
+    object(
+        "v1",
+        "ConfigMap",
+        Some("kube-system"),
+        "coredns",
+        json!({"data": {"Corefile": corefile}}),
+    )
+}
+
+fn seed(fake: &FakeApiServer) {
+    fake.apply(lb_service());
+    fake.apply(ingress("shop", "shop", "shop.example.com"));
+    fake.apply(coredns(COREFILE));
+}
+
+fn corefile(fake: &FakeApiServer) -> String {
+    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
+        .unwrap()["data"]["Corefile"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn hairpin_services(fake: &FakeApiServer) -> Vec<Value> {
+    fake.list("v1", "Service")
+        .into_iter()
+        .filter(|s| s["metadata"]["namespace"] == "hairpin")
+        .collect()
+}
+
+fn events(fake: &FakeApiServer, reason: &str) -> Vec<Value> {
+    fake.list("events.k8s.io/v1", "Event")
+        .into_iter()
+        .filter(|e| e["reason"] == reason)
+        .collect()
+}
+
+struct Running {
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<()>,
+    readiness: Readiness,
+    metrics: Metrics,
+    registry: Arc<Registry>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("stops")
+            .unwrap();
+    }
+
+    fn metrics_text(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
+        out
+    }
+}
+
+fn config(identity: &str, leader_election: bool) -> ControllerConfig {
+    let mut config = ControllerConfig::new(PlannerConfig::default(), identity);
+    config.debounce = Duration::from_millis(50);
+    config.min_retry = Duration::from_millis(50);
+    config.max_retry = Duration::from_millis(400);
+    config.lease = leader_election.then(|| LeaseParams {
+        duration: Duration::from_secs(3),
+        renew_interval: Duration::from_millis(300),
+        retry_interval: Duration::from_millis(100),
+        ..LeaseParams::new("hairpin", "hairpin-controller", identity)
+    });
+    config
+}
+
+fn start(fake: &FakeApiServer, config: ControllerConfig) -> Running {
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = Readiness::new();
+    let ready = readiness.condition("caches synced");
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn({
+        let (client, metrics, shutdown) = (fake.client(), metrics.clone(), shutdown.clone());
+        async move {
+            hairpin_controller::run(client, config, metrics, ready, shutdown)
+                .await
+                .unwrap();
+        }
+    });
+    Running {
+        shutdown,
+        task,
+        readiness,
+        metrics,
+        registry: Arc::new(registry),
+    }
+}
+
+async fn converged(fake: &FakeApiServer, hosts: &[&str]) -> Option<Instant> {
+    fake.wait_until(Duration::from_secs(10), |f| {
+        let cf = corefile(f);
+        hosts.iter().all(|h| cf.contains(h)) && hairpin_services(f).len() == 1
+    })
+    .await
+}
+
+#[tokio::test]
+async fn first_sync_writes_the_plan_and_changes_follow_quickly() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let running = start(&fake, config("pod-a", false));
+    assert!(
+        converged(&fake, &["shop.example.com"]).await.is_some(),
+        "first sync wrote the plan"
+    );
+    assert!(
+        running.readiness.is_ready(),
+        "ready after the first full sync"
+    );
+
+    let services = hairpin_services(&fake);
+    assert_eq!(
+        services[0]["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "hairpin"
+    );
+    assert_eq!(
+        services[0]["spec"]["selector"]["app.kubernetes.io/component"],
+        "proxy"
+    );
+    let routes = fake
+        .get("v1", "ConfigMap", Some("hairpin"), "hairpin-routes")
+        .expect("routes published");
+    let table: Vec<Value> =
+        serde_json::from_str(routes["data"]["routes.json"].as_str().unwrap()).unwrap();
+    assert_eq!(table.len(), 2, "one route per PROXY port: {table:?}");
+    assert!(table.iter().all(|r| {
+        r["destination"]
+            .as_str()
+            .unwrap()
+            .starts_with("203.0.113.10:")
+    }));
+    let cf = corefile(&fake);
+    assert!(cf.contains("# BEGIN hairpin"), "{cf}");
+    assert!(
+        cf.starts_with(".:53 {\n    errors\n"),
+        "lines outside our block are untouched"
+    );
+    // The Gateway API is absent: probed, not looped on.
+    assert!(fake.count("GET", "gateway.networking.k8s.io") <= 8);
+
+    // Steady state: no further writes.
+    let writes = |f: &FakeApiServer| {
+        f.requests()
+            .iter()
+            .filter(|r| r.method == "PUT" || r.method == "POST" && !r.uri.contains("/events"))
+            .count()
+    };
+    let before = writes(&fake);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(writes(&fake), before, "nothing changed, nothing written");
+
+    // Change to write, measured through the fake.
+    let mut latencies = Vec::new();
+    for i in 0..5 {
+        let host = format!("api{i}.example.com");
+        let changed_at = Instant::now();
+        fake.apply(ingress("shop", &format!("api{i}"), &host));
+        let written = fake
+            .wait_until(Duration::from_secs(5), |f| corefile(f).contains(&host))
+            .await
+            .expect("the new host is written");
+        latencies.push(written - changed_at);
+    }
+    latencies.sort();
+    println!(
+        "change-to-write latency over the fake API server (debounce 50 ms): min {:?}, median {:?}, max {:?}",
+        latencies[0], latencies[2], latencies[4]
+    );
+    assert!(running.metrics.reconciles.get() >= 2);
+    let text = running.metrics_text();
+    assert!(
+        text.contains("hairpin_controller_managed_load_balancers 1"),
+        "{text}"
+    );
+    assert!(
+        !events(&fake, "HairpinConfigured").is_empty(),
+        "an Event on the load balancer"
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn removing_the_load_balancer_removes_its_service_and_dns_entries() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let running = start(&fake, config("pod-a", false));
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    fake.delete(
+        "v1",
+        "Service",
+        Some("ingress-nginx"),
+        "ingress-nginx-controller",
+    );
+    let done = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            hairpin_services(f).is_empty() && corefile(f) == COREFILE
+        })
+        .await;
+    assert!(
+        done.is_some(),
+        "Service deleted and Corefile restored exactly:\n{}",
+        corefile(&fake)
+    );
+    let routes = fake
+        .get("v1", "ConfigMap", Some("hairpin"), "hairpin-routes")
+        .unwrap();
+    assert_eq!(routes["data"]["routes.json"].as_str().unwrap().trim(), "[]");
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_conflicting_write_is_retried_on_a_fresh_read() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    // Another writer wins the race twice: the controller's update gets the real 409.
+    fake.fail_next("PUT", "/configmaps/coredns", 2, 409);
+    let running = start(&fake, config("pod-a", false));
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    let puts: Vec<u16> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.uri.contains("/configmaps/coredns"))
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(&puts[..3], &[409, 409, 200], "{puts:?}");
+    // Each retry read the object again first.
+    assert!(fake.count("GET", "/configmaps/coredns") >= 3);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_writer_that_keeps_reverting_coredns_is_detected_and_backed_off() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let mut cfg = config("pod-a", false);
+    cfg.fight = FightParams {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        initial_backoff: Duration::from_secs(30),
+        max_backoff: Duration::from_secs(60),
+    };
+    let running = start(&fake, cfg);
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+
+    // An addon manager in Reconcile mode: puts its Corefile back whenever ours appears.
+    let mut reverts = 0;
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < deadline {
+        if corefile(&fake).contains("# BEGIN hairpin") {
+            fake.apply(coredns(COREFILE));
+            reverts += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let coredns_puts = fake.count("PUT", "/configmaps/coredns");
+    println!("reverts: {reverts}, controller writes to coredns: {coredns_puts}");
+    assert!(
+        reverts >= 3,
+        "the controller rewrote {reverts} times before backing off"
+    );
+    assert!(
+        coredns_puts <= 4,
+        "backed off instead of fighting: {coredns_puts} writes in 8 s"
+    );
+    assert!(
+        !events(&fake, "DNSWriteReverted").is_empty(),
+        "a Warning Event on the ConfigMap"
+    );
+    let event = &events(&fake, "DNSWriteReverted")[0];
+    assert_eq!(event["type"], "Warning");
+    assert!(
+        event["note"].as_str().unwrap().contains("coredns-custom"),
+        "names the fix: {event}"
+    );
+    assert_eq!(running.metrics.dns_fight.get(), 1);
+    assert!(running.metrics.dns_reverts.get() >= 2);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn api_errors_of_every_kind_are_retried_and_counted() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    fake.fail_next("GET", "/api/v1/services?", 2, 500);
+    fake.fail_next("GET", "/apis/networking.k8s.io/v1/ingresses?", 1, 403);
+    fake.fail_next("PUT", "/configmaps/coredns", 1, 403);
+    fake.fail_next("POST", "/namespaces/hairpin/services", 2, 500);
+    fake.fail_next("GET", "/configmaps/coredns", 3, 503);
+    fake.fail_next("POST", "/configmaps", 1, 429);
+    let running = start(&fake, config("pod-a", false));
+    assert!(
+        converged(&fake, &["shop.example.com"]).await.is_some(),
+        "converged despite errors"
+    );
+    assert!(running.metrics.error_count("api_forbidden") >= 1);
+    assert!(running.metrics.error_count("api_server_error") >= 1);
+    assert!(
+        !events(&fake, "DNSWriteFailed").is_empty(),
+        "the refused CoreDNS write was reported"
+    );
+
+    // A dropped watch and a compacted history: the watches resume (410 -> re-list).
+    fake.compact();
+    fake.drop_watches();
+    fake.apply(ingress("shop", "late", "late.example.com"));
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| corefile(f)
+            .contains("late.example.com"))
+            .await
+            .is_some(),
+        "changes after a dropped watch still arrive"
+    );
+    // Slow API: a delayed write still lands.
+    fake.inject(hairpin_controller::fake::Fault {
+        method: Some("PUT".into()),
+        path_contains: "/configmaps/coredns".into(),
+        remaining: 1,
+        kind: hairpin_controller::fake::FaultKind::Delay(Duration::from_millis(1500)),
+    });
+    fake.apply(ingress("shop", "slow", "slow.example.com"));
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| corefile(f)
+            .contains("slow.example.com"))
+            .await
+            .is_some()
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn the_standby_takes_over_when_the_leader_shuts_down() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let a = start(&fake, config("pod-a", true));
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    let b = start(&fake, config("pod-b", true));
+    assert!(
+        fake.wait_until(Duration::from_secs(5), |_| b.readiness.is_ready())
+            .await
+            .is_some(),
+        "the standby is ready (warm caches)"
+    );
+    assert_eq!(b.metrics.leader.get(), 0);
+    // Changes while a leads are applied by a only.
+    a.stop().await;
+    let stopped = Instant::now();
+    fake.apply(ingress("shop", "after", "after.example.com"));
+    let applied = fake
+        .wait_until(Duration::from_secs(5), |f| {
+            corefile(f).contains("after.example.com")
+        })
+        .await
+        .expect("b applied the change after taking over");
+    println!(
+        "hand-over: leader stopped -> standby applied a change in {:?}",
+        applied - stopped
+    );
+    assert!(
+        applied - stopped < Duration::from_secs(2),
+        "faster than the 3 s lease expiry"
+    );
+    assert_eq!(b.metrics.leader.get(), 1);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn uninstall_restores_the_exact_corefile_and_removes_everything() {
+    let fake = FakeApiServer::start().await;
+    // A Corefile with CRLF line endings and odd spacing, to check the byte-for-byte restore.
+    let original = COREFILE
+        .replace('\n', "\r\n")
+        .replace("    cache 30", "    cache   30   # tuned");
+    fake.apply(lb_service());
+    fake.apply(ingress("shop", "shop", "shop.example.com"));
+    fake.apply(coredns(&original));
+    let running = start(&fake, config("pod-a", true));
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    running.stop().await;
+    assert_ne!(corefile(&fake), original);
+
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(
+        corefile(&fake),
+        original,
+        "the Corefile is restored byte for byte"
+    );
+    assert!(hairpin_services(&fake).is_empty());
+    assert!(
+        fake.get("v1", "ConfigMap", Some("hairpin"), "hairpin-routes")
+            .is_none()
+    );
+    assert!(
+        fake.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("hairpin"),
+            "hairpin-controller"
+        )
+        .is_none()
+    );
+    assert_eq!(
+        report.corefiles_restored,
+        vec!["kube-system/coredns".to_owned()]
+    );
+
+    // Running it again is a no-op, not an error.
+    let again = hairpin_controller::uninstall(
+        &fake.client(),
+        &PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(
+        again.failures.is_empty() && again.corefiles_restored.is_empty(),
+        "{again:?}"
+    );
+}
