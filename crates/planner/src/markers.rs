@@ -362,7 +362,7 @@ pub(crate) fn remove_blocks(text: &str, lines: &[Line], blocks: &[Block]) -> Str
             .take(b.last + 1)
             .skip(b.first)
         {
-            *flag = !b.foreign.contains(&n);
+            *flag = b.foreign.binary_search(&n).is_err();
         }
     }
     let mut out = String::with_capacity(text.len());

@@ -225,43 +225,63 @@ fn join_pattern(alts: &[String], prefix: &str, suffix: &str) -> String {
     }
 }
 
-/// Exact names grouped by parent domain: `(?:a|b)\.team\.example\.com` per parent.
+/// Exact names grouped by parent domain: `(?:a|b)\.team\.example\.com`. Names that are alone
+/// under their parent are grouped one level up instead, so that
+/// `svc-1.customer-1.example.com` and `svc-2.customer-2.example.com` share `\.example\.com`.
 fn exact_patterns(names: &[&str]) -> Vec<String> {
     let mut by_parent: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for name in names {
-        let (first, parent) = name.split_once('.').unwrap_or((name, ""));
-        by_parent.entry(parent).or_default().push(first);
+        let parent = name.split_once('.').map_or("", |(_, parent)| parent);
+        by_parent.entry(parent).or_default().push(name);
+    }
+    // suffix -> escaped heads (the part of each name before the suffix)
+    let mut groups: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (parent, members) in by_parent {
+        let suffix = if members.len() == 1 {
+            parent.split_once('.').map_or("", |(_, grand)| grand)
+        } else {
+            parent
+        };
+        let heads = groups.entry(suffix).or_default();
+        for name in members {
+            let head = if suffix.is_empty() {
+                name
+            } else {
+                &name[..name.len() - suffix.len() - 1]
+            };
+            heads.push(escape(head));
+        }
     }
     let mut alternatives = Vec::new();
-    for (parent, firsts) in by_parent {
-        let parent = if parent.is_empty() {
+    for (suffix, mut heads) in groups {
+        heads.sort_unstable();
+        let suffix = if suffix.is_empty() {
             String::new()
         } else {
-            format!("\\.{}", escape(parent))
+            format!("\\.{}", escape(suffix))
         };
-        // Long parents with many names are split so that no single alternative outgrows
-        // the budget.
-        let mut group: Vec<&str> = Vec::new();
-        let mut len = 0;
-        for first in firsts {
-            if !group.is_empty() && len + first.len() + parent.len() + 8 > REGEX_PATTERN_BUDGET {
-                alternatives.push(alternative(&group, &parent));
+        // A group too long for one rule is split so that every alternative fits the budget.
+        let mut group: Vec<String> = Vec::new();
+        let mut len = suffix.len() + 8;
+        for head in heads {
+            if !group.is_empty() && len + head.len() + 1 > REGEX_PATTERN_BUDGET {
+                alternatives.push(alternative(&group, &suffix));
                 group.clear();
-                len = 0;
+                len = suffix.len() + 8;
             }
-            len += first.len() + 1;
-            group.push(first);
+            len += head.len() + 1;
+            group.push(head);
         }
-        alternatives.push(alternative(&group, &parent));
+        alternatives.push(alternative(&group, &suffix));
     }
     chunked(alternatives, "", "\\.")
 }
 
-fn alternative(firsts: &[&str], parent: &str) -> String {
-    if firsts.len() == 1 {
-        format!("{}{parent}", firsts[0])
+fn alternative(heads: &[String], suffix: &str) -> String {
+    if heads.len() == 1 {
+        format!("{}{suffix}", heads[0])
     } else {
-        format!("(?:{}){parent}", firsts.join("|"))
+        format!("(?:{}){suffix}", heads.join("|"))
     }
 }
 
