@@ -1,10 +1,61 @@
-//! `hairpin echo` (being built; see the issue tracker).
+//! `hairpin echo`: answer each connection with what it carried, PROXY header included.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
+use anyhow::Context as _;
+use hairpin_doctor::echo::{EchoServer, ProxyMode};
+use hairpin_runtime::{LogArgs, Shutdown};
 
-pub(crate) fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`hairpin echo` is not available in this build yet")
+/// `--proxy-protocol` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Mode {
+    /// Every connection must start with a valid PROXY header; others are closed and logged.
+    Required,
+    /// Report whether a header came (for diagnosis only).
+    Optional,
+    /// Do not look for a header.
+    Off,
+}
+
+/// Answers HTTP requests (and raw TCP lines) with what was received: the PROXY header's
+/// version, command, addresses and TLVs, the socket peer, and the request line and headers
+/// (text; JSON with `Accept: application/json` or `?format=json`). Put it behind a load
+/// balancer to see what the load balancer sends.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "HAIRPIN_ECHO_LISTEN", default_value = "0.0.0.0:8080")]
+    pub(crate) listen: SocketAddr,
+
+    /// Whether connections must start with a PROXY header.
+    #[arg(long, env = "HAIRPIN_ECHO_PROXY_PROTOCOL", value_enum, default_value_t = Mode::Required)]
+    pub(crate) proxy_protocol: Mode,
+
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
+    let mode = match args.proxy_protocol {
+        Mode::Required => ProxyMode::Required,
+        Mode::Optional => ProxyMode::Optional,
+        Mode::Off => ProxyMode::Off,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
+        let server = EchoServer::bind(args.listen, mode).await?;
+        tracing::info!(
+            listen = %server.local_addr()?,
+            proxy_protocol = mode.as_str(),
+            "echo server listening"
+        );
+        server.serve_until(shutdown.draining()).await;
+        Ok(ExitCode::SUCCESS)
+    })
 }
