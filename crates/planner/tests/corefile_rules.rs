@@ -247,6 +247,13 @@ proptest! {
                 );
             }
         }
+        if wild.is_empty() {
+            let legacy = corefile::render_rules_with(&entries, corefile::RuleStyle::ExactOnly).unwrap();
+            let legacy = parse_rules(&legacy);
+            for name in exact.keys().chain(&probes) {
+                prop_assert_eq!(resolve(&legacy, &format!("{name}.")), expected(&entries, name));
+            }
+        }
         for d in wild.keys() {
             prop_assert_eq!(resolve(&rules, &format!("{d}.")), expected(&entries, d));
             prop_assert_eq!(resolve(&rules, &format!("w.{d}.")), expected(&entries, &format!("w.{d}")));

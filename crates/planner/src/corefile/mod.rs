@@ -24,8 +24,8 @@ mod rules;
 
 pub use nodelocal::{NodeLocalDnsInfo, NodeLocalServer, analyze_node_local_dns, bypassed};
 pub use rules::{
-    DnsEntry, EXACT_RULES_MAX_PER_TARGET, HostPattern, REGEX_PATTERN_BUDGET, render_rules,
-    service_fqdn,
+    DnsEntry, EXACT_RULES_MAX_PER_TARGET, HostPattern, REGEX_PATTERN_BUDGET, RuleStyle,
+    render_rules, render_rules_with, service_fqdn,
 };
 
 use crate::markers::{self, Block, Framing};
@@ -65,6 +65,11 @@ pub enum CorefileError {
     #[error("Corefile line {line}: {message}")]
     UnsupportedLayout { line: usize, message: String },
     #[error(
+        "`{name}`: wildcards need `answer auto` in the rewrite plugin (CoreDNS 1.10 or later); \
+         upgrade CoreDNS or list the names"
+    )]
+    WildcardNeedsAnswerAuto { name: String },
+    #[error(
         "the result would be {bytes} bytes, over the {limit}-byte ConfigMap limit; \
          use wildcards or fewer hostnames"
     )]
@@ -81,6 +86,7 @@ impl CorefileError {
             CorefileError::Syntax { .. } => "corefile_syntax",
             CorefileError::NoKubernetesBlock => "no_kubernetes_block",
             CorefileError::UnsupportedLayout { .. } => "unsupported_layout",
+            CorefileError::WildcardNeedsAnswerAuto { .. } => "wildcard_needs_answer_auto",
             CorefileError::TooLarge { .. } => "too_large",
         }
     }
@@ -322,10 +328,19 @@ fn classify(
     (keep, warnings)
 }
 
-/// Insert or update the hairpin block so that it holds exactly the rules for `entries`.
-/// Empty `entries` removes the block (same as [`remove`]).
+/// Insert or update the hairpin block so that it holds exactly the rules for `entries`
+/// ([`RuleStyle::Compact`]). Empty `entries` removes the block (same as [`remove`]).
 pub fn apply(corefile: &str, entries: &[DnsEntry]) -> Result<Edit, CorefileError> {
-    let rules = render_rules(entries)?;
+    apply_with(corefile, entries, RuleStyle::Compact)
+}
+
+/// [`apply`] with an explicit [`RuleStyle`].
+pub fn apply_with(
+    corefile: &str,
+    entries: &[DnsEntry],
+    style: RuleStyle,
+) -> Result<Edit, CorefileError> {
+    let rules = render_rules_with(entries, style)?;
     if rules.is_empty() {
         return remove(corefile);
     }
@@ -435,8 +450,17 @@ pub fn remove(corefile: &str) -> Result<Edit, CorefileError> {
 
 /// Content of the `hairpin.override` key for `coredns-custom` mode: the same rules, one per
 /// line, without markers (the whole key is ours). Empty `entries` give an empty string.
+/// Its length is what counts against the ConfigMap size limit.
 pub fn render_override(entries: &[DnsEntry]) -> Result<String, CorefileError> {
-    let rules = render_rules(entries)?;
+    render_override_with(entries, RuleStyle::Compact)
+}
+
+/// [`render_override`] with an explicit [`RuleStyle`].
+pub fn render_override_with(
+    entries: &[DnsEntry],
+    style: RuleStyle,
+) -> Result<String, CorefileError> {
+    let rules = render_rules_with(entries, style)?;
     if rules.is_empty() {
         return Ok(String::new());
     }

@@ -169,14 +169,40 @@ fn escape(name: &str) -> String {
     name.replace('.', "\\.")
 }
 
+/// Which `rewrite` syntax the target CoreDNS understands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum RuleStyle {
+    /// Compact regex rules with `answer auto` where they pay off (CoreDNS 1.10 and later).
+    #[default]
+    Compact,
+    /// One `exact` rule per name, understood by every CoreDNS release in use; about 90 bytes
+    /// per name, and wildcards are refused ([`CorefileError::WildcardNeedsAnswerAuto`]).
+    ExactOnly,
+}
+
+/// The rewrite rules for `entries` in the default [`RuleStyle::Compact`].
+pub fn render_rules(entries: &[DnsEntry]) -> Result<Vec<String>, CorefileError> {
+    render_rules_with(entries, RuleStyle::Compact)
+}
+
 /// The rewrite rules for `entries`, one directive per line, without indentation or line
 /// terminators. Deterministic: the order of `entries` does not matter.
-pub fn render_rules(entries: &[DnsEntry]) -> Result<Vec<String>, CorefileError> {
+pub fn render_rules_with(
+    entries: &[DnsEntry],
+    style: RuleStyle,
+) -> Result<Vec<String>, CorefileError> {
     let by_target = group(entries)?;
     let mut exact_rules = Vec::new();
     let mut wildcard_rules = Vec::new();
     for (target, (exact, wildcards)) in &by_target {
-        if exact.len() <= EXACT_RULES_MAX_PER_TARGET {
+        if style == RuleStyle::ExactOnly
+            && let Some(suffix) = wildcards.first()
+        {
+            return Err(CorefileError::WildcardNeedsAnswerAuto {
+                name: format!("*.{suffix}"),
+            });
+        }
+        if exact.len() <= EXACT_RULES_MAX_PER_TARGET || style == RuleStyle::ExactOnly {
             for name in exact {
                 exact_rules.push(format!("rewrite stop name exact {name} {target}"));
             }
@@ -365,6 +391,26 @@ mod tests {
                 "rewrite stop name regex ^(?:solo\\.example\\.org|(?:app-0|app-1|app-2|app-3|app-4|app-5|app-6|app-7|app-8|app-9)\\.team\\.example\\.com)\\.$ t.ns.svc.cluster.local answer auto"
             ]
         );
+    }
+
+    #[test]
+    fn exact_only_style_never_uses_regex() {
+        let entries: Vec<_> = (0..20)
+            .map(|i| e(&format!("app-{i}.example.com"), "t.ns.svc.cluster.local"))
+            .collect();
+        let rules = render_rules_with(&entries, RuleStyle::ExactOnly).unwrap();
+        assert_eq!(rules.len(), 20);
+        assert!(
+            rules
+                .iter()
+                .all(|r| r.starts_with("rewrite stop name exact "))
+        );
+        let err = render_rules_with(
+            &[e("*.example.com", "t.ns.svc.cluster.local")],
+            RuleStyle::ExactOnly,
+        )
+        .unwrap_err();
+        assert_eq!(err.metric_label(), "wildcard_needs_answer_auto");
     }
 
     #[test]
