@@ -176,16 +176,16 @@ impl Reconciler {
         self.metrics.reconciles.inc();
         let snapshot = caches.snapshot();
         let plan = hairpin_planner::desired(&snapshot, &self.config.planner);
-        let result = self.apply(&plan, &snapshot).await;
-        self.metrics
-            .reconcile_duration
-            .observe(started.elapsed().as_secs_f64());
         self.metrics
             .managed_load_balancers
             .set(i64::try_from(plan.load_balancers.len()).unwrap_or(i64::MAX));
         self.metrics.managed_hostnames.set(
             i64::try_from(plan.dns.as_ref().map_or(0, |dns| dns.entries.len())).unwrap_or(i64::MAX),
         );
+        let result = self.apply(&plan, &snapshot).await;
+        self.metrics
+            .reconcile_duration
+            .observe(started.elapsed().as_secs_f64());
         self.report(&plan, &snapshot).await;
         result
     }

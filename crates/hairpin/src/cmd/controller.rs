@@ -1,10 +1,169 @@
-//! `hairpin controller` (being built; see the issue tracker).
+//! `hairpin controller`: watch the cluster and keep CoreDNS, the hairpin Services and the proxy
+//! routes equal to the plan. Runs in-cluster (2 replicas, leader-elected) or locally:
+//! `hairpin controller --kubeconfig ~/.kube/config`.
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hairpin_controller::client::ClientArgs;
+use hairpin_controller::fight::FightParams;
+use hairpin_controller::lease::LeaseParams;
+use hairpin_controller::{ControllerConfig, Metrics};
+use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
+use prometheus_client::registry::Registry;
+
+use crate::cmd::plan::PlannerArgs;
 
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
+pub(crate) struct Args {
+    #[command(flatten)]
+    pub(crate) planner: PlannerArgs,
 
-pub(crate) fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`hairpin controller` is not available in this build yet")
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+
+    /// This instance's identity in the leader Lease (in a pod: its name).
+    #[arg(long, env = "POD_NAME")]
+    pub(crate) identity: Option<String>,
+
+    /// Elect a leader among replicas on a Lease in `--namespace` (`false` for a single
+    /// instance, e.g. a local run).
+    #[arg(long, env = "HAIRPIN_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) leader_election: bool,
+
+    /// Name of the leader Lease.
+    #[arg(long, env = "HAIRPIN_LEASE_NAME", default_value = "hairpin-controller")]
+    pub(crate) lease_name: String,
+
+    /// How long a leader keeps the Lease without renewing it (e.g. `15s`).
+    #[arg(long, env = "HAIRPIN_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub(crate) lease_duration: Duration,
+
+    /// Quiet time after a change before re-planning; coalesces bursts (e.g. `150ms`).
+    #[arg(long, env = "HAIRPIN_DEBOUNCE", default_value = "150ms", value_parser = parse_duration)]
+    pub(crate) debounce: Duration,
+
+    /// Re-plan at least this often even without changes.
+    #[arg(long, env = "HAIRPIN_RESYNC", default_value = "5m", value_parser = parse_duration)]
+    pub(crate) resync: Duration,
+
+    /// Reverts of our CoreDNS change within `--fight-window` that count as a write fight.
+    #[arg(long, env = "HAIRPIN_FIGHT_THRESHOLD", default_value_t = 3)]
+    pub(crate) fight_threshold: usize,
+
+    /// Window for counting reverts.
+    #[arg(long, env = "HAIRPIN_FIGHT_WINDOW", default_value = "5m", value_parser = parse_duration)]
+    pub(crate) fight_window: Duration,
+
+    /// First pause of CoreDNS writes once a fight is detected (doubles each time).
+    #[arg(long, env = "HAIRPIN_FIGHT_BACKOFF", default_value = "30s", value_parser = parse_duration)]
+    pub(crate) fight_backoff: Duration,
+
+    /// Longest pause of CoreDNS writes during a fight.
+    #[arg(long, env = "HAIRPIN_FIGHT_MAX_BACKOFF", default_value = "30m", value_parser = parse_duration)]
+    pub(crate) fight_max_backoff: Duration,
+
+    #[command(flatten)]
+    pub(crate) admin: AdminArgs,
+
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+/// Parses `150ms`, `2s`, `5m`, `1h` (a bare number is seconds).
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 150ms, 2s, 5m or 1h"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(number)),
+        "" | "s" => Ok(Duration::from_secs(number)),
+        "m" => Ok(Duration::from_secs(number * 60)),
+        "h" => Ok(Duration::from_secs(number * 3600)),
+        other => Err(format!(
+            "unknown duration unit {other:?} (use ms, s, m or h)"
+        )),
+    }
+}
+
+fn default_identity() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| format!("hairpin-controller-{}", std::process::id()))
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
+    if args.lease_duration < Duration::from_secs(2) {
+        anyhow::bail!("--lease-duration must be at least 2s");
+    }
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let planner = args.planner.config();
+    let mut config = ControllerConfig::new(planner.clone(), &identity);
+    config.debounce = args.debounce;
+    config.resync = args.resync;
+    config.fight = FightParams {
+        threshold: args.fight_threshold.max(1),
+        window: args.fight_window,
+        initial_backoff: args.fight_backoff,
+        max_backoff: args.fight_max_backoff.max(args.fight_backoff),
+    };
+    config.lease = args.leader_election.then(|| LeaseParams {
+        duration: args.lease_duration,
+        renew_interval: args.lease_duration / 3,
+        retry_interval: (args.lease_duration / 7).max(Duration::from_millis(500)),
+        ..LeaseParams::new(&planner.namespace, &args.lease_name, &identity)
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
+        let admin = AdminServer::bind(args.admin.admin_addr).await?;
+        let client = args.client.client().await?;
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let readiness = Readiness::new();
+        let ready = readiness.condition("caches synced");
+        tracing::info!(
+            admin = %admin.local_addr(),
+            identity,
+            namespace = %planner.namespace,
+            leader_election = args.leader_election,
+            "controller starting"
+        );
+        let admin_task = tokio::spawn(admin.serve(Arc::new(registry), readiness, shutdown.clone()));
+        hairpin_controller::run(client, config, metrics, ready, shutdown).await?;
+        admin_task.abort();
+        tracing::info!("controller stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("150ms"), Ok(Duration::from_millis(150)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("ms").is_err());
+    }
 }

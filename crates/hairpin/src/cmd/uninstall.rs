@@ -1,10 +1,72 @@
-//! `hairpin uninstall` (being built; see the issue tracker).
+//! `hairpin uninstall`: remove everything hairpin wrote (the Helm chart runs it as a
+//! pre-delete hook Job).
 
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
+use anyhow::Context as _;
+use hairpin_controller::client::ClientArgs;
+use hairpin_runtime::LogArgs;
 
-pub(crate) fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`hairpin uninstall` is not available in this build yet")
+use crate::cmd::plan::PlannerArgs;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    pub(crate) planner: PlannerArgs,
+
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+
+    /// Name of the controller's leader Lease (deleted too).
+    #[arg(long, env = "HAIRPIN_LEASE_NAME", default_value = "hairpin-controller")]
+    pub(crate) lease_name: String,
+
+    #[command(flatten)]
+    pub(crate) log: LogArgs,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
+    let planner = args.planner.config();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let client = args
+            .client
+            .client()
+            .await
+            .context("connecting to the cluster")?;
+        let report = hairpin_controller::uninstall(&client, &planner, &args.lease_name).await;
+        let ns = &planner.namespace;
+        for name in &report.services_deleted {
+            println!("deleted Service {ns}/{name}");
+        }
+        if report.routes_deleted {
+            println!("deleted ConfigMap {ns}/{}", planner.routes_config_map);
+        }
+        if report.lease_deleted {
+            println!("deleted Lease {ns}/{}", args.lease_name);
+        }
+        for cm in &report.corefiles_restored {
+            println!("removed the hairpin block from ConfigMap {cm} (Corefile restored)");
+        }
+        if report.custom_key_removed {
+            println!(
+                "removed key {} from ConfigMap {}/{}",
+                planner.coredns_custom_key,
+                planner.coredns_namespace,
+                planner.coredns_custom_config_map
+            );
+        }
+        if report.failures.is_empty() {
+            println!("hairpin uninstalled");
+            Ok(ExitCode::SUCCESS)
+        } else {
+            for failure in &report.failures {
+                eprintln!("error: {failure}");
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    })
 }

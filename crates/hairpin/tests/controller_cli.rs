@@ -1,0 +1,190 @@
+//! `hairpin controller` and `hairpin uninstall` as processes, against the fake API server
+//! through a kubeconfig file (the documented local run).
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use hairpin_controller::fake::{FakeApiServer, object};
+use serde_json::json;
+
+const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
+
+fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("admin server reachable");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, response)
+}
+
+fn corefile(fake: &FakeApiServer) -> String {
+    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
+        .unwrap()["data"]["Corefile"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn hairpin(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    command.args(args);
+    // Only what the test sets: no ambient kube or hairpin settings.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("HAIRPIN_") || key == "KUBECONFIG" || key == "POD_NAME" {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_runs_locally_from_a_kubeconfig_and_uninstall_restores_coredns() {
+    let fake = FakeApiServer::start().await;
+    fake.apply(object(
+        "v1",
+        "Service",
+        Some("ingress-nginx"),
+        "ingress-nginx-controller",
+        json!({
+            "metadata": {"annotations": {"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}
+        }),
+    ));
+    fake.apply(object(
+        "networking.k8s.io/v1",
+        "Ingress",
+        Some("web"),
+        "web",
+        json!({"spec": {"rules": [{"host": "web.example.com"}]}, "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}}),
+    ));
+    fake.apply(object(
+        "v1",
+        "ConfigMap",
+        Some("kube-system"),
+        "coredns",
+        json!({"data": {"Corefile": COREFILE}}),
+    ));
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("config");
+    std::fs::write(&kubeconfig, fake.kubeconfig_yaml()).unwrap();
+    let kubeconfig = kubeconfig.to_str().unwrap().to_owned();
+    let admin = hairpin_testkit::free_addr();
+
+    let child = hairpin(&[
+        "controller",
+        "--kubeconfig",
+        &kubeconfig,
+        "--leader-election=false",
+        "--debounce",
+        "50ms",
+        "--admin-addr",
+        &admin.to_string(),
+        "--log-format",
+        "json",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+
+    let written = fake
+        .wait_until(Duration::from_secs(20), |f| {
+            corefile(f).contains("web.example.com")
+        })
+        .await;
+    assert!(
+        written.is_some(),
+        "the controller process wrote the DNS change"
+    );
+    let (status, body) = tokio::task::spawn_blocking(move || http_get(admin, "/readyz"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let mut metrics = String::new();
+    for _ in 0..50 {
+        metrics = tokio::task::spawn_blocking(move || http_get(admin, "/metrics"))
+            .await
+            .unwrap()
+            .1;
+        if metrics.contains("hairpin_controller_managed_load_balancers 1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        metrics.contains("hairpin_controller_reconciles_total"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hairpin_controller_managed_load_balancers 1"),
+        "{metrics}"
+    );
+
+    // SIGTERM: a clean exit.
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let logs = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "exit {:?}\n{logs}", output.status);
+    let first = logs.lines().next().unwrap_or_default();
+    assert!(
+        serde_json::from_str::<serde_json::Value>(first).is_ok(),
+        "JSON logs: {first}"
+    );
+
+    let uninstall = tokio::task::spawn_blocking(move || {
+        hairpin(&["uninstall", "--kubeconfig", &kubeconfig]).output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&uninstall.stdout);
+    assert!(
+        uninstall.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&uninstall.stderr)
+    );
+    assert!(stdout.contains("Corefile restored"), "{stdout}");
+    assert_eq!(corefile(&fake), COREFILE, "byte-for-byte restore");
+    assert!(
+        fake.list("v1", "Service")
+            .iter()
+            .all(|s| s["metadata"]["namespace"] != "hairpin")
+    );
+}
+
+#[test]
+fn a_missing_kubeconfig_is_a_clear_error() {
+    let output = hairpin(&["uninstall", "--kubeconfig", "/nonexistent/kubeconfig"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
+}

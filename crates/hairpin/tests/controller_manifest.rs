@@ -1,0 +1,415 @@
+//! The static manifest (rendered from the Helm chart by scripts/render-manifest.sh) parses into
+//! typed Kubernetes objects, and its RBAC grants exactly what the controller and proxy use.
+
+use std::collections::BTreeMap;
+
+use hairpin_planner::PlannerConfig;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use serde_json::Value;
+
+const MANIFEST: &str = include_str!("../../../deploy/hairpin.yaml");
+
+#[derive(Default)]
+struct Objects {
+    deployments: Vec<Deployment>,
+    cluster_roles: Vec<ClusterRole>,
+    cluster_role_bindings: Vec<ClusterRoleBinding>,
+    roles: Vec<Role>,
+    role_bindings: Vec<RoleBinding>,
+    service_accounts: Vec<ServiceAccount>,
+    kinds: Vec<String>,
+}
+
+fn parse() -> Objects {
+    let mut objects = Objects::default();
+    for doc in MANIFEST.split("\n---\n") {
+        let value: Value = serde_saphyr::from_str(doc).expect("each document is valid YAML");
+        if value.is_null() {
+            continue;
+        }
+        let kind = value["kind"]
+            .as_str()
+            .expect("every document has a kind")
+            .to_owned();
+        match kind.as_str() {
+            "Namespace" => drop(serde_json::from_value::<Namespace>(value).unwrap()),
+            "Service" => drop(serde_json::from_value::<Service>(value).unwrap()),
+            "PodDisruptionBudget" => {
+                drop(serde_json::from_value::<PodDisruptionBudget>(value).unwrap())
+            }
+            "ServiceAccount" => objects
+                .service_accounts
+                .push(serde_json::from_value(value).unwrap()),
+            "Deployment" => objects
+                .deployments
+                .push(serde_json::from_value(value).unwrap()),
+            "ClusterRole" => objects
+                .cluster_roles
+                .push(serde_json::from_value(value).unwrap()),
+            "ClusterRoleBinding" => objects
+                .cluster_role_bindings
+                .push(serde_json::from_value(value).unwrap()),
+            "Role" => objects.roles.push(serde_json::from_value(value).unwrap()),
+            "RoleBinding" => objects
+                .role_bindings
+                .push(serde_json::from_value(value).unwrap()),
+            other => panic!("unexpected kind {other} in the static manifest"),
+        }
+        objects.kinds.push(kind);
+    }
+    objects
+}
+
+fn deployment<'a>(objects: &'a Objects, component: &str) -> &'a Deployment {
+    objects
+        .deployments
+        .iter()
+        .find(|d| d.metadata.labels.as_ref().unwrap()["app.kubernetes.io/component"] == component)
+        .unwrap_or_else(|| panic!("a {component} Deployment"))
+}
+
+/// One API request to authorize: (namespace or "" for cluster-wide, group, resource, verb, name).
+type Request<'a> = (&'a str, &'a str, &'a str, &'a str, Option<&'a str>);
+
+fn rule_allows(
+    rule: &PolicyRule,
+    group: &str,
+    resource: &str,
+    verb: &str,
+    name: Option<&str>,
+) -> bool {
+    let has = |list: &Option<Vec<String>>, item: &str| {
+        list.iter().flatten().any(|x| x == item || x == "*")
+    };
+    has(&rule.api_groups, group)
+        && has(&rule.resources, resource)
+        && rule.verbs.iter().any(|v| v == verb || v == "*")
+        && match &rule.resource_names {
+            None => true,
+            Some(names) if names.is_empty() => true,
+            Some(names) => name.is_some_and(|n| names.iter().any(|x| x == n)),
+        }
+}
+
+fn allowed(
+    objects: &Objects,
+    account: &str,
+    (ns, group, resource, verb, name): Request<'_>,
+) -> bool {
+    let bound = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects
+            .iter()
+            .flatten()
+            .any(|s| s.kind == "ServiceAccount" && s.name == account)
+    };
+    let cluster = objects
+        .cluster_role_bindings
+        .iter()
+        .filter(|b| bound(&b.subjects))
+        .any(|b| {
+            objects
+                .cluster_roles
+                .iter()
+                .filter(|r| r.metadata.name.as_deref() == Some(b.role_ref.name.as_str()))
+                .flat_map(|r| r.rules.iter().flatten())
+                .any(|rule| rule_allows(rule, group, resource, verb, name))
+        });
+    let namespaced = !ns.is_empty()
+        && objects
+            .role_bindings
+            .iter()
+            .filter(|b| b.metadata.namespace.as_deref() == Some(ns) && bound(&b.subjects))
+            .any(|b| {
+                objects
+                    .roles
+                    .iter()
+                    .filter(|r| {
+                        r.metadata.namespace.as_deref() == Some(ns)
+                            && r.metadata.name.as_deref() == Some(b.role_ref.name.as_str())
+                    })
+                    .flat_map(|r| r.rules.iter().flatten())
+                    .any(|rule| rule_allows(rule, group, resource, verb, name))
+            });
+    cluster || namespaced
+}
+
+#[test]
+fn every_document_parses_into_its_typed_object_and_no_hook_is_left_in() {
+    let objects = parse();
+    for kind in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "Role",
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",
+    ] {
+        assert!(
+            objects.kinds.iter().any(|k| k == kind),
+            "the manifest has a {kind}"
+        );
+    }
+    assert!(
+        !MANIFEST.contains("helm.sh/hook"),
+        "hooks would run at `kubectl apply` time"
+    );
+    for d in &objects.deployments {
+        let sa = d
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .service_account_name
+            .clone()
+            .unwrap();
+        assert!(
+            objects
+                .service_accounts
+                .iter()
+                .any(|s| s.metadata.name.as_deref() == Some(sa.as_str())),
+            "{sa} exists"
+        );
+    }
+}
+
+#[test]
+fn pods_are_non_root_read_only_and_probed() {
+    let objects = parse();
+    let controller = deployment(&objects, "controller");
+    assert_eq!(
+        controller.spec.as_ref().unwrap().replicas,
+        Some(2),
+        "two replicas, one leader"
+    );
+    for d in &objects.deployments {
+        let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        assert_eq!(
+            pod.security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
+        );
+        for c in &pod.containers {
+            let sc = c.security_context.as_ref().unwrap();
+            assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
+            assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+            let path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+                p.as_ref().unwrap().http_get.as_ref().unwrap().path.clone()
+            };
+            assert_eq!(path(&c.liveness_probe).as_deref(), Some("/livez"));
+            assert_eq!(path(&c.readiness_probe).as_deref(), Some("/readyz"));
+            assert!(
+                c.resources.as_ref().unwrap().requests.is_some(),
+                "{} has requests",
+                c.name
+            );
+        }
+    }
+    let args = |component: &str| {
+        deployment(&objects, component)
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .args
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(args("controller")[0], "controller");
+    assert_eq!(args("proxy")[0], "proxy");
+    assert!(
+        args("proxy")
+            .iter()
+            .any(|a| a == "--routes-configmap=$(POD_NAMESPACE)/hairpin-routes")
+    );
+}
+
+#[test]
+fn proxy_pods_carry_the_labels_the_hairpin_services_select() {
+    let objects = parse();
+    let proxy = deployment(&objects, "proxy");
+    let labels: BTreeMap<String, String> = proxy
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    for (key, value) in PlannerConfig::default().proxy_selector {
+        assert_eq!(
+            labels.get(&key),
+            Some(&value),
+            "proxy pods need {key}={value}"
+        );
+    }
+}
+
+#[test]
+fn rbac_grants_what_the_controller_uses_and_no_more() {
+    let objects = parse();
+    let controller = "hairpin-controller";
+    let planner = PlannerConfig::default();
+    let needed: Vec<Request<'_>> = vec![
+        ("", "", "services", "list", None),
+        ("", "", "services", "watch", None),
+        ("", "networking.k8s.io", "ingresses", "watch", None),
+        ("", "networking.k8s.io", "ingressclasses", "list", None),
+        ("", "gateway.networking.k8s.io", "gateways", "watch", None),
+        ("", "gateway.networking.k8s.io", "httproutes", "list", None),
+        ("", "gateway.networking.k8s.io", "grpcroutes", "watch", None),
+        ("", "gateway.networking.k8s.io", "tlsroutes", "watch", None),
+        ("", "events.k8s.io", "events", "create", None),
+        ("", "events.k8s.io", "events", "patch", None),
+        ("kube-system", "", "configmaps", "watch", Some("coredns")),
+        ("kube-system", "", "configmaps", "get", Some("coredns")),
+        ("kube-system", "", "configmaps", "update", Some("coredns")),
+        (
+            "kube-system",
+            "",
+            "configmaps",
+            "update",
+            Some("coredns-custom"),
+        ),
+        ("kube-system", "", "configmaps", "create", None),
+        (
+            "kube-system",
+            "",
+            "configmaps",
+            "delete",
+            Some("coredns-custom"),
+        ),
+        (
+            "kube-system",
+            "",
+            "configmaps",
+            "watch",
+            Some("node-local-dns"),
+        ),
+        ("hairpin", "", "services", "create", None),
+        ("hairpin", "", "services", "update", Some("hairpin-lb")),
+        ("hairpin", "", "services", "delete", Some("hairpin-lb")),
+        (
+            "hairpin",
+            "",
+            "configmaps",
+            "update",
+            Some("hairpin-routes"),
+        ),
+        ("hairpin", "", "configmaps", "watch", Some("hairpin-routes")),
+        ("hairpin", "", "configmaps", "create", None),
+        ("hairpin", "coordination.k8s.io", "leases", "create", None),
+        (
+            "hairpin",
+            "coordination.k8s.io",
+            "leases",
+            "update",
+            Some("hairpin-controller"),
+        ),
+        (
+            "hairpin",
+            "coordination.k8s.io",
+            "leases",
+            "delete",
+            Some("hairpin-controller"),
+        ),
+    ];
+    for name in &planner.coredns_config_maps {
+        assert!(
+            allowed(
+                &objects,
+                controller,
+                ("kube-system", "", "configmaps", "update", Some(name))
+            ),
+            "update {name}"
+        );
+    }
+    for request in needed {
+        assert!(
+            allowed(&objects, controller, request),
+            "the controller may {request:?}"
+        );
+    }
+    let denied: Vec<Request<'_>> = vec![
+        ("", "", "services", "update", Some("x")),
+        ("", "", "configmaps", "list", None),
+        (
+            "kube-system",
+            "",
+            "configmaps",
+            "update",
+            Some("kube-proxy"),
+        ),
+        (
+            "kube-system",
+            "",
+            "configmaps",
+            "get",
+            Some("kubeadm-config"),
+        ),
+        (
+            "kube-system",
+            "",
+            "configmaps",
+            "update",
+            Some("node-local-dns"),
+        ),
+        ("kube-system", "", "services", "update", Some("kube-dns")),
+        ("default", "", "services", "create", None),
+        ("hairpin", "", "configmaps", "update", Some("other")),
+        ("hairpin", "", "secrets", "get", Some("x")),
+        ("", "", "secrets", "list", None),
+        (
+            "hairpin",
+            "coordination.k8s.io",
+            "leases",
+            "update",
+            Some("someone-elses"),
+        ),
+    ];
+    for request in denied {
+        assert!(
+            !allowed(&objects, controller, request),
+            "the controller must not {request:?}"
+        );
+    }
+    let proxy = "hairpin-proxy";
+    assert!(allowed(
+        &objects,
+        proxy,
+        ("hairpin", "", "configmaps", "watch", Some("hairpin-routes"))
+    ));
+    assert!(allowed(
+        &objects,
+        proxy,
+        ("hairpin", "", "configmaps", "list", Some("hairpin-routes"))
+    ));
+    assert!(!allowed(
+        &objects,
+        proxy,
+        (
+            "hairpin",
+            "",
+            "configmaps",
+            "update",
+            Some("hairpin-routes")
+        )
+    ));
+    assert!(!allowed(
+        &objects,
+        proxy,
+        ("", "", "services", "list", None)
+    ));
+}
