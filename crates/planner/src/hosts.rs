@@ -341,6 +341,23 @@ mod tests {
     }
 
     #[test]
+    fn twenty_thousand_names_round_trip() {
+        let entries: Vec<HostsEntry> = (0..4)
+            .map(|lb| {
+                let names = (0..5000).map(move |i| format!("app-{i}.team-{lb}.example.com"));
+                HostsEntry::new(IpAddr::from([10, 96, 0, 20 + lb]), names)
+            })
+            .collect();
+        let original = "127.0.0.1 localhost\n";
+        let edit = apply(original, &entries).unwrap();
+        let lines = edit.text.lines().count();
+        assert!(edit.text.lines().all(|l| l.len() <= MAX_LINE_BYTES));
+        assert_eq!(edit.text.matches(".example.com").count(), 20_000);
+        assert!(lines < 2_500, "{lines} lines");
+        assert_eq!(remove(&edit.text).unwrap().text, original);
+    }
+
+    #[test]
     fn long_name_lists_are_split() {
         let names: Vec<String> = (0..100)
             .map(|i| format!("host-{i:03}.example.com"))

@@ -284,9 +284,17 @@ fn is_managed_line(line: &str) -> bool {
     line.trim_start().starts_with("rewrite stop name ")
 }
 
-/// Whether a block's lines lie inside the server block's braces.
+/// Whether a block's lines lie inside the server block's braces, and not inside a plugin's
+/// own block (where `rewrite` lines would be read as options of that plugin).
 fn inside(src: &str, lines: &[markers::Line], b: &Block, sb: &ServerBlock) -> bool {
-    lines[b.first].start > sb.open.start && lines[b.last].end <= line_start(src, sb.close.start)
+    let (start, end) = (lines[b.first].start, lines[b.last].end);
+    let in_server = start > sb.open.start && end <= line_start(src, sb.close.start);
+    let in_plugin = sb
+        .directives
+        .iter()
+        .filter_map(|d| d.block)
+        .any(|(open, close)| start > open.start && start < close.start);
+    in_server && !in_plugin
 }
 
 /// Split found blocks into "keep in place" (a single complete block inside the server block)

@@ -377,3 +377,41 @@ fn markers_around_foreign_lines_keep_those_lines() {
     );
     assert_eq!(removed.warnings[0].metric_label(), "foreign_lines_in_block");
 }
+
+#[test]
+fn a_block_inside_a_plugin_block_is_moved_out() {
+    let original = format!(
+        ".:53 {{\n    kubernetes cluster.local {{\n{}    }}\n    reload\n}}\n",
+        block("        ", &["old.example.com"])
+    );
+    let edit = apply(&original, &entries(&["a.example.com"])).unwrap();
+    assert_eq!(edit.warnings, [Warning::BlockMisplaced { line: 3 }]);
+    assert_eq!(
+        edit.text,
+        format!(
+            ".:53 {{\n{}    kubernetes cluster.local {{\n    }}\n    reload\n}}\n",
+            block("    ", &["a.example.com"])
+        )
+    );
+}
+
+#[test]
+fn too_large_results_are_refused() {
+    let many: Vec<DnsEntry> = (0..15_000)
+        .map(|i| DnsEntry::new(&format!("host-{i}.example.com"), T).unwrap())
+        .collect();
+    let err = apply_with(BASIC, &many, RuleStyle::ExactOnly).unwrap_err();
+    assert!(matches!(
+        err,
+        CorefileError::TooLarge { bytes, limit } if bytes > limit && limit == CONFIGMAP_MAX_BYTES
+    ));
+    assert_eq!(err.metric_label(), "too_large");
+    assert_eq!(
+        render_override_with(&many, RuleStyle::ExactOnly)
+            .unwrap_err()
+            .metric_label(),
+        "too_large"
+    );
+    // The compact style fits easily.
+    assert!(apply(BASIC, &many).unwrap().text.len() < CONFIGMAP_MAX_BYTES / 4);
+}
