@@ -1,0 +1,203 @@
+//! `hairpin doctor` as a process against real nginx on loopback: the hairpin signature, a
+//! healthy server, JSON output, exit codes, bad input, and the `kubectl hairpin` plugin name.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use hairpin_testkit::{Nginx, free_addr};
+
+fn hairpin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hairpin"))
+        .args(args)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn doctor_tells_the_hairpin_signature_from_a_healthy_server() {
+    let proxy_only = free_addr();
+    let plain = free_addr();
+    let _nginx = Nginx::start(
+        &format!(
+            "server {{ listen {proxy_only} proxy_protocol; location / {{ return 200 \"ok\"; }} }}\n\
+             server {{ listen {plain}; location / {{ return 200 \"ok\"; }} }}"
+        ),
+        &[proxy_only, plain],
+    )
+    .unwrap();
+
+    // nginx requires the header: plain fails, PROXY works -> BROKEN, exit 1.
+    let port = proxy_only.port().to_string();
+    let out = hairpin(&["doctor", "127.0.0.1", "--port", &port, "--no-cluster"]);
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains(&format!("127.0.0.1:{port}  BROKEN")),
+        "{report}"
+    );
+    assert!(report.contains("hairpin short-circuit"), "{report}");
+    assert!(report.contains("install hairpin"), "{report}");
+
+    // JSON for scripts, with the same verdict.
+    let out = hairpin(&[
+        "doctor",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--no-cluster",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let host = &json["hosts"][0];
+    assert_eq!(host["verdict"]["status"], "BROKEN");
+    assert_eq!(host["network"]["probes"]["plain"]["outcome"], "empty_reply");
+    assert_eq!(host["network"]["probes"]["proxy_v1"]["outcome"], "answered");
+    assert_eq!(host["network"]["probes"]["proxy_v2"]["outcome"], "answered");
+    assert_eq!(host["cluster"]["state"], "not_checked");
+
+    // A server that takes plain requests -> OK, exit 0; several hosts, one broken -> exit 1.
+    let plain_port = plain.port().to_string();
+    let out = hairpin(&["doctor", "localhost", "--port", &plain_port, "--no-cluster"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains(&format!("localhost:{plain_port}  OK")));
+}
+
+#[test]
+fn doctor_exit_codes_for_bad_input_and_unreachable_hosts() {
+    // Usage errors: exit 2, a clear message, no panic.
+    for args in [
+        vec!["doctor"],
+        vec!["doctor", "https://shop.example.com/"],
+        vec!["doctor", "shop.example.com:443"],
+        vec!["doctor", "localhost", "--timeout", "0"],
+        vec!["doctor", "localhost", "--port", "70000"],
+        vec![
+            "doctor",
+            "localhost",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+        ],
+    ] {
+        let out = hairpin(&args);
+        let report = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {report}");
+        assert!(!report.contains("panicked"), "{report}");
+        assert!(report.contains("error"), "{args:?}: {report}");
+    }
+
+    // Nothing listens: BROKEN, but not called a hairpin problem.
+    let closed = free_addr();
+    let out = hairpin(&[
+        "doctor",
+        "127.0.0.1",
+        "--port",
+        &closed.port().to_string(),
+        "--no-cluster",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("not the hairpin signature"),
+        "{}",
+        text(&out)
+    );
+
+    // A name that does not resolve.
+    let out = hairpin(&[
+        "doctor",
+        "does-not-exist.invalid",
+        "--no-cluster",
+        "--timeout",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("does not resolve"), "{}", text(&out));
+}
+
+#[test]
+fn doctor_without_api_access_says_what_it_could_not_check_and_does_not_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    // A kubeconfig pointing at a port where nothing listens.
+    let closed = free_addr();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: http://{closed}\n\
+             contexts:\n- name: lab\n  context:\n    cluster: lab\n    user: lab\ncurrent-context: lab\n\
+             users:\n- name: lab\n  user:\n    token: test\n"
+        ),
+    )
+    .unwrap();
+    let target = free_addr();
+    let _nginx = Nginx::start(
+        &format!("server {{ listen {target}; location / {{ return 200 \"ok\"; }} }}"),
+        &[target],
+    )
+    .unwrap();
+    let started = Instant::now();
+    let out = hairpin(&[
+        "doctor",
+        "127.0.0.1",
+        "--port",
+        &target.port().to_string(),
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--timeout",
+        "2",
+    ]);
+    let report = text(&out);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert!(report.contains("cluster         not checked"), "{report}");
+    assert!(report.contains("cluster checks skipped"), "{report}");
+}
+
+#[test]
+fn kubectl_plugin_name_is_used_when_linked_as_kubectl_hairpin() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("kubectl-hairpin");
+    std::os::unix::fs::symlink(Path::new(env!("CARGO_BIN_EXE_hairpin")), &link).unwrap();
+    let out = Command::new(&link)
+        .args(["doctor", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Usage: kubectl hairpin doctor"), "{help}");
+    // The same arguments work through the plugin name.
+    let closed = free_addr();
+    let out = Command::new(&link)
+        .args([
+            "doctor",
+            "127.0.0.1",
+            "--port",
+            &closed.port().to_string(),
+            "--no-cluster",
+            "-o",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["hosts"][0]["verdict"]["status"], "BROKEN");
+    // Invoked under its own name, the help says `hairpin`.
+    let help = hairpin(&["doctor", "--help"]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: hairpin doctor"));
+}
