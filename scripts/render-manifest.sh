@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Render the Helm chart into the static manifest deploy/hairpin.yaml with Helm's real engine.
+# Render the Helm chart into the static manifest deploy/hairpin.yaml (and its uninstall Job,
+# deploy/hairpin-uninstall.yaml) with Helm's real engine.
 #
 #   scripts/render-manifest.sh          regenerate deploy/hairpin.yaml
 #   scripts/render-manifest.sh --check  fail (exit 1, with a diff) when it has drifted
@@ -13,6 +14,7 @@ VENV="${HAIRPIN_HELM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/hairpin/helm-venv}"
 HELM_SDK_VERSION="0.2.2"
 NAMESPACE="hairpin"
 OUT="deploy/hairpin.yaml"
+OUT_UNINSTALL="deploy/hairpin-uninstall.yaml"
 
 if ! "$VENV/bin/python" -c "import helm_python" 2>/dev/null; then
     echo "render-manifest: installing helm-python-sdk $HELM_SDK_VERSION into $VENV" >&2
@@ -20,19 +22,24 @@ if ! "$VENV/bin/python" -c "import helm_python" 2>/dev/null; then
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "helm-python-sdk==$HELM_SDK_VERSION"
 fi
 
-rendered="$(mktemp)"
-trap 'rm -f "$rendered"' EXIT
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 lint=()
 [[ "${1:-}" == "--check" ]] && lint=(--lint)
-"$VENV/bin/python" scripts/render-manifest.py charts/hairpin "$NAMESPACE" "${lint[@]}" >"$rendered"
+"$VENV/bin/python" scripts/render-manifest.py charts/hairpin "$NAMESPACE" \
+    "$tmp/manifest.yaml" "$tmp/uninstall.yaml" "${lint[@]}"
 
 if [[ "${1:-}" == "--check" ]]; then
-    if ! diff -u "$OUT" "$rendered"; then
-        echo "render-manifest: $OUT is out of date with charts/hairpin; run scripts/render-manifest.sh" >&2
+    drift=0
+    diff -u "$OUT" "$tmp/manifest.yaml" || drift=1
+    diff -u "$OUT_UNINSTALL" "$tmp/uninstall.yaml" || drift=1
+    if [[ $drift == 1 ]]; then
+        echo "render-manifest: deploy/ is out of date with charts/hairpin; run scripts/render-manifest.sh" >&2
         exit 1
     fi
-    echo "render-manifest: $OUT matches charts/hairpin"
+    echo "render-manifest: $OUT and $OUT_UNINSTALL match charts/hairpin"
 else
-    cp "$rendered" "$OUT"
-    echo "render-manifest: wrote $OUT" >&2
+    cp "$tmp/manifest.yaml" "$OUT"
+    cp "$tmp/uninstall.yaml" "$OUT_UNINSTALL"
+    echo "render-manifest: wrote $OUT and $OUT_UNINSTALL" >&2
 fi

@@ -11,6 +11,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Ro
 use serde_json::Value;
 
 const MANIFEST: &str = include_str!("../../../deploy/hairpin.yaml");
+const UNINSTALL: &str = include_str!("../../../deploy/hairpin-uninstall.yaml");
 
 #[derive(Default)]
 struct Objects {
@@ -412,4 +413,57 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         proxy,
         ("", "", "services", "list", None)
     ));
+}
+
+#[test]
+fn the_uninstall_job_runs_hairpin_uninstall_with_the_controllers_account() {
+    let doc = UNINSTALL
+        .split("\n---\n")
+        .nth(1)
+        .expect("one document after the header");
+    let job: k8s_openapi::api::batch::v1::Job =
+        serde_json::from_value(serde_saphyr::from_str::<Value>(doc).unwrap()).unwrap();
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("hairpin-controller")
+    );
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    let container = &pod.containers[0];
+    assert_eq!(
+        container.args.as_deref(),
+        Some(&["uninstall".to_owned()][..])
+    );
+    let env: Vec<&str> = container
+        .env
+        .iter()
+        .flatten()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert!(
+        env.contains(&"HAIRPIN_NAMESPACE") && env.contains(&"HAIRPIN_COREDNS_CONFIGMAPS"),
+        "{env:?}"
+    );
+    let objects = parse();
+    let controller = deployment(&objects, "controller");
+    let controller_env: Vec<String> = controller
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| e.name.clone())
+        .collect();
+    for name in env {
+        assert!(
+            controller_env.iter().any(|e| e == name),
+            "uninstall sees the controller's {name}"
+        );
+    }
 }
