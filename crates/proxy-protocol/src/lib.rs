@@ -4,15 +4,28 @@
 //! binary header (v2) a load balancer prepends to a forwarded connection so the receiver learns
 //! the original client and destination addresses.
 //!
+//! - Encoding: [`encode_header`] for the common TCP case; [`v2::Builder`] for v2 headers with
+//!   TLVs and a CRC32C; [`Header::encode`] for any header. All write into the caller's buffer.
+//! - Decoding: [`decode`] (strict defaults) or a configured [`Decoder`]. The result tells a
+//!   complete header ([`Decoded::Complete`], with the number of bytes it took: the payload
+//!   after it is untouched) from a valid start that needs more bytes
+//!   ([`Decoded::Incomplete`]); anything invalid is a [`DecodeError`] that says what is wrong.
+//!   TLVs borrow from the input; [`Header::to_owned_header`] copies.
+//!
 //! ```
 //! use std::net::SocketAddr;
-//! use hairpin_proxy_protocol::{encode_header, Version, V1_MAX_LEN};
+//! use hairpin_proxy_protocol::{encode_header, decode, Decoded, Version, V1_MAX_LEN};
 //!
 //! let src: SocketAddr = "192.0.2.7:51234".parse().unwrap();
 //! let dst: SocketAddr = "198.51.100.1:443".parse().unwrap();
+//! // V1_MAX_LEN bytes hold any header `encode_header` writes, v1 or v2.
 //! let mut buf = [0u8; V1_MAX_LEN];
 //! let len = encode_header(Version::V1, src, dst, &mut buf).unwrap();
 //! assert_eq!(&buf[..len], b"PROXY TCP4 192.0.2.7 198.51.100.1 51234 443\r\n");
+//!
+//! let len = encode_header(Version::V2, src, dst, &mut buf).unwrap();
+//! let Ok(Decoded::Complete { header, len: used }) = decode(&buf[..len]) else { panic!() };
+//! assert_eq!((header.source(), header.destination(), used), (Some(src), Some(dst), len));
 //! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -91,8 +104,8 @@ impl FromStr for Version {
 /// returns the number of bytes written.
 ///
 /// `src` is the original client, `dst` the address the client connected to. Mixed IPv4/IPv6
-/// endpoints become v4-mapped IPv6 (as HAProxy does). A buffer of [`V1_MAX_LEN`] (v1) or
-/// 16 + 36 bytes (v2) always suffices; a smaller one that cannot hold this header is an
+/// endpoints become v4-mapped IPv6 (as HAProxy does). A buffer of [`V1_MAX_LEN`] bytes always
+/// suffices (v2 needs at most 16 + 36); a smaller one that cannot hold this header is an
 /// [`EncodeError::BufferTooSmall`], and nothing is written then.
 pub fn encode_header(
     version: Version,
