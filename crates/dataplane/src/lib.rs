@@ -1,1 +1,25 @@
-//! The hairpin TCP proxy that prepends the PROXY header a load balancer would send.
+//! The hairpin TCP proxy: accepts connections, prepends the PROXY protocol header the cloud load
+//! balancer would have sent, and forwards them to the ingress.
+//!
+//! - [`routes`]: the route table (pure, serde), what the controller publishes.
+//! - [`Proxy`]: runs a route table, and any later one from a `watch` channel, without dropping
+//!   established connections.
+//! - [`routes_file`]: a route table source that follows a JSON file (a ConfigMap volume).
+#![forbid(unsafe_code)]
+
+pub mod config;
+mod conn;
+mod copy;
+mod error;
+pub mod metrics;
+mod proxy;
+mod ratelimit;
+pub mod routes;
+pub mod routes_file;
+mod upstream;
+
+pub use config::{ProxyConfig, parse_duration};
+pub use error::Error;
+pub use metrics::ProxyMetrics;
+pub use proxy::Proxy;
+pub use upstream::resolve;

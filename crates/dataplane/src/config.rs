@@ -1,0 +1,81 @@
+//! Process-wide proxy settings (per-route settings live in [`crate::routes::Route`]).
+
+use std::time::Duration;
+
+use crate::Error;
+
+/// Limits and timeouts that apply to every route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// How long connecting to the upstream may take before the client is closed.
+    pub connect_timeout: Duration,
+    /// How long a connection may move no byte in either direction before both sides are closed.
+    pub idle_timeout: Duration,
+    /// How long established connections may take to finish after a drain starts.
+    pub drain_timeout: Duration,
+    /// The most connections open at once, over all routes. At the limit the proxy stops
+    /// accepting (new clients wait in the kernel's backlog) until a connection ends.
+    pub max_connections: usize,
+    /// How many `SO_REUSEPORT` listening sockets each route opens (one per worker spreads
+    /// accepting over the workers).
+    pub listeners_per_route: usize,
+    /// The listen backlog of each listening socket.
+    pub backlog: u32,
+    /// How long a resolved upstream name is reused before it is looked up again.
+    pub resolve_ttl: Duration,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(600),
+            drain_timeout: Duration::from_secs(25),
+            max_connections: 10_000,
+            listeners_per_route: 1,
+            backlog: 4096,
+            resolve_ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Parses `500ms`, `5s`, `2m`, `1h` (or a bare number of seconds).
+///
+/// # Errors
+/// [`Error::InvalidDuration`] for anything else.
+pub fn parse_duration(text: &str) -> Result<Duration, Error> {
+    let invalid = || Error::InvalidDuration(text.to_owned());
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let millis = match unit {
+        "ms" => Some(number),
+        "" | "s" => number.checked_mul(1_000),
+        "m" => number.checked_mul(60_000),
+        "h" => number.checked_mul(3_600_000),
+        _ => None,
+    }
+    .ok_or_else(invalid)?;
+    Ok(Duration::from_millis(millis))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        for bad in ["", "s", "5x", "-1s", "1.5s", "5 s"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(err.to_string().contains("invalid duration"), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! One proxied connection: connect upstream, write the PROXY header with the client's first
+//! bytes, then copy both ways until both sides are done, one fails, or it goes idle.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hairpin_proxy_protocol::encode_header;
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::copy::Duplex;
+use crate::metrics::{ConnectFailure, RouteMetrics};
+use crate::proxy::{RouteRuntime, Shared};
+
+struct ActiveGuard<'a>(&'a RouteMetrics);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.active.dec();
+    }
+}
+
+pub(crate) async fn serve(
+    client: TcpStream,
+    peer: SocketAddr,
+    route: Arc<RouteRuntime>,
+    shared: Arc<Shared>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let metrics = &route.metrics;
+    metrics.connections.inc();
+    metrics.active.inc();
+    let _active = ActiveGuard(metrics);
+
+    let started = Instant::now();
+    let upstream =
+        match tokio::time::timeout(shared.config.connect_timeout, route.target.connect()).await {
+            Ok(Ok(upstream)) => upstream,
+            Ok(Err(err)) => {
+                route.connect_failed(peer, err.failure, &err.message);
+                return;
+            }
+            Err(_) => {
+                route.connect_failed(
+                    peer,
+                    ConnectFailure::timeout,
+                    &format!("no answer within {:?}", shared.config.connect_timeout),
+                );
+                return;
+            }
+        };
+    metrics
+        .connect_seconds
+        .observe(started.elapsed().as_secs_f64());
+    let _ = upstream.set_nodelay(true);
+
+    let destination = match route.route.destination {
+        Some(destination) => destination,
+        None => match client.local_addr() {
+            Ok(local) => local,
+            Err(_) => return,
+        },
+    };
+    let version = route.route.proxy_protocol;
+    let mut duplex = Duplex::new(&client, &upstream, metrics);
+    let sent = duplex.send_first(|buf| {
+        let (src, dst) = header_addresses(peer, destination);
+        encode_header(version, src, dst, buf)
+            .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string()))
+    });
+    let result = match sent {
+        Ok(()) => pump(&mut duplex, shared.config.idle_timeout, &route.metrics).await,
+        Err(err) => Err(err),
+    };
+    duplex.flush_counts();
+    if let Err(err) = result {
+        if err.kind() != io::ErrorKind::TimedOut {
+            // Pass a failure on as a reset, so neither side mistakes it for a complete stream.
+            let _ = client.set_zero_linger();
+            let _ = upstream.set_zero_linger();
+        }
+        tracing::debug!(route = %route.route.name, client = %peer, error = %err, "connection ended with an error");
+    }
+}
+
+async fn pump(
+    duplex: &mut Duplex<'_>,
+    idle_timeout: std::time::Duration,
+    metrics: &RouteMetrics,
+) -> io::Result<()> {
+    let idle = tokio::time::sleep(idle_timeout);
+    tokio::pin!(idle);
+    loop {
+        tokio::select! {
+            biased;
+            done = std::future::poll_fn(|cx| duplex.poll(cx)) => return done,
+            () = &mut idle => {
+                let deadline = tokio::time::Instant::from_std(duplex.last_activity() + idle_timeout);
+                if deadline <= tokio::time::Instant::now() {
+                    metrics.idle_timeouts.inc();
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout"));
+                }
+                idle.as_mut().reset(deadline);
+            }
+        }
+    }
+}
+
+/// The addresses to write: IPv4-mapped IPv6 addresses (a dual-stack listener's IPv4 clients)
+/// are written as the IPv4 addresses they are; the codec maps a remaining mixed pair to IPv6.
+fn header_addresses(src: SocketAddr, dst: SocketAddr) -> (SocketAddr, SocketAddr) {
+    let canonical = |addr: SocketAddr| SocketAddr::new(addr.ip().to_canonical(), addr.port());
+    (canonical(src), canonical(dst))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn header_addresses_share_one_family() {
+        assert_eq!(
+            header_addresses(addr("127.0.0.2:5000"), addr("203.0.113.10:80")),
+            (addr("127.0.0.2:5000"), addr("203.0.113.10:80"))
+        );
+        assert_eq!(
+            header_addresses(
+                addr("[::ffff:127.0.0.2]:5000"),
+                addr("[::ffff:10.0.0.1]:80")
+            ),
+            (addr("127.0.0.2:5000"), addr("10.0.0.1:80"))
+        );
+        assert_eq!(
+            header_addresses(addr("[::1]:5000"), addr("[2001:db8::1]:443")),
+            (addr("[::1]:5000"), addr("[2001:db8::1]:443"))
+        );
+    }
+}

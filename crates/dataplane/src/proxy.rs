@@ -1,0 +1,424 @@
+//! The route manager: one set of listeners per route, started, updated and stopped as route
+//! tables arrive, and the drain on shutdown.
+//!
+//! Connections are independent tasks: stopping a route closes its listening sockets only, and
+//! its established connections carry on until they end (or the drain deadline passes).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hairpin_runtime::Shutdown;
+use hairpin_runtime::shutdown::DrainOutcome;
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio_util::task::TaskTracker;
+
+use crate::config::ProxyConfig;
+use crate::metrics::{ConnectFailure, ProxyMetrics, RouteMetrics};
+use crate::ratelimit::LogLimiter;
+use crate::routes::{Route, RouteTable};
+use crate::upstream::Target;
+use crate::{Error, conn};
+
+/// State shared by every listener and connection.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: ProxyConfig,
+    metrics: ProxyMetrics,
+    limit: Arc<Semaphore>,
+    tracker: TaskTracker,
+    limit_log: LogLimiter,
+    accept_log: LogLimiter,
+}
+
+/// What a route's connections need, swapped as a whole when the route changes.
+#[derive(Debug)]
+pub(crate) struct RouteRuntime {
+    pub(crate) route: Route,
+    pub(crate) target: Target,
+    pub(crate) metrics: RouteMetrics,
+    connect_log: LogLimiter,
+}
+
+impl RouteRuntime {
+    fn new(route: &Route, shared: &Shared) -> Self {
+        Self {
+            target: Target::new(route.upstream.clone(), shared.config.resolve_ttl),
+            metrics: shared.metrics.route(&route.name),
+            connect_log: LogLimiter::new(5, Duration::from_secs(10)),
+            route: route.clone(),
+        }
+    }
+
+    /// Counts a failed upstream connect and logs it, at most a few times per window.
+    pub(crate) fn connect_failed(
+        &self,
+        client: SocketAddr,
+        failure: ConnectFailure,
+        message: &str,
+    ) {
+        self.metrics.connect_error(failure);
+        if let Some(suppressed) = self.connect_log.check() {
+            tracing::warn!(
+                route = %self.route.name,
+                upstream = %self.target.upstream(),
+                %client,
+                reason = ?failure,
+                error = message,
+                suppressed,
+                "cannot connect to upstream; closing the client connection"
+            );
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RunningRoute {
+    route: Route,
+    config: watch::Sender<Option<Arc<RouteRuntime>>>,
+}
+
+/// The proxy: feed it route tables with [`Proxy::apply`] or [`Proxy::run`].
+///
+/// ```no_run
+/// # async fn example(table: hairpin_dataplane::routes::RouteTable) {
+/// use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics};
+/// let mut registry = prometheus_client::registry::Registry::default();
+/// let metrics = ProxyMetrics::register(registry.sub_registry_with_prefix("hairpin_proxy"));
+/// let (routes_tx, routes_rx) = tokio::sync::watch::channel(table);
+/// let shutdown = hairpin_runtime::Shutdown::from_signals().unwrap();
+/// // Later, from anywhere: routes_tx.send(new_table) starts/stops/updates listeners.
+/// let outcome = Proxy::new(ProxyConfig::default(), metrics).run(routes_rx, shutdown).await;
+/// # drop(routes_tx); let _ = outcome;
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+    running: HashMap<String, RunningRoute>,
+}
+
+impl Proxy {
+    /// A proxy with no route yet.
+    pub fn new(config: ProxyConfig, metrics: ProxyMetrics) -> Self {
+        metrics.set_max_connections(config.max_connections);
+        let limit = Arc::new(Semaphore::new(
+            config.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+        ));
+        Self {
+            shared: Arc::new(Shared {
+                config,
+                metrics,
+                limit,
+                tracker: TaskTracker::new(),
+                limit_log: LogLimiter::new(1, Duration::from_secs(10)),
+                accept_log: LogLimiter::new(5, Duration::from_secs(10)),
+            }),
+            running: HashMap::new(),
+        }
+    }
+
+    /// Makes the running routes equal to `table`: new routes start accepting, removed ones stop
+    /// accepting (their connections drain), changed ones apply to new connections. A route
+    /// whose listen address cannot be bound is reported and left out; applying the same table
+    /// again retries it. Must be called inside a tokio runtime.
+    pub fn apply(&mut self, table: &RouteTable) -> Vec<Error> {
+        self.running.retain(|name, running| {
+            let keep = table
+                .get(name)
+                .is_some_and(|route| route.listen == running.route.listen);
+            if !keep {
+                running.config.send_replace(None);
+                tracing::info!(route = %name, listen = %running.route.listen, "route removed: stopped accepting, its connections drain");
+            }
+            keep
+        });
+        let mut errors = Vec::new();
+        for route in table.routes() {
+            match self.running.get_mut(&route.name) {
+                Some(running) if running.route == *route => {}
+                Some(running) => {
+                    let runtime = Arc::new(RouteRuntime::new(route, &self.shared));
+                    running.config.send_replace(Some(runtime));
+                    running.route = route.clone();
+                    tracing::info!(route = %route.name, listen = %route.listen, upstream = %route.upstream,
+                        proxy_protocol = %route.proxy_protocol, "route updated (applies to new connections)");
+                }
+                None => match self.start(route) {
+                    Ok(running) => {
+                        self.running.insert(route.name.clone(), running);
+                    }
+                    Err(err) => {
+                        self.shared.metrics.route_error();
+                        errors.push(err);
+                    }
+                },
+            }
+        }
+        self.shared.metrics.set_routes(self.running.len());
+        errors
+    }
+
+    /// Names of the routes accepting now.
+    pub fn route_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.running.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Connections open now, over all routes (including routes already removed).
+    pub fn active_connections(&self) -> usize {
+        self.shared.tracker.len()
+    }
+
+    fn start(&self, route: &Route) -> Result<RunningRoute, Error> {
+        let config = &self.shared.config;
+        let listeners = (0..config.listeners_per_route.max(1))
+            .map(|_| bind(route.listen, config.backlog))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|source| Error::Bind {
+                route: route.name.clone(),
+                addr: route.listen,
+                source,
+            })?;
+        let runtime = Arc::new(RouteRuntime::new(route, &self.shared));
+        let (config, _) = watch::channel(Some(runtime));
+        for listener in listeners {
+            tokio::spawn(accept_loop(
+                listener,
+                config.subscribe(),
+                self.shared.clone(),
+            ));
+        }
+        tracing::info!(route = %route.name, listen = %route.listen, upstream = %route.upstream,
+            proxy_protocol = %route.proxy_protocol,
+            destination = %route.destination.map_or_else(|| "local address".to_owned(), |d| d.to_string()),
+            "route accepting");
+        Ok(RunningRoute {
+            route: route.clone(),
+            config,
+        })
+    }
+
+    /// Stops accepting on every route (connections stay).
+    pub fn stop_accepting(&mut self) {
+        for (_, running) in self.running.drain() {
+            running.config.send_replace(None);
+        }
+        self.shared.metrics.set_routes(0);
+    }
+
+    /// Runs until the drain starts: applies every table `routes` delivers (starting with the
+    /// current one), and retries routes that failed to bind every second. Then stops accepting
+    /// and waits for the open connections, at most the drain timeout or until shutdown is
+    /// forced.
+    pub async fn run(
+        mut self,
+        mut routes: watch::Receiver<RouteTable>,
+        shutdown: Shutdown,
+    ) -> DrainOutcome {
+        let table = routes.borrow_and_update().clone();
+        let mut failing = self.apply_logged(&table, true);
+        let mut retry = tokio::time::interval(Duration::from_secs(1));
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut updates_open = true;
+        loop {
+            tokio::select! {
+                biased;
+                () = shutdown.draining() => break,
+                changed = routes.changed(), if updates_open => match changed {
+                    Ok(()) => {
+                        let table = routes.borrow_and_update().clone();
+                        failing = self.apply_logged(&table, true);
+                    }
+                    Err(_) => updates_open = false,
+                },
+                _ = retry.tick(), if failing => {
+                    let table = routes.borrow().clone();
+                    failing = self.apply_logged(&table, false);
+                }
+            }
+        }
+        self.stop_accepting();
+        let grace = self.shared.config.drain_timeout;
+        tracing::info!(
+            connections = self.active_connections(),
+            ?grace,
+            "draining: stopped accepting, waiting for open connections"
+        );
+        self.shared.tracker.close();
+        let outcome = shutdown
+            .drain_within(grace, self.shared.tracker.wait())
+            .await;
+        match outcome {
+            DrainOutcome::Completed => tracing::info!("drained: all connections closed"),
+            DrainOutcome::TimedOut => tracing::warn!(
+                connections = self.active_connections(),
+                "drain timeout passed; closing the remaining connections"
+            ),
+            DrainOutcome::Forced => tracing::warn!(
+                connections = self.active_connections(),
+                "shutdown forced; closing the remaining connections"
+            ),
+        }
+        outcome
+    }
+
+    fn apply_logged(&mut self, table: &RouteTable, loud: bool) -> bool {
+        let errors = self.apply(table);
+        for err in &errors {
+            if loud {
+                tracing::error!(error = %err, "route not started; retrying every second");
+            } else {
+                tracing::debug!(error = %err, "route still not started");
+            }
+        }
+        !errors.is_empty()
+    }
+}
+
+/// A listening socket with `SO_REUSEPORT` (several per route spread accepting over workers,
+/// and a restarted proxy can bind before the old one lets go) and `TCP_NODELAY`, which accepted
+/// sockets inherit.
+fn bind(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_tcp_nodelay(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    TcpListener::from_std(socket.into())
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    mut config: watch::Receiver<Option<Arc<RouteRuntime>>>,
+    shared: Arc<Shared>,
+) {
+    let Some(mut route) = config.borrow_and_update().clone() else {
+        return;
+    };
+    loop {
+        // At the limit, stop accepting (clients wait in the backlog) until a connection ends.
+        // No permit is held while waiting in `accept`: with several listeners, an idle one must
+        // not keep the last permit from a busy one.
+        if shared.limit.available_permits() == 0 {
+            shared.limit_reached();
+            tokio::select! {
+                permit = shared.limit.acquire() => if permit.is_err() { return },
+                changed = config.changed() => {
+                    match changed.ok().and_then(|()| config.borrow_and_update().clone()) {
+                        Some(updated) => route = updated,
+                        None => return,
+                    }
+                    continue;
+                }
+            }
+        }
+        let accepted = tokio::select! {
+            biased;
+            changed = config.changed() => {
+                match changed.ok().and_then(|()| config.borrow_and_update().clone()) {
+                    Some(updated) => route = updated,
+                    None => return,
+                }
+                continue;
+            }
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                if let Some(suppressed) = shared.accept_log.check() {
+                    tracing::warn!(route = %route.route.name, error = %err, suppressed, "accept failed");
+                }
+                // Out of file descriptors or memory: back off instead of spinning.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let permit = match shared.limit.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                // Another listener took the last permit since the check above.
+                shared.limit_reached();
+                match shared.limit.clone().acquire_owned().await {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                }
+            }
+        };
+        shared.tracker.spawn(conn::serve(
+            stream,
+            peer,
+            route.clone(),
+            shared.clone(),
+            permit,
+        ));
+    }
+}
+
+impl Shared {
+    fn limit_reached(&self) {
+        self.metrics.limit_reached();
+        if let Some(suppressed) = self.limit_log.check() {
+            tracing::warn!(
+                max_connections = self.config.max_connections,
+                suppressed,
+                "connection limit reached: not accepting until a connection ends"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_sockets_inherit_nodelay_and_reuseport_allows_a_second_listener() {
+        let first = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let addr = first.local_addr().unwrap();
+        let (_client, accepted) =
+            tokio::join!(tokio::net::TcpStream::connect(addr), first.accept());
+        let (stream, _) = accepted.unwrap();
+        assert!(
+            stream.nodelay().unwrap(),
+            "TCP_NODELAY must be inherited from the listener"
+        );
+        // (Bound after the accept above: the kernel spreads connections over both.)
+        let _second = bind(addr, 16).expect("SO_REUSEPORT lets a second listener share the port");
+    }
+
+    #[tokio::test]
+    async fn a_busy_address_is_a_bind_error_naming_it() {
+        let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = busy.local_addr().unwrap();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let mut proxy = Proxy::new(
+            ProxyConfig::default(),
+            ProxyMetrics::register(&mut registry),
+        );
+        let table = RouteTable::new(vec![Route {
+            name: "web".into(),
+            listen: addr,
+            upstream: "127.0.0.1:9".parse().unwrap(),
+            proxy_protocol: hairpin_proxy_protocol::Version::V1,
+            destination: None,
+        }])
+        .unwrap();
+        let errors = proxy.apply(&table);
+        assert_eq!(errors.len(), 1);
+        let message = errors[0].to_string();
+        assert!(
+            message.contains(&addr.to_string()) && message.contains("web"),
+            "{message}"
+        );
+        assert!(proxy.route_names().is_empty());
+    }
+}

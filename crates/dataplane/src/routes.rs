@@ -1,0 +1,395 @@
+//! The route table: which address to listen on, where to forward, which PROXY header to write.
+//!
+//! Pure data with serde, no I/O and no tokio, so the controller can build, diff and publish a
+//! table (as JSON in a ConfigMap) with the same type the proxy runs.
+//!
+//! The JSON form is a list of routes:
+//!
+//! ```json
+//! [
+//!   { "name": "https", "listen": "0.0.0.0:10443",
+//!     "upstream": "ingress-nginx-controller.ingress-nginx.svc.cluster.local:443",
+//!     "proxy_protocol": "v2", "destination": "203.0.113.10:443" }
+//! ]
+//! ```
+//!
+//! `proxy_protocol` defaults to `v1`; `destination` defaults to the proxy's own local address
+//! of each accepted connection.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+
+use hairpin_proxy_protocol::Version;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::Error;
+
+/// One listener and where its connections go.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// A unique name, used in logs and as the `route` metric label.
+    pub name: String,
+    /// The address to accept connections on.
+    pub listen: SocketAddr,
+    /// Where to forward, `host:port`; a host name is resolved again for every connection.
+    pub upstream: Upstream,
+    /// The PROXY protocol version to write.
+    #[serde(
+        default = "default_version",
+        serialize_with = "serialize_version",
+        deserialize_with = "deserialize_version"
+    )]
+    pub proxy_protocol: Version,
+    /// The destination written in the header (the load balancer's external address, as the
+    /// real load balancer would write it). `None`: the local address of the accepted socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<SocketAddr>,
+}
+
+fn default_version() -> Version {
+    Version::V1
+}
+
+fn serialize_version<S: Serializer>(version: &Version, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(version)
+}
+
+fn deserialize_version<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Version, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "unknown PROXY protocol version {text:?}: expected \"v1\" or \"v2\""
+        ))
+    })
+}
+
+/// An upstream `host:port`: an IP literal (`10.0.0.7:80`, `[fd00::7]:80`) or a DNS name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Upstream {
+    host: String,
+    port: u16,
+}
+
+impl Upstream {
+    /// The host part (a name or an IP address, without brackets).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The socket address when the host is an IP literal (no resolution needed).
+    pub fn as_socket_addr(&self) -> Option<SocketAddr> {
+        self.host
+            .parse::<IpAddr>()
+            .ok()
+            .map(|ip| SocketAddr::new(ip, self.port))
+    }
+}
+
+impl FromStr for Upstream {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self, Error> {
+        let invalid = |why: &str| Error::InvalidUpstream {
+            upstream: text.to_owned(),
+            reason: why.to_owned(),
+        };
+        if let Ok(addr) = text.parse::<SocketAddr>() {
+            return Ok(Self {
+                host: addr.ip().to_string(),
+                port: addr.port(),
+            });
+        }
+        let (host, port) = text
+            .rsplit_once(':')
+            .ok_or_else(|| invalid("expected HOST:PORT"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| invalid("the port must be a number from 1 to 65535"))?;
+        if port == 0 {
+            return Err(invalid("the port must be a number from 1 to 65535"));
+        }
+        let valid_name = !host.is_empty()
+            && host.len() <= 253
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            });
+        if !valid_name {
+            return Err(invalid(
+                "the host must be a DNS name or an IP address (IPv6 in brackets)",
+            ));
+        }
+        Ok(Self {
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.as_socket_addr() {
+            Some(addr) => addr.fmt(f),
+            None => write!(f, "{}:{}", self.host, self.port),
+        }
+    }
+}
+
+impl Serialize for Upstream {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Upstream {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A validated set of routes: names are unique and no two routes listen on overlapping
+/// addresses (the same port on the same IP, or on a wildcard IP).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Vec<Route>", into = "Vec<Route>")]
+pub struct RouteTable {
+    routes: Vec<Route>,
+}
+
+impl RouteTable {
+    /// Validates and builds a table.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRoutes`] naming the offending routes.
+    pub fn new(routes: Vec<Route>) -> Result<Self, Error> {
+        for (i, route) in routes.iter().enumerate() {
+            if route.name.trim().is_empty() {
+                return Err(Error::InvalidRoutes(format!(
+                    "route #{} has an empty name",
+                    i + 1
+                )));
+            }
+            if route.listen.port() == 0 {
+                return Err(Error::InvalidRoutes(format!(
+                    "route {:?}: listen port 0 is not allowed",
+                    route.name
+                )));
+            }
+            for other in &routes[..i] {
+                if other.name == route.name {
+                    return Err(Error::InvalidRoutes(format!(
+                        "two routes are named {:?}",
+                        route.name
+                    )));
+                }
+                if overlaps(other.listen, route.listen) {
+                    return Err(Error::InvalidRoutes(format!(
+                        "routes {:?} ({}) and {:?} ({}) listen on overlapping addresses",
+                        other.name, other.listen, route.name, route.listen
+                    )));
+                }
+            }
+        }
+        Ok(Self { routes })
+    }
+
+    /// Parses the JSON form (a list of routes) and validates it.
+    ///
+    /// # Errors
+    /// [`Error::ParseRoutes`] for malformed JSON or fields, [`Error::InvalidRoutes`] for a
+    /// table that does not validate.
+    pub fn from_json(json: &[u8]) -> Result<Self, Error> {
+        let routes: Vec<Route> =
+            serde_json::from_slice(json).map_err(|err| Error::ParseRoutes(err.to_string()))?;
+        Self::new(routes)
+    }
+
+    /// The JSON form, pretty-printed (what [`RouteTable::from_json`] reads).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(&self.routes).expect("routes always serialize")
+    }
+
+    /// The routes, in the order given.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// The route with this name.
+    pub fn get(&self, name: &str) -> Option<&Route> {
+        self.routes.iter().find(|route| route.name == name)
+    }
+
+    /// True when there is no route.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    /// The number of routes.
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+}
+
+impl TryFrom<Vec<Route>> for RouteTable {
+    type Error = Error;
+
+    fn try_from(routes: Vec<Route>) -> Result<Self, Error> {
+        Self::new(routes)
+    }
+}
+
+impl From<RouteTable> for Vec<Route> {
+    fn from(table: RouteTable) -> Self {
+        table.routes
+    }
+}
+
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    if a.port() != b.port() {
+        return false;
+    }
+    let (a, b) = (a.ip().to_canonical(), b.ip().to_canonical());
+    if a == b {
+        return true;
+    }
+    // `[::]` also takes IPv4 on Linux (dual-stack) unless IPV6_V6ONLY is set; we do not set
+    // it, so it overlaps with every address of the port.
+    let wildcard_covers =
+        |wild: IpAddr, other: IpAddr| wild.is_unspecified() && (wild.is_ipv6() || other.is_ipv4());
+    wildcard_covers(a, b) || wildcard_covers(b, a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(name: &str, listen: &str) -> Route {
+        Route {
+            name: name.into(),
+            listen: listen.parse().unwrap(),
+            upstream: "ingress.example:80".parse().unwrap(),
+            proxy_protocol: Version::V1,
+            destination: None,
+        }
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let json = br#"[
+          { "name": "http", "listen": "0.0.0.0:10080",
+            "upstream": "ingress-nginx-controller.ingress-nginx.svc.cluster.local:80",
+            "proxy_protocol": "v1", "destination": "203.0.113.10:80" },
+          { "name": "https", "listen": "[::]:10443", "upstream": "[fd00::7]:443", "proxy_protocol": "v2" },
+          { "name": "plain", "listen": "127.0.0.1:10081", "upstream": "10.0.0.7:80" }
+        ]"#;
+        let table = RouteTable::from_json(json).unwrap();
+        assert_eq!(table.len(), 3);
+        let http = table.get("http").unwrap();
+        assert_eq!(
+            http.upstream.host(),
+            "ingress-nginx-controller.ingress-nginx.svc.cluster.local"
+        );
+        assert_eq!(http.upstream.port(), 80);
+        assert_eq!(http.upstream.as_socket_addr(), None);
+        assert_eq!(http.destination, Some("203.0.113.10:80".parse().unwrap()));
+        let https = table.get("https").unwrap();
+        assert_eq!(https.proxy_protocol, Version::V2);
+        assert_eq!(
+            https.upstream.as_socket_addr(),
+            Some("[fd00::7]:443".parse().unwrap())
+        );
+        assert_eq!(https.upstream.to_string(), "[fd00::7]:443");
+        assert_eq!(table.get("plain").unwrap().proxy_protocol, Version::V1);
+        assert_eq!(
+            RouteTable::from_json(table.to_json().as_bytes()).unwrap(),
+            table
+        );
+    }
+
+    #[test]
+    fn rejects_bad_tables_with_a_reason() {
+        let cases: &[(&[u8], &str)] = &[
+            (
+                br#"[{"name":"a","listen":"nonsense","upstream":"x:1"}]"#,
+                "invalid socket address",
+            ),
+            (
+                br#"[{"name":"a","listen":"127.0.0.1:1","upstream":"x:1","proxy_protocol":"v3"}]"#,
+                "v3",
+            ),
+            (
+                br#"[{"name":"a","listen":"127.0.0.1:1","upstream":"x"}]"#,
+                "HOST:PORT",
+            ),
+            (
+                br#"[{"name":"a","listen":"127.0.0.1:1","upstream":"x:99999"}]"#,
+                "port",
+            ),
+            (
+                br#"[{"name":"a","listen":"127.0.0.1:1","upstream":"bad host:80"}]"#,
+                "DNS name",
+            ),
+            (
+                br#"[{"name":"a","listen":"127.0.0.1:1","upstream":"x:1","extra":1}]"#,
+                "unknown field",
+            ),
+            (br#"{"name":"a"}"#, "expected a sequence"),
+        ];
+        for (json, expected) in cases {
+            let err = RouteTable::from_json(json).unwrap_err().to_string();
+            assert!(
+                err.contains(expected),
+                "{err:?} should mention {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_listeners_do_not_overlap() {
+        let dup = RouteTable::new(vec![route("a", "127.0.0.1:80"), route("a", "127.0.0.1:81")]);
+        assert!(
+            dup.unwrap_err()
+                .to_string()
+                .contains("two routes are named \"a\"")
+        );
+        for (x, y) in [
+            ("127.0.0.1:80", "127.0.0.1:80"),
+            ("0.0.0.0:80", "127.0.0.1:80"),
+            ("[::]:80", "127.0.0.2:80"),
+            ("[::1]:80", "[::]:80"),
+        ] {
+            let err = RouteTable::new(vec![route("a", x), route("b", y)]).unwrap_err();
+            assert!(err.to_string().contains("overlapping"), "{x} {y}: {err}");
+        }
+        for (x, y) in [
+            ("127.0.0.1:80", "127.0.0.1:81"),
+            ("127.0.0.1:80", "127.0.0.2:80"),
+            ("0.0.0.0:80", "[::1]:80"),
+        ] {
+            RouteTable::new(vec![route("a", x), route("b", y)]).unwrap();
+        }
+        assert!(RouteTable::new(vec![route(" ", "127.0.0.1:80")]).is_err());
+        assert!(RouteTable::new(vec![route("a", "127.0.0.1:0")]).is_err());
+    }
+
+    #[test]
+    fn upstream_forms() {
+        let up: Upstream = "Ingress.Example.COM:8443".parse().unwrap();
+        assert_eq!(up.to_string(), "ingress.example.com:8443");
+        let up: Upstream = "127.0.0.1:80".parse().unwrap();
+        assert_eq!(up.as_socket_addr(), Some("127.0.0.1:80".parse().unwrap()));
+        for bad in ["", ":80", "host:", "host:0", "::1:80", "a..b:80", "host:-1"] {
+            assert!(bad.parse::<Upstream>().is_err(), "{bad:?} must be rejected");
+        }
+    }
+}

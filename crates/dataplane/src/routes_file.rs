@@ -1,0 +1,105 @@
+//! A route table source that follows a JSON file.
+//!
+//! The file is read again every poll interval and on SIGHUP, and compared by content: a
+//! Kubernetes ConfigMap volume updates by swapping a symlink, so neither the inode nor the
+//! path's mtime can be trusted. A file that does not parse keeps the previous table in force.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::routes::RouteTable;
+use crate::{Error, ProxyMetrics};
+
+/// A routes file and the content last read from it.
+#[derive(Debug)]
+pub struct RoutesFile {
+    path: PathBuf,
+    last: Vec<u8>,
+}
+
+impl RoutesFile {
+    /// Reads and parses the file.
+    ///
+    /// # Errors
+    /// [`Error::ReadRoutes`], [`Error::ParseRoutes`] or [`Error::InvalidRoutes`]; the message
+    /// names the file.
+    pub fn load(path: &Path) -> Result<(Self, RouteTable), Error> {
+        let content = std::fs::read(path).map_err(|source| Error::ReadRoutes {
+            path: path.to_owned(),
+            source,
+        })?;
+        let table = parse(path, &content)?;
+        Ok((
+            Self {
+                path: path.to_owned(),
+                last: content,
+            },
+            table,
+        ))
+    }
+
+    /// Sends every new valid table to `routes`, until all receivers are gone. Polls every
+    /// `interval` and on SIGHUP. Invalid content is logged and counted in `metrics`, once per
+    /// distinct content.
+    pub async fn follow(
+        mut self,
+        interval: Duration,
+        routes: watch::Sender<RouteTable>,
+        metrics: ProxyMetrics,
+    ) {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangup = match signal(SignalKind::hangup()) {
+            Ok(hangup) => Some(hangup),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot listen for SIGHUP; polling the routes file only");
+                None
+            }
+        };
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+                    tracing::info!(path = %self.path.display(), "SIGHUP: reading the routes file");
+                }
+                () = routes.closed() => return,
+            }
+            let content = match tokio::fs::read(&self.path).await {
+                Ok(content) => content,
+                Err(err) => {
+                    tracing::debug!(path = %self.path.display(), error = %err, "cannot read the routes file; keeping the current routes");
+                    continue;
+                }
+            };
+            if content == self.last {
+                continue;
+            }
+            match parse(&self.path, &content) {
+                Ok(table) => {
+                    tracing::info!(path = %self.path.display(), routes = table.len(), "routes file changed");
+                    routes.send_if_modified(|current| {
+                        let changed = *current != table;
+                        *current = table;
+                        changed
+                    });
+                }
+                Err(err) => {
+                    metrics.route_error();
+                    tracing::error!(error = %err, "routes file ignored; keeping the current routes");
+                }
+            }
+            self.last = content;
+        }
+    }
+}
+
+fn parse(path: &Path, content: &[u8]) -> Result<RouteTable, Error> {
+    RouteTable::from_json(content).map_err(|err| match err {
+        Error::ParseRoutes(why) => Error::ParseRoutes(format!("{}: {why}", path.display())),
+        Error::InvalidRoutes(why) => Error::InvalidRoutes(format!("{}: {why}", path.display())),
+        other => other,
+    })
+}
