@@ -1,0 +1,262 @@
+//! `hairpin plan` as a user runs it: the built binary on `examples/cluster.yaml`.
+
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+use hairpin_planner::ClusterSnapshot;
+use hairpin_planner::load::load_yaml;
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster.yaml");
+
+fn hairpin(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
+        cmd.env_remove(k);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    if let Some(input) = stdin {
+        pipe.write_all(input.as_bytes()).unwrap();
+    }
+    drop(pipe);
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+#[test]
+fn text_summary_of_the_example() {
+    let out = hairpin(&["plan", "-f", EXAMPLE], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("hairpin plan: 2 load balancers need a hairpin, 1 does not\n"),
+        "{text}"
+    );
+    for expected in [
+        "Load balancer ingress-nginx/ingress-nginx-controller",
+        "load-balancer.hetzner.cloud/uses-proxyprotocol=true",
+        "0.0.0.0:10000   -> ingress-nginx-controller.ingress-nginx.svc.cluster.local:80   PROXY v1  destination 203.0.113.10:80",
+        "Load balancer traefik/traefik",
+        "PROXY v2  destination 198.51.100.20:443",
+        "*.apps.example.com",
+        "auth.example.org     Ingress auth/auth",
+        "docs.example.org     HTTPRoute docs/docs via Gateway traefik/public",
+        "backoffice/internal-api  no PROXY protocol annotation",
+        "mode corefile: ConfigMap kube-system/coredns key Corefile (cluster domain cluster.local)",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert!(
+        !text.contains("docs.example.net"),
+        "outside the listener's hostname:\n{text}"
+    );
+    assert!(
+        stderr(&out).contains("skipped apps/v1 Deployment coredns"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn diff_of_the_example() {
+    let out = hairpin(&["plan", "-f", EXAMPLE, "-o", "diff"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let diff = stdout(&out);
+    assert!(
+        diff.starts_with(
+            "--- a/kube-system/coredns/Corefile\n+++ b/kube-system/coredns/Corefile\n@@ "
+        ),
+        "{diff}"
+    );
+    assert!(diff.contains("\n+    # BEGIN hairpin"), "{diff}");
+    assert!(
+        diff.contains("\n+    rewrite stop name exact shop.example.com hairpin-ingress-nginx-ingress-nginx-controller.hairpin.svc.cluster.local"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("\n     kubernetes cluster.local in-addr.arpa ip6.arpa {"),
+        "context line kept:\n{diff}"
+    );
+    assert!(
+        diff.contains("--- /dev/null\n+++ b/hairpin/hairpin-routes/routes.json\n"),
+        "{diff}"
+    );
+    // Only additions: nothing of the existing Corefile is removed.
+    assert!(
+        !diff
+            .lines()
+            .any(|l| l.starts_with('-') && !l.starts_with("---")),
+        "{diff}"
+    );
+}
+
+#[test]
+fn yaml_of_the_example_reads_back_as_typed_objects() {
+    let out = hairpin(&["plan", "-f", EXAMPLE, "-o", "yaml"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let yaml = stdout(&out);
+    assert!(
+        yaml.starts_with("---\napiVersion: v1\nkind: Service\n"),
+        "{yaml}"
+    );
+    let mut objects = ClusterSnapshot::default();
+    let notes = load_yaml(&mut objects, "plan-output", &yaml).unwrap();
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(objects.services.len(), 2);
+    assert_eq!(objects.config_maps.len(), 2);
+    let svc = &objects.services[0];
+    assert_eq!(
+        svc.metadata.name.as_deref(),
+        Some("hairpin-ingress-nginx-ingress-nginx-controller")
+    );
+    assert_eq!(
+        svc.metadata.resource_version, None,
+        "new objects carry no resourceVersion"
+    );
+    assert_eq!(
+        svc.spec.as_ref().unwrap().type_.as_deref(),
+        Some("ClusterIP")
+    );
+    let coredns = objects.config_map("kube-system", "coredns").unwrap();
+    assert_eq!(
+        coredns.metadata.resource_version.as_deref(),
+        Some("4711"),
+        "update guarded by resourceVersion"
+    );
+    assert!(coredns.data.as_ref().unwrap()["Corefile"].contains("# BEGIN hairpin"));
+    let routes = objects.config_map("hairpin", "hairpin-routes").unwrap();
+    let table: Vec<serde_json::Value> =
+        serde_json::from_str(&routes.data.as_ref().unwrap()["routes.json"]).unwrap();
+    assert_eq!(table.len(), 4);
+    for route in &table {
+        let keys: Vec<&String> = route.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "destination",
+                "listen",
+                "name",
+                "proxy_protocol",
+                "upstream"
+            ]
+        );
+    }
+    assert_eq!(
+        table[3]["upstream"],
+        "traefik.traefik.svc.cluster.local:443"
+    );
+    assert_eq!(table[3]["proxy_protocol"], "v2");
+}
+
+#[test]
+fn stdin_input_and_flags_from_the_environment() {
+    let example = std::fs::read_to_string(EXAMPLE).unwrap();
+    let out = hairpin(
+        &[
+            "plan",
+            "-f",
+            "-",
+            "-o",
+            "yaml",
+            "--listener-port-base",
+            "20000",
+        ],
+        Some(&example),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("targetPort: 20000"),
+        "{}",
+        stdout(&out)
+    );
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    let out = cmd
+        .args(["plan", "-f", EXAMPLE, "-o", "yaml"])
+        .env("HAIRPIN_NAMESPACE", "net")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("namespace: net\n"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains(".net.svc.cluster.local"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn bad_yaml_names_the_file_and_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\nkind: Service\nmetadata: [oops\n",
+    )
+    .unwrap();
+    let out = hairpin(&["plan", "-f", EXAMPLE, "-f", path.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{}: document 2 (line 6)", path.display())),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty(), "no partial plan on bad input");
+
+    let out = hairpin(
+        &["plan", "-f", "-"],
+        Some("kind: Service\nmetadata: {name: [x\n"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("-: document 1"), "{}", stderr(&out));
+
+    let out = hairpin(&["plan", "-f", "/nonexistent/cluster.yaml"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("/nonexistent/cluster.yaml"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn corefile_without_kubernetes_block_exits_non_zero_and_writes_no_dns() {
+    let example = std::fs::read_to_string(EXAMPLE).unwrap();
+    let broken = example.replace(
+        "        kubernetes cluster.local in-addr.arpa ip6.arpa {",
+        "        file /etc/db {",
+    );
+    assert_ne!(broken, example);
+    let out = hairpin(&["plan", "-f", "-"], Some(&broken));
+    assert_eq!(out.status.code(), Some(2));
+    let text = stdout(&out);
+    assert!(
+        text.contains("Errors (nothing is written for these)"),
+        "{text}"
+    );
+    assert!(text.contains("kube-system/coredns"), "{text}");
+
+    let out = hairpin(&["plan", "-f", "-", "-o", "yaml"], Some(&broken));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!stdout(&out).contains("name: coredns"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("error: ConfigMap kube-system/coredns"),
+        "{}",
+        stderr(&out)
+    );
+}
