@@ -383,7 +383,12 @@ impl Reconciler {
                 .publish(&regarding, false, reason::CONFIGURED, note)
                 .await;
         }
-        for skipped in &plan.not_needed {
+        // A load balancer without any PROXY signal is not hairpin's business: no Event.
+        let relevant = plan
+            .not_needed
+            .iter()
+            .filter(|n| n.reason != hairpin_planner::SkipReason::NoProxyProtocol);
+        for skipped in relevant {
             let svc = &skipped.service;
             let regarding = object_ref(
                 "Service",

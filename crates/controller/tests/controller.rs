@@ -483,3 +483,85 @@ async fn uninstall_restores_the_exact_corefile_and_removes_everything() {
         "{again:?}"
     );
 }
+
+#[tokio::test]
+async fn not_needed_and_conflicts_are_reported_as_events_and_gateways_are_watched() {
+    let fake = FakeApiServer::start().await;
+    fake.install_gateway_api();
+    seed(&fake);
+    // Already fine: ipMode Proxy.
+    let mut fine = lb_service();
+    fine["metadata"]["name"] = "fine".into();
+    fine["status"]["loadBalancer"]["ingress"][0] = json!({"ip": "203.0.113.20", "ipMode": "Proxy"});
+    fake.apply(fine);
+    // A second PROXY load balancer whose Ingress claims the same host as the first.
+    let mut second = lb_service();
+    second["metadata"]["name"] = "second".into();
+    second["status"]["loadBalancer"]["ingress"][0] = json!({"ip": "203.0.113.30"});
+    fake.apply(second);
+    let mut clash = ingress("other", "clash", "shared.example.com");
+    clash["status"]["loadBalancer"]["ingress"][0]["ip"] = "203.0.113.30".into();
+    fake.apply(clash);
+    fake.apply(ingress("shop", "clash", "shared.example.com"));
+    fake.apply(object(
+        "gateway.networking.k8s.io/v1",
+        "Gateway",
+        Some("ingress-nginx"),
+        "public",
+        json!({
+            "spec": {"gatewayClassName": "nginx", "listeners": [{"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "gw.example.com"}]},
+            "status": {"addresses": [{"type": "IPAddress", "value": "203.0.113.10"}]}
+        }),
+    ));
+    let running = start(&fake, config("pod-a", false));
+    let reported = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            !events(f, "HairpinNotNeeded").is_empty()
+                && events(f, "HostConflict").len() >= 2
+                && corefile(f).contains("gw.example.com")
+        })
+        .await;
+    assert!(
+        reported.is_some(),
+        "events: {:?}\nCorefile:\n{}",
+        fake.list("events.k8s.io/v1", "Event")
+            .iter()
+            .map(|e| (e["reason"].clone(), e["note"].clone()))
+            .collect::<Vec<_>>(),
+        corefile(&fake)
+    );
+    let not_needed = &events(&fake, "HairpinNotNeeded")[0];
+    assert_eq!(not_needed["regarding"]["name"], "fine");
+    assert!(
+        not_needed["note"].as_str().unwrap().contains("ipMode"),
+        "{not_needed}"
+    );
+    let conflict = &events(&fake, "HostConflict")[0];
+    assert_eq!(conflict["type"], "Warning");
+    assert!(
+        conflict["note"]
+            .as_str()
+            .unwrap()
+            .contains("shared.example.com")
+    );
+    assert!(
+        !corefile(&fake).contains("shared.example.com"),
+        "a conflicting host is redirected for neither"
+    );
+    // Events are not repeated while nothing changes.
+    let count = fake.list("events.k8s.io/v1", "Event").len();
+    fake.apply(ingress("shop", "more", "more.example.com"));
+    assert!(
+        fake.wait_until(Duration::from_secs(5), |f| corefile(f)
+            .contains("more.example.com"))
+            .await
+            .is_some()
+    );
+    let new_events = fake.list("events.k8s.io/v1", "Event");
+    assert!(
+        new_events.len() <= count + 2,
+        "only the changed notes are published again ({count} -> {})",
+        new_events.len()
+    );
+    running.stop().await;
+}
