@@ -64,7 +64,12 @@ pub(super) fn tokenize(src: &str) -> Result<Vec<Tok>, CorefileError> {
             _ => {
                 let start = i;
                 let start_line = line;
-                let mut quoted = false;
+                // As in the Caddyfile lexer, a quote only opens at the start of a token, and
+                // the closing quote ends the token.
+                let mut quoted = c == b'"';
+                if quoted {
+                    i += 1;
+                }
                 while i < b.len() {
                     let c = b[i];
                     if quoted {
@@ -75,19 +80,18 @@ pub(super) fn tokenize(src: &str) -> Result<Vec<Tok>, CorefileError> {
                             i += 2;
                             continue;
                         }
+                        i += 1;
                         if c == b'"' {
                             quoted = false;
-                        } else if c == b'\n' {
+                            break;
+                        }
+                        if c == b'\n' {
                             line += 1;
                         }
-                        i += 1;
                         continue;
                     }
                     if c.is_ascii_whitespace() {
                         break;
-                    }
-                    if c == b'"' {
-                        quoted = true;
                     }
                     i += 1;
                 }
@@ -312,6 +316,32 @@ mod tests {
         assert_eq!(b.keys[0].text(src), "{$ZONE}:53");
         assert_eq!(b.directives.len(), 2);
         assert_eq!(b.directives[1].args[0].text(src), "{$DOMAIN}");
+    }
+
+    #[test]
+    fn quotes_open_only_at_a_token_start_and_close_it() {
+        let src = ".:53 {\n  x a\"b \"c d\"e\n  kubernetes \"cluster.local\"\n}\n";
+        let toks = tokenize(src).unwrap();
+        let words: Vec<_> = toks.iter().map(|t| t.text(src)).collect();
+        assert_eq!(
+            words,
+            [
+                ".:53",
+                "{",
+                "x",
+                "a\"b",
+                "\"c d\"",
+                "e",
+                "kubernetes",
+                "\"cluster.local\"",
+                "}"
+            ]
+        );
+        let cf = parse(src).unwrap();
+        assert_eq!(
+            cf.blocks[0].directives[1].args[0].value(src),
+            "cluster.local"
+        );
     }
 
     #[test]
