@@ -123,19 +123,30 @@ pub fn text(plan: &Plan) -> String {
 
     let _ = writeln!(out, "\nHosts-file block (node agent)");
     let (entries, missing) = plan.hosts.hosts_entries(&cluster_ips);
-    if entries.is_empty() && missing.is_empty() {
+    let mut rows: Vec<(String, String)> = entries
+        .iter()
+        .map(|e| (e.ip.to_string(), e.names.join(" ")))
+        .collect();
+    let mut pending: std::collections::BTreeMap<String, Vec<&str>> =
+        std::collections::BTreeMap::new();
+    for m in &missing {
+        pending
+            .entry(format!("<ClusterIP of {}>", m.service))
+            .or_default()
+            .push(&m.hostname);
+    }
+    rows.extend(pending.into_iter().map(|(ip, names)| (ip, names.join(" "))));
+    if rows.is_empty() {
         let _ = writeln!(out, "  (empty)");
     }
-    for e in &entries {
-        let _ = writeln!(out, "  {:<15} {}", e.ip.to_string(), e.names.join(" "));
-    }
-    for m in &missing {
-        let _ = writeln!(out, "  {:<15} {}", format!("<{}>", m.service), m.hostname);
+    let width = rows.iter().map(|(ip, _)| ip.len()).max().unwrap_or(0);
+    for (ip, names) in &rows {
+        let _ = writeln!(out, "  {ip:<width$}  {names}");
     }
     if !missing.is_empty() {
         let _ = writeln!(
             out,
-            "  (<namespace/name>: the ClusterIP of that hairpin Service, known once it exists)"
+            "  (a hairpin Service gets its ClusterIP when it is created; the node agent fills it in)"
         );
     }
 

@@ -469,3 +469,34 @@ fn text_and_diff_renderings() {
         "{diff}"
     );
 }
+
+#[test]
+fn text_hosts_block_uses_existing_cluster_ips_and_placeholders() {
+    let first = desired(&two_lbs(), &PlannerConfig::default());
+    let mut cluster = two_lbs();
+    let mut existing = first.load_balancers[1].service.clone();
+    existing.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.30".into());
+    cluster.services.push(existing);
+    let text = render::text(&desired(&cluster, &PlannerConfig::default()));
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(
+        rows.contains(&vec!["10.96.0.30", "shop.example.com"]),
+        "{text}"
+    );
+    assert!(
+        rows.contains(&vec![
+            "<ClusterIP",
+            "of",
+            "hairpin/hairpin-edge-traefik>",
+            "sso.example.org"
+        ]),
+        "{text}"
+    );
+    assert!(
+        text.contains("hairpin/hairpin-ingress-nginx (ClusterIP 10.96.0.30)"),
+        "{text}"
+    );
+}
