@@ -388,7 +388,10 @@ pub(crate) fn decode(
         });
     }
     let needed = family.v2_address_len();
-    if body_len < needed {
+    // LOCAL ignores the family: a block too short for it is discarded whole (a sender that
+    // writes LOCAL with a family and no addresses is still accepted, as the spec requires).
+    let discard = command == Command::Local && body_len < needed;
+    if body_len < needed && !discard {
         return Err(DecodeError::V2AddressTooShort {
             family,
             len: body_len,
@@ -401,6 +404,12 @@ pub(crate) fn decode(
         });
     }
     let header = &buf[..total];
+    if discard {
+        return Ok(Decoded::Complete {
+            header: Header::new(Version::V2, command, Protocol::Unspec, Addresses::Unspec),
+            len: total,
+        });
+    }
     let addresses = parse_addresses(family, &header[FIXED_LEN..FIXED_LEN + needed]);
     let tlvs_at = FIXED_LEN + needed;
     let tlvs = &header[tlvs_at..];

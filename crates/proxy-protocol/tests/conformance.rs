@@ -547,6 +547,40 @@ fn v2_receivers_must_not_assume_zero_length_for_local() {
 }
 
 #[test]
+fn v2_local_family_is_ignored_when_no_address_block_follows() {
+    // LOCAL with AF_INET/STREAM but a zero length: the family is ignored, the connection valid.
+    let mut bytes = v2(0x20, 0x11, &[]);
+    bytes.extend_from_slice(b"GET");
+    let (header, len) = complete(&bytes);
+    assert_eq!(len, 16);
+    assert_eq!(header.command(), Command::Local);
+    assert_eq!(header.addresses(), &Addresses::Unspec);
+    // A short block is discarded whole, whatever it holds.
+    let short = v2(0x20, 0x21, &[0xff; 20]);
+    let (header, len) = complete(&short);
+    assert_eq!(len, 36);
+    assert_eq!(header.tlvs().count(), 0);
+    // The same for PROXY is an error: its addresses are needed.
+    assert!(matches!(
+        error(&v2(0x21, 0x11, &[])),
+        DecodeError::V2AddressTooShort { .. }
+    ));
+}
+
+#[test]
+fn v2_invalid_family_or_protocol_nibbles_are_rejected_even_for_local() {
+    // "other values ... must be rejected as invalid by receivers" wins over LOCAL ignoring them.
+    assert_eq!(
+        error(&v2(0x20, 0x41, &[])),
+        DecodeError::V2Family { found: 4 }
+    );
+    assert_eq!(
+        error(&v2(0x20, 0x13, &[])),
+        DecodeError::V2Protocol { found: 3 }
+    );
+}
+
+#[test]
 fn v2_family_above_unix_is_rejected() {
     for family in 0x4..=0xf {
         let err = error(&v2(0x21, family << 4 | 1, &[0; 216]));
