@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::config::{DnsMode, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig};
 use crate::corefile::{self, CorefileInfo, DnsEntry, HostPattern};
-use crate::discovery::{LoadBalancer, discover};
+use crate::discovery::{LbPort, LoadBalancer, discover};
 use crate::hostnames;
 use crate::plan::{
     DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyRoute,
@@ -80,8 +80,14 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
             ));
         }
         let name = &names[&lb.service];
-        let routes = routes_for(lb, &ports, &cluster_domain);
-        let service = hairpin_service(snapshot, config, lb, name, &routes);
+        let port_routes = routes_for(lb, &ports, &cluster_domain);
+        if port_routes.is_empty() {
+            // No listener: a Service without ports cannot exist, and its hostnames must not
+            // be redirected to nothing.
+            continue;
+        }
+        let service = hairpin_service(snapshot, config, lb, name, &port_routes);
+        let routes = port_routes.into_iter().map(|(_, r)| r).collect();
         load_balancers.push(LoadBalancerPlan {
             load_balancer: lb.clone(),
             hostnames,
@@ -340,40 +346,46 @@ fn allocate_ports(
         if out.contains_key(&key) {
             continue;
         }
-        while used.contains(&next) {
-            next = next.saturating_add(1);
-        }
-        if next == u16::MAX && used.contains(&next) {
+        let Some(port) = (next..=u16::MAX).find(|p| !used.contains(p)) else {
             warnings.push(Warning::new(
                 format!("Service {}", key.0),
-                format!("no free proxy listener port left for port {}", key.1),
+                format!(
+                    "no free proxy listener port left for port {}; it is not planned",
+                    key.1
+                ),
             ));
             continue;
-        }
-        used.insert(next);
-        out.insert(key, next);
+        };
+        used.insert(port);
+        out.insert(key, port);
+        next = port;
     }
     out
 }
 
-fn routes_for(
-    lb: &LoadBalancer,
+/// One route per PROXY port that got a listener, with the port it serves.
+fn routes_for<'a>(
+    lb: &'a LoadBalancer,
     ports: &BTreeMap<(ObjectRef, u16), u16>,
     cluster_domain: &str,
-) -> Vec<ProxyRoute> {
+) -> Vec<(&'a LbPort, ProxyRoute)> {
     let host = corefile::service_fqdn(&lb.service.name, &lb.service.namespace, cluster_domain);
     lb.ports
         .iter()
         .filter_map(|p| {
             let version = p.proxy_protocol?;
             let listen = *ports.get(&(lb.service.clone(), p.port))?;
-            Some(ProxyRoute {
-                name: format!("{}/{}", lb.service, p.port),
-                listen: format!("0.0.0.0:{listen}"),
-                upstream: format!("{host}:{}", p.port),
-                proxy_protocol: version,
-                destination: SocketAddr::new(lb.destination_ip(), p.port).to_string(),
-            })
+            let destination = lb.destination_ip()?;
+            Some((
+                p,
+                ProxyRoute {
+                    name: format!("{}/{}", lb.service, p.port),
+                    listen: format!("0.0.0.0:{listen}"),
+                    upstream: format!("{host}:{}", p.port),
+                    proxy_protocol: version,
+                    destination: SocketAddr::new(destination, p.port).to_string(),
+                },
+            ))
         })
         .collect()
 }
@@ -383,7 +395,7 @@ fn hairpin_service(
     config: &PlannerConfig,
     lb: &LoadBalancer,
     name: &str,
-    routes: &[ProxyRoute],
+    routes: &[(&LbPort, ProxyRoute)],
 ) -> Service {
     let existing = snapshot.service(&config.namespace, name);
     let labels = BTreeMap::from([
@@ -395,11 +407,8 @@ fn hairpin_service(
         (config.annotation("source-name"), lb.service.name.clone()),
     ]);
     let annotations = BTreeMap::from([(config.annotation("source"), lb.service.to_string())]);
-    let ports = lb
-        .ports
+    let ports = routes
         .iter()
-        .filter(|p| p.proxy_protocol.is_some())
-        .zip(routes)
         .map(|(p, r)| ServicePort {
             name: Some(p.name.clone().unwrap_or_else(|| format!("tcp-{}", p.port))),
             port: i32::from(p.port),

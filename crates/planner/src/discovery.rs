@@ -40,13 +40,13 @@ pub struct LbPort {
 
 impl LoadBalancer {
     /// The address the real load balancer writes as the header's destination: the first IPv4
-    /// bypassed IP, else the first IPv6 one.
-    pub fn destination_ip(&self) -> IpAddr {
+    /// bypassed IP, else the first IPv6 one (`None` only for a hand-built value without IPs).
+    pub fn destination_ip(&self) -> Option<IpAddr> {
         self.ips
             .iter()
             .copied()
             .find(IpAddr::is_ipv4)
-            .unwrap_or(self.ips[0])
+            .or_else(|| self.ips.first().copied())
     }
 }
 

@@ -154,5 +154,5 @@ fn ports_carry_their_versions_and_destination_prefers_ipv4() {
     assert_eq!(lb.ports[0].port, 80);
     assert_eq!(lb.ports[0].proxy_protocol, None);
     assert_eq!(lb.ports[1].proxy_protocol, Some(ProxyVersion::V2));
-    assert_eq!(lb.destination_ip().to_string(), "192.0.2.1");
+    assert_eq!(lb.destination_ip(), Some("192.0.2.1".parse().unwrap()));
 }

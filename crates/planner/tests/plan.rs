@@ -500,3 +500,33 @@ fn text_hosts_block_uses_existing_cluster_ips_and_placeholders() {
         "{text}"
     );
 }
+
+#[test]
+fn listener_ports_running_out_are_reported_not_wrapped() {
+    let config = PlannerConfig {
+        listener_port_base: 65534,
+        ..PlannerConfig::default()
+    };
+    let plan = desired(&two_lbs(), &config);
+    let listens: Vec<&str> = plan.routes.iter().map(|r| r.listen.as_str()).collect();
+    assert_eq!(listens, ["0.0.0.0:65534", "0.0.0.0:65535"]);
+    // The load balancer left without listeners is not planned at all: no port-less Service,
+    // no DNS redirect to it.
+    assert_eq!(plan.load_balancers.len(), 1);
+    assert!(
+        !plan
+            .dns
+            .as_ref()
+            .unwrap()
+            .desired
+            .contains("shop.example.com")
+    );
+    let w: Vec<String> = plan.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        w.iter()
+            .filter(|w| w.contains("no free proxy listener port"))
+            .count(),
+        2,
+        "{w:#?}"
+    );
+}
