@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use hairpin_doctor::cluster::{self, ClusterError, ClusterOptions, ClusterRead};
 use hairpin_doctor::{ClusterView, Options, Timeouts, Vantage};
+use hairpin_planner::PlannerConfig;
 
 /// Exit code for usage and access errors (clap uses it for parse errors too).
 const USAGE_ERROR: u8 = 2;
@@ -36,6 +38,15 @@ pub(crate) struct Args {
     /// service account).
     #[arg(long, env = "HAIRPIN_KUBECONFIG", value_name = "PATH")]
     pub(crate) kubeconfig: Option<PathBuf>,
+
+    /// hairpin's namespace (its Services and proxies).
+    #[arg(
+        long,
+        short = 'n',
+        env = "HAIRPIN_NAMESPACE",
+        default_value = "hairpin"
+    )]
+    pub(crate) namespace: String,
 
     /// Skip the cluster checks (network checks only).
     #[arg(long, env = "HAIRPIN_DOCTOR_NO_CLUSTER")]
@@ -96,20 +107,67 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let cluster_options = ClusterOptions {
+        kubeconfig: args.kubeconfig.clone(),
+        timeout: step,
+        planner: PlannerConfig {
+            namespace: args.namespace.clone(),
+            ..PlannerConfig::default()
+        },
+    };
     let report = runtime.block_on(async {
-        let cluster_reason = if args.no_cluster {
-            "--no-cluster".to_owned()
+        let cluster = if args.no_cluster {
+            Err("--no-cluster".to_owned())
         } else {
-            "the cluster checks are not available in this build".to_owned()
+            match read_cluster(&cluster_options).await {
+                Ok(read) => Ok(read),
+                Err(ClusterError::Unavailable(reason)) => Err(reason),
+                Err(err @ ClusterError::Kubeconfig { .. }) => return Err(err),
+            }
         };
-        hairpin_doctor::examine(&args.hosts, &options, |_, _| ClusterView::NotChecked {
-            reason: cluster_reason.clone(),
-        })
-        .await
+        let plan = cluster
+            .as_ref()
+            .ok()
+            .map(|read| cluster::plan(read, &cluster_options.planner));
+        Ok(
+            hairpin_doctor::examine(&args.hosts, &options, |host, network| {
+                match (&cluster, &plan) {
+                    (Ok(read), Some(plan)) => {
+                        let addresses: Vec<_> = network.resolution.first().into_iter().collect();
+                        ClusterView::Checked(cluster::facts_for(
+                            read,
+                            plan,
+                            &cluster_options.planner,
+                            host,
+                            &addresses,
+                        ))
+                    }
+                    (Err(reason), _) => ClusterView::NotChecked {
+                        reason: reason.clone(),
+                    },
+                    (Ok(_), None) => ClusterView::NotChecked {
+                        reason: "no plan".into(),
+                    },
+                }
+            })
+            .await,
+        )
     });
+    let report = match report {
+        Ok(report) => report,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return Ok(ExitCode::from(USAGE_ERROR));
+        }
+    };
     match args.output {
         Output::Text => print!("{}", report.to_text()),
         Output::Json => println!("{}", report.to_json()),
     }
     Ok(ExitCode::from(report.exit_code()))
+}
+
+async fn read_cluster(options: &ClusterOptions) -> Result<ClusterRead, ClusterError> {
+    let client = cluster::client(options).await?;
+    cluster::read(&client, options).await
 }

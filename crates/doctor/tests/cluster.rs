@@ -1,0 +1,216 @@
+//! The doctor's cluster checks through a real `kube::Client` over the fake API server.
+
+use std::time::Duration;
+
+use hairpin_controller::fake::{FakeApiServer, ResourceType};
+use hairpin_doctor::cluster::{self, ClusterError, ClusterOptions};
+use hairpin_doctor::probe::{ProbeOutcome, Probes, Resolution};
+use hairpin_doctor::providers::Provider;
+use hairpin_doctor::verdict::{self, ClusterView, NetworkChecks, Status, Vantage};
+use hairpin_planner::PlannerConfig;
+use serde_json::json;
+
+fn lb_service(
+    name: &str,
+    annotations: serde_json::Value,
+    ip: &str,
+    ip_mode: &str,
+) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "ingress-nginx", "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Cluster",
+                 "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": ip_mode}]}}
+    })
+}
+
+fn ingress(name: &str, host: &str, ip: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"rules": [{"host": host}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": ip}]}}
+    })
+}
+
+async fn options_for(fake: &FakeApiServer, dir: &tempfile::TempDir) -> ClusterOptions {
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, fake.kubeconfig_yaml()).unwrap();
+    ClusterOptions {
+        kubeconfig: Some(path),
+        timeout: Duration::from_secs(2),
+        planner: PlannerConfig::default(),
+    }
+}
+
+fn network(plain: ProbeOutcome) -> NetworkChecks {
+    NetworkChecks {
+        resolution: Resolution::Resolved {
+            addresses: vec!["198.51.100.10".parse().unwrap()],
+        },
+        hosts_file: None,
+        probes: Some(Probes {
+            address: "198.51.100.10:80".parse().unwrap(),
+            plain,
+            proxy_v1: ProbeOutcome::EmptyReply,
+            proxy_v2: ProbeOutcome::EmptyReply,
+        }),
+    }
+}
+
+#[tokio::test]
+async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
+    let fake = FakeApiServer::start().await;
+    fake.register(ResourceType::new(
+        "discovery.k8s.io",
+        "v1",
+        "endpointslices",
+        "EndpointSlice",
+        true,
+    ));
+    fake.apply_many([
+        lb_service(
+            "do-lb",
+            json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
+            "198.51.100.10",
+            "VIP",
+        ),
+        lb_service(
+            "hetzner-lb",
+            json!({"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}),
+            "198.51.100.20",
+            "Proxy",
+        ),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        ingress("blog", "blog.example.com", "198.51.100.20"),
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "coredns", "namespace": "kube-system"},
+            "data": {"Corefile": ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    forward . /etc/resolv.conf\n    cache 30\n}\n"}
+        }),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let options = options_for(&fake, &dir).await;
+    let client = cluster::client(&options).await.unwrap();
+    let read = cluster::read(&client, &options).await.unwrap();
+    let plan = cluster::plan(&read, &options.planner);
+
+    let shop = cluster::facts_for(
+        &read,
+        &plan,
+        &options.planner,
+        "shop.example.com",
+        &["198.51.100.10".parse().unwrap()],
+    );
+    let lb = shop
+        .load_balancer
+        .as_ref()
+        .expect("the DigitalOcean LB is behind shop.example.com");
+    assert_eq!(lb.service, "ingress-nginx/do-lb");
+    assert!(lb.needs_hairpin);
+    assert_eq!(lb.provider, Some(Provider::DigitalOcean));
+    assert_eq!(lb.proxy_protocol.as_deref(), Some("v1"));
+    assert_eq!(lb.ingress[0].ip_mode.as_deref(), Some("VIP"));
+    assert!(shop.dns.coredns_found && !shop.dns.markers_present && !shop.dns.host_in_block);
+    assert_eq!(shop.dns.reload_plugin, Some(false));
+    assert!(shop.hairpin.services.is_empty());
+
+    // From a laptop the request goes through the LB and works, but the cluster view shows
+    // that in-cluster clients bypass it; the fix is DigitalOcean's hostname annotation.
+    let view = ClusterView::Checked(shop);
+    let verdict = verdict::diagnose(
+        &network(ProbeOutcome::Answered {
+            first_line: "HTTP/1.1 200 OK".into(),
+        }),
+        &view,
+        Vantage::Machine,
+    );
+    assert_eq!(verdict.status, Status::Broken, "{verdict:?}");
+    assert!(
+        verdict.fixes[0].contains("service.beta.kubernetes.io/do-loadbalancer-hostname"),
+        "{:?}",
+        verdict.fixes
+    );
+
+    // Hetzner with ipMode Proxy: not needed.
+    let blog = cluster::facts_for(
+        &read,
+        &plan,
+        &options.planner,
+        "blog.example.com",
+        &["198.51.100.20".parse().unwrap()],
+    );
+    let lb = blog.load_balancer.as_ref().unwrap();
+    assert!(!lb.needs_hairpin);
+    assert!(
+        lb.not_needed_reason
+            .as_deref()
+            .unwrap()
+            .contains("ipMode is Proxy"),
+        "{lb:?}"
+    );
+    let verdict = verdict::diagnose(
+        &network(ProbeOutcome::Answered {
+            first_line: "HTTP/1.1 200 OK".into(),
+        }),
+        &ClusterView::Checked(blog),
+        Vantage::Pod,
+    );
+    assert_eq!(verdict.status, Status::NotNeeded);
+}
+
+#[tokio::test]
+async fn forbidden_lists_become_gaps_and_an_absent_api_is_unavailable() {
+    let fake = FakeApiServer::start().await;
+    fake.fail_next("GET", "/ingresses", 1, 403);
+    let dir = tempfile::tempdir().unwrap();
+    let options = options_for(&fake, &dir).await;
+    let client = cluster::client(&options).await.unwrap();
+    let read = cluster::read(&client, &options).await.unwrap();
+    assert!(
+        read.gaps
+            .iter()
+            .any(|gap| gap.starts_with("Ingresses: forbidden")),
+        "{:?}",
+        read.gaps
+    );
+
+    // Nothing listens: unavailable (skipped with a note), quickly.
+    drop(fake);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let path = dir.path().join("closed");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{closed}\n\
+             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let options = ClusterOptions {
+        kubeconfig: Some(path),
+        ..options
+    };
+    let client = cluster::client(&options).await.unwrap();
+    let started = std::time::Instant::now();
+    let err = cluster::read(&client, &options).await.unwrap_err();
+    assert!(matches!(err, ClusterError::Unavailable(_)), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // A kubeconfig that is not one: an access error.
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, "this: [is not a kubeconfig").unwrap();
+    let Err(err) = cluster::client(&ClusterOptions {
+        kubeconfig: Some(bad),
+        ..options
+    })
+    .await
+    else {
+        panic!("a broken kubeconfig must be refused");
+    };
+    assert!(matches!(err, ClusterError::Kubeconfig { .. }), "{err}");
+}
