@@ -21,7 +21,7 @@ use hairpin_planner::config::PlannerConfig;
 use hairpin_planner::snapshot::ClusterSnapshot;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use kube::api::ListParams;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -93,7 +93,7 @@ pub struct Caches {
     gateways: Cache<Gateway>,
     http_routes: Cache<HttpRoute>,
     grpc_routes: Cache<GrpcRoute>,
-    tls_routes: Cache<TlsRoute>,
+    tls_routes: Cache<DynamicObject>,
     config_maps: Vec<Cache<ConfigMap>>,
 }
 
@@ -150,7 +150,7 @@ impl Caches {
             gateways: optional(Api::all(all(client)), "Gateway", &ctx, stop.clone()),
             http_routes: optional(Api::all(all(client)), "HTTPRoute", &ctx, stop.clone()),
             grpc_routes: optional(Api::all(all(client)), "GRPCRoute", &ctx, stop.clone()),
-            tls_routes: optional(Api::all(all(client)), "TLSRoute", &ctx, stop),
+            tls_routes: tls_routes(client, &ctx, stop),
             config_maps,
         }
     }
@@ -190,7 +190,7 @@ impl Caches {
             gateways: self.gateways.objects(),
             http_routes: self.http_routes.objects(),
             grpc_routes: self.grpc_routes.objects(),
-            tls_routes: self.tls_routes.objects(),
+            tls_routes: typed_tls_routes(&self.tls_routes),
             config_maps: self.config_maps.iter().flat_map(Cache::objects).collect(),
         }
     }
@@ -277,6 +277,7 @@ where
 }
 
 /// A cache of a CRD kind that may not be installed.
+/// A cache of a typed CRD kind that may not be installed.
 fn optional<K>(
     api: Api<K>,
     kind: &'static str,
@@ -288,15 +289,86 @@ where
     K::DynamicType: Eq + Hash + Clone + Default,
 {
     let (store, writer) = reflector::store();
+    optional_versions(vec![api], store, writer, kind, ctx, stop)
+}
+
+/// TLSRoute is served as `v1` by recent Gateway API releases and only as `v1alpha3` or
+/// `v1alpha2` by older ones (the schema the planner reads is the same): watch the newest
+/// served version.
+fn tls_routes(
+    client: &kube::Client,
+    ctx: &Ctx,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Cache<DynamicObject> {
+    let resource = |version: &str| {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("gateway.networking.k8s.io", version, "TLSRoute"),
+            "tlsroutes",
+        )
+    };
+    let apis = ["v1", "v1alpha3", "v1alpha2"]
+        .into_iter()
+        .map(|version| Api::all_with(client.clone(), &resource(version)))
+        .collect();
+    let writer = reflector::store::Writer::new(resource("v1"));
+    let store = writer.as_reader();
+    optional_versions(apis, store, writer, "TLSRoute", ctx, stop)
+}
+
+/// Converts cached TLSRoutes of whatever served version into the typed `v1` form.
+fn typed_tls_routes(cache: &Cache<DynamicObject>) -> Vec<TlsRoute> {
+    cache
+        .store
+        .state()
+        .iter()
+        .filter_map(|route| {
+            let mut value = serde_json::to_value(&**route).ok()?;
+            value["apiVersion"] = "gateway.networking.k8s.io/v1".into();
+            value["kind"] = "TLSRoute".into();
+            match serde_json::from_value(value) {
+                Ok(route) => Some(route),
+                Err(err) => {
+                    tracing::warn!(error = %err, "skipping a TLSRoute that does not parse");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// Probes the candidate APIs in order and watches the first one served; when none is, the
+/// cache counts as synced (empty) and they are probed again every minute.
+fn optional_versions<K>(
+    apis: Vec<Api<K>>,
+    store: Store<K>,
+    writer: reflector::store::Writer<K>,
+    kind: &'static str,
+    ctx: &Ctx,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Cache<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
     let (tx, synced) = watch::channel(SyncState::Pending);
     let ctx = ctx.clone();
     tokio::spawn(async move {
         let probe_then_watch = async {
             let mut delay = Duration::from_secs(1);
-            loop {
-                match api.list(&ListParams::default().limit(1)).await {
-                    Ok(_) => break,
-                    Err(err) if is_not_found(&err) => {
+            let api = 'probe: loop {
+                let mut failed = None;
+                for api in &apis {
+                    match api.list(&ListParams::default().limit(1)).await {
+                        Ok(_) => break 'probe api.clone(),
+                        Err(err) if is_not_found(&err) => {}
+                        Err(err) => {
+                            failed = Some(err);
+                            break;
+                        }
+                    }
+                }
+                match failed {
+                    None => {
                         if *tx.borrow() == SyncState::Pending {
                             tracing::info!(
                                 kind,
@@ -307,7 +379,7 @@ where
                         }
                         tokio::time::sleep(GATEWAY_API_REPROBE).await;
                     }
-                    Err(err) => {
+                    Some(err) => {
                         ctx.metrics
                             .errors
                             .get_or_create(&crate::metrics::ErrorLabels {
@@ -319,10 +391,10 @@ where
                         delay = (delay * 2).min(Duration::from_secs(60));
                     }
                 }
-            }
+            };
             let events = reflector::reflector(
                 writer,
-                watcher::watcher(api.clone(), watcher::Config::default())
+                watcher::watcher(api, watcher::Config::default())
                     .modify(slim)
                     .default_backoff(),
             );

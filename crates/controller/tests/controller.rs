@@ -565,3 +565,56 @@ async fn not_needed_and_conflicts_are_reported_as_events_and_gateways_are_watche
     );
     running.stop().await;
 }
+
+#[tokio::test]
+async fn tls_routes_are_read_from_the_newest_served_version() {
+    use hairpin_controller::fake::ResourceType;
+    let fake = FakeApiServer::start().await;
+    // An older Gateway API release: TLSRoute only as v1alpha2.
+    for (version, plural, kind) in [
+        ("v1", "gateways", "Gateway"),
+        ("v1", "httproutes", "HTTPRoute"),
+        ("v1", "grpcroutes", "GRPCRoute"),
+        ("v1alpha2", "tlsroutes", "TLSRoute"),
+    ] {
+        fake.register(ResourceType::new(
+            "gateway.networking.k8s.io",
+            version,
+            plural,
+            kind,
+            true,
+        ));
+    }
+    seed(&fake);
+    fake.apply(object(
+        "gateway.networking.k8s.io/v1",
+        "Gateway",
+        Some("ingress-nginx"),
+        "public",
+        json!({
+            "spec": {"gatewayClassName": "nginx", "listeners": [{"name": "tls", "port": 443, "protocol": "TLS"}]},
+            "status": {"addresses": [{"type": "IPAddress", "value": "203.0.113.10"}]}
+        }),
+    ));
+    fake.apply(object(
+        "gateway.networking.k8s.io/v1alpha2",
+        "TLSRoute",
+        Some("ingress-nginx"),
+        "passthrough",
+        json!({"spec": {"hostnames": ["tls.example.com"], "parentRefs": [{"name": "public"}], "rules": [{"backendRefs": [{"name": "db", "port": 5432}]}]}}),
+    ));
+    let running = start(&fake, config("pod-a", false));
+    assert!(
+        converged(&fake, &["shop.example.com", "tls.example.com"])
+            .await
+            .is_some(),
+        "the v1alpha2 TLSRoute's hostname is redirected:\n{}",
+        corefile(&fake)
+    );
+    assert_eq!(
+        fake.count("GET", "/v1/tlsroutes"),
+        1,
+        "v1 probed once, then the served version watched"
+    );
+    running.stop().await;
+}
