@@ -113,7 +113,10 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
         }
         Ok(Ok(info)) => parse_version(&info.major, &info.minor),
         Ok(Err(kube::Error::Api(status))) => {
-            gaps.push(format!("the Kubernetes version (/version: {})", status.message));
+            gaps.push(format!(
+                "the Kubernetes version (/version: {})",
+                status.message
+            ));
             None
         }
         Ok(Err(err)) => {
