@@ -40,23 +40,33 @@ impl RoutesFile {
         ))
     }
 
-    /// Sends every new valid table to `routes`, until all receivers are gone. Polls every
-    /// `interval` and on SIGHUP. Invalid content is logged and counted in `metrics`, once per
-    /// distinct content.
-    pub async fn follow(
-        mut self,
+    /// Starts following the file: every new valid table is sent to `routes`, until all
+    /// receivers are gone. Reads every `interval` and on SIGHUP (the handler is installed before
+    /// this returns, so a SIGHUP from then on never kills the process). Invalid content is
+    /// logged and counted in `metrics`, once per distinct content. Must be called inside a
+    /// tokio runtime.
+    pub fn spawn(
+        self,
         interval: Duration,
         routes: watch::Sender<RouteTable>,
         metrics: ProxyMetrics,
-    ) {
+    ) -> tokio::task::JoinHandle<()> {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut hangup = match signal(SignalKind::hangup()) {
-            Ok(hangup) => Some(hangup),
-            Err(err) => {
+        let hangup = signal(SignalKind::hangup())
+            .inspect_err(|err| {
                 tracing::warn!(error = %err, "cannot listen for SIGHUP; polling the routes file only");
-                None
-            }
-        };
+            })
+            .ok();
+        tokio::spawn(self.follow(interval, hangup, routes, metrics))
+    }
+
+    async fn follow(
+        mut self,
+        interval: Duration,
+        mut hangup: Option<tokio::signal::unix::Signal>,
+        routes: watch::Sender<RouteTable>,
+        metrics: ProxyMetrics,
+    ) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -1,10 +1,186 @@
-//! `hairpin proxy` (being built; see the issue tracker).
+//! `hairpin proxy`: accept TCP connections, prepend the PROXY header the cloud load balancer
+//! would send, forward them upstream. The work is in `hairpin-dataplane`; this file turns flags
+//! into a route table and a runtime.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context as _;
+use hairpin_dataplane::routes::{Route, RouteTable, Upstream};
+use hairpin_dataplane::routes_file::RoutesFile;
+use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics, parse_duration};
+use hairpin_proxy_protocol::Version;
+use hairpin_runtime::shutdown::DrainOutcome;
+use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
+
+/// Routes come from `--listen`/`--upstream` (one route) or from `--routes-file` (several,
+/// followed as the file changes).
 #[derive(Debug, clap::Args)]
-pub(crate) struct Args {}
+#[command(group(clap::ArgGroup::new("routes").required(true).args(["listen", "routes_file"])))]
+pub(crate) struct Args {
+    /// Address to accept connections on, e.g. `0.0.0.0:10080` or `[::]:10443` (one route).
+    #[arg(
+        long,
+        env = "HAIRPIN_LISTEN",
+        requires = "upstream",
+        conflicts_with = "routes_file"
+    )]
+    listen: Option<SocketAddr>,
 
-pub(crate) fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`hairpin proxy` is not available in this build yet")
+    /// Where to forward, `HOST:PORT`; a name is resolved again for each new connection.
+    #[arg(
+        long,
+        env = "HAIRPIN_UPSTREAM",
+        requires = "listen",
+        value_name = "HOST:PORT"
+    )]
+    upstream: Option<Upstream>,
+
+    /// PROXY protocol version to write with `--listen`: `v1` (text) or `v2` (binary).
+    #[arg(long, env = "HAIRPIN_PROXY_PROTOCOL", default_value = "v1", value_parser = clap::value_parser!(Version))]
+    proxy_protocol: Version,
+
+    /// Destination address written in the header with `--listen` (the load balancer's external
+    /// `IP:PORT`). Default: the proxy's own address of each accepted connection.
+    #[arg(
+        long,
+        env = "HAIRPIN_DESTINATION",
+        requires = "listen",
+        value_name = "IP:PORT"
+    )]
+    destination: Option<SocketAddr>,
+
+    /// Name of the `--listen` route, in logs and metric labels.
+    #[arg(long, env = "HAIRPIN_ROUTE_NAME", default_value = "default")]
+    route_name: String,
+
+    /// JSON file with a list of routes (`name`, `listen`, `upstream`, `proxy_protocol`,
+    /// `destination`); re-read when its content changes and on SIGHUP.
+    #[arg(long, env = "HAIRPIN_ROUTES_FILE", value_name = "PATH")]
+    routes_file: Option<PathBuf>,
+
+    /// How often the routes file is read to look for changes.
+    #[arg(long, env = "HAIRPIN_ROUTES_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    routes_poll_interval: Duration,
+
+    /// Time allowed to connect to the upstream; after it the client is closed.
+    #[arg(long, env = "HAIRPIN_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    connect_timeout: Duration,
+
+    /// A connection that moves no byte either way for this long is closed.
+    #[arg(long, env = "HAIRPIN_IDLE_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    idle_timeout: Duration,
+
+    /// After SIGTERM, how long open connections may take to finish (a second signal ends
+    /// them at once).
+    #[arg(long, env = "HAIRPIN_DRAIN_TIMEOUT", default_value = "25s", value_parser = parse_duration)]
+    drain_timeout: Duration,
+
+    /// Most connections open at once, over all routes; beyond it the proxy stops accepting
+    /// until one ends.
+    #[arg(long, env = "HAIRPIN_MAX_CONNECTIONS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+
+    /// Worker threads (and listening sockets per route). Default: the number of CPUs.
+    #[arg(long, env = "HAIRPIN_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    workers: Option<u16>,
+
+    /// Listen backlog of each listening socket.
+    #[arg(long, env = "HAIRPIN_BACKLOG", default_value_t = 4096)]
+    backlog: u32,
+
+    #[command(flatten)]
+    admin: AdminArgs,
+
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
+    let workers = args.workers.map_or_else(
+        || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        usize::from,
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("hairpin-proxy")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(serve(args, workers));
+    // Connections still open here were given up on (drain timeout or forced): do not wait.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    result
+}
+
+async fn serve(args: Args, workers: usize) -> anyhow::Result<ExitCode> {
+    let shutdown = Shutdown::from_signals().context("cannot install signal handlers")?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = ProxyMetrics::register(registry.sub_registry_with_prefix("hairpin_proxy"));
+    let readiness = Readiness::new();
+    let routes_loaded = readiness.condition("routes loaded");
+    let listeners_bound = readiness.condition("listeners bound");
+
+    let admin = AdminServer::bind(args.admin.admin_addr).await?;
+    tracing::info!(addr = %admin.local_addr(), "admin server listening");
+    tokio::spawn(admin.serve(Arc::new(registry), readiness, shutdown.clone()));
+
+    let (table, file) = match &args.routes_file {
+        Some(path) => {
+            let (file, table) = RoutesFile::load(path)?;
+            for route in table.routes() {
+                if let Err(err) = hairpin_dataplane::resolve(&route.upstream).await {
+                    tracing::warn!(route = %route.name, error = %err, "upstream does not resolve yet; connections to this route fail until it does");
+                }
+            }
+            (table, Some(file))
+        }
+        None => {
+            let (Some(listen), Some(upstream)) = (args.listen, args.upstream.clone()) else {
+                anyhow::bail!("--listen and --upstream go together (or use --routes-file)");
+            };
+            hairpin_dataplane::resolve(&upstream)
+                .await
+                .context("check --upstream")?;
+            let table = RouteTable::new(vec![Route {
+                name: args.route_name.clone(),
+                listen,
+                upstream,
+                proxy_protocol: args.proxy_protocol,
+                destination: args.destination,
+            }])?;
+            (table, None)
+        }
+    };
+    routes_loaded.set(true);
+
+    let config = ProxyConfig {
+        connect_timeout: args.connect_timeout,
+        idle_timeout: args.idle_timeout,
+        drain_timeout: args.drain_timeout,
+        max_connections: args.max_connections as usize,
+        listeners_per_route: workers,
+        backlog: args.backlog,
+        ..ProxyConfig::default()
+    };
+    let mut proxy = Proxy::new(config, metrics.clone());
+    if let Some(err) = proxy.apply(&table).into_iter().next() {
+        return Err(err.into());
+    }
+    let routes_count = table.len();
+    let (routes_tx, routes_rx) = tokio::sync::watch::channel(table);
+    // Without a routes file the sender is dropped here, and the table stays as it is.
+    if let Some(file) = file {
+        file.spawn(args.routes_poll_interval, routes_tx, metrics);
+    }
+    listeners_bound.set(true);
+    tracing::info!(routes = routes_count, workers, "proxy ready");
+    Ok(match proxy.run(routes_rx, shutdown).await {
+        DrainOutcome::Completed | DrainOutcome::TimedOut => ExitCode::SUCCESS,
+        DrainOutcome::Forced => ExitCode::FAILURE,
+    })
 }
