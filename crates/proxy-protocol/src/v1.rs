@@ -128,8 +128,8 @@ const FIELDS: [&str; 6] = [
 fn parse_line(line: &[u8], complete: bool) -> Result<Option<Header<'static>>, DecodeError> {
     let magic_len = line.len().min(MAGIC.len());
     debug_assert_eq!(&line[..magic_len], &MAGIC[..magic_len]);
+    // tokens[0] stays empty: the magic was checked by the caller.
     let mut tokens: [&[u8]; 6] = [&[]; 6];
-    tokens[0] = &line[..magic_len];
     let mut pos = magic_len;
     let mut tcp6 = false;
     for (i, field) in FIELDS.iter().enumerate().skip(1) {
