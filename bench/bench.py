@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""hairpin proxy vs HAProxy vs direct nginx, on loopback.
+
+Starts nginx as the PROXY-protocol-receiving upstream (plus a plain listener for the direct
+baseline), HAProxy (send-proxy and send-proxy-v2) and `hairpin proxy` (v1 and v2 routes), then
+runs wrk interleaved over several rounds for three workloads:
+
+  keepalive  small responses over kept-alive connections (requests/s)
+  newconn    one new connection per request, `Connection: close` (requests/s)
+  bulk       10 MiB responses (bytes/s)
+
+and prints medians, hairpin/HAProxy and hairpin/direct ratios, p99 latencies and each proxy's
+resident memory (VmRSS now, VmHWM peak) after the runs.
+
+Fairness: both proxies get two threads (HAProxy `nbthread 2`, hairpin `--workers 2`), the same
+connect/idle timeouts, no CPU pinning, and HAProxy runs as Debian ships it: no `option splice-*`
+(splicing is off unless configured), default `tune.bufsize` (16 KiB).
+
+Usage: bench/run.sh [--smoke] [--rounds N] [--duration S] [--no-build] [--hairpin PATH]
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIG_BYTES = 10 * 1024 * 1024
+SMALL_BODY = "hello from nginx\n"
+
+WORKLOADS = {
+    # name: (path, wrk connections, extra wrk args, unit)
+    "keepalive": ("/small", 64, [], "req/s"),
+    "newconn": ("/small", 32, ["-H", "Connection: close"], "req/s"),
+    "bulk": ("/big", 8, [], "MiB/s"),
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, name, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{name} exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{name} does not listen on {port}")
+
+
+def http_get(port, path):
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(f"GET {path} HTTP/1.0\r\nHost: bench\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0].decode(errors="replace"), body
+
+
+def memory(pid):
+    """VmRSS and VmHWM in KiB, summed over the process and its children (nginx workers)."""
+    pids = [pid]
+    try:
+        children = subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True
+        ).stdout.split()
+        pids += [int(p) for p in children]
+    except OSError:
+        pass
+    rss = hwm = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        rss += int(line.split()[1])
+                    elif line.startswith("VmHWM:"):
+                        hwm += int(line.split()[1])
+        except OSError:
+            pass
+    return rss, hwm
+
+
+def to_mib_per_s(text):
+    number, unit = re.match(r"([\d.]+)([KMGT]?B)", text).groups()
+    factor = {"B": 1 / 2**20, "KB": 1 / 2**10, "MB": 1, "GB": 2**10, "TB": 2**20}[unit]
+    return float(number) * factor
+
+
+def to_ms(text):
+    number, unit = re.match(r"([\d.]+)(us|ms|s|m)", text).groups()
+    return float(number) * {"us": 0.001, "ms": 1, "s": 1000, "m": 60000}[unit]
+
+
+def run_wrk(port, workload, duration):
+    path, connections, extra, unit = WORKLOADS[workload]
+    cmd = [
+        "wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--latency", "--timeout", "10s",
+        *extra, f"http://127.0.0.1:{port}{path}",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    transfer = to_mib_per_s(re.search(r"Transfer/sec:\s+(\S+)", out).group(1))
+    p99 = to_ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
+    errors = re.search(r"Socket errors: (.*)", out)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    value = transfer if unit == "MiB/s" else rps
+    problems = []
+    if errors:
+        problems.append("socket errors: " + errors.group(1))
+    if non2xx:
+        problems.append("non-2xx: " + non2xx.group(1))
+    return value, p99, problems
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="one short round: checks the harness, measures nothing")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--duration", type=int, default=2, help="seconds per wrk run (bulk gets +1)")
+    parser.add_argument("--no-build", action="store_true", help="use the existing release binary")
+    parser.add_argument("--hairpin", help="path of the hairpin binary (implies --no-build)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.duration = 1, 1
+
+    for tool in ("wrk", "nginx", "haproxy"):
+        if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
+            raise SystemExit(f"`{tool}` is missing: run scripts/install-test-deps.sh")
+    os.environ["PATH"] += ":/usr/sbin:/sbin"
+
+    target_dir = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    binary = args.hairpin or os.path.join(target_dir, "release", "hairpin")
+    if not args.hairpin and not args.no_build:
+        print("building hairpin (release)...", flush=True)
+        subprocess.run(["cargo", "build", "--release", "-p", "hairpin"], cwd=ROOT, check=True)
+
+    work = tempfile.mkdtemp(prefix="hairpin-bench-")
+    procs = {}
+    try:
+        ports = {name: free_port() for name in ("nginx_pp", "nginx_direct", "hap_v1", "hap_v2", "hp_v1", "hp_v2", "hp_admin")}
+        with open(os.path.join(work, "big.bin"), "wb") as f:
+            f.write(os.urandom(BIG_BYTES))
+        with open(os.path.join(work, "nginx.conf"), "w") as f:
+            f.write(f"""
+daemon off;
+master_process on;
+worker_processes 2;
+{"user root;" if os.geteuid() == 0 else ""}
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;
+  uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi;
+  default_type application/octet-stream;
+  sendfile on; tcp_nopush on; tcp_nodelay on;
+  keepalive_timeout 60s; keepalive_requests 1000000;
+  server {{
+    listen 127.0.0.1:{ports["nginx_pp"]} proxy_protocol backlog=4096;
+    listen 127.0.0.1:{ports["nginx_direct"]} backlog=4096;
+    location = /small {{ return 200 "{SMALL_BODY.strip()}\\n"; }}
+    location = /check {{ return 200 "$proxy_protocol_addr"; }}
+    location = /big {{ alias {work}/big.bin; }}
+  }}
+}}
+""")
+        with open(os.path.join(work, "haproxy.cfg"), "w") as f:
+            f.write(f"""
+global
+  nbthread 2
+  maxconn 8000
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+listen hap_v1
+  bind 127.0.0.1:{ports["hap_v1"]}
+  server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy
+listen hap_v2
+  bind 127.0.0.1:{ports["hap_v2"]}
+  server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy-v2
+""")
+        with open(os.path.join(work, "routes.json"), "w") as f:
+            f.write(f"""[
+  {{"name": "v1", "listen": "127.0.0.1:{ports["hp_v1"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v1"}},
+  {{"name": "v2", "listen": "127.0.0.1:{ports["hp_v2"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v2"}}
+]""")
+
+        def start(name, cmd, port):
+            log = open(os.path.join(work, f"{name}.log"), "w")
+            procs[name] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+            wait_port(port, procs[name], name)
+
+        start("nginx", ["nginx", "-p", work, "-c", os.path.join(work, "nginx.conf"), "-e", os.path.join(work, "nginx-error.log")], ports["nginx_pp"])
+        wait_port(ports["nginx_direct"], procs["nginx"], "nginx")
+        start("haproxy", ["haproxy", "-db", "-f", os.path.join(work, "haproxy.cfg")], ports["hap_v1"])
+        wait_port(ports["hap_v2"], procs["haproxy"], "haproxy")
+        start("hairpin", [binary, "proxy", "--routes-file", os.path.join(work, "routes.json"), "--workers", "2",
+                          "--connect-timeout", "5s", "--idle-timeout", "600s", "--max-connections", "8000",
+                          "--admin-addr", f"127.0.0.1:{ports['hp_admin']}", "--log-level", "warn"], ports["hp_v1"])
+        wait_port(ports["hp_v2"], procs["hairpin"], "hairpin")
+
+        targets = {
+            "direct": ports["nginx_direct"],
+            "haproxy-v1": ports["hap_v1"],
+            "haproxy-v2": ports["hap_v2"],
+            "hairpin-v1": ports["hp_v1"],
+            "hairpin-v2": ports["hp_v2"],
+        }
+        # Sanity: every proxy delivers a header nginx accepts, and the big body arrives whole.
+        for name, port in targets.items():
+            if name == "direct":
+                continue
+            status, body = http_get(port, "/check")
+            if "200" not in status or body != b"127.0.0.1":
+                raise SystemExit(f"{name}: nginx did not get a PROXY header: {status} {body!r}")
+            status, body = http_get(port, "/big")
+            if len(body) != BIG_BYTES:
+                raise SystemExit(f"{name}: /big returned {len(body)} bytes")
+
+        load_before = os.getloadavg()
+        print(f"machine: {os.cpu_count()} CPUs, load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
+        print(f"rounds: {args.rounds}, {args.duration}s per run (bulk {args.duration + 1}s); wrk -t2; "
+              + ", ".join(f"{w} -c{WORKLOADS[w][1]}" for w in WORKLOADS), flush=True)
+        for name, port in targets.items():  # warm-up
+            run_wrk(port, "keepalive", 1)
+
+        results = {(w, t): [] for w in WORKLOADS for t in targets}
+        latencies = {(w, t): [] for w in WORKLOADS for t in targets}
+        problems = {}
+        names = list(targets)
+        for round_ in range(args.rounds):
+            order = names[round_ % len(names):] + names[: round_ % len(names)]
+            for workload in WORKLOADS:
+                for name in order:
+                    duration = args.duration + (1 if workload == "bulk" else 0)
+                    value, p99, issues = run_wrk(targets[name], workload, duration)
+                    results[(workload, name)].append(value)
+                    latencies[(workload, name)].append(p99)
+                    if issues:
+                        problems.setdefault((workload, name), []).extend(issues)
+            print(f"round {round_ + 1}/{args.rounds} done", flush=True)
+
+        print()
+        header = f"{'workload':<10} {'target':<11} {'median':>12} {'unit':<6} {'p99 ms':>8}   runs"
+        print(header)
+        print("-" * len(header))
+        for workload, (_, _, _, unit) in WORKLOADS.items():
+            for name in names:
+                runs = results[(workload, name)]
+                p99 = statistics.median(latencies[(workload, name)])
+                shown = " ".join(f"{r:.0f}" for r in runs)
+                print(f"{workload:<10} {name:<11} {statistics.median(runs):>12.1f} {unit:<6} {p99:>8.2f}   {shown}")
+        print()
+        print("ratios of medians (throughput: higher is better; p99: lower is better)")
+        for workload in WORKLOADS:
+            med = {n: statistics.median(results[(workload, n)]) for n in names}
+            p99 = {n: statistics.median(latencies[(workload, n)]) for n in names}
+            for v in ("v1", "v2"):
+                print(f"  {workload:<10} {v}: hairpin/haproxy {med['hairpin-' + v] / med['haproxy-' + v]:.3f}"
+                      f"   hairpin/direct {med['hairpin-' + v] / med['direct']:.3f}"
+                      f"   p99 hairpin/haproxy {p99['hairpin-' + v] / max(p99['haproxy-' + v], 1e-9):.3f}")
+        print()
+        print("resident memory after the runs (KiB)")
+        for proc in ("haproxy", "hairpin", "nginx"):
+            rss, hwm = memory(procs[proc].pid)
+            print(f"  {proc:<8} VmRSS {rss:>8}   VmHWM {hwm:>8}" + ("   (master + workers)" if proc == "nginx" else ""))
+        load_after = os.getloadavg()
+        print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+        for key, issues in problems.items():
+            print(f"note: {key[0]} {key[1]}: {'; '.join(sorted(set(issues)))}")
+        if args.smoke:
+            print("smoke run: harness OK (figures from a 1-round run mean little)")
+    finally:
+        for name, proc in procs.items():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for name, proc in procs.items():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# hairpin proxy vs HAProxy 2.6 vs direct nginx on loopback (see bench/bench.py for the method).
+#   bench/run.sh            full run (builds hairpin in release first; ~4 minutes of wrk)
+#   bench/run.sh --smoke    one short round, to check the harness
+# Not part of scripts/test.sh: it measures, it does not test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/sbin:/sbin"
+exec python3 bench/bench.py "$@"
