@@ -9,7 +9,10 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::{AgentError, HostsFile, SourceFile, SyncOutcome};
+use tokio::sync::Notify;
+
+use crate::source::EntrySource;
+use crate::{AgentError, HostsFile, SyncOutcome};
 
 /// How the agent behaves.
 #[derive(Clone, Debug)]
@@ -25,20 +28,33 @@ pub struct AgentOptions {
 #[derive(Debug)]
 pub struct Agent {
     hosts: HostsFile,
-    source: SourceFile,
+    source: Box<dyn EntrySource>,
+    wake: Option<Arc<Notify>>,
     options: AgentOptions,
     syncs: Family<Vec<(&'static str, &'static str)>, Counter>,
 }
 
 impl Agent {
     /// An agent that keeps `hosts` in line with `source`.
-    pub fn new(hosts: HostsFile, source: SourceFile, options: AgentOptions) -> Self {
+    pub fn new(
+        hosts: HostsFile,
+        source: impl EntrySource + 'static,
+        options: AgentOptions,
+    ) -> Self {
         Self {
             hosts,
-            source,
+            source: Box::new(source),
+            wake: None,
             options,
             syncs: Family::default(),
         }
+    }
+
+    /// Also syncs as soon as `wake` is notified (a watch event), not only every interval.
+    #[must_use]
+    pub fn wake_on(mut self, wake: Arc<Notify>) -> Self {
+        self.wake = Some(wake);
+        self
     }
 
     /// Registers the agent's metrics: `hairpin_node_agent_syncs_total{result}`.
@@ -50,17 +66,17 @@ impl Agent {
         );
     }
 
-    /// Serves `/livez`, `/readyz` (ready once the file is in sync) and `/metrics` on `admin`
-    /// while [`Agent::run`] runs.
+    /// Serves `/livez`, `/readyz` (ready once the file is in sync) and `/metrics` (the agent's
+    /// and whatever `registry` already holds) on `admin` while [`Agent::run`] runs.
     ///
     /// # Errors
     /// As [`Agent::run`].
     pub async fn run_with_admin(
         &self,
         admin: AdminServer,
+        mut registry: Registry,
         shutdown: &Shutdown,
     ) -> Result<(), AgentError> {
-        let mut registry = Registry::default();
         self.register_metrics(&mut registry);
         let readiness = Readiness::new();
         let ready = readiness.condition("hosts file in sync");
@@ -75,7 +91,7 @@ impl Agent {
     /// # Errors
     /// The source's or the file's error; the file is as it was.
     pub fn sync_once(&self) -> Result<SyncOutcome, AgentError> {
-        let result = self.source.load().and_then(|entries| {
+        let result = self.source.entries().and_then(|entries| {
             self.hosts
                 .sync(&entries)
                 .map(|outcome| (entries.len(), outcome))
@@ -124,8 +140,19 @@ impl Agent {
                     ready.set(false);
                 }
             }
+            let woken = async {
+                match &self.wake {
+                    // Let a burst of watch events settle into one sync.
+                    Some(wake) => {
+                        wake.notified().await;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = tokio::time::sleep(self.options.interval) => {}
+                () = woken => {}
                 () = shutdown.draining() => break,
             }
         }
@@ -140,7 +167,7 @@ impl Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hairpin_runtime::Readiness;
+    use crate::SourceFile;
 
     async fn wait_for(path: &std::path::Path, needle: &str) {
         for _ in 0..250 {

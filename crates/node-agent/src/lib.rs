@@ -9,12 +9,15 @@
 
 pub mod agent;
 pub mod hostsfile;
+pub mod kube_source;
 pub mod source;
 
 pub use agent::{Agent, AgentOptions};
 pub use hairpin_planner::hosts::HostsEntry;
 pub use hostsfile::{HostsFile, SyncOutcome};
-pub use source::{SourceFile, parse_entries};
+pub use kube_source::KubeSource;
+pub use prometheus_client::registry::Registry;
+pub use source::{EntrySource, SourceFile, parse_entries};
 
 use std::path::PathBuf;
 

@@ -47,6 +47,21 @@ pub fn parse_entries(text: &str) -> Result<Vec<HostsEntry>, String> {
         .collect()
 }
 
+/// Where the agent gets the entries from.
+pub trait EntrySource: Send + Sync + std::fmt::Debug {
+    /// The entries the block must hold now.
+    ///
+    /// # Errors
+    /// [`AgentError::Source`] when they cannot be known (the block is then left as it is).
+    fn entries(&self) -> Result<Vec<HostsEntry>, AgentError>;
+}
+
+impl EntrySource for SourceFile {
+    fn entries(&self) -> Result<Vec<HostsEntry>, AgentError> {
+        self.load()
+    }
+}
+
 /// A file of entries, re-read on every poll.
 #[derive(Debug, Clone)]
 pub struct SourceFile {

@@ -2,11 +2,17 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hairpin_node_agent::{Agent, AgentOptions, HostsFile, SourceFile, SyncOutcome};
+use hairpin_controller::client::ClientArgs;
+use hairpin_node_agent::{
+    Agent, AgentOptions, HostsFile, KubeSource, Registry, SourceFile, SyncOutcome,
+};
+use hairpin_planner::PlannerConfig;
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Shutdown};
+use tokio::sync::Notify;
 
 /// Keeps a marked block in a hosts file that maps every planned hostname to its hairpin
 /// Service's address, so node-level clients (the kubelet pulling images, host-network pods)
@@ -18,15 +24,18 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_HOSTS_FILE", default_value = "/host/etc/hosts")]
     pub(crate) hosts_file: PathBuf,
 
-    /// JSON or YAML list of `{ip, hostnames}` entries to keep in the block; re-read every
-    /// interval.
-    #[arg(
-        long,
-        env = "HAIRPIN_SOURCE_FILE",
-        value_name = "PATH",
-        required_unless_present = "remove"
-    )]
+    /// JSON or YAML list of `{ip, hostnames}` entries to keep in the block, re-read every
+    /// interval. Without it the entries come from the cluster: the planner's hosts block, each
+    /// planned hostname pointing at its hairpin Service's ClusterIP.
+    #[arg(long, env = "HAIRPIN_SOURCE_FILE", value_name = "PATH")]
     pub(crate) source_file: Option<PathBuf>,
+
+    /// hairpin's namespace (its Services), when the entries come from the cluster.
+    #[arg(long, env = "HAIRPIN_NAMESPACE", default_value = "hairpin")]
+    pub(crate) namespace: String,
+
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
 
     /// Seconds between checks of the source and the hosts file.
     #[arg(long, env = "HAIRPIN_INTERVAL", default_value_t = 10)]
@@ -66,24 +75,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let source = SourceFile::new(
-        args.source_file
-            .clone()
-            .context("--source-file is required")?,
-    );
     if args.interval == 0 {
         anyhow::bail!("--interval must be at least 1 second");
     }
-    let agent = Agent::new(
-        hosts,
-        source,
-        AgentOptions {
-            interval: Duration::from_secs(args.interval),
-            remove_on_exit: args.remove_on_exit,
-        },
-    );
+    let options = AgentOptions {
+        interval: Duration::from_secs(args.interval),
+        remove_on_exit: args.remove_on_exit,
+    };
     if args.once {
-        let outcome = agent.sync_once()?;
+        let path = args
+            .source_file
+            .as_ref()
+            .context("--once needs --source-file (the cluster source is a running watch)")?;
+        let outcome = Agent::new(hosts, SourceFile::new(path), options).sync_once()?;
         println!(
             "{}: {}",
             args.hosts_file.display(),
@@ -101,12 +105,28 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
         let admin = AdminServer::bind(args.admin.admin_addr).await?;
+        let mut registry = Registry::default();
+        let agent = match &args.source_file {
+            Some(path) => Agent::new(hosts, SourceFile::new(path), options),
+            None => {
+                let client = args.client.client().await?;
+                let changed = Arc::new(Notify::new());
+                let config = PlannerConfig {
+                    namespace: args.namespace.clone(),
+                    ..PlannerConfig::default()
+                };
+                let source =
+                    KubeSource::start(&client, config, changed.clone(), &mut registry, &shutdown);
+                Agent::new(hosts, source, options).wake_on(changed)
+            }
+        };
         tracing::info!(
             admin = %admin.local_addr(),
             hosts_file = %args.hosts_file.display(),
+            source = args.source_file.as_ref().map_or("the cluster".to_owned(), |p| p.display().to_string()),
             "node agent started"
         );
-        agent.run_with_admin(admin, &shutdown).await?;
+        agent.run_with_admin(admin, registry, &shutdown).await?;
         Ok(ExitCode::SUCCESS)
     })
 }
