@@ -122,10 +122,12 @@ pub(crate) enum Output {
     Yaml,
 }
 
-/// Exit status: 0 when the plan is complete, 2 when part of it cannot be applied (e.g. a
-/// Corefile without a `kubernetes` block; see "Errors" in the output), 1 when the input
-/// cannot be read.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when the plan is complete; 2 when part of it cannot be \
+    applied (for example a Corefile without a `kubernetes` block; see \"Errors\" in the \
+    output); 1 when the input cannot be read."
+)]
 pub(crate) struct Args {
     /// YAML file of cluster objects (multi-document, or `kind: List` as printed by
     /// `kubectl get -o yaml`); `-` reads stdin. Repeat for several files.
