@@ -138,7 +138,17 @@ fn add_value(
         ("gateway.networking.k8s.io", "GRPCRoute") => {
             snapshot.grpc_routes.push(typed(value, &what)?)
         }
-        ("gateway.networking.k8s.io", "TLSRoute") => snapshot.tls_routes.push(typed(value, &what)?),
+        ("gateway.networking.k8s.io", "TLSRoute") => {
+            // `hostnames` became required in v1; v1alpha2/v1alpha3 objects may omit it.
+            let mut value = value;
+            if let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) {
+                for field in ["hostnames", "rules"] {
+                    spec.entry(field)
+                        .or_insert_with(|| Value::Array(Vec::new()));
+                }
+            }
+            snapshot.tls_routes.push(typed(value, &what)?);
+        }
         _ => notes.push(format!(
             "skipped {api_version} {kind} {name}: not read by the planner"
         )),

@@ -28,6 +28,12 @@ kind: GRPCRoute
 metadata: { name: g, namespace: x }
 spec: {}
 ---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: { name: t, namespace: x }
+spec:
+  parentRefs: [{ name: gw }]
+---
 apiVersion: v1
 kind: Secret
 metadata: { name: s, namespace: x }
@@ -38,6 +44,7 @@ metadata: { name: s, namespace: x }
     assert_eq!(s.ingresses.len(), 1);
     assert_eq!(s.config_maps.len(), 1);
     assert_eq!(s.grpc_routes.len(), 1);
+    assert_eq!(s.tls_routes.len(), 1, "v1alpha2 TLSRoute without hostnames");
     assert_eq!(notes, ["skipped v1 Secret s: not read by the planner"]);
 }
 
