@@ -226,25 +226,34 @@ pub fn collect(
             .collect();
         let targets: BTreeSet<&ObjectRef> = if status.is_empty() {
             match ingress_fallback(snapshot, ing, &lb_services) {
-                Ok(lb) if known.contains(&lb) => {
-                    known.iter().copied().filter(|k| **k == lb).collect()
-                }
-                Ok(_) => BTreeSet::new(),
+                Ok(lb) => known.iter().copied().filter(|k| **k == lb).collect(),
                 Err(why) => {
                     c.warnings.push(Warning::new(
                         source.clone(),
-                        format!("no load balancer address in status and {why}; its hostnames are not planned"),
+                        format!(
+                            "no load balancer address in status and {why}; its hostnames are not planned"
+                        ),
                     ));
                     BTreeSet::new()
                 }
             }
         } else {
-            status
+            let matched: BTreeSet<&ObjectRef> = status
                 .iter()
                 .filter_map(|a| by_address.get(a.as_str()))
                 .flatten()
                 .copied()
-                .collect()
+                .collect();
+            // Several load balancers on one address (MetalLB's shared IPs): the controller
+            // heuristic picks the one this Ingress's controller runs behind, when it can.
+            if matched.len() > 1
+                && let Ok(lb) = ingress_fallback(snapshot, ing, &lb_services)
+                && matched.contains(&lb)
+            {
+                matched.into_iter().filter(|m| **m == lb).collect()
+            } else {
+                matched
+            }
         };
         for lb in targets {
             for host in &hosts {

@@ -437,3 +437,43 @@ fn gateway_matched_by_status_address() {
     let plan = desired(&snapshot_from_yaml(&yaml), &PlannerConfig::default());
     assert_eq!(hosts_of(&plan, "infra", "gw"), ["late.example.com"]);
 }
+
+#[test]
+fn shared_address_is_disambiguated_by_the_ingress_controller() {
+    // MetalLB `allow-shared-ip`: two LoadBalancer Services on one address.
+    let mut ssh = proxied_lb("git", "ssh", "192.0.2.1");
+    ssh.metadata.labels = Some([("app.kubernetes.io/name".to_owned(), "gitea".to_owned())].into());
+    let snapshot = ClusterSnapshot {
+        services: vec![
+            proxied_lb("ingress-nginx", "ingress-nginx", "192.0.2.1"),
+            ssh,
+        ],
+        ingress_classes: vec![ingress_class("nginx", "k8s.io/ingress-nginx", true)],
+        ingresses: vec![ingress(
+            "a",
+            "app",
+            Some("nginx"),
+            &["a.example.com"],
+            &[],
+            Some("192.0.2.1"),
+        )],
+        ..ClusterSnapshot::default()
+    };
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    assert_eq!(
+        hosts_of(&plan, "ingress-nginx", "ingress-nginx"),
+        ["a.example.com"]
+    );
+    assert!(plan.conflicts.is_empty());
+
+    // Without a way to tell them apart it stays a conflict.
+    let mut snapshot = snapshot;
+    snapshot.ingress_classes.clear();
+    snapshot.ingresses[0]
+        .spec
+        .as_mut()
+        .unwrap()
+        .ingress_class_name = None;
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    assert_eq!(plan.conflicts.len(), 1);
+}
