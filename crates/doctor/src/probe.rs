@@ -114,7 +114,8 @@ impl ProbeOutcome {
         match self {
             ProbeOutcome::Answered { first_line } => format!("answered: {first_line}"),
             ProbeOutcome::EmptyReply => {
-                "no answer: the server closed the connection without replying (empty reply)".into()
+                "no answer: the server closed the connection without replying, an \"empty reply\""
+                    .into()
             }
             ProbeOutcome::Reset => "no answer: the server reset the connection".into(),
             ProbeOutcome::Timeout => "no answer: nothing came back before the timeout".into(),

@@ -256,8 +256,8 @@ pub fn diagnose(network: &NetworkChecks, cluster: &ClusterView, vantage: Vantage
     if probes.proxy_answered() {
         notes.push(SOURCE_ADDRESS_NOTE.into());
         let mut cause = format!(
-            "a plain request to {} gets no answer ({}) but the same request after a PROXY \
-             header is answered: the server requires the PROXY protocol and this connection \
+            "a plain request to {} gets no answer ({}), but the same request after a PROXY \
+             header is answered: the server requires the PROXY protocol, and this connection \
              did not pass through the load balancer that adds it. That is the hairpin \
              short-circuit: kube-proxy (or Cilium) delivers traffic for the load balancer's \
              external IP straight to the ingress.",

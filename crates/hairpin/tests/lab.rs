@@ -1,0 +1,612 @@
+//! End-to-end lab: a cloud load balancer, an ingress and a node with the kube-proxy
+//! short-circuit, built from network namespaces, veth pairs and iptables rules that this test
+//! creates and removes. Only private and documentation addresses, only inside those namespaces.
+//!
+//! ```text
+//!  ext ns                 lb ns                          node ns
+//!  198.51.100.2 ──veth── 198.51.100.10 (HAProxy,         10.200.1.2 nginx (proxy_protocol)
+//!  (external client)      send-proxy :80, -v2 :81)        10.96.0.50 hairpin proxy (lo)
+//!                         10.200.1.1 ───────veth──────── 10.200.1.2
+//!                                                          iptables DNAT 198.51.100.10 -> nginx
+//!                                                          "public DNS" on 127.0.0.1:53
+//!                                                          /etc/hosts = /etc/netns/<node>/hosts
+//! ```
+//!
+//! It shows the external path working with the client's real address, the in-cluster path
+//! failing the way users see it, `hairpin doctor` saying BROKEN, and then, with `hairpin proxy`
+//! and the node agent's hosts entry in place, the in-cluster path working with the client's own
+//! address and the doctor saying OK. Everything is removed by a drop guard, even on failure.
+//!
+//! Needs root and `ip netns`; without them it skips loudly (CI runs it as root).
+
+use std::net::{Ipv4Addr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const HOST: &str = "shop.example.test";
+const LB_IP: &str = "198.51.100.10";
+const EXT_IP: &str = "198.51.100.2";
+const LB_INNER_IP: &str = "10.200.1.1";
+const NODE_IP: &str = "10.200.1.2";
+/// The hairpin proxy's address, standing in for its Service's ClusterIP.
+const HAIRPIN_IP: &str = "10.96.0.50";
+const TOKEN: &str = "Xq3-acme-token_42";
+
+/// The environment variable that turns [`lab_dns_server`] into the lab's "public DNS".
+const DNS_ENV: &str = "HAIRPIN_LAB_DNS";
+
+struct Lab {
+    prefix: String,
+    namespaces: Vec<String>,
+    children: Vec<(String, Child)>,
+    dir: tempfile::TempDir,
+}
+
+impl Lab {
+    fn new() -> Self {
+        Lab {
+            prefix: format!("hp-{}", std::process::id()),
+            namespaces: Vec::new(),
+            children: Vec::new(),
+            dir: tempfile::Builder::new()
+                .prefix("hairpin-lab-")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    fn ns(&self, role: &str) -> String {
+        format!("{}-{role}", self.prefix)
+    }
+
+    fn add_namespace(&mut self, role: &str) -> String {
+        let name = self.ns(role);
+        run_ok(Command::new("ip").args(["netns", "add", &name]));
+        self.namespaces.push(name.clone());
+        self.exec_ok(&name, &["ip", "link", "set", "lo", "up"]);
+        name
+    }
+
+    fn netns_etc(&self, ns: &str) -> PathBuf {
+        Path::new("/etc/netns").join(ns)
+    }
+
+    fn exec(&self, ns: &str, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn exec_ok(&self, ns: &str, args: &[&str]) -> Output {
+        run_ok(Command::new("ip").args(["netns", "exec", ns]).args(args))
+    }
+
+    /// Starts a long-running process in `ns`, logging to `<name>.log` in the lab's dir.
+    fn spawn(&mut self, name: &str, ns: &str, args: &[&str], env: &[(&str, &str)]) {
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children.push((name.to_owned(), child));
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// Waits until something in `ns` listens on `addr` (TCP, or UDP with `udp`).
+    fn wait_listening(&mut self, ns: &str, addr: &str, udp: bool, owner: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let flag = if udp { "-Hlun" } else { "-Hltn" };
+        loop {
+            let out = self.exec(ns, &["ss", flag]);
+            if String::from_utf8_lossy(&out.stdout).contains(addr) {
+                return;
+            }
+            if let Some((_, child)) = self.children.iter_mut().find(|(n, _)| n == owner)
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("{owner} exited with {status}:\n{}", self.log(owner));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{owner} does not listen on {addr}:\n{}",
+                self.log(owner)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for ns in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+            let _ = std::fs::remove_dir_all(self.netns_etc(ns));
+        }
+        // Only removed when no other namespace still uses it.
+        let _ = std::fs::remove_dir(Path::new("/etc/netns"));
+    }
+}
+
+fn run_ok(command: &mut Command) -> Output {
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn skip_reason() -> Option<String> {
+    if !hairpin_testkit::is_root() {
+        return Some("not running as root".into());
+    }
+    match Command::new("ip").args(["netns", "list"]).output() {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "`ip netns` fails: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )),
+        Err(err) => Some(format!("`ip` is not available: {err}")),
+    }
+}
+
+fn curl(lab: &Lab, ns: &str, url: &str, extra: &[&str]) -> (Option<i32>, String, String) {
+    let mut args = vec!["curl", "-sS", "--max-time", "5", "-w", "\n%{local_ip}"];
+    args.extend_from_slice(extra);
+    args.push(url);
+    let out = lab.exec(ns, &args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, local_ip) = stdout.rsplit_once('\n').unwrap_or((&stdout, ""));
+    (
+        out.status.code(),
+        body.to_owned(),
+        format!("{}{}", local_ip, String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
+fn doctor(lab: &Lab, ns: &str, port: &str) -> (Option<i32>, String) {
+    let out = lab.exec(
+        ns,
+        &[
+            env!("CARGO_BIN_EXE_hairpin"),
+            "doctor",
+            HOST,
+            "--port",
+            port,
+            "--no-cluster",
+            "--timeout",
+            "2",
+        ],
+    );
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn hairpin_lab_in_network_namespaces() {
+    if let Some(reason) = skip_reason() {
+        eprintln!(
+            "\n*** SKIPPED hairpin_lab_in_network_namespaces: {reason} (the lab needs root and `ip netns`; CI runs it as root) ***\n"
+        );
+        return;
+    }
+    let hairpin = env!("CARGO_BIN_EXE_hairpin");
+    let nginx_bin = hairpin_testkit::require_binary("nginx");
+    let haproxy_bin = hairpin_testkit::require_binary("haproxy");
+    hairpin_testkit::require_binary("curl");
+    let mut lab = Lab::new();
+    let ext = lab.add_namespace("ext");
+    let lb = lab.add_namespace("lb");
+    let node = lab.add_namespace("node");
+
+    // Links: ext <-> lb (the internet side), lb <-> node (the cloud's private network).
+    let p = std::process::id() % 100_000;
+    let (ext_if, lb_out_if) = (format!("hpe{p}"), format!("hpl{p}"));
+    let (lb_in_if, node_if) = (format!("hpm{p}"), format!("hpn{p}"));
+    for (a, a_ns, b, b_ns) in [
+        (&ext_if, &ext, &lb_out_if, &lb),
+        (&lb_in_if, &lb, &node_if, &node),
+    ] {
+        lab.exec_ok(
+            a_ns,
+            &[
+                "ip", "link", "add", a, "type", "veth", "peer", "name", b, "netns", b_ns,
+            ],
+        );
+    }
+    for (ns, dev, addr) in [
+        (&ext, &ext_if, format!("{EXT_IP}/24")),
+        (&lb, &lb_out_if, format!("{LB_IP}/24")),
+        (&lb, &lb_in_if, format!("{LB_INNER_IP}/24")),
+        (&node, &node_if, format!("{NODE_IP}/24")),
+    ] {
+        lab.exec_ok(ns, &["ip", "addr", "add", &addr, "dev", dev]);
+        lab.exec_ok(ns, &["ip", "link", "set", dev, "up"]);
+    }
+    lab.exec_ok(
+        &node,
+        &["ip", "route", "add", "198.51.100.0/24", "via", LB_INNER_IP],
+    );
+    lab.exec_ok(
+        &node,
+        &[
+            "ip",
+            "addr",
+            "add",
+            &format!("{HAIRPIN_IP}/32"),
+            "dev",
+            "lo",
+        ],
+    );
+
+    // kube-proxy's short-circuit: traffic for the LB's external IP never leaves the node.
+    for chain in ["OUTPUT", "PREROUTING"] {
+        lab.exec_ok(
+            &node,
+            &[
+                "iptables",
+                "-t",
+                "nat",
+                "-A",
+                chain,
+                "-d",
+                &format!("{LB_IP}/32"),
+                "-p",
+                "tcp",
+                "-m",
+                "multiport",
+                "--dports",
+                "80,81",
+                "-j",
+                "DNAT",
+                "--to-destination",
+                NODE_IP,
+            ],
+        );
+    }
+
+    // The node's resolver: its own hosts file (the node agent's target) and a "public DNS"
+    // that says what the real one would: the hostname is the load balancer's IP.
+    let etc = lab.netns_etc(&node);
+    std::fs::create_dir_all(&etc).unwrap();
+    let hosts_file = etc.join("hosts");
+    let original_hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n# the node's own entries\n10.200.1.2\tnode-1\n";
+    std::fs::write(&hosts_file, original_hosts).unwrap();
+    std::fs::write(
+        etc.join("resolv.conf"),
+        "nameserver 127.0.0.1\noptions timeout:1 attempts:2\n",
+    )
+    .unwrap();
+    let test_binary = std::env::current_exe().unwrap();
+    lab.spawn(
+        "dns",
+        &node,
+        &[
+            test_binary.to_str().unwrap(),
+            "--ignored",
+            "--exact",
+            "lab_dns_server",
+            "--nocapture",
+        ],
+        &[(DNS_ENV, &format!("{HOST}={LB_IP}"))],
+    );
+    lab.wait_listening(&node, "127.0.0.1:53", true, "dns");
+
+    // The ingress: nginx requiring the PROXY protocol, reporting the client it sees.
+    let nginx_dir = lab.dir.path().join("nginx");
+    std::fs::create_dir_all(&nginx_dir).unwrap();
+    let d = nginx_dir.display();
+    let nginx_conf = format!(
+        "user root;\ndaemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log info;\n\
+         events {{ worker_connections 256; }}\nhttp {{\n  access_log {d}/access.log;\n  default_type text/plain;\n\
+         client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;\n\
+         uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+         server {{\n    listen {NODE_IP}:80 proxy_protocol;\n    listen {NODE_IP}:81 proxy_protocol;\n\
+         real_ip_header proxy_protocol;\n    set_real_ip_from 10.200.1.0/24;\n    set_real_ip_from 10.96.0.0/16;\n\
+         location ~ ^/\\.well-known/acme-challenge/(?<token>[A-Za-z0-9_-]+)$ {{ return 200 \"$token\"; }}\n\
+         location / {{ return 200 \"proxy_protocol_addr=$proxy_protocol_addr remote_addr=$remote_addr\"; }}\n  }}\n}}\n"
+    );
+    std::fs::write(nginx_dir.join("nginx.conf"), nginx_conf).unwrap();
+    let nginx_conf_path = nginx_dir.join("nginx.conf");
+    lab.spawn(
+        "nginx",
+        &node,
+        &[
+            nginx_bin.to_str().unwrap(),
+            "-p",
+            &d.to_string(),
+            "-c",
+            nginx_conf_path.to_str().unwrap(),
+            "-e",
+            &format!("{d}/error.log"),
+        ],
+        &[],
+    );
+    lab.wait_listening(&node, &format!("{NODE_IP}:80"), false, "nginx");
+
+    // The cloud load balancer: HAProxy sending PROXY v1 on :80 and v2 on :81.
+    let haproxy_conf = lab.dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &haproxy_conf,
+        format!(
+            "global\n  log stderr format raw local0 info\ndefaults\n  log global\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
+             listen lb_v1\n  bind {LB_IP}:80\n  server ingress {NODE_IP}:80 send-proxy\n\
+             listen lb_v2\n  bind {LB_IP}:81\n  server ingress {NODE_IP}:81 send-proxy-v2\n"
+        ),
+    )
+    .unwrap();
+    lab.spawn(
+        "haproxy",
+        &lb,
+        &[
+            haproxy_bin.to_str().unwrap(),
+            "-db",
+            "-f",
+            haproxy_conf.to_str().unwrap(),
+        ],
+        &[],
+    );
+    lab.wait_listening(&lb, &format!("{LB_IP}:81"), false, "haproxy");
+
+    // 1. An external client through the load balancer: works, nginx sees its real address.
+    for port in ["80", "81"] {
+        let (code, body, err) = curl(
+            &lab,
+            &ext,
+            &format!("http://{HOST}:{port}/"),
+            &["--resolve", &format!("{HOST}:{port}:{LB_IP}")],
+        );
+        assert_eq!(code, Some(0), "external client on :{port}: {err}");
+        assert_eq!(
+            body,
+            format!("proxy_protocol_addr={EXT_IP} remote_addr={EXT_IP}"),
+            "port {port}"
+        );
+    }
+
+    // 2. The in-cluster client: the public name resolves to the LB, kube-proxy short-circuits
+    //    it, and nginx rejects the header-less connection: curl's "Empty reply from server".
+    let out = lab.exec(&node, &["getent", "hosts", HOST]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with(LB_IP),
+        "public DNS: {out:?}"
+    );
+    let (code, body, err) = curl(&lab, &node, &format!("http://{HOST}/"), &[]);
+    assert_eq!(
+        code,
+        Some(52),
+        "expected an empty reply, got body {body:?}: {err}"
+    );
+    let (code, _, err) = curl(
+        &lab,
+        &node,
+        &format!("http://{HOST}/.well-known/acme-challenge/{TOKEN}"),
+        &[],
+    );
+    assert_eq!(
+        code,
+        Some(52),
+        "cert-manager's self-check must fail the same way: {err}"
+    );
+    let error_log = nginx_dir.join("error.log");
+    wait_for_file(&error_log, "broken header");
+
+    let (code, broken_report) = doctor(&lab, &node, "80");
+    println!(
+        "\n===== hairpin doctor, BROKEN state (run in the node namespace) =====\n{broken_report}"
+    );
+    assert_eq!(code, Some(1), "{broken_report}");
+    assert!(
+        broken_report.contains(&format!("{HOST}:80  BROKEN")),
+        "{broken_report}"
+    );
+    assert!(
+        broken_report.contains("hairpin short-circuit"),
+        "{broken_report}"
+    );
+    assert!(
+        broken_report.contains("PROXY v1 + HTTP ok"),
+        "{broken_report}"
+    );
+
+    // 3. The fix: hairpin proxies on the node (v1 for :80, v2 for :81, the header's destination
+    //    is the LB's address) and the node agent's hosts entry pointing the name at them.
+    for (port, version) in [("80", "v1"), ("81", "v2")] {
+        lab.spawn(
+            &format!("proxy-{port}"),
+            &node,
+            &[
+                hairpin,
+                "proxy",
+                "--listen",
+                &format!("{HAIRPIN_IP}:{port}"),
+                "--upstream",
+                &format!("{NODE_IP}:{port}"),
+                "--proxy-protocol",
+                version,
+                "--destination",
+                &format!("{LB_IP}:{port}"),
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--workers",
+                "1",
+            ],
+            &[],
+        );
+        lab.wait_listening(
+            &node,
+            &format!("{HAIRPIN_IP}:{port}"),
+            false,
+            &format!("proxy-{port}"),
+        );
+    }
+    let entries = lab.dir.path().join("entries.yaml");
+    std::fs::write(
+        &entries,
+        format!("- ip: {HAIRPIN_IP}\n  hostnames: [{HOST}]\n"),
+    )
+    .unwrap();
+    let out = run_ok(
+        Command::new(hairpin)
+            .args(["node-agent", "--once", "--hosts-file"])
+            .arg(&hosts_file)
+            .arg("--source-file")
+            .arg(&entries),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("updated and verified"),
+        "{out:?}"
+    );
+    let hosts_now = std::fs::read_to_string(&hosts_file).unwrap();
+    assert!(hosts_now.starts_with(original_hosts), "{hosts_now}");
+    assert!(
+        hosts_now.contains(&format!("{HAIRPIN_IP}\t{HOST}")),
+        "{hosts_now}"
+    );
+
+    // 4. The in-cluster client now works, and nginx sees the client's own address.
+    for port in ["80", "81"] {
+        let (code, body, local_ip) = curl(&lab, &node, &format!("http://{HOST}:{port}/"), &[]);
+        assert_eq!(
+            code,
+            Some(0),
+            "in-cluster client on :{port} after the fix: {local_ip}"
+        );
+        assert_eq!(
+            body,
+            format!("proxy_protocol_addr={local_ip} remote_addr={local_ip}"),
+            "nginx must see the in-cluster client's own address (port {port})"
+        );
+    }
+    let (code, body, err) = curl(
+        &lab,
+        &node,
+        &format!("http://{HOST}/.well-known/acme-challenge/{TOKEN}"),
+        &[],
+    );
+    assert_eq!((code, body.as_str()), (Some(0), TOKEN), "{err}");
+
+    let (code, fixed_report) = doctor(&lab, &node, "80");
+    println!(
+        "\n===== hairpin doctor, FIXED state (run in the node namespace) =====\n{fixed_report}"
+    );
+    assert_eq!(code, Some(0), "{fixed_report}");
+    assert!(
+        fixed_report.contains(&format!("{HOST}:80  OK")),
+        "{fixed_report}"
+    );
+    assert!(
+        fixed_report.contains("in hairpin's block"),
+        "{fixed_report}"
+    );
+
+    // 5. Uninstall: the node agent removes its block, the hosts file is as before.
+    run_ok(
+        Command::new(hairpin)
+            .args(["node-agent", "--remove", "--hosts-file"])
+            .arg(&hosts_file),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&hosts_file).unwrap(),
+        original_hosts
+    );
+}
+
+fn wait_for_file(path: &Path, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never contained {needle:?}:\n{text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The lab's "public DNS": started by the lab test inside the node namespace (ignored in normal
+/// runs). Answers A queries for the names in `HAIRPIN_LAB_DNS` (`name=ipv4,...`), NOERROR with
+/// no answer for other types of those names, NXDOMAIN for anything else.
+#[test]
+#[ignore = "helper process of hairpin_lab_in_network_namespaces"]
+fn lab_dns_server() {
+    let spec = std::env::var(DNS_ENV).expect("only the lab test runs this helper");
+    let records: Vec<(String, Ipv4Addr)> = spec
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(name, ip)| (name.to_ascii_lowercase(), ip.parse().expect("IPv4 address")))
+        .collect();
+    let socket = UdpSocket::bind("127.0.0.1:53").expect("bind 127.0.0.1:53");
+    let mut buf = [0u8; 512];
+    loop {
+        let Ok((len, from)) = socket.recv_from(&mut buf) else {
+            continue;
+        };
+        if let Some(answer) = dns_answer(&buf[..len], &records) {
+            let _ = socket.send_to(&answer, from);
+        }
+    }
+}
+
+fn dns_answer(query: &[u8], records: &[(String, Ipv4Addr)]) -> Option<Vec<u8>> {
+    if query.len() < 12 {
+        return None;
+    }
+    let mut pos = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = usize::from(*query.get(pos)?);
+        pos += 1;
+        if len == 0 {
+            break;
+        }
+        labels.push(String::from_utf8_lossy(query.get(pos..pos + len)?).to_ascii_lowercase());
+        pos += len;
+    }
+    let qtype = u16::from_be_bytes([*query.get(pos)?, *query.get(pos + 1)?]);
+    let question_end = pos + 4;
+    query.get(..question_end)?;
+    let name = labels.join(".");
+    let record = records.iter().find(|(n, _)| *n == name).map(|(_, ip)| *ip);
+    let mut out = Vec::with_capacity(question_end + 16);
+    out.extend_from_slice(&query[..2]);
+    let rcode = if record.is_some() { 0 } else { 3 };
+    out.extend_from_slice(&[0x81, 0x80 | rcode]);
+    let answers: u16 = u16::from(record.is_some() && qtype == 1);
+    out.extend_from_slice(&[0, 1]);
+    out.extend_from_slice(&answers.to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out.extend_from_slice(&query[12..question_end]);
+    if let (Some(ip), 1) = (record, answers) {
+        out.extend_from_slice(&[0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+        out.extend_from_slice(&ip.octets());
+    }
+    Some(out)
+}
