@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use hairpin_doctor::cluster::{self, ClusterError, ClusterOptions, ClusterRead};
 use hairpin_doctor::{ClusterView, Options, Timeouts, Vantage};
-use hairpin_planner::PlannerConfig;
+
+use crate::cmd::plan::PlannerArgs;
 
 /// Exit code for usage and access errors (clap uses it for parse errors too).
 const USAGE_ERROR: u8 = 2;
@@ -39,14 +40,9 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_KUBECONFIG", value_name = "PATH")]
     pub(crate) kubeconfig: Option<PathBuf>,
 
-    /// hairpin's namespace (its Services and proxies).
-    #[arg(
-        long,
-        short = 'n',
-        env = "HAIRPIN_NAMESPACE",
-        default_value = "hairpin"
-    )]
-    pub(crate) namespace: String,
+    /// The planner's settings (hairpin's namespace, CoreDNS names...), as the controller's.
+    #[command(flatten)]
+    pub(crate) planner: PlannerArgs,
 
     /// Skip the cluster checks (network checks only).
     #[arg(long, env = "HAIRPIN_DOCTOR_NO_CLUSTER")]
@@ -110,10 +106,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let cluster_options = ClusterOptions {
         kubeconfig: args.kubeconfig.clone(),
         timeout: step,
-        planner: PlannerConfig {
-            namespace: args.namespace.clone(),
-            ..PlannerConfig::default()
-        },
+        planner: args.planner.config(),
     };
     let report = runtime.block_on(async {
         let cluster = if args.no_cluster {

@@ -10,9 +10,10 @@ use hairpin_controller::client::ClientArgs;
 use hairpin_node_agent::{
     Agent, AgentOptions, HostsFile, KubeSource, Registry, SourceFile, SyncOutcome,
 };
-use hairpin_planner::PlannerConfig;
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Shutdown};
 use tokio::sync::Notify;
+
+use crate::cmd::plan::PlannerArgs;
 
 /// Keeps a marked block in a hosts file that maps every planned hostname to its hairpin
 /// Service's address, so node-level clients (the kubelet pulling images, host-network pods)
@@ -30,9 +31,9 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_SOURCE_FILE", value_name = "PATH")]
     pub(crate) source_file: Option<PathBuf>,
 
-    /// hairpin's namespace (its Services), when the entries come from the cluster.
-    #[arg(long, env = "HAIRPIN_NAMESPACE", default_value = "hairpin")]
-    pub(crate) namespace: String,
+    /// The planner's settings, as the controller's: the node agent plans the same hosts block.
+    #[command(flatten)]
+    pub(crate) planner: PlannerArgs,
 
     #[command(flatten)]
     pub(crate) client: ClientArgs,
@@ -111,10 +112,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             None => {
                 let client = args.client.client().await?;
                 let changed = Arc::new(Notify::new());
-                let config = PlannerConfig {
-                    namespace: args.namespace.clone(),
-                    ..PlannerConfig::default()
-                };
+                let config = args.planner.config();
                 let source =
                     KubeSource::start(&client, config, changed.clone(), &mut registry, &shutdown);
                 Agent::new(hosts, source, options).wake_on(changed)
