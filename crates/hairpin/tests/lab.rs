@@ -208,8 +208,9 @@ fn doctor(lab: &Lab, ns: &str, port: &str) -> (Option<i32>, String) {
 #[test]
 fn hairpin_lab_in_network_namespaces() {
     if let Some(reason) = skip_reason() {
-        eprintln!(
-            "\n*** SKIPPED hairpin_lab_in_network_namespaces: {reason} (the lab needs root and `ip netns`; CI runs it as root) ***\n"
+        show(
+            "SKIPPED hairpin_lab_in_network_namespaces",
+            &format!("{reason}: the lab needs root and `ip netns` (CI runs it as root)"),
         );
         return;
     }
@@ -415,8 +416,9 @@ fn hairpin_lab_in_network_namespaces() {
     wait_for_file(&error_log, "broken header");
 
     let (code, broken_report) = doctor(&lab, &node, "80");
-    println!(
-        "\n===== hairpin doctor, BROKEN state (run in the node namespace) =====\n{broken_report}"
+    show(
+        "hairpin doctor, BROKEN state (run in the node namespace)",
+        &broken_report,
     );
     assert_eq!(code, Some(1), "{broken_report}");
     assert!(
@@ -510,8 +512,9 @@ fn hairpin_lab_in_network_namespaces() {
     assert_eq!((code, body.as_str()), (Some(0), TOKEN), "{err}");
 
     let (code, fixed_report) = doctor(&lab, &node, "80");
-    println!(
-        "\n===== hairpin doctor, FIXED state (run in the node namespace) =====\n{fixed_report}"
+    show(
+        "hairpin doctor, FIXED state (run in the node namespace)",
+        &fixed_report,
     );
     assert_eq!(code, Some(0), "{fixed_report}");
     assert!(
@@ -533,6 +536,13 @@ fn hairpin_lab_in_network_namespaces() {
         std::fs::read_to_string(&hosts_file).unwrap(),
         original_hosts
     );
+}
+
+/// Prints to stderr directly, past the test harness's capture, so the reports show in every
+/// run's output (they are quoted in the project's notes).
+fn show(title: &str, text: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "\n===== {title} =====\n{text}");
 }
 
 fn wait_for_file(path: &Path, needle: &str) {
