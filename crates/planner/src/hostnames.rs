@@ -9,6 +9,8 @@
 //!   `app.kubernetes.io/name`, `app` or `k8s-app` label or selector. The Ingress goes to the
 //!   one `type: LoadBalancer` Service carrying such a name; when none or several do, it is
 //!   reported and left out.
+//!   The same heuristic picks between several load balancers that share one status address
+//!   (MetalLB's `allow-shared-ip`); when it cannot, the hostnames are a conflict.
 //! - Gateways whose `status.addresses` or `spec.addresses` hold one of `lb`'s addresses:
 //!   listener hostnames, and the hostnames of HTTPRoutes, GRPCRoutes and TLSRoutes attached
 //!   to them, intersected with the listener hostname as the Gateway API specifies.
