@@ -157,6 +157,16 @@ fn yaml_of_the_example_reads_back_as_typed_objects() {
         "traefik.traefik.svc.cluster.local:443"
     );
     assert_eq!(table[3]["proxy_protocol"], "v2");
+    // The proxy reads and validates exactly this table.
+    let json = &routes.data.as_ref().unwrap()["routes.json"];
+    let parsed = hairpin_dataplane::routes::RouteTable::from_json(json.as_bytes()).unwrap();
+    assert_eq!(parsed.len(), 4);
+    let route = parsed.get("traefik/traefik/443").unwrap();
+    assert_eq!(route.listen.to_string(), "0.0.0.0:10003");
+    assert_eq!(
+        route.destination.map(|d| d.to_string()).as_deref(),
+        Some("198.51.100.20:443")
+    );
 }
 
 #[test]
