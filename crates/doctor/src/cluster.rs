@@ -28,6 +28,8 @@ use crate::verdict::{ClusterFacts, DnsFacts, HairpinFacts, LbIngress, LoadBalanc
 pub struct ClusterOptions {
     /// Kubeconfig file; default `$KUBECONFIG`, `~/.kube/config`, then the pod's service account.
     pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (default: its current context).
+    pub context: Option<String>,
     /// Bound on connecting and on each request.
     pub timeout: Duration,
     /// The planner's settings (hairpin's namespace, CoreDNS names...).
@@ -69,6 +71,10 @@ pub struct ClusterRead {
 /// [`ClusterError::Kubeconfig`] for an unusable `--kubeconfig`, [`ClusterError::Unavailable`]
 /// when there is no configuration at all.
 pub async fn client(options: &ClusterOptions) -> Result<Client, ClusterError> {
+    let kube_options = KubeConfigOptions {
+        context: options.context.clone(),
+        ..KubeConfigOptions::default()
+    };
     let mut config = match &options.kubeconfig {
         Some(path) => {
             let kubeconfig_error = |reason: String| ClusterError::Kubeconfig {
@@ -77,10 +83,16 @@ pub async fn client(options: &ClusterOptions) -> Result<Client, ClusterError> {
             };
             let kubeconfig =
                 Kubeconfig::read_from(path).map_err(|err| kubeconfig_error(err.to_string()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube_options)
                 .await
                 .map_err(|err| kubeconfig_error(err.to_string()))?
         }
+        None if options.context.is_some() => kube::Config::from_kubeconfig(&kube_options)
+            .await
+            .map_err(|err| ClusterError::Kubeconfig {
+                path: "the default kubeconfig".into(),
+                reason: err.to_string(),
+            })?,
         None => kube::Config::infer().await.map_err(|err| {
             tracing::debug!(error = %err, "no Kubernetes configuration");
             ClusterError::Unavailable(
@@ -446,6 +458,21 @@ fn hairpin_block(text: &str) -> Option<String> {
         .find(hairpin_planner::markers::END_MARKER)
         .unwrap_or(rest.len());
     Some(rest[..end].to_owned())
+}
+
+/// The exact hostnames of a plan (a wildcard cannot be probed), sorted, once each: what the
+/// doctor checks when given no host.
+pub fn planned_hostnames(plan: &Plan) -> Vec<String> {
+    let mut hosts: Vec<String> = plan
+        .load_balancers
+        .iter()
+        .flat_map(|lb| &lb.hostnames)
+        .filter(|hostname| !hostname.is_wildcard())
+        .map(|hostname| hostname.name.clone())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
 }
 
 /// Plans from a read, as the controller would.

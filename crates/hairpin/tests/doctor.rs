@@ -11,6 +11,7 @@ fn hairpin(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hairpin"))
         .args(args)
         .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("KUBECONFIG", "/nonexistent/hairpin-test-kubeconfig")
         .output()
         .unwrap()
 }
@@ -79,6 +80,7 @@ fn doctor_exit_codes_for_bad_input_and_unreachable_hosts() {
     // Usage errors: exit 2, a clear message, no panic.
     for args in [
         vec!["doctor"],
+        vec!["doctor", "--no-cluster"],
         vec!["doctor", "https://shop.example.com/"],
         vec!["doctor", "shop.example.com:443"],
         vec!["doctor", "localhost", "--timeout", "0"],

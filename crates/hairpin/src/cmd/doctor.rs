@@ -28,7 +28,8 @@ pub(crate) enum Output {
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Hostnames (or IP addresses) to check, e.g. the host of a cert-manager HTTP-01 challenge.
-    #[arg(required = true, value_name = "HOST")]
+    /// None: every hostname hairpin plans for the cluster (needs API access).
+    #[arg(value_name = "HOST")]
     pub(crate) hosts: Vec<String>,
 
     /// TCP port to probe on each host.
@@ -39,6 +40,10 @@ pub(crate) struct Args {
     /// service account).
     #[arg(long, env = "HAIRPIN_KUBECONFIG", value_name = "PATH")]
     pub(crate) kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, env = "HAIRPIN_CONTEXT", value_name = "NAME")]
+    pub(crate) context: Option<String>,
 
     /// The planner's settings (hairpin's namespace, CoreDNS names...), as the controller's.
     #[command(flatten)]
@@ -105,6 +110,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()?;
     let cluster_options = ClusterOptions {
         kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
         timeout: step,
         planner: args.planner.config(),
     };
@@ -113,35 +119,48 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             Err("--no-cluster".to_owned())
         } else {
             match read_cluster(&cluster_options).await {
-                Ok(read) => Ok(read),
+                Ok(read) => {
+                    let plan = cluster::plan(&read, &cluster_options.planner);
+                    Ok((read, plan))
+                }
                 Err(ClusterError::Unavailable(reason)) => Err(reason),
-                Err(err @ ClusterError::Kubeconfig { .. }) => return Err(err),
+                Err(err @ ClusterError::Kubeconfig { .. }) => return Err(err.to_string()),
             }
         };
-        let plan = cluster
-            .as_ref()
-            .ok()
-            .map(|read| cluster::plan(read, &cluster_options.planner));
-        Ok(
-            hairpin_doctor::examine(&args.hosts, &options, |host, network| {
-                match (&cluster, &plan) {
-                    (Ok(read), Some(plan)) => {
-                        let addresses: Vec<_> = network.resolution.first().into_iter().collect();
-                        ClusterView::Checked(cluster::facts_for(
-                            read,
-                            plan,
-                            &cluster_options.planner,
-                            host,
-                            &addresses,
-                        ))
-                    }
-                    (Err(reason), _) => ClusterView::NotChecked {
-                        reason: reason.clone(),
-                    },
-                    (Ok(_), None) => ClusterView::NotChecked {
-                        reason: "no plan".into(),
-                    },
+        let hosts = if args.hosts.is_empty() {
+            match &cluster {
+                Ok((_, plan)) => cluster::planned_hostnames(plan),
+                Err(reason) => {
+                    return Err(format!(
+                        "pass a HOST, or give the doctor API access to check every planned \
+                         hostname (the cluster cannot be read: {reason})"
+                    ));
                 }
+            }
+        } else {
+            args.hosts.clone()
+        };
+        if hosts.is_empty() {
+            eprintln!(
+                "hairpin plans no hostname in this cluster (no load balancer needs a hairpin); \
+                 pass a HOST to check one"
+            );
+        }
+        Ok(
+            hairpin_doctor::examine(&hosts, &options, |host, network| match &cluster {
+                Ok((read, plan)) => {
+                    let addresses: Vec<_> = network.resolution.first().into_iter().collect();
+                    ClusterView::Checked(cluster::facts_for(
+                        read,
+                        plan,
+                        &cluster_options.planner,
+                        host,
+                        &addresses,
+                    ))
+                }
+                Err(reason) => ClusterView::NotChecked {
+                    reason: reason.clone(),
+                },
             })
             .await,
         )
