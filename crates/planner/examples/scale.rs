@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use hairpin_planner::{ClusterSnapshot, PlannerConfig, desired};
+use hairpin_planner::{ClusterSnapshot, PlannerConfig, desired, discover, hostnames};
 
 #[path = "../tests/support/scale.rs"]
 mod scale;
@@ -28,6 +28,29 @@ fn main() {
     }
     let per_plan = started.elapsed() / runs;
 
+    // The parts: discovery, then hostname collection (the rest is the hairpin Services and
+    // the Corefile edit).
+    let started = Instant::now();
+    let mut discovery = discover(&snapshot, &config);
+    for _ in 1..runs {
+        discovery = std::hint::black_box(discover(std::hint::black_box(&snapshot), &config));
+    }
+    let per_discovery = started.elapsed() / runs;
+    let lbs: Vec<_> = discovery
+        .load_balancers
+        .iter()
+        .map(|lb| (lb.service.clone(), lb.status_addresses.as_slice()))
+        .collect();
+    let started = Instant::now();
+    for _ in 0..runs {
+        std::hint::black_box(hostnames::collect(
+            std::hint::black_box(&snapshot),
+            &config,
+            &lbs,
+        ));
+    }
+    let per_collect = started.elapsed() / runs;
+
     let hostnames: usize = plan
         .load_balancers
         .iter()
@@ -39,6 +62,8 @@ fn main() {
     println!("load balancers:     {}", plan.load_balancers.len());
     println!("building snapshot:  {built:?}");
     println!("desired() per run:  {per_plan:?} (mean of {runs})");
+    println!("  discover():          {per_discovery:?}");
+    println!("  hostnames::collect(): {per_collect:?}");
     println!(
         "Corefile size:      {} bytes ({:.1}% of the 1 MiB ConfigMap limit; {} before)",
         dns.desired.len(),
