@@ -165,6 +165,72 @@ where
     }
 }
 
+/// A whole doctor run: reads the cluster once (unless `cluster` is `None`, i.e.
+/// `--no-cluster`), checks `hosts` (none: every planned hostname, which needs the cluster),
+/// and judges each.
+///
+/// # Errors
+/// A usage or access error, for exit code 2: an unusable kubeconfig, or no host and no cluster.
+pub async fn run(
+    hosts: &[String],
+    options: &Options,
+    cluster: Option<&cluster::ClusterOptions>,
+) -> Result<Report, String> {
+    let read = match cluster {
+        None => Err("--no-cluster".to_owned()),
+        Some(cluster_options) => match read_cluster(cluster_options).await {
+            Ok(read) => {
+                let plan = cluster::plan(&read, &cluster_options.planner);
+                Ok((read, plan, cluster_options))
+            }
+            Err(cluster::ClusterError::Unavailable(reason)) => Err(reason),
+            Err(err @ cluster::ClusterError::Kubeconfig { .. }) => return Err(err.to_string()),
+        },
+    };
+    let hosts = if hosts.is_empty() {
+        match &read {
+            Ok((_, plan, _)) => cluster::planned_hostnames(plan),
+            Err(reason) => {
+                return Err(format!(
+                    "pass a HOST, or give the doctor API access to check every planned hostname \
+                     (the cluster cannot be read: {reason})"
+                ));
+            }
+        }
+    } else {
+        hosts.to_vec()
+    };
+    if hosts.is_empty() {
+        eprintln!(
+            "hairpin plans no hostname in this cluster (no load balancer needs a hairpin); pass \
+             a HOST to check one"
+        );
+    }
+    Ok(examine(&hosts, options, |host, network| match &read {
+        Ok((read, plan, cluster_options)) => {
+            let addresses: Vec<_> = network.resolution.first().into_iter().collect();
+            ClusterView::Checked(cluster::facts_for(
+                read,
+                plan,
+                &cluster_options.planner,
+                host,
+                &addresses,
+            ))
+        }
+        Err(reason) => ClusterView::NotChecked {
+            reason: reason.clone(),
+        },
+    })
+    .await)
+}
+
+async fn read_cluster(
+    options: &cluster::ClusterOptions,
+) -> Result<cluster::ClusterRead, cluster::ClusterError> {
+    let client = cluster::client(options).await?;
+    cluster::read(&client, options).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -218,3 +218,61 @@ async fn forbidden_lists_become_gaps_and_an_absent_api_is_unavailable() {
     };
     assert!(matches!(err, ClusterError::Kubeconfig { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn a_whole_run_joins_the_probes_and_the_cluster_view() {
+    // The "load balancer's IP" is loopback here, so the probes reach a real nginx that
+    // requires the PROXY protocol: exactly what an in-cluster client meets.
+    let ingress_addr = hairpin_testkit::free_addr();
+    let _nginx = hairpin_testkit::Nginx::start(
+        &format!(
+            "server {{ listen {ingress_addr} proxy_protocol; location / {{ return 200 \"ok\"; }} }}"
+        ),
+        &[ingress_addr],
+    )
+    .unwrap();
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        lb_service(
+            "do-lb",
+            json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
+            "127.0.0.1",
+            "VIP",
+        ),
+        ingress("shop", "shop.example.com", "127.0.0.1"),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let cluster_options = options_for(&fake, &dir).await;
+    let options = hairpin_doctor::Options {
+        port: ingress_addr.port(),
+        timeouts: hairpin_doctor::Timeouts::default(),
+        hosts_file: dir.path().join("no-hosts-file"),
+        vantage: Vantage::Pod,
+    };
+    let report = hairpin_doctor::run(&["127.0.0.1".to_owned()], &options, Some(&cluster_options))
+        .await
+        .unwrap();
+    assert_eq!(report.exit_code(), 1);
+    let host = &report.hosts[0];
+    assert_eq!(host.verdict.status, Status::Broken);
+    let cause = host.verdict.cause.as_deref().unwrap();
+    assert!(cause.contains("hairpin short-circuit"), "{cause}");
+    assert!(
+        cause.contains("Service ingress-nginx/do-lb sends v1"),
+        "{cause}"
+    );
+    assert!(
+        host.verdict.fixes[0].contains("do-loadbalancer-hostname"),
+        "{:?}",
+        host.verdict.fixes
+    );
+    let text = report.to_text();
+    assert!(
+        text.contains("load balancer   ingress-nginx/do-lb (DigitalOcean) PROXY v1"),
+        "{text}"
+    );
+
+    // No host and no cluster: a usage error, not a silent success.
+    let err = hairpin_doctor::run(&[], &options, None).await.unwrap_err();
+    assert!(err.contains("pass a HOST"), "{err}");
+}

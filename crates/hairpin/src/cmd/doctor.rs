@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use hairpin_doctor::cluster::{self, ClusterError, ClusterOptions, ClusterRead};
-use hairpin_doctor::{ClusterView, Options, Timeouts, Vantage};
+use hairpin_doctor::cluster::ClusterOptions;
+use hairpin_doctor::{Options, Timeouts, Vantage};
 
 use crate::cmd::plan::PlannerArgs;
 
@@ -114,57 +114,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         timeout: step,
         planner: args.planner.config(),
     };
-    let report = runtime.block_on(async {
-        let cluster = if args.no_cluster {
-            Err("--no-cluster".to_owned())
-        } else {
-            match read_cluster(&cluster_options).await {
-                Ok(read) => {
-                    let plan = cluster::plan(&read, &cluster_options.planner);
-                    Ok((read, plan))
-                }
-                Err(ClusterError::Unavailable(reason)) => Err(reason),
-                Err(err @ ClusterError::Kubeconfig { .. }) => return Err(err.to_string()),
-            }
-        };
-        let hosts = if args.hosts.is_empty() {
-            match &cluster {
-                Ok((_, plan)) => cluster::planned_hostnames(plan),
-                Err(reason) => {
-                    return Err(format!(
-                        "pass a HOST, or give the doctor API access to check every planned \
-                         hostname (the cluster cannot be read: {reason})"
-                    ));
-                }
-            }
-        } else {
-            args.hosts.clone()
-        };
-        if hosts.is_empty() {
-            eprintln!(
-                "hairpin plans no hostname in this cluster (no load balancer needs a hairpin); \
-                 pass a HOST to check one"
-            );
-        }
-        Ok(
-            hairpin_doctor::examine(&hosts, &options, |host, network| match &cluster {
-                Ok((read, plan)) => {
-                    let addresses: Vec<_> = network.resolution.first().into_iter().collect();
-                    ClusterView::Checked(cluster::facts_for(
-                        read,
-                        plan,
-                        &cluster_options.planner,
-                        host,
-                        &addresses,
-                    ))
-                }
-                Err(reason) => ClusterView::NotChecked {
-                    reason: reason.clone(),
-                },
-            })
-            .await,
-        )
-    });
+    let cluster = (!args.no_cluster).then_some(&cluster_options);
+    let report = runtime.block_on(hairpin_doctor::run(&args.hosts, &options, cluster));
     let report = match report {
         Ok(report) => report,
         Err(err) => {
@@ -177,9 +128,4 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Output::Json => println!("{}", report.to_json()),
     }
     Ok(ExitCode::from(report.exit_code()))
-}
-
-async fn read_cluster(options: &ClusterOptions) -> Result<ClusterRead, ClusterError> {
-    let client = cluster::client(options).await?;
-    cluster::read(&client, options).await
 }
