@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::probe::{HostsFileNote, Probes, Resolution};
+use crate::probe::{HostsFileNote, ProbeOutcome, Probes, Resolution};
 use crate::providers::Provider;
 
 /// The verdict for one host.
@@ -233,6 +233,17 @@ pub fn diagnose(network: &NetworkChecks, cluster: &ClusterView, vantage: Vantage
                 };
             }
         }
+        let proxy_rejected = [&probes.proxy_v1, &probes.proxy_v2].iter().any(|outcome| {
+            matches!(outcome, ProbeOutcome::Answered { first_line } if first_line.contains(" 400 "))
+        });
+        if proxy_rejected {
+            notes.push(
+                "the probes that start with a PROXY header get 400: expected when the path adds \
+                 its own header (hairpin's proxy or a load balancer), since ours then arrives \
+                 as the request line"
+                    .into(),
+            );
+        }
         let summary = if network
             .hosts_file
             .as_ref()
@@ -432,7 +443,6 @@ pub fn fixes(cluster: &ClusterView) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::ProbeOutcome;
 
     fn answered() -> ProbeOutcome {
         ProbeOutcome::Answered {
@@ -548,6 +558,17 @@ mod tests {
             verdict.summary
         );
         assert!(verdict.notes.iter().any(|n| n.contains("node agent")));
+        assert!(!verdict.notes.iter().any(|n| n.contains("get 400")));
+        // Through hairpin's proxy our own PROXY header arrives as the request line: 400.
+        checks.probes.as_mut().unwrap().proxy_v1 = ProbeOutcome::Answered {
+            first_line: "HTTP/1.1 400 Bad Request".into(),
+        };
+        let verdict = diagnose(&checks, &not_checked(), Vantage::Machine);
+        assert!(
+            verdict.notes.iter().any(|n| n.contains("get 400")),
+            "{:?}",
+            verdict.notes
+        );
     }
 
     #[test]
