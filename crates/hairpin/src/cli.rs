@@ -11,7 +11,12 @@ use crate::cmd;
 /// requires. hairpin discovers those load balancers and hostnames, points in-cluster DNS at its
 /// own proxy, and the proxy adds exactly the header the real load balancer would have sent.
 #[derive(Debug, Parser)]
-#[command(name = "hairpin", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "hairpin",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Command,
