@@ -25,6 +25,27 @@ thread_local! {
     static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH_SIZE].into_boxed_slice());
 }
 
+/// Reads what `src` holds. A read that did not fill `buf` emptied the socket, so tokio's
+/// readiness is cleared right away instead of by one more read that would fail with
+/// `WouldBlock`: one syscall less per message. This is race-free for the same reason tokio's
+/// own clearing is: `try_io` takes the readiness tick before the read and clears only if no
+/// event arrived since, and EOF and errors (`READ_CLOSED`) are never cleared.
+fn read_drained(src: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    let mut short = None;
+    let result = src.try_io(tokio::io::Interest::READABLE, || {
+        let n = (&*SockRef::from(src)).read(buf)?;
+        if n > 0 && n < buf.len() {
+            short = Some(n);
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    });
+    match (result, short) {
+        (Err(err), Some(n)) if err.kind() == io::ErrorKind::WouldBlock => Ok(n),
+        (result, _) => result,
+    }
+}
+
 /// One direction: `src` to `dst`.
 #[derive(Debug, Default)]
 struct Half {
@@ -74,7 +95,7 @@ impl Half {
                 continue;
             }
             ready!(src.poll_read_ready(cx))?;
-            let read = SCRATCH.with_borrow_mut(|buf| match src.try_read(buf) {
+            let read = SCRATCH.with_borrow_mut(|buf| match read_drained(src, buf) {
                 Ok(0) => {
                     self.read_eof = true;
                     Ok(0)

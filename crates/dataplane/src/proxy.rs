@@ -100,6 +100,7 @@ struct RunningRoute {
 pub struct Proxy {
     shared: Arc<Shared>,
     running: HashMap<String, RunningRoute>,
+    shards: Vec<tokio::runtime::Handle>,
 }
 
 impl Proxy {
@@ -119,7 +120,17 @@ impl Proxy {
                 accept_log: LogLimiter::new(5, Duration::from_secs(10)),
             }),
             running: HashMap::new(),
+            shards: Vec::new(),
         }
+    }
+
+    /// Serves each route on these runtimes, one `SO_REUSEPORT` listener on each, instead of
+    /// `listeners_per_route` listeners on the caller's runtime. With one single-threaded
+    /// runtime per core, a connection lives on the thread that accepted it: no work stealing,
+    /// no cross-thread wake-ups, warm caches (thread per core).
+    pub fn with_shards(mut self, shards: Vec<tokio::runtime::Handle>) -> Self {
+        self.shards = shards;
+        self
     }
 
     /// Makes the running routes equal to `table`: new routes start accepting, removed ones stop
@@ -177,7 +188,12 @@ impl Proxy {
 
     fn start(&self, route: &Route) -> Result<RunningRoute, Error> {
         let config = &self.shared.config;
-        let listeners = (0..config.listeners_per_route.max(1))
+        let count = if self.shards.is_empty() {
+            config.listeners_per_route.max(1)
+        } else {
+            self.shards.len()
+        };
+        let listeners = (0..count)
             .map(|_| bind(route.listen, config.backlog))
             .collect::<io::Result<Vec<_>>>()
             .map_err(|source| Error::Bind {
@@ -187,12 +203,12 @@ impl Proxy {
             })?;
         let runtime = Arc::new(RouteRuntime::new(route, &self.shared));
         let (config, _) = watch::channel(Some(runtime));
-        for listener in listeners {
-            tokio::spawn(accept_loop(
-                listener,
-                config.subscribe(),
-                self.shared.clone(),
-            ));
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let accepting = accept_loop(listener, config.subscribe(), self.shared.clone());
+            match self.shards.get(i) {
+                Some(shard) => drop(shard.spawn(accepting)),
+                None => drop(tokio::spawn(accepting)),
+            }
         }
         tracing::info!(route = %route.name, listen = %route.listen, upstream = %route.upstream,
             proxy_protocol = %route.proxy_protocol,
@@ -284,7 +300,7 @@ impl Proxy {
 /// A listening socket with `SO_REUSEPORT` (several per route spread accepting over workers,
 /// and a restarted proxy can bind before the old one lets go) and `TCP_NODELAY`, which accepted
 /// sockets inherit.
-fn bind(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
+fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
@@ -292,16 +308,24 @@ fn bind(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
-    TcpListener::from_std(socket.into())
+    Ok(socket.into())
 }
 
 async fn accept_loop(
-    listener: TcpListener,
+    listener: std::net::TcpListener,
     mut config: watch::Receiver<Option<Arc<RouteRuntime>>>,
     shared: Arc<Shared>,
 ) {
     let Some(mut route) = config.borrow_and_update().clone() else {
         return;
+    };
+    // Registered here, with the reactor of the runtime that runs this loop.
+    let listener = match TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(err) => {
+            tracing::error!(route = %route.route.name, error = %err, "cannot register a listener");
+            return;
+        }
     };
     loop {
         // At the limit, stop accepting (clients wait in the backlog) until a connection ends.
@@ -382,7 +406,8 @@ mod tests {
 
     #[tokio::test]
     async fn accepted_sockets_inherit_nodelay_and_reuseport_allows_a_second_listener() {
-        let first = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let first =
+            TcpListener::from_std(bind("127.0.0.1:0".parse().unwrap(), 16).unwrap()).unwrap();
         let addr = first.local_addr().unwrap();
         let (_client, accepted) =
             tokio::join!(tokio::net::TcpStream::connect(addr), first.accept());

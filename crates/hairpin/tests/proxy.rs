@@ -533,3 +533,29 @@ fn sighup_rereads_the_routes_file() {
     let (mut client, mut server) = open_through(b, &upstream);
     roundtrip(&mut client, &mut server);
 }
+
+#[test]
+fn an_unresolvable_upstream_is_a_clear_startup_error() {
+    // In a fresh network namespace (only loopback) a DNS lookup fails at once and no packet
+    // leaves the machine.
+    if !hairpin_testkit::is_root() || Command::new("unshare").arg("--help").output().is_err() {
+        eprintln!("SKIPPED: needs root and unshare(1) for a private network namespace");
+        return;
+    }
+    let script = format!(
+        "ip link set lo up && exec {} proxy --listen 127.0.0.1:10080 \
+         --upstream no-such-upstream.hairpin.test:80 --admin-addr 127.0.0.1:19090",
+        env!("CARGO_BIN_EXE_hairpin")
+    );
+    let output = Command::new("unshare")
+        .args(["--net", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--upstream")
+            && stderr.contains("no-such-upstream.hairpin.test:80 does not resolve"),
+        "{stderr}"
+    );
+}

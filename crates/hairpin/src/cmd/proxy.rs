@@ -105,19 +105,67 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         usize::from,
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .thread_name("hairpin-proxy")
+    let shards = Shards::start(workers)?;
+    // The control plane (admin server, signals, routes file) is light: one thread is plenty.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let result = runtime.block_on(serve(args, workers));
+    let result = runtime.block_on(serve(args, shards.handles.clone()));
     // Connections still open here were given up on (drain timeout or forced): do not wait.
+    shards.stop();
     runtime.shutdown_timeout(Duration::from_millis(200));
     result
 }
 
-async fn serve(args: Args, workers: usize) -> anyhow::Result<ExitCode> {
+/// One single-threaded runtime per worker thread; connections stay on the thread that accepted
+/// them (each route has one `SO_REUSEPORT` listener per worker).
+struct Shards {
+    handles: Vec<tokio::runtime::Handle>,
+    stop: tokio::sync::watch::Sender<bool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Shards {
+    fn start(workers: usize) -> anyhow::Result<Self> {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut handles = Vec::with_capacity(workers);
+        let mut threads = Vec::with_capacity(workers);
+        for i in 0..workers {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start a worker runtime")?;
+            handles.push(runtime.handle().clone());
+            let mut stopped = stopped.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("hairpin-proxy-{i}"))
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        let _ = stopped.wait_for(|stop| *stop).await;
+                    });
+                    runtime.shutdown_timeout(Duration::from_millis(100));
+                })
+                .context("cannot start a worker thread")?;
+            threads.push(thread);
+        }
+        Ok(Self {
+            handles,
+            stop,
+            threads,
+        })
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(true);
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Result<ExitCode> {
+    let workers = shards.len();
     let shutdown = Shutdown::from_signals().context("cannot install signal handlers")?;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = ProxyMetrics::register(registry.sub_registry_with_prefix("hairpin_proxy"));
@@ -125,13 +173,15 @@ async fn serve(args: Args, workers: usize) -> anyhow::Result<ExitCode> {
     let routes_loaded = readiness.condition("routes loaded");
     let listeners_bound = readiness.condition("listeners bound");
 
-    let admin = AdminServer::bind(args.admin.admin_addr).await?;
+    let admin = AdminServer::bind(args.admin.admin_addr)
+        .await
+        .map_err(flat)?;
     tracing::info!(addr = %admin.local_addr(), "admin server listening");
     tokio::spawn(admin.serve(Arc::new(registry), readiness, shutdown.clone()));
 
     let (table, file) = match &args.routes_file {
         Some(path) => {
-            let (file, table) = RoutesFile::load(path)?;
+            let (file, table) = RoutesFile::load(path).map_err(flat)?;
             for route in table.routes() {
                 if let Err(err) = hairpin_dataplane::resolve(&route.upstream).await {
                     tracing::warn!(route = %route.name, error = %err, "upstream does not resolve yet; connections to this route fail until it does");
@@ -145,7 +195,7 @@ async fn serve(args: Args, workers: usize) -> anyhow::Result<ExitCode> {
             };
             hairpin_dataplane::resolve(&upstream)
                 .await
-                .context("check --upstream")?;
+                .map_err(|err| anyhow::anyhow!("check --upstream: {err}"))?;
             let table = RouteTable::new(vec![Route {
                 name: args.route_name.clone(),
                 listen,
@@ -167,9 +217,9 @@ async fn serve(args: Args, workers: usize) -> anyhow::Result<ExitCode> {
         backlog: args.backlog,
         ..ProxyConfig::default()
     };
-    let mut proxy = Proxy::new(config, metrics.clone());
+    let mut proxy = Proxy::new(config, metrics.clone()).with_shards(shards);
     if let Some(err) = proxy.apply(&table).into_iter().next() {
-        return Err(err.into());
+        return Err(flat(err));
     }
     let routes_count = table.len();
     let (routes_tx, routes_rx) = tokio::sync::watch::channel(table);
@@ -183,4 +233,10 @@ async fn serve(args: Args, workers: usize) -> anyhow::Result<ExitCode> {
         DrainOutcome::Completed | DrainOutcome::TimedOut => ExitCode::SUCCESS,
         DrainOutcome::Forced => ExitCode::FAILURE,
     })
+}
+
+/// The error's message alone: its `Display` already includes the cause, which `{:#}` would
+/// print a second time.
+fn flat(err: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("{err}")
 }
