@@ -56,8 +56,11 @@ pub(crate) async fn serve(
         .observe(started.elapsed().as_secs_f64());
     let _ = upstream.set_nodelay(true);
 
+    let listen = route.route.listen;
     let destination = match route.route.destination {
         Some(destination) => destination,
+        // A listener on one address accepts only on that address: no getsockname needed.
+        None if !listen.ip().is_unspecified() => listen,
         None => match client.local_addr() {
             Ok(local) => local,
             Err(_) => return,

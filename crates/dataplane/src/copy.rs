@@ -18,6 +18,9 @@ use crate::metrics::RouteMetrics;
 
 /// Size of each worker's scratch buffer: the most one read moves.
 const SCRATCH_SIZE: usize = 64 * 1024;
+/// The most one direction moves in one poll before letting the worker's other connections
+/// run: a bulk transfer must not starve its neighbours (tail latency).
+const BYTES_PER_POLL: usize = 256 * 1024;
 /// Long-lived connections report their byte counts every this many bytes.
 const FLUSH_EVERY: u64 = 1 << 20;
 
@@ -65,7 +68,12 @@ impl Half {
         last_activity: &mut Instant,
         counter: &prometheus_client::metrics::counter::Counter,
     ) -> Poll<io::Result<()>> {
+        let mut moved = 0;
         loop {
+            if moved >= BYTES_PER_POLL {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             if self.done {
                 return Poll::Ready(Ok(()));
             }
@@ -106,6 +114,7 @@ impl Half {
             });
             let read = read?;
             if read > 0 {
+                moved += read;
                 *last_activity = Instant::now();
                 self.unflushed += read as u64;
                 if self.unflushed >= FLUSH_EVERY {

@@ -199,6 +199,25 @@ fn v1_header_bytes_are_exact_with_local_and_explicit_destination() {
 }
 
 #[test]
+fn a_wildcard_listener_writes_the_address_the_client_connected_to() {
+    let (up, up_addr) = upstream();
+    let port = free_addr().port();
+    let wildcard = SocketAddr::from(([0, 0, 0, 0], port));
+    let _proxy = Running::start(
+        config(),
+        table(vec![route("any", wildcard, up_addr, Version::V1)]),
+    );
+    let dialed = SocketAddr::from(([127, 0, 0, 3], port));
+    let client = connect(dialed);
+    let mut server = accept(&up);
+    let expected = v1_line(client.local_addr().unwrap(), dialed);
+    assert_eq!(
+        String::from_utf8(read_n(&mut server, expected.len())).unwrap(),
+        expected
+    );
+}
+
+#[test]
 fn v2_header_bytes_are_exact() {
     let (up, up_addr) = upstream();
     let listen = free_addr();
