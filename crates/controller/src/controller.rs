@@ -248,6 +248,21 @@ impl Reconciler {
             for err in &plan.errors {
                 tracing::warn!(error = %err, "DNS change not planned");
             }
+            // Say so on the CoreDNS ConfigMap, when there is one to attach it to.
+            let present = planner.coredns_config_maps.iter().find(|name| {
+                snapshot
+                    .config_map(&planner.coredns_namespace, name)
+                    .is_some()
+            });
+            if let Some(name) = present
+                && !plan.errors.is_empty()
+            {
+                let cm_ref = object_ref("ConfigMap", &planner.coredns_namespace, name, None);
+                let note = format!("hairpin cannot change DNS: {}", plan.errors.join("; "));
+                self.events
+                    .publish(&cm_ref, true, reason::DNS_WRITE_FAILED, note)
+                    .await;
+            }
             return Ok(None);
         };
         // Leaving the other mode's location clean (after a mode switch).

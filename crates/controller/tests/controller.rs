@@ -618,3 +618,87 @@ async fn tls_routes_are_read_from_the_newest_served_version() {
     );
     running.stop().await;
 }
+
+#[tokio::test]
+async fn coredns_custom_mode_creates_the_override_key_and_uninstall_removes_it() {
+    let k3s = ".:53 {\n    errors\n    health\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n      pods insecure\n      fallthrough in-addr.arpa ip6.arpa\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf\n    cache 30\n    loop\n    reload\n    loadbalance\n    import /etc/coredns/custom/*.override\n}\nimport /etc/coredns/custom/*.server\n";
+    let fake = FakeApiServer::start().await;
+    fake.apply(lb_service());
+    fake.apply(ingress("shop", "shop", "shop.example.com"));
+    fake.apply(coredns(k3s));
+    let running = start(&fake, config("pod-a", false));
+    let custom =
+        |f: &FakeApiServer| f.get("v1", "ConfigMap", Some("kube-system"), "coredns-custom");
+    let written = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            custom(f).is_some_and(|cm| {
+                cm["data"]["hairpin.override"]
+                    .as_str()
+                    .is_some_and(|v| v.contains("shop.example.com"))
+            })
+        })
+        .await;
+    assert!(
+        written.is_some(),
+        "auto mode wrote coredns-custom: {:?}",
+        custom(&fake)
+    );
+    assert_eq!(
+        corefile(&fake),
+        k3s,
+        "the Corefile itself is not touched in custom mode"
+    );
+    assert_eq!(
+        custom(&fake).unwrap()["metadata"]["annotations"]["hairpin.io/created-by"],
+        "hairpin"
+    );
+    running.stop().await;
+
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(
+        report.failures.is_empty() && report.custom_key_removed,
+        "{report:?}"
+    );
+    assert!(
+        custom(&fake).is_none(),
+        "the ConfigMap hairpin created is gone once empty"
+    );
+    assert_eq!(corefile(&fake), k3s);
+}
+
+#[tokio::test]
+async fn a_corefile_hairpin_cannot_edit_is_reported_and_left_alone() {
+    let odd = ".:53 {\n    forward . /etc/resolv.conf\n}\n";
+    let fake = FakeApiServer::start().await;
+    fake.apply(lb_service());
+    fake.apply(ingress("shop", "shop", "shop.example.com"));
+    fake.apply(coredns(odd));
+    let running = start(&fake, config("pod-a", false));
+    let reported = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            !events(f, "DNSWriteFailed").is_empty() && hairpin_services(f).len() == 1
+        })
+        .await;
+    assert!(
+        reported.is_some(),
+        "events: {:?}",
+        fake.list("events.k8s.io/v1", "Event")
+    );
+    let event = &events(&fake, "DNSWriteFailed")[0];
+    assert_eq!(event["regarding"]["name"], "coredns");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("hairpin cannot change DNS"),
+        "{event}"
+    );
+    assert_eq!(corefile(&fake), odd, "not touched");
+    assert_eq!(fake.count("PUT", "/configmaps/coredns"), 0);
+    running.stop().await;
+}

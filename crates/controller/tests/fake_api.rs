@@ -237,3 +237,69 @@ async fn injected_faults_answer_then_clear_and_the_client_retries_throttling() {
         "faults are used up"
     );
 }
+
+#[tokio::test]
+async fn delete_preconditions_are_checked() {
+    let fake = FakeApiServer::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "kube-system");
+    let created = api
+        .create(&PostParams::default(), &cm("custom", "a"))
+        .await
+        .unwrap();
+    let stale = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: Some("1".into()),
+            uid: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let conflict = api_status(api.delete("custom", &stale).await.unwrap_err());
+    assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
+    assert!(
+        conflict.message.contains("Precondition failed"),
+        "{}",
+        conflict.message
+    );
+    let fresh = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: created.metadata.resource_version,
+            uid: None,
+        }),
+        ..DeleteParams::default()
+    };
+    api.delete("custom", &fresh).await.unwrap();
+    assert!(
+        fake.get("v1", "ConfigMap", Some("kube-system"), "custom")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_watcher_lists_large_collections_page_by_page() {
+    let fake = FakeApiServer::start().await;
+    fake.apply_many((0..1200).map(|i| {
+        object(
+            "v1",
+            "ConfigMap",
+            Some("big"),
+            &format!("cm-{i:04}"),
+            json!({"data": {"k": "v"}}),
+        )
+    }));
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "big");
+    let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
+    let mut listed = 0;
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .unwrap()
+    {
+        match event.unwrap() {
+            watcher::Event::InitApply(_) => listed += 1,
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(listed, 1200);
+    let pages = fake.count("GET", "/namespaces/big/configmaps?");
+    assert!(pages >= 3, "pages of 500: {pages}");
+}

@@ -424,6 +424,28 @@ fn dispatch(
         }
         (&Method::DELETE, Some(name)) => {
             let key = (target.namespace.clone().unwrap_or_default(), name.clone());
+            // DeleteOptions.preconditions, checked like the real server (409 on mismatch).
+            if let (Some(options), Some(current)) =
+                (&body, state.resources[target.index].objects.get(&key))
+            {
+                let preconditions = &options["preconditions"];
+                for (field, actual) in [
+                    ("resourceVersion", &current["metadata"]["resourceVersion"]),
+                    ("uid", &current["metadata"]["uid"]),
+                ] {
+                    if let Some(expected) = preconditions[field].as_str()
+                        && actual.as_str() != Some(expected)
+                    {
+                        let message = format!(
+                            "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field}: {expected}, {field} in object meta: {}",
+                            target.plural,
+                            actual.as_str().unwrap_or_default()
+                        );
+                        let details = serde_json::json!({"name": name, "kind": target.plural});
+                        return reply(409, status_body(409, "Conflict", &message, Some(details)));
+                    }
+                }
+            }
             match state.remove_key(target.index, &key) {
                 Some(object) => reply(200, object),
                 None => not_found(name),

@@ -122,7 +122,6 @@ impl FakeApiServer {
         let uri: hyper::Uri = self.url().parse().expect("a valid URL");
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
-        config.read_timeout = Some(Duration::from_secs(30));
         kube::Client::try_from(config).expect("a client for the fake API server")
     }
 
