@@ -31,6 +31,7 @@ pub(crate) struct Shared {
     metrics: ProxyMetrics,
     limit: Arc<Semaphore>,
     tracker: TaskTracker,
+    shards: Vec<Shard>,
     limit_log: LogLimiter,
     accept_log: LogLimiter,
 }
@@ -100,7 +101,13 @@ struct RunningRoute {
 pub struct Proxy {
     shared: Arc<Shared>,
     running: HashMap<String, RunningRoute>,
-    shards: Vec<tokio::runtime::Handle>,
+}
+
+/// A worker runtime and how many connections it serves.
+#[derive(Debug)]
+struct Shard {
+    handle: tokio::runtime::Handle,
+    load: std::sync::atomic::AtomicUsize,
 }
 
 impl Proxy {
@@ -116,11 +123,11 @@ impl Proxy {
                 metrics,
                 limit,
                 tracker: TaskTracker::new(),
+                shards: Vec::new(),
                 limit_log: LogLimiter::new(1, Duration::from_secs(10)),
                 accept_log: LogLimiter::new(5, Duration::from_secs(10)),
             }),
             running: HashMap::new(),
-            shards: Vec::new(),
         }
     }
 
@@ -129,7 +136,15 @@ impl Proxy {
     /// runtime per core, a connection lives on the thread that accepted it: no work stealing,
     /// no cross-thread wake-ups, warm caches (thread per core).
     pub fn with_shards(mut self, shards: Vec<tokio::runtime::Handle>) -> Self {
-        self.shards = shards;
+        let shared =
+            Arc::get_mut(&mut self.shared).expect("with_shards is called before any route starts");
+        shared.shards = shards
+            .into_iter()
+            .map(|handle| Shard {
+                handle,
+                load: std::sync::atomic::AtomicUsize::new(0),
+            })
+            .collect();
         self
     }
 
@@ -188,10 +203,10 @@ impl Proxy {
 
     fn start(&self, route: &Route) -> Result<RunningRoute, Error> {
         let config = &self.shared.config;
-        let count = if self.shards.is_empty() {
+        let count = if self.shared.shards.is_empty() {
             config.listeners_per_route.max(1)
         } else {
-            self.shards.len()
+            self.shared.shards.len()
         };
         let listeners = (0..count)
             .map(|_| bind(route.listen, config.backlog))
@@ -204,10 +219,19 @@ impl Proxy {
         let runtime = Arc::new(RouteRuntime::new(route, &self.shared));
         let (config, _) = watch::channel(Some(runtime));
         for (i, listener) in listeners.into_iter().enumerate() {
-            let accepting = accept_loop(listener, config.subscribe(), self.shared.clone());
-            match self.shards.get(i) {
-                Some(shard) => drop(shard.spawn(accepting)),
-                None => drop(tokio::spawn(accepting)),
+            match self.shared.shards.get(i) {
+                Some(shard) => drop(shard.handle.spawn(accept_loop(
+                    listener,
+                    config.subscribe(),
+                    self.shared.clone(),
+                    Some(i),
+                ))),
+                None => drop(tokio::spawn(accept_loop(
+                    listener,
+                    config.subscribe(),
+                    self.shared.clone(),
+                    None,
+                ))),
             }
         }
         tracing::info!(route = %route.name, listen = %route.listen, upstream = %route.upstream,
@@ -315,6 +339,7 @@ async fn accept_loop(
     listener: std::net::TcpListener,
     mut config: watch::Receiver<Option<Arc<RouteRuntime>>>,
     shared: Arc<Shared>,
+    shard: Option<usize>,
 ) {
     let Some(mut route) = config.borrow_and_update().clone() else {
         return;
@@ -377,17 +402,87 @@ async fn accept_loop(
                 }
             }
         };
-        shared.tracker.spawn(conn::serve(
-            stream,
-            peer,
-            route.clone(),
-            shared.clone(),
-            permit,
-        ));
+        let Some(own) = shard else {
+            shared.tracker.spawn(conn::serve(
+                stream,
+                peer,
+                route.clone(),
+                shared.clone(),
+                permit,
+            ));
+            continue;
+        };
+        // The kernel spreads connections over the workers' listeners by a hash, which can
+        // leave one worker with most of a handful of long connections; hand a connection to
+        // the least loaded worker when this one has more than twice its load.
+        let target = shared.least_loaded(own);
+        let stream = if target == own {
+            MaybeMoved::Here(stream)
+        } else {
+            match stream.into_std() {
+                Ok(stream) => MaybeMoved::Moved(stream),
+                Err(err) => {
+                    tracing::debug!(error = %err, "cannot move a connection to another worker");
+                    continue;
+                }
+            }
+        };
+        let worker = &shared.shards[target];
+        worker
+            .load
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let serving = on_shard(stream, peer, route.clone(), shared.clone(), permit, target);
+        if target == own {
+            shared.tracker.spawn(serving);
+        } else {
+            shared.tracker.spawn_on(serving, &worker.handle);
+        }
     }
 }
 
+/// A connection accepted by this worker, or by another and not yet registered here.
+enum MaybeMoved {
+    Here(tokio::net::TcpStream),
+    Moved(std::net::TcpStream),
+}
+
+/// Serves a connection on worker `shard` and counts it in that worker's load.
+async fn on_shard(
+    stream: MaybeMoved,
+    peer: SocketAddr,
+    route: Arc<RouteRuntime>,
+    shared: Arc<Shared>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    shard: usize,
+) {
+    let stream = match stream {
+        MaybeMoved::Here(stream) => Some(stream),
+        MaybeMoved::Moved(stream) => tokio::net::TcpStream::from_std(stream).ok(),
+    };
+    if let Some(stream) = stream {
+        conn::serve(stream, peer, route, shared.clone(), permit).await;
+    }
+    shared.shards[shard]
+        .load
+        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl Shared {
+    fn least_loaded(&self, own: usize) -> usize {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mine = self.shards[own].load.load(Relaxed);
+        let (index, least) = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, shard)| (i, shard.load.load(Relaxed)))
+            .min_by_key(|&(_, load)| load)
+            .unwrap_or((own, mine));
+        // Proportional, so that busy workers with similar loads do not trade connections
+        // (each move costs a re-registration and a cross-thread wake-up).
+        if mine > 2 * least + 1 { index } else { own }
+    }
+
     fn limit_reached(&self) {
         self.metrics.limit_reached();
         if let Some(suppressed) = self.limit_log.check() {

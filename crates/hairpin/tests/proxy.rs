@@ -559,3 +559,21 @@ fn an_unresolvable_upstream_is_a_clear_startup_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn connections_spread_over_workers_all_work() {
+    // 16 connections over 2 workers: the kernel's hash all but surely leaves one worker two
+    // ahead at some point, so some are handed to the other worker; every one must work.
+    let (upstream, up_addr) = echo_upstream();
+    let listen = free_addr();
+    let _proxy = ProxyProcess::start(&[
+        "--listen",
+        &listen.to_string(),
+        "--upstream",
+        &up_addr.to_string(),
+    ]);
+    let mut pairs: Vec<_> = (0..16).map(|_| open_through(listen, &upstream)).collect();
+    for (client, server) in &mut pairs {
+        roundtrip(client, server);
+    }
+}
