@@ -314,7 +314,12 @@ async fn a_writer_that_keeps_reverting_coredns_is_detected_and_backed_off() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let coredns_puts = fake.count("PUT", "/configmaps/coredns");
+    // Successful writes only: a revert racing a write makes it fail with 409 and retry.
+    let coredns_puts = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.uri.contains("/configmaps/coredns") && r.status == 200)
+        .count();
     println!("reverts: {reverts}, controller writes to coredns: {coredns_puts}");
     assert!(
         reverts >= 3,
