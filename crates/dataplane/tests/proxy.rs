@@ -616,6 +616,19 @@ fn drain_waits_for_open_connections_and_stops_accepting() {
     let mut server = accept(&up);
     let header = v1_line(client.local_addr().unwrap(), listen);
     assert_eq!(read_n(&mut server, header.len()), header.as_bytes());
+    // Probes below that the proxy still accepted are forwarded: close them upstream too, or
+    // they would (rightly) keep the drain waiting.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let closer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            up.set_nonblocking(true).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = up.accept();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
     proxy.shutdown.trigger();
     let deadline = Instant::now() + T;
     while TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_ok() {
@@ -639,4 +652,6 @@ fn drain_waits_for_open_connections_and_stops_accepting() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    closer.join().unwrap();
 }

@@ -392,6 +392,16 @@ fn sigterm_drains_open_connections_then_exits() {
         "30s",
     ]);
     let (mut client, mut server) = open_through(listen, &upstream);
+    // A probe below that the proxy still accepted is forwarded: close it upstream too, or it
+    // would (rightly) keep the drain waiting.
+    upstream.set_nonblocking(true).unwrap();
+    let closer = std::thread::spawn(move || {
+        let deadline = Instant::now() + T;
+        while Instant::now() < deadline {
+            let _ = upstream.accept();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
     proxy.signal("TERM");
     let deadline = Instant::now() + T;
     while proxy.get("/readyz").1 != "draining\n" || !refuses(listen) {
@@ -408,6 +418,7 @@ fn sigterm_drains_open_connections_then_exits() {
     let status = proxy.wait_exit(T);
     assert_eq!(status.code(), Some(0), "{}", proxy.log());
     assert!(proxy.log().contains("drained"), "{}", proxy.log());
+    drop(closer);
 }
 
 #[test]
@@ -499,7 +510,11 @@ fn routes_file_changes_start_and_stop_listeners_without_dropping_connections() {
     // Remove a: it stops accepting, its connection keeps working.
     publish_configmap(dir.path(), 4, &format!("[{}]", route_json("b", b, up_addr)));
     proxy.wait_metric("hairpin_proxy_routes 1");
-    assert!(refuses(a), "removed route a still accepts");
+    let deadline = Instant::now() + T;
+    while !refuses(a) {
+        assert!(Instant::now() < deadline, "removed route a still accepts");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     roundtrip(&mut client, &mut server);
     assert!(proxy.log().contains("route removed"), "{}", proxy.log());
 }
