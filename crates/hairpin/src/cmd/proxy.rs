@@ -16,10 +16,11 @@ use hairpin_proxy_protocol::Version;
 use hairpin_runtime::shutdown::DrainOutcome;
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
 
-/// Routes come from `--listen`/`--upstream` (one route) or from `--routes-file` (several,
-/// followed as the file changes).
+/// Routes come from `--listen`/`--upstream` (one route), from `--routes-file` (several,
+/// followed as the file changes) or, in a cluster, from `--routes-configmap` (the table the
+/// controller publishes, followed through a watch).
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("routes").required(true).args(["listen", "routes_file"])))]
+#[command(group(clap::ArgGroup::new("routes").required(true).args(["listen", "routes_file", "routes_configmap"])))]
 pub(crate) struct Args {
     /// Address to accept connections on, e.g. `0.0.0.0:10080` or `[::]:10443` (one route).
     #[arg(
@@ -59,8 +60,32 @@ pub(crate) struct Args {
 
     /// JSON file with a list of routes (`name`, `listen`, `upstream`, `proxy_protocol`,
     /// `destination`); re-read when its content changes and on SIGHUP.
-    #[arg(long, env = "HAIRPIN_ROUTES_FILE", value_name = "PATH")]
+    #[arg(
+        long,
+        env = "HAIRPIN_ROUTES_FILE",
+        value_name = "PATH",
+        conflicts_with = "routes_configmap"
+    )]
     routes_file: Option<PathBuf>,
+
+    /// `NAMESPACE/NAME` of the ConfigMap the controller publishes the routes in (key
+    /// `--routes-configmap-key`), followed through a watch. The proxy is ready once it has
+    /// read it; a missing ConfigMap means no routes; an invalid table is logged and the
+    /// current routes stay.
+    #[arg(long, env = "HAIRPIN_ROUTES_CONFIGMAP", value_name = "NAMESPACE/NAME", value_parser = parse_configmap_ref, conflicts_with = "listen")]
+    routes_configmap: Option<(String, String)>,
+
+    /// Key of the routes table in `--routes-configmap`.
+    #[arg(
+        long,
+        env = "HAIRPIN_ROUTES_CONFIGMAP_KEY",
+        default_value = "routes.json",
+        requires = "routes_configmap"
+    )]
+    routes_configmap_key: String,
+
+    #[command(flatten)]
+    client: hairpin_controller::client::ClientArgs,
 
     /// How often the routes file is read to look for changes.
     #[arg(long, env = "HAIRPIN_ROUTES_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
@@ -179,8 +204,9 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
     tracing::info!(addr = %admin.local_addr(), "admin server listening");
     tokio::spawn(admin.serve(Arc::new(registry), readiness, shutdown.clone()));
 
-    let (table, file) = match &args.routes_file {
-        Some(path) => {
+    let (table, file) = match (&args.routes_file, &args.routes_configmap) {
+        (_, Some(_)) => (RouteTable::new(Vec::new())?, None),
+        (Some(path), None) => {
             let (file, table) = RoutesFile::load(path).map_err(flat)?;
             for route in table.routes() {
                 if let Err(err) = hairpin_dataplane::resolve(&route.upstream).await {
@@ -189,7 +215,7 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
             }
             (table, Some(file))
         }
-        None => {
+        (None, None) => {
             let (Some(listen), Some(upstream)) = (args.listen, args.upstream.clone()) else {
                 anyhow::bail!("--listen and --upstream go together (or use --routes-file)");
             };
@@ -206,7 +232,21 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
             (table, None)
         }
     };
-    routes_loaded.set(true);
+    let configmap = match &args.routes_configmap {
+        Some((namespace, name)) => {
+            let client = args.client.client().await.map_err(flat)?;
+            Some(hairpin_controller::watch_routes_configmap(
+                client,
+                namespace,
+                name,
+                &args.routes_configmap_key,
+            ))
+        }
+        None => {
+            routes_loaded.set(true);
+            None
+        }
+    };
 
     let config = ProxyConfig {
         connect_timeout: args.connect_timeout,
@@ -226,6 +266,9 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
     // Without a routes file the sender is dropped here, and the table stays as it is.
     if let Some(file) = file {
         file.spawn(args.routes_poll_interval, routes_tx, metrics);
+    } else if let (Some(updates), Some((namespace, name))) = (configmap, &args.routes_configmap) {
+        let source = format!("{namespace}/{name}");
+        tokio::spawn(follow_configmap(updates, source, routes_tx, routes_loaded));
     }
     listeners_bound.set(true);
     tracing::info!(routes = routes_count, workers, "proxy ready");
@@ -233,6 +276,59 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
         DrainOutcome::Completed | DrainOutcome::TimedOut => ExitCode::SUCCESS,
         DrainOutcome::Forced => ExitCode::FAILURE,
     })
+}
+
+/// Feeds the routes the controller publishes into the proxy. The first update (even "no such
+/// ConfigMap yet") makes the proxy ready; a table that does not parse is logged and ignored, so
+/// a bad write never drops the routes that work.
+async fn follow_configmap(
+    updates: impl futures::Stream<Item = hairpin_controller::RoutesUpdate>,
+    source: String,
+    routes: tokio::sync::watch::Sender<RouteTable>,
+    loaded: hairpin_runtime::admin::ReadyCondition,
+) {
+    use futures::StreamExt as _;
+    use hairpin_controller::RoutesUpdate;
+    let mut updates = std::pin::pin!(updates);
+    while let Some(update) = updates.next().await {
+        let table = match update {
+            RoutesUpdate::Table(json) => match RouteTable::from_json(json.as_bytes()) {
+                Ok(table) => table,
+                Err(err) => {
+                    tracing::warn!(configmap = %source, error = %err, "invalid routes table; keeping the current routes");
+                    continue;
+                }
+            },
+            RoutesUpdate::Missing => {
+                tracing::info!(configmap = %source, "routes ConfigMap not found: no routes until the controller writes it");
+                match RouteTable::new(Vec::new()) {
+                    Ok(table) => table,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "cannot build an empty route table");
+                        continue;
+                    }
+                }
+            }
+        };
+        tracing::info!(configmap = %source, routes = table.len(), "routes loaded from ConfigMap");
+        if routes.send(table).is_err() {
+            return;
+        }
+        loaded.set(true);
+    }
+}
+
+fn parse_configmap_ref(value: &str) -> Result<(String, String), String> {
+    match value.split_once('/') {
+        Some((namespace, name))
+            if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+        {
+            Ok((namespace.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!(
+            "expected NAMESPACE/NAME, e.g. hairpin/hairpin-routes, not {value:?}"
+        )),
+    }
 }
 
 /// The error's message alone: its `Display` already includes the cause, which `{:#}` would
