@@ -189,13 +189,23 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
 
 /// Every IP and hostname in a Service's load balancer status.
 fn status_addresses(svc: &Service) -> Vec<String> {
-    svc.status
+    let entries = svc
+        .status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|lb| lb.ingress.as_ref())
         .into_iter()
-        .flatten()
-        .flat_map(|e| e.ip.iter().chain(e.hostname.iter()))
+        .flatten();
+    normalized_addresses(entries.map(|e| (e.ip.as_ref(), e.hostname.as_ref())))
+}
+
+/// Status addresses (`ip`, `hostname` pairs of a Service's or an Ingress's load balancer
+/// status), each lowercased and without a trailing dot, so the two compare equal.
+pub(crate) fn normalized_addresses<'a>(
+    entries: impl Iterator<Item = (Option<&'a String>, Option<&'a String>)>,
+) -> Vec<String> {
+    entries
+        .flat_map(|(ip, hostname)| ip.into_iter().chain(hostname))
         .map(|a| a.trim_end_matches('.').to_ascii_lowercase())
         .collect()
 }

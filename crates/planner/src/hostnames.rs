@@ -216,16 +216,16 @@ pub fn collect(
         if hosts.is_empty() {
             continue;
         }
-        let status: Vec<String> = ing
+        let entries = ing
             .status
             .as_ref()
             .and_then(|s| s.load_balancer.as_ref())
             .and_then(|lb| lb.ingress.as_ref())
             .into_iter()
-            .flatten()
-            .flat_map(|e| e.ip.iter().chain(e.hostname.iter()))
-            .map(|a| a.trim_end_matches('.').to_ascii_lowercase())
-            .collect();
+            .flatten();
+        let status = crate::discovery::normalized_addresses(
+            entries.map(|e| (e.ip.as_ref(), e.hostname.as_ref())),
+        );
         let targets: BTreeSet<&ObjectRef> = if status.is_empty() {
             match ingress_fallback(snapshot, ing, &lb_services) {
                 Ok(lb) => known.iter().copied().filter(|k| **k == lb).collect(),
