@@ -238,6 +238,7 @@ fn dispatch(
     let ty = state.resources[target.index].ty.clone();
     let reply = |code: u16, value: Value| (code, json(code, &value));
     let not_found = |name: &str| reply(404, default_status(404, &target.plural, name));
+    let bad_request = |message: &str| reply(400, status_body(400, "BadRequest", message, None));
     match (method, &target.name) {
         (&Method::GET, Some(name)) => {
             let key = (target.namespace.clone().unwrap_or_default(), name.clone());
@@ -257,15 +258,7 @@ fn dispatch(
         }
         (&Method::POST, None) => {
             let Some(Value::Object(_)) = body else {
-                return reply(
-                    400,
-                    status_body(
-                        400,
-                        "BadRequest",
-                        "the body of the request was not valid JSON",
-                        None,
-                    ),
-                );
+                return bad_request("the body of the request was not valid JSON");
             };
             let mut object = body.expect("checked above");
             let name = match object["metadata"]["name"].as_str() {
@@ -331,30 +324,14 @@ fn dispatch(
         }
         (&Method::PUT, Some(name)) => {
             let Some(mut object @ Value::Object(_)) = body else {
-                return reply(
-                    400,
-                    status_body(
-                        400,
-                        "BadRequest",
-                        "the body of the request was not valid JSON",
-                        None,
-                    ),
-                );
+                return bad_request("the body of the request was not valid JSON");
             };
             let key = (target.namespace.clone().unwrap_or_default(), name.clone());
             let Some(current) = state.resources[target.index].objects.get(&key).cloned() else {
                 return not_found(name);
             };
             if object["metadata"]["name"].as_str() != Some(name) {
-                return reply(
-                    400,
-                    status_body(
-                        400,
-                        "BadRequest",
-                        "the name of the object does not match the name on the URL",
-                        None,
-                    ),
-                );
+                return bad_request("the name of the object does not match the name on the URL");
             }
             if let Some(sent) = object["metadata"]["resourceVersion"]
                 .as_str()
@@ -393,15 +370,7 @@ fn dispatch(
                 );
             }
             let Some(patch) = body else {
-                return reply(
-                    400,
-                    status_body(
-                        400,
-                        "BadRequest",
-                        "the body of the request was not valid JSON",
-                        None,
-                    ),
-                );
+                return bad_request("the body of the request was not valid JSON");
             };
             let key = (target.namespace.clone().unwrap_or_default(), name.clone());
             let Some(current) = state.resources[target.index].objects.get(&key).cloned() else {
