@@ -1,8 +1,7 @@
 //! `hairpin controller` and `hairpin uninstall` as processes, against the fake API server
 //! through a kubeconfig file (the documented local run).
 
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -12,24 +11,14 @@ use serde_json::json;
 const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
 
 fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("admin server reachable");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
+    let (status, body) =
+        hairpin_testkit::http_get(addr, "localhost", path).expect("admin server reachable");
+    let code = status
         .split(' ')
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    (status, response)
+    (code, body)
 }
 
 fn corefile(fake: &FakeApiServer) -> String {

@@ -161,7 +161,10 @@ impl AdminServer {
                     let state = state.clone();
                     async move { Ok::<_, Infallible>(state.answer(&request)) }
                 });
+                // A client may shut down its write side once its request is sent (`nc -N`,
+                // scripts): answer it instead of dropping the connection at that EOF.
                 let _ = http1::Builder::new()
+                    .half_close(true)
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
             });
