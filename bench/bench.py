@@ -12,11 +12,13 @@ runs wrk interleaved over several rounds for three workloads:
 and prints medians, hairpin/HAProxy and hairpin/direct ratios, p99 latencies and each proxy's
 resident memory (VmRSS now, VmHWM peak) after the runs.
 
-Fairness: both proxies get two threads (HAProxy `nbthread 2`, hairpin `--workers 2`), the same
+Fairness: both proxies get the same number of threads (HAProxy `nbthread`, hairpin `--workers`;
+2 unless --threads says otherwise), the same
 connect/idle timeouts, no CPU pinning, and HAProxy runs as Debian ships it: no `option splice-*`
 (splicing is off unless configured), default `tune.bufsize` (16 KiB).
 
-Usage: bench/run.sh [--smoke] [--rounds N] [--duration S] [--no-build] [--hairpin PATH]
+Usage: bench/run.sh [--smoke] [--rounds N] [--duration S] [--threads N] [--only WORKLOAD]...
+                    [--no-build] [--hairpin PATH]
 """
 
 import argparse
@@ -96,6 +98,27 @@ def memory(pid):
     return rss, hwm
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of a process and its children (nginx workers), in seconds."""
+    pids = [pid]
+    try:
+        children = subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True
+        ).stdout.split()
+        pids += [int(p) for p in children]
+    except OSError:
+        pass
+    ticks = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def to_mib_per_s(text):
     number, unit = re.match(r"([\d.]+)([KMGT]?B)", text).groups()
     factor = {"B": 1 / 2**20, "KB": 1 / 2**10, "MB": 1, "GB": 2**10, "TB": 2**20}[unit]
@@ -120,12 +143,13 @@ def run_wrk(port, workload, duration):
     errors = re.search(r"Socket errors: (.*)", out)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     value = transfer if unit == "MiB/s" else rps
+    work = transfer * duration if unit == "MiB/s" else rps * duration
     problems = []
     if errors:
         problems.append("socket errors: " + errors.group(1))
     if non2xx:
         problems.append("non-2xx: " + non2xx.group(1))
-    return value, p99, problems
+    return value, p99, problems, work
 
 
 def main():
@@ -135,9 +159,17 @@ def main():
     parser.add_argument("--duration", type=int, default=2, help="seconds per wrk run (bulk gets +1)")
     parser.add_argument("--no-build", action="store_true", help="use the existing release binary")
     parser.add_argument("--hairpin", help="path of the hairpin binary (implies --no-build)")
+    parser.add_argument("--only", choices=list(WORKLOADS), action="append",
+                        help="run only this workload (repeatable; default: all)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="threads for each proxy: HAProxy `nbthread`, hairpin `--workers` (default 2)")
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.duration = 1, 1
+    if args.only:
+        for name in list(WORKLOADS):
+            if name not in args.only:
+                del WORKLOADS[name]
 
     for tool in ("wrk", "nginx", "haproxy"):
         if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
@@ -184,7 +216,7 @@ http {{
         with open(os.path.join(work, "haproxy.cfg"), "w") as f:
             f.write(f"""
 global
-  nbthread 2
+  nbthread {args.threads}
   maxconn 8000
 defaults
   mode tcp
@@ -213,7 +245,7 @@ listen hap_v2
         wait_port(ports["nginx_direct"], procs["nginx"], "nginx")
         start("haproxy", ["haproxy", "-db", "-f", os.path.join(work, "haproxy.cfg")], ports["hap_v1"])
         wait_port(ports["hap_v2"], procs["haproxy"], "haproxy")
-        start("hairpin", [binary, "proxy", "--routes-file", os.path.join(work, "routes.json"), "--workers", "2",
+        start("hairpin", [binary, "proxy", "--routes-file", os.path.join(work, "routes.json"), "--workers", str(args.threads),
                           "--connect-timeout", "5s", "--idle-timeout", "600s", "--max-connections", "8000",
                           "--admin-addr", f"127.0.0.1:{ports['hp_admin']}", "--log-level", "warn"], ports["hp_v1"])
         wait_port(ports["hp_v2"], procs["hairpin"], "hairpin")
@@ -241,9 +273,14 @@ listen hap_v2
         print(f"rounds: {args.rounds}, {args.duration}s per run (bulk {args.duration + 1}s); wrk -t2; "
               + ", ".join(f"{w} -c{WORKLOADS[w][1]}" for w in WORKLOADS), flush=True)
         for name, port in targets.items():  # warm-up
-            run_wrk(port, "keepalive", 1)
+            run_wrk(port, next(iter(WORKLOADS)), 1)
 
         results = {(w, t): [] for w in WORKLOADS for t in targets}
+        # CPU time the proxy process spent per unit of work (µs per request, ms per GiB): the
+        # proxy's own cost, which throughput on a shared 2-core machine only shows diluted.
+        cpu_cost = {(w, t): [] for w in WORKLOADS for t in targets}
+        owner = {"direct": None, "haproxy-v1": "haproxy", "haproxy-v2": "haproxy",
+                 "hairpin-v1": "hairpin", "hairpin-v2": "hairpin"}
         latencies = {(w, t): [] for w in WORKLOADS for t in targets}
         problems = {}
         names = list(targets)
@@ -252,7 +289,13 @@ listen hap_v2
             for workload in WORKLOADS:
                 for name in order:
                     duration = args.duration + (1 if workload == "bulk" else 0)
-                    value, p99, issues = run_wrk(targets[name], workload, duration)
+                    proc = procs[owner[name]] if owner[name] else None
+                    before = cpu_seconds(proc.pid) if proc else 0.0
+                    value, p99, issues, work = run_wrk(targets[name], workload, duration)
+                    if proc and work > 0:
+                        spent = cpu_seconds(proc.pid) - before
+                        # µs per request, or ms per GiB for bulk (work is in MiB there)
+                        cpu_cost[(workload, name)].append(spent * 1e6 / work if WORKLOADS[workload][3] != "MiB/s" else spent * 1e3 * 1024 / work)
                     results[(workload, name)].append(value)
                     latencies[(workload, name)].append(p99)
                     if issues:
@@ -278,6 +321,13 @@ listen hap_v2
                 print(f"  {workload:<10} {v}: hairpin/haproxy {med['hairpin-' + v] / med['haproxy-' + v]:.3f}"
                       f"   hairpin/direct {med['hairpin-' + v] / med['direct']:.3f}"
                       f"   p99 hairpin/haproxy {p99['hairpin-' + v] / max(p99['haproxy-' + v], 1e-9):.3f}")
+        print()
+        print("proxy CPU per unit of work (median; keepalive/newconn: µs per request, bulk: ms per GiB; lower is better)")
+        for workload in WORKLOADS:
+            for v in ("v1", "v2"):
+                hp = statistics.median(cpu_cost[(workload, "hairpin-" + v)] or [0])
+                ha = statistics.median(cpu_cost[(workload, "haproxy-" + v)] or [0])
+                print(f"  {workload:<10} {v}: hairpin {hp:8.2f}   haproxy {ha:8.2f}   hairpin/haproxy {hp / max(ha, 1e-9):.3f}")
         print()
         print("resident memory after the runs (KiB)")
         for proc in ("haproxy", "hairpin", "nginx"):

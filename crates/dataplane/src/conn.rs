@@ -10,7 +10,7 @@ use hairpin_proxy_protocol::encode_header;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::copy::Duplex;
+use crate::copy::{Duplex, Progress};
 use crate::metrics::{ConnectFailure, RouteMetrics};
 use crate::proxy::{RouteRuntime, Shared};
 
@@ -98,7 +98,10 @@ async fn pump(
     loop {
         tokio::select! {
             biased;
-            done = std::future::poll_fn(|cx| duplex.poll(cx)) => return done,
+            progress = std::future::poll_fn(|cx| duplex.poll(cx)) => match progress? {
+                Progress::Done => return Ok(()),
+                Progress::Yield => tokio::task::yield_now().await,
+            },
             () = &mut idle => {
                 let deadline = tokio::time::Instant::from_std(duplex.last_activity() + idle_timeout);
                 if deadline <= tokio::time::Instant::now() {

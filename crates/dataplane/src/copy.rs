@@ -19,7 +19,10 @@ use crate::metrics::RouteMetrics;
 /// Size of each worker's scratch buffer: the most one read moves.
 const SCRATCH_SIZE: usize = 64 * 1024;
 /// The most one direction moves in one poll before letting the worker's other connections
-/// run: a bulk transfer must not starve its neighbours (tail latency).
+/// run: a bulk transfer must not starve its neighbours (tail latency). The connection then
+/// yields with `tokio::task::yield_now`, which the runtime wakes only after it has polled for
+/// I/O: a plain self-wake would go back on the run queue ahead of every connection whose
+/// socket became ready meanwhile, and the driver is polled only every 61 tasks.
 const BYTES_PER_POLL: usize = 256 * 1024;
 /// Long-lived connections report their byte counts every this many bytes.
 const FLUSH_EVERY: u64 = 1 << 20;
@@ -56,6 +59,8 @@ struct Half {
     written: usize,
     read_eof: bool,
     done: bool,
+    /// Stopped after moving [`BYTES_PER_POLL`]: wants to run again after the others.
+    yielded: bool,
     unflushed: u64,
 }
 
@@ -71,7 +76,7 @@ impl Half {
         let mut moved = 0;
         loop {
             if moved >= BYTES_PER_POLL {
-                cx.waker().wake_by_ref();
+                self.yielded = true;
                 return Poll::Pending;
             }
             if self.done {
@@ -141,6 +146,16 @@ impl Half {
     }
 }
 
+/// What [`Duplex::poll`] reports when it is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// Both directions are finished.
+    Done,
+    /// A direction moved its share for this turn: call `tokio::task::yield_now` before polling
+    /// again (no waker is registered for it).
+    Yield,
+}
+
 /// Both directions of one proxied connection.
 #[derive(Debug)]
 pub(crate) struct Duplex<'a> {
@@ -192,8 +207,8 @@ impl<'a> Duplex<'a> {
     }
 
     /// Moves bytes until both directions have finished (both sides sent FIN and everything
-    /// was delivered) or one fails.
-    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// was delivered) or one fails, or until a direction has moved its share for this turn.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Progress>> {
         let up = self.up.poll(
             cx,
             self.client,
@@ -209,7 +224,9 @@ impl<'a> Duplex<'a> {
             &self.metrics.bytes_down,
         )?;
         if up.is_ready() && down.is_ready() {
-            Poll::Ready(Ok(()))
+            Poll::Ready(Ok(Progress::Done))
+        } else if std::mem::take(&mut self.up.yielded) | std::mem::take(&mut self.down.yielded) {
+            Poll::Ready(Ok(Progress::Yield))
         } else {
             Poll::Pending
         }
@@ -228,5 +245,92 @@ impl<'a> Duplex<'a> {
         self.metrics
             .bytes_down
             .inc_by(std::mem::take(&mut self.down.unflushed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Wake, Waker};
+
+    const ROOM: u32 = 4 << 20;
+
+    struct CountingWaker(AtomicUsize);
+
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A connected pair on loopback, both ends with room for a few MiB: the proxy's end and
+    /// a blocking peer.
+    async fn pair() -> (TcpStream, std::net::TcpStream) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(ROOM).unwrap();
+        socket.set_send_buffer_size(ROOM).unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(1).unwrap();
+        let peer =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        peer.set_recv_buffer_size(ROOM as usize).unwrap();
+        peer.set_send_buffer_size(ROOM as usize).unwrap();
+        peer.connect(&listener.local_addr().unwrap().into())
+            .unwrap();
+        let (ours, _) = listener.accept().await.unwrap();
+        (ours, peer.into())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_direction_that_moved_its_share_yields_without_waking_itself() {
+        let (client, client_peer) = pair().await;
+        let (upstream, mut upstream_peer) = pair().await;
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = crate::ProxyMetrics::register(&mut registry).route("test");
+        let total = BYTES_PER_POLL + 64 * 1024;
+        // Queue more than one turn's share at the upstream before polling.
+        upstream_peer.write_all(&vec![7; total]).unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut peer = client_peer;
+            let mut got = Vec::new();
+            peer.read_to_end(&mut got).unwrap();
+            got
+        });
+
+        let waker = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let as_waker = Waker::from(waker.clone());
+        let mut cx = Context::from_waker(&as_waker);
+        let mut duplex = Duplex::new(&client, &upstream, &metrics);
+        // The upstream's bytes may still be on their way through loopback: poll until the
+        // first turn is used up.
+        let mut first = duplex.poll(&mut cx);
+        while first.is_pending() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            first = duplex.poll(&mut cx);
+        }
+        assert!(
+            matches!(first, Poll::Ready(Ok(Progress::Yield))),
+            "moving {BYTES_PER_POLL} bytes ends the turn: {first:?}"
+        );
+        let wakes = waker.0.load(Ordering::SeqCst);
+        assert_eq!(
+            wakes, 0,
+            "a yielding connection must not wake itself (it would run again before the I/O driver is polled)"
+        );
+
+        // The rest moves on later turns.
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while (duplex.down.unflushed < total as u64 || !duplex.down.pending.is_empty())
+            && Instant::now() < deadline
+        {
+            let _ = duplex.poll(&mut cx);
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        drop(duplex);
+        drop(client);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), total, "every byte reaches the client");
     }
 }
