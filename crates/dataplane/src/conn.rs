@@ -13,6 +13,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::copy::{Duplex, Progress};
 use crate::metrics::{ConnectFailure, RouteMetrics};
 use crate::proxy::{RouteRuntime, Shared};
+use crate::ticker::Ticker;
 
 struct ActiveGuard<'a>(&'a RouteMetrics);
 
@@ -27,6 +28,7 @@ pub(crate) async fn serve(
     peer: SocketAddr,
     route: Arc<RouteRuntime>,
     shared: Arc<Shared>,
+    ticker: Arc<Ticker>,
     _permit: OwnedSemaphorePermit,
 ) {
     let metrics = &route.metrics;
@@ -35,22 +37,22 @@ pub(crate) async fn serve(
     let _active = ActiveGuard(metrics);
 
     let started = Instant::now();
-    let upstream =
-        match tokio::time::timeout(shared.config.connect_timeout, route.target.connect()).await {
-            Ok(Ok(upstream)) => upstream,
-            Ok(Err(err)) => {
-                route.connect_failed(peer, err.failure, &err.message);
-                return;
-            }
-            Err(_) => {
-                route.connect_failed(
-                    peer,
-                    ConnectFailure::timeout,
-                    &format!("no answer within {:?}", shared.config.connect_timeout),
-                );
-                return;
-            }
-        };
+    let deadline = started + shared.config.connect_timeout;
+    let upstream = match ticker.until(deadline, route.target.connect()).await {
+        Some(Ok(upstream)) => upstream,
+        Some(Err(err)) => {
+            route.connect_failed(peer, err.failure, &err.message);
+            return;
+        }
+        None => {
+            route.connect_failed(
+                peer,
+                ConnectFailure::timeout,
+                &format!("no answer within {:?}", shared.config.connect_timeout),
+            );
+            return;
+        }
+    };
     metrics
         .connect_seconds
         .observe(started.elapsed().as_secs_f64());
@@ -74,7 +76,15 @@ pub(crate) async fn serve(
             .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string()))
     });
     let result = match sent {
-        Ok(()) => pump(&mut duplex, shared.config.idle_timeout, &route.metrics).await,
+        Ok(()) => {
+            pump(
+                &mut duplex,
+                shared.config.idle_timeout,
+                &route.metrics,
+                &ticker,
+            )
+            .await
+        }
         Err(err) => Err(err),
     };
     duplex.flush_counts();
@@ -88,13 +98,17 @@ pub(crate) async fn serve(
     }
 }
 
+/// Copies until done, or until the idleness check on a tick finds no byte moved for
+/// `idle_timeout`.
 async fn pump(
     duplex: &mut Duplex<'_>,
     idle_timeout: std::time::Duration,
     metrics: &RouteMetrics,
+    ticker: &Ticker,
 ) -> io::Result<()> {
-    let idle = tokio::time::sleep(idle_timeout);
-    tokio::pin!(idle);
+    let tick = ticker.idle().notified();
+    tokio::pin!(tick);
+    tick.as_mut().enable();
     loop {
         tokio::select! {
             biased;
@@ -102,13 +116,13 @@ async fn pump(
                 Progress::Done => return Ok(()),
                 Progress::Yield => tokio::task::yield_now().await,
             },
-            () = &mut idle => {
-                let deadline = tokio::time::Instant::from_std(duplex.last_activity() + idle_timeout);
-                if deadline <= tokio::time::Instant::now() {
+            () = &mut tick => {
+                tick.set(ticker.idle().notified());
+                tick.as_mut().enable();
+                if duplex.last_activity() + idle_timeout <= Instant::now() {
                     metrics.idle_timeouts.inc();
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout"));
                 }
-                idle.as_mut().reset(deadline);
             }
         }
     }

@@ -16,6 +16,7 @@ mod proxy;
 mod ratelimit;
 pub mod routes;
 pub mod routes_file;
+mod ticker;
 mod upstream;
 
 pub use config::{ProxyConfig, parse_duration};

@@ -21,6 +21,7 @@ use crate::config::ProxyConfig;
 use crate::metrics::{ConnectFailure, ProxyMetrics, RouteMetrics};
 use crate::ratelimit::LogLimiter;
 use crate::routes::{Route, RouteTable};
+use crate::ticker::Ticker;
 use crate::upstream::Target;
 use crate::{Error, conn};
 
@@ -32,6 +33,12 @@ pub(crate) struct Shared {
     limit: Arc<Semaphore>,
     tracker: TaskTracker,
     shards: Vec<Shard>,
+    /// One per shard (or one on the caller's runtime without shards): connect and idle
+    /// timeouts.
+    tickers: Vec<Arc<Ticker>>,
+    /// Whether the ticker on the caller's runtime runs (without shards it starts with the
+    /// first route).
+    ticking: std::sync::atomic::AtomicBool,
     limit_log: LogLimiter,
     accept_log: LogLimiter,
 }
@@ -117,6 +124,7 @@ impl Proxy {
         let limit = Arc::new(Semaphore::new(
             config.max_connections.clamp(1, Semaphore::MAX_PERMITS),
         ));
+        let tickers = vec![Ticker::new(&config)];
         Self {
             shared: Arc::new(Shared {
                 config,
@@ -124,6 +132,8 @@ impl Proxy {
                 limit,
                 tracker: TaskTracker::new(),
                 shards: Vec::new(),
+                tickers,
+                ticking: std::sync::atomic::AtomicBool::new(false),
                 limit_log: LogLimiter::new(1, Duration::from_secs(10)),
                 accept_log: LogLimiter::new(5, Duration::from_secs(10)),
             }),
@@ -145,6 +155,18 @@ impl Proxy {
                 load: std::sync::atomic::AtomicUsize::new(0),
             })
             .collect();
+        shared.tickers = shared
+            .shards
+            .iter()
+            .map(|shard| {
+                let ticker = Ticker::new(&shared.config);
+                drop(shard.handle.spawn(ticker.run()));
+                ticker
+            })
+            .collect();
+        shared
+            .ticking
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self
     }
 
@@ -216,6 +238,13 @@ impl Proxy {
                 addr: route.listen,
                 source,
             })?;
+        if !self
+            .shared
+            .ticking
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            drop(tokio::spawn(self.shared.tickers[0].run()));
+        }
         let runtime = Arc::new(RouteRuntime::new(route, &self.shared));
         let (config, _) = watch::channel(Some(runtime));
         for (i, listener) in listeners.into_iter().enumerate() {
@@ -408,6 +437,7 @@ async fn accept_loop(
                 peer,
                 route.clone(),
                 shared.clone(),
+                shared.tickers[0].clone(),
                 permit,
             ));
             continue;
@@ -460,7 +490,8 @@ async fn on_shard(
         MaybeMoved::Moved(stream) => tokio::net::TcpStream::from_std(stream).ok(),
     };
     if let Some(stream) = stream {
-        conn::serve(stream, peer, route, shared.clone(), permit).await;
+        let ticker = shared.tickers[shard].clone();
+        conn::serve(stream, peer, route, shared.clone(), ticker, permit).await;
     }
     shared.shards[shard]
         .load

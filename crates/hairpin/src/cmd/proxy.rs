@@ -91,11 +91,13 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_ROUTES_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     routes_poll_interval: Duration,
 
-    /// Time allowed to connect to the upstream; after it the client is closed.
+    /// Time allowed to connect to the upstream; after it the client is closed. Checked on a
+    /// per-worker tick of an eighth of it (at most 1s), so it may run that much over.
     #[arg(long, env = "HAIRPIN_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     connect_timeout: Duration,
 
-    /// A connection that moves no byte either way for this long is closed.
+    /// A connection that moves no byte either way for this long is closed. Checked on a
+    /// per-worker tick of an eighth of it (at most 10s), so it may run that much over.
     #[arg(long, env = "HAIRPIN_IDLE_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     idle_timeout: Duration,
 
