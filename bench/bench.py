@@ -157,6 +157,8 @@ def main():
     parser.add_argument("--smoke", action="store_true", help="one short round: checks the harness, measures nothing")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--duration", type=int, default=2, help="seconds per wrk run (bulk gets +1)")
+    parser.add_argument("--hairpin-workers", type=int,
+                        help="hairpin `--workers` when it should differ from --threads")
     parser.add_argument("--no-build", action="store_true", help="use the existing release binary")
     parser.add_argument("--hairpin", help="path of the hairpin binary (implies --no-build)")
     parser.add_argument("--only", choices=list(WORKLOADS), action="append",
@@ -245,7 +247,7 @@ listen hap_v2
         wait_port(ports["nginx_direct"], procs["nginx"], "nginx")
         start("haproxy", ["haproxy", "-db", "-f", os.path.join(work, "haproxy.cfg")], ports["hap_v1"])
         wait_port(ports["hap_v2"], procs["haproxy"], "haproxy")
-        start("hairpin", [binary, "proxy", "--routes-file", os.path.join(work, "routes.json"), "--workers", str(args.threads),
+        start("hairpin", [binary, "proxy", "--routes-file", os.path.join(work, "routes.json"), "--workers", str(args.hairpin_workers or args.threads),
                           "--connect-timeout", "5s", "--idle-timeout", "600s", "--max-connections", "8000",
                           "--admin-addr", f"127.0.0.1:{ports['hp_admin']}", "--log-level", "warn"], ports["hp_v1"])
         wait_port(ports["hp_v2"], procs["hairpin"], "hairpin")

@@ -119,7 +119,8 @@ async fn pump(
             () = &mut tick => {
                 tick.set(ticker.idle().notified());
                 tick.as_mut().enable();
-                if duplex.last_activity() + idle_timeout <= Instant::now() {
+                let now = Instant::now();
+                if duplex.active_at(now) + idle_timeout <= now {
                     metrics.idle_timeouts.inc();
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout"));
                 }

@@ -77,7 +77,7 @@ impl Half {
         src: &TcpStream,
         dst: &TcpStream,
         other_done: bool,
-        last_activity: &mut Instant,
+        moved_any: &mut bool,
         counter: &prometheus_client::metrics::counter::Counter,
     ) -> Poll<io::Result<()>> {
         let mut moved = 0;
@@ -136,7 +136,7 @@ impl Half {
             let read = read?;
             if read > 0 {
                 moved += read;
-                *last_activity = Instant::now();
+                *moved_any = true;
                 self.unflushed += read as u64;
                 if self.unflushed >= FLUSH_EVERY {
                     counter.inc_by(std::mem::take(&mut self.unflushed));
@@ -180,7 +180,11 @@ pub(crate) struct Duplex<'a> {
     metrics: &'a RouteMetrics,
     up: Half,
     down: Half,
-    last_activity: Instant,
+    /// Bytes moved since the idleness check last looked (a flag, not a clock read per
+    /// read: the check runs on a tick anyway).
+    moved_any: bool,
+    /// When the idleness check last saw bytes moved (or the connection started).
+    active_at: Instant,
 }
 
 impl<'a> Duplex<'a> {
@@ -195,7 +199,8 @@ impl<'a> Duplex<'a> {
             metrics,
             up: Half::default(),
             down: Half::default(),
-            last_activity: Instant::now(),
+            moved_any: false,
+            active_at: Instant::now(),
         }
     }
 
@@ -233,7 +238,7 @@ impl<'a> Duplex<'a> {
             self.client,
             self.upstream,
             self.down.done,
-            &mut self.last_activity,
+            &mut self.moved_any,
             &self.metrics.bytes_up,
         )?;
         let down = self.down.poll(
@@ -241,7 +246,7 @@ impl<'a> Duplex<'a> {
             self.upstream,
             self.client,
             self.up.done,
-            &mut self.last_activity,
+            &mut self.moved_any,
             &self.metrics.bytes_down,
         )?;
         if up.is_ready() && down.is_ready() {
@@ -253,9 +258,14 @@ impl<'a> Duplex<'a> {
         }
     }
 
-    /// When a byte last moved.
-    pub(crate) fn last_activity(&self) -> Instant {
-        self.last_activity
+    /// When the connection was last seen active, as of `now`: `now` if bytes moved since
+    /// the previous call, else what that call answered. Called on each idleness tick, this
+    /// is at most one tick later than the last byte really moved.
+    pub(crate) fn active_at(&mut self, now: Instant) -> Instant {
+        if std::mem::take(&mut self.moved_any) {
+            self.active_at = now;
+        }
+        self.active_at
     }
 
     /// Adds the byte counts not reported yet to the metrics.

@@ -7,8 +7,9 @@
 //! paid that write, plus the event it raises (measured with `perf record -e
 //! syscalls:sys_enter_write -g`). These timeouts need no such precision. Each worker runs one
 //! ticker; a waiting connection registers with it (a list insertion, no syscall) and checks
-//! its own deadline on each tick, so a timeout fires at most one tick, an eighth of the
-//! timeout, after its deadline.
+//! its own deadline on each tick. A connect timeout fires at most one tick (an eighth of
+//! it) late; idleness is noticed on ticks too, so an idle timeout fires at most two ticks
+//! late.
 
 use std::future::Future;
 use std::sync::{Arc, Weak};

@@ -97,7 +97,7 @@ pub(crate) struct Args {
     connect_timeout: Duration,
 
     /// A connection that moves no byte either way for this long is closed. Checked on a
-    /// per-worker tick of an eighth of it (at most 10s), so it may run that much over.
+    /// per-worker tick of an eighth of it (at most 10s), so it may run two ticks over.
     #[arg(long, env = "HAIRPIN_IDLE_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     idle_timeout: Duration,
 
