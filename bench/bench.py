@@ -74,8 +74,8 @@ def http_get(port, path):
     return head.split(b"\r\n")[0].decode(errors="replace"), body
 
 
-def memory(pid):
-    """VmRSS and VmHWM in KiB, summed over the process and its children (nginx workers)."""
+def process_tree(pid):
+    """The process and its direct children (nginx's workers)."""
     pids = [pid]
     try:
         children = subprocess.run(
@@ -84,8 +84,13 @@ def memory(pid):
         pids += [int(p) for p in children]
     except OSError:
         pass
+    return pids
+
+
+def memory(pid):
+    """VmRSS and VmHWM in KiB, summed over the process and its children (nginx workers)."""
     rss = hwm = 0
-    for p in pids:
+    for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
@@ -100,16 +105,8 @@ def memory(pid):
 
 def cpu_seconds(pid):
     """User + system CPU time of a process and its children (nginx workers), in seconds."""
-    pids = [pid]
-    try:
-        children = subprocess.run(
-            ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True
-        ).stdout.split()
-        pids += [int(p) for p in children]
-    except OSError:
-        pass
     ticks = 0
-    for p in pids:
+    for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rpartition(")")[2].split()
