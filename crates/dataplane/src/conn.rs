@@ -68,9 +68,12 @@ pub(crate) async fn serve(
             Err(_) => return,
         },
     };
-    let version = route.route.proxy_protocol;
+    let version = route.route.proxy_protocol.version();
     let mut duplex = Duplex::new(&client, &upstream, metrics);
     let sent = duplex.send_first(|buf| {
+        let Some(version) = version else {
+            return Ok(0);
+        };
         let (src, dst) = header_addresses(peer, destination);
         encode_header(version, src, dst, buf)
             .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string()))

@@ -204,8 +204,8 @@ impl<'a> Duplex<'a> {
         }
     }
 
-    /// Writes the header that `encode` puts at the start of a buffer, followed by whatever the
-    /// client has already sent, to the upstream in one write.
+    /// Writes the header that `encode` puts at the start of a buffer (possibly none), followed
+    /// by whatever the client has already sent, to the upstream in one write.
     pub(crate) fn send_first(
         &mut self,
         encode: impl FnOnce(&mut [u8]) -> io::Result<usize>,
@@ -226,6 +226,10 @@ impl<'a> Duplex<'a> {
                 Err(err) => return Err(err),
             };
             self.up.unflushed += early as u64;
+            if header + early == 0 {
+                // No header (a route without one) and nothing from the client yet.
+                return Ok(());
+            }
             self.up.forward(self.upstream, &buf[..header + early])
         })
     }

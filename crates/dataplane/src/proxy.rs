@@ -559,7 +559,7 @@ mod tests {
             name: "web".into(),
             listen: addr,
             upstream: "127.0.0.1:9".parse().unwrap(),
-            proxy_protocol: hairpin_proxy_protocol::Version::V1,
+            proxy_protocol: crate::routes::ProxyProtocol::V1,
             destination: None,
         }])
         .unwrap();

@@ -13,8 +13,9 @@
 //! ]
 //! ```
 //!
-//! `proxy_protocol` defaults to `v1`; `destination` defaults to the proxy's own local address
-//! of each accepted connection.
+//! `proxy_protocol` is `v1` (the default), `v2`, or `none` (forward the bytes as they are: a
+//! port of the load balancer that does not use the PROXY protocol). `destination` defaults to
+//! the proxy's own local address of each accepted connection.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -35,34 +36,94 @@ pub struct Route {
     pub listen: SocketAddr,
     /// Where to forward, `host:port`; a host name is resolved again for every connection.
     pub upstream: Upstream,
-    /// The PROXY protocol version to write.
+    /// The PROXY protocol header to write, if any.
     #[serde(
-        default = "default_version",
-        serialize_with = "serialize_version",
-        deserialize_with = "deserialize_version"
+        default,
+        serialize_with = "serialize_header",
+        deserialize_with = "deserialize_header"
     )]
-    pub proxy_protocol: Version,
+    pub proxy_protocol: ProxyProtocol,
     /// The destination written in the header (the load balancer's external address, as the
     /// real load balancer would write it). `None`: the local address of the accepted socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<SocketAddr>,
 }
 
-fn default_version() -> Version {
-    Version::V1
+/// What a route writes to the upstream before the client's bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ProxyProtocol {
+    /// A PROXY protocol v1 (text) header.
+    #[default]
+    V1,
+    /// A PROXY protocol v2 (binary) header.
+    V2,
+    /// No header: the bytes are forwarded as they are, for a load balancer port that does not
+    /// use the PROXY protocol (its hostnames point at the proxy, so all its ports must work).
+    None,
 }
 
-fn serialize_version<S: Serializer>(version: &Version, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_str(version)
+impl ProxyProtocol {
+    /// The header version to write, or `None` for no header.
+    pub fn version(self) -> Option<Version> {
+        match self {
+            Self::V1 => Some(Version::V1),
+            Self::V2 => Some(Version::V2),
+            Self::None => None,
+        }
+    }
+
+    /// `v1`, `v2` or `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V1 => "v1",
+            Self::V2 => "v2",
+            Self::None => "none",
+        }
+    }
 }
 
-fn deserialize_version<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Version, D::Error> {
+impl From<Version> for ProxyProtocol {
+    fn from(version: Version) -> Self {
+        match version {
+            Version::V1 => Self::V1,
+            Version::V2 => Self::V2,
+        }
+    }
+}
+
+impl fmt::Display for ProxyProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ProxyProtocol {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "v1" | "1" => Ok(Self::V1),
+            "v2" | "2" => Ok(Self::V2),
+            "none" => Ok(Self::None),
+            _ => Err(format!(
+                "unknown PROXY protocol setting {text:?}: expected \"v1\", \"v2\" or \"none\""
+            )),
+        }
+    }
+}
+
+fn serialize_header<S: Serializer>(
+    header: &ProxyProtocol,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(header)
+}
+
+fn deserialize_header<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<ProxyProtocol, D::Error> {
     let text = String::deserialize(deserializer)?;
-    text.parse().map_err(|_| {
-        serde::de::Error::custom(format!(
-            "unknown PROXY protocol version {text:?}: expected \"v1\" or \"v2\""
-        ))
-    })
+    text.parse().map_err(serde::de::Error::custom)
 }
 
 /// An upstream `host:port`: an IP literal (`10.0.0.7:80`, `[fd00::7]:80`) or a DNS name.
@@ -278,7 +339,7 @@ mod tests {
             name: name.into(),
             listen: listen.parse().unwrap(),
             upstream: "ingress.example:80".parse().unwrap(),
-            proxy_protocol: Version::V1,
+            proxy_protocol: ProxyProtocol::V1,
             destination: None,
         }
     }
@@ -303,17 +364,33 @@ mod tests {
         assert_eq!(http.upstream.as_socket_addr(), None);
         assert_eq!(http.destination, Some("203.0.113.10:80".parse().unwrap()));
         let https = table.get("https").unwrap();
-        assert_eq!(https.proxy_protocol, Version::V2);
+        assert_eq!(https.proxy_protocol, ProxyProtocol::V2);
         assert_eq!(
             https.upstream.as_socket_addr(),
             Some("[fd00::7]:443".parse().unwrap())
         );
         assert_eq!(https.upstream.to_string(), "[fd00::7]:443");
-        assert_eq!(table.get("plain").unwrap().proxy_protocol, Version::V1);
+        assert_eq!(
+            table.get("plain").unwrap().proxy_protocol,
+            ProxyProtocol::V1
+        );
         assert_eq!(
             RouteTable::from_json(table.to_json().as_bytes()).unwrap(),
             table
         );
+    }
+
+    #[test]
+    fn a_route_may_write_no_header() {
+        let json = br#"[{"name":"smtp","listen":"0.0.0.0:10025","upstream":"10.0.0.7:25","proxy_protocol":"none"}]"#;
+        let table = RouteTable::from_json(json).unwrap();
+        let smtp = table.get("smtp").unwrap();
+        assert_eq!(smtp.proxy_protocol, ProxyProtocol::None);
+        assert_eq!(smtp.proxy_protocol.version(), None);
+        assert!(table.to_json().contains(r#""proxy_protocol":"none""#));
+        assert_eq!("V2".parse::<ProxyProtocol>(), Ok(ProxyProtocol::V2));
+        let err = "v3".parse::<ProxyProtocol>().unwrap_err();
+        assert!(err.contains("\"none\""), "{err}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hairpin_dataplane::routes::{Route, RouteTable};
+use hairpin_dataplane::routes::{ProxyProtocol, Route, RouteTable};
 use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics};
 use hairpin_proxy_protocol::Version;
 use hairpin_runtime::Shutdown as ShutdownSignal;
@@ -93,12 +93,17 @@ impl Drop for Running {
     }
 }
 
-fn route(name: &str, listen: SocketAddr, upstream: SocketAddr, version: Version) -> Route {
+fn route(
+    name: &str,
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    version: impl Into<ProxyProtocol>,
+) -> Route {
     Route {
         name: name.into(),
         listen,
         upstream: upstream.to_string().parse().unwrap(),
-        proxy_protocol: version,
+        proxy_protocol: version.into(),
         destination: None,
     }
 }
@@ -234,6 +239,32 @@ fn v2_header_bytes_are_exact() {
     expected.extend(src.port().to_be_bytes());
     expected.extend(listen.port().to_be_bytes());
     assert_eq!(read_n(&mut server, expected.len()), expected);
+}
+
+#[test]
+fn a_route_without_a_header_forwards_the_bytes_as_they_are() {
+    let (up, up_addr) = upstream();
+    let listen = free_addr();
+    let proxy = Running::start(
+        config(),
+        table(vec![route("plain", listen, up_addr, ProxyProtocol::None)]),
+    );
+    // The upstream speaks first (as SMTP or MySQL do): nothing is written before the client
+    // sends, not even an empty header.
+    let mut client = connect(listen);
+    let mut server = accept(&up);
+    server.write_all(b"220 ready\r\n").unwrap();
+    assert_eq!(read_n(&mut client, 11), b"220 ready\r\n");
+    client.write_all(b"HELO x\r\n").unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    let mut received = Vec::new();
+    server.read_to_end(&mut received).unwrap();
+    assert_eq!(
+        received, b"HELO x\r\n",
+        "exactly the client's bytes, no header"
+    );
+    drop(server);
+    proxy.wait_metric("hairpin_proxy_connections_active{route=\"plain\"} 0");
 }
 
 #[test]

@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hairpin_dataplane::routes::{Route, RouteTable, Upstream};
+use hairpin_dataplane::routes::{ProxyProtocol, Route, RouteTable, Upstream};
 use hairpin_dataplane::routes_file::RoutesFile;
 use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics, parse_duration};
-use hairpin_proxy_protocol::Version;
 use hairpin_runtime::shutdown::DrainOutcome;
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
 
@@ -40,9 +39,10 @@ pub(crate) struct Args {
     )]
     upstream: Option<Upstream>,
 
-    /// PROXY protocol version to write with `--listen`: `v1` (text) or `v2` (binary).
-    #[arg(long, env = "HAIRPIN_PROXY_PROTOCOL", default_value = "v1", value_parser = clap::value_parser!(Version))]
-    proxy_protocol: Version,
+    /// PROXY protocol header to write with `--listen`: `v1` (text), `v2` (binary), or `none`
+    /// (forward the bytes as they are, for a load balancer port without the PROXY protocol).
+    #[arg(long, env = "HAIRPIN_PROXY_PROTOCOL", default_value = "v1", value_parser = clap::value_parser!(ProxyProtocol))]
+    proxy_protocol: ProxyProtocol,
 
     /// Destination address written in the header with `--listen` (the load balancer's external
     /// `IP:PORT`). Default: the proxy's own address of each accepted connection.
