@@ -387,7 +387,9 @@ mod tests {
         let smtp = table.get("smtp").unwrap();
         assert_eq!(smtp.proxy_protocol, ProxyProtocol::None);
         assert_eq!(smtp.proxy_protocol.version(), None);
-        assert!(table.to_json().contains(r#""proxy_protocol":"none""#));
+        let json = table.to_json();
+        assert!(json.contains(r#""none""#), "{json}");
+        assert_eq!(RouteTable::from_json(json.as_bytes()).unwrap(), table);
         assert_eq!("V2".parse::<ProxyProtocol>(), Ok(ProxyProtocol::V2));
         let err = "v3".parse::<ProxyProtocol>().unwrap_err();
         assert!(err.contains("\"none\""), "{err}");
