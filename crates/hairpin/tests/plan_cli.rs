@@ -49,9 +49,12 @@ fn text_summary_of_the_example() {
         "0.0.0.0:10000   -> ingress-nginx-controller.ingress-nginx.svc.cluster.local:80   PROXY v1  destination 203.0.113.10:80",
         "Load balancer traefik/traefik",
         "PROXY v2  destination 198.51.100.20:443",
-        "*.apps.example.com",
-        "auth.example.org     Ingress auth/auth",
-        "docs.example.org     HTTPRoute docs/docs via Gateway traefik/public",
+        // Wildcards say what they cover: one label from an Ingress, one or more from a
+        // Gateway listener (the Gateway API's suffix match).
+        "    *.apps.example.com (one label)  Ingress saas/tenants\n",
+        "    *.example.org (one or more labels)  Gateway traefik/public\n",
+        "    auth.example.org                    Ingress auth/auth\n",
+        "    docs.example.org                    HTTPRoute docs/docs via Gateway traefik/public\n",
         "backoffice/internal-api  no PROXY protocol annotation",
         "mode corefile: ConfigMap kube-system/coredns key Corefile (cluster domain cluster.local)",
     ] {
@@ -87,6 +90,18 @@ fn diff_of_the_example() {
     assert!(
         diff.contains("\n     kubernetes cluster.local in-addr.arpa ip6.arpa {"),
         "context line kept:\n{diff}"
+    );
+    // The Ingress wildcard covers one label, the Gateway listener's one or more, after it.
+    let ingress_wildcard = "\n+    rewrite stop name regex ^[^.]+\\.apps\\.example\\.com\\.$ hairpin-ingress-nginx-ingress-nginx-controller.hairpin.svc.cluster.local answer auto\n";
+    let gateway_wildcard = "\n+    rewrite stop name regex ^(?:[^.]+\\.)+example\\.org\\.$ hairpin-traefik-traefik.hairpin.svc.cluster.local answer auto\n";
+    let at = |rule: &str| {
+        diff.find(rule)
+            .unwrap_or_else(|| panic!("{rule:?} missing in:\n{diff}"))
+    };
+    assert!(at(ingress_wildcard) < at(gateway_wildcard), "{diff}");
+    assert!(
+        at("\n+    rewrite stop name exact auth.example.org ") < at(gateway_wildcard),
+        "exact names before the wildcards that cover them:\n{diff}"
     );
     assert!(
         diff.contains("--- /dev/null\n+++ b/hairpin/hairpin-routes/routes.json\n"),

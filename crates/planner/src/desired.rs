@@ -116,6 +116,7 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
                 lb.hostnames.iter().map(move |h| DnsRedirect {
                     hostname: h.name.clone(),
                     target: target.clone(),
+                    wildcard_labels: h.wildcard_labels,
                 })
             })
             .collect();
@@ -480,7 +481,7 @@ fn dns_change(
     }
     let entries: Vec<DnsEntry> = redirects
         .iter()
-        .filter_map(|r| match DnsEntry::new(&r.hostname, &r.target) {
+        .filter_map(|r| match r.entry() {
             Ok(e) => Some(e),
             Err(e) => {
                 warnings.push(Warning::new(
@@ -642,7 +643,7 @@ fn node_local_dns_warnings(
         };
         let patterns: Vec<HostPattern> = redirects
             .iter()
-            .filter_map(|r| HostPattern::parse(&r.hostname).ok())
+            .filter_map(|r| r.entry().ok().map(|e| e.name))
             .collect();
         let bypassed: Vec<HostPattern> = corefile::bypassed(&info, &patterns)
             .into_iter()

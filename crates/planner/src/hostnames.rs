@@ -20,6 +20,13 @@
 //! Hostnames are lowercased, stripped of a trailing dot, validated (a leading `*.` label is a
 //! wildcard), deduplicated and sorted. A hostname served by two load balancers is a
 //! [`Conflict`]: it is planned for neither.
+//!
+//! A wildcard keeps what its source means by it ([`WildcardLabels`]): `*.example.com` from an
+//! Ingress stands for exactly one label (`a.example.com`, not `a.b.example.com`), as the
+//! Ingress API specifies; from a Gateway listener or a route it is a suffix match standing for
+//! one or more labels (`a.example.com` and `a.b.example.com`, never `example.com`), as the
+//! Gateway API specifies. The annotations keep the Ingress meaning. When one load balancer gets
+//! the same wildcard with both meanings, the broader one wins.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -64,6 +71,31 @@ pub const CONTROLLER_APP_NAMES: &[(&str, &[&str])] = &[
 
 const APP_LABELS: &[&str] = &["app.kubernetes.io/name", "app", "k8s-app"];
 
+/// How many labels the `*` of a wildcard hostname stands for.
+///
+/// Ordered from narrow to broad, so `max` gives the broader of two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WildcardLabels {
+    /// Exactly one label, as in an Ingress: `*.example.com` covers `a.example.com` but not
+    /// `a.b.example.com`.
+    #[default]
+    One,
+    /// One or more labels, as in the Gateway API (a suffix match): `*.example.com` covers
+    /// `a.example.com` and `a.b.example.com`, but not `example.com`.
+    OneOrMore,
+}
+
+impl WildcardLabels {
+    /// `one label` / `one or more labels`, for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            WildcardLabels::One => "one label",
+            WildcardLabels::OneOrMore => "one or more labels",
+        }
+    }
+}
+
 /// A hostname and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Hostname {
@@ -71,6 +103,10 @@ pub struct Hostname {
     pub name: String,
     /// Where it was found, e.g. `Ingress shop/web`, sorted.
     pub sources: Vec<String>,
+    /// For a wildcard, how many labels its `*` covers (the broadest meaning among its
+    /// sources); `None` for an exact name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wildcard_labels: Option<WildcardLabels>,
 }
 
 impl Hostname {
@@ -197,7 +233,7 @@ pub fn collect(
             if let Some(value) = annotations.and_then(|a| a.get(key)) {
                 let source = format!("Service {svc_ref} annotation {key}");
                 for host in value.split(',').filter(|h| !h.trim().is_empty()) {
-                    c.add(&svc_ref, host, &source);
+                    c.add(&svc_ref, host, &source, WildcardLabels::One);
                 }
             }
         }
@@ -259,7 +295,7 @@ pub fn collect(
         };
         for lb in targets {
             for host in &hosts {
-                c.add(lb, host, &source);
+                c.add(lb, host, &source, WildcardLabels::One);
             }
         }
     }
@@ -342,7 +378,7 @@ pub fn collect(
         }
         for lb in targets {
             for (host, source) in &hosts {
-                c.add(lb, host, source);
+                c.add(lb, host, source, WildcardLabels::OneOrMore);
             }
         }
     }
@@ -350,22 +386,33 @@ pub fn collect(
     c.finish()
 }
 
+/// The sources of one hostname on one load balancer, and the broadest wildcard meaning among
+/// them.
+#[derive(Default)]
+struct Found {
+    sources: BTreeSet<String>,
+    labels: WildcardLabels,
+}
+
 struct Collector {
     /// hostname -> load balancer -> sources
-    found: BTreeMap<String, BTreeMap<ObjectRef, BTreeSet<String>>>,
+    found: BTreeMap<String, BTreeMap<ObjectRef, Found>>,
     warnings: Vec<Warning>,
 }
 
 impl Collector {
-    fn add(&mut self, lb: &ObjectRef, host: &str, source: &str) {
+    /// Records `host` for `lb`; `labels` is what a wildcard means in `source`.
+    fn add(&mut self, lb: &ObjectRef, host: &str, source: &str, labels: WildcardLabels) {
         match normalize(host) {
             Ok(h) => {
-                self.found
+                let found = self
+                    .found
                     .entry(h)
                     .or_default()
                     .entry(lb.clone())
-                    .or_default()
-                    .insert(source.to_owned());
+                    .or_default();
+                found.sources.insert(source.to_owned());
+                found.labels = found.labels.max(labels);
             }
             Err(why) => self
                 .warnings
@@ -392,10 +439,11 @@ impl Collector {
                 });
                 continue;
             }
-            for (lb, sources) in lbs {
+            for (lb, found) in lbs {
                 out.per_lb.entry(lb).or_default().push(Hostname {
+                    wildcard_labels: host.starts_with("*.").then_some(found.labels),
                     name: host.clone(),
-                    sources: sources.into_iter().collect(),
+                    sources: found.sources.into_iter().collect(),
                 });
             }
         }

@@ -29,7 +29,7 @@ pub mod warning;
 pub use config::{DnsMode, PlannerConfig};
 pub use desired::desired;
 pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};
-pub use hostnames::{Conflict, Hostname};
+pub use hostnames::{Conflict, Hostname, WildcardLabels};
 pub use plan::{DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyRoute};
 pub use providers::ProxyVersion;
 pub use snapshot::{ClusterSnapshot, ObjectRef};

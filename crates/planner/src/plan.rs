@@ -7,8 +7,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use serde::Serialize;
 
 use crate::config::DnsMode;
+use crate::corefile::{CorefileError, DnsEntry};
 use crate::discovery::{LoadBalancer, NotNeeded};
-use crate::hostnames::{Conflict, Hostname};
+use crate::hostnames::{Conflict, Hostname, WildcardLabels};
 use crate::providers::ProxyVersion;
 use crate::snapshot::ObjectRef;
 use crate::warning::Warning;
@@ -106,6 +107,22 @@ pub struct DnsRedirect {
     pub hostname: String,
     /// The hairpin Service's FQDN, `<name>.<namespace>.svc.<cluster-domain>`.
     pub target: String,
+    /// For a wildcard, how many labels its `*` covers ([`Hostname::wildcard_labels`]);
+    /// `None` for an exact name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wildcard_labels: Option<WildcardLabels>,
+}
+
+impl DnsRedirect {
+    /// The Corefile editor's entry for this redirect, wildcard kind included. Use this rather
+    /// than `DnsEntry::new(&hostname, &target)`, which reads every wildcard as one label.
+    pub fn entry(&self) -> Result<DnsEntry, CorefileError> {
+        DnsEntry::new_with(
+            &self.hostname,
+            &self.target,
+            self.wildcard_labels.unwrap_or_default(),
+        )
+    }
 }
 
 /// The hosts-file block: hostnames and the hairpin Service whose ClusterIP they point at.

@@ -59,9 +59,18 @@ pub fn text(plan: &Plan) -> String {
             );
         }
         let _ = writeln!(out, "  hostnames ({})", lb.hostnames.len());
-        let width = lb.hostnames.iter().map(|h| h.name.len()).max().unwrap_or(0);
-        for h in &lb.hostnames {
-            let _ = writeln!(out, "    {:<width$}  {}", h.name, h.sources.join("; "));
+        // A wildcard says how many labels it covers: `*.example.com (one label)`.
+        let names: Vec<String> = lb
+            .hostnames
+            .iter()
+            .map(|h| match h.wildcard_labels {
+                Some(labels) => format!("{} ({})", h.name, labels.describe()),
+                None => h.name.clone(),
+            })
+            .collect();
+        let width = names.iter().map(String::len).max().unwrap_or(0);
+        for (name, h) in names.iter().zip(&lb.hostnames) {
+            let _ = writeln!(out, "    {name:<width$}  {}", h.sources.join("; "));
         }
     }
 

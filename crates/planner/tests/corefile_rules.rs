@@ -1,13 +1,14 @@
 //! What the generated `rewrite` rules mean, checked with an independent evaluator.
 //!
 //! The rules use a tiny subset of RE2 (Go `regexp`) syntax: `^`, `$`, literals `[a-z0-9-]`,
-//! `\.`, `(?:...|...)` and `[^.]+`. The parser below accepts exactly that subset (so any
-//! other metacharacter, an unescaped dot or a missing anchor fails the test) and evaluates the
-//! rules the way CoreDNS does: the first rule that matches the lowercased FQDN (with its
-//! trailing dot) decides the target.
+//! `\.`, `(?:...|...)`, a group repeated with `+` and `[^.]+`. The parser below accepts
+//! exactly that subset (so any other metacharacter, an unescaped dot or a missing anchor fails
+//! the test) and evaluates the rules the way CoreDNS does: the first rule that matches the
+//! lowercased FQDN (with its trailing dot) decides the target.
 
 use std::collections::BTreeMap;
 
+use hairpin_planner::WildcardLabels;
 use hairpin_planner::corefile::{
     self, CONFIGMAP_MAX_BYTES, DnsEntry, HostPattern, REGEX_PATTERN_BUDGET, render_rules,
 };
@@ -20,6 +21,8 @@ enum Node {
     /// `[^.]+`
     Label,
     Group(Vec<Vec<Node>>),
+    /// `(?:...)+`
+    Repeat(Vec<Vec<Node>>),
 }
 
 struct Parser<'a> {
@@ -46,7 +49,12 @@ impl Parser<'_> {
                 let inner = self.alt();
                 assert_eq!(self.s.get(self.i), Some(&b')'), "unclosed group");
                 self.i += 1;
-                out.push(Node::Group(inner));
+                if self.s.get(self.i) == Some(&b'+') {
+                    self.i += 1;
+                    out.push(Node::Repeat(inner));
+                } else {
+                    out.push(Node::Group(inner));
+                }
             } else if rest.starts_with(b"[^.]+") {
                 self.i += 5;
                 out.push(Node::Label);
@@ -111,6 +119,24 @@ fn run(seq: &[Node], s: &[u8], starts: Vec<usize>) -> Vec<usize> {
                 Node::Group(alts) => {
                     for a in alts {
                         next.extend(run(a, s, vec![p]));
+                    }
+                }
+                Node::Repeat(alts) => {
+                    // One pass, then as many more as keep reaching new positions.
+                    let mut frontier = vec![p];
+                    loop {
+                        let mut reached: Vec<usize> = alts
+                            .iter()
+                            .flat_map(|a| run(a, s, frontier.clone()))
+                            .filter(|q| !next.contains(q))
+                            .collect();
+                        reached.sort_unstable();
+                        reached.dedup();
+                        if reached.is_empty() {
+                            break;
+                        }
+                        next.extend(&reached);
+                        frontier = reached;
                     }
                 }
             }
@@ -181,12 +207,18 @@ fn resolve<'a>(rules: &'a [Rule], fqdn: &str) -> Option<&'a str> {
     })
 }
 
-/// What the entries say `name` should resolve to: exact first, then a covering wildcard.
+/// What the entries say `name` should resolve to: exact first, then the covering wildcard with
+/// the longest suffix (the most specific one).
 fn expected<'a>(entries: &'a [DnsEntry], name: &str) -> Option<&'a str> {
     entries
         .iter()
         .find(|e| e.name == HostPattern::Exact(name.to_owned()))
-        .or_else(|| entries.iter().find(|e| e.name.matches(name)))
+        .or_else(|| {
+            entries
+                .iter()
+                .filter(|e| e.name.wildcard_labels().is_some() && e.name.matches(name))
+                .max_by_key(|e| e.name.name().len())
+        })
         .map(|e| e.target.as_str())
 }
 
@@ -223,23 +255,32 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Every name resolves to its own target, exact names win over wildcards, and names that
-    /// are not in the set (or one label too deep for a wildcard) are left alone.
+    /// Every name resolves to its own target, exact names win over wildcards, the wildcard
+    /// with the longest suffix wins over the others, and names that are not in the set (or one
+    /// label too deep for a one-label wildcard) are left alone.
     #[test]
     fn rules_resolve_exactly_the_entries(
         exact in prop::collection::btree_map(name(), 0..TARGETS.len(), 0..40),
-        wild in prop::collection::btree_map(domain().prop_filter("non-empty", |d| !d.is_empty()), 0..TARGETS.len(), 0..3),
+        wild in prop::collection::btree_map(
+            domain().prop_filter("non-empty", |d| !d.is_empty()),
+            (0..TARGETS.len(), any::<bool>()),
+            0..4,
+        ),
         probes in prop::collection::vec(name(), 0..30),
     ) {
         let mut entries: Vec<DnsEntry> = exact
             .iter()
             .map(|(n, t)| DnsEntry::new(n, TARGETS[*t]).unwrap())
             .collect();
-        entries.extend(wild.iter().map(|(d, t)| DnsEntry::new(&format!("*.{d}"), TARGETS[*t]).unwrap()));
+        entries.extend(wild.iter().map(|(d, (t, suffix))| {
+            let labels = if *suffix { WildcardLabels::OneOrMore } else { WildcardLabels::One };
+            DnsEntry::new_with(&format!("*.{d}"), TARGETS[*t], labels).unwrap()
+        }));
         let rules = parse_rules(&render_rules(&entries).unwrap());
         for name in exact.keys().chain(&probes) {
             let deeper = format!("x.{name}");
-            for candidate in [name.as_str(), deeper.as_str()] {
+            let deepest = format!("y.x.{name}");
+            for candidate in [name.as_str(), deeper.as_str(), deepest.as_str()] {
                 prop_assert_eq!(
                     resolve(&rules, &format!("{candidate}.")),
                     expected(&entries, candidate),
@@ -256,8 +297,52 @@ proptest! {
         }
         for d in wild.keys() {
             prop_assert_eq!(resolve(&rules, &format!("{d}.")), expected(&entries, d));
-            prop_assert_eq!(resolve(&rules, &format!("w.{d}.")), expected(&entries, &format!("w.{d}")));
+            for head in ["w", "v.w", "u.v.w"] {
+                let name = format!("{head}.{d}");
+                prop_assert_eq!(resolve(&rules, &format!("{name}.")), expected(&entries, &name), "{}", name);
+            }
         }
+    }
+}
+
+/// The rendered regex text itself: an Ingress wildcard covers one label, a Gateway API
+/// wildcard one or more, neither its bare suffix, and the most specific rule wins.
+#[test]
+fn wildcard_kinds_resolve_as_their_specs_say() {
+    let [a, b, c] = TARGETS;
+    let gateway = |name: &str, target: &str| {
+        DnsEntry::new_with(name, target, WildcardLabels::OneOrMore).unwrap()
+    };
+    let entries = [
+        DnsEntry::new("*.ingress.example.com", a).unwrap(),
+        gateway("*.example.org", b),
+        gateway("*.team.example.org", c),
+        DnsEntry::new("*.x.team.example.org", a).unwrap(),
+        DnsEntry::new("exact.team.example.org", a).unwrap(),
+    ];
+    let text = render_rules(&entries).unwrap();
+    let rules = parse_rules(&text);
+    let cases = [
+        ("a.ingress.example.com.", Some(a)),
+        ("a.b.ingress.example.com.", None),
+        ("ingress.example.com.", None),
+        ("a.example.org.", Some(b)),
+        ("a.b.example.org.", Some(b)),
+        ("a.b.c.d.example.org.", Some(b)),
+        ("example.org.", None),
+        ("aexample.org.", None),
+        ("a.example.org.evil.", None),
+        ("team.example.org.", Some(b)),
+        ("a.team.example.org.", Some(c)),
+        ("a.b.team.example.org.", Some(c)),
+        ("exact.team.example.org.", Some(a)),
+        ("y.x.team.example.org.", Some(a)),
+        ("z.y.x.team.example.org.", Some(c)),
+    ];
+    for (name, target) in cases {
+        assert_eq!(resolve(&rules, name), target, "{name} in {text:#?}");
+        let bare = name.trim_end_matches('.');
+        assert_eq!(expected(&entries, bare), target, "{name}");
     }
 }
 

@@ -4,9 +4,11 @@
 mod support;
 
 use hairpin_planner::hostnames::{intersect, normalize};
-use hairpin_planner::{ClusterSnapshot, PlannerConfig, desired};
+use hairpin_planner::{ClusterSnapshot, PlannerConfig, WildcardLabels, desired};
 use serde_json::json;
-use support::{ingress, ingress_class, lb_service, proxied_lb, snapshot_from_yaml};
+use support::{
+    KUBEADM_COREFILE, coredns, ingress, ingress_class, lb_service, proxied_lb, snapshot_from_yaml,
+};
 
 /// Hostnames planned for `ns/name`.
 fn hosts_of(plan: &hairpin_planner::Plan, ns: &str, name: &str) -> Vec<String> {
@@ -428,6 +430,172 @@ fn gateway_listeners_and_attached_routes() {
         api.sources
     );
     assert!(api.sources.contains(&"Gateway infra/public".to_owned()));
+}
+
+/// Each hostname of `ns/name` with its wildcard kind.
+fn kinds_of(
+    plan: &hairpin_planner::Plan,
+    ns: &str,
+    name: &str,
+) -> Vec<(String, Option<WildcardLabels>)> {
+    plan.load_balancers
+        .iter()
+        .find(|lb| {
+            lb.load_balancer.service.namespace == ns && lb.load_balancer.service.name == name
+        })
+        .map(|lb| {
+            lb.hostnames
+                .iter()
+                .map(|h| (h.name.clone(), h.wildcard_labels))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn gateway_wildcards_cover_one_or_more_labels_in_dns() {
+    let mut snapshot = snapshot_from_yaml(GATEWAY);
+    snapshot.config_maps.push(coredns(KUBEADM_COREFILE));
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    assert!(plan.errors.is_empty(), "{:?}", plan.errors);
+    let suffix = Some(WildcardLabels::OneOrMore);
+    assert_eq!(
+        kinds_of(&plan, "infra", "gw"),
+        [
+            ("*.dev.example.com".to_owned(), suffix),
+            ("*.example.com".to_owned(), suffix),
+            ("api.example.org".to_owned(), None),
+            ("db.example.io".to_owned(), None),
+            ("www.example.com".to_owned(), None),
+        ]
+    );
+
+    let dns = plan.dns.as_ref().unwrap();
+    let listener = dns
+        .entries
+        .iter()
+        .find(|r| r.hostname == "*.example.com")
+        .unwrap();
+    assert_eq!(listener.wildcard_labels, suffix);
+    let pattern = listener.entry().unwrap().name;
+    assert!(pattern.matches("a.example.com"));
+    assert!(pattern.matches("a.b.example.com"));
+    assert!(!pattern.matches("example.com"));
+
+    // Deeper suffix first, exact names before both.
+    let target = "hairpin-infra-gw.hairpin.svc.cluster.local";
+    let rules: Vec<&str> = dns
+        .desired
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("rewrite "))
+        .collect();
+    let dev = format!(
+        "rewrite stop name regex ^(?:[^.]+\\.)+dev\\.example\\.com\\.$ {target} answer auto"
+    );
+    let all =
+        format!("rewrite stop name regex ^(?:[^.]+\\.)+example\\.com\\.$ {target} answer auto");
+    assert_eq!(
+        rules,
+        [
+            format!("rewrite stop name exact api.example.org {target}").as_str(),
+            &format!("rewrite stop name exact db.example.io {target}"),
+            &format!("rewrite stop name exact www.example.com {target}"),
+            &dev,
+            &all,
+        ],
+        "{}",
+        dns.desired
+    );
+
+    // JSON says which kind a wildcard is, and nothing for exact names.
+    let json = serde_json::to_value(&plan.load_balancers[0].hostnames).unwrap();
+    assert_eq!(json[1]["name"], "*.example.com");
+    assert_eq!(json[1]["wildcard_labels"], "one-or-more");
+    assert!(json[2].get("wildcard_labels").is_none(), "{json}");
+    let text = hairpin_planner::render::text(&plan);
+    assert!(
+        text.contains("    *.example.com (one or more labels)      Gateway infra/public\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn ingress_wildcards_stay_one_label_and_the_broader_meaning_wins() {
+    let mut snapshot = snapshot_from_yaml(GATEWAY);
+    snapshot.config_maps.push(coredns(KUBEADM_COREFILE));
+    snapshot.ingresses.push(ingress(
+        "shop",
+        "web",
+        None,
+        &["*.example.com", "*.shop.example.com"],
+        &[],
+        Some("192.0.2.5"),
+    ));
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let kinds = kinds_of(&plan, "infra", "gw");
+    // Only from the Ingress: one label.
+    assert!(
+        kinds.contains(&("*.shop.example.com".to_owned(), Some(WildcardLabels::One))),
+        "{kinds:?}"
+    );
+    // From the Ingress and the Gateway listener: the suffix match wins.
+    assert!(
+        kinds.contains(&("*.example.com".to_owned(), Some(WildcardLabels::OneOrMore))),
+        "{kinds:?}"
+    );
+    let both = &plan.load_balancers[0]
+        .hostnames
+        .iter()
+        .find(|h| h.name == "*.example.com")
+        .unwrap()
+        .sources;
+    assert!(both.contains(&"Ingress shop/web".to_owned()), "{both:?}");
+    assert!(
+        both.contains(&"Gateway infra/public".to_owned()),
+        "{both:?}"
+    );
+
+    let desired_corefile = &plan.dns.as_ref().unwrap().desired;
+    let shop = "rewrite stop name regex ^[^.]+\\.shop\\.example\\.com\\.$ hairpin-infra-gw.hairpin.svc.cluster.local answer auto";
+    let gateway = "rewrite stop name regex ^(?:[^.]+\\.)+dev\\.example\\.com\\.$ hairpin-infra-gw.hairpin.svc.cluster.local answer auto";
+    let (shop_at, gateway_at) = (
+        desired_corefile.find(shop).expect(desired_corefile),
+        desired_corefile.find(gateway).expect(desired_corefile),
+    );
+    assert!(
+        shop_at < gateway_at,
+        "one-label wildcards before suffix matches:\n{desired_corefile}"
+    );
+    assert!(
+        !desired_corefile.contains("^[^.]+\\.example\\.com\\.$"),
+        "no one-label rule for a wildcard the Gateway covers:\n{desired_corefile}"
+    );
+}
+
+#[test]
+fn one_wildcard_from_an_ingress_and_a_gateway_of_another_load_balancer_is_a_conflict() {
+    let mut snapshot = snapshot_from_yaml(GATEWAY);
+    snapshot
+        .services
+        .push(proxied_lb("ingress-nginx", "nginx", "192.0.2.9"));
+    snapshot.ingresses.push(ingress(
+        "shop",
+        "web",
+        None,
+        &["*.example.com", "*.a.example.com"],
+        &[],
+        Some("192.0.2.9"),
+    ));
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let conflicts: Vec<&str> = plan.conflicts.iter().map(|c| c.hostname.as_str()).collect();
+    assert_eq!(conflicts, ["*.example.com"]);
+    assert!(!hosts_of(&plan, "infra", "gw").contains(&"*.example.com".to_owned()));
+    // A deeper wildcard elsewhere is no conflict: it is more specific, and DNS tries it first.
+    assert_eq!(
+        kinds_of(&plan, "ingress-nginx", "nginx"),
+        [("*.a.example.com".to_owned(), Some(WildcardLabels::One))]
+    );
 }
 
 #[test]

@@ -119,12 +119,7 @@ fn in_zone(name: &str, zone: &str) -> bool {
 pub fn bypassed<'a>(info: &NodeLocalDnsInfo, names: &'a [HostPattern]) -> Vec<&'a HostPattern> {
     names
         .iter()
-        .filter(|p| {
-            let name = match p {
-                HostPattern::Exact(n) | HostPattern::Wildcard(n) => n,
-            };
-            !info.cluster_dns_zones.iter().any(|z| in_zone(name, z))
-        })
+        .filter(|p| !info.cluster_dns_zones.iter().any(|z| in_zone(p.name(), z)))
         .collect()
 }
 
@@ -136,7 +131,7 @@ impl NodeLocalDnsInfo {
         let candidates: BTreeSet<&str> = names
             .iter()
             .map(|p| match p {
-                HostPattern::Wildcard(s) => s.as_str(),
+                HostPattern::Wildcard(s) | HostPattern::WildcardSuffix(s) => s.as_str(),
                 HostPattern::Exact(n) => match n.split_once('.') {
                     Some((_, parent)) if parent.contains('.') => parent,
                     _ => n.as_str(),

@@ -8,17 +8,27 @@
 //! * a target with many exact names gets a few compact rules
 //!   `rewrite stop name regex ^(?:(?:a|b)\.team\.example\.com|c\.example\.org)\.$ TARGET answer auto`
 //!   (first labels grouped by parent domain, so 20,000 names fit in a few hundred KiB);
-//! * wildcards `*.example.com` match exactly one label, as an Ingress wildcard does:
-//!   `rewrite stop name regex ^[^.]+\.(?:example\.com|example\.org)\.$ TARGET answer auto`.
+//! * Ingress wildcards ([`HostPattern::Wildcard`]) match exactly one label, as the Ingress API
+//!   specifies:
+//!   `rewrite stop name regex ^[^.]+\.(?:example\.com|example\.org)\.$ TARGET answer auto`;
+//! * Gateway API wildcards ([`HostPattern::WildcardSuffix`]) are suffix matches covering one or
+//!   more labels, as the Gateway API specifies:
+//!   `rewrite stop name regex ^(?:[^.]+\.)+(?:example\.com|example\.org)\.$ TARGET answer auto`.
 //!
 //! `answer auto` maps the answer's owner name back to the question (CoreDNS 1.10 and later);
 //! regex rules need it because the original name cannot be rebuilt from the target.
-//! Exact rules come first so that an exact name beats a wildcard that also covers it.
+//!
+//! CoreDNS applies the first rule that matches, so the most specific pattern comes first:
+//! exact rules, then one-label wildcards, then suffix wildcards with the longest suffixes
+//! (most labels) first. A name is thus rewritten by the wildcard with the longest suffix that
+//! covers it: `a.b.example.com` goes where `*.b.example.com` says, not `*.example.com`.
 
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::fmt;
 
 use super::CorefileError;
+use crate::hostnames::WildcardLabels;
 use crate::markers::normalize_dns_name;
 
 /// A target with at most this many exact names gets one `exact` rule per name.
@@ -31,20 +41,33 @@ pub const REGEX_PATTERN_BUDGET: usize = 8 * 1024;
 pub enum HostPattern {
     /// `foo.example.com`
     Exact(String),
-    /// `*.example.com`, stored as the suffix `example.com`; matches exactly one extra label.
+    /// `*.example.com` from an Ingress, stored as the suffix `example.com`; matches exactly one
+    /// extra label ([`WildcardLabels::One`]).
     Wildcard(String),
+    /// `*.example.com` from the Gateway API, stored as the suffix `example.com`; a suffix match
+    /// of one or more extra labels ([`WildcardLabels::OneOrMore`]).
+    WildcardSuffix(String),
 }
 
 impl HostPattern {
     /// Parse and normalise (ASCII-lowercase, no trailing dot) an RFC 1123 name, or `*.` and one.
+    /// A wildcard matches exactly one label (Ingress meaning); see [`HostPattern::parse_with`].
     pub fn parse(s: &str) -> Result<Self, CorefileError> {
+        HostPattern::parse_with(s, WildcardLabels::One)
+    }
+
+    /// [`HostPattern::parse`], with `labels` saying what a leading `*.` stands for.
+    pub fn parse_with(s: &str, labels: WildcardLabels) -> Result<Self, CorefileError> {
         let bad = |reason: &'static str| CorefileError::InvalidHostname {
             name: s.to_owned(),
             reason,
         };
         if let Some(suffix) = s.strip_prefix("*.") {
             let suffix = normalize_dns_name(suffix).map_err(|p| bad(p.as_str()))?;
-            return Ok(HostPattern::Wildcard(suffix));
+            return Ok(match labels {
+                WildcardLabels::One => HostPattern::Wildcard(suffix),
+                WildcardLabels::OneOrMore => HostPattern::WildcardSuffix(suffix),
+            });
         }
         if s.contains('*') {
             return Err(bad(
@@ -60,19 +83,45 @@ impl HostPattern {
     pub fn matches(&self, name: &str) -> bool {
         match self {
             HostPattern::Exact(n) => n == name,
-            HostPattern::Wildcard(suffix) => name
-                .strip_suffix(suffix.as_str())
-                .and_then(|head| head.strip_suffix('.'))
-                .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+            HostPattern::Wildcard(suffix) => {
+                head(name, suffix).is_some_and(|label| !label.contains('.'))
+            }
+            HostPattern::WildcardSuffix(suffix) => {
+                head(name, suffix).is_some_and(|labels| labels.split('.').all(|l| !l.is_empty()))
+            }
+        }
+    }
+
+    /// The name, or a wildcard's suffix (`example.com` for `*.example.com`).
+    pub fn name(&self) -> &str {
+        match self {
+            HostPattern::Exact(n) | HostPattern::Wildcard(n) | HostPattern::WildcardSuffix(n) => n,
+        }
+    }
+
+    /// What a wildcard's `*` stands for; `None` for an exact name.
+    pub fn wildcard_labels(&self) -> Option<WildcardLabels> {
+        match self {
+            HostPattern::Exact(_) => None,
+            HostPattern::Wildcard(_) => Some(WildcardLabels::One),
+            HostPattern::WildcardSuffix(_) => Some(WildcardLabels::OneOrMore),
         }
     }
 }
 
+/// The non-empty part of `name` before `.suffix`.
+fn head<'a>(name: &'a str, suffix: &str) -> Option<&'a str> {
+    name.strip_suffix(suffix)
+        .and_then(|head| head.strip_suffix('.'))
+        .filter(|head| !head.is_empty())
+}
+
 impl fmt::Display for HostPattern {
+    /// `foo.example.com` or `*.example.com` (both wildcard kinds are written the same way).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HostPattern::Exact(n) => f.write_str(n),
-            HostPattern::Wildcard(s) => write!(f, "*.{s}"),
+            HostPattern::Wildcard(s) | HostPattern::WildcardSuffix(s) => write!(f, "*.{s}"),
         }
     }
 }
@@ -94,9 +143,19 @@ pub struct DnsEntry {
 }
 
 impl DnsEntry {
-    /// Parse `name` and validate `target`.
+    /// Parse `name` and validate `target`. A wildcard matches exactly one label (Ingress
+    /// meaning); see [`DnsEntry::new_with`].
     pub fn new(name: &str, target: &str) -> Result<Self, CorefileError> {
-        let name = HostPattern::parse(name)?;
+        DnsEntry::new_with(name, target, WildcardLabels::One)
+    }
+
+    /// [`DnsEntry::new`], with `labels` saying what a leading `*.` in `name` stands for.
+    pub fn new_with(
+        name: &str,
+        target: &str,
+        labels: WildcardLabels,
+    ) -> Result<Self, CorefileError> {
+        let name = HostPattern::parse_with(name, labels)?;
         let target = normalize_dns_name(target).map_err(|p| CorefileError::InvalidTarget {
             target: target.to_owned(),
             reason: p.as_str(),
@@ -111,13 +170,24 @@ pub fn service_fqdn(service: &str, namespace: &str, cluster_domain: &str) -> Str
     format!("{service}.{namespace}.svc.{domain}")
 }
 
-/// Check the entries and sort them by target: target -> (exact names, wildcard suffixes),
-/// both sorted and deduplicated. One name on two targets is a conflict.
-/// Per target: (exact names, wildcard suffixes).
-type ByTarget<'a> = BTreeMap<&'a str, (Vec<&'a str>, Vec<&'a str>)>;
+/// The names of one target: exact names, one-label wildcard suffixes and suffix-match
+/// (one or more labels) wildcard suffixes, each sorted and deduplicated.
+#[derive(Default)]
+struct Names<'a> {
+    exact: Vec<&'a str>,
+    wildcards: Vec<&'a str>,
+    suffixes: Vec<&'a str>,
+}
 
+/// Per target, its names.
+type ByTarget<'a> = BTreeMap<&'a str, Names<'a>>;
+
+/// Check the entries and sort them by target. One name on two targets is a conflict; so is one
+/// wildcard on two targets, whatever its kind. One wildcard on one target with both kinds is
+/// the suffix match (the broader one).
 fn group(entries: &[DnsEntry]) -> Result<ByTarget<'_>, CorefileError> {
-    let mut owner: BTreeMap<&HostPattern, &str> = BTreeMap::new();
+    // (is a wildcard, name or suffix) -> (target, broadest wildcard kind)
+    let mut owner: BTreeMap<(bool, &str), (&str, WildcardLabels)> = BTreeMap::new();
     for e in entries {
         // Entries built by hand bypass `DnsEntry::new`; check them here too.
         let target_ok = normalize_dns_name(&e.target).is_ok_and(|t| t == e.target);
@@ -127,38 +197,44 @@ fn group(entries: &[DnsEntry]) -> Result<ByTarget<'_>, CorefileError> {
                 reason: "must be a lowercase RFC 1123 name without trailing dot",
             });
         }
-        let raw = match &e.name {
-            HostPattern::Exact(n) | HostPattern::Wildcard(n) => n,
-        };
-        if normalize_dns_name(raw).ok().as_deref() != Some(raw.as_str()) {
+        let raw = e.name.name();
+        if normalize_dns_name(raw).ok().as_deref() != Some(raw) {
             return Err(CorefileError::InvalidHostname {
                 name: e.name.to_string(),
                 reason: "must be a lowercase RFC 1123 name without trailing dot",
             });
         }
-        if let Some(prev) = owner.insert(&e.name, &e.target)
-            && prev != e.target
-        {
-            let (first, second) = if prev < e.target.as_str() {
-                (prev, e.target.as_str())
-            } else {
-                (e.target.as_str(), prev)
-            };
-            return Err(CorefileError::ConflictingTargets {
-                name: e.name.to_string(),
-                first: first.to_owned(),
-                second: second.to_owned(),
-            });
+        let labels = e.name.wildcard_labels();
+        let key = (labels.is_some(), raw);
+        let labels = labels.unwrap_or_default();
+        match owner.get_mut(&key) {
+            None => {
+                owner.insert(key, (&e.target, labels));
+            }
+            Some((prev, _)) if *prev != e.target => {
+                let (first, second) = if *prev < e.target.as_str() {
+                    (*prev, e.target.as_str())
+                } else {
+                    (e.target.as_str(), *prev)
+                };
+                return Err(CorefileError::ConflictingTargets {
+                    name: e.name.to_string(),
+                    first: first.to_owned(),
+                    second: second.to_owned(),
+                });
+            }
+            Some((_, kind)) => *kind = (*kind).max(labels),
         }
     }
     let mut by_target = ByTarget::new();
-    // `owner` iterates in pattern order (all exact names, then wildcards), so the lists come
-    // out sorted and free of duplicates.
-    for (pattern, target) in owner {
+    // `owner` iterates in key order (all exact names, then wildcards, each sorted), so the
+    // lists come out sorted and free of duplicates.
+    for ((wildcard, name), (target, labels)) in owner {
         let slot = by_target.entry(target).or_default();
-        match pattern {
-            HostPattern::Exact(n) => slot.0.push(n),
-            HostPattern::Wildcard(s) => slot.1.push(s),
+        match (wildcard, labels) {
+            (false, _) => slot.exact.push(name),
+            (true, WildcardLabels::One) => slot.wildcards.push(name),
+            (true, WildcardLabels::OneOrMore) => slot.suffixes.push(name),
         }
     }
     Ok(by_target)
@@ -194,26 +270,45 @@ pub fn render_rules_with(
     let by_target = group(entries)?;
     let mut exact_rules = Vec::new();
     let mut wildcard_rules = Vec::new();
-    for (target, (exact, wildcards)) in &by_target {
+    // (labels in the suffix, most first; target) -> suffixes
+    let mut suffix_groups: BTreeMap<(Reverse<usize>, &str), Vec<&str>> = BTreeMap::new();
+    for (target, names) in &by_target {
         if style == RuleStyle::ExactOnly
-            && let Some(suffix) = wildcards.first()
+            && let Some(suffix) = names.wildcards.first().or(names.suffixes.first())
         {
             return Err(CorefileError::WildcardNeedsAnswerAuto {
                 name: format!("*.{suffix}"),
             });
         }
-        if exact.len() <= EXACT_RULES_MAX_PER_TARGET || style == RuleStyle::ExactOnly {
-            for name in exact {
+        if names.exact.len() <= EXACT_RULES_MAX_PER_TARGET || style == RuleStyle::ExactOnly {
+            for name in &names.exact {
                 exact_rules.push(format!("rewrite stop name exact {name} {target}"));
             }
         } else {
-            for pattern in exact_patterns(exact) {
+            for pattern in exact_patterns(&names.exact) {
                 exact_rules.push(format!(
                     "rewrite stop name regex {pattern} {target} answer auto"
                 ));
             }
         }
-        for pattern in wildcard_patterns(wildcards) {
+        for pattern in wildcard_patterns(&names.wildcards) {
+            wildcard_rules.push(format!(
+                "rewrite stop name regex {pattern} {target} answer auto"
+            ));
+        }
+        for suffix in &names.suffixes {
+            let labels = suffix.split('.').count();
+            suffix_groups
+                .entry((Reverse(labels), target))
+                .or_default()
+                .push(suffix);
+        }
+    }
+    // Suffix matches last, deepest suffixes first: `*.b.example.com` must be tried before
+    // `*.example.com`, which also covers `a.b.example.com`. Two suffixes with the same number
+    // of labels never cover the same name, so their order is free (here: by target).
+    for ((_, target), suffixes) in &suffix_groups {
+        for pattern in suffix_patterns(suffixes) {
             wildcard_rules.push(format!(
                 "rewrite stop name regex {pattern} {target} answer auto"
             ));
@@ -311,9 +406,16 @@ fn alternative(heads: &[String], suffix: &str) -> String {
     }
 }
 
+/// One-label wildcards: `^[^.]+\.(?:a\.com|b\.org)\.$`.
 fn wildcard_patterns(suffixes: &[&str]) -> Vec<String> {
     let alternatives = suffixes.iter().map(|s| escape(s)).collect();
     chunked(alternatives, "[^.]+\\.", "\\.")
+}
+
+/// Suffix-match wildcards (one or more labels): `^(?:[^.]+\.)+(?:a\.com|b\.org)\.$`.
+fn suffix_patterns(suffixes: &[&str]) -> Vec<String> {
+    let alternatives = suffixes.iter().map(|s| escape(s)).collect();
+    chunked(alternatives, "(?:[^.]+\\.)+", "\\.")
 }
 
 #[cfg(test)]
@@ -352,6 +454,106 @@ mod tests {
             DnsEntry::new("a.com", "bad_target"),
             Err(CorefileError::InvalidTarget { .. })
         ));
+    }
+
+    #[test]
+    fn gateway_wildcards_match_one_or_more_labels() {
+        let ingress = HostPattern::parse_with("*.Example.com.", WildcardLabels::One).unwrap();
+        let gateway = HostPattern::parse_with("*.Example.com.", WildcardLabels::OneOrMore).unwrap();
+        assert_eq!(ingress, HostPattern::Wildcard("example.com".into()));
+        assert_eq!(gateway, HostPattern::WildcardSuffix("example.com".into()));
+        assert_eq!(ingress.wildcard_labels(), Some(WildcardLabels::One));
+        assert_eq!(gateway.wildcard_labels(), Some(WildcardLabels::OneOrMore));
+        assert_eq!(HostPattern::parse("a.com").unwrap().wildcard_labels(), None);
+        assert_eq!(gateway.to_string(), "*.example.com");
+        assert_eq!(gateway.name(), "example.com");
+        // Exact names ignore the kind.
+        assert_eq!(
+            HostPattern::parse_with("a.example.com", WildcardLabels::OneOrMore).unwrap(),
+            HostPattern::Exact("a.example.com".into())
+        );
+
+        assert!(ingress.matches("a.example.com"));
+        assert!(
+            !ingress.matches("a.b.example.com"),
+            "an Ingress wildcard is one label"
+        );
+        assert!(gateway.matches("a.example.com"));
+        assert!(gateway.matches("a.b.example.com"));
+        assert!(gateway.matches("x.y.z.example.com"));
+        for name in [
+            "example.com",
+            "aexample.com",
+            "a.example.org",
+            "a.b.aexample.com",
+        ] {
+            assert!(!gateway.matches(name), "{name}");
+            assert!(!ingress.matches(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn gateway_wildcards_render_as_suffix_regexes_after_the_others() {
+        let gw =
+            |name, target| DnsEntry::new_with(name, target, WildcardLabels::OneOrMore).unwrap();
+        let rules = render_rules(&[
+            gw("*.example.com", "t0.ns.svc.cluster.local"),
+            gw("*.example.org", "t0.ns.svc.cluster.local"),
+            gw("*.b.example.com", "t1.ns.svc.cluster.local"),
+            gw("*.x.b.example.com", "t0.ns.svc.cluster.local"),
+            e("*.c.example.com", "t1.ns.svc.cluster.local"),
+            e("a.example.com", "t1.ns.svc.cluster.local"),
+        ])
+        .unwrap();
+        assert_eq!(
+            rules,
+            [
+                "rewrite stop name exact a.example.com t1.ns.svc.cluster.local",
+                "rewrite stop name regex ^[^.]+\\.c\\.example\\.com\\.$ t1.ns.svc.cluster.local answer auto",
+                "rewrite stop name regex ^(?:[^.]+\\.)+x\\.b\\.example\\.com\\.$ t0.ns.svc.cluster.local answer auto",
+                "rewrite stop name regex ^(?:[^.]+\\.)+b\\.example\\.com\\.$ t1.ns.svc.cluster.local answer auto",
+                "rewrite stop name regex ^(?:[^.]+\\.)+(?:example\\.com|example\\.org)\\.$ t0.ns.svc.cluster.local answer auto",
+            ]
+        );
+        // The order of the entries does not matter.
+        let mut shuffled = vec![
+            e("a.example.com", "t1.ns.svc.cluster.local"),
+            gw("*.x.b.example.com", "t0.ns.svc.cluster.local"),
+            e("*.c.example.com", "t1.ns.svc.cluster.local"),
+            gw("*.b.example.com", "t1.ns.svc.cluster.local"),
+            gw("*.example.org", "t0.ns.svc.cluster.local"),
+            gw("*.example.com", "t0.ns.svc.cluster.local"),
+        ];
+        assert_eq!(render_rules(&shuffled).unwrap(), rules);
+        shuffled.reverse();
+        assert_eq!(render_rules(&shuffled).unwrap(), rules);
+    }
+
+    #[test]
+    fn one_wildcard_with_both_meanings() {
+        let gw = |target| {
+            DnsEntry::new_with("*.example.com", target, WildcardLabels::OneOrMore).unwrap()
+        };
+        // Same target: the broader meaning wins, once.
+        for entries in [
+            [e("*.example.com", "t.ns.svc.x"), gw("t.ns.svc.x")],
+            [gw("t.ns.svc.x"), e("*.example.com", "t.ns.svc.x")],
+        ] {
+            assert_eq!(
+                render_rules(&entries).unwrap(),
+                ["rewrite stop name regex ^(?:[^.]+\\.)+example\\.com\\.$ t.ns.svc.x answer auto"]
+            );
+        }
+        // Two targets: a conflict, whatever the kinds.
+        let err = render_rules(&[e("*.example.com", "y.ns.svc.x"), gw("x.ns.svc.x")]).unwrap_err();
+        assert!(matches!(
+            err,
+            CorefileError::ConflictingTargets { ref name, ref first, ref second }
+                if name == "*.example.com" && first == "x.ns.svc.x" && second == "y.ns.svc.x"
+        ));
+        // Still refused without `answer auto`.
+        let err = render_rules_with(&[gw("t.ns.svc.x")], RuleStyle::ExactOnly).unwrap_err();
+        assert_eq!(err.metric_label(), "wildcard_needs_answer_auto");
     }
 
     #[test]
