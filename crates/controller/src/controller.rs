@@ -465,7 +465,7 @@ fn dns_edit(dns: &hairpin_planner::DnsChange) -> KeyEdit {
     let entries: Result<Vec<corefile::DnsEntry>, String> = dns
         .entries
         .iter()
-        .map(|e| corefile::DnsEntry::new(&e.hostname, &e.target).map_err(|err| err.to_string()))
+        .map(|e| e.entry().map_err(|err| err.to_string()))
         .collect();
     let (namespace, name) = (
         dns.config_map.namespace.clone(),
