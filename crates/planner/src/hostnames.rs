@@ -114,6 +114,21 @@ impl Hostname {
     pub fn is_wildcard(&self) -> bool {
         self.name.starts_with("*.")
     }
+
+    /// Whether a query for `host` (normalized: lowercase, no trailing dot) is redirected by
+    /// this hostname: the same name, or a name its wildcard covers ([`WildcardLabels`]).
+    pub fn matches(&self, host: &str) -> bool {
+        let Some(dot_suffix) = self.name.strip_prefix('*') else {
+            return self.name == host;
+        };
+        let Some(head) = host.strip_suffix(dot_suffix).filter(|h| !h.is_empty()) else {
+            return false;
+        };
+        match self.wildcard_labels.unwrap_or_default() {
+            WildcardLabels::One => !head.contains('.'),
+            WildcardLabels::OneOrMore => head.split('.').all(|l| !l.is_empty()),
+        }
+    }
 }
 
 /// A hostname served by more than one load balancer.

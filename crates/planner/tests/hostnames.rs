@@ -481,6 +481,17 @@ fn gateway_wildcards_cover_one_or_more_labels_in_dns() {
     assert!(pattern.matches("a.example.com"));
     assert!(pattern.matches("a.b.example.com"));
     assert!(!pattern.matches("example.com"));
+    let planned = &plan.load_balancers[0].hostnames[1];
+    assert_eq!(planned.name, "*.example.com");
+    for (host, covered) in [
+        ("a.example.com", true),
+        ("a.b.example.com", true),
+        ("example.com", false),
+        ("aexample.com", false),
+        ("a.example.org", false),
+    ] {
+        assert_eq!(planned.matches(host), covered, "{host}");
+    }
 
     // Deeper suffix first, exact names before both.
     let target = "hairpin-infra-gw.hairpin.svc.cluster.local";
@@ -544,12 +555,23 @@ fn ingress_wildcards_stay_one_label_and_the_broader_meaning_wins() {
         kinds.contains(&("*.example.com".to_owned(), Some(WildcardLabels::OneOrMore))),
         "{kinds:?}"
     );
-    let both = &plan.load_balancers[0]
-        .hostnames
-        .iter()
-        .find(|h| h.name == "*.example.com")
-        .unwrap()
-        .sources;
+    let hostname = |name: &str| {
+        plan.load_balancers[0]
+            .hostnames
+            .iter()
+            .find(|h| h.name == name)
+            .unwrap()
+    };
+    let shop_wildcard = hostname("*.shop.example.com");
+    assert!(shop_wildcard.matches("a.shop.example.com"));
+    assert!(
+        !shop_wildcard.matches("a.b.shop.example.com"),
+        "an Ingress wildcard covers one label"
+    );
+    assert!(hostname("*.example.com").matches("a.b.shop.example.com"));
+    assert!(hostname("www.example.com").matches("www.example.com"));
+    assert!(!hostname("www.example.com").matches("a.www.example.com"));
+    let both = &hostname("*.example.com").sources;
     assert!(both.contains(&"Ingress shop/web".to_owned()), "{both:?}");
     assert!(
         both.contains(&"Gateway infra/public".to_owned()),
