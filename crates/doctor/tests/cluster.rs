@@ -165,6 +165,61 @@ async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
 }
 
 #[tokio::test]
+async fn a_deep_name_under_a_gateway_wildcard_is_found_but_not_under_an_ingress_wildcard() {
+    let fake = FakeApiServer::start().await;
+    fake.install_gateway_api();
+    fake.apply_many([
+        lb_service(
+            "do-lb",
+            json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
+            "198.51.100.10",
+            "VIP",
+        ),
+        // Gateway API: `*.apps.example.com` is a suffix match (one or more labels).
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "public", "namespace": "ingress-nginx"},
+            "spec": {"gatewayClassName": "nginx", "listeners": [
+                {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "*.apps.example.com"}]},
+            "status": {"addresses": [{"type": "IPAddress", "value": "198.51.100.10"}]}
+        }),
+        // Ingress: `*.shop.example.com` covers exactly one label.
+        ingress("shop", "*.shop.example.com", "198.51.100.10"),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let options = options_for(&fake, &dir).await;
+    let client = cluster::client(&options).await.unwrap();
+    let read = cluster::read(&client, &options).await.unwrap();
+    let plan = cluster::plan(&read, &options.planner);
+    // The names resolve to an address that is not the load balancer's, so only the planned
+    // hostnames can tie them to it (not the address fallback).
+    let facts = |host: &str| {
+        cluster::facts_for(
+            &read,
+            &plan,
+            &options.planner,
+            host,
+            &["192.0.2.1".parse().unwrap()],
+        )
+    };
+    let deep_gateway = facts("a.b.apps.example.com");
+    assert_eq!(
+        deep_gateway
+            .load_balancer
+            .as_ref()
+            .map(|lb| lb.service.as_str()),
+        Some("ingress-nginx/do-lb"),
+        "two labels under a Gateway wildcard are planned: {deep_gateway:?}"
+    );
+    assert!(facts("a.shop.example.com").load_balancer.is_some());
+    let deep_ingress = facts("a.b.shop.example.com");
+    assert!(
+        deep_ingress.load_balancer.is_none(),
+        "two labels under an Ingress wildcard are not: {deep_ingress:?}"
+    );
+}
+
+#[tokio::test]
 async fn forbidden_lists_become_gaps_and_an_absent_api_is_unavailable() {
     let fake = FakeApiServer::start().await;
     fake.fail_next("GET", "/ingresses", 1, 403);
