@@ -514,7 +514,9 @@ async fn not_needed_and_conflicts_are_reported_as_events_and_gateways_are_watche
         Some("ingress-nginx"),
         "public",
         json!({
-            "spec": {"gatewayClassName": "nginx", "listeners": [{"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "gw.example.com"}]},
+            "spec": {"gatewayClassName": "nginx", "listeners": [
+                {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "gw.example.com"},
+                {"name": "apps", "port": 443, "protocol": "HTTPS", "hostname": "*.apps.example.com"}]},
             "status": {"addresses": [{"type": "IPAddress", "value": "203.0.113.10"}]}
         }),
     ));
@@ -533,6 +535,12 @@ async fn not_needed_and_conflicts_are_reported_as_events_and_gateways_are_watche
             .iter()
             .map(|e| (e["reason"].clone(), e["note"].clone()))
             .collect::<Vec<_>>(),
+        corefile(&fake)
+    );
+    // A Gateway wildcard is a suffix match: its rule covers one or more labels.
+    assert!(
+        corefile(&fake).contains(r"regex ^(?:[^.]+\.)+apps\.example\.com\.$"),
+        "Corefile:\n{}",
         corefile(&fake)
     );
     let not_needed = &events(&fake, "HairpinNotNeeded")[0];
