@@ -12,7 +12,7 @@ use crate::corefile::{self, CorefileInfo, DnsEntry, HostPattern};
 use crate::discovery::{LbPort, LoadBalancer, discover};
 use crate::hostnames;
 use crate::plan::{
-    DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyRoute,
+    DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyHeader, ProxyRoute,
 };
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::warning::Warning;
@@ -70,20 +70,14 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
                 "needs a hairpin but no hostname points at it (no Ingress, Gateway or hostname annotation found)",
             ));
         }
-        for p in lb.ports.iter().filter(|p| p.proxy_protocol.is_none()) {
-            warnings.push(Warning::new(
-                format!("Service {}", lb.service),
-                format!(
-                    "port {} does not use the PROXY protocol; in-cluster clients of this load balancer's hostnames cannot reach it through the hairpin Service",
-                    p.port
-                ),
-            ));
-        }
         let name = &names[&lb.service];
         let port_routes = routes_for(lb, &ports, &cluster_domain);
-        if port_routes.is_empty() {
-            // No listener: a Service without ports cannot exist, and its hostnames must not
-            // be redirected to nothing.
+        if port_routes
+            .iter()
+            .all(|(_, r)| r.proxy_protocol == ProxyHeader::None)
+        {
+            // No PROXY port got a listener (none left): nothing to fix, and its hostnames
+            // must not be redirected to a Service that lacks the ports that need the fix.
             continue;
         }
         let service = hairpin_service(snapshot, config, lb, name, &port_routes);
@@ -315,8 +309,10 @@ fn existing_allocations(
     out
 }
 
-/// Listener port for each PROXY port of each load balancer: the existing allocation where it
-/// is still free, else the lowest free port from the configured base.
+/// Listener port for each TCP port of each load balancer, with or without the PROXY protocol
+/// (its hostnames resolve to the hairpin Service, so every port must answer there): the
+/// existing allocation where it is still free, else the lowest free port from the configured
+/// base. New ports are allocated in load balancer order, then `spec.ports` order.
 fn allocate_ports(
     lbs: &[LoadBalancer],
     existing: &BTreeMap<(ObjectRef, u16), u16>,
@@ -325,12 +321,7 @@ fn allocate_ports(
 ) -> BTreeMap<(ObjectRef, u16), u16> {
     let wanted: Vec<(ObjectRef, u16)> = lbs
         .iter()
-        .flat_map(|lb| {
-            lb.ports
-                .iter()
-                .filter(|p| p.proxy_protocol.is_some())
-                .map(|p| (lb.service.clone(), p.port))
-        })
+        .flat_map(|lb| lb.ports.iter().map(|p| (lb.service.clone(), p.port)))
         .collect();
     let mut used = BTreeSet::new();
     let mut out = BTreeMap::new();
@@ -364,7 +355,16 @@ fn allocate_ports(
     out
 }
 
-/// One route per PROXY port that got a listener, with the port it serves.
+/// One route per port that got a listener, with the port it serves: the PROXY header the load
+/// balancer sends on that port, or none.
+///
+/// Every route, PROXY or plain, forwards to `<lb-service>.<ns>.svc.<domain>:<port>`: the same
+/// `spec.ports[].port` of the load balancer's own Service. That is where the port really goes.
+/// The real load balancer sends `<external-ip>:<port>` to this Service port's nodePort, and
+/// kube-proxy's short-circuit of the external IP uses this Service port too; the ClusterIP on
+/// the same `port` reaches the same endpoints and `targetPort`. Not the `targetPort` (a pod
+/// port, maybe named), not the nodePort, and not the upstream of another port of the load
+/// balancer: a plain port 25 must reach the mail server behind port 25, unchanged.
 fn routes_for<'a>(
     lb: &'a LoadBalancer,
     ports: &BTreeMap<(ObjectRef, u16), u16>,
@@ -374,7 +374,6 @@ fn routes_for<'a>(
     lb.ports
         .iter()
         .filter_map(|p| {
-            let version = p.proxy_protocol?;
             let listen = *ports.get(&(lb.service.clone(), p.port))?;
             let destination = lb.destination_ip()?;
             Some((
@@ -383,7 +382,7 @@ fn routes_for<'a>(
                     name: format!("{}/{}", lb.service, p.port),
                     listen: format!("0.0.0.0:{listen}"),
                     upstream: format!("{host}:{}", p.port),
-                    proxy_protocol: version,
+                    proxy_protocol: p.proxy_protocol.into(),
                     destination: SocketAddr::new(destination, p.port).to_string(),
                 },
             ))

@@ -30,7 +30,9 @@ pub use config::{DnsMode, PlannerConfig};
 pub use desired::desired;
 pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};
 pub use hostnames::{Conflict, Hostname, WildcardLabels};
-pub use plan::{DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyRoute};
+pub use plan::{
+    DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyHeader, ProxyRoute,
+};
 pub use providers::ProxyVersion;
 pub use snapshot::{ClusterSnapshot, ObjectRef};
 pub use warning::Warning;

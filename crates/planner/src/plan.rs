@@ -50,7 +50,8 @@ pub struct LoadBalancerPlan {
     pub hostnames: Vec<Hostname>,
     /// The hairpin Service to apply (ClusterIP, in our namespace, selecting the proxy pods).
     pub service: Service,
-    /// The proxy routes of this load balancer, one per PROXY port.
+    /// The proxy routes of this load balancer, one per TCP port: its hostnames resolve to
+    /// the hairpin Service, so every port must be served there, not only the PROXY ones.
     pub routes: Vec<ProxyRoute>,
 }
 
@@ -70,10 +71,68 @@ pub struct ProxyRoute {
     pub listen: String,
     /// The LB Service's in-cluster name and port, `<svc>.<ns>.svc.<cluster-domain>:<port>`.
     pub upstream: String,
-    /// The version the real load balancer sends on this port.
-    pub proxy_protocol: ProxyVersion,
-    /// The header's destination: the LB's external IP and port.
+    /// The header the real load balancer sends on this port: `v1`, `v2`, or `none` for a
+    /// port without the PROXY protocol (the bytes are forwarded as they are).
+    pub proxy_protocol: ProxyHeader,
+    /// The header's destination: the LB's external IP and port (written by PROXY routes
+    /// only; a `none` route writes no header).
     pub destination: String,
+}
+
+/// What a route writes before the client's bytes; serialized as `v1`, `v2` or `none`, the
+/// values `hairpin proxy --routes-file` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum ProxyHeader {
+    /// A PROXY v1 (text) header.
+    #[serde(rename = "v1")]
+    V1,
+    /// A PROXY v2 (binary) header.
+    #[serde(rename = "v2")]
+    V2,
+    /// No header: the load balancer does not use the PROXY protocol on this port.
+    #[serde(rename = "none")]
+    None,
+}
+
+impl ProxyHeader {
+    /// The PROXY version written, `None` for [`ProxyHeader::None`].
+    pub fn version(self) -> Option<ProxyVersion> {
+        match self {
+            ProxyHeader::V1 => Some(ProxyVersion::V1),
+            ProxyHeader::V2 => Some(ProxyVersion::V2),
+            ProxyHeader::None => None,
+        }
+    }
+
+    /// `"v1"`, `"v2"` or `"none"`, as written in routes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyHeader::V1 => "v1",
+            ProxyHeader::V2 => "v2",
+            ProxyHeader::None => "none",
+        }
+    }
+}
+
+impl From<ProxyVersion> for ProxyHeader {
+    fn from(version: ProxyVersion) -> Self {
+        match version {
+            ProxyVersion::V1 => ProxyHeader::V1,
+            ProxyVersion::V2 => ProxyHeader::V2,
+        }
+    }
+}
+
+impl From<Option<ProxyVersion>> for ProxyHeader {
+    fn from(version: Option<ProxyVersion>) -> Self {
+        version.map_or(ProxyHeader::None, ProxyHeader::from)
+    }
+}
+
+impl std::fmt::Display for ProxyHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The DNS change.

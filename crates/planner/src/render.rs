@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 
-use crate::plan::Plan;
+use crate::plan::{Plan, ProxyHeader};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 
 /// The human summary.
@@ -51,11 +51,25 @@ pub fn text(plan: &Plan) -> String {
             .map(|r| r.upstream.len())
             .max()
             .unwrap_or(0);
+        // `PROXY none`: a port of the load balancer without the PROXY protocol, forwarded as
+        // is (its hostnames resolve to the hairpin Service, so it is served there too).
+        let proxy_width = lb
+            .routes
+            .iter()
+            .map(|r| r.proxy_protocol.as_str().len())
+            .max()
+            .unwrap_or(0);
         for r in &lb.routes {
+            let tail = match r.proxy_protocol {
+                ProxyHeader::None => "no header, bytes forwarded as they are".to_owned(),
+                _ => format!("destination {}", r.destination),
+            };
             let _ = writeln!(
                 out,
-                "    {:<15} -> {:<width$}  PROXY {}  destination {}",
-                r.listen, r.upstream, r.proxy_protocol, r.destination
+                "    {:<15} -> {:<width$}  PROXY {:<proxy_width$}  {tail}",
+                r.listen,
+                r.upstream,
+                r.proxy_protocol.as_str(),
             );
         }
         let _ = writeln!(out, "  hostnames ({})", lb.hostnames.len());

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use hairpin_planner::load::load_yaml;
 use hairpin_planner::{
-    ClusterSnapshot, DnsMode, ObjectRef, PlannerConfig, ProxyVersion, desired, render,
+    ClusterSnapshot, DnsMode, ObjectRef, PlannerConfig, ProxyHeader, SkipReason, desired, render,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -115,13 +115,13 @@ fn hairpin_services_routes_and_dns() {
     let r = &edge.routes[1];
     assert_eq!(r.listen, "0.0.0.0:10001");
     assert_eq!(r.upstream, "traefik.edge.svc.cluster.local:443");
-    assert_eq!(r.proxy_protocol, ProxyVersion::V2);
+    assert_eq!(r.proxy_protocol, ProxyHeader::V2);
     assert_eq!(r.destination, "[2001:db8::7]:443");
 
     let nginx = &plan.load_balancers[1];
     assert_eq!(nginx.routes[0].listen, "0.0.0.0:10002");
     assert_eq!(nginx.routes[0].destination, "203.0.113.10:80");
-    assert_eq!(nginx.routes[0].proxy_protocol, ProxyVersion::V1);
+    assert_eq!(nginx.routes[0].proxy_protocol, ProxyHeader::V1);
 
     // routes.json: exactly the fields the proxy reads.
     let json: serde_json::Value =
@@ -527,6 +527,338 @@ fn listener_ports_running_out_are_reported_not_wrapped() {
             .filter(|w| w.contains("no free proxy listener port"))
             .count(),
         2,
+        "{w:#?}"
+    );
+}
+
+const SCW_V2: &str = "service.beta.kubernetes.io/scw-loadbalancer-proxy-protocol-v2";
+const LINODE_DEFAULT: &str =
+    "service.beta.kubernetes.io/linode-loadbalancer-default-proxy-protocol";
+const LINODE_PORT_443: &str = "service.beta.kubernetes.io/linode-loadbalancer-port-443";
+
+/// A Scaleway load balancer with PROXY v2 on port 443 only; port 80 is plain.
+fn scaleway_mixed() -> ClusterSnapshot {
+    ClusterSnapshot {
+        services: vec![lb_service(
+            "web",
+            "edge",
+            json!({ SCW_V2: "443" }),
+            json!([{ "ip": "192.0.2.40" }]),
+        )],
+        ingresses: vec![ingress(
+            "web",
+            "site",
+            None,
+            &["site.example.net"],
+            &[],
+            Some("192.0.2.40"),
+        )],
+        config_maps: vec![coredns(KUBEADM_COREFILE)],
+        ..ClusterSnapshot::default()
+    }
+}
+
+/// A Linode NodeBalancer: no PROXY by default, `port_443` as the per-port setting of 443.
+fn linode(ns: &str, name: &str, ip: &str, default: &str, port_443: &str) -> Service {
+    lb_service(
+        ns,
+        name,
+        json!({ LINODE_DEFAULT: default, LINODE_PORT_443: port_443 }),
+        json!([{ "ip": ip }]),
+    )
+}
+
+fn hairpin_ports(svc: &Service) -> Vec<(String, i32, i32)> {
+    svc.spec
+        .as_ref()
+        .unwrap()
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            let Some(IntOrString::Int(target)) = p.target_port else {
+                panic!("listener port must be a number: {p:?}");
+            };
+            (p.name.clone().unwrap(), p.port, target)
+        })
+        .collect()
+}
+
+fn route_rows(routes: &[hairpin_planner::ProxyRoute]) -> Vec<(&str, &str, &str, ProxyHeader)> {
+    routes
+        .iter()
+        .map(|r| {
+            (
+                r.name.as_str(),
+                r.listen.as_str(),
+                r.upstream.as_str(),
+                r.proxy_protocol,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn plain_ports_of_a_mixed_load_balancer_are_served_without_a_header() {
+    let plan = desired(&scaleway_mixed(), &PlannerConfig::default());
+    assert!(plan.errors.is_empty(), "{:?}", plan.errors);
+    assert_eq!(plan.load_balancers.len(), 1);
+    let lb = &plan.load_balancers[0];
+
+    // Both ports are on the hairpin Service, each on its own listener.
+    assert_eq!(
+        hairpin_ports(&lb.service),
+        [("http".into(), 80, 10000), ("https".into(), 443, 10001)]
+    );
+    // The plain port forwards as is to the same Service port the load balancer serves (80,
+    // not the targetPort 8080); the PROXY port gets its v2 header.
+    assert_eq!(
+        route_rows(&lb.routes),
+        [
+            (
+                "web/edge/80",
+                "0.0.0.0:10000",
+                "edge.web.svc.cluster.local:80",
+                ProxyHeader::None
+            ),
+            (
+                "web/edge/443",
+                "0.0.0.0:10001",
+                "edge.web.svc.cluster.local:443",
+                ProxyHeader::V2
+            ),
+        ]
+    );
+    assert_eq!(plan.routes, lb.routes);
+    assert_eq!(lb.routes[1].destination, "192.0.2.40:443");
+
+    // routes.json says `none` for the plain port.
+    let json: serde_json::Value =
+        serde_json::from_str(&plan.routes_config_map.data.as_ref().unwrap()["routes.json"])
+            .unwrap();
+    let headers: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["proxy_protocol"].as_str().unwrap())
+        .collect();
+    assert_eq!(headers, ["none", "v2"]);
+
+    // The whole hostname goes to the hairpin Service, which now answers on every port, and no
+    // warning claims otherwise.
+    assert!(
+        plan.dns
+            .as_ref()
+            .unwrap()
+            .desired
+            .contains("site.example.net hairpin-web-edge.hairpin.svc.cluster.local"),
+        "{}",
+        plan.dns.as_ref().unwrap().desired
+    );
+    assert!(plan.warnings.is_empty(), "{:#?}", plan.warnings);
+
+    // `hairpin plan` forms: text names the plain port, JSON and YAML carry `none`.
+    let text = render::text(&plan);
+    assert!(
+        text.contains(
+            "    0.0.0.0:10000   -> edge.web.svc.cluster.local:80   PROXY none  no header, bytes forwarded as they are\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "    0.0.0.0:10001   -> edge.web.svc.cluster.local:443  PROXY v2    destination 192.0.2.40:443\n"
+        ),
+        "{text}"
+    );
+    let as_json = serde_json::to_value(&plan).unwrap();
+    assert_eq!(as_json["routes"][0]["proxy_protocol"], "none");
+    assert_eq!(
+        as_json["load_balancers"][0]["routes"][0]["proxy_protocol"],
+        "none"
+    );
+    let yaml = render::yaml(&plan).unwrap();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+    let service: Service = serde_json::from_value(docs[0].clone()).unwrap();
+    assert_eq!(hairpin_ports(&service), hairpin_ports(&lb.service));
+    let routes: ConfigMap = serde_json::from_value(docs.last().unwrap().clone()).unwrap();
+    assert_eq!(routes, plan.routes_config_map);
+    assert!(
+        routes.data.as_ref().unwrap()["routes.json"].contains(r#""proxy_protocol": "none""#),
+        "{yaml}"
+    );
+}
+
+#[test]
+fn listener_ports_of_mixed_load_balancers_are_stable() {
+    let config = PlannerConfig::default();
+    // The hairpin Service as an earlier hairpin wrote it: only the PROXY port 443, on 10000.
+    let mut cluster = ClusterSnapshot {
+        services: vec![linode(
+            "web",
+            "node",
+            "192.0.2.50",
+            "none",
+            r#"{"proxy-protocol": "v1"}"#,
+        )],
+        config_maps: vec![coredns(KUBEADM_COREFILE)],
+        ..ClusterSnapshot::default()
+    };
+    let mut old = desired(&cluster, &config).load_balancers[0].service.clone();
+    let spec = old.spec.as_mut().unwrap();
+    spec.ports.as_mut().unwrap().retain(|p| p.port == 443);
+    spec.ports.as_mut().unwrap()[0].target_port = Some(IntOrString::Int(10000));
+    spec.cluster_ip = Some("10.96.0.40".into());
+    cluster.services.push(old);
+
+    // 443 keeps 10000; the plain port 80 gets the next free one.
+    let first = desired(&cluster, &config);
+    let lb = &first.load_balancers[0];
+    assert_eq!(
+        hairpin_ports(&lb.service),
+        [("http".into(), 80, 10001), ("https".into(), 443, 10000)]
+    );
+    assert_eq!(
+        route_rows(&lb.routes),
+        [
+            (
+                "web/node/80",
+                "0.0.0.0:10001",
+                "node.web.svc.cluster.local:80",
+                ProxyHeader::None
+            ),
+            (
+                "web/node/443",
+                "0.0.0.0:10000",
+                "node.web.svc.cluster.local:443",
+                ProxyHeader::V1
+            ),
+        ]
+    );
+    // The global table is sorted by listener port.
+    let listens: Vec<&str> = first.routes.iter().map(|r| r.listen.as_str()).collect();
+    assert_eq!(listens, ["0.0.0.0:10000", "0.0.0.0:10001"]);
+
+    // Applied: the hairpin Service now holds both ports. A new load balancer that sorts first
+    // takes fresh ports and shifts nothing; re-planning gives the same plan.
+    cluster.services.pop();
+    cluster.services.push(lb.service.clone());
+    cluster.services.push(linode(
+        "aaa",
+        "first",
+        "192.0.2.51",
+        "none",
+        r#"{"proxy-protocol": "v2"}"#,
+    ));
+    let second = desired(&cluster, &config);
+    assert_eq!(second, desired(&cluster, &config), "deterministic");
+    let node = &second.load_balancers[1];
+    assert_eq!(node.load_balancer.service, ObjectRef::new("web", "node"));
+    assert_eq!(node.routes, lb.routes);
+    assert_eq!(hairpin_ports(&node.service), hairpin_ports(&lb.service));
+    assert_eq!(
+        node.service.spec.as_ref().unwrap().cluster_ip.as_deref(),
+        Some("10.96.0.40")
+    );
+    assert_eq!(
+        hairpin_ports(&second.load_balancers[0].service),
+        [("http".into(), 80, 10002), ("https".into(), 443, 10003)]
+    );
+
+    // Turning PROXY on for port 80 too keeps its listener; only its header changes.
+    cluster.services[0] = linode(
+        "web",
+        "node",
+        "192.0.2.50",
+        "v1",
+        r#"{"proxy-protocol": "v1"}"#,
+    );
+    let third = desired(&cluster, &config);
+    let node = &third.load_balancers[1];
+    assert_eq!(hairpin_ports(&node.service), hairpin_ports(&lb.service));
+    assert_eq!(node.routes[0].listen, "0.0.0.0:10001");
+    assert_eq!(node.routes[0].proxy_protocol, ProxyHeader::V1);
+}
+
+#[test]
+fn a_load_balancer_with_only_plain_ports_gets_no_hairpin() {
+    let snapshot = ClusterSnapshot {
+        services: vec![
+            // Linode: no PROXY by default, and the per-port setting of 443 says none too.
+            linode(
+                "web",
+                "node",
+                "192.0.2.50",
+                "none",
+                r#"{"proxy-protocol": "none"}"#,
+            ),
+            // Scaleway: PROXY on a port the Service does not have.
+            lb_service(
+                "web",
+                "edge",
+                json!({ SCW_V2: "8443" }),
+                json!([{ "ip": "192.0.2.40" }]),
+            ),
+        ],
+        ingresses: vec![ingress(
+            "web",
+            "site",
+            None,
+            &["site.example.net"],
+            &[],
+            Some("192.0.2.40"),
+        )],
+        config_maps: vec![coredns(KUBEADM_COREFILE)],
+        ..ClusterSnapshot::default()
+    };
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    assert!(plan.load_balancers.is_empty(), "{:#?}", plan.load_balancers);
+    assert!(plan.routes.is_empty());
+    let reasons: Vec<(String, SkipReason)> = plan
+        .not_needed
+        .iter()
+        .map(|n| (n.service.to_string(), n.reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("web/edge".into(), SkipReason::NoProxyProtocol),
+            ("web/node".into(), SkipReason::NoProxyProtocol)
+        ]
+    );
+    assert_eq!(
+        plan.routes_config_map.data.as_ref().unwrap()["routes.json"],
+        "[]\n"
+    );
+    let dns = plan.dns.as_ref().unwrap();
+    assert!(!dns.desired.contains("site.example.net"), "{}", dns.desired);
+    assert!(!dns.changed);
+}
+
+#[test]
+fn a_load_balancer_whose_proxy_ports_get_no_listener_is_not_planned() {
+    // One listener port left: the plain port 80 of the mixed load balancer takes it, 443 gets
+    // none. A hairpin serving only the plain port would fix nothing, so there is none, and
+    // the hostname is not redirected.
+    let config = PlannerConfig {
+        listener_port_base: 65535,
+        ..PlannerConfig::default()
+    };
+    let plan = desired(&scaleway_mixed(), &config);
+    assert!(plan.load_balancers.is_empty(), "{:#?}", plan.load_balancers);
+    assert!(plan.routes.is_empty());
+    assert!(
+        !plan
+            .dns
+            .as_ref()
+            .unwrap()
+            .desired
+            .contains("site.example.net")
+    );
+    let w: Vec<String> = plan.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        w.iter().any(|w| w.contains("web/edge")
+            && w.contains("no free proxy listener port left for port 443")),
         "{w:#?}"
     );
 }
