@@ -5,6 +5,7 @@ use std::process::{Command, Output, Stdio};
 
 use hairpin_planner::ClusterSnapshot;
 use hairpin_planner::load::load_yaml;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster.yaml");
 
@@ -181,6 +182,105 @@ fn yaml_of_the_example_reads_back_as_typed_objects() {
     assert_eq!(
         route.destination.map(|d| d.to_string()).as_deref(),
         Some("198.51.100.20:443")
+    );
+}
+
+/// A Linode NodeBalancer with PROXY v2 on 443 only (per-port setting); SMTP on 25 is plain.
+const MIXED_LB: &str = r#"
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: relay
+  namespace: mail
+  annotations:
+    service.beta.kubernetes.io/linode-loadbalancer-default-proxy-protocol: none
+    service.beta.kubernetes.io/linode-loadbalancer-port-443: '{"proxy-protocol": "v2"}'
+    hairpin.io/hostnames: mail.example.net
+spec:
+  type: LoadBalancer
+  selector:
+    app: relay
+  ports:
+    - name: smtp
+      port: 25
+      targetPort: 2525
+    - name: https
+      port: 443
+      targetPort: 8443
+status:
+  loadBalancer:
+    ingress:
+      - ip: 192.0.2.60
+"#;
+
+#[test]
+fn plain_ports_are_planned_as_routes_the_proxy_accepts() {
+    let input = format!("{}{MIXED_LB}", std::fs::read_to_string(EXAMPLE).unwrap());
+
+    let out = hairpin(&["plan", "-f", "-"], Some(&input));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    for expected in [
+        "Load balancer mail/relay
+",
+        "    0.0.0.0:10002   -> relay.mail.svc.cluster.local:25   PROXY none  no header, bytes forwarded as they are
+",
+        "    0.0.0.0:10003   -> relay.mail.svc.cluster.local:443  PROXY v2    destination 192.0.2.60:443
+",
+        // Load balancers without plain ports keep the narrow column.
+        "PROXY v1  destination 203.0.113.10:80
+",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert!(
+        !text.contains("does not use the PROXY protocol"),
+        "no stale warning:\n{text}"
+    );
+
+    let out = hairpin(&["plan", "-f", "-", "-o", "yaml"], Some(&input));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut objects = ClusterSnapshot::default();
+    load_yaml(&mut objects, "plan-output", &stdout(&out)).unwrap();
+    // The hairpin Service answers on both ports of the load balancer.
+    let svc = objects.service("hairpin", "hairpin-mail-relay").unwrap();
+    let ports: Vec<(i32, Option<IntOrString>)> = svc
+        .spec
+        .as_ref()
+        .unwrap()
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.port, p.target_port.clone()))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            (25, Some(IntOrString::Int(10002))),
+            (443, Some(IntOrString::Int(10003)))
+        ]
+    );
+    // The proxy reads and validates the planner's table, plain route included.
+    let routes = objects.config_map("hairpin", "hairpin-routes").unwrap();
+    let json = &routes.data.as_ref().unwrap()["routes.json"];
+    let table = hairpin_dataplane::routes::RouteTable::from_json(json.as_bytes()).unwrap();
+    assert_eq!(table.len(), 6);
+    let smtp = table.get("mail/relay/25").unwrap();
+    assert_eq!(
+        smtp.proxy_protocol,
+        hairpin_dataplane::routes::ProxyProtocol::None
+    );
+    assert_eq!(smtp.listen.to_string(), "0.0.0.0:10002");
+    assert_eq!(smtp.upstream.to_string(), "relay.mail.svc.cluster.local:25");
+    let https = table.get("mail/relay/443").unwrap();
+    assert_eq!(
+        https.proxy_protocol,
+        hairpin_dataplane::routes::ProxyProtocol::V2
+    );
+    assert_eq!(
+        https.destination.map(|d| d.to_string()).as_deref(),
+        Some("192.0.2.60:443")
     );
 }
 
