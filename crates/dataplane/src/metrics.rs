@@ -55,6 +55,12 @@ pub(crate) struct ConnectErrorLabels {
     reason: ConnectFailure,
 }
 
+/// Labels of per-worker series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct WorkerLabels {
+    worker: String,
+}
+
 fn connect_histogram() -> Histogram {
     Histogram::new([
         0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -75,6 +81,8 @@ pub struct ProxyMetrics {
     max_connections: Gauge,
     routes: Gauge,
     route_errors: Counter,
+    worker_connections: Family<WorkerLabels, Gauge>,
+    handoffs: Counter,
 }
 
 impl ProxyMetrics {
@@ -91,6 +99,8 @@ impl ProxyMetrics {
             max_connections: Gauge::default(),
             routes: Gauge::default(),
             route_errors: Counter::default(),
+            worker_connections: Family::default(),
+            handoffs: Counter::default(),
         };
         registry.register(
             "connections_active",
@@ -138,7 +148,28 @@ impl ProxyMetrics {
             "Route updates that failed (unreadable routes file, listen address not bindable)",
             metrics.route_errors.clone(),
         );
+        registry.register(
+            "worker_connections",
+            "Connections open now on each worker thread (`hairpin proxy` runs one per CPU)",
+            metrics.worker_connections.clone(),
+        );
+        registry.register(
+            "worker_handoffs",
+            "Connections accepted by one worker and handed to a less loaded one",
+            metrics.handoffs.clone(),
+        );
         metrics
+    }
+
+    /// The open-connections gauge of worker `index`.
+    pub(crate) fn worker(&self, index: usize) -> Gauge {
+        self.worker_connections.get_or_create_owned(&WorkerLabels {
+            worker: index.to_string(),
+        })
+    }
+
+    pub(crate) fn handoff(&self) {
+        self.handoffs.inc();
     }
 
     pub(crate) fn route(&self, route: &str) -> RouteMetrics {

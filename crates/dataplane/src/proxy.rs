@@ -110,11 +110,11 @@ pub struct Proxy {
     running: HashMap<String, RunningRoute>,
 }
 
-/// A worker runtime and how many connections it serves.
+/// A worker runtime and how many connections it serves (a gauge of the metrics).
 #[derive(Debug)]
 struct Shard {
     handle: tokio::runtime::Handle,
-    load: std::sync::atomic::AtomicUsize,
+    load: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Proxy {
@@ -150,9 +150,10 @@ impl Proxy {
             Arc::get_mut(&mut self.shared).expect("with_shards is called before any route starts");
         shared.shards = shards
             .into_iter()
-            .map(|handle| Shard {
+            .enumerate()
+            .map(|(index, handle)| Shard {
                 handle,
-                load: std::sync::atomic::AtomicUsize::new(0),
+                load: shared.metrics.worker(index),
             })
             .collect();
         shared.tickers = shared
@@ -458,9 +459,10 @@ async fn accept_loop(
             }
         };
         let worker = &shared.shards[target];
-        worker
-            .load
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        worker.load.inc();
+        if target != own {
+            shared.metrics.handoff();
+        }
         let serving = on_shard(stream, peer, route.clone(), shared.clone(), permit, target);
         if target == own {
             shared.tracker.spawn(serving);
@@ -493,20 +495,17 @@ async fn on_shard(
         let ticker = shared.tickers[shard].clone();
         conn::serve(stream, peer, route, shared.clone(), ticker, permit).await;
     }
-    shared.shards[shard]
-        .load
-        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    shared.shards[shard].load.dec();
 }
 
 impl Shared {
     fn least_loaded(&self, own: usize) -> usize {
-        use std::sync::atomic::Ordering::Relaxed;
-        let mine = self.shards[own].load.load(Relaxed);
+        let mine = self.shards[own].load.get();
         let (index, least) = self
             .shards
             .iter()
             .enumerate()
-            .map(|(i, shard)| (i, shard.load.load(Relaxed)))
+            .map(|(i, shard)| (i, shard.load.get()))
             .min_by_key(|&(_, load)| load)
             .unwrap_or((own, mine));
         // Proportional, so that busy workers with similar loads do not trade connections

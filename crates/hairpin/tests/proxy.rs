@@ -577,11 +577,12 @@ fn an_unresolvable_upstream_is_a_clear_startup_error() {
 
 #[test]
 fn connections_spread_over_workers_all_work() {
-    // 16 connections over 2 workers: the kernel's hash all but surely leaves one worker two
-    // ahead at some point, so some are handed to the other worker; every one must work.
+    // 16 connections over 2 workers (`start` passes `--workers 2`): the kernel's hash all but surely leaves one worker two
+    // ahead at some point, so some are handed to the other worker; every one must work, and
+    // the per-worker gauges show the spread.
     let (upstream, up_addr) = echo_upstream();
     let listen = free_addr();
-    let _proxy = ProxyProcess::start(&[
+    let proxy = ProxyProcess::start(&[
         "--listen",
         &listen.to_string(),
         "--upstream",
@@ -591,4 +592,23 @@ fn connections_spread_over_workers_all_work() {
     for (client, server) in &mut pairs {
         roundtrip(client, server);
     }
+    let (_, metrics) = proxy.get("/metrics");
+    let worker = |index: u32| -> i64 {
+        let name = format!("hairpin_proxy_worker_connections{{worker=\"{index}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&name))
+            .unwrap_or_else(|| panic!("no {name}in\n{metrics}"))
+            .parse()
+            .unwrap()
+    };
+    let (a, b) = (worker(0), worker(1));
+    assert_eq!(a + b, 16, "{metrics}");
+    assert!(
+        a.max(b) <= 2 * a.min(b) + 2,
+        "a worker with more than twice the other's load hands connections over: {a} and {b}"
+    );
+    drop(pairs);
+    proxy.wait_metric("hairpin_proxy_worker_connections{worker=\"0\"} 0");
+    proxy.wait_metric("hairpin_proxy_worker_connections{worker=\"1\"} 0");
 }
