@@ -12,8 +12,9 @@ pub(crate) mod plan;
 pub(crate) mod proxy;
 pub(crate) mod uninstall;
 
-pub(crate) fn run(cli: Cli) -> ExitCode {
-    let result = match cli.command {
+/// Runs the chosen subcommand; `main` prints an error and turns it into the exit code.
+pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
         Command::Plan(args) => plan::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Controller(args) => controller::run(args),
@@ -21,12 +22,5 @@ pub(crate) fn run(cli: Cli) -> ExitCode {
         Command::NodeAgent(args) => node_agent::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Echo(args) => echo::run(args),
-    };
-    match result {
-        Ok(code) => code,
-        Err(err) => {
-            eprintln!("error: {err:#}");
-            ExitCode::FAILURE
-        }
     }
 }
