@@ -247,22 +247,39 @@ fn a_busy_address_is_named_once_with_its_cause_once() {
     assert_eq!(message.matches("in use").count(), 1, "{message}");
 }
 
-#[test]
-fn a_kubeconfig_that_cannot_be_read_is_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig").display().to_string();
-    for args in [
+/// The commands that build a Kubernetes client from `--kubeconfig` and fail with status 1.
+fn kubeconfig_commands(kubeconfig: &str) -> Vec<Vec<&str>> {
+    vec![
         vec![
             "controller",
             "--kubeconfig",
-            &kubeconfig,
+            kubeconfig,
             "--leader-election=false",
             "--admin-addr",
             "127.0.0.1:0",
         ],
-        vec!["uninstall", "--kubeconfig", &kubeconfig],
-    ] {
+        vec!["uninstall", "--kubeconfig", kubeconfig],
+        vec![
+            "proxy",
+            "--routes-configmap",
+            "hairpin-system/routes",
+            "--kubeconfig",
+            kubeconfig,
+            "--admin-addr",
+            "127.0.0.1:0",
+        ],
+    ]
+}
+
+#[test]
+fn a_kubeconfig_that_cannot_be_read_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig").display().to_string();
+    for args in kubeconfig_commands(&kubeconfig) {
         let message = check(&args, 1, &[&kubeconfig]);
+        // Named once, in our words (kube's own text names it again, debug-quoted).
+        assert_eq!(message.matches(&kubeconfig).count(), 1, "{message}");
+        assert!(message.contains("cannot read kubeconfig"), "{message}");
         assert_eq!(
             message.matches("No such file or directory").count(),
             1,
@@ -275,6 +292,17 @@ fn a_kubeconfig_that_cannot_be_read_is_named() {
         2,
         &["--kubeconfig", &kubeconfig],
     );
+}
+
+#[test]
+fn a_kubeconfig_that_is_not_yaml_is_named_once_with_the_parser_message_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = write(dir.path(), "kubeconfig", "apiVersion: v1\nclusters: [\n");
+    for args in kubeconfig_commands(&kubeconfig) {
+        let message = check(&args, 1, &[&kubeconfig, "line 2"]);
+        assert_eq!(message.matches(&kubeconfig).count(), 1, "{message}");
+        assert_eq!(message.matches("unclosed bracket").count(), 1, "{message}");
+    }
 }
 
 #[test]
