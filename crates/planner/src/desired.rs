@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::config::{DnsMode, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig};
 use crate::corefile::{self, CorefileInfo, DnsEntry, HostPattern};
-use crate::discovery::{LbPort, LoadBalancer, discover};
+use crate::discovery::{LbPort, LoadBalancer, discover, non_tcp_ports};
 use crate::hostnames;
 use crate::plan::{
     DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyHeader, ProxyRoute,
@@ -79,6 +79,9 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
             // No PROXY port got a listener (none left): nothing to fix, and its hostnames
             // must not be redirected to a Service that lacks the ports that need the fix.
             continue;
+        }
+        if !hostnames.is_empty() {
+            warn_non_tcp_ports(snapshot, lb, &mut warnings);
         }
         let service = hairpin_service(snapshot, config, lb, name, &port_routes);
         let routes = port_routes.into_iter().map(|(_, r)| r).collect();
@@ -307,6 +310,40 @@ fn existing_allocations(
         }
     }
     out
+}
+
+/// Warns about the UDP and SCTP ports of a load balancer whose hostnames are redirected: the
+/// hairpin Service carries TCP only, so in-cluster clients of the hostnames lose those ports.
+fn warn_non_tcp_ports(snapshot: &ClusterSnapshot, lb: &LoadBalancer, warnings: &mut Vec<Warning>) {
+    let Some(svc) = snapshot
+        .services
+        .iter()
+        .find(|s| ObjectRef::from_meta(&s.metadata) == lb.service)
+    else {
+        return;
+    };
+    let ports = non_tcp_ports(svc);
+    if ports.is_empty() {
+        return;
+    }
+    let (noun, verb, pronoun) = if ports.len() == 1 {
+        ("port", "is", "it")
+    } else {
+        ("ports", "are", "them")
+    };
+    warnings.push(Warning::new(
+        format!("Service {}", lb.service),
+        format!(
+            "{noun} {} {verb} not carried: the hairpin Service is TCP only and in-cluster DNS for this \
+             load balancer's hostnames points at it, so in-cluster clients of the hostnames lose \
+             {pronoun} (e.g. HTTP/3 over QUIC falls back to TCP, a UDP DNS query times out); \
+             outside clients are not affected. Serve {pronoun} under a separate hostname that \
+             hairpin does not redirect, or use native `ipMode: Proxy` or the provider's \
+             hostname annotation where the provider supports it (`hairpin doctor <hostname>` \
+             lists them)",
+            ports.join(", ")
+        ),
+    ));
 }
 
 /// Listener port for each TCP port of each load balancer, with or without the PROXY protocol

@@ -187,6 +187,23 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
     out
 }
 
+/// The `spec.ports` of a Service that are not TCP (UDP, SCTP), as `port/PROTOCOL` with the
+/// port's name in parentheses when it has one, in `spec.ports` order. A hairpin Service carries
+/// TCP only (the proxy is a TCP proxy), so these ports are not planned.
+pub(crate) fn non_tcp_ports(svc: &Service) -> Vec<String> {
+    svc.spec
+        .iter()
+        .flat_map(|spec| spec.ports.iter().flatten())
+        .filter_map(|p| {
+            let protocol = p.protocol.as_deref().unwrap_or("TCP");
+            (protocol != "TCP").then(|| match &p.name {
+                Some(name) => format!("{}/{protocol} ({name})", p.port),
+                None => format!("{}/{protocol}", p.port),
+            })
+        })
+        .collect()
+}
+
 /// Every IP and hostname in a Service's load balancer status.
 fn status_addresses(svc: &Service) -> Vec<String> {
     let entries = svc

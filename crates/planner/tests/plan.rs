@@ -862,3 +862,145 @@ fn a_load_balancer_whose_proxy_ports_get_no_listener_is_not_planned() {
         "{w:#?}"
     );
 }
+
+/// `svc` with UDP ports added (`(name, port)`), as a QUIC or DNS load balancer has them.
+fn with_udp(mut svc: Service, ports: &[(&str, i32)]) -> Service {
+    let spec_ports = svc.spec.as_mut().unwrap().ports.as_mut().unwrap();
+    for (name, port) in ports {
+        spec_ports.push(
+            serde_json::from_value(
+                json!({ "name": name, "port": port, "protocol": "UDP", "targetPort": port }),
+            )
+            .unwrap(),
+        );
+    }
+    svc
+}
+
+#[test]
+fn udp_ports_of_a_hairpinned_load_balancer_are_warned_about_and_nothing_else_changes() {
+    let tcp_only = scaleway_mixed();
+    let mut with_quic = scaleway_mixed();
+    let svc = with_quic.services.remove(0);
+    with_quic.services.push(with_udp(svc, &[("http3", 443)]));
+
+    let config = PlannerConfig::default();
+    let before = desired(&tcp_only, &config);
+    let after = desired(&with_quic, &config);
+    // TCP only: no warning.
+    assert!(before.warnings.is_empty(), "{:#?}", before.warnings);
+
+    // With 443/UDP: exactly one warning, on the load balancer, naming the port, what breaks
+    // and what to do.
+    assert_eq!(after.warnings.len(), 1, "{:#?}", after.warnings);
+    let w = &after.warnings[0];
+    assert_eq!(w.subject, "Service web/edge");
+    for part in [
+        "port 443/UDP (http3) is not carried",
+        "TCP only",
+        "in-cluster clients of the hostnames lose it",
+        "HTTP/3",
+        "falls back to TCP",
+        "separate hostname",
+        "ipMode: Proxy",
+        "hostname annotation",
+    ] {
+        assert!(w.message.contains(part), "{part:?} missing in {w}");
+    }
+    assert_eq!(w.message.matches("/UDP").count(), 1, "{w}");
+
+    // Nothing else in the plan changes: same hairpin Service ports, routes, DNS.
+    assert_eq!(after.load_balancers.len(), 1);
+    let (a, b) = (&after.load_balancers[0], &before.load_balancers[0]);
+    assert_eq!(hairpin_ports(&a.service), hairpin_ports(&b.service));
+    assert_eq!(a.service, b.service);
+    assert_eq!(a.routes, b.routes);
+    assert_eq!(a.hostnames, b.hostnames);
+    assert_eq!(after.routes, before.routes);
+    assert_eq!(after.routes_config_map, before.routes_config_map);
+    assert_eq!(
+        after.dns.as_ref().unwrap().desired,
+        before.dns.as_ref().unwrap().desired
+    );
+    assert_eq!(after.not_needed, before.not_needed);
+    assert_eq!(after.errors, before.errors);
+}
+
+#[test]
+fn several_non_tcp_ports_are_named_in_one_warning() {
+    let mut snapshot = scaleway_mixed();
+    let svc = with_udp(snapshot.services.remove(0), &[("dns", 53), ("http3", 443)]);
+    snapshot.services.push(svc);
+    snapshot.services[0]
+        .spec
+        .as_mut()
+        .unwrap()
+        .ports
+        .as_mut()
+        .unwrap()
+        .push(
+            serde_json::from_value(json!({ "port": 3868, "protocol": "SCTP", "targetPort": 3868 }))
+                .unwrap(),
+        );
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    assert_eq!(plan.warnings.len(), 1, "{:#?}", plan.warnings);
+    let message = &plan.warnings[0].message;
+    assert!(
+        message.starts_with("ports 53/UDP (dns), 443/UDP (http3), 3868/SCTP are not carried"),
+        "{message}"
+    );
+    assert!(message.contains("lose them"), "{message}");
+}
+
+#[test]
+fn udp_ports_of_a_load_balancer_that_is_not_hairpinned_are_not_warned_about() {
+    let snapshot = ClusterSnapshot {
+        services: vec![
+            // No PROXY protocol at all.
+            with_udp(
+                linode(
+                    "web",
+                    "node",
+                    "192.0.2.50",
+                    "none",
+                    r#"{"proxy-protocol": "none"}"#,
+                ),
+                &[("http3", 443)],
+            ),
+            // PROXY, but the status has `ipMode: Proxy`: traffic already goes through the LB.
+            with_udp(
+                lb_service(
+                    "web",
+                    "edge",
+                    json!({ SCW_V2: "443" }),
+                    json!([{ "ip": "192.0.2.40", "ipMode": "Proxy" }]),
+                ),
+                &[("http3", 443)],
+            ),
+        ],
+        ingresses: vec![
+            ingress(
+                "web",
+                "site",
+                None,
+                &["site.example.net"],
+                &[],
+                Some("192.0.2.40"),
+            ),
+            ingress(
+                "web",
+                "node",
+                None,
+                &["node.example.net"],
+                &[],
+                Some("192.0.2.50"),
+            ),
+        ],
+        config_maps: vec![coredns(KUBEADM_COREFILE)],
+        ..ClusterSnapshot::default()
+    };
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    assert!(plan.load_balancers.is_empty(), "{:#?}", plan.load_balancers);
+    assert_eq!(plan.not_needed.len(), 2, "{:#?}", plan.not_needed);
+    assert!(plan.warnings.is_empty(), "{:#?}", plan.warnings);
+}
