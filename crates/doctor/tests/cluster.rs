@@ -25,6 +25,16 @@ fn lb_service(
     })
 }
 
+/// A DigitalOcean load balancer with the PROXY protocol on, at 198.51.100.10.
+fn do_lb() -> serde_json::Value {
+    lb_service(
+        "do-lb",
+        json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
+        "198.51.100.10",
+        "VIP",
+    )
+}
+
 fn ingress(name: &str, host: &str, ip: &str) -> serde_json::Value {
     json!({
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
@@ -71,12 +81,7 @@ async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
         true,
     ));
     fake.apply_many([
-        lb_service(
-            "do-lb",
-            json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
-            "198.51.100.10",
-            "VIP",
-        ),
+        do_lb(),
         lb_service(
             "hetzner-lb",
             json!({"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}),
@@ -169,12 +174,7 @@ async fn a_deep_name_under_a_gateway_wildcard_is_found_but_not_under_an_ingress_
     let fake = FakeApiServer::start().await;
     fake.install_gateway_api();
     fake.apply_many([
-        lb_service(
-            "do-lb",
-            json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
-            "198.51.100.10",
-            "VIP",
-        ),
+        do_lb(),
         // Gateway API: `*.apps.example.com` is a suffix match (one or more labels).
         json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
