@@ -121,19 +121,14 @@ impl Half {
             }
             ready!(src.poll_read_ready(cx))?;
             let read = SCRATCH.with_borrow_mut(|buf| {
-                match read_drained(src, buf)
-                    .unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()))
-                {
-                    Ok(0) => {
-                        self.read_eof = true;
-                        Ok(0)
-                    }
-                    Ok(n) => self.forward(dst, &buf[..n]).map(|()| n),
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(0),
-                    Err(err) => Err(err),
+                let read =
+                    read_drained(src, buf).unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()));
+                let n = self.note_read(read)?;
+                if n > 0 {
+                    self.forward(dst, &buf[..n])?;
                 }
-            });
-            let read = read?;
+                Ok::<_, io::Error>(n)
+            })?;
             if read > 0 {
                 moved += read;
                 *moved_any = true;
@@ -142,6 +137,20 @@ impl Half {
                     counter.inc_by(std::mem::take(&mut self.unflushed));
                 }
             }
+        }
+    }
+
+    /// What a read from `src` means for this direction: `Ok(0)` is the peer's FIN (noted),
+    /// `WouldBlock` is nothing to read right now (also 0), other counts are bytes read.
+    fn note_read(&mut self, read: io::Result<usize>) -> io::Result<usize> {
+        match read {
+            Ok(0) => {
+                self.read_eof = true;
+                Ok(0)
+            }
+            Ok(n) => Ok(n),
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(err) => Err(err),
         }
     }
 
@@ -216,15 +225,7 @@ impl<'a> Duplex<'a> {
             // its readiness), else straight from the socket: they may be there all the same.
             let early = read_drained(self.client, &mut buf[header..])
                 .unwrap_or_else(|| (&*SockRef::from(self.client)).read(&mut buf[header..]));
-            let early = match early {
-                Ok(0) => {
-                    self.up.read_eof = true;
-                    0
-                }
-                Ok(n) => n,
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => 0,
-                Err(err) => return Err(err),
-            };
+            let early = self.up.note_read(early)?;
             self.up.unflushed += early as u64;
             if header + early == 0 {
                 // No header (a route without one) and nothing from the client yet.
