@@ -1,13 +1,24 @@
 //! `hairpin node-agent` as a process: one-shot sync, removal, clear errors, removal on SIGTERM.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const ORIGINAL: &str = "127.0.0.1\tlocalhost\n10.0.0.5 node-1 # the node\n";
 
 fn hairpin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hairpin"))
+}
+
+/// `hairpin node-agent --once`: one sync of `hosts` from `source`.
+fn once(hosts: &Path, source: &Path) -> Output {
+    hairpin()
+        .args(["node-agent", "--once", "--hosts-file"])
+        .arg(hosts)
+        .arg("--source-file")
+        .arg(source)
+        .output()
+        .unwrap()
 }
 
 fn write(path: &Path, text: &str) {
@@ -24,13 +35,7 @@ fn once_writes_the_block_and_remove_restores_the_file() {
         &source,
         r#"[{"ip": "10.96.0.20", "hostnames": ["shop.example.com", "api.example.com"]}]"#,
     );
-    let out = hairpin()
-        .args(["node-agent", "--once", "--hosts-file"])
-        .arg(&hosts)
-        .arg("--source-file")
-        .arg(&source)
-        .output()
-        .unwrap();
+    let out = once(&hosts, &source);
     assert!(
         out.status.success(),
         "{}",
@@ -63,13 +68,7 @@ fn bad_input_is_a_clear_error_and_the_file_is_untouched() {
         "- ip: 10.96.0.20\n  hostnames: [shop.example.com]\n",
     );
     std::fs::write(&hosts, b"127.0.0.1 localhost\n\xff\n").unwrap();
-    let out = hairpin()
-        .args(["node-agent", "--once", "--hosts-file"])
-        .arg(&hosts)
-        .arg("--source-file")
-        .arg(&source)
-        .output()
-        .unwrap();
+    let out = once(&hosts, &source);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -87,28 +86,12 @@ fn bad_input_is_a_clear_error_and_the_file_is_untouched() {
         &source,
         "- ip: 10.96.0.20\n  hostnames: ['*.example.com']\n",
     );
-    let out = hairpin()
-        .args(["node-agent", "--once", "--hosts-file"])
-        .arg(&hosts)
-        .arg("--source-file")
-        .arg(&source)
-        .output()
-        .unwrap();
+    let out = once(&hosts, &source);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("wildcards"));
     assert_eq!(std::fs::read_to_string(&hosts).unwrap(), ORIGINAL);
 
-    let out = hairpin()
-        .args([
-            "node-agent",
-            "--once",
-            "--hosts-file",
-            "/nonexistent/hosts",
-            "--source-file",
-        ])
-        .arg(&source)
-        .output()
-        .unwrap();
+    let out = once(Path::new("/nonexistent/hosts"), &source);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/hosts"));
 }
