@@ -74,11 +74,7 @@ impl ProxyProtocol {
 
     /// `v1`, `v2` or `none`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::V1 => "v1",
-            Self::V2 => "v2",
-            Self::None => "none",
-        }
+        self.version().map_or("none", Version::as_str)
     }
 }
 
@@ -100,15 +96,14 @@ impl fmt::Display for ProxyProtocol {
 impl FromStr for ProxyProtocol {
     type Err = String;
 
+    /// `none` (any case), or a version as [`Version`] spells it (`v1`, `V1`, `1`, ...).
     fn from_str(text: &str) -> Result<Self, String> {
-        match text.to_ascii_lowercase().as_str() {
-            "v1" | "1" => Ok(Self::V1),
-            "v2" | "2" => Ok(Self::V2),
-            "none" => Ok(Self::None),
-            _ => Err(format!(
-                "unknown PROXY protocol setting {text:?}: expected \"v1\", \"v2\" or \"none\""
-            )),
+        if text.eq_ignore_ascii_case("none") {
+            return Ok(Self::None);
         }
+        text.parse::<Version>().map(Self::from).map_err(|_| {
+            format!("unknown PROXY protocol setting {text:?}: expected \"v1\", \"v2\" or \"none\"")
+        })
     }
 }
 
