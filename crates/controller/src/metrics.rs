@@ -96,9 +96,14 @@ impl Metrics {
 
     /// Counts an error.
     pub fn error(&self, error: &crate::Error) {
+        self.count_error(error.metric_label());
+    }
+
+    /// Counts an error under the label `kind`.
+    pub(crate) fn count_error(&self, kind: &str) {
         self.errors
             .get_or_create(&ErrorLabels {
-                kind: error.metric_label().to_owned(),
+                kind: kind.to_owned(),
             })
             .inc();
     }

@@ -238,36 +238,7 @@ where
     let (tx, synced) = watch::channel(SyncState::Pending);
     let ctx = ctx.clone();
     tokio::spawn(async move {
-        let events = reflector::reflector(
-            writer,
-            watcher::watcher(api, wc).modify(slim).default_backoff(),
-        );
-        let run = events.for_each(|event| {
-            match event {
-                Ok(watcher::Event::InitDone) => {
-                    tx.send_replace(SyncState::Synced);
-                    ctx.changed.notify_one();
-                }
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-                Ok(_) => ctx.changed.notify_one(),
-                Err(err) => {
-                    let label = match &err {
-                        watcher::Error::InitialListFailed(e)
-                        | watcher::Error::WatchStartFailed(e)
-                        | watcher::Error::WatchFailed(e) => kube_error_label(e),
-                        _ => "watch_error",
-                    };
-                    ctx.metrics
-                        .errors
-                        .get_or_create(&crate::metrics::ErrorLabels {
-                            kind: label.to_owned(),
-                        })
-                        .inc();
-                    tracing::warn!(kind, error = %err, "watch failed; retrying with backoff");
-                }
-            }
-            futures::future::ready(())
-        });
+        let run = feed(api, wc, writer, &tx, &ctx, kind, watch_error_label);
         tokio::select! {
             () = run => {}
             () = stop => {}
@@ -276,7 +247,54 @@ where
     Cache { store, synced }
 }
 
-/// A cache of a CRD kind that may not be installed.
+/// The `errors_total` label of a watch error: the client error's label where there is one.
+fn watch_error_label(err: &watcher::Error) -> &'static str {
+    match err {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => kube_error_label(e),
+        _ => "watch_error",
+    }
+}
+
+/// Feeds `writer` from a watch of `api` (retried with backoff, so it never ends): marks the
+/// cache synced once listed, pokes `changed` on every later event, counts and logs errors
+/// under `error_label`.
+async fn feed<K>(
+    api: Api<K>,
+    wc: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    tx: &watch::Sender<SyncState>,
+    ctx: &Ctx,
+    kind: &'static str,
+    error_label: fn(&watcher::Error) -> &'static str,
+) where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let events = reflector::reflector(
+        writer,
+        watcher::watcher(api, wc).modify(slim).default_backoff(),
+    );
+    events
+        .for_each(|event| {
+            match event {
+                Ok(watcher::Event::InitDone) => {
+                    tx.send_replace(SyncState::Synced);
+                    ctx.changed.notify_one();
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                Ok(_) => ctx.changed.notify_one(),
+                Err(err) => {
+                    ctx.metrics.count_error(error_label(&err));
+                    tracing::warn!(kind, error = %err, "watch failed; retrying with backoff");
+                }
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
 /// A cache of a typed CRD kind that may not be installed.
 fn optional<K>(
     api: Api<K>,
@@ -380,44 +398,24 @@ where
                         tokio::time::sleep(GATEWAY_API_REPROBE).await;
                     }
                     Some(err) => {
-                        ctx.metrics
-                            .errors
-                            .get_or_create(&crate::metrics::ErrorLabels {
-                                kind: kube_error_label(&err).to_owned(),
-                            })
-                            .inc();
+                        ctx.metrics.count_error(kube_error_label(&err));
                         tracing::warn!(kind, error = %err, "probing the Gateway API failed; retrying");
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_secs(60));
                     }
                 }
             };
-            let events = reflector::reflector(
+            // Errors of a watch that did start are all counted as `watch_error`.
+            feed(
+                api,
+                watcher::Config::default(),
                 writer,
-                watcher::watcher(api, watcher::Config::default())
-                    .modify(slim)
-                    .default_backoff(),
-            );
-            events
-                .for_each(|event| {
-                    match event {
-                        Ok(watcher::Event::InitDone) => {
-                            tx.send_replace(SyncState::Synced);
-                            ctx.changed.notify_one();
-                        }
-                        Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-                        Ok(_) => ctx.changed.notify_one(),
-                        Err(err) => {
-                            ctx.metrics
-                                .errors
-                                .get_or_create(&crate::metrics::ErrorLabels { kind: "watch_error".to_owned() })
-                                .inc();
-                            tracing::warn!(kind, error = %err, "watch failed; retrying with backoff");
-                        }
-                    }
-                    futures::future::ready(())
-                })
-                .await;
+                &tx,
+                &ctx,
+                kind,
+                |_| "watch_error",
+            )
+            .await;
         };
         tokio::select! {
             () = probe_then_watch => {}
