@@ -1,32 +1,21 @@
 //! The admin server over real HTTP on loopback.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hairpin_runtime::{AdminError, AdminServer, Readiness, Shutdown};
+use hairpin_testkit::http_get;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect to admin server");
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
-    )
-    .expect("send request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read response");
-    let status = response
+    let (status, body) = http_get(addr, "test", path).expect("GET from the admin server");
+    let code = status
         .split(' ')
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .expect("status code");
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
+        .unwrap_or_else(|| panic!("status code in {status:?}"));
+    (code, body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
