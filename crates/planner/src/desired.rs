@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::config::{DnsMode, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig};
 use crate::corefile::{self, CorefileInfo, DnsEntry, HostPattern};
-use crate::discovery::{LbPort, LoadBalancer, discover, non_tcp_ports};
+use crate::discovery::{LbPort, LoadBalancer, discover};
 use crate::hostnames;
 use crate::plan::{
     DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyHeader, ProxyRoute,
@@ -81,7 +81,7 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
             continue;
         }
         if !hostnames.is_empty() {
-            warn_non_tcp_ports(snapshot, lb, &mut warnings);
+            warn_non_tcp_ports(lb, &mut warnings);
         }
         let service = hairpin_service(snapshot, config, lb, name, &port_routes);
         let routes = port_routes.into_iter().map(|(_, r)| r).collect();
@@ -314,15 +314,8 @@ fn existing_allocations(
 
 /// Warns about the UDP and SCTP ports of a load balancer whose hostnames are redirected: the
 /// hairpin Service carries TCP only, so in-cluster clients of the hostnames lose those ports.
-fn warn_non_tcp_ports(snapshot: &ClusterSnapshot, lb: &LoadBalancer, warnings: &mut Vec<Warning>) {
-    let Some(svc) = snapshot
-        .services
-        .iter()
-        .find(|s| ObjectRef::from_meta(&s.metadata) == lb.service)
-    else {
-        return;
-    };
-    let ports = non_tcp_ports(svc);
+fn warn_non_tcp_ports(lb: &LoadBalancer, warnings: &mut Vec<Warning>) {
+    let ports = &lb.non_tcp_ports;
     if ports.is_empty() {
         return;
     }

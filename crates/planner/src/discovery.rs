@@ -23,6 +23,10 @@ pub struct LoadBalancer {
     pub status_addresses: Vec<String>,
     /// The Service's TCP ports.
     pub ports: Vec<LbPort>,
+    /// The Service's other ports (UDP, SCTP), which a hairpin Service does not carry, as
+    /// `port/PROTOCOL`, with the port's name in parentheses when it has one.
+    #[serde(skip)]
+    pub non_tcp_ports: Vec<String>,
     /// The annotations that turned PROXY on (`key=value`).
     pub proxy_sources: Vec<String>,
 }
@@ -179,6 +183,7 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
             ips,
             status_addresses,
             ports,
+            non_tcp_ports: non_tcp_ports(svc),
             proxy_sources: proxy.sources,
         });
     }
@@ -190,7 +195,7 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
 /// The `spec.ports` of a Service that are not TCP (UDP, SCTP), as `port/PROTOCOL` with the
 /// port's name in parentheses when it has one, in `spec.ports` order. A hairpin Service carries
 /// TCP only (the proxy is a TCP proxy), so these ports are not planned.
-pub(crate) fn non_tcp_ports(svc: &Service) -> Vec<String> {
+fn non_tcp_ports(svc: &Service) -> Vec<String> {
     svc.spec
         .iter()
         .flat_map(|spec| spec.ports.iter().flatten())
