@@ -58,25 +58,30 @@ pub(crate) async fn serve(
         .observe(started.elapsed().as_secs_f64());
     let _ = upstream.set_nodelay(true);
 
-    let listen = route.route.listen;
-    let destination = match route.route.destination {
-        Some(destination) => destination,
-        // A listener on one address accepts only on that address: no getsockname needed.
-        None if !listen.ip().is_unspecified() => listen,
-        None => match client.local_addr() {
-            Ok(local) => local,
-            Err(_) => return,
-        },
+    // The header's version and addresses; none for a route that writes no header (which
+    // then needs no destination, and no getsockname on a wildcard listener).
+    let header = match route.route.proxy_protocol.version() {
+        None => None,
+        Some(version) => {
+            let listen = route.route.listen;
+            let destination = match route.route.destination {
+                Some(destination) => destination,
+                // A listener on one address accepts only on that address: no getsockname
+                // needed.
+                None if !listen.ip().is_unspecified() => listen,
+                None => match client.local_addr() {
+                    Ok(local) => local,
+                    Err(_) => return,
+                },
+            };
+            Some((version, header_addresses(peer, destination)))
+        }
     };
-    let version = route.route.proxy_protocol.version();
     let mut duplex = Duplex::new(&client, &upstream, metrics);
-    let sent = duplex.send_first(|buf| {
-        let Some(version) = version else {
-            return Ok(0);
-        };
-        let (src, dst) = header_addresses(peer, destination);
-        encode_header(version, src, dst, buf)
-            .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string()))
+    let sent = duplex.send_first(|buf| match header {
+        None => Ok(0),
+        Some((version, (src, dst))) => encode_header(version, src, dst, buf)
+            .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string())),
     });
     let result = match sent {
         Ok(()) => {
