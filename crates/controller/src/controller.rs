@@ -374,10 +374,12 @@ impl Reconciler {
     }
 
     async fn report(&self, plan: &Plan, snapshot: &hairpin_planner::ClusterSnapshot) {
-        let uid_of = |ns: &str, name: &str| {
-            snapshot
-                .service(ns, name)
-                .and_then(|s| s.metadata.uid.clone())
+        // The Event is about the Service, named with its uid when it is cached.
+        let regarding_service = |svc: &hairpin_planner::snapshot::ObjectRef| {
+            let uid = snapshot
+                .service(&svc.namespace, &svc.name)
+                .and_then(|s| s.metadata.uid.clone());
+            object_ref("Service", &svc.namespace, &svc.name, uid)
         };
         for lb in &plan.load_balancers {
             let svc = &lb.load_balancer.service;
@@ -388,12 +390,7 @@ impl Reconciler {
                 hosts.len(),
                 hosts.join(", ")
             );
-            let regarding = object_ref(
-                "Service",
-                &svc.namespace,
-                &svc.name,
-                uid_of(&svc.namespace, &svc.name),
-            );
+            let regarding = regarding_service(svc);
             self.events
                 .publish(&regarding, false, reason::CONFIGURED, note)
                 .await;
@@ -405,12 +402,7 @@ impl Reconciler {
             .filter(|n| n.reason != hairpin_planner::SkipReason::NoProxyProtocol);
         for skipped in relevant {
             let svc = &skipped.service;
-            let regarding = object_ref(
-                "Service",
-                &svc.namespace,
-                &svc.name,
-                uid_of(&svc.namespace, &svc.name),
-            );
+            let regarding = regarding_service(svc);
             let note = format!("no hairpin needed: {}", skipped.reason.describe());
             self.events
                 .publish(&regarding, false, reason::NOT_NEEDED, note)
@@ -428,12 +420,7 @@ impl Reconciler {
                 lbs.join(", ")
             );
             for svc in &conflict.load_balancers {
-                let regarding = object_ref(
-                    "Service",
-                    &svc.namespace,
-                    &svc.name,
-                    uid_of(&svc.namespace, &svc.name),
-                );
+                let regarding = regarding_service(svc);
                 self.events
                     .publish(&regarding, true, reason::HOST_CONFLICT, note.clone())
                     .await;
