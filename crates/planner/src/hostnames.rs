@@ -118,10 +118,10 @@ impl Hostname {
     /// Whether a query for `host` (normalized: lowercase, no trailing dot) is redirected by
     /// this hostname: the same name, or a name its wildcard covers ([`WildcardLabels`]).
     pub fn matches(&self, host: &str) -> bool {
-        let Some(dot_suffix) = self.name.strip_prefix('*') else {
+        if !self.name.starts_with('*') {
             return self.name == host;
-        };
-        let Some(head) = host.strip_suffix(dot_suffix).filter(|h| !h.is_empty()) else {
+        }
+        let Some(head) = wildcard_head(&self.name, host) else {
             return false;
         };
         match self.wildcard_labels.unwrap_or_default() {
@@ -183,17 +183,17 @@ pub fn normalize(host: &str) -> Result<String, String> {
     Ok(h)
 }
 
+/// What the `*` of `wildcard` (`*.suffix`) stands for in `host`: the non-empty part of `host`
+/// before `.suffix`, if any.
+fn wildcard_head<'a>(wildcard: &str, host: &'a str) -> Option<&'a str> {
+    let dot_suffix = wildcard.strip_prefix('*')?;
+    host.strip_suffix(dot_suffix).filter(|h| !h.is_empty())
+}
+
 /// Whether the wildcard `*.suffix` covers `host` (one or more extra labels, as in the
 /// Gateway API).
 fn wildcard_covers(wildcard: &str, host: &str) -> bool {
-    match wildcard.strip_prefix('*') {
-        Some(dot_suffix) => {
-            host.len() > dot_suffix.len()
-                && host.ends_with(dot_suffix)
-                && !host[..host.len() - dot_suffix.len()].is_empty()
-        }
-        None => false,
-    }
+    wildcard_head(wildcard, host).is_some()
 }
 
 /// Gateway API hostname intersection of a listener hostname and a route hostname: the more
