@@ -14,14 +14,11 @@ pub mod verdict;
 
 use std::path::PathBuf;
 
+use hairpin_planner::markers;
+
 pub use probe::Timeouts;
 pub use report::{HostReport, Report};
 pub use verdict::{ClusterView, NetworkChecks, Status, Vantage, Verdict};
-
-/// Prefix of the first line of hairpin's hosts-file block (the planner's marker).
-pub const HOSTS_BEGIN_PREFIX: &str = "# BEGIN hairpin";
-/// Prefix of the last line of hairpin's hosts-file block.
-pub const HOSTS_END_PREFIX: &str = "# END hairpin";
 
 /// Errors of the doctor and the echo server.
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +116,7 @@ pub async fn check_network(host: &str, options: &Options) -> NetworkChecks {
         _ => Some(probe::hosts_file_note(
             &options.hosts_file,
             host.strip_suffix('.').unwrap_or(host),
-            (HOSTS_BEGIN_PREFIX, HOSTS_END_PREFIX),
+            (markers::BEGIN_PREFIX, markers::END_MARKER),
         )),
     };
     let probes = match resolution.first() {
