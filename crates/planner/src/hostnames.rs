@@ -94,6 +94,15 @@ impl WildcardLabels {
             WildcardLabels::OneOrMore => "one or more labels",
         }
     }
+
+    /// Whether a `*` with this meaning stands for `head`, the non-empty part of a name before
+    /// the wildcard's suffix (`a` or `a.b` in `a.b.example.com` against `*.example.com`).
+    pub(crate) fn covers(self, head: &str) -> bool {
+        match self {
+            WildcardLabels::One => !head.contains('.'),
+            WildcardLabels::OneOrMore => head.split('.').all(|l| !l.is_empty()),
+        }
+    }
 }
 
 /// A hostname and where it came from.
@@ -121,13 +130,8 @@ impl Hostname {
         if !self.name.starts_with('*') {
             return self.name == host;
         }
-        let Some(head) = wildcard_head(&self.name, host) else {
-            return false;
-        };
-        match self.wildcard_labels.unwrap_or_default() {
-            WildcardLabels::One => !head.contains('.'),
-            WildcardLabels::OneOrMore => head.split('.').all(|l| !l.is_empty()),
-        }
+        wildcard_head(&self.name, host)
+            .is_some_and(|head| self.wildcard_labels.unwrap_or_default().covers(head))
     }
 }
 

@@ -81,14 +81,9 @@ impl HostPattern {
 
     /// Whether `name` (a normalised exact name) is covered by this pattern.
     pub fn matches(&self, name: &str) -> bool {
-        match self {
-            HostPattern::Exact(n) => n == name,
-            HostPattern::Wildcard(suffix) => {
-                head(name, suffix).is_some_and(|label| !label.contains('.'))
-            }
-            HostPattern::WildcardSuffix(suffix) => {
-                head(name, suffix).is_some_and(|labels| labels.split('.').all(|l| !l.is_empty()))
-            }
+        match self.wildcard_labels() {
+            None => self.name() == name,
+            Some(labels) => head(name, self.name()).is_some_and(|head| labels.covers(head)),
         }
     }
 
