@@ -25,12 +25,12 @@ fn lb_service(
     })
 }
 
-/// A DigitalOcean load balancer with the PROXY protocol on, at 198.51.100.10.
-fn do_lb() -> serde_json::Value {
+/// A DigitalOcean load balancer with the PROXY protocol on, at `ip`.
+fn do_lb(ip: &str) -> serde_json::Value {
     lb_service(
         "do-lb",
         json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
-        "198.51.100.10",
+        ip,
         "VIP",
     )
 }
@@ -81,7 +81,7 @@ async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
         true,
     ));
     fake.apply_many([
-        do_lb(),
+        do_lb("198.51.100.10"),
         lb_service(
             "hetzner-lb",
             json!({"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}),
@@ -174,7 +174,7 @@ async fn a_deep_name_under_a_gateway_wildcard_is_found_but_not_under_an_ingress_
     let fake = FakeApiServer::start().await;
     fake.install_gateway_api();
     fake.apply_many([
-        do_lb(),
+        do_lb("198.51.100.10"),
         // Gateway API: `*.apps.example.com` is a suffix match (one or more labels).
         json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
@@ -288,12 +288,7 @@ async fn a_whole_run_joins_the_probes_and_the_cluster_view() {
     .unwrap();
     let fake = FakeApiServer::start().await;
     fake.apply_many([
-        lb_service(
-            "do-lb",
-            json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
-            "127.0.0.1",
-            "VIP",
-        ),
+        do_lb("127.0.0.1"),
         ingress("shop", "shop.example.com", "127.0.0.1"),
     ]);
     let dir = tempfile::tempdir().unwrap();
