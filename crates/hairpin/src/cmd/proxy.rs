@@ -200,16 +200,14 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
     let routes_loaded = readiness.condition("routes loaded");
     let listeners_bound = readiness.condition("listeners bound");
 
-    let admin = AdminServer::bind(args.admin.admin_addr)
-        .await
-        .map_err(flat)?;
+    let admin = AdminServer::bind(args.admin.admin_addr).await?;
     tracing::info!(addr = %admin.local_addr(), "admin server listening");
     tokio::spawn(admin.serve(Arc::new(registry), readiness, shutdown.clone()));
 
     let (table, file) = match (&args.routes_file, &args.routes_configmap) {
         (_, Some(_)) => (RouteTable::new(Vec::new())?, None),
         (Some(path), None) => {
-            let (file, table) = RoutesFile::load(path).map_err(flat)?;
+            let (file, table) = RoutesFile::load(path)?;
             for route in table.routes() {
                 if let Err(err) = hairpin_dataplane::resolve(&route.upstream).await {
                     tracing::warn!(route = %route.name, error = %err, "upstream does not resolve yet; connections to this route fail until it does");
@@ -236,7 +234,7 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
     };
     let configmap = match &args.routes_configmap {
         Some((namespace, name)) => {
-            let client = args.client.client().await.map_err(flat)?;
+            let client = args.client.client().await?;
             Some(hairpin_controller::watch_routes_configmap(
                 client,
                 namespace,
@@ -261,7 +259,7 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
     };
     let mut proxy = Proxy::new(config, metrics.clone()).with_shards(shards);
     if let Some(err) = proxy.apply(&table).into_iter().next() {
-        return Err(flat(err));
+        return Err(err.into());
     }
     let routes_count = table.len();
     let (routes_tx, routes_rx) = tokio::sync::watch::channel(table);
@@ -331,10 +329,4 @@ fn parse_configmap_ref(value: &str) -> Result<(String, String), String> {
             "expected NAMESPACE/NAME, e.g. hairpin/hairpin-routes, not {value:?}"
         )),
     }
-}
-
-/// The error's message alone: its `Display` already includes the cause, which `{:#}` would
-/// print a second time.
-fn flat(err: impl std::fmt::Display) -> anyhow::Error {
-    anyhow::anyhow!("{err}")
 }
