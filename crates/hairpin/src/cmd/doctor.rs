@@ -74,22 +74,22 @@ pub(crate) struct Args {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     for host in &args.hosts {
         if let Err(err) = hairpin_doctor::validate_host(host) {
-            eprintln!("error: {err}");
-            return Ok(ExitCode::from(USAGE_ERROR));
+            return usage_error(err);
         }
     }
     if !(args.timeout.is_finite() && args.timeout > 0.0 && args.timeout <= 300.0) {
-        eprintln!(
-            "error: --timeout must be a number of seconds between 0 and 300, not {}",
+        return usage_error(format_args!(
+            "--timeout must be a number of seconds between 0 and 300, not {}",
             args.timeout
-        );
-        return Ok(ExitCode::from(USAGE_ERROR));
+        ));
     }
     if let Some(path) = &args.kubeconfig
         && let Err(err) = std::fs::metadata(path)
     {
-        eprintln!("error: cannot read --kubeconfig {}: {err}", path.display());
-        return Ok(ExitCode::from(USAGE_ERROR));
+        return usage_error(format_args!(
+            "cannot read --kubeconfig {}: {err}",
+            path.display()
+        ));
     }
     let step = Duration::from_secs_f64(args.timeout);
     let options = Options {
@@ -118,14 +118,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = runtime.block_on(hairpin_doctor::run(&args.hosts, &options, cluster));
     let report = match report {
         Ok(report) => report,
-        Err(err) => {
-            eprintln!("error: {err}");
-            return Ok(ExitCode::from(USAGE_ERROR));
-        }
+        Err(err) => return usage_error(err),
     };
     match args.output {
         Output::Text => print!("{}", report.to_text()),
         Output::Json => println!("{}", report.to_json()),
     }
     Ok(ExitCode::from(report.exit_code()))
+}
+
+/// A usage or access error: printed like `main` prints errors, with exit code 2.
+fn usage_error(message: impl std::fmt::Display) -> anyhow::Result<ExitCode> {
+    eprintln!("error: {message}");
+    Ok(ExitCode::from(USAGE_ERROR))
 }
