@@ -12,7 +12,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::Value;
 
-use super::store::{Requirement, State, Watcher, parse_selector, selected, watch_line};
+use super::store::{Requirement, State, Watcher, object_key, parse_selector, selected, watch_line};
 use super::{FaultKind, Recorded, Shared, default_status, status_body};
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -241,7 +241,7 @@ fn dispatch(
     let bad_request = |message: &str| reply(400, status_body(400, "BadRequest", message, None));
     match (method, &target.name) {
         (&Method::GET, Some(name)) => {
-            let key = (target.namespace.clone().unwrap_or_default(), name.clone());
+            let key = object_key(target.namespace.as_deref(), name);
             match state.resources[target.index].objects.get(&key) {
                 Some(object) => reply(200, object.clone()),
                 None => not_found(name),
@@ -326,7 +326,7 @@ fn dispatch(
             let Some(mut object @ Value::Object(_)) = body else {
                 return bad_request("the body of the request was not valid JSON");
             };
-            let key = (target.namespace.clone().unwrap_or_default(), name.clone());
+            let key = object_key(target.namespace.as_deref(), name);
             let Some(current) = state.resources[target.index].objects.get(&key).cloned() else {
                 return not_found(name);
             };
@@ -372,7 +372,7 @@ fn dispatch(
             let Some(patch) = body else {
                 return bad_request("the body of the request was not valid JSON");
             };
-            let key = (target.namespace.clone().unwrap_or_default(), name.clone());
+            let key = object_key(target.namespace.as_deref(), name);
             let Some(current) = state.resources[target.index].objects.get(&key).cloned() else {
                 return not_found(name);
             };
@@ -392,7 +392,7 @@ fn dispatch(
             reply(200, state.resources[target.index].objects[&key].clone())
         }
         (&Method::DELETE, Some(name)) => {
-            let key = (target.namespace.clone().unwrap_or_default(), name.clone());
+            let key = object_key(target.namespace.as_deref(), name);
             // DeleteOptions.preconditions, checked like the real server (409 on mismatch).
             if let (Some(options), Some(current)) =
                 (&body, state.resources[target.index].objects.get(&key))

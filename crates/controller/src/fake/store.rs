@@ -57,11 +57,18 @@ pub(crate) struct Watcher {
     pub(crate) tx: UnboundedSender<Bytes>,
 }
 
+/// How objects are keyed: (namespace, or "" for a cluster-scoped object; name).
+pub(crate) type Key = (String, String);
+
+/// The [`Key`] of an object.
+pub(crate) fn object_key(namespace: Option<&str>, name: &str) -> Key {
+    (namespace.unwrap_or_default().to_owned(), name.to_owned())
+}
+
 #[derive(Debug)]
 pub(crate) struct Resource {
     pub(crate) ty: ResourceType,
-    /// (namespace or "", name) -> object
-    pub(crate) objects: BTreeMap<(String, String), Value>,
+    pub(crate) objects: BTreeMap<Key, Value>,
     pub(crate) history: VecDeque<(u64, &'static str, Value)>,
     /// Resuming from a resourceVersion below this gets 410.
     pub(crate) compacted_below: u64,
@@ -263,7 +270,7 @@ impl State {
     pub(crate) fn store(
         &mut self,
         index: usize,
-        key: (String, String),
+        key: Key,
         mut object: Value,
         event: &'static str,
     ) -> u64 {
@@ -276,7 +283,7 @@ impl State {
         rv
     }
 
-    pub(crate) fn remove_key(&mut self, index: usize, key: &(String, String)) -> Option<Value> {
+    pub(crate) fn remove_key(&mut self, index: usize, key: &Key) -> Option<Value> {
         let mut object = self.resources[index].objects.remove(key)?;
         self.rv += 1;
         let rv = self.rv;
@@ -293,10 +300,7 @@ impl State {
         name: &str,
     ) -> Option<Value> {
         let index = self.index_by_kind(api_version, kind)?;
-        self.remove_key(
-            index,
-            &(namespace.unwrap_or_default().to_owned(), name.to_owned()),
-        )
+        self.remove_key(index, &object_key(namespace, name))
     }
 
     pub(crate) fn get(
@@ -309,7 +313,7 @@ impl State {
         let index = self.index_by_kind(api_version, kind)?;
         self.resources[index]
             .objects
-            .get(&(namespace.unwrap_or_default().to_owned(), name.to_owned()))
+            .get(&object_key(namespace, name))
             .cloned()
     }
 
