@@ -36,9 +36,6 @@ pub(crate) struct Shared {
     /// One per shard (or one on the caller's runtime without shards): connect and idle
     /// timeouts.
     tickers: Vec<Arc<Ticker>>,
-    /// Whether the ticker on the caller's runtime runs (without shards it starts with the
-    /// first route).
-    ticking: std::sync::atomic::AtomicBool,
     limit_log: LogLimiter,
     accept_log: LogLimiter,
 }
@@ -108,6 +105,9 @@ struct RunningRoute {
 pub struct Proxy {
     shared: Arc<Shared>,
     running: HashMap<String, RunningRoute>,
+    /// Whether the ticker on the caller's runtime runs (without shards; it starts with the
+    /// first table applied).
+    ticking: bool,
 }
 
 /// A worker runtime and how many connections it serves (a gauge of the metrics).
@@ -133,11 +133,11 @@ impl Proxy {
                 tracker: TaskTracker::new(),
                 shards: Vec::new(),
                 tickers,
-                ticking: std::sync::atomic::AtomicBool::new(false),
                 limit_log: LogLimiter::new(1, Duration::from_secs(10)),
                 accept_log: LogLimiter::new(5, Duration::from_secs(10)),
             }),
             running: HashMap::new(),
+            ticking: false,
         }
     }
 
@@ -165,9 +165,7 @@ impl Proxy {
                 ticker
             })
             .collect();
-        shared
-            .ticking
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.ticking = true;
         self
     }
 
@@ -176,6 +174,10 @@ impl Proxy {
     /// whose listen address cannot be bound is reported and left out; applying the same table
     /// again retries it. Must be called inside a tokio runtime.
     pub fn apply(&mut self, table: &RouteTable) -> Vec<Error> {
+        if !self.ticking {
+            self.ticking = true;
+            drop(tokio::spawn(self.shared.tickers[0].run()));
+        }
         self.running.retain(|name, running| {
             let keep = table
                 .get(name)
@@ -239,13 +241,6 @@ impl Proxy {
                 addr: route.listen,
                 source,
             })?;
-        if !self
-            .shared
-            .ticking
-            .swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            drop(tokio::spawn(self.shared.tickers[0].run()));
-        }
         let runtime = Arc::new(RouteRuntime::new(route, &self.shared));
         let (config, _) = watch::channel(Some(runtime));
         for (i, listener) in listeners.into_iter().enumerate() {
