@@ -73,23 +73,17 @@ impl Lab {
     }
 
     fn exec(&self, ns: &str, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(args)
-            .output()
-            .unwrap()
+        in_ns(ns, args).output().unwrap()
     }
 
     fn exec_ok(&self, ns: &str, args: &[&str]) -> Output {
-        run_ok(Command::new("ip").args(["netns", "exec", ns]).args(args))
+        run_ok(&mut in_ns(ns, args))
     }
 
     /// Starts a long-running process in `ns`, logging to `<name>.log` in the lab's dir.
     fn spawn(&mut self, name: &str, ns: &str, args: &[&str], env: &[(&str, &str)]) {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(args)
+        let child = in_ns(ns, args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -140,6 +134,13 @@ impl Drop for Lab {
         // Only removed when no other namespace still uses it.
         let _ = std::fs::remove_dir(Path::new("/etc/netns"));
     }
+}
+
+/// `args` run inside the network namespace `ns`.
+fn in_ns(ns: &str, args: &[&str]) -> Command {
+    let mut command = Command::new("ip");
+    command.args(["netns", "exec", ns]).args(args);
+    command
 }
 
 fn run_ok(command: &mut Command) -> Output {
