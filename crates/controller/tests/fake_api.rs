@@ -28,6 +28,16 @@ fn api_status(err: kube::Error) -> kube::core::Status {
     }
 }
 
+fn resource_version(object: &ConfigMap) -> u64 {
+    object
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn verbs_answer_with_the_real_servers_status_codes_and_bodies() {
     let fake = FakeApiServer::start().await;
@@ -41,13 +51,7 @@ async fn verbs_answer_with_the_real_servers_status_codes_and_bodies() {
         .create(&PostParams::default(), &cm("coredns", "a"))
         .await
         .unwrap();
-    let rv1: u64 = created
-        .metadata
-        .resource_version
-        .clone()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let rv1 = resource_version(&created);
     assert!(created.metadata.uid.is_some());
 
     let again = api_status(
@@ -63,13 +67,7 @@ async fn verbs_answer_with_the_real_servers_status_codes_and_bodies() {
         .replace("coredns", &PostParams::default(), &update)
         .await
         .unwrap();
-    let rv2: u64 = updated
-        .metadata
-        .resource_version
-        .clone()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let rv2 = resource_version(&updated);
     assert!(rv2 > rv1, "resourceVersion increases");
 
     // `update` still carries rv1: stale.
