@@ -108,7 +108,6 @@ impl Caches {
         stop: impl Future<Output = ()> + Send + Clone + 'static,
     ) -> Self {
         let ctx = Ctx { changed, metrics };
-        let all = |c: &kube::Client| c.clone();
         let mut config_maps = Vec::new();
         let mut names: Vec<(String, String)> = config
             .coredns_config_maps
@@ -127,29 +126,29 @@ impl Caches {
         }
         Self {
             services: required(
-                Api::all(all(client)),
+                Api::all(client.clone()),
                 watcher::Config::default(),
                 "Service",
                 &ctx,
                 stop.clone(),
             ),
             ingresses: required(
-                Api::all(all(client)),
+                Api::all(client.clone()),
                 watcher::Config::default(),
                 "Ingress",
                 &ctx,
                 stop.clone(),
             ),
             ingress_classes: required(
-                Api::all(all(client)),
+                Api::all(client.clone()),
                 watcher::Config::default(),
                 "IngressClass",
                 &ctx,
                 stop.clone(),
             ),
-            gateways: optional(Api::all(all(client)), "Gateway", &ctx, stop.clone()),
-            http_routes: optional(Api::all(all(client)), "HTTPRoute", &ctx, stop.clone()),
-            grpc_routes: optional(Api::all(all(client)), "GRPCRoute", &ctx, stop.clone()),
+            gateways: optional(Api::all(client.clone()), "Gateway", &ctx, stop.clone()),
+            http_routes: optional(Api::all(client.clone()), "HTTPRoute", &ctx, stop.clone()),
+            grpc_routes: optional(Api::all(client.clone()), "GRPCRoute", &ctx, stop.clone()),
             tls_routes: tls_routes(client, &ctx, stop),
             config_maps,
         }
