@@ -321,6 +321,23 @@ pub fn collect(
 
     // Gateways and their routes.
     let routes = route_views(snapshot);
+    // Gateway (namespace, name) -> the routes with a parent reference naming it, each once, so
+    // that a Gateway's listeners look only at the routes that may attach to it.
+    let mut routes_by_gateway: HashMap<(&str, &str), Vec<&RouteView>> = HashMap::new();
+    for route in &routes {
+        for p in &route.parents {
+            let gw = (
+                p.namespace.as_deref().unwrap_or(&route.namespace),
+                p.name.as_str(),
+            );
+            let named = routes_by_gateway.entry(gw).or_default();
+            // A route's parents are visited together: a second reference to the same Gateway
+            // finds the route last in its list.
+            if !named.last().is_some_and(|r| std::ptr::eq(*r, route)) {
+                named.push(route);
+            }
+        }
+    }
     for gw in &snapshot.gateways {
         let gw_ref = ObjectRef::from_meta(&gw.metadata);
         let mut addresses: Vec<String> = gw
@@ -347,6 +364,9 @@ pub fn collect(
             continue;
         }
         let gw_source = format!("Gateway {gw_ref}");
+        let gw_routes = routes_by_gateway
+            .get(&(gw_ref.namespace.as_str(), gw_ref.name.as_str()))
+            .map_or(&[][..], Vec::as_slice);
         let mut hosts: Vec<(String, String)> = Vec::new();
         for listener in &gw.spec.listeners {
             if matches!(listener.protocol.as_str(), "UDP") {
@@ -363,7 +383,7 @@ pub fn collect(
                 .and_then(|a| a.namespaces.as_ref())
                 .and_then(|n| n.from.as_ref())
                 .is_none_or(|f| matches!(f, GatewayListenersAllowedRoutesNamespacesFrom::Same));
-            for route in &routes {
+            for route in gw_routes {
                 if same_only && route.namespace != gw_ref.namespace {
                     continue;
                 }
