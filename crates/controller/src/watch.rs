@@ -305,8 +305,13 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
 {
-    let (store, writer) = reflector::store();
-    optional_versions(vec![api], store, writer, kind, ctx, stop)
+    optional_versions(
+        vec![api],
+        reflector::store::Writer::default(),
+        kind,
+        ctx,
+        stop,
+    )
 }
 
 /// TLSRoute is served as `v1` by recent Gateway API releases and only as `v1alpha3` or
@@ -328,8 +333,7 @@ fn tls_routes(
         .map(|version| Api::all_with(client.clone(), &resource(version)))
         .collect();
     let writer = reflector::store::Writer::new(resource("v1"));
-    let store = writer.as_reader();
-    optional_versions(apis, store, writer, "TLSRoute", ctx, stop)
+    optional_versions(apis, writer, "TLSRoute", ctx, stop)
 }
 
 /// Converts cached TLSRoutes of whatever served version into the typed `v1` form.
@@ -357,7 +361,6 @@ fn typed_tls_routes(cache: &Cache<DynamicObject>) -> Vec<TlsRoute> {
 /// cache counts as synced (empty) and they are probed again every minute.
 fn optional_versions<K>(
     apis: Vec<Api<K>>,
-    store: Store<K>,
     writer: reflector::store::Writer<K>,
     kind: &'static str,
     ctx: &Ctx,
@@ -367,6 +370,7 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
+    let store = writer.as_reader();
     let (tx, synced) = watch::channel(SyncState::Pending);
     let ctx = ctx.clone();
     tokio::spawn(async move {
