@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use hairpin_planner::PlannerConfig;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, PodSpec, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use serde_json::Value;
@@ -70,6 +70,17 @@ fn deployment<'a>(objects: &'a Objects, component: &str) -> &'a Deployment {
         .iter()
         .find(|d| d.metadata.labels.as_ref().unwrap()["app.kubernetes.io/component"] == component)
         .unwrap_or_else(|| panic!("a {component} Deployment"))
+}
+
+fn pod_spec(deployment: &Deployment) -> &PodSpec {
+    deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
 }
 
 /// One API request to authorize: (namespace or "" for cluster-wide, group, resource, verb, name).
@@ -159,17 +170,7 @@ fn every_document_parses_into_its_typed_object_and_no_hook_is_left_in() {
         "hooks would run at `kubectl apply` time"
     );
     for d in &objects.deployments {
-        let sa = d
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .service_account_name
-            .clone()
-            .unwrap();
+        let sa = pod_spec(d).service_account_name.clone().unwrap();
         assert!(
             objects
                 .service_accounts
@@ -190,7 +191,7 @@ fn pods_are_non_root_read_only_and_probed() {
         "two replicas, one leader"
     );
     for d in &objects.deployments {
-        let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let pod = pod_spec(d);
         assert_eq!(
             pod.security_context.as_ref().unwrap().run_as_non_root,
             Some(true)
@@ -212,15 +213,7 @@ fn pods_are_non_root_read_only_and_probed() {
         }
     }
     let args = |component: &str| {
-        deployment(&objects, component)
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers[0]
+        pod_spec(deployment(&objects, component)).containers[0]
             .args
             .clone()
             .unwrap()
@@ -446,15 +439,7 @@ fn the_uninstall_job_runs_hairpin_uninstall_with_the_controllers_account() {
     );
     let objects = parse();
     let controller = deployment(&objects, "controller");
-    let controller_env: Vec<String> = controller
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
+    let controller_env: Vec<String> = pod_spec(controller).containers[0]
         .env
         .iter()
         .flatten()
