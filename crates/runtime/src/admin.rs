@@ -201,16 +201,11 @@ impl State {
             "/metrics" => {
                 let mut body = String::new();
                 match prometheus_client::encoding::text::encode(&mut body, &self.registry) {
-                    Ok(()) => {
-                        let mut response = Response::new(Full::new(Bytes::from(body)));
-                        response.headers_mut().insert(
-                            hyper::header::CONTENT_TYPE,
-                            hyper::header::HeaderValue::from_static(
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            ),
-                        );
-                        response
-                    }
+                    Ok(()) => respond(
+                        StatusCode::OK,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        body,
+                    ),
                     Err(err) => text(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         format!("encoding metrics failed: {err}\n"),
@@ -226,11 +221,15 @@ impl State {
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    respond(status, "text/plain; charset=utf-8", body)
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+        hyper::header::HeaderValue::from_static(content_type),
     );
     response
 }
