@@ -400,12 +400,14 @@ fn routes_for<'a>(
     ports: &BTreeMap<(ObjectRef, u16), u16>,
     cluster_domain: &str,
 ) -> Vec<(&'a LbPort, ProxyRoute)> {
+    let Some(destination) = lb.destination_ip() else {
+        return Vec::new();
+    };
     let host = corefile::service_fqdn(&lb.service.name, &lb.service.namespace, cluster_domain);
     lb.ports
         .iter()
         .filter_map(|p| {
             let listen = *ports.get(&(lb.service.clone(), p.port))?;
-            let destination = lb.destination_ip()?;
             Some((
                 p,
                 ProxyRoute {
