@@ -243,7 +243,7 @@ impl Reconciler {
         plan: &Plan,
         snapshot: &hairpin_planner::ClusterSnapshot,
     ) -> Result<Option<Instant>, Error> {
-        let planner = self.config.planner.clone();
+        let planner = &self.config.planner;
         let Some(dns) = &plan.dns else {
             for err in &plan.errors {
                 tracing::warn!(error = %err, "DNS change not planned");
@@ -353,7 +353,7 @@ impl Reconciler {
             Observation::Fight { count, backoff } => {
                 self.metrics.dns_reverts.inc();
                 self.metrics.dns_fight.set(1);
-                let fix = fight_fix(dns.mode, &planner);
+                let fix = fight_fix(dns.mode, planner);
                 let note = format!(
                     "another writer reverted hairpin's change to {} {count} times within {:?}; backing off for {:?}. {fix}",
                     dns.config_map, self.config.fight.window, backoff
