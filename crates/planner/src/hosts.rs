@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::markers::{self, Framing, normalize_dns_name};
+use crate::markers::{self, normalize_dns_name};
 pub use crate::markers::{BEGIN_MARKER, END_MARKER, Edit, Warning};
 
 /// Longest line we write; musl reads hosts lines into a 512-byte buffer, so stay well below.
@@ -141,7 +141,7 @@ pub fn apply(hosts: &str, entries: &[HostsEntry]) -> Result<Edit, HostsError> {
     let lines = markers::lines(hosts);
     let blocks = markers::find_blocks(hosts, &lines, is_managed_line);
     let eol = markers::line_ending(hosts);
-    let warnings = warnings_for(&blocks);
+    let warnings = markers::removal_warnings(&blocks);
     let single_complete = blocks.len() == 1 && blocks[0].is_intact();
     let text = if single_complete {
         markers::replace_block(
@@ -162,32 +162,10 @@ pub fn apply(hosts: &str, entries: &[HostsEntry]) -> Result<Edit, HostsError> {
     })
 }
 
-fn warnings_for(blocks: &[markers::Block]) -> Vec<Warning> {
-    let mut warnings: Vec<Warning> = blocks.iter().filter_map(markers::damage_warning).collect();
-    warnings.extend(
-        blocks
-            .iter()
-            .filter(|b| b.framing == Framing::Complete)
-            .skip(1)
-            .map(|b| Warning::DuplicateBlock {
-                line: b.marker_line_number(),
-            }),
-    );
-    warnings
-}
-
 /// Remove every hairpin block (complete or damaged); a file that only ever received blocks
 /// through [`apply`] comes back byte for byte.
 pub fn remove(hosts: &str) -> Result<Edit, HostsError> {
-    let lines = markers::lines(hosts);
-    let blocks = markers::find_blocks(hosts, &lines, is_managed_line);
-    let warnings = warnings_for(&blocks);
-    let text = markers::remove_blocks(hosts, &lines, &blocks);
-    Ok(Edit {
-        changed: text != hosts,
-        text,
-        warnings,
-    })
+    Ok(markers::remove_all(hosts, is_managed_line))
 }
 
 #[cfg(test)]

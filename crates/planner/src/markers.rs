@@ -350,6 +350,36 @@ pub(crate) fn damage_warning(block: &Block) -> Option<Warning> {
     }
 }
 
+/// The warnings of removing `blocks`: each damaged block, and each complete block after the
+/// first (a duplicate).
+pub(crate) fn removal_warnings(blocks: &[Block]) -> Vec<Warning> {
+    let mut warnings: Vec<Warning> = blocks.iter().filter_map(damage_warning).collect();
+    warnings.extend(
+        blocks
+            .iter()
+            .filter(|b| b.framing == Framing::Complete)
+            .skip(1)
+            .map(|b| Warning::DuplicateBlock {
+                line: b.marker_line_number(),
+            }),
+    );
+    warnings
+}
+
+/// Remove every block (complete or damaged) from `text`, as both editors' `remove` does;
+/// `is_managed_line` is the editor's, as for [`find_blocks`].
+pub(crate) fn remove_all(text: &str, is_managed_line: impl Fn(&str) -> bool) -> Edit {
+    let lines = lines(text);
+    let blocks = find_blocks(text, &lines, is_managed_line);
+    let warnings = removal_warnings(&blocks);
+    let out = remove_blocks(text, &lines, &blocks);
+    Edit {
+        changed: out != text,
+        text: out,
+        warnings,
+    }
+}
+
 /// Remove the given blocks' lines from `text`, keeping their foreign lines. When the text's
 /// last line is removed and has no terminator, the terminator before it goes too, mirroring
 /// [`append_block`].

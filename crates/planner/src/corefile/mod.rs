@@ -28,7 +28,7 @@ pub use rules::{
     render_rules, render_rules_with, service_fqdn,
 };
 
-use crate::markers::{self, Block, Framing};
+use crate::markers::{self, Block};
 pub use crate::markers::{BEGIN_MARKER, END_MARKER, Edit, Warning};
 use parse::{Corefile, ServerBlock, Tok, leading_indent, line_start};
 
@@ -438,22 +438,7 @@ fn check_size(text: &str) -> Result<(), CorefileError> {
 /// Remove every hairpin block (complete or damaged). A Corefile that only ever received
 /// hairpin blocks through [`apply`] comes back byte for byte.
 pub fn remove(corefile: &str) -> Result<Edit, CorefileError> {
-    let lines = markers::lines(corefile);
-    let blocks = markers::find_blocks(corefile, &lines, is_managed_line);
-    let mut warnings: Vec<Warning> = blocks.iter().filter_map(markers::damage_warning).collect();
-    let complete = blocks
-        .iter()
-        .filter(|b| b.framing == Framing::Complete)
-        .skip(1);
-    warnings.extend(complete.map(|b| Warning::DuplicateBlock {
-        line: b.marker_line_number(),
-    }));
-    let text = markers::remove_blocks(corefile, &lines, &blocks);
-    Ok(Edit {
-        changed: text != corefile,
-        text,
-        warnings,
-    })
+    Ok(markers::remove_all(corefile, is_managed_line))
 }
 
 /// Content of the `hairpin.override` key for `coredns-custom` mode: the same rules, one per
