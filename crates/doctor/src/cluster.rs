@@ -15,7 +15,7 @@ use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::ListParams;
+use kube::api::{ListParams, ObjectList};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
@@ -216,17 +216,8 @@ async fn list_with<K>(
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    match tokio::time::timeout(bound, api.list(params)).await {
-        Ok(Ok(list)) => list.items,
-        Ok(Err(err)) => {
-            gaps.push(format!("{what}: {}", short_kube_error(&err)));
-            Vec::new()
-        }
-        Err(_) => {
-            gaps.push(format!("{what}: no answer within {bound:?}"));
-            Vec::new()
-        }
-    }
+    let listed = tokio::time::timeout(bound, api.list(params)).await;
+    items_or_gap(listed, what, bound, gaps)
 }
 
 /// Lists a Gateway API kind; an absent API (404) is not a gap.
@@ -241,8 +232,23 @@ where
 {
     let api: Api<K> = Api::all(client.clone());
     match tokio::time::timeout(bound, api.list(&ListParams::default())).await {
-        Ok(Ok(list)) => list.items,
         Ok(Err(kube::Error::Api(status))) if status.code == 404 => Vec::new(),
+        listed => items_or_gap(listed, what, bound, gaps),
+    }
+}
+
+/// The listed items, or none and a gap saying why `what` could not be listed within `bound`.
+fn items_or_gap<K>(
+    listed: Result<kube::Result<ObjectList<K>>, tokio::time::error::Elapsed>,
+    what: &str,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Vec<K>
+where
+    K: Clone,
+{
+    match listed {
+        Ok(Ok(list)) => list.items,
         Ok(Err(err)) => {
             gaps.push(format!("{what}: {}", short_kube_error(&err)));
             Vec::new()
