@@ -6,13 +6,15 @@
 //! and nothing else is left in it). Each step is retried on transient API errors; a step that
 //! still fails is reported and the others still run.
 
+use std::fmt::Debug;
 use std::time::Duration;
 
 use hairpin_planner::PlannerConfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Api;
 use kube::api::DeleteParams;
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
 
 use crate::Error;
 use crate::apply::{KeyEdit, KeyOutcome, delete_managed_services, remove_block_edit, write_key};
@@ -64,6 +66,21 @@ where
     }
 }
 
+/// Deletes `namespace/name`; true when it existed, false when it was already gone.
+async fn delete_if_present<K>(api: &Api<K>, namespace: &str, name: &str) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(true),
+        Err(err) if is_not_found(&err) => Ok(false),
+        Err(err) => Err(Error::kube(
+            format!("delete {} {namespace}/{name}", K::kind(&())),
+            err,
+        )),
+    }
+}
+
 /// Removes everything hairpin wrote. `lease_name` is the controller's Lease.
 ///
 /// # Errors
@@ -89,21 +106,8 @@ pub async fn uninstall(
     }
 
     let routes: Api<ConfigMap> = Api::namespaced(client.clone(), &planner.namespace);
-    match retry("delete routes ConfigMap", || async {
-        match routes
-            .delete(&planner.routes_config_map, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(err) if is_not_found(&err) => Ok(false),
-            Err(err) => Err(Error::kube(
-                format!(
-                    "delete ConfigMap {}/{}",
-                    planner.namespace, planner.routes_config_map
-                ),
-                err,
-            )),
-        }
+    match retry("delete routes ConfigMap", || {
+        delete_if_present(&routes, &planner.namespace, &planner.routes_config_map)
     })
     .await
     {
@@ -112,15 +116,8 @@ pub async fn uninstall(
     }
 
     let leases: Api<Lease> = Api::namespaced(client.clone(), &planner.namespace);
-    match retry("delete Lease", || async {
-        match leases.delete(lease_name, &DeleteParams::default()).await {
-            Ok(_) => Ok(true),
-            Err(err) if is_not_found(&err) => Ok(false),
-            Err(err) => Err(Error::kube(
-                format!("delete Lease {}/{lease_name}", planner.namespace),
-                err,
-            )),
-        }
+    match retry("delete Lease", || {
+        delete_if_present(&leases, &planner.namespace, lease_name)
     })
     .await
     {
