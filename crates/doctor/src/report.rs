@@ -2,10 +2,11 @@
 //! and the process exit code.
 
 use std::fmt::Write as _;
+use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::probe::{ProbeOutcome, Resolution};
+use crate::probe::Resolution;
 use crate::verdict::{ClusterView, NetworkChecks, Status, Vantage, Verdict};
 
 /// Everything checked about one host.
@@ -81,6 +82,15 @@ impl Report {
     }
 }
 
+/// `a, b, c`.
+fn join(addresses: &[IpAddr]) -> String {
+    addresses
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn render_host(out: &mut String, host: &HostReport) {
     let _ = writeln!(
         out,
@@ -91,11 +101,7 @@ fn render_host(out: &mut String, host: &HostReport) {
         host.verdict.summary
     );
     let resolution = match &host.network.resolution {
-        Resolution::Resolved { addresses } => addresses
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", "),
+        Resolution::Resolved { addresses } => join(addresses),
         Resolution::Literal { address } => format!("{address} (an address, not resolved)"),
         Resolution::Failed { error } => format!("does not resolve: {error}"),
     };
@@ -106,12 +112,7 @@ fn render_host(out: &mut String, host: &HostReport) {
         } else if hosts.addresses.is_empty() {
             "no entry (DNS decides)".to_owned()
         } else {
-            let list = hosts
-                .addresses
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
+            let list = join(&hosts.addresses);
             if hosts.in_hairpin_block {
                 format!("{list} (in hairpin's block)")
             } else {
@@ -127,11 +128,7 @@ fn render_host(out: &mut String, host: &HostReport) {
             ("PROXY v1 + HTTP", &probes.proxy_v1),
             ("PROXY v2 + HTTP", &probes.proxy_v2),
         ] {
-            let mark = if matches!(outcome, ProbeOutcome::Answered { .. }) {
-                "ok  "
-            } else {
-                "FAIL"
-            };
+            let mark = if outcome.answered() { "ok  " } else { "FAIL" };
             let _ = writeln!(out, "  {label:<15} {mark} {}", outcome.describe());
         }
     }
