@@ -264,6 +264,14 @@ pub fn collect(
         .iter()
         .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
         .collect();
+    // The heuristic depends on an Ingress's class only: worked out once per class.
+    let mut fallback_by_class: HashMap<Option<String>, Result<ObjectRef, String>> = HashMap::new();
+    let mut fallback = |ing: &Ingress| {
+        fallback_by_class
+            .entry(ingress_class_name(ing))
+            .or_insert_with_key(|class| ingress_fallback(snapshot, class.as_deref(), &lb_services))
+            .clone()
+    };
     for ing in &snapshot.ingresses {
         let ing_ref = ObjectRef::from_meta(&ing.metadata);
         let source = format!("Ingress {ing_ref}");
@@ -282,7 +290,7 @@ pub fn collect(
             entries.map(|e| (e.ip.as_ref(), e.hostname.as_ref())),
         );
         let targets: BTreeSet<&ObjectRef> = if status.is_empty() {
-            match ingress_fallback(snapshot, ing, &lb_services) {
+            match fallback(ing) {
                 Ok(lb) => known.iter().copied().filter(|k| **k == lb).collect(),
                 Err(why) => {
                     c.warnings.push(Warning::new(
@@ -304,7 +312,7 @@ pub fn collect(
             // Several load balancers on one address (MetalLB's shared IPs): the controller
             // heuristic picks the one this Ingress's controller runs behind, when it can.
             if matched.len() > 1
-                && let Ok(lb) = ingress_fallback(snapshot, ing, &lb_services)
+                && let Ok(lb) = fallback(ing)
                 && matched.contains(&lb)
             {
                 matched.into_iter().filter(|m| **m == lb).collect()
@@ -506,12 +514,8 @@ fn ingress_hosts(ing: &Ingress) -> Vec<String> {
     rules.chain(tls).collect()
 }
 
-/// The class -> controller -> Service heuristic for an Ingress without status.
-fn ingress_fallback(
-    snapshot: &ClusterSnapshot,
-    ing: &Ingress,
-    lb_services: &[&Service],
-) -> Result<ObjectRef, String> {
+/// An Ingress's class name: `spec.ingressClassName`, else the legacy class annotation.
+fn ingress_class_name(ing: &Ingress) -> Option<String> {
     let spec_class = ing.spec.as_ref().and_then(|s| s.ingress_class_name.clone());
     let annotation_class = ing
         .metadata
@@ -519,12 +523,21 @@ fn ingress_fallback(
         .as_ref()
         .and_then(|a| a.get(INGRESS_CLASS_ANNOTATION))
         .cloned();
-    let class_name = spec_class.or(annotation_class);
-    let class = match &class_name {
+    spec_class.or(annotation_class)
+}
+
+/// The class -> controller -> Service heuristic for an Ingress without status, given its
+/// class name ([`ingress_class_name`]).
+fn ingress_fallback(
+    snapshot: &ClusterSnapshot,
+    class_name: Option<&str>,
+    lb_services: &[&Service],
+) -> Result<ObjectRef, String> {
+    let class = match class_name {
         Some(name) => snapshot
             .ingress_classes
             .iter()
-            .find(|c| c.metadata.name.as_ref() == Some(name)),
+            .find(|c| c.metadata.name.as_deref() == Some(name)),
         None => snapshot.ingress_classes.iter().find(|c| {
             c.metadata
                 .annotations
@@ -547,14 +560,14 @@ fn ingress_fallback(
     }
     // Legacy annotation classes without an IngressClass object: the class name itself
     // ("traefik", "haproxy"), and "nginx" for ingress-nginx.
-    if let Some(name) = class_name.as_deref().filter(|_| class.is_none()) {
+    if let Some(name) = class_name.filter(|_| class.is_none()) {
         names.insert(name.to_owned());
         if name == "nginx" {
             names.insert("ingress-nginx".into());
         }
     }
     if names.is_empty() {
-        return Err(match (&class_name, &controller) {
+        return Err(match (class_name, &controller) {
             (None, _) => "it has no class and there is no default IngressClass".into(),
             (Some(c), None) => format!("its IngressClass {c:?} was not found"),
             (Some(c), Some(ctrl)) => {
