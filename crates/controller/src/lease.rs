@@ -165,13 +165,16 @@ impl LeaseManager {
         MicroTime(Timestamp::now())
     }
 
+    /// `leaseDurationSeconds` of our Lease (at least 1).
+    fn duration_seconds(&self) -> i32 {
+        i32::try_from(self.params.duration.as_secs().max(1)).unwrap_or(i32::MAX)
+    }
+
     fn fresh_spec(&self, transitions: i32) -> LeaseSpec {
         let now = Self::now();
         LeaseSpec {
             holder_identity: Some(self.params.identity.clone()),
-            lease_duration_seconds: Some(
-                i32::try_from(self.params.duration.as_secs().max(1)).unwrap_or(i32::MAX),
-            ),
+            lease_duration_seconds: Some(self.duration_seconds()),
             acquire_time: Some(now.clone()),
             renew_time: Some(now),
             lease_transitions: Some(transitions),
@@ -208,8 +211,7 @@ impl LeaseManager {
             let mut renewed = lease.clone();
             let renewed_spec = renewed.spec.get_or_insert_with(LeaseSpec::default);
             renewed_spec.renew_time = Some(Self::now());
-            renewed_spec.lease_duration_seconds =
-                Some(i32::try_from(self.params.duration.as_secs().max(1)).unwrap_or(i32::MAX));
+            renewed_spec.lease_duration_seconds = Some(self.duration_seconds());
             return self.replace(&renewed).await;
         }
 
