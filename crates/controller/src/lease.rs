@@ -208,7 +208,7 @@ impl LeaseManager {
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
 
         if holder.as_deref() == Some(self.params.identity.as_str()) {
-            let mut renewed = lease.clone();
+            let mut renewed = lease;
             let renewed_spec = renewed.spec.get_or_insert_with(LeaseSpec::default);
             renewed_spec.renew_time = Some(Self::now());
             renewed_spec.lease_duration_seconds = Some(self.duration_seconds());
@@ -230,7 +230,7 @@ impl LeaseManager {
         if !expired {
             return Ok(Step::NotHeld(holder));
         }
-        let mut claimed = lease.clone();
+        let mut claimed = lease;
         claimed.spec = Some(self.fresh_spec(spec.lease_transitions.unwrap_or(0) + 1));
         match self.replace(&claimed).await? {
             Step::Held => {
