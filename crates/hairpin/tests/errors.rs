@@ -340,6 +340,11 @@ fn usage_errors_name_the_flag_and_exit_2() {
     for (args, flag) in [
         (vec!["plan"], "--filename"),
         (vec!["proxy", "--listen", "127.0.0.1:0"], "--upstream"),
+        // A duration too large for a Duration is an error, not an overflow.
+        (
+            vec!["controller", "--debounce", "9999999999999999h"],
+            "--debounce",
+        ),
     ] {
         let failure = hairpin(&args);
         assert_eq!(failure.code, Some(2), "{}", failure.message);

@@ -11,6 +11,7 @@ use hairpin_controller::client::ClientArgs;
 use hairpin_controller::fight::FightParams;
 use hairpin_controller::lease::LeaseParams;
 use hairpin_controller::{ControllerConfig, Metrics};
+use hairpin_dataplane::parse_duration;
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
 use prometheus_client::registry::Registry;
 
@@ -72,27 +73,6 @@ pub(crate) struct Args {
     pub(crate) log: LogArgs,
 }
 
-/// Parses `150ms`, `2s`, `5m`, `1h` (a bare number is seconds).
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 150ms, 2s, 5m or 1h"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(number)),
-        "" | "s" => Ok(Duration::from_secs(number)),
-        "m" => Ok(Duration::from_secs(number * 60)),
-        "h" => Ok(Duration::from_secs(number * 3600)),
-        other => Err(format!(
-            "unknown duration unit {other:?} (use ms, s, m or h)"
-        )),
-    }
-}
-
 fn default_identity() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -149,21 +129,4 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         tracing::info!("controller stopped");
         Ok(ExitCode::SUCCESS)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("150ms"), Ok(Duration::from_millis(150)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("ms").is_err());
-    }
 }
