@@ -315,9 +315,7 @@ fn dispatch(
             }
             object["apiVersion"] = ty.api_version().into();
             object["kind"] = ty.kind.clone().into();
-            let uid = format!("00000000-0000-4000-8000-{:012x}", state.next_id());
-            object["metadata"]["uid"] = uid.into();
-            object["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z".into();
+            state.stamp_created(&mut object);
             state.store(target.index, key.clone(), object, "ADDED");
             let stored = state.resources[target.index].objects[&key].clone();
             reply(201, stored)

@@ -211,6 +211,13 @@ impl State {
             .position(|r| r.ty.api_version() == api_version && r.ty.kind == kind)
     }
 
+    /// Gives a new object its uid and creationTimestamp, as the server does on create.
+    pub(crate) fn stamp_created(&mut self, object: &mut Value) {
+        let uid = format!("00000000-0000-4000-8000-{:012x}", self.next_id());
+        object["metadata"]["uid"] = uid.into();
+        object["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z".into();
+    }
+
     pub(crate) fn next_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -250,9 +257,7 @@ impl State {
                     old["metadata"]["creationTimestamp"].clone();
             }
             None => {
-                let uid = format!("00000000-0000-4000-8000-{:012x}", self.next_id());
-                object["metadata"]["uid"] = uid.into();
-                object["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z".into();
+                self.stamp_created(&mut object);
             }
         }
         Ok(self.store(
