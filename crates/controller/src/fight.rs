@@ -68,7 +68,6 @@ pub struct FightGuard {
     params: FightParams,
     target: Option<String>,
     last_written: Option<Option<String>>,
-    last_write_at: Option<Instant>,
     reverts: VecDeque<Instant>,
     backoff: Option<(Instant, Duration)>,
 }
@@ -80,7 +79,6 @@ impl FightGuard {
             params,
             target: None,
             last_written: None,
-            last_write_at: None,
             reverts: VecDeque::new(),
             backoff: None,
         }
@@ -110,7 +108,6 @@ impl FightGuard {
         }
         let same_as_before = self.last_written.as_ref() == Some(&value);
         self.last_written = Some(value);
-        self.last_write_at = Some(now);
         if !same_as_before {
             self.reverts.clear();
             self.backoff = None;
