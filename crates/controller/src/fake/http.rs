@@ -461,13 +461,6 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-fn in_scope(target: &Target, object: &Value) -> bool {
-    target
-        .namespace
-        .as_deref()
-        .is_none_or(|ns| object["metadata"]["namespace"] == ns)
-}
-
 fn list(
     state: &State,
     target: &Target,
@@ -479,7 +472,7 @@ fn list(
     let matching: Vec<&Value> = resource
         .objects
         .values()
-        .filter(|o| in_scope(target, o) && selected(o, labels, fields))
+        .filter(|o| selected(o, target.namespace.as_deref(), labels, fields))
         .collect();
     let offset: usize = query
         .get("continue")
@@ -551,7 +544,7 @@ fn watch(
         }
         Some(rv) if !initial_events => {
             for (event_rv, event, object) in &resource.history {
-                if *event_rv > rv && in_scope(target, object) && selected(object, &labels, &fields)
+                if *event_rv > rv && selected(object, target.namespace.as_deref(), &labels, &fields)
                 {
                     let _ = tx.unbounded_send(watch_line(event, object));
                 }
@@ -559,7 +552,7 @@ fn watch(
         }
         _ => {
             for object in resource.objects.values() {
-                if in_scope(target, object) && selected(object, &labels, &fields) {
+                if selected(object, target.namespace.as_deref(), &labels, &fields) {
                     let _ = tx.unbounded_send(watch_line("ADDED", object));
                 }
             }

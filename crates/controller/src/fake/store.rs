@@ -151,8 +151,17 @@ fn fields_of(object: &Value) -> Labels {
     fields
 }
 
-pub(crate) fn selected(object: &Value, labels: &[Requirement], fields: &[Requirement]) -> bool {
-    matches(labels, &labels_of(object)) && matches(fields, &fields_of(object))
+/// True when `object` is in `namespace` (any, when `None`) and matches both selectors: what
+/// a list, a watch's replay and its live events all return.
+pub(crate) fn selected(
+    object: &Value,
+    namespace: Option<&str>,
+    labels: &[Requirement],
+    fields: &[Requirement],
+) -> bool {
+    namespace.is_none_or(|ns| object["metadata"]["namespace"] == ns)
+        && matches(labels, &labels_of(object))
+        && matches(fields, &fields_of(object))
 }
 
 impl State {
@@ -337,11 +346,7 @@ impl State {
         }
         let line = watch_line(event, &object);
         resource.watchers.retain(|w| {
-            let ns_ok = w
-                .namespace
-                .as_deref()
-                .is_none_or(|ns| object["metadata"]["namespace"] == ns);
-            if !ns_ok || !selected(&object, &w.labels, &w.fields) {
+            if !selected(&object, w.namespace.as_deref(), &w.labels, &w.fields) {
                 return true;
             }
             w.tx.unbounded_send(line.clone()).is_ok()
