@@ -194,9 +194,10 @@ impl State {
     }
 
     pub(crate) fn register(&mut self, ty: ResourceType) {
-        if self.resources.iter().any(|r| {
-            r.ty.group == ty.group && r.ty.version == ty.version && r.ty.plural == ty.plural
-        }) {
+        if self
+            .resource_index(&ty.group, &ty.version, &ty.plural)
+            .is_some()
+        {
             return;
         }
         self.resources.push(Resource {
