@@ -99,18 +99,10 @@ fn parse_path(state: &State, path: &str) -> Result<Target, Value> {
     })
 }
 
+/// The decoded `key=value` pairs of a URL query.
 fn query_map(query: Option<&str>) -> HashMap<String, String> {
     query
-        .map(|q| {
-            form_urlencoded_pairs(q)
-                .into_iter()
-                .collect::<HashMap<String, String>>()
-        })
         .unwrap_or_default()
-}
-
-fn form_urlencoded_pairs(query: &str) -> Vec<(String, String)> {
-    query
         .split('&')
         .filter(|p| !p.is_empty())
         .map(|pair| {
