@@ -48,14 +48,17 @@ async fn wait_leader(rx: &mut watch::Receiver<Leadership>, within: Duration) -> 
     started.elapsed()
 }
 
-fn holder(fake: &FakeApiServer) -> Option<String> {
+fn lease(fake: &FakeApiServer) -> Option<serde_json::Value> {
     fake.get(
         "coordination.k8s.io/v1",
         "Lease",
         Some("hairpin"),
         "hairpin-controller",
     )
-    .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
+}
+
+fn holder(fake: &FakeApiServer) -> Option<String> {
+    lease(fake).and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
 }
 
 #[tokio::test]
@@ -81,15 +84,7 @@ async fn one_leader_and_a_fast_hand_over_when_it_vacates() {
         "hand-over took {hand_over:?}"
     );
     assert_eq!(holder(&fake).as_deref(), Some("pod-b"));
-    let lease = fake
-        .get(
-            "coordination.k8s.io/v1",
-            "Lease",
-            Some("hairpin"),
-            "hairpin-controller",
-        )
-        .unwrap();
-    assert_eq!(lease["spec"]["leaseTransitions"], 1);
+    assert_eq!(lease(&fake).unwrap()["spec"]["leaseTransitions"], 1);
     b.stop.take().unwrap().send(()).unwrap();
     b.task.await.unwrap();
 }
