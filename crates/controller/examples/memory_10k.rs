@@ -61,6 +61,17 @@ fn ingress(i: usize) -> serde_json::Value {
     )
 }
 
+/// True when the CoreDNS ConfigMap exists and its Corefile contains `needle`.
+fn corefile_contains(fake: &FakeApiServer, needle: &str) -> bool {
+    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
+        .is_some_and(|cm| {
+            cm["data"]["Corefile"]
+                .as_str()
+                .unwrap_or("")
+                .contains(needle)
+        })
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     tracing_subscriber::fmt()
@@ -107,13 +118,7 @@ async fn main() {
     ));
     let written = fake
         .wait_until(Duration::from_secs(120), |f| {
-            f.get("v1", "ConfigMap", Some("kube-system"), "coredns")
-                .is_some_and(|cm| {
-                    cm["data"]["Corefile"]
-                        .as_str()
-                        .unwrap_or("")
-                        .contains("# BEGIN hairpin")
-                })
+            corefile_contains(f, "# BEGIN hairpin")
         })
         .await;
     let Some(written) = written else {
@@ -145,13 +150,7 @@ async fn main() {
         fake.apply(extra);
         let seen = fake
             .wait_until(Duration::from_secs(30), |f| {
-                f.get("v1", "ConfigMap", Some("kube-system"), "coredns")
-                    .is_some_and(|cm| {
-                        cm["data"]["Corefile"]
-                            .as_str()
-                            .unwrap_or("")
-                            .contains(&format!("new-{i}"))
-                    })
+                corefile_contains(f, &format!("new-{i}"))
             })
             .await
             .expect("the change was written");
