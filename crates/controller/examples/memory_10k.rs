@@ -1,6 +1,6 @@
 //! Resident memory of the controller with 10,000 Ingresses cached.
 //!
-//! `cargo run --release -p hairpin-controller --features testing --example memory_10k`
+//! `cargo run --release -p hairpin-controller --example memory_10k`
 //!
 //! Loads 10,000 realistic Ingresses (TLS, paths, annotations, managedFields) into the in-process
 //! fake API server, reads VmRSS, runs the controller until its caches are synced and the plan
@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use hairpin_controller::fake::{FakeApiServer, object};
 use hairpin_controller::{ControllerConfig, Metrics};
+use hairpin_fake_apiserver::{FakeApiServer, object};
 use hairpin_planner::PlannerConfig;
 use hairpin_runtime::{Readiness, Shutdown};
 use prometheus_client::registry::Registry;

@@ -8,15 +8,12 @@
 //! - [`lease`]: leader election on a Lease.
 //! - [`routes`]: the routes ConfigMap the proxies watch.
 //! - [`uninstall`]: removing everything hairpin wrote.
-//! - `fake` (feature `testing`): an in-process fake API server for tests.
 #![forbid(unsafe_code)]
 
 pub mod apply;
 pub mod client;
 pub mod controller;
 pub mod error;
-#[cfg(feature = "testing")]
-pub mod fake;
 pub mod fight;
 pub mod lease;
 pub mod metrics;

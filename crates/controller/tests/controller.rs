@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hairpin_controller::fake::{FakeApiServer, object};
 use hairpin_controller::fight::FightParams;
 use hairpin_controller::lease::LeaseParams;
 use hairpin_controller::{ControllerConfig, Metrics};
+use hairpin_fake_apiserver::{FakeApiServer, object};
 use hairpin_planner::PlannerConfig;
 use hairpin_runtime::{Readiness, Shutdown};
 use prometheus_client::registry::Registry;
@@ -378,11 +378,11 @@ async fn api_errors_of_every_kind_are_retried_and_counted() {
         "changes after a dropped watch still arrive"
     );
     // Slow API: a delayed write still lands.
-    fake.inject(hairpin_controller::fake::Fault {
+    fake.inject(hairpin_fake_apiserver::Fault {
         method: Some("PUT".into()),
         path_contains: "/configmaps/coredns".into(),
         remaining: 1,
-        kind: hairpin_controller::fake::FaultKind::Delay(Duration::from_millis(1500)),
+        kind: hairpin_fake_apiserver::FaultKind::Delay(Duration::from_millis(1500)),
     });
     fake.apply(ingress("shop", "slow", "slow.example.com"));
     assert!(
@@ -581,7 +581,7 @@ async fn not_needed_and_conflicts_are_reported_as_events_and_gateways_are_watche
 
 #[tokio::test]
 async fn tls_routes_are_read_from_the_newest_served_version() {
-    use hairpin_controller::fake::ResourceType;
+    use hairpin_fake_apiserver::ResourceType;
     let fake = FakeApiServer::start().await;
     // An older Gateway API release: TLSRoute only as v1alpha2.
     for (version, plural, kind) in [

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use hairpin_controller::fake::FakeApiServer;
 use hairpin_controller::lease::{Leadership, LeaseManager, LeaseParams};
+use hairpin_fake_apiserver::FakeApiServer;
 use tokio::sync::{oneshot, watch};
 
 fn params(identity: &str) -> LeaseParams {

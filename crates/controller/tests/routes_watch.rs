@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use hairpin_controller::fake::{FakeApiServer, object};
 use hairpin_controller::{RoutesUpdate, watch_routes_configmap};
+use hairpin_fake_apiserver::{FakeApiServer, object};
 use serde_json::json;
 
 fn routes(table: &str) -> serde_json::Value {

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use hairpin_controller::fake::{FakeApiServer, ResourceType};
 use hairpin_doctor::cluster::{self, ClusterError, ClusterOptions};
 use hairpin_doctor::probe::{ProbeOutcome, Probes, Resolution};
 use hairpin_doctor::providers::Provider;
 use hairpin_doctor::verdict::{self, ClusterView, NetworkChecks, Status, Vantage};
+use hairpin_fake_apiserver::{FakeApiServer, ResourceType};
 use hairpin_planner::PlannerConfig;
 use serde_json::json;
 

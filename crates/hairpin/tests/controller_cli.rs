@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hairpin_controller::fake::{FakeApiServer, object};
+use hairpin_fake_apiserver::{FakeApiServer, object};
 use serde_json::json;
 
 const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";

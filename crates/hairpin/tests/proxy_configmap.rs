@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hairpin_controller::fake::{FakeApiServer, object};
+use hairpin_fake_apiserver::{FakeApiServer, object};
 use hairpin_testkit::{Nginx, free_addr, http_get};
 use serde_json::json;
 

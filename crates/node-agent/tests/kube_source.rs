@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hairpin_controller::fake::FakeApiServer;
+use hairpin_fake_apiserver::FakeApiServer;
 use hairpin_node_agent::{Agent, AgentOptions, EntrySource, HostsFile, KubeSource};
 use hairpin_planner::{ClusterSnapshot, PlannerConfig};
 use hairpin_runtime::{Readiness, Shutdown};

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use hairpin_controller::fake::{FakeApiServer, object};
+use hairpin_fake_apiserver::{FakeApiServer, object};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
