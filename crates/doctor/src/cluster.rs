@@ -289,7 +289,8 @@ pub fn facts_for(
     host: &str,
     addresses: &[IpAddr],
 ) -> ClusterFacts {
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let host = hairpin_planner::name::DnsName::parse(host)
+        .map_or_else(|_| host.to_ascii_lowercase(), String::from);
     let address_strings: Vec<String> = addresses.iter().map(ToString::to_string).collect();
     let planned = plan
         .load_balancers

@@ -75,23 +75,12 @@ pub fn validate_host(host: &str) -> Result<(), DoctorError> {
     if host.contains(':') {
         return Err(invalid("pass the port with --port, not as host:port"));
     }
-    let name = host.strip_suffix('.').unwrap_or(host);
-    let ok = name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            "not a valid DNS name (letters, digits, `-`, dot-separated labels of 1 to 63 characters)",
-        ))
+    // The planner's validator, so the doctor accepts exactly the names hairpin can plan.
+    match hairpin_planner::name::DnsName::parse(host) {
+        Ok(_) => Ok(()),
+        Err(why) => Err(invalid(&format!(
+            "not a valid DNS name ({why}; dot-separated labels of 1 to 63 letters, digits and `-`)"
+        ))),
     }
 }
 
@@ -241,7 +230,7 @@ mod tests {
             "::1",
             "[::1]",
             "a-b.c.",
-            "_acme.x",
+            "Shop.Example.COM",
         ] {
             assert!(validate_host(good).is_ok(), "{good}");
         }
@@ -251,7 +240,10 @@ mod tests {
             ("", "empty"),
             ("bad host", "not a valid DNS name"),
             ("-a.com", "not a valid DNS name"),
-            ("a..com", "not a valid DNS name"),
+            ("a..com", "not a valid DNS name (empty label"),
+            ("a.com..", "not a valid DNS name (empty label"),
+            ("_acme.x", "not a valid DNS name"),
+            ("*.example.com", "wildcard"),
         ] {
             let err = validate_host(bad).unwrap_err().to_string();
             assert!(err.contains(hint), "{bad}: {err}");

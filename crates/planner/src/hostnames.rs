@@ -17,8 +17,8 @@
 //! - `external-dns.alpha.kubernetes.io/hostname` on `lb` (comma-separated).
 //! - Our `hostnames` annotation on `lb` (comma-separated).
 //!
-//! Hostnames are lowercased, stripped of a trailing dot, validated (a leading `*.` label is a
-//! wildcard), deduplicated and sorted. A hostname served by two load balancers is a
+//! Hostnames are validated and normalized by [`crate::name::Host`] (lowercase, no trailing
+//! dot, a leading `*.` label is a wildcard), deduplicated and sorted. A hostname served by two load balancers is a
 //! [`Conflict`]: it is planned for neither.
 //!
 //! A wildcard keeps what its source means by it ([`WildcardLabels`]): `*.example.com` from an
@@ -37,6 +37,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::config::PlannerConfig;
+use crate::name::Host;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::warning::Warning;
 
@@ -153,38 +154,6 @@ pub struct Collected {
     pub conflicts: Vec<Conflict>,
     /// Invalid hostnames, Ingresses that could not be placed...
     pub warnings: Vec<Warning>,
-}
-
-/// Lowercases, strips one trailing dot and validates a hostname (RFC 1123 labels; a leading
-/// `*` label makes a wildcard). `Err` says what is wrong.
-pub fn normalize(host: &str) -> Result<String, String> {
-    let h = host.trim().trim_end_matches('.').to_ascii_lowercase();
-    if h.is_empty() {
-        return Err("empty hostname".into());
-    }
-    if h.len() > 253 {
-        return Err(format!("hostname {host:?} is longer than 253 characters"));
-    }
-    if h.parse::<std::net::IpAddr>().is_ok() {
-        return Err(format!("{host:?} is an IP address, not a hostname"));
-    }
-    let rest = h.strip_prefix("*.").unwrap_or(&h);
-    if !rest.contains('.') && h.starts_with("*.") {
-        return Err(format!("wildcard {host:?} covers a whole top-level domain"));
-    }
-    for label in rest.split('.') {
-        let ok = !label.is_empty()
-            && label.len() <= 63
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !label.starts_with('-')
-            && !label.ends_with('-');
-        if !ok {
-            return Err(format!("invalid hostname {host:?}"));
-        }
-    }
-    Ok(h)
 }
 
 /// What the `*` of `wildcard` (`*.suffix`) stands for in `host`: the non-empty part of `host`
@@ -450,8 +419,9 @@ struct Collector {
 impl Collector {
     /// Records `host` for `lb`; `labels` is what a wildcard means in `source`.
     fn add(&mut self, lb: &ObjectRef, host: &str, source: &str, labels: WildcardLabels) {
-        match normalize(host) {
+        match Host::parse(host.trim()) {
             Ok(h) => {
+                let h = String::from(h);
                 let found = self
                     .found
                     .entry(h)
@@ -461,9 +431,10 @@ impl Collector {
                 found.sources.insert(source.to_owned());
                 found.labels = found.labels.max(labels);
             }
-            Err(why) => self
-                .warnings
-                .push(Warning::new(source, format!("{why}; skipped"))),
+            Err(why) => self.warnings.push(Warning::new(
+                source,
+                format!("invalid hostname {host:?}: {why}; skipped"),
+            )),
         }
     }
 

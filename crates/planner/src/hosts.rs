@@ -17,8 +17,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use crate::markers::{self, normalize_dns_name};
+use crate::markers;
 pub use crate::markers::{BEGIN_MARKER, END_MARKER, Edit, Warning};
+use crate::name::DnsName;
 
 /// Longest line we write; musl reads hosts lines into a 512-byte buffer, so stay well below.
 pub const MAX_LINE_BYTES: usize = 255;
@@ -78,14 +79,17 @@ fn normalize(entries: &[HostsEntry]) -> Result<BTreeMap<IpAddr, BTreeSet<String>
             return Err(HostsError::NoNames { ip: e.ip });
         }
         for raw in &e.names {
-            let name = normalize_dns_name(raw).map_err(|p| HostsError::InvalidHostname {
-                name: raw.clone(),
-                reason: if raw.contains('*') {
-                    "hosts files do not support wildcards"
-                } else {
-                    p.as_str()
-                },
-            })?;
+            let name =
+                DnsName::parse(raw)
+                    .map(String::from)
+                    .map_err(|p| HostsError::InvalidHostname {
+                        name: raw.clone(),
+                        reason: if raw.contains('*') {
+                            "hosts files do not support wildcards"
+                        } else {
+                            p.as_str()
+                        },
+                    })?;
             let v6 = e.ip.is_ipv6();
             if let Some(prev) = owner.insert((name.clone(), v6), e.ip)
                 && prev != e.ip

@@ -7,6 +7,7 @@
 //! - [`config`]: settings, each with a default.
 //! - [`providers`]: PROXY protocol from provider annotations and ours.
 //! - [`discovery`]: which load balancers need a hairpin.
+//! - [`name`]: the hostname type and validator every part shares.
 //! - [`hostnames`]: the hostnames of each load balancer, and conflicts.
 //! - [`plan`]: the plan value; [`desired`] computes it.
 //! - [`corefile`], [`hosts`]: the Corefile and hosts-file editors.
@@ -20,6 +21,7 @@ pub mod hostnames;
 pub mod hosts;
 pub mod load;
 pub mod markers;
+pub mod name;
 pub mod plan;
 pub mod providers;
 pub mod render;

@@ -478,62 +478,6 @@ pub(crate) fn append_block<'a>(
     out
 }
 
-/// Why a DNS name was rejected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NameProblem {
-    Empty,
-    TooLong,
-    EmptyLabel,
-    LabelTooLong,
-    BadCharacter,
-    HyphenAtEdge,
-}
-
-impl NameProblem {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            NameProblem::Empty => "empty name",
-            NameProblem::TooLong => "longer than 253 characters",
-            NameProblem::EmptyLabel => "empty label",
-            NameProblem::LabelTooLong => "label longer than 63 characters",
-            NameProblem::BadCharacter => {
-                "only lowercase letters, digits, `-` and `.` are allowed (RFC 1123)"
-            }
-            NameProblem::HyphenAtEdge => "label starts or ends with `-`",
-        }
-    }
-}
-
-/// Normalise (ASCII-lowercase, drop one trailing dot) and validate an RFC 1123 DNS name.
-pub(crate) fn normalize_dns_name(name: &str) -> Result<String, NameProblem> {
-    let name = name.strip_suffix('.').unwrap_or(name);
-    if name.is_empty() {
-        return Err(NameProblem::Empty);
-    }
-    if name.len() > 253 {
-        return Err(NameProblem::TooLong);
-    }
-    let lower = name.to_ascii_lowercase();
-    for label in lower.split('.') {
-        if label.is_empty() {
-            return Err(NameProblem::EmptyLabel);
-        }
-        if label.len() > 63 {
-            return Err(NameProblem::LabelTooLong);
-        }
-        if !label
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        {
-            return Err(NameProblem::BadCharacter);
-        }
-        if label.starts_with('-') || label.ends_with('-') {
-            return Err(NameProblem::HyphenAtEdge);
-        }
-    }
-    Ok(lower)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -556,24 +500,6 @@ mod tests {
         assert_eq!(ls[2].text(t), "c");
         assert!(!ls[2].has_terminator());
         assert!(lines("").is_empty());
-    }
-
-    #[test]
-    fn names_are_normalised_and_validated() {
-        assert_eq!(
-            normalize_dns_name("Foo.Example.COM.").unwrap(),
-            "foo.example.com"
-        );
-        assert_eq!(normalize_dns_name(""), Err(NameProblem::Empty));
-        assert_eq!(normalize_dns_name("a..b"), Err(NameProblem::EmptyLabel));
-        assert_eq!(normalize_dns_name("a_b.c"), Err(NameProblem::BadCharacter));
-        assert_eq!(normalize_dns_name("-a.c"), Err(NameProblem::HyphenAtEdge));
-        assert_eq!(
-            normalize_dns_name(&"a".repeat(64)),
-            Err(NameProblem::LabelTooLong)
-        );
-        let long = vec!["a".repeat(60); 5].join(".");
-        assert_eq!(normalize_dns_name(&long), Err(NameProblem::TooLong));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::fmt;
 
 use super::CorefileError;
 use crate::hostnames::WildcardLabels;
-use crate::markers::normalize_dns_name;
+use crate::name::{DnsName, Host, NameError, head};
 
 /// A target with at most this many exact names gets one `exact` rule per name.
 pub const EXACT_RULES_MAX_PER_TARGET: usize = 8;
@@ -58,25 +58,17 @@ impl HostPattern {
 
     /// [`HostPattern::parse`], with `labels` saying what a leading `*.` stands for.
     pub fn parse_with(s: &str, labels: WildcardLabels) -> Result<Self, CorefileError> {
-        let bad = |reason: &'static str| CorefileError::InvalidHostname {
+        let host = Host::parse(s).map_err(|p| CorefileError::InvalidHostname {
             name: s.to_owned(),
-            reason,
-        };
-        if let Some(suffix) = s.strip_prefix("*.") {
-            let suffix = normalize_dns_name(suffix).map_err(|p| bad(p.as_str()))?;
-            return Ok(match labels {
-                WildcardLabels::One => HostPattern::Wildcard(suffix),
-                WildcardLabels::OneOrMore => HostPattern::WildcardSuffix(suffix),
-            });
-        }
-        if s.contains('*') {
-            return Err(bad(
-                "a wildcard must be a whole first label: `*.example.com`",
-            ));
-        }
-        normalize_dns_name(s)
-            .map(HostPattern::Exact)
-            .map_err(|p| bad(p.as_str()))
+            reason: p.as_str(),
+        })?;
+        Ok(match (host, labels) {
+            (Host::Exact(name), _) => HostPattern::Exact(name.into()),
+            (Host::Wildcard(suffix), WildcardLabels::One) => HostPattern::Wildcard(suffix.into()),
+            (Host::Wildcard(suffix), WildcardLabels::OneOrMore) => {
+                HostPattern::WildcardSuffix(suffix.into())
+            }
+        })
     }
 
     /// Whether `name` (a normalised exact name) is covered by this pattern.
@@ -104,11 +96,9 @@ impl HostPattern {
     }
 }
 
-/// The non-empty part of `name` before `.suffix`.
-fn head<'a>(name: &'a str, suffix: &str) -> Option<&'a str> {
-    name.strip_suffix(suffix)
-        .and_then(|head| head.strip_suffix('.'))
-        .filter(|head| !head.is_empty())
+/// A validated exact name, as a string.
+fn normalize(name: &str) -> Result<String, NameError> {
+    DnsName::parse(name).map(String::from)
 }
 
 impl fmt::Display for HostPattern {
@@ -151,7 +141,7 @@ impl DnsEntry {
         labels: WildcardLabels,
     ) -> Result<Self, CorefileError> {
         let name = HostPattern::parse_with(name, labels)?;
-        let target = normalize_dns_name(target).map_err(|p| CorefileError::InvalidTarget {
+        let target = normalize(target).map_err(|p| CorefileError::InvalidTarget {
             target: target.to_owned(),
             reason: p.as_str(),
         })?;
@@ -185,7 +175,7 @@ fn group(entries: &[DnsEntry]) -> Result<ByTarget<'_>, CorefileError> {
     let mut owner: BTreeMap<(bool, &str), (&str, WildcardLabels)> = BTreeMap::new();
     for e in entries {
         // Entries built by hand bypass `DnsEntry::new`; check them here too.
-        let target_ok = normalize_dns_name(&e.target).is_ok_and(|t| t == e.target);
+        let target_ok = normalize(&e.target).is_ok_and(|t| t == e.target);
         if !target_ok {
             return Err(CorefileError::InvalidTarget {
                 target: e.target.clone(),
@@ -193,7 +183,7 @@ fn group(entries: &[DnsEntry]) -> Result<ByTarget<'_>, CorefileError> {
             });
         }
         let raw = e.name.name();
-        if normalize_dns_name(raw).ok().as_deref() != Some(raw) {
+        if normalize(raw).ok().as_deref() != Some(raw) {
             return Err(CorefileError::InvalidHostname {
                 name: e.name.to_string(),
                 reason: "must be a lowercase RFC 1123 name without trailing dot",
