@@ -13,7 +13,6 @@ mod copy;
 mod error;
 pub mod metrics;
 mod proxy;
-mod ratelimit;
 pub mod routes;
 pub mod routes_file;
 mod ticker;

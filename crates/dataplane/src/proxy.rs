@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hairpin_runtime::Shutdown;
 use hairpin_runtime::shutdown::DrainOutcome;
+use hairpin_runtime::{Shutdown, fdlimit};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
@@ -19,11 +19,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::ProxyConfig;
 use crate::metrics::{ConnectFailure, ProxyMetrics, RouteMetrics};
-use crate::ratelimit::LogLimiter;
 use crate::routes::{Route, RouteTable};
 use crate::ticker::Ticker;
 use crate::upstream::Target;
 use crate::{Error, conn};
+use hairpin_runtime::LogLimiter;
 
 /// State shared by every listener and connection.
 #[derive(Debug)]
@@ -408,11 +408,9 @@ async fn accept_loop(
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(err) => {
-                if let Some(suppressed) = shared.accept_log.check() {
-                    tracing::warn!(route = %route.route.name, error = %err, suppressed, "accept failed");
-                }
-                // Out of file descriptors or memory: back off instead of spinning.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // Out of file descriptors: the connection stays queued and the listener
+                // readable, so pause instead of spinning, and log a few lines, not one per try.
+                fdlimit::accept_failed(&err, &route.route.name, &shared.accept_log).await;
                 continue;
             }
         };

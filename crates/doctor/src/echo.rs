@@ -1,10 +1,18 @@
 //! `hairpin echo`: a server that answers each connection with what it received — the PROXY
 //! header (decoded with our codec), the socket peer, and the HTTP request line and headers (or
 //! a raw TCP line) — so you can see exactly what a load balancer or hairpin proxy sends.
+//!
+//! Bounded like the proxy, since whoever reaches it may misbehave: the PROXY header and the
+//! request must all arrive within one deadline from the accept (not per read: a header
+//! dribbled a byte at a time is cut at the deadline), the answer must be taken within
+//! [`ANSWER_TIMEOUT`], at most [`EchoLimits::max_connections`] connections are served at
+//! once (beyond it, new ones wait in the backlog), and errors a peer can provoke are logged a
+//! few lines per window.
 
 use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hairpin_proxy_protocol::tlv::{SslSubTlv, Tlv};
@@ -12,13 +20,43 @@ use hairpin_proxy_protocol::{Addresses, Command, DecodeError, Decoded, Decoder, 
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
 use crate::DoctorError;
+use hairpin_runtime::{LogLimiter, fdlimit};
 
-/// How long a client may take to send its header and request.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most the server reads before answering.
 const MAX_REQUEST: usize = 16 * 1024;
+/// How long a client may take to read the answer (and send what it still sends after it).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bounds of the echo server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EchoLimits {
+    /// Time from the accept for the PROXY header and the request to arrive, all of them.
+    pub header_timeout: Duration,
+    /// Connections served at once; beyond it, new ones wait in the listen backlog.
+    pub max_connections: usize,
+}
+
+impl Default for EchoLimits {
+    /// 10 s for the header and request, 1,024 connections.
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+        }
+    }
+}
+
+/// The rate limits of the logs a peer can provoke, shared by the connections.
+#[derive(Debug)]
+struct Logs {
+    accept: LogLimiter,
+    refused: LogLimiter,
+    received: LogLimiter,
+}
 
 /// Whether connections must start with a PROXY header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -99,6 +137,7 @@ pub struct EchoReport {
 pub struct EchoServer {
     listener: TcpListener,
     mode: ProxyMode,
+    limits: EchoLimits,
 }
 
 impl EchoServer {
@@ -110,7 +149,18 @@ impl EchoServer {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| DoctorError::Bind { addr, source })?;
-        Ok(Self { listener, mode })
+        Ok(Self {
+            listener,
+            mode,
+            limits: EchoLimits::default(),
+        })
+    }
+
+    /// Other bounds than [`EchoLimits::default`].
+    #[must_use]
+    pub fn with_limits(mut self, limits: EchoLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The bound address.
@@ -121,21 +171,52 @@ impl EchoServer {
     /// Serves until `stop` resolves.
     pub async fn serve_until(self, stop: impl Future<Output = ()>) {
         tokio::pin!(stop);
+        let limit = Arc::new(Semaphore::new(
+            self.limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+        ));
+        let logs = Arc::new(Logs {
+            accept: LogLimiter::new(5, Duration::from_secs(10)),
+            refused: LogLimiter::new(5, Duration::from_secs(10)),
+            received: LogLimiter::new(20, Duration::from_secs(10)),
+        });
+        let full_log = LogLimiter::new(1, Duration::from_secs(10));
         loop {
+            // At the cap, stop accepting (clients wait in the backlog) until one ends.
+            let permit = match limit.clone().try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => {
+                    if let Some(suppressed) = full_log.check() {
+                        tracing::warn!(
+                            max_connections = self.limits.max_connections,
+                            suppressed,
+                            "connection limit reached: not accepting until a connection ends"
+                        );
+                    }
+                    tokio::select! {
+                        permit = limit.clone().acquire_owned() => match permit {
+                            Ok(permit) => permit,
+                            Err(_) => return,
+                        },
+                        () = &mut stop => return,
+                    }
+                }
+            };
             let (stream, peer) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(err) => {
-                        tracing::warn!(error = %err, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        fdlimit::accept_failed(&err, "echo", &logs.accept).await;
                         continue;
                     }
                 },
                 () = &mut stop => return,
             };
             let mode = self.mode;
+            let deadline = Instant::now() + self.limits.header_timeout;
+            let logs = logs.clone();
             tokio::spawn(async move {
-                if let Err(err) = handle(stream, peer, mode).await {
+                let _permit = permit;
+                if let Err(err) = handle(stream, peer, mode, deadline, &logs).await {
                     tracing::debug!(%peer, error = %err, "connection ended with an I/O error");
                 }
             });
@@ -143,7 +224,13 @@ impl EchoServer {
     }
 }
 
-async fn handle(mut stream: TcpStream, peer: SocketAddr, mode: ProxyMode) -> std::io::Result<()> {
+async fn handle(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    mode: ProxyMode,
+    deadline: Instant,
+    logs: &Logs,
+) -> std::io::Result<()> {
     let local = stream.local_addr()?;
     let mut report = EchoReport {
         peer: peer.to_string(),
@@ -154,7 +241,7 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, mode: ProxyMode) -> std
     let mut buf = Vec::with_capacity(1024);
     let mut payload_start = 0;
     if mode != ProxyMode::Off {
-        match read_header(&mut stream, &mut buf).await? {
+        match read_header(&mut stream, &mut buf, deadline).await? {
             HeaderRead::Found(info) => {
                 payload_start = info.length;
                 if mode == ProxyMode::Optional {
@@ -163,7 +250,9 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, mode: ProxyMode) -> std
                         info.version
                     ));
                 }
-                tracing::info!(%peer, version = %info.version, source = ?info.source, "PROXY header received");
+                if let Some(suppressed) = logs.received.check() {
+                    tracing::info!(%peer, version = %info.version, source = ?info.source, suppressed, "PROXY header received");
+                }
                 report.proxy = Some(info);
             }
             HeaderRead::Absent(reason) if mode == ProxyMode::Optional => {
@@ -173,17 +262,20 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, mode: ProxyMode) -> std
                 ));
             }
             HeaderRead::Absent(reason) => {
-                tracing::error!(
-                    %peer,
-                    error = %reason,
-                    "connection without a valid PROXY header closed (--proxy-protocol required)"
-                );
+                if let Some(suppressed) = logs.refused.check() {
+                    tracing::error!(
+                        %peer,
+                        error = %reason,
+                        suppressed,
+                        "connection without a valid PROXY header closed (--proxy-protocol required)"
+                    );
+                }
                 return Ok(());
             }
             HeaderRead::Closed => return Ok(()),
         }
     }
-    let request_end = read_request(&mut stream, &mut buf, payload_start).await?;
+    let request_end = read_request(&mut stream, &mut buf, payload_start, deadline).await?;
     let request = String::from_utf8_lossy(&buf[payload_start..request_end]).into_owned();
     let mut lines = request.split('\n').map(|line| line.trim_end_matches('\r'));
     let first = lines.next().unwrap_or_default().to_owned();
@@ -191,7 +283,7 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, mode: ProxyMode) -> std
     if !first.is_empty() {
         report.request_line = Some(first.clone());
     }
-    if is_http {
+    let response = if is_http {
         for line in lines.take_while(|line| !line.is_empty()) {
             if let Some((name, value)) = line.split_once(':') {
                 report
@@ -208,14 +300,21 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, mode: ProxyMode) -> std
         } else {
             ("text/plain; charset=utf-8", render_text(&report))
         };
-        let response = format!(
+        format!(
             "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\nServer: hairpin-echo\r\n\r\n{body}",
             body.len()
-        );
-        stream.write_all(response.as_bytes()).await?;
+        )
     } else {
-        stream.write_all(render_text(&report).as_bytes()).await?;
-    }
+        render_text(&report)
+    };
+    // A client that never reads the answer must not hold the connection either.
+    tokio::time::timeout(ANSWER_TIMEOUT, answer(&mut stream, response.as_bytes()))
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+}
+
+async fn answer(stream: &mut TcpStream, response: &[u8]) -> std::io::Result<()> {
+    stream.write_all(response).await?;
     stream.shutdown().await?;
     // Drain what the client may still send, so closing does not turn into a reset that could
     // discard the answer before the client read it.
@@ -233,7 +332,11 @@ enum HeaderRead {
     Closed,
 }
 
-async fn read_header(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<HeaderRead> {
+async fn read_header(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+) -> std::io::Result<HeaderRead> {
     let decoder = Decoder::new();
     loop {
         match decoder.decode(buf) {
@@ -249,7 +352,7 @@ async fn read_header(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Resu
             Err(err) => return Ok(HeaderRead::Absent(format!("invalid PROXY header: {err}"))),
         }
         let mut chunk = [0u8; 1024];
-        let read = tokio::time::timeout(READ_TIMEOUT, stream.read(&mut chunk)).await;
+        let read = tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await;
         match read {
             Ok(Ok(0)) if buf.is_empty() => return Ok(HeaderRead::Closed),
             Ok(Ok(0)) => {
@@ -260,13 +363,14 @@ async fn read_header(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Resu
             Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
             Ok(Err(err)) => return Err(err),
             Err(_) if buf.is_empty() => {
-                return Ok(HeaderRead::Absent(format!(
-                    "nothing received within {READ_TIMEOUT:?}"
-                )));
+                return Ok(HeaderRead::Absent(
+                    "nothing received before the header deadline".into(),
+                ));
             }
             Err(_) => {
                 return Ok(HeaderRead::Absent(format!(
-                    "incomplete PROXY header after {READ_TIMEOUT:?}"
+                    "incomplete PROXY header at the deadline ({} bytes received)",
+                    buf.len()
                 )));
             }
         }
@@ -278,8 +382,8 @@ async fn read_request(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     start: usize,
+    deadline: Instant,
 ) -> std::io::Result<usize> {
-    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
     loop {
         let data = &buf[start..];
         if let Some(end) = find(data, b"\r\n\r\n") {
@@ -552,6 +656,89 @@ mod tests {
         let answer = exchange(addr, b"PROXY TCP4 192.0.2.1 198.51.100.10 4000 80\r\n").await;
         assert!(answer.contains("not looked for"), "{answer}");
         assert!(answer.contains("request:         PROXY TCP4"), "{answer}");
+    }
+
+    async fn server_with(mode: ProxyMode, limits: EchoLimits) -> SocketAddr {
+        let server = EchoServer::bind("127.0.0.1:0".parse().unwrap(), mode)
+            .await
+            .unwrap()
+            .with_limits(limits);
+        let addr = server.local_addr().unwrap();
+        tokio::spawn(server.serve_until(std::future::pending()));
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_header_dribbled_byte_by_byte_is_cut_at_the_deadline() {
+        let deadline = Duration::from_millis(500);
+        let addr = server_with(
+            ProxyMode::Required,
+            EchoLimits {
+                header_timeout: deadline,
+                ..EchoLimits::default()
+            },
+        )
+        .await;
+        let header = b"PROXY TCP4 192.0.2.1 198.51.100.10 4000 80\r\nGET / HTTP/1.0\r\n\r\n";
+        let started = std::time::Instant::now();
+        let (mut reader, mut writer) = TcpStream::connect(addr).await.unwrap().into_split();
+        let closed = tokio::spawn(async move {
+            let mut answer = Vec::new();
+            let _ = reader.read_to_end(&mut answer).await;
+            (started.elapsed(), answer)
+        });
+        // One byte every 40 ms: each read comes long before any per-read timeout, and the
+        // whole header would take about 2.6 s.
+        let mut sent = 0;
+        for byte in header {
+            if closed.is_finished() || writer.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            sent += 1;
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        let (after, answer) = closed.await.unwrap();
+        assert!(
+            sent < header.len(),
+            "the server must close before the dribbled header is complete"
+        );
+        assert!(answer.is_empty(), "no answer without a header: {answer:?}");
+        assert!(
+            after >= deadline && after < deadline * 3,
+            "closed {after:?} after connecting; the deadline was {deadline:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn at_the_connection_cap_new_connections_wait_for_a_slot() {
+        let addr = server_with(
+            ProxyMode::Off,
+            EchoLimits {
+                max_connections: 1,
+                ..EchoLimits::default()
+            },
+        )
+        .await;
+        let silent = TcpStream::connect(addr).await.unwrap();
+        // Let the server accept it (and take the only slot) first.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut waiting = TcpStream::connect(addr).await.unwrap();
+        waiting.write_all(b"hello\n").await.unwrap();
+        let mut answer = Vec::new();
+        let early =
+            tokio::time::timeout(Duration::from_millis(300), waiting.read_to_end(&mut answer))
+                .await;
+        assert!(
+            early.is_err() && answer.is_empty(),
+            "the second connection must wait while the slot is taken"
+        );
+        drop(silent);
+        tokio::time::timeout(Duration::from_secs(5), waiting.read_to_end(&mut answer))
+            .await
+            .expect("served once the slot is free")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.contains("request:         hello"), "{answer}");
     }
 
     #[test]

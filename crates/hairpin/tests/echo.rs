@@ -13,6 +13,10 @@ struct Echo {
 
 impl Echo {
     fn start(addr: SocketAddr, mode: &str) -> Self {
+        Self::start_with(addr, mode, &[])
+    }
+
+    fn start_with(addr: SocketAddr, mode: &str, args: &[&str]) -> Self {
         let log = tempfile::NamedTempFile::new().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_hairpin"))
             .args([
@@ -22,6 +26,7 @@ impl Echo {
                 "--proxy-protocol",
                 mode,
             ])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(log.reopen().unwrap())
             .spawn()
@@ -131,5 +136,49 @@ fn a_busy_address_is_a_clear_error() {
     assert!(
         stderr.contains(&format!("cannot listen on {addr}")),
         "{stderr}"
+    );
+}
+
+#[test]
+fn silent_and_headerless_connections_are_closed_and_logged_a_few_lines_at_a_time() {
+    let echo_addr = free_addr();
+    let echo = Echo::start_with(echo_addr, "required", &["--header-timeout", "300ms"]);
+    let started = std::time::Instant::now();
+    let mut silent = std::net::TcpStream::connect(echo_addr).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut answer = Vec::new();
+    std::io::Read::read_to_end(&mut silent, &mut answer).expect("closed by the server");
+    assert!(answer.is_empty());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "a silent connection is closed at the header deadline, not after {:?}",
+        started.elapsed()
+    );
+    const FLOOD: usize = 40;
+    for _ in 0..FLOOD {
+        let plain = exchange(echo_addr, b"GET / HTTP/1.1\r\n\r\n", Duration::from_secs(5)).unwrap();
+        assert!(plain.is_empty());
+    }
+    // The limiter lets 5 lines through per 10 s, then counts; a window may roll over once
+    // during the test.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let logged = || echo.log().matches("without a valid PROXY header").count();
+    while logged() < 5 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lines = logged();
+    assert!(
+        (5..=10).contains(&lines),
+        "{lines} lines for {} refused connections:\n{}",
+        FLOOD + 1,
+        echo.log()
+    );
+    assert!(
+        echo.log()
+            .contains("nothing received before the header deadline"),
+        "{}",
+        echo.log()
     );
 }

@@ -24,10 +24,23 @@ struct ProxyProcess {
 
 impl ProxyProcess {
     fn start(args: &[&str]) -> Self {
+        Self::start_in(hairpin(), args)
+    }
+
+    /// Started by `prlimit`, with this `SOFT:HARD` file descriptor limit.
+    fn start_with_nofile(limit: &str, args: &[&str]) -> Self {
+        let mut command = Command::new(require_binary("prlimit"));
+        command
+            .arg(format!("--nofile={limit}"))
+            .arg(env!("CARGO_BIN_EXE_hairpin"));
+        Self::start_in(command, args)
+    }
+
+    fn start_in(mut command: Command, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let admin = free_addr();
         let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-        let child = hairpin()
+        let child = command
             .arg("proxy")
             .args(args)
             .args(["--admin-addr", &admin.to_string(), "--workers", "2"])
@@ -340,6 +353,212 @@ fn admin_endpoints_report_health_and_traffic() {
         "{}",
         proxy.log()
     );
+}
+
+/// The process's open file descriptors.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// User plus system CPU time of a process so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces) start at ") ": utime and stime
+    // are the 14th and 15th fields of the line, the 12th and 13th after the name.
+    let rest = stat.rsplit_once(") ").unwrap().1;
+    let fields: Vec<&str> = rest.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn an_admin_flood_under_a_low_descriptor_limit_delays_neither_the_data_path_nor_livez() {
+    let (upstream, up_addr) = echo_upstream();
+    let listen = free_addr();
+    // Hard limit 1,024 too, so that raising the soft limit cannot help: the admin server's
+    // own bounds must.
+    let proxy = ProxyProcess::start_with_nofile(
+        "1024:1024",
+        &[
+            "--listen",
+            &listen.to_string(),
+            "--upstream",
+            &up_addr.to_string(),
+        ],
+    );
+    // (1,024 - 128 reserved) / 2 descriptors per connection.
+    assert!(
+        proxy.log().contains("connection_ceiling=448"),
+        "{}",
+        proxy.log()
+    );
+    let flood: Vec<TcpStream> = (0..1_100)
+        .map(|_| TcpStream::connect_timeout(&proxy.admin, T).expect("the admin port accepts"))
+        .collect();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let (status, body) = proxy.get("/livez");
+        assert!(status.contains("200") && body == "ok\n", "{status} {body}");
+        // The kubelet's default probe timeout.
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "/livez took {:?}",
+            started.elapsed()
+        );
+        let started = Instant::now();
+        let (mut client, mut server) = open_through(listen, &upstream);
+        roundtrip(&mut client, &mut server);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "a proxied connection took {:?}",
+            started.elapsed()
+        );
+    }
+    let fds = open_fds(proxy.child.id());
+    assert!(
+        fds < 128,
+        "{fds} descriptors open with {} silent admin connections: the admin server must hold at most its cap",
+        flood.len()
+    );
+    assert!(
+        proxy
+            .log()
+            .contains("admin server: connection limit reached"),
+        "{}",
+        proxy.log()
+    );
+}
+
+#[test]
+fn the_soft_descriptor_limit_is_raised_to_the_hard_one() {
+    let (_upstream, up_addr) = echo_upstream();
+    let proxy = ProxyProcess::start_with_nofile(
+        "256:4096",
+        &[
+            "--listen",
+            &free_addr().to_string(),
+            "--upstream",
+            &up_addr.to_string(),
+            "--max-connections",
+            "5000",
+        ],
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", proxy.child.id())).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap();
+    let values: Vec<&str> = open_files.split_whitespace().collect();
+    assert_eq!(values[3..5], ["4096", "4096"], "{open_files}");
+    let log = proxy.log();
+    // (4,096 - 128) / 2.
+    assert!(
+        log.contains("before=256 now=4096 connection_ceiling=1984"),
+        "{log}"
+    );
+    assert!(
+        log.contains("--max-connections 5000 is above what the file descriptor limit allows"),
+        "{log}"
+    );
+}
+
+/// An upstream that echoes every connection (PROXY header included) until the client's
+/// FIN, each on its own thread.
+fn echoing_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut reader = stream.try_clone().unwrap();
+                let _ = std::io::copy(&mut reader, &mut stream);
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn out_of_descriptors_the_proxy_pauses_logs_a_few_lines_and_recovers() {
+    let up_addr = echoing_upstream();
+    let listen = free_addr();
+    let proxy = ProxyProcess::start_with_nofile(
+        "64:64",
+        &[
+            "--listen",
+            &listen.to_string(),
+            "--upstream",
+            &up_addr.to_string(),
+        ],
+    );
+    // About 20 connections fit in 64 descriptors; open three times as many and hold them.
+    // Past the limit, accepting fails with EMFILE (the client waits in the backlog) or the
+    // upstream socket does (the client is closed), depending on how many are left.
+    let clients: Vec<TcpStream> = (0..60)
+        .map(|_| TcpStream::connect_timeout(&listen, T).unwrap())
+        .collect();
+    let failures = || {
+        let log = proxy.log();
+        log.matches("accept failed").count() + log.matches("cannot connect to upstream").count()
+    };
+    let deadline = Instant::now() + T;
+    while failures() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "never out of descriptors:\n{}",
+            proxy.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A listener with queued clients stays readable while out of descriptors: the loop must
+    // pause between tries, not spin.
+    let pid = proxy.child.id();
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(pid) - before;
+    assert!(
+        used < 30,
+        "{used} ticks of CPU in one second while out of descriptors"
+    );
+    // 5 lines per 10 s for each of the two messages; a window may roll over once.
+    let lines = failures();
+    assert!(lines <= 20, "{lines} failure lines:\n{}", proxy.log());
+    assert!(
+        proxy.log().contains("out of file descriptors")
+            || proxy.log().contains("Too many open files"),
+        "{}",
+        proxy.log()
+    );
+    // Freeing descriptors lets new clients through.
+    drop(clients);
+    let deadline = Instant::now() + T;
+    loop {
+        let mut client = TcpStream::connect_timeout(&listen, T).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut echoed = Vec::new();
+        let mut buf = [0u8; 256];
+        if client.write_all(b"ping").is_ok() {
+            while !echoed.ends_with(b"ping") {
+                match client.read(&mut buf) {
+                    Ok(n) if n > 0 => echoed.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+        }
+        if echoed.starts_with(b"PROXY TCP4 127.0.0.1 ") && echoed.ends_with(b"ping") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never recovered:\n{}",
+            proxy.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn echo_upstream() -> (TcpListener, SocketAddr) {

@@ -3,11 +3,22 @@
 //! Readiness is a set of named conditions (for example "listeners bound", "routes loaded",
 //! "caches synced"): `/readyz` answers 200 only when all hold and no drain has started, and
 //! otherwise 503 with the conditions still missing, so `kubectl describe pod` tells why.
+//!
+//! Bounded, because anyone who can reach the port can open connections to it, and each
+//! holds a file descriptor the data path may need: a request head must arrive within
+//! [`AdminLimits::header_timeout`] of the server starting to wait for it (so an idle
+//! keep-alive connection is closed after that long too), and at most
+//! [`AdminLimits::max_connections`] connections are open at once. At the cap, a new
+//! connection is still accepted and the oldest one is closed: a flood of silent connections
+//! then churns through the slots instead of holding them, and the kubelet's probe, which is
+//! the newest connection, is answered (closing new connections instead would fail the
+//! probes; leaving them in the backlog would delay them past the probe's timeout).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Args;
@@ -16,11 +27,12 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
-use crate::Shutdown;
+use crate::{LogLimiter, Shutdown, fdlimit};
 
 /// Admin server options, shared by every long-running command.
 #[derive(Clone, Debug, Args)]
@@ -110,10 +122,33 @@ impl ReadyCondition {
     }
 }
 
+/// The bounds of the admin server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminLimits {
+    /// Time for a request head to arrive, counted from when the server starts waiting for it:
+    /// on a new connection, and after each answer on a keep-alive one (so this is also the
+    /// keep-alive idle timeout).
+    pub header_timeout: Duration,
+    /// Connections open at once; at the cap, the oldest is closed for each new one.
+    pub max_connections: usize,
+}
+
+impl Default for AdminLimits {
+    /// 5 s for a request head (probes and scrapers send theirs at once) and 64 connections
+    /// (two probes and a few scrapers need a handful).
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(5),
+            max_connections: 64,
+        }
+    }
+}
+
 /// A bound admin server; [`AdminServer::serve`] runs it.
 #[derive(Debug)]
 pub struct AdminServer {
     listener: TcpListener,
+    limits: AdminLimits,
 }
 
 impl AdminServer {
@@ -125,7 +160,17 @@ impl AdminServer {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| AdminError::Bind { addr, source })?;
-        Ok(Self { listener })
+        Ok(Self {
+            listener,
+            limits: AdminLimits::default(),
+        })
+    }
+
+    /// Other bounds than [`AdminLimits::default`].
+    #[must_use]
+    pub fn with_limits(mut self, limits: AdminLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The bound address (useful with port 0).
@@ -143,33 +188,76 @@ impl AdminServer {
             readiness,
             shutdown: shutdown.clone(),
         });
+        let open = Arc::new(Mutex::new(Open::default()));
+        let accept_log = LogLimiter::new(5, Duration::from_secs(10));
+        let evict_log = LogLimiter::new(1, Duration::from_secs(10));
+        let mut http = http1::Builder::new();
+        // A client may shut down its write side once its request is sent (`nc -N`, scripts):
+        // answer it instead of dropping the connection at that EOF.
+        http.half_close(true)
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.header_timeout);
         loop {
             let (stream, _) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(err) => {
-                        tracing::warn!(error = %err, "admin server: accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        fdlimit::accept_failed(&err, "admin", &accept_log).await;
                         continue;
                     }
                 },
                 () = shutdown.forced() => return,
             };
+            let (id, closed) = {
+                let mut open = lock(&open);
+                if open.connections.len() >= self.limits.max_connections.max(1) {
+                    if let Some((_, oldest)) = open.connections.pop_first() {
+                        oldest.cancel();
+                    }
+                    if let Some(suppressed) = evict_log.check() {
+                        tracing::warn!(
+                            max_connections = self.limits.max_connections,
+                            suppressed,
+                            "admin server: connection limit reached; closing the oldest connection for each new one"
+                        );
+                    }
+                }
+                open.next_id += 1;
+                let id = open.next_id;
+                let closed = CancellationToken::new();
+                open.connections.insert(id, closed.clone());
+                (id, closed)
+            };
             let state = state.clone();
+            let open = open.clone();
+            let http = http.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |request| {
                     let state = state.clone();
                     async move { Ok::<_, Infallible>(state.answer(&request)) }
                 });
-                // A client may shut down its write side once its request is sent (`nc -N`,
-                // scripts): answer it instead of dropping the connection at that EOF.
-                let _ = http1::Builder::new()
-                    .half_close(true)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let connection = http.serve_connection(TokioIo::new(stream), service);
+                tokio::select! {
+                    _ = connection => {}
+                    () = closed.cancelled() => {}
+                }
+                lock(&open).connections.remove(&id);
             });
         }
     }
+}
+
+/// The open connections, oldest first, each with the token that closes it.
+#[derive(Debug, Default)]
+struct Open {
+    next_id: u64,
+    connections: BTreeMap<u64, CancellationToken>,
+}
+
+fn lock(open: &Mutex<Open>) -> std::sync::MutexGuard<'_, Open> {
+    // A panic while holding the lock leaves a map that is still consistent.
+    open.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 struct State {

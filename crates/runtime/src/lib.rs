@@ -1,12 +1,15 @@
 //! Pieces every long-running `hairpin` command shares: the admin server (`/livez`, `/readyz`,
-//! `/metrics`), shutdown signals (the first drains, the second forces), logging, and the clap
-//! argument groups that configure them.
+//! `/metrics`), shutdown signals (the first drains, the second forces), logging, the file
+//! descriptor limit, rate-limited logging, and the clap argument groups that configure them.
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod fdlimit;
 pub mod logging;
+pub mod ratelimit;
 pub mod shutdown;
 
-pub use admin::{AdminArgs, AdminError, AdminServer, Readiness};
+pub use admin::{AdminArgs, AdminError, AdminLimits, AdminServer, Readiness};
 pub use logging::{LogArgs, LogFormat};
+pub use ratelimit::LogLimiter;
 pub use shutdown::Shutdown;

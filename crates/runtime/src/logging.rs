@@ -31,8 +31,10 @@ pub enum LogFormat {
 pub fn init(args: &LogArgs) -> Result<(), String> {
     let filter = EnvFilter::try_new(&args.log_level)
         .map_err(|err| format!("invalid --log-level {:?}: {err}", args.log_level))?;
+    // Colours only on a terminal: escape codes in a log file or a pod's log are noise.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match args.log_format {
         LogFormat::Text => builder.try_init(),

@@ -1,9 +1,11 @@
 //! The admin server over real HTTP on loopback.
 
-use std::net::SocketAddr;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use hairpin_runtime::{AdminError, AdminServer, Readiness, Shutdown};
+use hairpin_runtime::{AdminError, AdminLimits, AdminServer, Readiness, Shutdown};
 use hairpin_testkit::http_get;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
@@ -97,4 +99,106 @@ async fn busy_admin_port_names_the_address() {
     assert!(matches!(err, AdminError::Bind { .. }));
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
     assert_eq!(err.metric_label(), "admin_bind");
+}
+
+async fn serve_with(limits: AdminLimits) -> SocketAddr {
+    let server = AdminServer::bind("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("bind")
+        .with_limits(limits);
+    let addr = server.local_addr();
+    tokio::spawn(server.serve(
+        Arc::new(Registry::default()),
+        Readiness::new(),
+        Shutdown::new(),
+    ));
+    addr
+}
+
+/// Reads until the server closes the connection; `None` if it is still open after `within`.
+fn closed_within(stream: &mut TcpStream, within: Duration) -> Option<Vec<u8>> {
+    stream.set_read_timeout(Some(within)).expect("timeout");
+    let mut got = Vec::new();
+    match stream.read_to_end(&mut got) {
+        Ok(_) => Some(got),
+        Err(err) if err.kind() == ErrorKind::ConnectionReset => Some(got),
+        Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => None,
+        Err(err) => panic!("read: {err}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_and_an_idle_keep_alive_one_are_closed_at_the_header_timeout() {
+    let timeout = Duration::from_millis(300);
+    let addr = serve_with(AdminLimits {
+        header_timeout: timeout,
+        ..AdminLimits::default()
+    })
+    .await;
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let mut silent = TcpStream::connect(addr).expect("connect");
+        assert!(
+            closed_within(&mut silent, Duration::from_secs(5)).is_some(),
+            "a silent connection must be closed"
+        );
+        let after = started.elapsed();
+        assert!(
+            after >= timeout && after < timeout * 5,
+            "closed after {after:?}"
+        );
+
+        // Half a request head, then nothing: closed as well.
+        let mut partial = TcpStream::connect(addr).expect("connect");
+        partial
+            .write_all(b"GET /livez HTTP/1.1\r\nHo")
+            .expect("write");
+        assert!(closed_within(&mut partial, Duration::from_secs(5)).is_some());
+
+        // A keep-alive connection is answered, then closed once idle that long.
+        let mut keep_alive = TcpStream::connect(addr).expect("connect");
+        keep_alive
+            .write_all(b"GET /livez HTTP/1.1\r\nHost: test\r\n\r\n")
+            .expect("write");
+        let answer = closed_within(&mut keep_alive, Duration::from_secs(5))
+            .expect("closed once idle after its answer");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    })
+    .await
+    .expect("join");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_the_oldest_connection_is_closed_and_the_newest_answered() {
+    let addr = serve_with(AdminLimits {
+        header_timeout: Duration::from_secs(60),
+        max_connections: 4,
+    })
+    .await;
+    tokio::task::spawn_blocking(move || {
+        let mut silent: Vec<TcpStream> = (0..10)
+            .map(|_| {
+                let stream = TcpStream::connect(addr).expect("connect");
+                // One at a time, so that the server's order is the order here.
+                std::thread::sleep(Duration::from_millis(20));
+                stream
+            })
+            .collect();
+        let started = Instant::now();
+        assert_eq!(get(addr, "/livez"), (200, "ok\n".to_owned()));
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "/livez took {:?} behind silent connections",
+            started.elapsed()
+        );
+        // The probe took a slot (and gave it back): of the ten, the oldest seven were closed
+        // and the newest three are still open.
+        for (i, stream) in silent.iter_mut().enumerate() {
+            let closed = closed_within(stream, Duration::from_millis(200)).is_some();
+            assert_eq!(closed, i < 7, "silent connection {i}");
+        }
+    })
+    .await
+    .expect("join");
 }

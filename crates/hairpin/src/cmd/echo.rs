@@ -2,9 +2,11 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use hairpin_doctor::echo::{EchoServer, ProxyMode};
+use hairpin_dataplane::parse_duration;
+use hairpin_doctor::echo::{EchoLimits, EchoServer, ProxyMode};
 use hairpin_runtime::{LogArgs, Shutdown};
 
 /// `--proxy-protocol` values.
@@ -32,12 +34,26 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_ECHO_PROXY_PROTOCOL", value_enum, default_value_t = Mode::Required)]
     pub(crate) proxy_protocol: Mode,
 
+    /// Time from accepting a connection for its PROXY header and request to arrive, all of
+    /// them (not per read); a connection still sending at the deadline is closed.
+    #[arg(long, env = "HAIRPIN_ECHO_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub(crate) header_timeout: Duration,
+
+    /// Most connections served at once; beyond it, new ones wait in the listen backlog.
+    #[arg(long, env = "HAIRPIN_ECHO_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_connections: u32,
+
     #[command(flatten)]
     pub(crate) log: LogArgs,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
+    hairpin_runtime::fdlimit::raise_and_report(1, args.max_connections.into(), "--max-connections");
+    let limits = EchoLimits {
+        header_timeout: args.header_timeout,
+        max_connections: args.max_connections as usize,
+    };
     let mode = match args.proxy_protocol {
         Mode::Required => ProxyMode::Required,
         Mode::Optional => ProxyMode::Optional,
@@ -49,7 +65,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()?;
     runtime.block_on(async move {
         let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
-        let server = EchoServer::bind(args.listen, mode).await?;
+        let server = EchoServer::bind(args.listen, mode)
+            .await?
+            .with_limits(limits);
         tracing::info!(
             listen = %server.local_addr()?,
             proxy_protocol = mode.as_str(),

@@ -128,6 +128,8 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
+    // Two descriptors per connection: the client's and the upstream's.
+    hairpin_runtime::fdlimit::raise_and_report(2, args.max_connections.into(), "--max-connections");
     let workers = args.workers.map_or_else(
         || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         usize::from,

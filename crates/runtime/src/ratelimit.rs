@@ -1,11 +1,12 @@
-//! Bounded logging for events that a misbehaving peer can trigger at line rate.
+//! Bounded logging for events that a misbehaving peer can trigger at line rate (accept
+//! failures, refused connections, bad headers): a few lines per window, then a count.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Lets `burst` events through per `window` and counts the rest.
 #[derive(Debug)]
-pub(crate) struct LogLimiter {
+pub struct LogLimiter {
     burst: u32,
     window: Duration,
     state: Mutex<State>,
@@ -19,7 +20,8 @@ struct State {
 }
 
 impl LogLimiter {
-    pub(crate) fn new(burst: u32, window: Duration) -> Self {
+    /// At most `burst` lines per `window`.
+    pub fn new(burst: u32, window: Duration) -> Self {
         Self {
             burst,
             window,
@@ -29,7 +31,7 @@ impl LogLimiter {
 
     /// `Some(n)` when this event may be logged, `n` being how many were suppressed since the
     /// last one that was; `None` when it must not.
-    pub(crate) fn check(&self) -> Option<u64> {
+    pub fn check(&self) -> Option<u64> {
         let now = Instant::now();
         let mut state = self
             .state
