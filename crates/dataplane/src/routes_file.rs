@@ -57,17 +57,20 @@ impl RoutesFile {
                 tracing::warn!(error = %err, "cannot listen for SIGHUP; polling the routes file only");
             })
             .ok();
-        tokio::spawn(self.follow(interval, hangup, routes, metrics))
+        // The file was read by `load`: the first poll is one interval from now. (An interval's
+        // first tick is immediate, and the task may first run only after a change made since
+        // the proxy reported ready, which must wait for its SIGHUP or poll.)
+        let tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        tokio::spawn(self.follow(tick, hangup, routes, metrics))
     }
 
     async fn follow(
         mut self,
-        interval: Duration,
+        mut tick: tokio::time::Interval,
         mut hangup: Option<tokio::signal::unix::Signal>,
         routes: watch::Sender<RouteTable>,
         metrics: ProxyMetrics,
     ) {
-        let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
