@@ -11,7 +11,15 @@ pub struct ProxyConfig {
     pub connect_timeout: Duration,
     /// How long a connection may move no byte in either direction before both sides are closed.
     pub idle_timeout: Duration,
-    /// How long established connections may take to finish after a drain starts.
+    /// Once one side has finished (sent its FIN), how long the connection may move no byte
+    /// before both sides are closed: a half-closed connection waits for one side only, and
+    /// must not hold a `max_connections` slot for the whole idle timeout.
+    pub half_close_timeout: Duration,
+    /// After the drain starts, how long the proxy keeps accepting (with `/readyz` failing),
+    /// so that its endpoints are withdrawn before it stops: clients routed to it meanwhile
+    /// are served rather than refused.
+    pub shutdown_delay: Duration,
+    /// How long established connections may take to finish once accepting has stopped.
     pub drain_timeout: Duration,
     /// The most connections open at once, over all routes. At the limit the proxy stops
     /// accepting (new clients wait in the kernel's backlog) until a connection ends.
@@ -30,6 +38,8 @@ impl Default for ProxyConfig {
         Self {
             connect_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(600),
+            half_close_timeout: Duration::from_secs(30),
+            shutdown_delay: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(25),
             max_connections: 10_000,
             listeners_per_route: 1,

@@ -10,6 +10,7 @@ use hairpin_proxy_protocol::encode_header;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::ProxyConfig;
 use crate::copy::{Duplex, Progress};
 use crate::metrics::{ConnectFailure, RouteMetrics};
 use crate::proxy::{RouteRuntime, Shared};
@@ -84,15 +85,7 @@ pub(crate) async fn serve(
             .map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err.to_string())),
     });
     let result = match sent {
-        Ok(()) => {
-            pump(
-                &mut duplex,
-                shared.config.idle_timeout,
-                &route.metrics,
-                &ticker,
-            )
-            .await
-        }
+        Ok(()) => pump(&mut duplex, &shared.config, &route.metrics, &ticker).await,
         Err(err) => Err(err),
     };
     duplex.flush_counts();
@@ -106,15 +99,18 @@ pub(crate) async fn serve(
     }
 }
 
-/// Copies until done, or until the idleness check on a tick finds no byte moved for
-/// `idle_timeout`.
+/// Copies until done, or until the check on a tick finds no byte moved for the idle timeout,
+/// or, once one side has finished, for the half-close timeout (on the half-closed tick).
 async fn pump(
     duplex: &mut Duplex<'_>,
-    idle_timeout: std::time::Duration,
+    config: &ProxyConfig,
     metrics: &RouteMetrics,
     ticker: &Ticker,
 ) -> io::Result<()> {
-    let tick = ticker.idle().notified();
+    let mut watch = ticker.idle();
+    let mut timeout = config.idle_timeout;
+    let mut expired = (&metrics.idle_timeouts, "idle timeout");
+    let tick = watch.notified();
     tokio::pin!(tick);
     tick.as_mut().enable();
     loop {
@@ -123,14 +119,21 @@ async fn pump(
             progress = std::future::poll_fn(|cx| duplex.poll(cx)) => match progress? {
                 Progress::Done => return Ok(()),
                 Progress::Yield => tokio::task::yield_now().await,
+                Progress::HalfClosed => {
+                    watch = ticker.half_closed();
+                    timeout = config.half_close_timeout;
+                    expired = (&metrics.half_close_timeouts, "half-close timeout");
+                    tick.set(watch.notified());
+                    tick.as_mut().enable();
+                }
             },
             () = &mut tick => {
-                tick.set(ticker.idle().notified());
+                tick.set(watch.notified());
                 tick.as_mut().enable();
                 let now = Instant::now();
-                if duplex.active_at(now) + idle_timeout <= now {
-                    metrics.idle_timeouts.inc();
-                    return Err(io::Error::new(io::ErrorKind::TimedOut, "idle timeout"));
+                if duplex.active_at(now) + timeout <= now {
+                    expired.0.inc();
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, expired.1));
                 }
             }
         }

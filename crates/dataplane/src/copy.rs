@@ -179,6 +179,9 @@ pub(crate) enum Progress {
     /// A direction moved its share for this turn: call `tokio::task::yield_now` before polling
     /// again (no waker is registered for it).
     Yield,
+    /// One direction has just finished and the other has not (reported once): the connection
+    /// now waits on one side only. Poll again at once.
+    HalfClosed,
 }
 
 /// Both directions of one proxied connection.
@@ -194,6 +197,8 @@ pub(crate) struct Duplex<'a> {
     moved_any: bool,
     /// When the idleness check last saw bytes moved (or the connection started).
     active_at: Instant,
+    /// [`Progress::HalfClosed`] was reported.
+    half_closed: bool,
 }
 
 impl<'a> Duplex<'a> {
@@ -210,6 +215,7 @@ impl<'a> Duplex<'a> {
             down: Half::default(),
             moved_any: false,
             active_at: Instant::now(),
+            half_closed: false,
         }
     }
 
@@ -256,6 +262,11 @@ impl<'a> Duplex<'a> {
         )?;
         if up.is_ready() && down.is_ready() {
             Poll::Ready(Ok(Progress::Done))
+        } else if (up.is_ready() || down.is_ready()) && !self.half_closed {
+            self.half_closed = true;
+            // The FIN was the last activity: the half-close timeout counts from it.
+            self.moved_any = true;
+            Poll::Ready(Ok(Progress::HalfClosed))
         } else if std::mem::take(&mut self.up.yielded) | std::mem::take(&mut self.down.yielded) {
             Poll::Ready(Ok(Progress::Yield))
         } else {

@@ -77,6 +77,7 @@ pub struct ProxyMetrics {
     connect_errors: Family<ConnectErrorLabels, Counter>,
     connect_seconds: Family<RouteLabels, Histogram, fn() -> Histogram>,
     idle_timeouts: Family<RouteLabels, Counter>,
+    half_close_timeouts: Family<RouteLabels, Counter>,
     limit_reached: Counter,
     max_connections: Gauge,
     routes: Gauge,
@@ -95,6 +96,7 @@ impl ProxyMetrics {
             connect_errors: Family::default(),
             connect_seconds: Family::new_with_constructor(connect_histogram),
             idle_timeouts: Family::default(),
+            half_close_timeouts: Family::default(),
             limit_reached: Counter::default(),
             max_connections: Gauge::default(),
             routes: Gauge::default(),
@@ -131,6 +133,11 @@ impl ProxyMetrics {
             "idle_timeouts",
             "Connections closed because no byte moved for the idle timeout",
             metrics.idle_timeouts.clone(),
+        );
+        registry.register(
+            "half_close_timeouts",
+            "Connections closed because no byte moved for the half-close timeout after one side finished",
+            metrics.half_close_timeouts.clone(),
         );
         registry.register(
             "connection_limit_reached",
@@ -203,6 +210,7 @@ impl ProxyMetrics {
             ],
             connect_seconds: self.connect_seconds.get_or_create_owned(&labels),
             idle_timeouts: self.idle_timeouts.get_or_create_owned(&labels),
+            half_close_timeouts: self.half_close_timeouts.get_or_create_owned(&labels),
         }
     }
 
@@ -234,6 +242,7 @@ pub(crate) struct RouteMetrics {
     errors: [Counter; 5],
     pub(crate) connect_seconds: Histogram,
     pub(crate) idle_timeouts: Counter,
+    pub(crate) half_close_timeouts: Counter,
 }
 
 impl RouteMetrics {

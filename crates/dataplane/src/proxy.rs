@@ -31,7 +31,10 @@ pub(crate) struct Shared {
     pub(crate) config: ProxyConfig,
     metrics: ProxyMetrics,
     limit: Arc<Semaphore>,
+    /// The connections.
     tracker: TaskTracker,
+    /// The accept loops, which end once their queue is taken after they stop accepting.
+    listeners: TaskTracker,
     shards: Vec<Shard>,
     /// One per shard (or one on the caller's runtime without shards): connect and idle
     /// timeouts.
@@ -131,6 +134,7 @@ impl Proxy {
                 metrics,
                 limit,
                 tracker: TaskTracker::new(),
+                listeners: TaskTracker::new(),
                 shards: Vec::new(),
                 tickers,
                 limit_log: LogLimiter::new(1, Duration::from_secs(10)),
@@ -244,14 +248,13 @@ impl Proxy {
         let runtime = Arc::new(RouteRuntime::new(route, &self.shared));
         let (config, _) = watch::channel(Some(runtime));
         for (i, listener) in listeners.into_iter().enumerate() {
+            let listeners = &self.shared.listeners;
             match self.shared.shards.get(i) {
-                Some(shard) => drop(shard.handle.spawn(accept_loop(
-                    listener,
-                    config.subscribe(),
-                    self.shared.clone(),
-                    Some(i),
-                ))),
-                None => drop(tokio::spawn(accept_loop(
+                Some(shard) => drop(listeners.spawn_on(
+                    accept_loop(listener, config.subscribe(), self.shared.clone(), Some(i)),
+                    &shard.handle,
+                )),
+                None => drop(listeners.spawn(accept_loop(
                     listener,
                     config.subscribe(),
                     self.shared.clone(),
@@ -278,9 +281,10 @@ impl Proxy {
     }
 
     /// Runs until the drain starts: applies every table `routes` delivers (starting with the
-    /// current one), and retries routes that failed to bind every second. Then stops accepting
-    /// and waits for the open connections, at most the drain timeout or until shutdown is
-    /// forced.
+    /// current one), and retries routes that failed to bind every second. Then keeps accepting
+    /// for the shutdown delay (`/readyz` already fails, so endpoints are withdrawn meanwhile),
+    /// stops accepting and waits for the open connections, at most the drain timeout or until
+    /// shutdown is forced.
     pub async fn run(
         mut self,
         mut routes: watch::Receiver<RouteTable>,
@@ -308,6 +312,17 @@ impl Proxy {
                 }
             }
         }
+        let delay = self.shared.config.shutdown_delay;
+        if !delay.is_zero() && !shutdown.is_forced() {
+            tracing::info!(
+                ?delay,
+                "shutting down: /readyz fails; still accepting for the shutdown delay, so that endpoints are withdrawn first"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = shutdown.forced() => {}
+            }
+        }
         self.stop_accepting();
         let grace = self.shared.config.drain_timeout;
         tracing::info!(
@@ -315,9 +330,15 @@ impl Proxy {
             ?grace,
             "draining: stopped accepting, waiting for open connections"
         );
-        self.shared.tracker.close();
+        self.shared.listeners.close();
+        let shared = self.shared.clone();
         let outcome = shutdown
-            .drain_within(grace, self.shared.tracker.wait())
+            .drain_within(grace, async move {
+                // The accept loops first take what is queued on their sockets.
+                shared.listeners.wait().await;
+                shared.tracker.close();
+                shared.tracker.wait().await;
+            })
             .await;
         match outcome {
             DrainOutcome::Completed => tracing::info!("drained: all connections closed"),
@@ -388,7 +409,7 @@ async fn accept_loop(
                 changed = config.changed() => {
                     match changed.ok().and_then(|()| config.borrow_and_update().clone()) {
                         Some(updated) => route = updated,
-                        None => return,
+                        None => break,
                     }
                     continue;
                 }
@@ -399,7 +420,7 @@ async fn accept_loop(
             changed = config.changed() => {
                 match changed.ok().and_then(|()| config.borrow_and_update().clone()) {
                     Some(updated) => route = updated,
-                    None => return,
+                    None => break,
                 }
                 continue;
             }
@@ -425,43 +446,73 @@ async fn accept_loop(
                 }
             }
         };
-        let Some(own) = shard else {
-            shared.tracker.spawn(conn::serve(
-                stream,
-                peer,
-                route.clone(),
-                shared.clone(),
-                shared.tickers[0].clone(),
-                permit,
-            ));
-            continue;
+        dispatch(stream, peer, &route, &shared, shard, permit);
+    }
+    // Stopped. Closing a listening socket resets the connections in its queue, which the
+    // kernel handed to it even if other listeners share the port: take them first, straight
+    // from the socket (tokio's readiness may not have seen them yet), while permits last.
+    let Ok(listener) = listener.into_std() else {
+        return;
+    };
+    while let Ok(permit) = shared.limit.clone().try_acquire_owned() {
+        let Ok((stream, peer)) = listener.accept() else {
+            break;
         };
-        // The kernel spreads connections over the workers' listeners by a hash, which can
-        // leave one worker with most of a handful of long connections; hand a connection to
-        // the least loaded worker when this one has more than twice its load.
-        let target = shared.least_loaded(own);
-        let stream = if target == own {
-            MaybeMoved::Here(stream)
-        } else {
-            match stream.into_std() {
-                Ok(stream) => MaybeMoved::Moved(stream),
-                Err(err) => {
-                    tracing::debug!(error = %err, "cannot move a connection to another worker");
-                    continue;
-                }
+        let stream = stream
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpStream::from_std(stream));
+        if let Ok(stream) = stream {
+            dispatch(stream, peer, &route, &shared, shard, permit);
+        }
+    }
+}
+
+/// Serves an accepted connection: here, or on the least loaded worker when this one has more
+/// than twice its load.
+fn dispatch(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    route: &Arc<RouteRuntime>,
+    shared: &Arc<Shared>,
+    shard: Option<usize>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let Some(own) = shard else {
+        shared.tracker.spawn(conn::serve(
+            stream,
+            peer,
+            route.clone(),
+            shared.clone(),
+            shared.tickers[0].clone(),
+            permit,
+        ));
+        return;
+    };
+    // The kernel spreads connections over the workers' listeners by a hash, which can
+    // leave one worker with most of a handful of long connections; hand a connection to
+    // the least loaded worker when this one has more than twice its load.
+    let target = shared.least_loaded(own);
+    let stream = if target == own {
+        MaybeMoved::Here(stream)
+    } else {
+        match stream.into_std() {
+            Ok(stream) => MaybeMoved::Moved(stream),
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot move a connection to another worker");
+                return;
             }
-        };
-        let worker = &shared.shards[target];
-        worker.load.inc();
-        if target != own {
-            shared.metrics.handoff();
         }
-        let serving = on_shard(stream, peer, route.clone(), shared.clone(), permit, target);
-        if target == own {
-            shared.tracker.spawn(serving);
-        } else {
-            shared.tracker.spawn_on(serving, &worker.handle);
-        }
+    };
+    let worker = &shared.shards[target];
+    worker.load.inc();
+    if target != own {
+        shared.metrics.handoff();
+    }
+    let serving = on_shard(stream, peer, route.clone(), shared.clone(), permit, target);
+    if target == own {
+        shared.tracker.spawn(serving);
+    } else {
+        shared.tracker.spawn_on(serving, &worker.handle);
     }
 }
 

@@ -9,7 +9,8 @@
 //! ticker; a waiting connection registers with it (a list insertion, no syscall) and checks
 //! its own deadline on each tick. A connect timeout fires at most one tick (an eighth of
 //! it) late; idleness is noticed on ticks too, so an idle timeout fires at most two ticks
-//! late.
+//! late. Half-closed connections watch a third tick, at an eighth of the half-close timeout,
+//! so that the idle connections are not woken more often for their sake.
 
 use std::future::Future;
 use std::sync::{Arc, Weak};
@@ -29,24 +30,32 @@ const MAX_IDLE_PERIOD: Duration = Duration::from_secs(10);
 pub(crate) struct Ticker {
     connect: Notify,
     idle: Notify,
+    half_closed: Notify,
     period: Duration,
     idle_every: u32,
+    half_closed_every: u32,
 }
 
 impl Ticker {
-    /// Ticks at an eighth of the connect timeout for connects, and of the idle timeout for
-    /// idleness (each within bounds).
+    /// Ticks at an eighth of the connect timeout for connects, of the idle timeout for
+    /// idleness and of the half-close timeout for half-closed connections (each within
+    /// bounds).
     pub(crate) fn new(config: &ProxyConfig) -> Arc<Self> {
         let period = (config.connect_timeout / 8).clamp(MIN_PERIOD, MAX_CONNECT_PERIOD);
-        let idle_period = (config.idle_timeout / 8).clamp(MIN_PERIOD, MAX_IDLE_PERIOD);
-        let idle_every = (idle_period.as_secs_f64() / period.as_secs_f64()).round();
+        // In connect ticks; the ratio is at most 2,000 (10 s over 5 ms), so the cast cannot
+        // truncate.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let every = |timeout: Duration| {
+            let own = (timeout / 8).clamp(MIN_PERIOD, MAX_IDLE_PERIOD);
+            (own.as_secs_f64() / period.as_secs_f64()).round().max(1.0) as u32
+        };
         Arc::new(Self {
             connect: Notify::new(),
             idle: Notify::new(),
+            half_closed: Notify::new(),
             period,
-            // The ratio is at most 2,000 (10 s over 5 ms): the cast cannot truncate.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            idle_every: idle_every.max(1.0) as u32,
+            idle_every: every(config.idle_timeout),
+            half_closed_every: every(config.half_close_timeout),
         })
     }
 
@@ -65,10 +74,12 @@ impl Ticker {
                     return;
                 };
                 ticker.connect.notify_waiters();
-                ticks += 1;
-                if ticks >= ticker.idle_every {
-                    ticks = 0;
+                ticks = ticks.wrapping_add(1);
+                if ticks.is_multiple_of(ticker.idle_every) {
                     ticker.idle.notify_waiters();
+                }
+                if ticks.is_multiple_of(ticker.half_closed_every) {
+                    ticker.half_closed.notify_waiters();
                 }
             }
         }
@@ -100,6 +111,11 @@ impl Ticker {
     pub(crate) fn idle(&self) -> &Notify {
         &self.idle
     }
+
+    /// What half-closed connections wait on, as [`Ticker::idle`].
+    pub(crate) fn half_closed(&self) -> &Notify {
+        &self.half_closed
+    }
 }
 
 #[cfg(test)]
@@ -120,6 +136,8 @@ mod tests {
         // 5 s connect: 625 ms; 600 s idle: capped at 10 s, every 16th tick.
         assert_eq!(default.period, Duration::from_millis(625));
         assert_eq!(default.idle_every, 16);
+        // 30 s half-close: 3.75 s, every 6th tick.
+        assert_eq!(default.half_closed_every, 6);
         let tiny = Ticker::new(&config(1, 1));
         assert_eq!(tiny.period, MIN_PERIOD);
         assert_eq!(tiny.idle_every, 1);

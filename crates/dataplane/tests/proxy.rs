@@ -462,6 +462,57 @@ fn idle_connections_are_closed() {
 }
 
 #[test]
+fn a_half_closed_connection_gets_its_own_timeout_and_frees_its_slot() {
+    let (up, up_addr) = upstream();
+    let listen = free_addr();
+    let proxy = Running::start(
+        ProxyConfig {
+            idle_timeout: Duration::from_secs(600),
+            half_close_timeout: Duration::from_millis(400),
+            max_connections: 1,
+            ..config()
+        },
+        table(vec![route("half", listen, up_addr, Version::V1)]),
+    );
+    let mut client = connect(listen);
+    let mut server = accept(&up);
+    let header = v1_line(client.local_addr().unwrap(), listen);
+    assert_eq!(read_n(&mut server, header.len()), header.as_bytes());
+    // The client finishes; the upstream gets the FIN.
+    client.shutdown(Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    server.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    // The open direction keeps the connection while bytes move, past the half-close timeout.
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(150));
+        server.write_all(b"y").unwrap();
+        assert_eq!(read_n(&mut client, 1), b"y");
+    }
+    // Then nothing moves: closed after the half-close timeout, not the idle timeout.
+    let started = Instant::now();
+    client.read_to_end(&mut rest).unwrap();
+    let waited = started.elapsed();
+    assert!(rest.is_empty());
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "closed after {waited:?}"
+    );
+    proxy.wait_metric("hairpin_proxy_half_close_timeouts_total{route=\"half\"} 1");
+    assert_eq!(
+        proxy.value("hairpin_proxy_idle_timeouts_total{route=\"half\"}"),
+        0.0
+    );
+    // The only slot (max_connections 1) is free again.
+    let mut next = connect(listen);
+    let mut next_server = accept(&up);
+    let header = v1_line(next.local_addr().unwrap(), listen);
+    assert_eq!(read_n(&mut next_server, header.len()), header.as_bytes());
+    next.write_all(b"z").unwrap();
+    assert_eq!(read_n(&mut next_server, 1), b"z");
+}
+
+#[test]
 fn a_silent_upstream_hits_the_connect_timeout() {
     // A listener whose accept queue is full drops SYNs: connecting to it hangs.
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
@@ -639,6 +690,7 @@ fn drain_waits_for_open_connections_and_stops_accepting() {
     let proxy = Running::start(
         ProxyConfig {
             drain_timeout: Duration::from_secs(10),
+            shutdown_delay: Duration::from_millis(500),
             ..config()
         },
         table(vec![route("d", listen, up_addr, Version::V1)]),
@@ -647,6 +699,14 @@ fn drain_waits_for_open_connections_and_stops_accepting() {
     let mut server = accept(&up);
     let header = v1_line(client.local_addr().unwrap(), listen);
     assert_eq!(read_n(&mut server, header.len()), header.as_bytes());
+    // Within the shutdown delay, new connections are still accepted and forwarded.
+    proxy.shutdown.trigger();
+    let triggered = Instant::now();
+    let late = connect(listen);
+    let mut late_server = accept(&up);
+    let header = v1_line(late.local_addr().unwrap(), listen);
+    assert_eq!(read_n(&mut late_server, header.len()), header.as_bytes());
+    drop((late, late_server));
     // Probes below that the proxy still accepted are forwarded: close them upstream too, or
     // they would (rightly) keep the drain waiting.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -660,12 +720,16 @@ fn drain_waits_for_open_connections_and_stops_accepting() {
             }
         })
     };
-    proxy.shutdown.trigger();
     let deadline = Instant::now() + T;
     while TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_ok() {
         assert!(Instant::now() < deadline, "still accepting while draining");
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(
+        triggered.elapsed() >= Duration::from_millis(500),
+        "stopped accepting {:?} after the drain started, before the shutdown delay",
+        triggered.elapsed()
+    );
     client.write_all(b"during drain").unwrap();
     assert_eq!(read_n(&mut server, 12), b"during drain");
     let thread = &proxy.thread;

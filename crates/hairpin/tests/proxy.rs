@@ -609,6 +609,8 @@ fn sigterm_drains_open_connections_then_exits() {
         &up_addr.to_string(),
         "--drain-timeout",
         "30s",
+        "--shutdown-delay",
+        "0s",
     ]);
     let (mut client, mut server) = open_through(listen, &upstream);
     // A probe below that the proxy still accepted is forwarded: close it upstream too, or it

@@ -101,8 +101,22 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_IDLE_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     idle_timeout: Duration,
 
-    /// After SIGTERM, how long open connections may take to finish (a second signal ends
-    /// them at once).
+    /// Once one side of a connection has finished (sent its FIN), the connection is closed
+    /// when no byte moves either way for this long, instead of the idle timeout: a
+    /// half-closed connection must not hold a --max-connections slot for 10 minutes. Checked
+    /// on a per-worker tick of an eighth of it (at most 10s).
+    #[arg(long, env = "HAIRPIN_HALF_CLOSE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    half_close_timeout: Duration,
+
+    /// After SIGTERM, how long the proxy keeps accepting while /readyz fails, so that its
+    /// endpoints are withdrawn before it stops (connections routed to it meanwhile are
+    /// served, not refused). A second signal skips it.
+    #[arg(long, env = "HAIRPIN_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    shutdown_delay: Duration,
+
+    /// Once accepting has stopped, how long open connections may take to finish (a second
+    /// signal ends them at once). Pod terminationGracePeriodSeconds must cover
+    /// --shutdown-delay plus this.
     #[arg(long, env = "HAIRPIN_DRAIN_TIMEOUT", default_value = "25s", value_parser = parse_duration)]
     drain_timeout: Duration,
 
@@ -253,6 +267,8 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
     let config = ProxyConfig {
         connect_timeout: args.connect_timeout,
         idle_timeout: args.idle_timeout,
+        half_close_timeout: args.half_close_timeout,
+        shutdown_delay: args.shutdown_delay,
         drain_timeout: args.drain_timeout,
         max_connections: args.max_connections as usize,
         listeners_per_route: workers,
