@@ -78,6 +78,32 @@ def lint(chart_dir, namespace):
             sys.stderr.write("helm lint: %s\n" % error)
     if failed:
         sys.exit(1)
+    check_disruption_budgets(chart_dir, namespace)
+
+
+def check_disruption_budgets(chart_dir, namespace):
+    """A PodDisruptionBudget with minAvailable 1 over a single replica blocks node drains for
+    good: the chart renders one only for components with more than one replica."""
+    failed = False
+    with helm.Chart.load(chart_dir) as chart:
+        for replicas in (1, 2):
+            values = {"proxy": {"replicas": replicas}, "controller": {"replicas": replicas}}
+            rendered = chart.render(values, name="hairpin", namespace=namespace)
+            budgets = sorted(
+                name_of(doc)
+                for text in rendered.values()
+                for doc in text.split("\n---")
+                if kind_of(doc.strip("\n")) == "PodDisruptionBudget"
+            )
+            expected = [] if replicas == 1 else ["hairpin-controller", "hairpin-proxy"]
+            if budgets != expected:
+                failed = True
+                sys.stderr.write(
+                    "chart check: with %d replica(s), PodDisruptionBudgets %s, expected %s\n"
+                    % (replicas, budgets, expected)
+                )
+    if failed:
+        sys.exit(1)
 
 
 def main():
