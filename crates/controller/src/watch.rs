@@ -191,6 +191,7 @@ impl Caches {
             grpc_routes: self.grpc_routes.objects(),
             tls_routes: typed_tls_routes(&self.tls_routes),
             config_maps: self.config_maps.iter().flat_map(Cache::objects).collect(),
+            namespaces: Vec::new(),
         }
     }
 

@@ -8,6 +8,10 @@ use hairpin_planner::load::load_yaml;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster.yaml");
+const TENANT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/tenant-admission.yaml"
+);
 
 fn hairpin(args: &[&str], stdin: Option<&str>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
@@ -323,6 +327,103 @@ fn stdin_input_and_flags_from_the_environment() {
         "{}",
         stdout(&out)
     );
+}
+
+/// (hostname, reason) of each row of the text output's Refused section.
+fn refused_rows(text: &str) -> Vec<(String, String)> {
+    let section = text
+        .split("\nRefused (hostnames hairpin will not redirect)\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .unwrap_or_else(|| panic!("no Refused section in:\n{text}"));
+    section
+        .lines()
+        .map(|l| {
+            let mut cols = l.split_whitespace().map(str::to_owned);
+            (cols.next().unwrap(), cols.next().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn refused_hostnames_are_listed_in_text_and_yaml() {
+    let out = hairpin(&["plan", "-f", TENANT], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let rows = refused_rows(&text);
+    let want = [
+        ("*.co.uk", "public_suffix"),
+        ("*.svc.cluster.local", "cluster_zone"),
+        ("kubernetes.default.svc.cluster.local", "cluster_zone"),
+        ("localhost", "localhost"),
+        ("metadata.google.internal", "cloud_metadata"),
+    ]
+    .map(|(h, r)| (h.to_owned(), r.to_owned()));
+    assert_eq!(rows, want);
+    assert!(
+        text.contains("  hostnames (2)\n"),
+        "only the legitimate hosts are planned:\n{text}"
+    );
+    assert!(
+        text.contains("  - Ingress tenant-a/storefront: hostname localhost refused (localhost)")
+    );
+
+    let out = hairpin(&["plan", "-f", TENANT, "-o", "yaml"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let yaml = stdout(&out);
+    assert_eq!(yaml.matches("# refused: hostname ").count(), 5, "{yaml}");
+    assert!(!yaml.contains("svc\\.cluster\\.local\\.$"), "{yaml}");
+    assert!(!yaml.contains("metadata.google.internal hairpin"), "{yaml}");
+}
+
+#[test]
+fn admission_flags_and_their_environment_variables() {
+    // `--deny-hostnames`: the tenant's own name is refused too.
+    let out = hairpin(
+        &[
+            "plan",
+            "-f",
+            TENANT,
+            "--deny-hostnames",
+            "tenant-a.example.com",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        refused_rows(&stdout(&out))
+            .contains(&("shop.tenant-a.example.com".into(), "denied".into())),
+        "{}",
+        stdout(&out)
+    );
+    // `HAIRPIN_HOSTNAME_NAMESPACES`: a namespace outside the list claims nothing.
+    let out = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+        .args(["plan", "-f", TENANT])
+        .env("HAIRPIN_HOSTNAME_NAMESPACES", "tenant-b")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let rows = refused_rows(&text);
+    for host in ["shop.tenant-a.example.com", "*.apps.tenant-a.example.co.uk"] {
+        assert!(
+            rows.contains(&(host.into(), "namespace_not_allowed".into())),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("  hostnames (0)\n"),
+        "nothing planned:\n{text}"
+    );
+    // Bad values are usage errors.
+    for (flag, value) in [
+        ("--deny-hostnames", "a..b"),
+        ("--hostname-namespaces", "web,team=web"),
+    ] {
+        let out = hairpin(&["plan", "-f", TENANT, flag, value], None);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        assert!(stderr(&out).contains(flag), "{}", stderr(&out));
+    }
 }
 
 #[test]

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::admission::AdmissionConfig;
+
 /// How the DNS override is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -77,6 +79,8 @@ pub struct PlannerConfig {
     pub routes_key: String,
     /// Cluster domain used when the Corefile does not name one.
     pub default_cluster_domain: String,
+    /// Which hostnames may be redirected, and on whose word ([`crate::admission`]).
+    pub admission: AdmissionConfig,
 }
 
 impl Default for PlannerConfig {
@@ -104,6 +108,7 @@ impl Default for PlannerConfig {
             routes_config_map: "hairpin-routes".into(),
             routes_key: "routes.json".into(),
             default_cluster_domain: "cluster.local".into(),
+            admission: AdmissionConfig::default(),
         }
     }
 }

@@ -39,9 +39,6 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
             .filter(|n| !n.status_addresses.is_empty())
             .map(|n| (n.service.clone(), n.status_addresses.as_slice())),
     );
-    let mut collected = hostnames::collect(snapshot, config, &lbs);
-    warnings.append(&mut collected.warnings);
-
     // CoreDNS: which ConfigMap, and the cluster domain.
     let coredns = find_coredns(snapshot, config);
     let analyzed = coredns
@@ -51,6 +48,13 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
         Some((_, _, Ok(info))) => info.cluster_domain.clone(),
         _ => config.default_cluster_domain.clone(),
     };
+    // Names in the zones the cluster DNS serves itself are never redirected.
+    let mut cluster_zones: Vec<&str> = vec![cluster_domain.as_str()];
+    if let Some((_, _, Ok(info))) = &analyzed {
+        cluster_zones.extend(info.kubernetes_zones.iter().map(String::as_str));
+    }
+    let mut collected = hostnames::collect(snapshot, config, &lbs, &cluster_zones);
+    warnings.append(&mut collected.warnings);
 
     // Hairpin Services, listener ports, routes.
     let names = service_names(&discovery.load_balancers);
@@ -199,6 +203,7 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
         load_balancers,
         not_needed: discovery.not_needed,
         conflicts: collected.conflicts,
+        refused: collected.refused,
         routes,
         routes_config_map,
         dns,

@@ -36,6 +36,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
+use crate::admission::{Admission, Origin, Refusal, RefusalReason};
 use crate::config::PlannerConfig;
 use crate::name::Host;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
@@ -152,7 +153,9 @@ pub struct Collected {
     pub per_lb: BTreeMap<ObjectRef, Vec<Hostname>>,
     /// Hostnames claimed by several load balancers.
     pub conflicts: Vec<Conflict>,
-    /// Invalid hostnames, Ingresses that could not be placed...
+    /// Hostnames the admission policy refused ([`crate::admission`]), sorted.
+    pub refused: Vec<Refusal>,
+    /// Ingresses that could not be placed, policy inputs that do not parse...
     pub warnings: Vec<Warning>,
 }
 
@@ -191,16 +194,15 @@ pub fn intersect(listener: &str, route: &str) -> Option<String> {
     }
 }
 
-/// The hostnames of every load balancer in `lbs` (Service and its status addresses).
+/// The hostnames of every load balancer in `lbs` (Service and its status addresses), each
+/// admitted by [`crate::admission`]; `cluster_zones` are the zones the cluster DNS serves
+/// itself (the `kubernetes` plugin's zones and the cluster domain).
 pub fn collect(
     snapshot: &ClusterSnapshot,
     config: &PlannerConfig,
     lbs: &[(ObjectRef, &[String])],
+    cluster_zones: &[&str],
 ) -> Collected {
-    let mut c = Collector {
-        found: BTreeMap::new(),
-        warnings: Vec::new(),
-    };
     let mut by_address: HashMap<&str, Vec<&ObjectRef>> = HashMap::new();
     for (lb, addresses) in lbs {
         for a in *addresses {
@@ -208,6 +210,19 @@ pub fn collect(
         }
     }
     let known: BTreeSet<&ObjectRef> = lbs.iter().map(|(lb, _)| lb).collect();
+    let admission = Admission::new(
+        &config.admission,
+        snapshot,
+        cluster_zones,
+        &config.annotation("allowed-hostnames"),
+        &known,
+    );
+    let mut c = Collector {
+        found: BTreeMap::new(),
+        refused: Vec::new(),
+        warnings: Vec::new(),
+        admission,
+    };
 
     // Annotations on the load balancer Services themselves.
     let own_key = config.annotation("hostnames");
@@ -219,9 +234,13 @@ pub fn collect(
         let annotations = svc.metadata.annotations.as_ref();
         for key in [EXTERNAL_DNS_ANNOTATION, own_key.as_str()] {
             if let Some(value) = annotations.and_then(|a| a.get(key)) {
-                let source = format!("Service {svc_ref} annotation {key}");
+                let origin = Origin::with_text(
+                    "Service",
+                    svc_ref.clone(),
+                    format!("Service {svc_ref} annotation {key}"),
+                );
                 for host in value.split(',').filter(|h| !h.trim().is_empty()) {
-                    c.add(&svc_ref, host, &source, WildcardLabels::One);
+                    c.add(&svc_ref, host, &origin, WildcardLabels::One);
                 }
             }
         }
@@ -243,7 +262,7 @@ pub fn collect(
     };
     for ing in &snapshot.ingresses {
         let ing_ref = ObjectRef::from_meta(&ing.metadata);
-        let source = format!("Ingress {ing_ref}");
+        let origin = Origin::new("Ingress", ing_ref);
         let hosts = ingress_hosts(ing);
         if hosts.is_empty() {
             continue;
@@ -263,7 +282,7 @@ pub fn collect(
                 Ok(lb) => known.iter().copied().filter(|k| **k == lb).collect(),
                 Err(why) => {
                     c.warnings.push(Warning::new(
-                        source.clone(),
+                        origin.text.clone(),
                         format!(
                             "no load balancer address in status and {why}; its hostnames are not planned"
                         ),
@@ -291,7 +310,7 @@ pub fn collect(
         };
         for lb in targets {
             for host in &hosts {
-                c.add(lb, host, &source, WildcardLabels::One);
+                c.add(lb, host, &origin, WildcardLabels::One);
             }
         }
     }
@@ -340,18 +359,18 @@ pub fn collect(
         if targets.is_empty() {
             continue;
         }
-        let gw_source = format!("Gateway {gw_ref}");
+        let gw_origin = Origin::new("Gateway", gw_ref.clone());
         let gw_routes = routes_by_gateway
             .get(&(gw_ref.namespace.as_str(), gw_ref.name.as_str()))
             .map_or(&[][..], Vec::as_slice);
-        let mut hosts: Vec<(String, String)> = Vec::new();
+        let mut hosts: Vec<(String, Origin)> = Vec::new();
         for listener in &gw.spec.listeners {
             if matches!(listener.protocol.as_str(), "UDP") {
                 continue;
             }
             let listener_host = listener.hostname.as_deref().map(|h| h.to_ascii_lowercase());
             if let Some(h) = &listener_host {
-                hosts.push((h.clone(), gw_source.clone()));
+                hosts.push((h.clone(), gw_origin.clone()));
             }
             // Namespaces are not in the snapshot, so a `Selector` is taken as allowing all.
             let same_only = listener
@@ -371,9 +390,13 @@ pub fn collect(
                 {
                     continue;
                 }
-                let route_source = format!(
-                    "{} {}/{} via Gateway {gw_ref}",
-                    route.kind, route.namespace, route.name
+                let route_source = Origin::with_text(
+                    route.kind,
+                    ObjectRef::new(&route.namespace, &route.name),
+                    format!(
+                        "{} {}/{} via Gateway {gw_ref}",
+                        route.kind, route.namespace, route.name
+                    ),
                 );
                 match (&listener_host, route.hostnames.is_empty()) {
                     (Some(lh), true) => hosts.push((lh.clone(), route_source)),
@@ -393,8 +416,8 @@ pub fn collect(
             }
         }
         for lb in targets {
-            for (host, source) in &hosts {
-                c.add(lb, host, source, WildcardLabels::OneOrMore);
+            for (host, origin) in &hosts {
+                c.add(lb, host, origin, WildcardLabels::OneOrMore);
             }
         }
     }
@@ -410,36 +433,64 @@ struct Found {
     labels: WildcardLabels,
 }
 
-struct Collector {
+struct Collector<'a> {
     /// hostname -> load balancer -> sources
     found: BTreeMap<String, BTreeMap<ObjectRef, Found>>,
+    refused: Vec<Refusal>,
     warnings: Vec<Warning>,
+    admission: Admission<'a>,
 }
 
-impl Collector {
-    /// Records `host` for `lb`; `labels` is what a wildcard means in `source`.
-    fn add(&mut self, lb: &ObjectRef, host: &str, source: &str, labels: WildcardLabels) {
-        match Host::parse(host.trim()) {
-            Ok(h) => {
-                let h = String::from(h);
-                let found = self
-                    .found
-                    .entry(h)
-                    .or_default()
-                    .entry(lb.clone())
-                    .or_default();
-                found.sources.insert(source.to_owned());
-                found.labels = found.labels.max(labels);
+impl Collector<'_> {
+    /// Records `host` for `lb` if the admission policy lets `origin` claim it; `labels` is
+    /// what a wildcard means in `origin`.
+    fn add(&mut self, lb: &ObjectRef, host: &str, origin: &Origin, labels: WildcardLabels) {
+        let refuse = |hostname: String, (reason, detail): (RefusalReason, String)| Refusal {
+            hostname,
+            source: origin.text.clone(),
+            kind: origin.kind.to_owned(),
+            object: origin.object.clone(),
+            reason,
+            detail,
+        };
+        let parsed = match Host::parse(host.trim()) {
+            Ok(h) => h,
+            Err(why) => {
+                let refusal = refuse(
+                    host.to_owned(),
+                    (
+                        RefusalReason::Invalid,
+                        format!("not a valid hostname: {why}"),
+                    ),
+                );
+                self.refused.push(refusal);
+                return;
             }
-            Err(why) => self.warnings.push(Warning::new(
-                source,
-                format!("invalid hostname {host:?}: {why}; skipped"),
-            )),
+        };
+        if let Err(why) = self.admission.check(&parsed, labels, origin, lb) {
+            self.refused.push(refuse(parsed.to_string(), why));
+            return;
         }
+        let found = self
+            .found
+            .entry(String::from(parsed))
+            .or_default()
+            .entry(lb.clone())
+            .or_default();
+        if !found.sources.contains(&origin.text) {
+            found.sources.insert(origin.text.clone());
+        }
+        found.labels = found.labels.max(labels);
     }
 
     fn finish(mut self) -> Collected {
         let mut out = Collected::default();
+        self.refused.sort();
+        self.refused.dedup();
+        self.warnings.append(&mut self.admission.warnings);
+        self.warnings
+            .extend(self.refused.iter().map(Refusal::warning));
+        out.refused = std::mem::take(&mut self.refused);
         for (host, lbs) in self.found {
             if lbs.len() > 1 {
                 let load_balancers: Vec<ObjectRef> = lbs.keys().cloned().collect();

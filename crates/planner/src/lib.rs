@@ -8,11 +8,13 @@
 //! - [`providers`]: PROXY protocol from provider annotations and ours.
 //! - [`discovery`]: which load balancers need a hairpin.
 //! - [`name`]: the hostname type and validator every part shares.
+//! - [`admission`]: which hostnames may be redirected, on whose word.
 //! - [`hostnames`]: the hostnames of each load balancer, and conflicts.
 //! - [`plan`]: the plan value; [`desired`] computes it.
 //! - [`corefile`], [`hosts`]: the Corefile and hosts-file editors.
 //! - [`load`]: cluster objects from YAML text; [`render`]: text, diff and YAML forms of a plan.
 
+pub mod admission;
 pub mod config;
 pub mod corefile;
 mod desired;
@@ -28,6 +30,7 @@ pub mod render;
 pub mod snapshot;
 pub mod warning;
 
+pub use admission::{AdmissionConfig, NamespacePolicy, Refusal, RefusalReason};
 pub use config::{DnsMode, PlannerConfig};
 pub use desired::desired;
 pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};

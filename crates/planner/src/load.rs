@@ -117,7 +117,11 @@ fn add_value(
         serde_json::from_value(value).map_err(|e| format!("{what}: {e}"))
     }
     match (group.as_str(), kind.as_str()) {
-        (_, "List") | (_, "ServiceList") | (_, "IngressList") | (_, "ConfigMapList") => {
+        (_, "List")
+        | (_, "ServiceList")
+        | (_, "IngressList")
+        | (_, "ConfigMapList")
+        | (_, "NamespaceList") => {
             let Some(Value::Array(items)) = value.get("items").cloned() else {
                 return Err(format!("{kind} without `items`"));
             };
@@ -127,6 +131,7 @@ fn add_value(
         }
         ("", "Service") => snapshot.services.push(typed(value, &what)?),
         ("", "ConfigMap") => snapshot.config_maps.push(typed(value, &what)?),
+        ("", "Namespace") => snapshot.namespaces.push(typed(value, &what)?),
         ("networking.k8s.io", "Ingress") => snapshot.ingresses.push(typed(value, &what)?),
         ("networking.k8s.io", "IngressClass") => {
             snapshot.ingress_classes.push(typed(value, &what)?)

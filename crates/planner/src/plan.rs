@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use serde::Serialize;
 
+use crate::admission::Refusal;
 use crate::config::DnsMode;
 use crate::corefile::{CorefileError, DnsEntry};
 use crate::discovery::{LoadBalancer, NotNeeded};
@@ -23,6 +24,9 @@ pub struct Plan {
     pub not_needed: Vec<NotNeeded>,
     /// Hostnames claimed by more than one load balancer; planned for none of them.
     pub conflicts: Vec<Conflict>,
+    /// Hostnames the admission policy refused ([`crate::admission`]), with who asked and why;
+    /// sorted. Each also has a warning.
+    pub refused: Vec<Refusal>,
     /// The proxy route table, all load balancers together, sorted by listener port.
     pub routes: Vec<ProxyRoute>,
     /// The ConfigMap holding [`Plan::routes`] as JSON (`routes.json`), for `--routes-file`.

@@ -120,6 +120,32 @@ pub fn text(plan: &Plan) -> String {
         }
     }
 
+    if !plan.refused.is_empty() {
+        let _ = writeln!(out, "\nRefused (hostnames hairpin will not redirect)");
+        let width = plan
+            .refused
+            .iter()
+            .map(|r| r.hostname.len())
+            .max()
+            .unwrap_or(0);
+        let reason_width = plan
+            .refused
+            .iter()
+            .map(|r| r.reason.label().len())
+            .max()
+            .unwrap_or(0);
+        for r in &plan.refused {
+            let _ = writeln!(
+                out,
+                "  {:<width$}  {:<reason_width$}  {}: {}",
+                r.hostname,
+                r.reason.label(),
+                r.source,
+                r.detail
+            );
+        }
+    }
+
     let _ = writeln!(out, "\nDNS");
     match &plan.dns {
         Some(d) => {
@@ -266,6 +292,13 @@ pub fn yaml(plan: &Plan) -> Result<String, String> {
     let mut out = String::new();
     for o in &plan.orphaned_services {
         let _ = writeln!(out, "# delete: Service {o} (no longer needed)");
+    }
+    for r in &plan.refused {
+        let _ = writeln!(
+            out,
+            "# refused: hostname {} ({}) from {}: {}",
+            r.hostname, r.reason, r.source, r.detail
+        );
     }
     for d in docs {
         out.push_str("---\n");

@@ -4,7 +4,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::tlsroutes::TlsRoute;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
@@ -33,6 +33,9 @@ pub struct ClusterSnapshot {
     /// ConfigMaps: CoreDNS (`coredns`, `rke2-coredns-rke2-coredns`...), `coredns-custom`,
     /// `node-local-dns`, and our own `hairpin-routes`.
     pub config_maps: Vec<ConfigMap>,
+    /// Namespaces (metadata only is read: their labels, for `--hostname-namespaces` label
+    /// selectors). The controller watches them only when such a selector is configured.
+    pub namespaces: Vec<Namespace>,
 }
 
 /// Namespace and name of an object; displayed as `namespace/name`.

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use hairpin_planner::admission::{AdmissionConfig, NamespacePolicy, parse_host_list};
+use hairpin_planner::name::Host;
 use hairpin_planner::{ClusterSnapshot, DnsMode, PlannerConfig, desired, load, render};
 
 /// Planner settings, shared by every command that computes a plan.
@@ -78,6 +80,28 @@ pub(crate) struct PlannerArgs {
     /// Cluster domain used when the Corefile names none.
     #[arg(long, env = "HAIRPIN_CLUSTER_DOMAIN", default_value = "cluster.local")]
     pub(crate) cluster_domain: String,
+    /// Hostnames never redirected, besides the built-in ones (cluster zones, reverse zones,
+    /// localhost, cloud metadata names, single labels, public suffixes), comma-separated:
+    /// `corp.example` refuses that name and every name under it, `*.corp.example` only the
+    /// names under it. A wildcard that covers a refused name is refused too.
+    #[arg(
+        long,
+        env = "HAIRPIN_DENY_HOSTNAMES",
+        default_value = "",
+        value_parser = |s: &str| parse_host_list(s).map(HostList)
+    )]
+    pub(crate) deny_hostnames: HostList,
+    /// Namespaces whose Ingresses, Gateways, routes and Services may claim hostnames:
+    /// comma-separated names (`web,shop`), or a label selector of the Namespaces
+    /// (`team=web`, `env!=dev`; the controller then watches Namespaces). Empty: any
+    /// namespace. A hostname from any other namespace is refused.
+    #[arg(
+        long,
+        env = "HAIRPIN_HOSTNAME_NAMESPACES",
+        default_value = "",
+        value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<NamespacePolicy>())
+    )]
+    pub(crate) hostname_namespaces: NamespacePolicy,
 }
 
 impl PlannerArgs {
@@ -96,10 +120,18 @@ impl PlannerArgs {
             annotation_prefix: self.annotation_prefix.clone(),
             routes_config_map: self.routes_config_map.clone(),
             default_cluster_domain: self.cluster_domain.clone(),
+            admission: AdmissionConfig {
+                deny_hostnames: self.deny_hostnames.0.clone(),
+                hostname_namespaces: self.hostname_namespaces.clone(),
+            },
             ..PlannerConfig::default()
         }
     }
 }
+
+/// A comma-separated list of hostnames, as one flag value.
+#[derive(Debug, Clone)]
+pub(crate) struct HostList(pub(crate) Vec<Host>);
 
 fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
     s.split(',')

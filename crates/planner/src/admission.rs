@@ -1,0 +1,647 @@
+//! Hostname admission: which hostnames hairpin may redirect, and on whose word.
+//!
+//! hairpin writes into the cluster's DNS on the word of Ingresses, Gateways, routes and
+//! annotations that any namespace can create, so every hostname passes this policy before it
+//! is planned. Never redirected, whoever asks:
+//!
+//! - a name in a zone the cluster DNS serves itself: every zone on the `kubernetes` plugin
+//!   line and the cluster domain, with everything under them (`kubernetes.default.svc.cluster.local`);
+//! - the reverse zones `in-addr.arpa` and `ip6.arpa`;
+//! - `localhost` and names under it;
+//! - cloud metadata names ([`CLOUD_METADATA_NAMES`], [`CLOUD_INTERNAL_ZONES`]);
+//! - single-label names (`intranet`): a bare name is resolved through the pods' search list, so
+//!   a redirect would change what every short name means;
+//! - a public suffix (`co.uk`, `github.io`), and a wildcard directly under one (`*.co.uk`,
+//!   `*.com`), from the Public Suffix List (the `psl` crate, both its ICANN and private
+//!   sections). A TLD that the list does not know (`internal`, `test`, `corp`) counts as a
+//!   public suffix too, by the list's implicit `*` rule: `*.internal` is refused, while
+//!   `app.example.internal` and `*.example.internal` are admitted like any other name;
+//! - anything in a `--deny-hostnames` zone.
+//!
+//! A wildcard is refused when it covers any protected name, counting what its `*` stands for
+//! ([`WildcardLabels`]): `*.svc.cluster.local` and `*.local` (which covers `cluster.local`)
+//! are refused, `*.example.com` is not.
+//!
+//! Then who may claim a name: sources in any namespace by default, or only those
+//! `--hostname-namespaces` allows ([`NamespacePolicy`]); and a load balancer whose Service has
+//! the `allowed-hostnames` annotation gets only the names the annotation allows.
+//!
+//! A refused hostname is left out of the plan and reported as a [`Refusal`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Namespace;
+use serde::Serialize;
+
+use crate::hostnames::WildcardLabels;
+use crate::name::{DnsName, Host, head, within};
+use crate::snapshot::{ClusterSnapshot, ObjectRef};
+use crate::warning::Warning;
+
+/// Cloud metadata service names: GCE and GKE (`metadata.google.internal`, and `metadata`
+/// through the `google.internal` search domain), AWS EC2 (`instance-data`,
+/// `instance-data.ec2.internal`; other regions are under [`CLOUD_INTERNAL_ZONES`]). Azure,
+/// Alibaba Cloud, Oracle Cloud and OpenStack serve theirs on a link-local address only
+/// (169.254.169.254, 100.100.100.200), which no DNS rule can redirect. Add others with
+/// `--deny-hostnames`.
+pub const CLOUD_METADATA_NAMES: &[&str] = &[
+    "metadata",
+    "metadata.google.internal",
+    "instance-data",
+    "instance-data.ec2.internal",
+];
+
+/// Cloud providers' own internal zones: Google's (`metadata.google.internal`), and AWS's VPC
+/// zones, which hold the metadata name of every region (`instance-data.<region>.compute.internal`)
+/// and the nodes' own hostnames (`ip-10-0-0-1.ec2.internal`).
+pub const CLOUD_INTERNAL_ZONES: &[&str] = &["google.internal", "ec2.internal", "compute.internal"];
+
+/// Reverse-lookup zones.
+pub const REVERSE_ZONES: &[&str] = &["in-addr.arpa", "ip6.arpa"];
+
+/// Why a hostname was refused. The label ([`RefusalReason::label`]) is stable: it is the
+/// `reason` of `hairpin_hostnames_refused_total` and of the plan's `refused` list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalReason {
+    /// Not a valid hostname.
+    Invalid,
+    /// In a zone the cluster DNS serves itself (the cluster domain, a `kubernetes` zone).
+    ClusterZone,
+    /// In `in-addr.arpa` or `ip6.arpa`.
+    ReverseZone,
+    /// `localhost` or a name under it.
+    Localhost,
+    /// A cloud metadata name or a cloud provider's internal zone.
+    CloudMetadata,
+    /// A single-label name.
+    SingleLabel,
+    /// A public suffix, or a wildcard directly under one.
+    PublicSuffix,
+    /// In a `--deny-hostnames` zone.
+    Denied,
+    /// Its source is in a namespace `--hostname-namespaces` does not allow.
+    NamespaceNotAllowed,
+    /// Not allowed by the load balancer Service's `allowed-hostnames` annotation.
+    NotInAllowList,
+}
+
+impl RefusalReason {
+    /// Every reason, in order.
+    pub const ALL: [RefusalReason; 10] = [
+        RefusalReason::Invalid,
+        RefusalReason::ClusterZone,
+        RefusalReason::ReverseZone,
+        RefusalReason::Localhost,
+        RefusalReason::CloudMetadata,
+        RefusalReason::SingleLabel,
+        RefusalReason::PublicSuffix,
+        RefusalReason::Denied,
+        RefusalReason::NamespaceNotAllowed,
+        RefusalReason::NotInAllowList,
+    ];
+
+    /// The stable label, e.g. `cluster_zone`.
+    pub fn label(self) -> &'static str {
+        match self {
+            RefusalReason::Invalid => "invalid",
+            RefusalReason::ClusterZone => "cluster_zone",
+            RefusalReason::ReverseZone => "reverse_zone",
+            RefusalReason::Localhost => "localhost",
+            RefusalReason::CloudMetadata => "cloud_metadata",
+            RefusalReason::SingleLabel => "single_label",
+            RefusalReason::PublicSuffix => "public_suffix",
+            RefusalReason::Denied => "denied",
+            RefusalReason::NamespaceNotAllowed => "namespace_not_allowed",
+            RefusalReason::NotInAllowList => "not_in_allow_list",
+        }
+    }
+}
+
+impl fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A hostname hairpin will not redirect, and who asked for it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Refusal {
+    /// The hostname: normalized, or as written when it is not valid.
+    pub hostname: String,
+    /// Who asked, e.g. `Ingress tenant/web` or `HTTPRoute a/r via Gateway gw/main`.
+    pub source: String,
+    /// The kind of the object that asked (`Ingress`, `Service`, `Gateway`, `HTTPRoute`...).
+    pub kind: String,
+    /// The object that asked.
+    pub object: ObjectRef,
+    /// Why, as a stable label.
+    pub reason: RefusalReason,
+    /// Why, for people.
+    pub detail: String,
+}
+
+impl Refusal {
+    /// The plan warning for this refusal: the object, the host and the reason.
+    pub fn warning(&self) -> Warning {
+        Warning::new(
+            self.source.clone(),
+            format!(
+                "hostname {} refused ({}): {}; it is not redirected",
+                self.hostname, self.reason, self.detail
+            ),
+        )
+    }
+}
+
+/// Who may have their hostnames redirected, by the namespace of the object that states them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NamespacePolicy {
+    /// Any namespace (the default).
+    #[default]
+    Any,
+    /// These namespaces.
+    Names(BTreeSet<String>),
+    /// Namespaces whose labels match (every requirement); needs the Namespace objects.
+    Selector(Vec<LabelRequirement>),
+}
+
+/// One `key=value` or `key!=value` requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LabelRequirement {
+    /// The label key.
+    pub key: String,
+    /// The value compared with.
+    pub value: String,
+    /// `true` for `=`/`==`, `false` for `!=`.
+    pub equals: bool,
+}
+
+impl LabelRequirement {
+    fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        let value = labels.and_then(|l| l.get(&self.key));
+        (value == Some(&self.value)) == self.equals
+    }
+}
+
+impl std::str::FromStr for NamespacePolicy {
+    type Err = String;
+
+    /// Empty: any namespace. `a,b`: those namespaces. `team=web,env!=dev`: a label selector
+    /// (equality requirements only). A list mixing the two forms is an error.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let items: Vec<&str> = s
+            .split(',')
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+            .collect();
+        if items.is_empty() {
+            return Ok(NamespacePolicy::Any);
+        }
+        let is_requirement = |i: &&str| i.contains('=');
+        if items.iter().all(is_requirement) {
+            return items
+                .iter()
+                .map(|item| {
+                    let (key, value, equals) = if let Some((k, v)) = item.split_once("!=") {
+                        (k, v, false)
+                    } else if let Some((k, v)) = item.split_once("==") {
+                        (k, v, true)
+                    } else {
+                        let (k, v) = item.split_once('=').unwrap_or((item, ""));
+                        (k, v, true)
+                    };
+                    let (key, value) = (key.trim(), value.trim());
+                    if key.is_empty()
+                        || !valid_label_part(key, true)
+                        || !valid_label_part(value, false)
+                    {
+                        return Err(format!("invalid label requirement {item:?}"));
+                    }
+                    Ok(LabelRequirement {
+                        key: key.to_owned(),
+                        value: value.to_owned(),
+                        equals,
+                    })
+                })
+                .collect::<Result<_, _>>()
+                .map(NamespacePolicy::Selector);
+        }
+        if items.iter().any(is_requirement) {
+            return Err(format!(
+                "{s:?} mixes namespace names and label requirements; give one or the other"
+            ));
+        }
+        for item in &items {
+            if !DnsName::parse(item).is_ok_and(|n| n.label_count() == 1 && n.as_str() == *item) {
+                return Err(format!("{item:?} is not a namespace name"));
+            }
+        }
+        Ok(NamespacePolicy::Names(
+            items.into_iter().map(str::to_owned).collect(),
+        ))
+    }
+}
+
+/// A label key (`prefix/name`) or value, as Kubernetes accepts them (values may be empty).
+fn valid_label_part(s: &str, key: bool) -> bool {
+    let name = if key {
+        match s.split_once('/') {
+            Some((prefix, name)) => {
+                if DnsName::parse(prefix).is_err() {
+                    return false;
+                }
+                name
+            }
+            None => s,
+        }
+    } else {
+        s
+    };
+    if name.is_empty() {
+        return !key;
+    }
+    name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+}
+
+impl NamespacePolicy {
+    /// `--hostname-namespaces` as written back: empty for any.
+    pub fn describe(&self) -> String {
+        match self {
+            NamespacePolicy::Any => "any namespace".into(),
+            NamespacePolicy::Names(names) => {
+                format!(
+                    "namespaces {}",
+                    names.iter().cloned().collect::<Vec<_>>().join(", ")
+                )
+            }
+            NamespacePolicy::Selector(reqs) => {
+                let reqs: Vec<String> = reqs
+                    .iter()
+                    .map(|r| format!("{}{}{}", r.key, if r.equals { "=" } else { "!=" }, r.value))
+                    .collect();
+                format!("namespaces labelled {}", reqs.join(","))
+            }
+        }
+    }
+
+    /// Whether Namespace objects are needed (to match labels).
+    pub fn needs_namespaces(&self) -> bool {
+        matches!(self, NamespacePolicy::Selector(_))
+    }
+}
+
+/// Admission settings (part of [`crate::PlannerConfig`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AdmissionConfig {
+    /// Zones never redirected, besides the built-in ones (`--deny-hostnames`): a name denies
+    /// itself and every name under it; `*.name` denies only the names under it.
+    pub deny_hostnames: Vec<Host>,
+    /// Which namespaces may claim hostnames (`--hostname-namespaces`).
+    pub hostname_namespaces: NamespacePolicy,
+}
+
+/// Parses a comma-separated list of hostnames or `*.` wildcards (the `--deny-hostnames` flag,
+/// the `allowed-hostnames` annotation).
+///
+/// # Errors
+/// The first item that is not a hostname, and why.
+pub fn parse_host_list(s: &str) -> Result<Vec<Host>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .map(|i| Host::parse(i).map_err(|e| format!("{i:?}: {e}")))
+        .collect()
+}
+
+/// Who asked for a hostname.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Origin {
+    /// `Ingress`, `Service`, `Gateway`, `HTTPRoute`...
+    pub kind: &'static str,
+    /// The object.
+    pub object: ObjectRef,
+    /// For people: `Ingress shop/web`, `Service a/b annotation x`...
+    pub text: String,
+}
+
+impl Origin {
+    /// An origin described as `<kind> <namespace>/<name>`.
+    pub fn new(kind: &'static str, object: ObjectRef) -> Self {
+        let text = format!("{kind} {object}");
+        Origin { kind, object, text }
+    }
+
+    /// An origin with its own description.
+    pub fn with_text(kind: &'static str, object: ObjectRef, text: String) -> Self {
+        Origin { kind, object, text }
+    }
+}
+
+/// The policy, ready to apply to one snapshot.
+#[derive(Debug)]
+pub struct Admission<'a> {
+    /// Cluster zones (kubernetes zones and the cluster domain), normalized.
+    cluster_zones: Vec<String>,
+    deny: &'a [Host],
+    namespaces: &'a NamespacePolicy,
+    /// Namespace name -> allowed, when the policy depends on labels.
+    namespace_labels: BTreeMap<&'a str, Option<&'a BTreeMap<String, String>>>,
+    /// Load balancer Service -> the hosts its annotation allows.
+    allow_lists: BTreeMap<ObjectRef, Vec<Host>>,
+    /// Problems with the policy's inputs (an annotation that does not parse...).
+    pub warnings: Vec<Warning>,
+}
+
+impl<'a> Admission<'a> {
+    /// The policy for `snapshot`: `cluster_zones` are the zones the cluster DNS serves (the
+    /// `kubernetes` plugin's zones and the cluster domain); `allow_key` is the annotation
+    /// holding a load balancer's allow-list; `lbs` are the load balancers whose Services may
+    /// carry it.
+    pub fn new(
+        config: &'a AdmissionConfig,
+        snapshot: &'a ClusterSnapshot,
+        cluster_zones: impl IntoIterator<Item = impl AsRef<str>>,
+        allow_key: &str,
+        lbs: &BTreeSet<&ObjectRef>,
+    ) -> Self {
+        let mut cluster_zones: Vec<String> = cluster_zones
+            .into_iter()
+            .filter_map(|z| DnsName::parse(z.as_ref()).ok())
+            .map(String::from)
+            .collect();
+        cluster_zones.sort();
+        cluster_zones.dedup();
+        let mut warnings = Vec::new();
+        let mut allow_lists = BTreeMap::new();
+        for svc in &snapshot.services {
+            let Some(value) = svc
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(allow_key))
+            else {
+                continue;
+            };
+            let svc_ref = ObjectRef::from_meta(&svc.metadata);
+            if !lbs.contains(&svc_ref) {
+                continue;
+            }
+            let mut hosts = Vec::new();
+            for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                match Host::parse(item) {
+                    Ok(h) => hosts.push(h),
+                    Err(e) => warnings.push(Warning::new(
+                        format!("Service {svc_ref}"),
+                        format!(
+                            "annotation {allow_key}: {item:?} is not a hostname ({e}); it allows nothing"
+                        ),
+                    )),
+                }
+            }
+            allow_lists.insert(svc_ref, hosts);
+        }
+        let namespace_labels = if config.hostname_namespaces.needs_namespaces() {
+            snapshot
+                .namespaces
+                .iter()
+                .filter_map(|ns: &'a Namespace| {
+                    Some((ns.metadata.name.as_deref()?, ns.metadata.labels.as_ref()))
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        Admission {
+            cluster_zones,
+            deny: &config.deny_hostnames,
+            namespaces: &config.hostname_namespaces,
+            namespace_labels,
+            allow_lists,
+            warnings,
+        }
+    }
+
+    /// Whether `host` (with a wildcard meaning `labels`), asked for by `origin` for the load
+    /// balancer `lb`, may be redirected; `Err` says why not.
+    pub fn check(
+        &self,
+        host: &Host,
+        labels: WildcardLabels,
+        origin: &Origin,
+        lb: &ObjectRef,
+    ) -> Result<(), (RefusalReason, String)> {
+        check_name(host, labels, &self.cluster_zones, self.deny)?;
+        let namespace = origin.object.namespace.as_str();
+        let allowed = match self.namespaces {
+            NamespacePolicy::Any => true,
+            NamespacePolicy::Names(names) => names.contains(namespace),
+            NamespacePolicy::Selector(reqs) => self
+                .namespace_labels
+                .get(namespace)
+                .is_some_and(|labels| reqs.iter().all(|r| r.matches(*labels))),
+        };
+        if !allowed {
+            return Err((
+                RefusalReason::NamespaceNotAllowed,
+                format!(
+                    "namespace {namespace} may not claim hostnames (allowed: {})",
+                    self.namespaces.describe()
+                ),
+            ));
+        }
+        if let Some(allowed) = self.allow_lists.get(lb)
+            && !allowed.iter().any(|a| allows(a, host))
+        {
+            let list: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+            return Err((
+                RefusalReason::NotInAllowList,
+                format!(
+                    "load balancer Service {lb} allows only {}",
+                    if list.is_empty() {
+                        "no hostname".to_owned()
+                    } else {
+                        list.join(", ")
+                    }
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The rules about the name itself (everything but who asked).
+fn check_name(
+    host: &Host,
+    labels: WildcardLabels,
+    cluster_zones: &[String],
+    deny: &[Host],
+) -> Result<(), (RefusalReason, String)> {
+    let touches = |zone: &str| touches_zone(host, labels, zone);
+    if let Some(zone) = REVERSE_ZONES.iter().find(|z| touches(z)) {
+        return Err((
+            RefusalReason::ReverseZone,
+            format!("reverse-lookup zone {zone}"),
+        ));
+    }
+    if let Some(zone) = cluster_zones.iter().find(|z| touches(z)) {
+        return Err((
+            RefusalReason::ClusterZone,
+            format!("the cluster DNS serves zone {zone} itself"),
+        ));
+    }
+    if touches("localhost") {
+        return Err((
+            RefusalReason::Localhost,
+            "localhost and the names under it always mean the machine itself".into(),
+        ));
+    }
+    if let Some(name) = CLOUD_METADATA_NAMES
+        .iter()
+        .find(|n| covers_name(host, labels, n))
+    {
+        return Err((
+            RefusalReason::CloudMetadata,
+            format!("cloud metadata name {name}"),
+        ));
+    }
+    let name = host.name();
+    if let Host::Exact(n) = host
+        && n.label_count() == 1
+    {
+        return Err((
+            RefusalReason::SingleLabel,
+            "a single-label name is resolved through the pods' search list".into(),
+        ));
+    }
+    // Public suffixes: the name itself, or a wildcard's suffix, is one. `psl` answers for
+    // unknown TLDs too (the implicit `*` rule): the TLD itself is the suffix then.
+    if let Some(suffix) = psl::suffix(name.as_str().as_bytes())
+        && suffix.as_bytes() == name.as_str().as_bytes()
+    {
+        let what = if host.is_wildcard() {
+            format!("a wildcard directly under the public suffix {name}")
+        } else {
+            format!("{name} is a public suffix")
+        };
+        return Err((RefusalReason::PublicSuffix, what));
+    }
+    if let Some(zone) = CLOUD_INTERNAL_ZONES.iter().find(|z| touches(z)) {
+        return Err((
+            RefusalReason::CloudMetadata,
+            format!("cloud provider zone {zone}"),
+        ));
+    }
+    for d in deny {
+        let hit = match d {
+            Host::Exact(zone) => touches(zone.as_str()),
+            Host::Wildcard(zone) => touches_under(host, labels, zone),
+        };
+        if hit {
+            return Err((RefusalReason::Denied, format!("--deny-hostnames {d}")));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `host` is strictly under `zone` or, for a wildcard, covers a name strictly under it.
+fn touches_under(host: &Host, labels: WildcardLabels, zone: &DnsName) -> bool {
+    match host {
+        Host::Exact(n) => n.head_under(zone).is_some(),
+        // `*.base` stands for names one label (or more) longer than `base`: it covers a name
+        // strictly under `zone` when `base` is in the zone, or when the zone is under `base`
+        // and the `*` may stand for more than one label.
+        Host::Wildcard(base) => {
+            base.is_within(zone)
+                || (labels == WildcardLabels::OneOrMore && zone.head_under(base).is_some())
+        }
+    }
+}
+
+/// Whether `host` is in `zone` or, for a wildcard, covers at least one name in it (`zone`
+/// normalized).
+fn touches_zone(host: &Host, labels: WildcardLabels, zone: &str) -> bool {
+    match host {
+        Host::Exact(n) => within(n.as_str(), zone),
+        Host::Wildcard(base) => within(base.as_str(), zone) || covers_name(host, labels, zone),
+    }
+}
+
+/// Whether `host` is `name` or, for a wildcard, covers it (`name` normalized).
+fn covers_name(host: &Host, labels: WildcardLabels, name: &str) -> bool {
+    match host {
+        Host::Exact(n) => n.as_str() == name,
+        Host::Wildcard(base) => head(name, base.as_str()).is_some_and(|h| labels.covers(h)),
+    }
+}
+
+/// Whether the allow-list entry `allowed` lets `host` through: an exact entry allows that
+/// name; `*.zone` allows every name under the zone, at any depth, and wildcards within it.
+fn allows(allowed: &Host, host: &Host) -> bool {
+    match (allowed, host) {
+        (Host::Exact(a), Host::Exact(h)) => a == h,
+        (Host::Exact(_), Host::Wildcard(_)) => false,
+        (Host::Wildcard(zone), Host::Exact(h)) => h.head_under(zone).is_some(),
+        (Host::Wildcard(zone), Host::Wildcard(base)) => base.is_within(zone),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_policies_parse() {
+        assert_eq!("".parse::<NamespacePolicy>(), Ok(NamespacePolicy::Any));
+        assert_eq!(
+            "web, shop".parse::<NamespacePolicy>(),
+            Ok(NamespacePolicy::Names(BTreeSet::from([
+                "web".into(),
+                "shop".into()
+            ])))
+        );
+        assert_eq!(
+            "team=web,example.com/env!=dev,tier==front".parse::<NamespacePolicy>(),
+            Ok(NamespacePolicy::Selector(vec![
+                LabelRequirement {
+                    key: "team".into(),
+                    value: "web".into(),
+                    equals: true
+                },
+                LabelRequirement {
+                    key: "example.com/env".into(),
+                    value: "dev".into(),
+                    equals: false
+                },
+                LabelRequirement {
+                    key: "tier".into(),
+                    value: "front".into(),
+                    equals: true
+                },
+            ]))
+        );
+        for bad in ["web,team=web", "Web", "a.b", "=x", "team=web!", "te am=x"] {
+            assert!(bad.parse::<NamespacePolicy>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn allow_list_entries() {
+        let h = |s| Host::parse(s).unwrap();
+        assert!(allows(&h("*.example.com"), &h("a.b.example.com")));
+        assert!(allows(&h("*.example.com"), &h("*.b.example.com")));
+        assert!(allows(&h("*.example.com"), &h("*.example.com")));
+        assert!(!allows(&h("*.example.com"), &h("example.com")));
+        assert!(!allows(&h("*.example.com"), &h("aexample.com")));
+        assert!(allows(&h("shop.example.org"), &h("shop.example.org")));
+        assert!(!allows(&h("shop.example.org"), &h("a.shop.example.org")));
+        assert!(!allows(&h("shop.example.org"), &h("*.shop.example.org")));
+    }
+}
