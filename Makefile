@@ -16,5 +16,9 @@ lint:
 ci:
 	./.ci/run
 
+generate: ## the Hairpin CRD from its Rust type, then the static manifest from the chart
+	cargo run -q -- crd > charts/hairpin/crds/hairpin.io_hairpins.yaml
+	./scripts/render-manifest.sh
+
 bench: ## proxy vs HAProxy vs direct nginx, on loopback
 	./bench/run.sh

@@ -7,13 +7,14 @@ where a pre-delete hook would run at once. Usage (through scripts/render-manifes
     render-manifest.py CHART NAMESPACE OUT_MANIFEST OUT_UNINSTALL [--lint]
 """
 
+import os
 import sys
 
 import helm_python as helm
 
 # Helm's install order for the kinds the chart renders.
 ORDER = [
-    "Namespace", "NetworkPolicy", "PodDisruptionBudget", "ServiceAccount", "ConfigMap",
+    "Namespace", "CustomResourceDefinition", "NetworkPolicy", "PodDisruptionBudget", "ServiceAccount", "ConfigMap",
     "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "DaemonSet",
     "Deployment", "Job",
 ]
@@ -114,6 +115,16 @@ def main():
         rendered = chart.render({}, name="hairpin", namespace=namespace)
     docs = []
     hooks = []
+    # Helm installs crds/ as they are, before the templates (and never upgrades or deletes
+    # them); the static manifest carries them the same way.
+    crds = os.path.join(chart_dir, "crds")
+    for name in sorted(os.listdir(crds)) if os.path.isdir(crds) else []:
+        with open(os.path.join(crds, name)) as f:
+            rendered_crd = f.read()
+        for doc in rendered_crd.split("\n---"):
+            body = "\n".join(l for l in doc.splitlines() if l.strip() and not l.startswith("#"))
+            if body:
+                docs.append(("hairpin/crds/" + name, body))
     for source, text in rendered.items():
         if source.endswith("NOTES.txt"):
             continue

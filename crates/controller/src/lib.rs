@@ -1,6 +1,7 @@
 //! Kubernetes I/O for hairpin: watches, plan application, leader election, uninstall, and
 //! publishing the proxy routes.
 //!
+//! - [`crd`]: the `Hairpin` custom resource, status per hairpinned load balancer.
 //! - [`watch`]: reflector caches of what the planner reads, and the snapshot.
 //! - [`controller`]: the debounced plan-and-apply loop, run only by the leader.
 //! - [`apply`]: writing a plan (Services, ConfigMap keys guarded by resourceVersion).
@@ -13,10 +14,12 @@
 pub mod apply;
 pub mod client;
 pub mod controller;
+pub mod crd;
 pub mod error;
 pub mod fight;
 pub mod lease;
 pub mod metrics;
+pub mod propagation;
 pub mod report;
 pub mod routes;
 pub mod uninstall;

@@ -38,6 +38,9 @@ pub(crate) enum Command {
     Doctor(cmd::doctor::Args),
     /// Answer TCP/HTTP with what was received, including any PROXY header (for checking an LB).
     Echo(cmd::echo::Args),
+    /// Print the `Hairpin` CustomResourceDefinition (the chart's `crds/` file is this output).
+    #[command(hide = true)]
+    Crd,
 }
 
 #[cfg(test)]

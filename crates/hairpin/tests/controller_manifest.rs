@@ -8,9 +8,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, PodSpec, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 
 const MANIFEST: &str = include_str!("../../../deploy/hairpin.yaml");
+const CRD_FILE: &str = include_str!("../../../charts/hairpin/crds/hairpin.io_hairpins.yaml");
 const UNINSTALL: &str = include_str!("../../../deploy/hairpin-uninstall.yaml");
 
 #[derive(Default)]
@@ -21,6 +23,7 @@ struct Objects {
     roles: Vec<Role>,
     role_bindings: Vec<RoleBinding>,
     service_accounts: Vec<ServiceAccount>,
+    crds: Vec<CustomResourceDefinition>,
     kinds: Vec<String>,
 }
 
@@ -37,6 +40,7 @@ fn parse() -> Objects {
             .to_owned();
         match kind.as_str() {
             "Namespace" => drop(serde_json::from_value::<Namespace>(value).unwrap()),
+            "CustomResourceDefinition" => objects.crds.push(serde_json::from_value(value).unwrap()),
             "Service" => drop(serde_json::from_value::<Service>(value).unwrap()),
             "PodDisruptionBudget" => {
                 drop(serde_json::from_value::<PodDisruptionBudget>(value).unwrap())
@@ -267,6 +271,18 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         ("", "gateway.networking.k8s.io", "tlsroutes", "watch", None),
         ("", "events.k8s.io", "events", "create", None),
         ("", "events.k8s.io", "events", "patch", None),
+        ("", "hairpin.io", "hairpins", "watch", None),
+        ("", "hairpin.io", "hairpins", "create", None),
+        ("", "hairpin.io", "hairpins", "delete", None),
+        ("", "hairpin.io", "hairpins/status", "patch", None),
+        (
+            "hairpin",
+            "discovery.k8s.io",
+            "endpointslices",
+            "watch",
+            None,
+        ),
+        ("kube-system", "", "pods", "list", None),
         ("kube-system", "", "configmaps", "watch", Some("coredns")),
         ("kube-system", "", "configmaps", "get", Some("coredns")),
         ("kube-system", "", "configmaps", "update", Some("coredns")),
@@ -365,6 +381,9 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         ("hairpin", "", "configmaps", "update", Some("other")),
         ("hairpin", "", "secrets", "get", Some("x")),
         ("", "", "secrets", "list", None),
+        ("", "", "pods", "list", None),
+        ("kube-system", "", "pods", "delete", None),
+        ("", "discovery.k8s.io", "endpointslices", "list", None),
         (
             "hairpin",
             "coordination.k8s.io",
@@ -451,4 +470,40 @@ fn the_uninstall_job_runs_hairpin_uninstall_with_the_controllers_account() {
             "uninstall sees the controller's {name}"
         );
     }
+}
+
+/// The CRD file is exactly what `hairpin crd` prints from the Rust type (regenerate with
+/// `hairpin crd > charts/hairpin/crds/hairpin.io_hairpins.yaml`), and the static manifest
+/// carries the same CRD.
+#[test]
+fn the_checked_in_crd_is_generated_from_the_rust_type() {
+    assert_eq!(
+        CRD_FILE,
+        hairpin_controller::crd::crd_yaml(),
+        "charts/hairpin/crds/hairpin.io_hairpins.yaml has drifted: run `make generate`"
+    );
+    let objects = parse();
+    let from_file: CustomResourceDefinition = serde_saphyr::from_str(
+        CRD_FILE
+            .split("\n---\n")
+            .nth(1)
+            .expect("the CRD after the header"),
+    )
+    .unwrap();
+    assert_eq!(objects.crds, [from_file]);
+    let crd = &objects.crds[0];
+    assert_eq!(
+        crd.spec.names.short_names.as_deref(),
+        Some(&["hp".to_owned()][..])
+    );
+    let version = &crd.spec.versions[0];
+    assert_eq!(version.name, "v1alpha1");
+    assert!(version.subresources.as_ref().unwrap().status.is_some());
+    let columns: Vec<&str> = version
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(columns, ["Proxy", "Hosts", "DNS", "Ready", "Age"]);
 }

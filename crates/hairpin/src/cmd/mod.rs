@@ -22,5 +22,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::NodeAgent(args) => node_agent::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Echo(args) => echo::run(args),
+        Command::Crd => {
+            print!("{}", hairpin_controller::crd::crd_yaml());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

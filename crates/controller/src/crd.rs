@@ -1,0 +1,164 @@
+//! The `Hairpin` custom resource: one per hairpinned load balancer, in the load balancer
+//! Service's namespace and with its name, written only by the controller. It is status only:
+//! what hairpin did for that load balancer and whether it took effect
+//! (`kubectl get hairpins -A`).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of the `Hairpin` kind.
+pub const GROUP: &str = "hairpin.io";
+/// Served version.
+pub const VERSION: &str = "v1alpha1";
+/// Resource plural.
+pub const PLURAL: &str = "hairpins";
+
+/// The (empty) spec: a `Hairpin` is written by the controller alone and says nothing a user
+/// sets; everything it holds is status.
+// clippy reads the repeated `type_ = ...` of separate printer columns as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "hairpin.io",
+    version = "v1alpha1",
+    kind = "Hairpin",
+    plural = "hairpins",
+    shortname = "hp",
+    namespaced,
+    status = "HairpinStatus",
+    doc = "What hairpin did for one load balancer Service (same namespace and name) and whether it took effect. Written by the hairpin controller only.",
+    printcolumn(
+        name = "Proxy",
+        type_ = "string",
+        description = "PROXY protocol version the load balancer sends: v1, v2 or mixed",
+        json_path = ".status.proxy"
+    ),
+    printcolumn(
+        name = "Hosts",
+        type_ = "integer",
+        description = "Hostnames redirected to the hairpin proxy",
+        json_path = ".status.hostCount"
+    ),
+    printcolumn(
+        name = "DNS",
+        type_ = "string",
+        description = "Written, Effective, NotEffective or Refused",
+        json_path = ".status.dns"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        description = "Ready endpoints of the hairpin Service",
+        json_path = ".status.readyEndpoints"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+pub struct HairpinSpec {}
+
+/// What hairpin did for the load balancer, and whether it took effect.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HairpinStatus {
+    /// The `metadata.generation` this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// PROXY protocol version the load balancer sends: `v1`, `v2`, or `mixed` when its ports
+    /// differ.
+    #[serde(default)]
+    pub proxy: String,
+    /// Number of hostnames redirected to the hairpin Service.
+    #[serde(default)]
+    pub host_count: i32,
+    /// DNS state in one word: `Written` (the rules are in place, not yet seen answering),
+    /// `Effective` (the cluster DNS answers with the hairpin Service), `NotEffective` (it
+    /// still does not, after the deadline) or `Refused` (hairpin could not write them).
+    #[serde(default)]
+    pub dns: String,
+    /// Ready endpoints (proxy pods) of the hairpin Service.
+    #[serde(default)]
+    pub ready_endpoints: i32,
+    /// The hairpin Service, `namespace/name`.
+    #[serde(default)]
+    pub service: String,
+    /// Its ClusterIP, once allocated.
+    #[serde(default, rename = "clusterIP", skip_serializing_if = "Option::is_none")]
+    pub cluster_ip: Option<String>,
+    /// The redirected hostnames and the objects they come from.
+    #[serde(default)]
+    pub hostnames: Vec<HostnameStatus>,
+    /// Hostnames claimed for this load balancer that hairpin does not redirect, and why.
+    #[serde(default)]
+    pub refused: Vec<RefusedHostname>,
+    /// How DNS is changed: `corefile` (a marked block in the Corefile) or `custom` (a key in
+    /// `coredns-custom`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_mode: Option<String>,
+    /// The ConfigMaps holding the DNS rules, `namespace/name`.
+    #[serde(default)]
+    pub config_maps: Vec<String>,
+    /// When hairpin last wrote this load balancer's DNS rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_write_time: Option<Time>,
+    /// Seconds from that write until the cluster DNS answered with the hairpin Service, as
+    /// measured by the controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propagation_seconds: Option<f64>,
+    /// `DNSWritten`, `DNSEffective`, `ProxyReady` and `Ready`.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// One redirected hostname.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostnameStatus {
+    /// The hostname, possibly a wildcard (`*.example.com`).
+    pub name: String,
+    /// Where it was found, e.g. `Ingress shop/web`.
+    #[serde(default)]
+    pub sources: Vec<String>,
+}
+
+/// One hostname hairpin refused to redirect.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusedHostname {
+    /// The hostname as claimed.
+    pub name: String,
+    /// Why it is not redirected.
+    pub reason: String,
+    /// Where it was claimed.
+    #[serde(default)]
+    pub sources: Vec<String>,
+}
+
+/// Condition types and the `status.dns` words.
+pub mod condition {
+    /// The DNS rules for this load balancer are written.
+    pub const DNS_WRITTEN: &str = "DNSWritten";
+    /// The cluster DNS answers this load balancer's hostnames with the hairpin Service.
+    pub const DNS_EFFECTIVE: &str = "DNSEffective";
+    /// The hairpin Service has ready proxy endpoints and accepts connections.
+    pub const PROXY_READY: &str = "ProxyReady";
+    /// All of the above.
+    pub const READY: &str = "Ready";
+}
+
+/// The CRD as YAML, exactly as checked in under `charts/hairpin/crds/`.
+///
+/// # Panics
+/// Never in practice: the CRD is a plain serializable value.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt as _;
+    let yaml = serde_saphyr::to_string(&Hairpin::crd()).expect("a CRD serializes to YAML");
+    format!(
+        "# Generated by `hairpin crd` from crates/controller/src/crd.rs; do not edit.\n---\n{yaml}"
+    )
+}

@@ -1,0 +1,184 @@
+//! The propagation checker against a real DNS server on loopback that the test starts and
+//! changes while the check runs.
+
+mod support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use hairpin_controller::propagation::{Answer, CheckSpec, DnsServer, check};
+use support::dns::TestDns;
+
+const OLD: &str = "203.0.113.10";
+const HAIRPIN: &str = "10.96.7.7";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn spec(servers: Vec<DnsServer>, names: &[&str], deadline: Duration) -> CheckSpec {
+    CheckSpec {
+        servers,
+        names: names.iter().map(|n| (*n).to_owned()).collect(),
+        expected: vec![ip(HAIRPIN)],
+        connect: None,
+        written_at: Instant::now(),
+        deadline,
+        interval: Duration::from_millis(50),
+        query_timeout: Duration::from_millis(300),
+    }
+}
+
+fn cluster_dns(addr: SocketAddr) -> DnsServer {
+    DnsServer {
+        addr,
+        role: "cluster DNS".into(),
+        optional: false,
+    }
+}
+
+#[tokio::test]
+async fn effective_once_the_server_answers_the_new_address_with_the_time_it_took() {
+    let dns = TestDns::start().await;
+    dns.set("shop.example.com", &[ip(OLD)]);
+    dns.set("hairpin-probe.apps.example.com", &[ip(OLD)]);
+    let spec = spec(
+        vec![cluster_dns(dns.addr)],
+        &["shop.example.com", "hairpin-probe.apps.example.com"],
+        Duration::from_secs(10),
+    );
+    let switch_after = Duration::from_millis(400);
+    let checking = tokio::spawn({
+        let spec = spec.clone();
+        async move { check(&spec).await }
+    });
+    tokio::time::sleep(switch_after).await;
+    // The answers already given were the old address.
+    assert!(!checking.is_finished());
+    dns.set("shop.example.com", &[ip(HAIRPIN)]);
+    dns.set("hairpin-probe.apps.example.com", &[ip(HAIRPIN)]);
+    let outcome = checking.await.unwrap();
+    assert!(outcome.effective, "{outcome:?}");
+    assert!(outcome.wrong.is_empty(), "{outcome:?}");
+    assert!(
+        outcome.elapsed >= switch_after && outcome.elapsed < switch_after + Duration::from_secs(2),
+        "measured {:?}, switched after {switch_after:?}",
+        outcome.elapsed
+    );
+    let queries = dns.queries();
+    let shop_a = queries
+        .iter()
+        .filter(|q| q.starts_with("shop.example.com A "))
+        .count();
+    assert!(shop_a >= 2, "asked again after the old answer: {queries:?}");
+    dns.stop().await;
+}
+
+#[tokio::test]
+async fn not_effective_at_the_deadline_says_what_was_answered() {
+    let dns = TestDns::start().await;
+    dns.set("shop.example.com", &[ip(OLD)]);
+    let deadline = Duration::from_millis(600);
+    let started = Instant::now();
+    let outcome = check(&spec(
+        vec![cluster_dns(dns.addr)],
+        &["shop.example.com", "gone.example.com"],
+        deadline,
+    ))
+    .await;
+    assert!(!outcome.effective);
+    assert!(started.elapsed() >= deadline);
+    assert!(started.elapsed() < deadline + Duration::from_secs(2));
+    let key = |name: &str| ("cluster DNS".to_owned(), name.to_owned());
+    assert_eq!(
+        outcome.wrong.get(&key("shop.example.com")),
+        Some(&Answer::Addresses(vec![ip(OLD)]))
+    );
+    assert_eq!(
+        outcome.wrong.get(&key("gone.example.com")),
+        Some(&Answer::NoRecords)
+    );
+    assert_eq!(
+        outcome.connect, None,
+        "no connect while DNS is not effective"
+    );
+    dns.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_node_local_dns_is_left_out_and_a_reachable_one_must_agree() {
+    let dns = TestDns::start().await;
+    let node_local = TestDns::start().await;
+    dns.set("shop.example.com", &[ip(HAIRPIN)]);
+    // node-local-dns forwards external names upstream: it still answers the LB's address.
+    node_local.set("shop.example.com", &[ip(OLD)]);
+    let node_local_server = DnsServer {
+        addr: node_local.addr,
+        role: "node-local-dns".into(),
+        optional: true,
+    };
+    let outcome = check(&spec(
+        vec![cluster_dns(dns.addr), node_local_server.clone()],
+        &["shop.example.com"],
+        Duration::from_millis(500),
+    ))
+    .await;
+    assert!(!outcome.effective, "{outcome:?}");
+    assert_eq!(
+        outcome
+            .wrong
+            .get(&("node-local-dns".to_owned(), "shop.example.com".to_owned())),
+        Some(&Answer::Addresses(vec![ip(OLD)]))
+    );
+    assert!(outcome.unreachable.is_empty());
+
+    // Nothing listens on this port: the optional server never answers.
+    let closed = {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.local_addr().unwrap()
+    };
+    let outcome = check(&spec(
+        vec![
+            cluster_dns(dns.addr),
+            DnsServer {
+                addr: closed,
+                ..node_local_server
+            },
+        ],
+        &["shop.example.com"],
+        Duration::from_secs(5),
+    ))
+    .await;
+    assert!(outcome.effective, "{outcome:?}");
+    assert_eq!(outcome.unreachable.len(), 1);
+    node_local.stop().await;
+    dns.stop().await;
+}
+
+#[tokio::test]
+async fn the_proxy_path_is_a_tcp_connect_to_the_hairpin_service() {
+    let dns = TestDns::start().await;
+    dns.set("shop.example.com", &[ip(HAIRPIN)]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut ok = spec(
+        vec![cluster_dns(dns.addr)],
+        &["shop.example.com"],
+        Duration::from_secs(5),
+    );
+    ok.connect = Some(listener.local_addr().unwrap());
+    let outcome = check(&ok).await;
+    assert_eq!(outcome.connect, Some(Ok(())));
+    let (_conn, _) = listener.accept().await.unwrap();
+
+    let closed = listener.local_addr().unwrap();
+    drop(listener);
+    let mut refused = ok.clone();
+    refused.connect = Some(closed);
+    let outcome = check(&refused).await;
+    assert!(outcome.effective);
+    assert!(
+        matches!(&outcome.connect, Some(Err(e)) if e.contains("refused")),
+        "{outcome:?}"
+    );
+    dns.stop().await;
+}

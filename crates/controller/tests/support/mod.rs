@@ -1,0 +1,4 @@
+//! Test doubles shared by the controller's integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+pub mod dns;
