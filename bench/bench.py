@@ -9,8 +9,15 @@ runs wrk interleaved over several rounds for three workloads:
   newconn    one new connection per request, `Connection: close` (requests/s)
   bulk       10 MiB responses (bytes/s)
 
-and prints medians, hairpin/HAProxy and hairpin/direct ratios, p99 latencies and each proxy's
-resident memory (VmRSS now, VmHWM peak) after the runs.
+and prints medians, hairpin/HAProxy and hairpin/direct ratios, p99 latencies, each proxy's CPU
+time per unit of work and resident memory (VmRSS now, VmHWM peak) after the runs, and then
+every target of the proxy as a ratio to HAProxy's with PASS or MISS:
+
+  throughput             >= 1.0   keepalive, newconn and bulk, v1 and v2
+  CPU per request        <= 0.85  keepalive and newconn
+  CPU per GiB            <= 0.5   bulk
+  resident memory peak   <= 0.5
+  p99 latency            <= 1.0   every workload
 
 Fairness: both proxies get the same number of threads (HAProxy `nbthread`, hairpin `--workers`;
 2 unless --threads says otherwise), the same
@@ -246,6 +253,7 @@ listen hap_v2
         wait_port(ports["hap_v2"], procs["haproxy"], "haproxy")
         start("hairpin", [binary, "proxy", "--routes-file", os.path.join(work, "routes.json"), "--workers", str(args.hairpin_workers or args.threads),
                           "--connect-timeout", "5s", "--idle-timeout", "600s", "--max-connections", "8000",
+                          "--shutdown-delay", "0s",
                           "--admin-addr", f"127.0.0.1:{ports['hp_admin']}", "--log-level", "warn"], ports["hp_v1"])
         wait_port(ports["hp_v2"], procs["hairpin"], "hairpin")
 
@@ -332,6 +340,33 @@ listen hap_v2
         for proc in ("haproxy", "hairpin", "nginx"):
             rss, hwm = memory(procs[proc].pid)
             print(f"  {proc:<8} VmRSS {rss:>8}   VmHWM {hwm:>8}" + ("   (master + workers)" if proc == "nginx" else ""))
+        print()
+        print("targets (hairpin/haproxy, from the medians above)")
+        checks = []
+        for workload in WORKLOADS:
+            for v in ("v1", "v2"):
+                hp, ha = "hairpin-" + v, "haproxy-" + v
+                ratio = statistics.median(results[(workload, hp)]) / statistics.median(results[(workload, ha)])
+                checks.append((f"{workload} {v} throughput", ratio, ">=", 1.0))
+        for workload in WORKLOADS:
+            limit = 0.5 if WORKLOADS[workload][3] == "MiB/s" else 0.85
+            unit = "CPU per GiB" if WORKLOADS[workload][3] == "MiB/s" else "CPU per request"
+            for v in ("v1", "v2"):
+                hp = statistics.median(cpu_cost[(workload, "hairpin-" + v)] or [0])
+                ha = statistics.median(cpu_cost[(workload, "haproxy-" + v)] or [0])
+                checks.append((f"{workload} {v} {unit}", hp / max(ha, 1e-9), "<=", limit))
+        hwm = {proc: memory(procs[proc].pid)[1] for proc in ("haproxy", "hairpin")}
+        checks.append(("resident memory peak (VmHWM)", hwm["hairpin"] / max(hwm["haproxy"], 1), "<=", 0.5))
+        for workload in WORKLOADS:
+            for v in ("v1", "v2"):
+                hp = statistics.median(latencies[(workload, "hairpin-" + v)])
+                ha = statistics.median(latencies[(workload, "haproxy-" + v)])
+                checks.append((f"{workload} {v} p99 latency", hp / max(ha, 1e-9), "<=", 1.0))
+        for name, ratio, op, limit in checks:
+            met = ratio >= limit if op == ">=" else ratio <= limit
+            print(f"  {name:<32} {ratio:6.3f}  {op} {limit:<4}  {'PASS' if met else 'MISS'}")
+        missed = sum(1 for _, ratio, op, limit in checks if not (ratio >= limit if op == ">=" else ratio <= limit))
+        print(f"  {len(checks) - missed} of {len(checks)} targets met")
         load_after = os.getloadavg()
         print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
         for key, issues in problems.items():
