@@ -79,6 +79,7 @@ async fn main() {
         .with_writer(std::io::stderr)
         .init();
     let fake = FakeApiServer::start().await;
+    fake.create_namespace("hairpin");
     fake.apply(object(
         "v1",
         "Service",

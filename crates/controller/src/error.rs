@@ -13,6 +13,20 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A write went to a namespace that does not exist (the server's 404 names the
+    /// namespace, not the object): retrying cannot help until someone creates it.
+    #[error(
+        "{action}: namespace {namespace:?} does not exist; create it, or point hairpin at an existing namespace"
+    )]
+    NamespaceMissing {
+        /// What was being done.
+        action: String,
+        /// The missing namespace.
+        namespace: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
     /// The CoreDNS configuration could not be edited (the editor refused it).
     #[error("cannot edit {config_map} key {key}: {reason}")]
     DnsEdit {
@@ -46,11 +60,17 @@ pub enum Error {
 }
 
 impl Error {
-    /// Wraps a client error with what was being done.
+    /// Wraps a client error with what was being done (a missing namespace becomes
+    /// [`Error::NamespaceMissing`]).
     pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
-        Error::Kube {
-            action: action.into(),
-            source,
+        let action = action.into();
+        match missing_namespace(&source) {
+            Some(namespace) => Error::NamespaceMissing {
+                action,
+                namespace: namespace.to_owned(),
+                source,
+            },
+            None => Error::Kube { action, source },
         }
     }
 
@@ -58,6 +78,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube { source, .. } => kube_error_label(source),
+            Error::NamespaceMissing { .. } => "namespace_missing",
             Error::DnsEdit { .. } => "dns_edit",
             Error::ConflictRetriesExhausted { .. } => "conflict_retries_exhausted",
             Error::Encode { .. } => "encode",
@@ -69,6 +90,10 @@ impl Error {
     pub fn status_code(&self) -> Option<u16> {
         match self {
             Error::Kube {
+                source: kube::Error::Api(status),
+                ..
+            }
+            | Error::NamespaceMissing {
                 source: kube::Error::Api(status),
                 ..
             } => Some(status.code),
@@ -97,9 +122,22 @@ pub fn kube_error_label(error: &kube::Error) -> &'static str {
     }
 }
 
-/// True when the error is the server's 404 NotFound.
+/// True when the error is the server's 404 NotFound for the object itself (not for its
+/// namespace: see [`missing_namespace`]).
 pub fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
+        && missing_namespace(error).is_none()
+}
+
+/// The namespace a create was refused for because it does not exist: the server answers 404
+/// with `details.kind: namespaces` and the namespace as `details.name`.
+pub fn missing_namespace(error: &kube::Error) -> Option<&str> {
+    let kube::Error::Api(status) = error else {
+        return None;
+    };
+    let details = status.details.as_ref()?;
+    (status.code == 404 && details.kind == "namespaces" && details.group.is_empty())
+        .then_some(details.name.as_str())
 }
 
 /// True when the error is the server's 409 (Conflict or AlreadyExists).

@@ -59,10 +59,17 @@ fn coredns(corefile: &str) -> Value {
     )
 }
 
-fn seed(fake: &FakeApiServer) {
+/// hairpin's namespace (where its chart installs it), the load balancer, an Ingress on it and
+/// CoreDNS with `corefile`.
+fn seed_with(fake: &FakeApiServer, corefile: &str) {
+    fake.create_namespace("hairpin");
     fake.apply(lb_service());
     fake.apply(ingress("shop", "shop", "shop.example.com"));
-    fake.apply(coredns(COREFILE));
+    fake.apply(coredns(corefile));
+}
+
+fn seed(fake: &FakeApiServer) {
+    seed_with(fake, COREFILE);
 }
 
 fn corefile(fake: &FakeApiServer) -> String {
@@ -437,9 +444,7 @@ async fn uninstall_restores_the_exact_corefile_and_removes_everything() {
     let original = COREFILE
         .replace('\n', "\r\n")
         .replace("    cache 30", "    cache   30   # tuned");
-    fake.apply(lb_service());
-    fake.apply(ingress("shop", "shop", "shop.example.com"));
-    fake.apply(coredns(&original));
+    seed_with(&fake, &original);
     let running = start(&fake, config("pod-a", true));
     assert!(converged(&fake, &["shop.example.com"]).await.is_some());
     running.stop().await;
@@ -636,9 +641,7 @@ async fn tls_routes_are_read_from_the_newest_served_version() {
 async fn coredns_custom_mode_creates_the_override_key_and_uninstall_removes_it() {
     let k3s = ".:53 {\n    errors\n    health\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n      pods insecure\n      fallthrough in-addr.arpa ip6.arpa\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf\n    cache 30\n    loop\n    reload\n    loadbalance\n    import /etc/coredns/custom/*.override\n}\nimport /etc/coredns/custom/*.server\n";
     let fake = FakeApiServer::start().await;
-    fake.apply(lb_service());
-    fake.apply(ingress("shop", "shop", "shop.example.com"));
-    fake.apply(coredns(k3s));
+    seed_with(&fake, k3s);
     let running = start(&fake, config("pod-a", false));
     let custom =
         |f: &FakeApiServer| f.get("v1", "ConfigMap", Some("kube-system"), "coredns-custom");
@@ -688,9 +691,7 @@ async fn coredns_custom_mode_creates_the_override_key_and_uninstall_removes_it()
 async fn a_corefile_hairpin_cannot_edit_is_reported_and_left_alone() {
     let odd = ".:53 {\n    forward . /etc/resolv.conf\n}\n";
     let fake = FakeApiServer::start().await;
-    fake.apply(lb_service());
-    fake.apply(ingress("shop", "shop", "shop.example.com"));
-    fake.apply(coredns(odd));
+    seed_with(&fake, odd);
     let running = start(&fake, config("pod-a", false));
     let reported = fake
         .wait_until(Duration::from_secs(10), |f| {
@@ -714,4 +715,53 @@ async fn a_corefile_hairpin_cannot_edit_is_reported_and_left_alone() {
     assert_eq!(corefile(&fake), odd, "not touched");
     assert_eq!(fake.count("PUT", "/configmaps/coredns"), 0);
     running.stop().await;
+}
+
+#[tokio::test]
+async fn a_missing_namespace_is_one_clear_error_naming_it() {
+    use hairpin_controller::apply::{KeyEdit, apply_services, write_key};
+    // No `hairpin` namespace: the chart was not installed, or --namespace names another.
+    let fake = FakeApiServer::start().await;
+    let client = fake.client();
+    let edit = KeyEdit::set(
+        "hairpin",
+        "hairpin-routes",
+        "routes.json",
+        Some("[]".into()),
+    );
+    let err = write_key(&client, &edit).await.unwrap_err();
+    assert_eq!(err.metric_label(), "namespace_missing");
+    assert!(
+        err.to_string().starts_with(
+            "write ConfigMap hairpin/hairpin-routes: namespace \"hairpin\" does not exist"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        fake.count("POST", "/namespaces/hairpin/configmaps"),
+        1,
+        "no retries"
+    );
+
+    let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(object(
+        "v1",
+        "Service",
+        Some("hairpin"),
+        "hairpin-a",
+        json!({
+            "metadata": {"labels": {"app.kubernetes.io/managed-by": "hairpin"}},
+            "spec": {"selector": {"app": "hairpin-proxy"}, "ports": [{"name": "https", "port": 443}]}
+        }),
+    ))
+    .unwrap();
+    let err = apply_services(&client, "hairpin", &[service])
+        .await
+        .unwrap_err();
+    assert_eq!(err.metric_label(), "namespace_missing");
+    assert!(err.to_string().contains("namespace \"hairpin\""), "{err}");
+    assert_eq!(
+        fake.count("POST", "/namespaces/hairpin/services"),
+        1,
+        "no retries"
+    );
 }

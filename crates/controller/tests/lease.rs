@@ -22,6 +22,7 @@ struct Candidate {
 }
 
 fn start(fake: &FakeApiServer, identity: &str) -> Candidate {
+    fake.create_namespace("hairpin");
     let (tx, rx) = watch::channel(Leadership::Follower(None));
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let manager = LeaseManager::new(fake.client(), params(identity));

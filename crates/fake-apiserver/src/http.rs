@@ -12,7 +12,11 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::Value;
 
-use super::store::{Requirement, State, Watcher, object_key, parse_selector, selected, watch_line};
+use super::store::{
+    Key, Requirement, ResourceType, State, Watcher, object_key, parse_selector, selected,
+    watch_line,
+};
+use super::validation::{Cause, invalid_status, validate};
 use super::{FaultKind, Recorded, Shared, default_status, status_body};
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -64,20 +68,45 @@ struct Target {
     plural: String,
 }
 
-fn parse_path(state: &State, path: &str) -> Result<Target, Value> {
-    let not_found = || {
-        status_body(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-            Some(serde_json::json!({})),
-        )
-    };
+/// Where a request path leads.
+enum Route {
+    /// An object or a collection of a served resource.
+    Resource(Target),
+    /// A discovery document (`/api`, `/apis`, a group, a group version).
+    Discovery(Value),
+    /// Nothing is served there (an absent CRD, an unknown path).
+    Missing,
+}
+
+/// kube-apiserver's answer where nothing is served: Go's `http.NotFound`, plain text, not a
+/// JSON Status (clients see an absent CRD this way).
+fn page_not_found() -> Response<Body> {
+    let mut response =
+        Response::new(Full::new(Bytes::from_static(b"404 page not found\n")).boxed());
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        hyper::header::X_CONTENT_TYPE_OPTIONS,
+        hyper::header::HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+fn route(state: &State, method: &Method, path: &str) -> Route {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if method == Method::GET
+        && let Some(document) = discovery(state, &parts)
+    {
+        return Route::Discovery(document);
+    }
     let (group, version, rest) = match parts.as_slice() {
         ["api", version, rest @ ..] => ("", *version, rest),
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
-        _ => return Err(not_found()),
+        _ => return Route::Missing,
     };
     let (namespace, rest) = match rest {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
@@ -86,17 +115,84 @@ fn parse_path(state: &State, path: &str) -> Result<Target, Value> {
     let (plural, name) = match rest {
         [plural] => (*plural, None),
         [plural, name] => (*plural, Some((*name).to_owned())),
-        _ => return Err(not_found()),
+        _ => return Route::Missing,
     };
-    let index = state
-        .resource_index(group, version, plural)
-        .ok_or_else(not_found)?;
-    Ok(Target {
-        index,
-        namespace,
-        name,
-        plural: plural.to_owned(),
-    })
+    match state.resource_index(group, version, plural) {
+        Some(index) => Route::Resource(Target {
+            index,
+            namespace,
+            name,
+            plural: plural.to_owned(),
+        }),
+        None => Route::Missing,
+    }
+}
+
+/// The discovery documents, built from the registered types.
+fn discovery(state: &State, parts: &[&str]) -> Option<Value> {
+    let types = state.resources.iter().map(|r| &r.ty);
+    let group_versions = |group: &str| -> Vec<Value> {
+        let mut versions: Vec<&str> = types
+            .clone()
+            .filter(|t| t.group == group)
+            .map(|t| t.version.as_str())
+            .collect();
+        versions.dedup();
+        versions
+            .into_iter()
+            .map(|v| serde_json::json!({ "groupVersion": format!("{group}/{v}"), "version": v }))
+            .collect()
+    };
+    let api_group = |group: &str| -> Option<Value> {
+        let versions = group_versions(group);
+        let preferred = versions.first()?.clone();
+        Some(serde_json::json!({
+            "kind": "APIGroup", "apiVersion": "v1", "name": group,
+            "versions": versions, "preferredVersion": preferred,
+        }))
+    };
+    let resource_list = |group: &str, version: &str| -> Option<Value> {
+        let resources: Vec<Value> = types
+            .clone()
+            .filter(|t| t.group == group && t.version == version)
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.plural,
+                    "singularName": t.kind.to_lowercase(),
+                    "namespaced": t.namespaced,
+                    "kind": t.kind,
+                    "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                })
+            })
+            .collect();
+        (!resources.is_empty()).then(|| {
+            serde_json::json!({
+                "kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") },
+                "resources": resources,
+            })
+        })
+    };
+    match parts {
+        ["api"] => Some(serde_json::json!({ "kind": "APIVersions", "versions": ["v1"] })),
+        ["api", version] => resource_list("", version),
+        ["apis"] => {
+            let mut groups: Vec<&str> = types
+                .clone()
+                .map(|t| t.group.as_str())
+                .filter(|g| !g.is_empty())
+                .collect();
+            groups.sort_unstable();
+            groups.dedup();
+            let groups: Vec<Value> = groups.into_iter().filter_map(api_group).collect();
+            Some(
+                serde_json::json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups }),
+            )
+        }
+        ["apis", group] => api_group(group),
+        ["apis", group, version] => resource_list(group, version),
+        _ => None,
+    }
 }
 
 /// The decoded `key=value` pairs of a URL query.
@@ -184,9 +280,10 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
     let query = query_map(uri.query());
     let (status, response) = {
         let mut state = shared.lock();
-        match parse_path(&state, uri.path()) {
-            Err(status) => (404, json(404, &status)),
-            Ok(target) => dispatch(
+        match route(&state, &method, uri.path()) {
+            Route::Missing => (404, page_not_found()),
+            Route::Discovery(document) => (200, json(200, &document)),
+            Route::Resource(target) => dispatch(
                 &mut state,
                 &method,
                 &target,
@@ -231,6 +328,7 @@ fn dispatch(
     let reply = |code: u16, value: Value| (code, json(code, &value));
     let not_found = |name: &str| reply(404, default_status(404, &target.plural, name));
     let bad_request = |message: &str| reply(400, status_body(400, "BadRequest", message, None));
+    let url_namespace = target.namespace.clone().unwrap_or_default();
     match (method, &target.name) {
         (&Method::GET, Some(name)) => {
             let key = object_key(target.namespace.as_deref(), name);
@@ -249,34 +347,40 @@ fn dispatch(
             }
         }
         (&Method::POST, None) => {
-            let Some(Value::Object(_)) = body else {
+            let Some(mut object @ Value::Object(_)) = body else {
                 return bad_request("the body of the request was not valid JSON");
             };
-            let mut object = body.expect("checked above");
+            // `EnsureObjectNamespaceMatchesRequestNamespace`: an empty namespace is filled
+            // in, a different one refused.
+            if ty.namespaced {
+                match object["metadata"]["namespace"].as_str() {
+                    Some(ns) if !ns.is_empty() && ns != url_namespace => {
+                        return bad_request(
+                            "the namespace of the provided object does not match the namespace sent on the request",
+                        );
+                    }
+                    _ => object["metadata"]["namespace"] = url_namespace.clone().into(),
+                }
+            } else if let Some(meta) = object["metadata"].as_object_mut() {
+                meta.remove("namespace");
+            }
             let name = match object["metadata"]["name"].as_str() {
                 Some(name) if !name.is_empty() => name.to_owned(),
                 _ => match object["metadata"]["generateName"].as_str() {
                     Some(prefix) => format!("{prefix}{:05x}", state.next_id()),
                     None => {
-                        return reply(
-                            422,
-                            status_body(
-                                422,
-                                "Invalid",
-                                &format!(
-                                    "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
-                                    ty.kind
-                                ),
-                                None,
-                            ),
-                        );
+                        let cause = Cause {
+                            message: "Required value: name or generateName is required".into(),
+                            ..Cause::required("metadata.name")
+                        };
+                        return reply(422, invalid_status(&ty, "", &[cause]));
                     }
                 },
             };
-            let namespace = target.namespace.clone().unwrap_or_default();
             object["metadata"]["name"] = name.clone().into();
-            if ty.namespaced {
-                object["metadata"]["namespace"] = namespace.clone().into();
+            // The NamespaceLifecycle admission plugin: no creating into a missing namespace.
+            if ty.namespaced && !state.namespace_exists(&url_namespace) {
+                return reply(404, default_status(404, "namespaces", &url_namespace));
             }
             if object["metadata"]
                 .get("resourceVersion")
@@ -292,7 +396,12 @@ fn dispatch(
                     ),
                 );
             }
-            let key = (namespace, name.clone());
+            object["apiVersion"] = ty.api_version().into();
+            object["kind"] = ty.kind.clone().into();
+            let key = object_key(ty.namespaced.then_some(url_namespace.as_str()), &name);
+            if let Err(status) = admit(state, &ty, &key, &mut object, None) {
+                return reply(422, status);
+            }
             if state.resources[target.index].objects.contains_key(&key) {
                 let message = format!("{} \"{name}\" already exists", target.plural);
                 return reply(
@@ -305,8 +414,6 @@ fn dispatch(
                     ),
                 );
             }
-            object["apiVersion"] = ty.api_version().into();
-            object["kind"] = ty.kind.clone().into();
             state.stamp_created(&mut object);
             state.store(target.index, key.clone(), object, "ADDED");
             let stored = state.resources[target.index].objects[&key].clone();
@@ -316,12 +423,24 @@ fn dispatch(
             let Some(mut object @ Value::Object(_)) = body else {
                 return bad_request("the body of the request was not valid JSON");
             };
+            if let Err(message) = check_name(&object, name, &url_namespace) {
+                return bad_request(&message);
+            }
             let key = object_key(target.namespace.as_deref(), name);
             let Some(current) = state.resources[target.index].objects.get(&key).cloned() else {
                 return not_found(name);
             };
-            if object["metadata"]["name"].as_str() != Some(name) {
-                return bad_request("the name of the object does not match the name on the URL");
+            // The uid a client sends is a precondition (`defaultUpdatedObjectInfo`).
+            if let Some(uid) = object["metadata"]["uid"].as_str().filter(|u| !u.is_empty())
+                && Some(uid) != current["metadata"]["uid"].as_str()
+            {
+                let message = format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    target.plural,
+                    current["metadata"]["uid"].as_str().unwrap_or_default()
+                );
+                let details = serde_json::json!({"name": name, "kind": target.plural});
+                return reply(409, status_body(409, "Conflict", &message, Some(details)));
             }
             if let Some(sent) = object["metadata"]["resourceVersion"]
                 .as_str()
@@ -337,6 +456,9 @@ fn dispatch(
                 current["metadata"]["creationTimestamp"].clone();
             if ty.namespaced {
                 object["metadata"]["namespace"] = key.0.clone().into();
+            }
+            if let Err(status) = admit(state, &ty, &key, &mut object, Some(&current)) {
+                return reply(422, status);
             }
             if object == current_without_rv(&current, &object) {
                 // A no-op update keeps the resourceVersion and emits no event, like the real server.
@@ -373,8 +495,20 @@ fn dispatch(
             }
             let mut object = current.clone();
             merge_patch(&mut object, &patch);
-            object["metadata"]["uid"] = current["metadata"]["uid"].clone();
-            object["metadata"]["name"] = name.clone().into();
+            if let Err(message) = check_name(&object, name, &url_namespace) {
+                return bad_request(&message);
+            }
+            if object["metadata"]["uid"] != current["metadata"]["uid"] {
+                let cause = Cause::invalid(
+                    "metadata.uid",
+                    &object["metadata"]["uid"],
+                    "field is immutable",
+                );
+                return reply(422, invalid_status(&ty, name, &[cause]));
+            }
+            if let Err(status) = admit(state, &ty, &key, &mut object, Some(&current)) {
+                return reply(422, status);
+            }
             if object == current {
                 return reply(200, current);
             }
@@ -422,6 +556,46 @@ fn dispatch(
     }
 }
 
+/// `checkName` of an update or a patch: the object's name and namespace must be the URL's.
+fn check_name(object: &Value, name: &str, namespace: &str) -> Result<(), String> {
+    let object_name = object["metadata"]["name"].as_str().unwrap_or_default();
+    if object_name != name {
+        return Err(format!(
+            "the name of the object ({object_name}) does not match the name on the URL ({name})"
+        ));
+    }
+    let object_namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    if !namespace.is_empty() && !object_namespace.is_empty() && object_namespace != namespace {
+        return Err(format!(
+            "the namespace of the object ({object_namespace}) does not match the namespace on the URL ({namespace})"
+        ));
+    }
+    Ok(())
+}
+
+/// What the server does to an object between decoding and storing it: defaults and
+/// allocation (Services), then validation. `Err` is the 422 Status.
+fn admit(
+    state: &State,
+    ty: &ResourceType,
+    key: &Key,
+    object: &mut Value,
+    old: Option<&Value>,
+) -> Result<(), Value> {
+    let mut causes = if ty.kind == "Service" && ty.group.is_empty() {
+        state.admit_service(object, key, old)
+    } else {
+        Vec::new()
+    };
+    causes.extend(validate(ty, object, old));
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        Err(invalid_status(ty, name, &causes))
+    }
+}
+
 /// `current` with the resourceVersion the update carried (or none), to spot no-op updates.
 fn current_without_rv(current: &Value, update: &Value) -> Value {
     let mut current = current.clone();
@@ -453,6 +627,21 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// A continue token: the snapshot's resourceVersion and the last key returned (opaque to
+/// clients, like the real server's).
+fn continue_token(rv: u64, last: &Key) -> String {
+    format!("{rv}/{}/{}", last.0, last.1)
+}
+
+fn parse_continue(token: &str) -> Option<(u64, Key)> {
+    let mut parts = token.splitn(3, '/');
+    let rv = parts.next()?.parse().ok()?;
+    Some((rv, (parts.next()?.to_owned(), parts.next()?.to_owned())))
+}
+
+/// A list, page by page. Every page is read at the first page's resourceVersion (a consistent
+/// snapshot, as etcd gives the real server), so a watch from that resourceVersion replays
+/// exactly what the pages missed.
 fn list(
     state: &State,
     target: &Target,
@@ -461,15 +650,35 @@ fn list(
     fields: &[Requirement],
 ) -> (u16, Response<Body>) {
     let resource = &state.resources[target.index];
-    let matching: Vec<&Value> = resource
-        .objects
-        .values()
-        .filter(|o| selected(o, target.namespace.as_deref(), labels, fields))
+    let (rv, after) = match query.get("continue").filter(|c| !c.is_empty()) {
+        None => (state.rv, None),
+        Some(token) => match parse_continue(token) {
+            Some((rv, last)) => (rv, Some(last)),
+            None => {
+                let status = status_body(
+                    400,
+                    "BadRequest",
+                    &format!("continue key is not valid: {token}"),
+                    None,
+                );
+                return (400, json(400, &status));
+            }
+        },
+    };
+    let Some(objects) = state.objects_at(target.index, rv) else {
+        let status = status_body(
+            410,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+            None,
+        );
+        return (410, json(410, &status));
+    };
+    let matching: Vec<(&Key, &Value)> = objects
+        .into_iter()
+        .filter(|(key, _)| after.as_ref().is_none_or(|last| *key > last))
+        .filter(|(_, o)| selected(o, target.namespace.as_deref(), labels, fields))
         .collect();
-    let offset: usize = query
-        .get("continue")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
     let limit: usize = query
         .get("limit")
         .and_then(|l| l.parse().ok())
@@ -477,14 +686,14 @@ fn list(
         .unwrap_or(usize::MAX);
     let page: Vec<Value> = matching
         .iter()
-        .skip(offset)
         .take(limit)
-        .map(|o| (*o).clone())
+        .map(|(_, o)| (*o).clone())
         .collect();
-    let mut metadata = serde_json::json!({ "resourceVersion": state.rv.to_string() });
-    if offset.saturating_add(page.len()) < matching.len() {
-        metadata["continue"] = (offset + page.len()).to_string().into();
-        metadata["remainingItemCount"] = (matching.len() - offset - page.len()).into();
+    let mut metadata = serde_json::json!({ "resourceVersion": rv.to_string() });
+    if page.len() < matching.len() {
+        let (last, _) = matching[page.len() - 1];
+        metadata["continue"] = continue_token(rv, last).into();
+        metadata["remainingItemCount"] = (matching.len() - page.len()).into();
     }
     let body = serde_json::json!({
         "kind": format!("{}List", resource.ty.kind),
@@ -535,10 +744,16 @@ fn watch(
             return (200, stream_response(rx));
         }
         Some(rv) if !initial_events => {
-            for (event_rv, event, object) in &resource.history {
-                if *event_rv > rv && selected(object, target.namespace.as_deref(), &labels, &fields)
+            for change in &resource.history {
+                if change.rv > rv
+                    && selected(
+                        &change.object,
+                        target.namespace.as_deref(),
+                        &labels,
+                        &fields,
+                    )
                 {
-                    let _ = tx.unbounded_send(watch_line(event, object));
+                    let _ = tx.unbounded_send(watch_line(change.event, &change.object));
                 }
             }
         }

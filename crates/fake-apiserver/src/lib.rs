@@ -1,18 +1,25 @@
 //! An in-process fake Kubernetes API server for tests, reached through a real `kube::Client`
 //! over loopback HTTP.
 //!
-//! It answers the verbs hairpin uses the way kube-apiserver does: one object store per
+//! It answers the verbs hairpin uses the way kube-apiserver 1.31 does: one object store per
 //! resource with a cluster-wide, monotonically increasing `resourceVersion`; GET, LIST (with
-//! equality label and field selectors, `limit`/`continue` paging), WATCH (JSON lines of
-//! ADDED/MODIFIED/DELETED, BOOKMARK when asked, and an `ERROR` event carrying a 410 `Expired`
-//! Status for a compacted resourceVersion), CREATE (409 `AlreadyExists`), UPDATE (409
-//! `Conflict` on a stale resourceVersion), merge PATCH and DELETE (404 `NotFound`), with the
-//! real server's `Status` bodies. Unregistered groups answer 404 like an absent CRD.
+//! equality label and field selectors, `limit`/`continue` paging where every page is read at
+//! the first page's resourceVersion), WATCH (JSON lines of ADDED/MODIFIED/DELETED, BOOKMARK
+//! when asked, and an `ERROR` event carrying a 410 `Expired` Status for a compacted
+//! resourceVersion), CREATE (409 `AlreadyExists`; 404 for a namespace that does not exist),
+//! UPDATE (409 `Conflict` on a stale resourceVersion or another uid), merge PATCH and DELETE
+//! (404 `NotFound`), with the real server's `Status` bodies. Writes are defaulted and
+//! validated as the real server does (Service ClusterIP allocation and immutability, names,
+//! labels, ports, ConfigMap keys and size, Lease and Event limits: 422 `Invalid` with causes).
+//! Discovery (`/api`, `/apis`) lists the registered types; anything else, such as an absent
+//! CRD, answers a plain-text `404 page not found`.
 //! Faults can be injected: the next N requests matching a method and path fail with a given
 //! code, or are delayed; open watches can be dropped and history compacted.
 
 mod http;
+mod service;
 mod store;
+mod validation;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -95,8 +102,8 @@ impl Drop for FakeApiServer {
 
 impl FakeApiServer {
     /// Starts a fake on a free loopback port, with the built-in resources hairpin uses
-    /// registered (Services, ConfigMaps, Leases, Events, Ingresses, IngressClasses) and the
-    /// Gateway API absent.
+    /// registered (Namespaces, Services, ConfigMaps, Leases, Events, Ingresses, IngressClasses),
+    /// and the Gateway API absent.
     pub async fn start() -> Self {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::with_builtin_types()),
@@ -155,14 +162,31 @@ impl FakeApiServer {
         }
     }
 
+    /// Makes the cluster dual-stack: Services may ask for IPv4 and IPv6 ClusterIPs (from
+    /// `10.96.0.0/12` and `fd00:10:96::/108`). By default it is IPv4 only.
+    pub fn dual_stack(&self) {
+        self.shared.lock().net.dual_stack = true;
+    }
+
+    /// Creates a Namespace (`default`, `kube-system`, `kube-public` and `kube-node-lease`
+    /// exist from the start; [`FakeApiServer::apply`] creates the namespace of what it
+    /// stores). Creating an object through the API in a namespace that does not exist fails
+    /// with 404, as on a real cluster.
+    pub fn create_namespace(&self, name: &str) {
+        self.shared.lock().ensure_namespace(name);
+        self.shared.changed.notify_waiters();
+    }
+
     /// Registers another resource type.
     pub fn register(&self, resource: ResourceType) {
         self.shared.lock().register(resource);
     }
 
     /// Creates or replaces an object directly in the store (as another client would),
-    /// notifying watchers. `object` needs `apiVersion`, `kind` and `metadata.name`. Returns the
-    /// new resourceVersion.
+    /// notifying watchers. `object` needs `apiVersion`, `kind` and `metadata.name`. Its
+    /// namespace is created if missing, and a Service gets the server's defaults and a
+    /// ClusterIP, but nothing is validated (fixtures may be what a tenant could not create).
+    /// Returns the new resourceVersion.
     pub fn apply(&self, object: Value) -> u64 {
         let rv = self
             .shared

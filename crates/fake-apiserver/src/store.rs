@@ -6,7 +6,11 @@ use bytes::Bytes;
 use futures::channel::mpsc::UnboundedSender;
 use serde_json::Value;
 
+use super::service::{self, Allocated, ServiceNet};
 use super::{Fault, Labels, Recorded};
+
+/// The namespaces every cluster has.
+const BUILTIN_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// How many watch events per resource the fake keeps for resuming watches (the rest is
 /// "compacted": resuming from before it gets 410 Expired).
@@ -65,11 +69,23 @@ pub(crate) fn object_key(namespace: Option<&str>, name: &str) -> Key {
     (namespace.unwrap_or_default().to_owned(), name.to_owned())
 }
 
+/// One watch event kept for resuming watches and for reading a list at an older
+/// resourceVersion (continued pages).
+#[derive(Debug)]
+pub(crate) struct Change {
+    pub(crate) rv: u64,
+    pub(crate) event: &'static str,
+    pub(crate) key: Key,
+    pub(crate) object: Value,
+    /// The object before this change (None when it was added).
+    pub(crate) previous: Option<Value>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Resource {
     pub(crate) ty: ResourceType,
     pub(crate) objects: BTreeMap<Key, Value>,
-    pub(crate) history: VecDeque<(u64, &'static str, Value)>,
+    pub(crate) history: VecDeque<Change>,
     /// Resuming from a resourceVersion below this gets 410.
     pub(crate) compacted_below: u64,
     pub(crate) watchers: Vec<Watcher>,
@@ -82,6 +98,7 @@ pub(crate) struct State {
     pub(crate) resources: Vec<Resource>,
     pub(crate) faults: Vec<Fault>,
     pub(crate) log: Vec<Recorded>,
+    pub(crate) net: ServiceNet,
 }
 
 /// One equality-based selector requirement (`k=v`, `k==v`, `k!=v`, `k`, `!k`).
@@ -172,8 +189,10 @@ impl State {
             resources: Vec::new(),
             faults: Vec::new(),
             log: Vec::new(),
+            net: ServiceNet::default(),
         };
         for ty in [
+            ResourceType::new("", "v1", "namespaces", "Namespace", false),
             ResourceType::new("", "v1", "services", "Service", true),
             ResourceType::new("", "v1", "configmaps", "ConfigMap", true),
             ResourceType::new("", "v1", "events", "Event", true),
@@ -190,7 +209,74 @@ impl State {
         ] {
             state.register(ty);
         }
+        for namespace in BUILTIN_NAMESPACES {
+            state.ensure_namespace(namespace);
+        }
         state
+    }
+
+    /// True when the Namespace exists.
+    pub(crate) fn namespace_exists(&self, name: &str) -> bool {
+        self.get("v1", "Namespace", None, name).is_some()
+    }
+
+    /// Creates the Namespace unless it exists (as a cluster's setup would have).
+    pub(crate) fn ensure_namespace(&mut self, name: &str) {
+        if !self.namespace_exists(name) {
+            let namespace = namespace_object(name);
+            self.upsert(namespace).expect("a Namespace is storable");
+        }
+    }
+
+    /// Addresses and node ports held by the stored Services other than `except`.
+    pub(crate) fn allocated_except(&self, except: Option<&Key>) -> Allocated {
+        let index = self
+            .index_by_kind("v1", "Service")
+            .expect("Services are built in");
+        Allocated::of(
+            self.resources[index]
+                .objects
+                .iter()
+                .filter(|(key, _)| Some(*key) != except)
+                .map(|(_, svc)| svc),
+        )
+    }
+
+    /// Fills in a Service as the server does (defaults, allocated addresses); returns why the
+    /// server would refuse it.
+    pub(crate) fn admit_service(
+        &self,
+        svc: &mut Value,
+        key: &Key,
+        old: Option<&Value>,
+    ) -> Vec<super::validation::Cause> {
+        let taken = self.allocated_except(Some(key));
+        service::admit(self.net, &taken, svc, old)
+    }
+
+    /// The objects as they were at resourceVersion `rv`, in key order, or `None` when the
+    /// history needed for that has been compacted.
+    pub(crate) fn objects_at(&self, index: usize, rv: u64) -> Option<BTreeMap<&Key, &Value>> {
+        let resource = &self.resources[index];
+        if rv + 1 < resource.compacted_below {
+            return None;
+        }
+        let mut before: BTreeMap<&Key, Option<&Value>> = BTreeMap::new();
+        // Newest first, so the earliest change after `rv` of each object has the last word.
+        for change in resource.history.iter().rev().take_while(|c| c.rv > rv) {
+            before.insert(&change.key, change.previous.as_ref());
+        }
+        let mut objects: BTreeMap<&Key, &Value> = resource
+            .objects
+            .iter()
+            .filter(|(key, _)| !before.contains_key(key))
+            .collect();
+        objects.extend(
+            before
+                .into_iter()
+                .filter_map(|(key, object)| Some((key, object?))),
+        );
+        Some(objects)
     }
 
     pub(crate) fn register(&mut self, ty: ResourceType) {
@@ -254,12 +340,17 @@ impl State {
                 .unwrap_or("default")
                 .to_owned();
             object["metadata"]["namespace"] = ns.clone().into();
+            self.ensure_namespace(&ns);
             ns
         } else {
             String::new()
         };
         let key = (namespace, name);
         let existing = self.resources[index].objects.get(&key).cloned();
+        if kind == "Service" && api_version == "v1" {
+            // Fixtures get the server's defaults too; what it would refuse is theirs to avoid.
+            let _ = self.admit_service(&mut object, &key, existing.as_ref());
+        }
         match &existing {
             Some(old) => {
                 object["metadata"]["uid"] = old["metadata"]["uid"].clone();
@@ -293,17 +384,25 @@ impl State {
         let rv = self.rv;
         object["metadata"]["resourceVersion"] = rv.to_string().into();
         let resource = &mut self.resources[index];
-        resource.objects.insert(key, object.clone());
-        Self::emit(resource, rv, event, object);
+        let previous = resource.objects.insert(key.clone(), object.clone());
+        Self::emit(resource, rv, event, key, object, previous);
         rv
     }
 
     pub(crate) fn remove_key(&mut self, index: usize, key: &Key) -> Option<Value> {
-        let mut object = self.resources[index].objects.remove(key)?;
+        let previous = self.resources[index].objects.remove(key)?;
+        let mut object = previous.clone();
         self.rv += 1;
         let rv = self.rv;
         object["metadata"]["resourceVersion"] = rv.to_string().into();
-        Self::emit(&mut self.resources[index], rv, "DELETED", object.clone());
+        Self::emit(
+            &mut self.resources[index],
+            rv,
+            "DELETED",
+            key.clone(),
+            object.clone(),
+            Some(previous),
+        );
         Some(object)
     }
 
@@ -338,14 +437,29 @@ impl State {
             .unwrap_or_default()
     }
 
-    fn emit(resource: &mut Resource, rv: u64, event: &'static str, object: Value) {
-        resource.history.push_back((rv, event, object.clone()));
+    fn emit(
+        resource: &mut Resource,
+        rv: u64,
+        event: &'static str,
+        key: Key,
+        object: Value,
+        previous: Option<Value>,
+    ) {
+        let line = watch_line(event, &object);
+        let live = object.clone();
+        resource.history.push_back(Change {
+            rv,
+            event,
+            key,
+            object,
+            previous,
+        });
         while resource.history.len() > HISTORY {
-            if let Some((old, _, _)) = resource.history.pop_front() {
-                resource.compacted_below = old + 1;
+            if let Some(old) = resource.history.pop_front() {
+                resource.compacted_below = old.rv + 1;
             }
         }
-        let line = watch_line(event, &object);
+        let object = live;
         resource.watchers.retain(|w| {
             if !selected(&object, w.namespace.as_deref(), &w.labels, &w.fields) {
                 return true;
@@ -380,6 +494,20 @@ impl State {
         }
         None
     }
+}
+
+/// A Namespace as the server stores it.
+fn namespace_object(name: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": { "kubernetes.io/metadata.name": name },
+        },
+        "spec": { "finalizers": ["kubernetes"] },
+        "status": { "phase": "Active" },
+    })
 }
 
 pub(crate) fn watch_line(event: &str, object: &Value) -> Bytes {

@@ -44,6 +44,7 @@ fn hairpin(args: &[&str]) -> Command {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_runs_locally_from_a_kubeconfig_and_uninstall_restores_coredns() {
     let fake = FakeApiServer::start().await;
+    fake.create_namespace("hairpin");
     fake.apply(object(
         "v1",
         "Service",

@@ -1,0 +1,358 @@
+//! What kube-apiserver does to a Service on its way in: the defaults, the ClusterIP and
+//! NodePort allocation, keeping allocated values a client left out of an update, and refusing
+//! a changed ClusterIP (`pkg/registry/core/service`, 1.31).
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde_json::Value;
+
+use super::validation::Cause;
+
+/// The fake's service CIDRs: IPv4 `10.96.0.0/12` (kubeadm's default) and, when dual-stack,
+/// IPv6 `fd00:10:96::/108`.
+const V4_BASE: u32 = u32::from_be_bytes([10, 96, 0, 0]);
+const V4_SIZE: u32 = 1 << 20;
+const V6_BASE: u128 = 0xfd00_0010_0096_0000_0000_0000_0000_0000;
+const V6_SIZE: u128 = 1 << 20;
+/// The lowest addresses are left alone (the `kubernetes` Service, DNS): allocation starts here.
+const FIRST_HOST: u32 = 10;
+const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
+
+/// The cluster's service networking, as the fake pretends it is configured.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ServiceNet {
+    /// IPv4 primary with an IPv6 secondary range (else IPv4 only).
+    pub(crate) dual_stack: bool,
+}
+
+/// Addresses and node ports already taken by other Services.
+#[derive(Debug, Default)]
+pub(crate) struct Allocated {
+    pub(crate) ips: BTreeSet<IpAddr>,
+    pub(crate) node_ports: BTreeSet<i64>,
+}
+
+impl Allocated {
+    /// Collects what `services` hold.
+    pub(crate) fn of<'a>(services: impl Iterator<Item = &'a Value>) -> Self {
+        let mut taken = Self::default();
+        for svc in services {
+            for ip in svc["spec"]["clusterIPs"].as_array().into_iter().flatten() {
+                if let Some(ip) = ip.as_str().and_then(|ip| ip.parse().ok()) {
+                    taken.ips.insert(ip);
+                }
+            }
+            for port in svc["spec"]["ports"].as_array().into_iter().flatten() {
+                if let Some(node_port) = port["nodePort"].as_i64() {
+                    taken.node_ports.insert(node_port);
+                }
+            }
+        }
+        taken
+    }
+}
+
+fn family(ip: &IpAddr) -> &'static str {
+    if ip.is_ipv4() { "IPv4" } else { "IPv6" }
+}
+
+fn in_range(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => u32::from(*v4).wrapping_sub(V4_BASE) < V4_SIZE,
+        IpAddr::V6(v6) => u128::from(*v6).wrapping_sub(V6_BASE) < V6_SIZE,
+    }
+}
+
+fn range_of(family: &str) -> &'static str {
+    if family == "IPv4" {
+        "10.96.0.0/12"
+    } else {
+        "fd00:10:96::/108"
+    }
+}
+
+fn needs_cluster_ip(svc: &Value) -> bool {
+    svc["spec"]["type"].as_str() != Some("ExternalName")
+}
+
+fn needs_node_port(svc: &Value) -> bool {
+    matches!(
+        svc["spec"]["type"].as_str(),
+        Some("NodePort" | "LoadBalancer")
+    )
+}
+
+fn absent(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+fn set_default(target: &mut Value, key: &str, value: impl Into<Value>) {
+    if absent(&target[key]) {
+        target[key] = value.into();
+    }
+}
+
+/// Defaults `svc`, allocates what it needs, and (on update) keeps what `old` had allocated.
+/// Returns why the real server would refuse it (as 422 causes).
+pub(crate) fn admit(
+    net: ServiceNet,
+    taken: &Allocated,
+    svc: &mut Value,
+    old: Option<&Value>,
+) -> Vec<Cause> {
+    if !svc["spec"].is_object() {
+        svc["spec"] = serde_json::json!({});
+    }
+    set_default(&mut svc["spec"], "type", "ClusterIP");
+    set_default(&mut svc["spec"], "sessionAffinity", "None");
+    if let Some(ports) = svc["spec"]["ports"].as_array_mut() {
+        for port in ports {
+            set_default(port, "protocol", "TCP");
+            if absent(&port["targetPort"]) {
+                port["targetPort"] = port["port"].clone();
+            }
+        }
+    }
+    if let Some(old) = old {
+        keep_allocated(svc, old);
+    }
+    let mut causes = Vec::new();
+    if needs_cluster_ip(svc) {
+        causes.extend(cluster_ips(net, taken, svc, old));
+        set_default(&mut svc["spec"], "internalTrafficPolicy", "Cluster");
+    }
+    if needs_node_port(svc) {
+        set_default(&mut svc["spec"], "externalTrafficPolicy", "Cluster");
+        if svc["spec"]["type"] == "LoadBalancer" {
+            set_default(&mut svc["spec"], "allocateLoadBalancerNodePorts", true);
+        }
+        let mut next = *NODE_PORTS.start();
+        let mut used = taken.node_ports.clone();
+        for port in svc["spec"]["ports"].as_array_mut().into_iter().flatten() {
+            if port["nodePort"].as_i64().is_none_or(|p| p == 0) {
+                while used.contains(&next) {
+                    next += 1;
+                }
+                port["nodePort"] = next.into();
+                used.insert(next);
+            }
+        }
+    }
+    if svc["status"].is_null() {
+        svc["status"] = serde_json::json!({ "loadBalancer": {} });
+    }
+    causes
+}
+
+/// `patchAllocatedValues` and `NormalizeClusterIPs` of an update: values the server allocated
+/// and the client left out are kept, so resubmitting a manifest works.
+fn keep_allocated(svc: &mut Value, old: &Value) {
+    if needs_cluster_ip(svc) && needs_cluster_ip(old) {
+        let (old_ip, old_ips) = (&old["spec"]["clusterIP"], &old["spec"]["clusterIPs"]);
+        let spec = &mut svc["spec"];
+        if absent(&spec["clusterIP"]) {
+            spec["clusterIP"] = old_ip.clone();
+            if absent(&spec["clusterIPs"]) {
+                spec["clusterIPs"] = old_ips.clone();
+            }
+        } else if absent(&spec["clusterIPs"]) {
+            spec["clusterIPs"] = if spec["clusterIP"] == *old_ip {
+                old_ips.clone()
+            } else {
+                Value::from(vec![spec["clusterIP"].clone()])
+            };
+        }
+        for key in ["ipFamilies", "ipFamilyPolicy"] {
+            if absent(&spec[key]) {
+                spec[key] = old["spec"][key].clone();
+            }
+        }
+    }
+    if needs_node_port(svc) && needs_node_port(old) {
+        let old_ports = old["spec"]["ports"].as_array().cloned().unwrap_or_default();
+        for port in svc["spec"]["ports"].as_array_mut().into_iter().flatten() {
+            if port["nodePort"].as_i64().is_none_or(|p| p == 0)
+                && let Some(before) = old_ports
+                    .iter()
+                    .find(|o| o["port"] == port["port"] && o["protocol"] == port["protocol"])
+            {
+                port["nodePort"] = before["nodePort"].clone();
+            }
+        }
+        if absent(&svc["spec"]["healthCheckNodePort"]) {
+            svc["spec"]["healthCheckNodePort"] = old["spec"]["healthCheckNodePort"].clone();
+        }
+    }
+}
+
+/// The ClusterIP fields: families and policy inferred, addresses allocated or checked.
+fn cluster_ips(
+    net: ServiceNet,
+    taken: &Allocated,
+    svc: &mut Value,
+    old: Option<&Value>,
+) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let spec = &mut svc["spec"];
+    if absent(&spec["clusterIPs"]) && !absent(&spec["clusterIP"]) {
+        spec["clusterIPs"] = Value::from(vec![spec["clusterIP"].clone()]);
+    }
+    let headless = spec["clusterIP"] == "None";
+    let requested: Vec<String> = spec["clusterIPs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|ip| ip.as_str().map(str::to_owned))
+        .collect();
+    let parsed: Vec<Option<IpAddr>> = requested.iter().map(|ip| ip.parse().ok()).collect();
+    for (i, (text, ip)) in requested.iter().zip(&parsed).enumerate() {
+        if ip.is_none() && !(headless && text == "None") {
+            causes.push(Cause::invalid(
+                format!("spec.clusterIPs[{i}]"),
+                &text.as_str().into(),
+                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            ));
+        }
+    }
+    let policy = spec["ipFamilyPolicy"].as_str().map(str::to_owned);
+    let policy = policy.unwrap_or_else(|| {
+        let two = requested.len() == 2
+            || spec["ipFamilies"]
+                .as_array()
+                .is_some_and(|families| families.len() == 2);
+        if two {
+            "RequireDualStack"
+        } else {
+            "SingleStack"
+        }
+        .to_owned()
+    });
+    const POLICIES: [&str; 3] = ["SingleStack", "PreferDualStack", "RequireDualStack"];
+    if !POLICIES.contains(&policy.as_str()) {
+        causes.push(Cause::invalid(
+            "spec.ipFamilyPolicy",
+            &policy.as_str().into(),
+            "must be one of SingleStack, PreferDualStack, RequireDualStack",
+        ));
+        return causes;
+    }
+    if policy == "RequireDualStack" && !net.dual_stack {
+        causes.push(Cause::invalid(
+            "spec.ipFamilyPolicy",
+            &policy.as_str().into(),
+            "this cluster is not configured for dual-stack services",
+        ));
+        return causes;
+    }
+    let mut families: Vec<String> = spec["ipFamilies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str().map(str::to_owned))
+        .collect();
+    if families.is_empty() {
+        families = parsed
+            .iter()
+            .flatten()
+            .map(|ip| family(ip).to_owned())
+            .collect();
+        if families.is_empty() {
+            families.push("IPv4".into());
+        }
+        if policy != "SingleStack" && net.dual_stack && families.len() == 1 {
+            let other = if families[0] == "IPv4" {
+                "IPv6"
+            } else {
+                "IPv4"
+            };
+            families.push(other.into());
+        }
+    }
+    for (i, f) in families.iter().enumerate() {
+        if f == "IPv6" && !net.dual_stack {
+            causes.push(Cause::invalid(
+                format!("spec.ipFamilies[{i}]"),
+                &f.as_str().into(),
+                "not configured on this cluster",
+            ));
+        }
+    }
+    if !causes.is_empty() {
+        return causes;
+    }
+    let mut ips: Vec<Value> = requested
+        .iter()
+        .map(|ip| Value::from(ip.as_str()))
+        .collect();
+    if !headless {
+        for f in families.iter().skip(ips.len()) {
+            ips.push(allocate(taken, f, &ips).to_string().into());
+        }
+        if old.is_none() {
+            for ip in parsed.iter().flatten() {
+                let why = if !in_range(ip) {
+                    format!(
+                        "failed to allocate IP {ip}: provided IP is not in the valid range. The range of valid IPs is {}",
+                        range_of(family(ip))
+                    )
+                } else if taken.ips.contains(ip) {
+                    format!("failed to allocate IP {ip}: provided IP is already allocated")
+                } else {
+                    continue;
+                };
+                causes.push(Cause::invalid(
+                    "spec.clusterIPs",
+                    &Value::from(requested.clone()),
+                    &why,
+                ));
+            }
+        }
+    }
+    spec["clusterIPs"] = Value::from(ips.clone());
+    spec["clusterIP"] = ips.first().cloned().unwrap_or(Value::Null);
+    spec["ipFamilies"] = families.into();
+    spec["ipFamilyPolicy"] = policy.into();
+    if let Some(old) = old
+        && needs_cluster_ip(old)
+        && old["spec"]["clusterIP"] != "None"
+    {
+        for (i, before) in old["spec"]["clusterIPs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if spec["clusterIPs"].get(i).is_some_and(|now| now != before) {
+                causes.push(Cause::invalid(
+                    format!("spec.clusterIPs[{i}]"),
+                    &spec["clusterIPs"],
+                    "may not change once set",
+                ));
+            }
+        }
+    }
+    causes
+}
+
+/// The lowest free address of `family` (and not among `also`).
+fn allocate(taken: &Allocated, family: &str, also: &[Value]) -> IpAddr {
+    let used = |ip: &IpAddr| {
+        taken.ips.contains(ip) || also.iter().any(|v| v.as_str() == Some(&ip.to_string()))
+    };
+    (u128::from(FIRST_HOST)..)
+        .map(|offset| {
+            if family == "IPv4" {
+                IpAddr::V4(Ipv4Addr::from(V4_BASE + offset as u32))
+            } else {
+                IpAddr::V6(Ipv6Addr::from(V6_BASE + offset))
+            }
+        })
+        .find(|ip| !used(ip))
+        .expect("the service range is far larger than any test")
+}
