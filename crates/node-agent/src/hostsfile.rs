@@ -87,7 +87,7 @@ impl HostsFile {
         let text = validate(&current, path)?;
         let edit = change(text)?;
         for warning in &edit.warnings {
-            tracing::warn!(path = %path.display(), %warning, "hosts file: repaired a damaged hairpin block");
+            tracing::warn!(path = %path.display(), %warning, "hosts file");
         }
         if !edit.changed {
             return Ok(SyncOutcome::Unchanged);
@@ -284,6 +284,28 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("wildcards"), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), ORIGINAL);
+    }
+
+    #[test]
+    fn a_stray_begin_marker_leaves_the_users_lines_alone() {
+        // Before: the entry-like lines after a stray `# BEGIN hairpin` were taken for the
+        // remains of hairpin's block and deleted on the next sync.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hosts");
+        let text = format!("{ORIGINAL}# BEGIN hairpin\n10.0.0.7\tmine.example.com\n");
+        std::fs::write(&path, &text).unwrap();
+        let hosts = HostsFile::new(&path);
+        for err in [
+            hosts
+                .sync(&entries("10.96.0.20", &["a.example.com"]))
+                .unwrap_err(),
+            hosts.remove().unwrap_err(),
+        ] {
+            let shown = err.to_string();
+            assert!(shown.contains("line 5: # BEGIN hairpin"), "{shown}");
+            assert!(shown.contains("fixed by hand"), "{shown}");
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
 
     #[test]

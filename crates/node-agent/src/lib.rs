@@ -48,8 +48,9 @@ pub enum AgentError {
         /// What is wrong.
         reason: String,
     },
-    /// The planned entries cannot be written (invalid hostname, conflicting addresses).
-    #[error("cannot build the hosts block: {0}")]
+    /// The planned entries cannot be written (invalid hostname, conflicting addresses), or
+    /// the file's hairpin markers are damaged (the file is left unchanged).
+    #[error("cannot write the hosts block: {0}")]
     Entries(#[from] hairpin_planner::hosts::HostsError),
     /// Writing failed.
     #[error("cannot write hosts file {path}: {source}")]

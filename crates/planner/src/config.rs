@@ -77,8 +77,9 @@ pub struct PlannerConfig {
     pub routes_config_map: String,
     /// Key of the route table inside that ConfigMap.
     pub routes_key: String,
-    /// Cluster domain used when the Corefile does not name one.
-    pub default_cluster_domain: String,
+    /// `--cluster-domain`: the cluster domain when the Corefile's `kubernetes` plugin names
+    /// none (no zone, or a placeholder); `cluster.local` when this is unset too.
+    pub cluster_domain: Option<String>,
     /// Which hostnames may be redirected, and on whose word ([`crate::admission`]).
     pub admission: AdmissionConfig,
 }
@@ -101,13 +102,13 @@ impl Default for PlannerConfig {
             corefile_key: "Corefile".into(),
             coredns_custom_config_map: "coredns-custom".into(),
             coredns_custom_key: "hairpin.override".into(),
-            node_local_dns_config_maps: vec!["node-local-dns".into()],
+            node_local_dns_config_maps: vec!["node-local-dns".into(), "nodelocaldns".into()],
             dns_mode: DnsMode::Auto,
             listener_port_base: 10000,
             annotation_prefix: "hairpin.io/".into(),
             routes_config_map: "hairpin-routes".into(),
             routes_key: "routes.json".into(),
-            default_cluster_domain: "cluster.local".into(),
+            cluster_domain: None,
             admission: AdmissionConfig::default(),
         }
     }

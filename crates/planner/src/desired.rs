@@ -41,12 +41,16 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
     );
     // CoreDNS: which ConfigMap, and the cluster domain.
     let coredns = find_coredns(snapshot, config);
-    let analyzed = coredns
-        .as_ref()
-        .map(|(cm, corefile)| (cm, corefile, corefile::analyze(corefile)));
+    let analyzed = coredns.as_ref().map(|(cm, corefile)| {
+        let info = corefile::analyze_with(corefile, config.cluster_domain.as_deref());
+        (cm, corefile, info)
+    });
     let cluster_domain = match &analyzed {
         Some((_, _, Ok(info))) => info.cluster_domain.clone(),
-        _ => config.default_cluster_domain.clone(),
+        _ => config
+            .cluster_domain
+            .clone()
+            .unwrap_or_else(|| corefile::DEFAULT_CLUSTER_DOMAIN.to_owned()),
     };
     // Names in the zones the cluster DNS serves itself are never redirected.
     let mut cluster_zones: Vec<&str> = vec![cluster_domain.as_str()];

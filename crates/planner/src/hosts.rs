@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use crate::markers;
-pub use crate::markers::{BEGIN_MARKER, END_MARKER, Edit, Warning};
+pub use crate::markers::{BEGIN_MARKER, DamageKind, END_MARKER, Edit, MarkerDamage, Warning};
 use crate::name::DnsName;
 
 /// Longest line we write; musl reads hosts lines into a 512-byte buffer, so stay well below.
@@ -39,6 +39,8 @@ pub enum HostsError {
     },
     #[error("entry for {ip} has no hostname")]
     NoNames { ip: IpAddr },
+    #[error("{0}")]
+    Damaged(#[from] MarkerDamage),
 }
 
 impl HostsError {
@@ -48,6 +50,7 @@ impl HostsError {
             HostsError::InvalidHostname { .. } => "invalid_hostname",
             HostsError::ConflictingAddresses { .. } => "conflicting_addresses",
             HostsError::NoNames { .. } => "no_names",
+            HostsError::Damaged(d) => d.kind.metric_label(),
         }
     }
 }
@@ -135,41 +138,51 @@ fn is_managed_line(line: &str) -> bool {
     words.next().is_some_and(|w| w.parse::<IpAddr>().is_ok()) && words.next().is_some()
 }
 
+/// The single intact block of a hosts file, if any. Damaged markers or more than one block
+/// are refused: hairpin could not tell its lines from the user's.
+fn find_block(hosts: &str, lines: &[markers::Line]) -> Result<Option<markers::Block>, HostsError> {
+    let mut blocks = markers::find_blocks(hosts, lines, |_| false, is_managed_line)?;
+    if blocks.len() > 1 {
+        let all: Vec<&markers::Block> = blocks.iter().collect();
+        return Err(markers::duplicate(hosts, lines, &all).into());
+    }
+    Ok(blocks.pop())
+}
+
 /// Insert or update the hairpin block so that it holds exactly `entries`. Empty `entries`
-/// removes the block (same as [`remove`]).
+/// removes the block (same as [`remove`]). Damaged markers are refused
+/// ([`HostsError::Damaged`]), never repaired.
 pub fn apply(hosts: &str, entries: &[HostsEntry]) -> Result<Edit, HostsError> {
     let body = render_lines(entries)?;
     if body.is_empty() {
         return remove(hosts);
     }
     let lines = markers::lines(hosts);
-    let blocks = markers::find_blocks(hosts, &lines, is_managed_line);
     let eol = markers::line_ending(hosts);
-    let warnings = markers::removal_warnings(&blocks);
-    let single_complete = blocks.len() == 1 && blocks[0].is_intact();
-    let text = if single_complete {
-        markers::replace_block(
-            hosts,
-            &lines,
-            &blocks[0],
-            body.iter().map(String::as_str),
-            eol,
-        )
-    } else {
-        let cleaned = markers::remove_blocks(hosts, &lines, &blocks);
-        markers::append_block(&cleaned, body.iter().map(String::as_str), eol)
+    let text = match find_block(hosts, &lines)? {
+        Some(block) => {
+            markers::replace_block(hosts, &lines, &block, body.iter().map(String::as_str), eol)
+        }
+        None => markers::append_block(hosts, body.iter().map(String::as_str), eol),
     };
     Ok(Edit {
         changed: text != hosts,
         text,
-        warnings,
+        warnings: Vec::new(),
     })
 }
 
-/// Remove every hairpin block (complete or damaged); a file that only ever received blocks
-/// through [`apply`] comes back byte for byte.
+/// Remove the hairpin block; a file that only ever received blocks through [`apply`] comes
+/// back byte for byte. Damaged markers are refused, as by [`apply`].
 pub fn remove(hosts: &str) -> Result<Edit, HostsError> {
-    Ok(markers::remove_all(hosts, is_managed_line))
+    let lines = markers::lines(hosts);
+    let blocks: Vec<markers::Block> = find_block(hosts, &lines)?.into_iter().collect();
+    let text = markers::remove_blocks(hosts, &lines, &blocks);
+    Ok(Edit {
+        changed: text != hosts,
+        text,
+        warnings: Vec::new(),
+    })
 }
 
 #[cfg(test)]
@@ -231,63 +244,54 @@ mod tests {
     }
 
     #[test]
-    fn begin_without_end_is_repaired() {
+    fn a_stray_begin_marker_is_refused_and_the_lines_after_it_kept() {
+        // Before: the lines after a stray begin marker that looked like ours were deleted.
         let original =
-            "127.0.0.1 localhost\n# BEGIN hairpin\n10.0.0.1\tstale.example.com\n\n# user comment\n";
-        let edit = apply(original, &[entry("10.0.0.2", &["a.example.com"])]).unwrap();
-        assert_eq!(
-            edit.warnings,
-            [Warning::MissingEnd {
-                line: 2,
-                removed_lines: 1
-            }]
-        );
-        assert_eq!(
-            edit.text,
-            "127.0.0.1 localhost\n\n# user comment\n# BEGIN hairpin (managed by hairpin; do not edit)\n10.0.0.2\ta.example.com\n# END hairpin\n"
-        );
+            "127.0.0.1 localhost\n# BEGIN hairpin\n10.0.0.1\tmine.example.com\n\n# user comment\n";
+        let err = apply(original, &[entry("10.0.0.2", &["a.example.com"])]).unwrap_err();
+        let HostsError::Damaged(damage) = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(damage.kind, DamageKind::BeginWithoutEnd);
+        assert_eq!(damage.lines, [(2, "# BEGIN hairpin".to_owned())]);
+        assert_eq!(err.metric_label(), "missing_end_marker");
+        assert!(remove(original).is_err());
     }
 
     #[test]
-    fn end_without_begin_and_duplicates_are_repaired() {
-        let original = "a b\n# x\n10.0.0.1 stale\n# END hairpin\n# BEGIN hairpin\n10.0.0.1 s\n# END hairpin\n# BEGIN hairpin\n# END hairpin\nz y\n";
-        let edit = apply(original, &[entry("10.0.0.2", &["a.example.com"])]).unwrap();
-        assert_eq!(
-            edit.warnings,
-            [
-                Warning::MissingBegin {
-                    line: 4,
-                    removed_lines: 1
-                },
-                Warning::DuplicateBlock { line: 8 }
-            ]
-        );
-        assert_eq!(
-            edit.text,
-            "a b\n# x\nz y\n# BEGIN hairpin (managed by hairpin; do not edit)\n10.0.0.2\ta.example.com\n# END hairpin\n"
-        );
-        // END before BEGIN: both orphans.
-        let edit = remove("# END hairpin\nx y\n# BEGIN hairpin\n").unwrap();
-        assert_eq!(edit.text, "x y\n");
-        assert_eq!(edit.warnings.len(), 2);
-    }
-
-    #[test]
-    fn foreign_lines_inside_the_markers_are_kept() {
-        let original =
-            "# BEGIN hairpin\n10.0.0.1\tstale.example.com\n# someone's note\n# END hairpin\n";
-        let edit = apply(original, &[entry("10.0.0.2", &["a.example.com"])]).unwrap();
-        assert_eq!(
-            edit.warnings,
-            [Warning::ForeignLines {
-                line: 1,
-                kept_lines: 1
-            }]
-        );
-        assert_eq!(
-            edit.text,
-            "# someone's note\n# BEGIN hairpin (managed by hairpin; do not edit)\n10.0.0.2\ta.example.com\n# END hairpin\n"
-        );
+    fn end_without_begin_duplicates_and_foreign_lines_are_refused() {
+        for (text, kind) in [
+            (
+                "a b\n10.0.0.1 stale\n# END hairpin\n",
+                DamageKind::EndWithoutBegin,
+            ),
+            (
+                "# BEGIN hairpin\n10.0.0.1 s\n# END hairpin\n# BEGIN hairpin\n# END hairpin\n",
+                DamageKind::Duplicate,
+            ),
+            (
+                "# BEGIN hairpin\n# BEGIN hairpin\n# END hairpin\n# END hairpin\n",
+                DamageKind::Nested,
+            ),
+            (
+                "# END hairpin\nx y\n# BEGIN hairpin\n",
+                DamageKind::EndWithoutBegin,
+            ),
+            (
+                "# BEGIN hairpin\n10.0.0.1\tstale.example.com\n# someone's note\n# END hairpin\n",
+                DamageKind::ForeignLines,
+            ),
+        ] {
+            for result in [
+                apply(text, &[entry("10.0.0.2", &["a.example.com"])]),
+                remove(text),
+            ] {
+                match result {
+                    Err(HostsError::Damaged(d)) => assert_eq!(d.kind, kind, "{text:?}"),
+                    other => panic!("{text:?}: {other:?}"),
+                }
+            }
+        }
     }
 
     #[test]

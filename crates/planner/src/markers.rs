@@ -15,14 +15,14 @@ pub const BEGIN_PREFIX: &str = "# BEGIN hairpin";
 /// Last line of a managed block.
 pub const END_MARKER: &str = "# END hairpin";
 
-/// Result of an edit: the new text, whether it differs from the input, and what was repaired.
+/// Result of an edit: the new text, whether it differs from the input, and what to report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Edit {
     /// The complete new file content.
     pub text: String,
     /// `text` differs from the input.
     pub changed: bool,
-    /// Damage that was repaired, or conditions the caller should report.
+    /// Conditions the caller should report.
     pub warnings: Vec<Warning>,
 }
 
@@ -31,41 +31,34 @@ pub struct Edit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Warning {
-    /// A begin marker without its end marker; the marker and the managed-looking lines after
-    /// it were removed.
-    MissingEnd { line: usize, removed_lines: usize },
-    /// An end marker without its begin marker; the marker and the managed-looking lines
-    /// before it were removed.
-    MissingBegin { line: usize, removed_lines: usize },
-    /// Lines between the markers that hairpin does not write; they were kept, the markers and
-    /// hairpin's lines were removed and the block was written again.
-    ForeignLines { line: usize, kept_lines: usize },
-    /// More than one managed block; all were removed and one was written.
-    DuplicateBlock { line: usize },
-    /// A managed block outside the server block that holds the `kubernetes` plugin; it was
-    /// removed and the block was written in the right place.
+    /// An intact hairpin block in a place that no longer needs one (outside every server
+    /// block hairpin writes to, or inside a plugin's own block); it was removed.
     BlockMisplaced { line: usize },
     /// The server block has no `reload` plugin, so CoreDNS only sees a change on restart.
     ReloadMissing { server_block_line: usize },
     /// The cluster domain could not be read from the `kubernetes` plugin line.
     ClusterDomainDefaulted { line: usize, default: String },
     /// The server block holding `kubernetes` does not serve the root zone, so queries for
-    /// names outside its zones never reach the rewrite rules.
+    /// names outside its zones never reach it.
     ServerBlockNotRoot { line: usize, keys: Vec<String> },
+    /// A server block answers hairpin's names itself (it cannot resolve a rewritten name),
+    /// but the ClusterIP of their hairpin Service is not known yet: these names are left out
+    /// of that block until it is.
+    AddressUnknown { line: usize, names: Vec<String> },
+    /// No server block on the DNS port answers these names: nothing to redirect them in.
+    NotServed { port: u16, names: Vec<String> },
 }
 
 impl Warning {
     /// Stable label for metrics and events.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Warning::MissingEnd { .. } => "missing_end_marker",
-            Warning::MissingBegin { .. } => "missing_begin_marker",
-            Warning::ForeignLines { .. } => "foreign_lines_in_block",
-            Warning::DuplicateBlock { .. } => "duplicate_block",
             Warning::BlockMisplaced { .. } => "block_misplaced",
             Warning::ReloadMissing { .. } => "reload_missing",
             Warning::ClusterDomainDefaulted { .. } => "cluster_domain_defaulted",
             Warning::ServerBlockNotRoot { .. } => "server_block_not_root",
+            Warning::AddressUnknown { .. } => "address_unknown",
+            Warning::NotServed { .. } => "not_served",
         }
     }
 }
@@ -73,35 +66,10 @@ impl Warning {
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Warning::MissingEnd {
-                line,
-                removed_lines,
-            } => write!(
-                f,
-                "line {line}: `{BEGIN_PREFIX}` without `{END_MARKER}`; removed the marker and \
-                 {removed_lines} managed line(s) after it and rewrote the block"
-            ),
-            Warning::MissingBegin {
-                line,
-                removed_lines,
-            } => write!(
-                f,
-                "line {line}: `{END_MARKER}` without `{BEGIN_PREFIX}`; removed the marker and \
-                 {removed_lines} managed line(s) before it and rewrote the block"
-            ),
-            Warning::ForeignLines { line, kept_lines } => write!(
-                f,
-                "line {line}: the hairpin block holds {kept_lines} line(s) hairpin did not write; \
-                 kept them outside the block and rewrote the block"
-            ),
-            Warning::DuplicateBlock { line } => write!(
-                f,
-                "line {line}: a second hairpin block; all hairpin blocks were replaced by one"
-            ),
             Warning::BlockMisplaced { line } => write!(
                 f,
-                "line {line}: hairpin block outside the server block that holds the \
-                 `kubernetes` plugin; moved it inside"
+                "line {line}: hairpin block in a place that does not need it (outside the \
+                 server blocks hairpin writes to, or inside a plugin's block); removed it"
             ),
             Warning::ReloadMissing { server_block_line } => write!(
                 f,
@@ -112,14 +80,26 @@ impl fmt::Display for Warning {
             Warning::ClusterDomainDefaulted { line, default } => write!(
                 f,
                 "line {line}: could not read the cluster domain from the `kubernetes` plugin \
-                 line; assuming `{default}` (set the cluster domain explicitly if it differs)"
+                 line; assuming `{default}` (set --cluster-domain if it differs)"
             ),
             Warning::ServerBlockNotRoot { line, keys } => write!(
                 f,
                 "line {line}: the server block holding `kubernetes` serves {} only, not the \
-                 root zone `.`: queries for hostnames outside those zones never reach the \
-                 rewrite rules; use a server block for `.` that also holds `kubernetes`",
+                 root zone `.`; hairpin's names are answered in the server blocks that serve \
+                 them",
                 keys.join(" ")
+            ),
+            Warning::AddressUnknown { line, names } => write!(
+                f,
+                "line {line}: this server block answers {} itself (it has no `kubernetes` \
+                 plugin to resolve a rewritten name), and the ClusterIP of their hairpin \
+                 Service is not known yet; they are added once the Service exists",
+                names.join(", ")
+            ),
+            Warning::NotServed { port, names } => write!(
+                f,
+                "no server block on port {port} answers {}; they are not redirected",
+                names.join(", ")
             ),
         }
     }
@@ -207,29 +187,94 @@ fn marker_kind(line: &str) -> Option<MarkerKind> {
     }
 }
 
-/// How a found block is framed.
+/// What is wrong with a text's markers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
-    /// Begin and end marker.
-    Complete,
-    /// Begin marker only: the block is the marker plus managed-looking lines after it.
-    MissingEnd,
-    /// End marker only: the block is the managed-looking lines before it plus the marker.
-    MissingBegin,
+#[non_exhaustive]
+pub enum DamageKind {
+    /// A begin marker whose end marker is missing.
+    BeginWithoutEnd,
+    /// An end marker without a begin marker before it.
+    EndWithoutBegin,
+    /// A begin marker inside an open block.
+    Nested,
+    /// More than one block where one is allowed.
+    Duplicate,
+    /// Lines between the markers that hairpin does not write.
+    ForeignLines,
 }
 
-/// A managed block (or the remains of one) as whole lines `first..=last` (indices into
-/// [`lines`]).
+impl DamageKind {
+    fn describe(self) -> &'static str {
+        match self {
+            DamageKind::BeginWithoutEnd => "a `# BEGIN hairpin` marker without its `# END hairpin`",
+            DamageKind::EndWithoutBegin => {
+                "a `# END hairpin` marker without a `# BEGIN hairpin` before it"
+            }
+            DamageKind::Nested => "a hairpin block opened inside another one",
+            DamageKind::Duplicate => "more than one hairpin block where hairpin writes one",
+            DamageKind::ForeignLines => {
+                "lines inside the hairpin block that hairpin does not write"
+            }
+        }
+    }
+
+    /// Stable label for metrics and events.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            DamageKind::BeginWithoutEnd => "missing_end_marker",
+            DamageKind::EndWithoutBegin => "missing_begin_marker",
+            DamageKind::Nested => "nested_block",
+            DamageKind::Duplicate => "duplicate_block",
+            DamageKind::ForeignLines => "foreign_lines_in_block",
+        }
+    }
+}
+
+/// Damaged markers. hairpin cannot prove which lines it wrote, so it refuses to edit (or
+/// remove) anything until a person fixes the markers: a repair could delete someone's lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkerDamage {
+    /// What is wrong.
+    pub kind: DamageKind,
+    /// The offending lines: 1-based number and text.
+    pub lines: Vec<(usize, String)>,
+}
+
+impl MarkerDamage {
+    pub(crate) fn new(kind: DamageKind, text: &str, lines: &[Line], at: &[usize]) -> Self {
+        Self {
+            kind,
+            lines: at
+                .iter()
+                .map(|&i| (i + 1, lines[i].text(text).to_owned()))
+                .collect(),
+        }
+    }
+}
+
+impl fmt::Display for MarkerDamage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "damaged hairpin markers ({}); hairpin changes nothing until they are fixed by hand \
+             (delete the hairpin lines, or restore the missing marker):",
+            self.kind.describe()
+        )?;
+        for (n, line) in &self.lines {
+            write!(f, "\n  line {n}: {line}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for MarkerDamage {}
+
+/// A complete managed block as whole lines `first..=last` (indices into [`lines`]): a begin
+/// marker, lines the editor writes, an end marker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Block {
-    pub(crate) framing: Framing,
-    /// Index of the marker line (begin, or end for [`Framing::MissingBegin`]).
-    pub(crate) marker: usize,
     pub(crate) first: usize,
     pub(crate) last: usize,
-    /// Lines between complete markers that the editor would not have written (someone else's
-    /// configuration, or markers wrapped around it by mistake); they are kept on removal.
-    pub(crate) foreign: Vec<usize>,
 }
 
 impl Block {
@@ -248,152 +293,70 @@ impl Block {
         start..last.end
     }
 
-    /// 1-based line number of the marker.
-    pub(crate) fn marker_line_number(&self) -> usize {
-        self.marker + 1
-    }
-
-    /// A complete block holding only lines the editor writes: safe to update in place.
-    pub(crate) fn is_intact(&self) -> bool {
-        self.framing == Framing::Complete && self.foreign.is_empty()
+    /// 1-based line number of the begin marker.
+    pub(crate) fn line_number(&self) -> usize {
+        self.first + 1
     }
 }
 
-/// Find every managed block, complete or damaged, in order. `is_managed_line` recognises the
-/// lines an editor writes between the markers; it bounds the damaged blocks.
+/// Find every managed block, in order. A marker line for which `not_a_line` is true (for
+/// instance a line inside a quoted Corefile string) is text, not a marker. Every block must be
+/// complete and hold only lines `is_managed_line` recognises; anything else is refused.
 pub(crate) fn find_blocks(
     text: &str,
     lines: &[Line],
+    not_a_line: impl Fn(usize) -> bool,
     is_managed_line: impl Fn(&str) -> bool,
-) -> Vec<Block> {
+) -> Result<Vec<Block>, MarkerDamage> {
     let markers: Vec<(usize, MarkerKind)> = lines
         .iter()
         .enumerate()
+        .filter(|(_, l)| !not_a_line(l.start))
         .filter_map(|(i, l)| marker_kind(l.text(text)).map(|k| (i, k)))
         .collect();
+    let damage = |kind, at: &[usize]| MarkerDamage::new(kind, text, lines, at);
     let mut blocks = Vec::new();
     let mut k = 0;
     while k < markers.len() {
         let (i, kind) = markers[k];
-        match kind {
-            MarkerKind::Begin => {
-                if let Some(&(j, MarkerKind::End)) = markers.get(k + 1) {
-                    let foreign = (i + 1..j)
-                        .filter(|&n| !is_managed_line(lines[n].text(text)))
-                        .collect();
-                    blocks.push(Block {
-                        framing: Framing::Complete,
-                        marker: i,
-                        first: i,
-                        last: j,
-                        foreign,
-                    });
-                    k += 2;
-                    continue;
-                }
-                let mut last = i;
-                while last + 1 < lines.len()
-                    && marker_kind(lines[last + 1].text(text)).is_none()
-                    && is_managed_line(lines[last + 1].text(text))
-                {
-                    last += 1;
-                }
-                blocks.push(Block {
-                    framing: Framing::MissingEnd,
-                    marker: i,
-                    first: i,
-                    last,
-                    foreign: Vec::new(),
-                });
+        match (kind, markers.get(k + 1)) {
+            (MarkerKind::End, _) => return Err(damage(DamageKind::EndWithoutBegin, &[i])),
+            (MarkerKind::Begin, None) => return Err(damage(DamageKind::BeginWithoutEnd, &[i])),
+            (MarkerKind::Begin, Some(&(j, MarkerKind::Begin))) => {
+                let mut at = vec![i, j];
+                at.extend(markers.get(k + 2).map(|m| m.0));
+                return Err(damage(DamageKind::Nested, &at));
             }
-            MarkerKind::End => {
-                // Lines already claimed by the previous block are not ours to take again.
-                let floor = blocks.last().map_or(0, |b: &Block| b.last + 1);
-                let mut first = i;
-                while first > floor
-                    && marker_kind(lines[first - 1].text(text)).is_none()
-                    && is_managed_line(lines[first - 1].text(text))
-                {
-                    first -= 1;
+            (MarkerKind::Begin, Some(&(j, MarkerKind::End))) => {
+                let foreign: Vec<usize> = (i + 1..j)
+                    .filter(|&n| !is_managed_line(lines[n].text(text)))
+                    .collect();
+                if !foreign.is_empty() {
+                    let mut at = vec![i];
+                    at.extend(foreign);
+                    at.push(j);
+                    return Err(damage(DamageKind::ForeignLines, &at));
                 }
-                blocks.push(Block {
-                    framing: Framing::MissingBegin,
-                    marker: i,
-                    first,
-                    last: i,
-                    foreign: Vec::new(),
-                });
+                blocks.push(Block { first: i, last: j });
+                k += 2;
             }
         }
-        k += 1;
     }
-    blocks
+    Ok(blocks)
 }
 
-/// Warning for a damaged block, `None` for a complete one.
-pub(crate) fn damage_warning(block: &Block) -> Option<Warning> {
-    let removed_lines = block.last - block.first;
-    match block.framing {
-        Framing::Complete if block.foreign.is_empty() => None,
-        Framing::Complete => Some(Warning::ForeignLines {
-            line: block.marker_line_number(),
-            kept_lines: block.foreign.len(),
-        }),
-        Framing::MissingEnd => Some(Warning::MissingEnd {
-            line: block.marker_line_number(),
-            removed_lines,
-        }),
-        Framing::MissingBegin => Some(Warning::MissingBegin {
-            line: block.marker_line_number(),
-            removed_lines,
-        }),
-    }
+/// The error for two or more blocks where one is allowed.
+pub(crate) fn duplicate(text: &str, lines: &[Line], blocks: &[&Block]) -> MarkerDamage {
+    let at: Vec<usize> = blocks.iter().flat_map(|b| [b.first, b.last]).collect();
+    MarkerDamage::new(DamageKind::Duplicate, text, lines, &at)
 }
 
-/// The warnings of removing `blocks`: each damaged block, and each complete block after the
-/// first (a duplicate).
-pub(crate) fn removal_warnings(blocks: &[Block]) -> Vec<Warning> {
-    let mut warnings: Vec<Warning> = blocks.iter().filter_map(damage_warning).collect();
-    warnings.extend(
-        blocks
-            .iter()
-            .filter(|b| b.framing == Framing::Complete)
-            .skip(1)
-            .map(|b| Warning::DuplicateBlock {
-                line: b.marker_line_number(),
-            }),
-    );
-    warnings
-}
-
-/// Remove every block (complete or damaged) from `text`, as both editors' `remove` does;
-/// `is_managed_line` is the editor's, as for [`find_blocks`].
-pub(crate) fn remove_all(text: &str, is_managed_line: impl Fn(&str) -> bool) -> Edit {
-    let lines = lines(text);
-    let blocks = find_blocks(text, &lines, is_managed_line);
-    let warnings = removal_warnings(&blocks);
-    let out = remove_blocks(text, &lines, &blocks);
-    Edit {
-        changed: out != text,
-        text: out,
-        warnings,
-    }
-}
-
-/// Remove the given blocks' lines from `text`, keeping their foreign lines. When the text's
-/// last line is removed and has no terminator, the terminator before it goes too, mirroring
-/// [`append_block`].
+/// Remove the given blocks' lines from `text`. When the text's last line is removed and has
+/// no terminator, the terminator before it goes too, mirroring [`append_block`].
 pub(crate) fn remove_blocks(text: &str, lines: &[Line], blocks: &[Block]) -> String {
     let mut removed = vec![false; lines.len()];
     for b in blocks {
-        for (n, flag) in removed
-            .iter_mut()
-            .enumerate()
-            .take(b.last + 1)
-            .skip(b.first)
-        {
-            *flag = b.foreign.binary_search(&n).is_err();
-        }
+        removed[b.first..=b.last].fill(true);
     }
     let mut out = String::with_capacity(text.len());
     for (line, gone) in lines.iter().zip(&removed) {
@@ -502,32 +465,50 @@ mod tests {
         assert!(lines("").is_empty());
     }
 
+    fn scan(t: &str) -> Result<Vec<Block>, MarkerDamage> {
+        find_blocks(t, &lines(t), |_| false, |l| l.starts_with('m'))
+    }
+
     #[test]
-    fn damaged_blocks_are_bounded_by_managed_lines() {
-        let t = "x\n# BEGIN hairpin\nm1\nm2\nuser\n# END hairpin\n";
-        let ls = lines(t);
-        let bs = find_blocks(t, &ls, |l| l.starts_with('m'));
-        assert_eq!(bs.len(), 1);
-        assert_eq!(bs[0].framing, Framing::Complete);
+    fn damaged_markers_are_refused_with_the_offending_lines() {
+        let ok = scan("x\n# BEGIN hairpin\nm1\nm2\n# END hairpin\n").unwrap();
+        assert_eq!(ok, [Block { first: 1, last: 4 }]);
 
-        let t = "x\n# BEGIN hairpin\nm1\nm2\nuser\n";
-        let ls = lines(t);
-        let bs = find_blocks(t, &ls, |l| l.starts_with('m'));
-        assert_eq!(bs[0].framing, Framing::MissingEnd);
-        assert_eq!(remove_blocks(t, &ls, &bs), "x\nuser\n");
+        let err = scan("x\n# BEGIN hairpin\nm1\nuser\n").unwrap_err();
+        assert_eq!(err.kind, DamageKind::BeginWithoutEnd);
+        assert_eq!(err.lines, [(2, "# BEGIN hairpin".to_owned())]);
 
-        let t = "user\nm1\n# END hairpin\ny\n";
+        let err = scan("user\nm1\n# END hairpin\ny\n").unwrap_err();
+        assert_eq!(err.kind, DamageKind::EndWithoutBegin);
+        assert_eq!(err.lines, [(3, "# END hairpin".to_owned())]);
+
+        let err =
+            scan("# BEGIN hairpin\n# BEGIN hairpin\n# END hairpin\n# END hairpin\n").unwrap_err();
+        assert_eq!(err.kind, DamageKind::Nested);
+        assert_eq!(err.lines.iter().map(|l| l.0).collect::<Vec<_>>(), [1, 2, 3]);
+
+        let err = scan("# BEGIN hairpin\nm1\nuser\n# END hairpin\n").unwrap_err();
+        assert_eq!(err.kind, DamageKind::ForeignLines);
+        assert_eq!(err.lines[1], (3, "user".to_owned()));
+        let shown = err.to_string();
+        assert!(shown.contains("line 3: user"), "{shown}");
+        assert!(shown.contains("fixed by hand"), "{shown}");
+    }
+
+    #[test]
+    fn a_marker_inside_a_string_is_text() {
+        let t = "a \"\n# BEGIN hairpin\n\"\n";
         let ls = lines(t);
-        let bs = find_blocks(t, &ls, |l| l.starts_with('m'));
-        assert_eq!(bs[0].framing, Framing::MissingBegin);
-        assert_eq!(remove_blocks(t, &ls, &bs), "user\ny\n");
+        let inside = |start: usize| start > 2 && start < 21;
+        assert!(find_blocks(t, &ls, inside, |_| true).unwrap().is_empty());
+        assert!(find_blocks(t, &ls, |_| false, |_| true).is_err());
     }
 
     #[test]
     fn a_block_at_the_end_without_terminator_takes_the_previous_terminator() {
         let t = "a\n# BEGIN hairpin\nm\n# END hairpin";
         let ls = lines(t);
-        let bs = find_blocks(t, &ls, |_| true);
+        let bs = find_blocks(t, &ls, |_| false, |_| true).unwrap();
         assert_eq!(remove_blocks(t, &ls, &bs), "a");
     }
 }

@@ -2,7 +2,10 @@
 //! or tabs), comments, blank lines, extra server blocks, braces on their own lines, `}` after a
 //! directive, CRLF, missing final newline, and random host sets.
 
-use hairpin_planner::corefile::{self, DnsEntry, analyze};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use hairpin_planner::corefile::{self, CorefileError, DnsEntry, PlaceOptions, analyze};
 use proptest::prelude::*;
 
 const TARGETS: [&str; 3] = [
@@ -211,17 +214,46 @@ fn render(s: &Shape) -> String {
     text
 }
 
-/// Byte range of the managed block: from the start of the begin line to the end of the end
-/// line (terminator included).
-fn block_range(text: &str) -> (usize, usize) {
-    let begin = text.find(corefile::BEGIN_MARKER).expect("begin marker");
-    let begin = text[..begin].rfind('\n').map_or(0, |i| i + 1);
-    let end = begin
-        + text[begin..]
-            .find(corefile::END_MARKER)
-            .expect("end marker");
-    let end = text[end..].find('\n').map_or(text.len(), |i| end + i + 1);
-    (begin, end)
+/// The text without its marked blocks (markers included): what hairpin must never change.
+fn strip_blocks(text: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    for (n, line) in lines.iter().enumerate() {
+        let t = line.trim();
+        if t.starts_with("# BEGIN hairpin") {
+            inside = true;
+            continue;
+        }
+        if inside {
+            if t.starts_with("# END hairpin") {
+                inside = false;
+                // A block at the very end without terminator took the one before it.
+                if !line.ends_with('\n') && n + 1 == lines.len() {
+                    let cut = out.trim_end_matches(['\r', '\n']).len();
+                    out.truncate(cut);
+                }
+            }
+            continue;
+        }
+        out.push_str(line);
+    }
+    out
+}
+
+fn addresses() -> BTreeMap<String, Vec<IpAddr>> {
+    TARGETS
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let v4: IpAddr = format!("10.96.0.{}", 20 + i).parse().unwrap();
+            let v6: IpAddr = format!("fd00::{}", 20 + i).parse().unwrap();
+            (
+                (*t).to_owned(),
+                if i == 1 { vec![v4, v6] } else { vec![v4] },
+            )
+        })
+        .collect()
 }
 
 proptest! {
@@ -234,43 +266,67 @@ proptest! {
     #[test]
     fn apply_preserves_restores_and_is_idempotent(s in shape(), e1 in host_set(), e2 in host_set()) {
         let original = render(&s);
+        let opts = PlaceOptions { addresses: addresses(), ..PlaceOptions::default() };
         let info = analyze(&original).unwrap();
-        let first = corefile::apply(&original, &e1).unwrap();
-        prop_assert!(first.warnings.is_empty());
+        let first = corefile::apply_placed(&original, &e1, &opts);
+        if s.key == ".:8053" && s.extra_after && !e1.is_empty() {
+            // `kubernetes` on ports 8053 and 5353 and none is 53: which one does the cluster
+            // DNS Service target?
+            prop_assert_eq!(first.unwrap_err().metric_label(), "ambiguous_layout");
+            return Ok(());
+        }
+        let first = first.unwrap();
+        prop_assert!(first.warnings.is_empty(), "{:?}", first.warnings);
+        // Pure insertion: without the marked blocks, the text is the original.
+        prop_assert_eq!(strip_blocks(&first.text), original.clone());
         if e1.is_empty() {
             prop_assert_eq!(&first.text, &original);
             prop_assert!(!first.changed);
         } else {
             prop_assert!(first.changed);
-            // Bytes outside the block are the original's.
-            let (b, e) = block_range(&first.text);
-            prop_assert_eq!(&first.text[..b], &original[..b]);
-            prop_assert_eq!(&first.text[e..], &original[b..]);
-            // The block follows the file's line ending and sits inside the kubernetes block.
             let eol = if s.crlf { "\r\n" } else { "\n" };
-            for line in first.text[b..e].split_inclusive('\n') {
+            let begin = first.text.find(corefile::BEGIN_MARKER).unwrap();
+            let begin = first.text[..begin].rfind('\n').map_or(0, |i| i + 1);
+            for line in first.text[begin..].split_inclusive('\n').take(2) {
                 prop_assert!(line.ends_with(eol));
                 prop_assert!(line.starts_with(s.indent));
+            }
+            // Names under example.org are answered in its own block (when it exists), the
+            // others are rewritten in the block that holds `kubernetes`.
+            let under_org = e1.iter().any(|e| e.name.name().ends_with("example.org"));
+            let elsewhere = e1.iter().any(|e| !e.name.name().ends_with("example.org"));
+            let answers = first.text.contains("template IN A {");
+            let rewrites = first.text.contains("rewrite stop name ");
+            // `example.org:53` is on another port than `.:8053`, the block with `kubernetes`.
+            let org_block = s.extra_before && s.key != ".:8053";
+            prop_assert_eq!(answers, under_org && org_block);
+            prop_assert_eq!(rewrites, elsewhere || !org_block);
+            if answers {
+                let org = first.text.find("example.org:53 {").unwrap();
+                let root = first.text.find("kubernetes").unwrap();
+                let template = first.text.find("template IN A {").unwrap();
+                prop_assert!(org < template && template < root);
             }
             let after = analyze(&first.text).unwrap();
             prop_assert_eq!(&after.cluster_domain, &info.cluster_domain);
             prop_assert_eq!(&after.server_block_keys, &info.server_block_keys);
             prop_assert!(after.has_hairpin_block);
-            prop_assert!(after.warnings.iter().all(|w| w.metric_label() == "reload_missing"));
         }
-        let again = corefile::apply(&first.text, &e1).unwrap();
+        let again = corefile::apply_placed(&first.text, &e1, &opts).unwrap();
         prop_assert_eq!(&again.text, &first.text);
         prop_assert!(!again.changed);
 
         prop_assert_eq!(&corefile::remove(&first.text).unwrap().text, &original);
 
-        let second = corefile::apply(&first.text, &e2).unwrap();
-        prop_assert_eq!(&second.text, &corefile::apply(&original, &e2).unwrap().text);
-        prop_assert_eq!(&corefile::remove(&second.text).unwrap().text, &original);
+        if let Ok(second) = corefile::apply_placed(&first.text, &e2, &opts) {
+            let fresh = corefile::apply_placed(&original, &e2, &opts).unwrap();
+            prop_assert_eq!(&second.text, &fresh.text);
+            prop_assert_eq!(&corefile::remove(&second.text).unwrap().text, &original);
+        }
     }
 
     #[test]
-    fn damaged_markers_are_always_repaired(
+    fn damaged_markers_are_refused_and_nothing_outside_blocks_changes(
         s in shape(),
         e in host_set(),
         damage in prop::collection::vec((any::<prop::sample::Index>(), 0u8..3), 1..4),
@@ -289,20 +345,27 @@ proptest! {
             lines.insert(idx, line);
         }
         let damaged = lines.join(eol);
-        // The damage may have broken the Corefile's structure; then the editor must refuse.
-        let Ok(edit) = corefile::apply(&damaged, &e) else {
-            return Ok(());
-        };
-        let cleaned = corefile::remove(&edit.text).unwrap();
-        prop_assert!(!cleaned.text.contains("# BEGIN hairpin"));
-        prop_assert!(!cleaned.text.contains("# END hairpin"));
-        if !e.is_empty() {
-            prop_assert_eq!(edit.text.matches(corefile::BEGIN_MARKER).count(), 1);
-            prop_assert_eq!(edit.text.matches(corefile::END_MARKER).count(), 1);
-            let again = corefile::apply(&edit.text, &e).unwrap();
-            prop_assert_eq!(&again.text, &edit.text);
-            prop_assert!(again.warnings.is_empty());
-            prop_assert!(analyze(&edit.text).is_ok());
+        let begins = damaged.matches("# BEGIN hairpin").count();
+        let ends = damaged.matches("# END hairpin").count();
+        match corefile::apply(&damaged, &e) {
+            Err(err) => {
+                // Unbalanced markers are always refused; a structural error is fine too.
+                prop_assert!(
+                    matches!(err, CorefileError::Damaged(_) | CorefileError::Syntax { .. }
+                        | CorefileError::UnsupportedLayout { .. } | CorefileError::NoKubernetesBlock
+                        | CorefileError::Ambiguous { .. }),
+                    "{}", err
+                );
+            }
+            Ok(edit) => {
+                // Only balanced, well-formed blocks get through, and nothing outside them moves.
+                prop_assert_eq!(begins, ends);
+                prop_assert_eq!(strip_blocks(&edit.text), strip_blocks(&damaged));
+            }
+        }
+        // A lone marker is never accepted.
+        if begins != ends {
+            prop_assert!(corefile::remove(&damaged).is_err());
         }
     }
 

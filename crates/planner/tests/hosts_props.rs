@@ -147,7 +147,7 @@ proptest! {
     }
 
     #[test]
-    fn damaged_markers_are_always_repaired(
+    fn damaged_markers_are_refused_and_user_lines_never_removed(
         f in hosts_file(),
         e in entries(),
         damage in prop::collection::vec((any::<prop::sample::Index>(), 0u8..3), 1..4),
@@ -163,22 +163,34 @@ proptest! {
             f.lines.insert(idx, line);
         }
         let damaged = f.render();
-        let edit = hosts::apply(&damaged, &e).unwrap();
-        let cleaned = hosts::remove(&edit.text).unwrap();
-        prop_assert!(!cleaned.text.contains("hairpin"));
-        // Lines that are neither markers nor entries survive the repair.
-        for line in &f.lines {
-            let entry_like = line.split_whitespace().next().is_some_and(|w| w.parse::<IpAddr>().is_ok());
-            if !line.contains("hairpin") && !entry_like && !line.trim().is_empty() {
-                prop_assert!(cleaned.text.contains(line.as_str()), "lost {:?}", line);
+        let begins = f.lines.iter().filter(|l| l.starts_with("# BEGIN")).count();
+        let ends = f.lines.iter().filter(|l| l.starts_with("# END")).count();
+        match hosts::apply(&damaged, &e) {
+            Err(err) => {
+                prop_assert!(matches!(err, hosts::HostsError::Damaged(_)), "{}", err);
+                prop_assert!(hosts::remove(&damaged).is_err());
+            }
+            Ok(edit) if begins + ends == 0 => {
+                prop_assert_eq!(&hosts::remove(&edit.text).unwrap().text, &damaged);
+            }
+            Ok(edit) => {
+                // Only one well-formed block gets through (a BEGIN, entry lines, an END).
+                prop_assert_eq!(begins, 1);
+                prop_assert_eq!(ends, 1);
+                // Every line outside it is still there, in order.
+                let outside: Vec<&str> = damaged.lines().collect();
+                let (b, e_) = (
+                    outside.iter().position(|l| l.starts_with("# BEGIN")).unwrap(),
+                    outside.iter().position(|l| l.starts_with("# END")).unwrap(),
+                );
+                let mut kept: Vec<&str> = outside[..b].to_vec();
+                kept.extend(&outside[e_ + 1..]);
+                let cleaned = hosts::remove(&edit.text).unwrap();
+                prop_assert_eq!(cleaned.text.lines().collect::<Vec<_>>(), kept);
             }
         }
-        if !e.is_empty() {
-            prop_assert_eq!(edit.text.matches(hosts::BEGIN_MARKER).count(), 1);
-            prop_assert_eq!(edit.text.matches(hosts::END_MARKER).count(), 1);
-            let again = hosts::apply(&edit.text, &e).unwrap();
-            prop_assert_eq!(&again.text, &edit.text);
-            prop_assert!(again.warnings.is_empty());
+        if begins != ends {
+            prop_assert!(hosts::apply(&damaged, &e).is_err());
         }
     }
 }

@@ -77,9 +77,10 @@ pub(crate) struct PlannerArgs {
         default_value = "hairpin-routes"
     )]
     pub(crate) routes_config_map: String,
-    /// Cluster domain used when the Corefile names none.
-    #[arg(long, env = "HAIRPIN_CLUSTER_DOMAIN", default_value = "cluster.local")]
-    pub(crate) cluster_domain: String,
+    /// Cluster domain, used when the Corefile's `kubernetes` plugin names none (no zone, or a
+    /// placeholder such as `{$CLUSTER_DOMAIN}`); without it, `cluster.local`.
+    #[arg(long, env = "HAIRPIN_CLUSTER_DOMAIN")]
+    pub(crate) cluster_domain: Option<String>,
     /// Hostnames never redirected, besides the built-in ones (cluster zones, reverse zones,
     /// localhost, cloud metadata names, single labels, public suffixes), comma-separated:
     /// `corp.example` refuses that name and every name under it, `*.corp.example` only the
@@ -119,7 +120,7 @@ impl PlannerArgs {
             listener_port_base: self.listener_port_base,
             annotation_prefix: self.annotation_prefix.clone(),
             routes_config_map: self.routes_config_map.clone(),
-            default_cluster_domain: self.cluster_domain.clone(),
+            cluster_domain: self.cluster_domain.clone(),
             admission: AdmissionConfig {
                 deny_hostnames: self.deny_hostnames.0.clone(),
                 hostname_namespaces: self.hostname_namespaces.clone(),

@@ -1,11 +1,14 @@
-//! Corefile editor: reads a CoreDNS Corefile and writes one marked block of `rewrite` rules
-//! into the server block that holds the `kubernetes` plugin.
+//! Corefile editor: reads a CoreDNS Corefile and keeps one marked block in each server block
+//! that receives hairpin's names ([`place`] decides which, and in which form: `rewrite` rules
+//! where the block's `kubernetes` plugin resolves the rewritten name, `template` answers
+//! elsewhere).
 //!
 //! Pure: string in, string out. Every byte outside the markers is preserved; removing the
-//! block restores the original exactly; applying the same entries twice changes nothing.
-//! Damaged markers (begin without end, end without begin, two blocks, a block outside the
-//! `kubernetes` server block) are repaired deterministically and reported as
-//! [`Warning`]s.
+//! blocks restores the original exactly; applying the same entries twice changes nothing.
+//! Damaged markers (begin without end, end without begin, nested or duplicated blocks, lines
+//! hairpin does not write between the markers) are refused with
+//! [`CorefileError::Damaged`], never repaired: hairpin only ever removes lines it can prove it
+//! wrote.
 //!
 //! ```
 //! use hairpin_planner::corefile::{self, DnsEntry};
@@ -20,17 +23,20 @@
 
 mod nodelocal;
 mod parse;
+mod placement;
 mod rules;
 
 pub use nodelocal::{NodeLocalDnsInfo, NodeLocalServer, analyze_node_local_dns, bypassed};
+pub use placement::{BlockInsert, DEFAULT_DNS_PORT, Form, PlaceOptions, Placement, ServerRef};
 pub use rules::{
-    DnsEntry, EXACT_RULES_MAX_PER_TARGET, HostPattern, REGEX_PATTERN_BUDGET, RuleStyle,
-    render_rules, render_rules_with, service_fqdn,
+    ANSWER_TTL, DnsEntry, EXACT_RULES_MAX_PER_TARGET, HostPattern, REGEX_PATTERN_BUDGET, RuleStyle,
+    render_answers, render_rules, render_rules_with, service_fqdn,
 };
 
 use crate::markers::{self, Block};
-pub use crate::markers::{BEGIN_MARKER, END_MARKER, Edit, Warning};
-use parse::{Corefile, ServerBlock, Tok, leading_indent, line_start};
+pub use crate::markers::{BEGIN_MARKER, END_MARKER, Edit, MarkerDamage, Warning};
+use parse::{Corefile, ServerBlock, leading_indent, line_start};
+use rules::is_managed_line;
 
 /// Largest value a ConfigMap can hold (the API server rejects bigger objects).
 pub const CONFIGMAP_MAX_BYTES: usize = 1024 * 1024;
@@ -74,6 +80,12 @@ pub enum CorefileError {
          use wildcards or fewer hostnames"
     )]
     TooLarge { bytes: usize, limit: usize },
+    #[error("{0}")]
+    Damaged(#[from] MarkerDamage),
+    #[error("Corefile line {line}: {message}; nothing is written rather than guessing")]
+    Ambiguous { line: usize, message: String },
+    #[error("the server block {server} is no longer in the Corefile; planning again")]
+    ServerBlockGone { server: ServerRef },
 }
 
 impl CorefileError {
@@ -88,6 +100,9 @@ impl CorefileError {
             CorefileError::UnsupportedLayout { .. } => "unsupported_layout",
             CorefileError::WildcardNeedsAnswerAuto { .. } => "wildcard_needs_answer_auto",
             CorefileError::TooLarge { .. } => "too_large",
+            CorefileError::Damaged(d) => d.kind.metric_label(),
+            CorefileError::Ambiguous { .. } => "ambiguous_layout",
+            CorefileError::ServerBlockGone { .. } => "server_block_gone",
         }
     }
 }
@@ -183,15 +198,68 @@ fn find_target<'a>(src: &str, cf: &'a Corefile) -> Result<Target<'a>, CorefileEr
     first.ok_or(CorefileError::NoKubernetesBlock)
 }
 
-fn normalize_zone(z: &str) -> String {
+pub(super) fn normalize_zone(z: &str) -> String {
     let z = z.strip_prefix("dns://").unwrap_or(z);
     let z = z.split(':').next().unwrap_or(z);
     let z = z.trim_end_matches('.');
     z.to_ascii_lowercase()
 }
 
-/// Read a Corefile: which server block we would edit, the cluster domain, `reload`, imports.
+/// Read a Corefile: the server block holding `kubernetes`, the cluster domain, `reload`,
+/// imports. Same as [`analyze_with`] without `--cluster-domain`.
 pub fn analyze(corefile: &str) -> Result<CorefileInfo, CorefileError> {
+    analyze_with(corefile, None)
+}
+
+/// The cluster domain: the `kubernetes` plugin's first zone; else (no zone, or a placeholder
+/// such as `{$CLUSTER_DOMAIN}`) `flag` (`--cluster-domain`); else the server block's zone;
+/// else [`DEFAULT_CLUSTER_DOMAIN`] with a warning.
+fn cluster_domain(
+    src: &str,
+    t: &Target<'_>,
+    keys: &[String],
+    flag: Option<&str>,
+    warnings: &mut Vec<Warning>,
+) -> (String, Vec<String>) {
+    let zones: Vec<String> = t
+        .kubernetes
+        .args
+        .iter()
+        .map(|a| a.value(src).to_owned())
+        .collect();
+    let usable = |z: &str| !z.is_empty() && !z.contains(['{', '"']) && !z.ends_with("arpa");
+    let from_plugin = zones
+        .first()
+        .map(|z| normalize_zone(z))
+        .filter(|z| usable(z));
+    // Without zones the plugin serves the server block's zones.
+    let from_block = || {
+        zones
+            .is_empty()
+            .then(|| keys.iter().map(|k| normalize_zone(k)).find(|z| usable(z)))
+            .flatten()
+    };
+    let flag = flag
+        .map(|f| f.trim_end_matches('.').to_ascii_lowercase())
+        .filter(|f| !f.is_empty());
+    let domain = from_plugin
+        .or_else(|| flag.clone())
+        .or_else(from_block)
+        .unwrap_or_else(|| {
+            warnings.push(Warning::ClusterDomainDefaulted {
+                line: t.kubernetes.name.line,
+                default: DEFAULT_CLUSTER_DOMAIN.into(),
+            });
+            DEFAULT_CLUSTER_DOMAIN.to_owned()
+        });
+    (domain, zones.iter().map(|z| normalize_zone(z)).collect())
+}
+
+/// [`analyze`], with the `--cluster-domain` flag's value when one was given.
+pub fn analyze_with(
+    corefile: &str,
+    cluster_domain_flag: Option<&str>,
+) -> Result<CorefileInfo, CorefileError> {
     let cf = parse::parse(corefile)?;
     let t = find_target(corefile, &cf)?;
     let src = corefile;
@@ -210,26 +278,8 @@ pub fn analyze(corefile: &str) -> Result<CorefileInfo, CorefileError> {
             keys: keys.clone(),
         });
     }
-
-    let zones: Vec<String> = t
-        .kubernetes
-        .args
-        .iter()
-        .map(|a| a.value(src).to_owned())
-        .collect();
-    let usable = |z: &str| !z.is_empty() && !z.contains(['{', '"']) && !z.ends_with("arpa");
-    let found = match zones.first() {
-        Some(z) => Some(normalize_zone(z)).filter(|z| usable(z)),
-        // Without zones the plugin serves the server block's zones.
-        None => keys.iter().map(|k| normalize_zone(k)).find(|z| usable(z)),
-    };
-    let cluster_domain = found.unwrap_or_else(|| {
-        warnings.push(Warning::ClusterDomainDefaulted {
-            line: t.kubernetes.name.line,
-            default: DEFAULT_CLUSTER_DOMAIN.into(),
-        });
-        DEFAULT_CLUSTER_DOMAIN.to_owned()
-    });
+    let (cluster_domain, kubernetes_zones) =
+        cluster_domain(src, &t, &keys, cluster_domain_flag, &mut warnings);
 
     let has_reload = t
         .block
@@ -262,13 +312,11 @@ pub fn analyze(corefile: &str) -> Result<CorefileInfo, CorefileError> {
         .collect();
 
     let lines = markers::lines(corefile);
-    let blocks = markers::find_blocks(corefile, &lines, is_managed_line);
-    let (_, block_warnings) = classify(corefile, &lines, &blocks, t.block);
-    warnings.extend(block_warnings);
+    let blocks = find_blocks(corefile, &lines)?;
 
     Ok(CorefileInfo {
         cluster_domain,
-        kubernetes_zones: zones.iter().map(|z| normalize_zone(z)).collect(),
+        kubernetes_zones,
         server_block_keys: keys,
         server_block_line: t.block.open.line,
         serves_root,
@@ -279,65 +327,41 @@ pub fn analyze(corefile: &str) -> Result<CorefileInfo, CorefileError> {
     })
 }
 
-/// Lines the editor writes between the markers (bounds damaged blocks).
-fn is_managed_line(line: &str) -> bool {
-    line.trim_start().starts_with("rewrite stop name ")
-}
-
-/// Whether a block's lines lie inside the server block's braces, and not inside a plugin's
-/// own block (where `rewrite` lines would be read as options of that plugin).
-fn inside(src: &str, lines: &[markers::Line], b: &Block, sb: &ServerBlock) -> bool {
-    let (start, end) = (lines[b.first].start, lines[b.last].end);
-    let in_server = start > sb.open.start && end <= line_start(src, sb.close.start);
-    let in_plugin = sb
-        .directives
+/// The hairpin blocks of a Corefile. A marker line inside a quoted string (which may span
+/// lines) is part of that string, not a marker.
+fn find_blocks(src: &str, lines: &[markers::Line]) -> Result<Vec<Block>, CorefileError> {
+    let spans: Vec<(usize, usize)> = parse::tokenize(src)?
         .iter()
-        .filter_map(|d| d.block)
-        .any(|(open, close)| start > open.start && start < close.start);
-    in_server && !in_plugin
+        .filter(|t| src[t.start..t.end].contains('\n'))
+        .map(|t| (t.start, t.end))
+        .collect();
+    let in_string = |at: usize| spans.iter().any(|&(s, e)| at > s && at < e);
+    Ok(markers::find_blocks(
+        src,
+        lines,
+        in_string,
+        is_managed_line,
+    )?)
 }
 
-/// Split found blocks into "keep in place" (a single complete block inside the server block)
-/// and warnings for all the others, which are removed.
-fn classify(
-    src: &str,
-    lines: &[markers::Line],
-    blocks: &[Block],
-    sb: &ServerBlock,
-) -> (Option<Block>, Vec<Warning>) {
-    let mut warnings = Vec::new();
-    let mut keep = None;
-    let mut seen_complete = false;
-    for b in blocks {
-        if let Some(w) = markers::damage_warning(b) {
-            warnings.push(w);
-            continue;
-        }
-        if !inside(src, lines, b, sb) {
-            warnings.push(Warning::BlockMisplaced {
-                line: b.marker_line_number(),
-            });
-            continue;
-        }
-        if seen_complete {
-            warnings.push(Warning::DuplicateBlock {
-                line: b.marker_line_number(),
-            });
-            keep = None;
-            continue;
-        }
-        seen_complete = true;
-        keep = Some(b.clone());
-    }
-    if !warnings.is_empty() {
-        // Any damage: rebuild from scratch at the default place, deterministically.
-        keep = None;
-    }
-    (keep, warnings)
+/// Index of the server block a hairpin block sits in directly (not inside a plugin's own
+/// block, where its lines would be read as options of that plugin).
+fn owner(src: &str, lines: &[markers::Line], b: &Block, cf: &Corefile) -> Option<usize> {
+    let (start, end) = (lines[b.first].start, lines[b.last].end);
+    cf.blocks.iter().position(|sb: &ServerBlock| {
+        let in_server = start > sb.open.start && end <= line_start(src, sb.close.start);
+        let in_plugin = sb
+            .directives
+            .iter()
+            .filter_map(|d| d.block)
+            .any(|(open, close)| start > open.start && start < close.start);
+        in_server && !in_plugin
+    })
 }
 
-/// Insert or update the hairpin block so that it holds exactly the rules for `entries`
-/// ([`RuleStyle::Compact`]). Empty `entries` removes the block (same as [`remove`]).
+/// Insert or update the hairpin blocks so that they hold exactly the rules for `entries`
+/// ([`RuleStyle::Compact`], default [`PlaceOptions`]). Empty `entries` removes them (same as
+/// [`remove`]).
 pub fn apply(corefile: &str, entries: &[DnsEntry]) -> Result<Edit, CorefileError> {
     apply_with(corefile, entries, RuleStyle::Compact)
 }
@@ -348,26 +372,133 @@ pub fn apply_with(
     entries: &[DnsEntry],
     style: RuleStyle,
 ) -> Result<Edit, CorefileError> {
-    let rules = render_rules_with(entries, style)?;
-    if rules.is_empty() {
-        return remove(corefile);
-    }
-    let cf = parse::parse(corefile)?;
-    let t = find_target(corefile, &cf)?;
-    let lines = markers::lines(corefile);
-    let blocks = markers::find_blocks(corefile, &lines, is_managed_line);
-    let (keep, warnings) = classify(corefile, &lines, &blocks, t.block);
-    let eol = markers::line_ending(corefile);
-
-    let text = match keep {
-        Some(b) => {
-            markers::replace_block(corefile, &lines, &b, rules.iter().map(String::as_str), eol)
-        }
-        None => {
-            let cleaned = markers::remove_blocks(corefile, &lines, &blocks);
-            insert_block(&cleaned, &rules, eol)?
-        }
+    let opts = PlaceOptions {
+        style,
+        ..PlaceOptions::default()
     };
+    apply_placed(corefile, entries, &opts)
+}
+
+/// [`place`] then [`write_blocks`]; the warnings of both.
+pub fn apply_placed(
+    corefile: &str,
+    entries: &[DnsEntry],
+    opts: &PlaceOptions,
+) -> Result<Edit, CorefileError> {
+    let placement = place(corefile, entries, opts)?;
+    let mut edit = write_blocks(corefile, &placement.inserts)?;
+    let mut warnings = placement.warnings;
+    warnings.append(&mut edit.warnings);
+    edit.warnings = warnings;
+    Ok(edit)
+}
+
+/// Decide which server blocks receive `entries`, and what each one's hairpin block holds.
+/// Empty `entries` place nothing (every hairpin block is then removed by [`write_blocks`]).
+pub fn place(
+    corefile: &str,
+    entries: &[DnsEntry],
+    opts: &PlaceOptions,
+) -> Result<Placement, CorefileError> {
+    let cf = parse::parse(corefile)?;
+    let domain = if opts.without_kubernetes {
+        opts.cluster_domain
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_owned())
+    } else {
+        analyze_with(corefile, opts.cluster_domain.as_deref())?.cluster_domain
+    };
+    if entries.is_empty() {
+        return Ok(Placement {
+            inserts: Vec::new(),
+            warnings: Vec::new(),
+            cluster_domain: domain,
+            port: opts.dns_port.unwrap_or(DEFAULT_DNS_PORT),
+        });
+    }
+    placement::place(corefile, &cf, &domain, entries, opts)
+}
+
+/// Make the Corefile's hairpin blocks exactly `inserts`: each listed server block holds one
+/// block with the given lines (updated in place, or inserted), and every other hairpin block
+/// is removed (an intact block is provably hairpin's). Damaged markers, or two blocks in one
+/// server block, are refused. Nothing outside the markers changes.
+pub fn write_blocks(corefile: &str, inserts: &[BlockInsert]) -> Result<Edit, CorefileError> {
+    let cf = parse::parse(corefile)?;
+    let lines = markers::lines(corefile);
+    let blocks = find_blocks(corefile, &lines)?;
+    let refs = placement::server_refs(corefile, &cf);
+    let index_of = |server: &ServerRef| {
+        refs.iter()
+            .position(|r| r == server)
+            .ok_or_else(|| CorefileError::ServerBlockGone {
+                server: server.clone(),
+            })
+    };
+    let targets: Vec<usize> = inserts
+        .iter()
+        .map(|i| index_of(&i.server))
+        .collect::<Result<_, _>>()?;
+
+    // Per hairpin block: the insert it now holds, or None (removed).
+    let mut fate: Vec<(Block, Option<&BlockInsert>)> = Vec::new();
+    let mut warnings = Vec::new();
+    for (insert, &target) in inserts.iter().zip(&targets) {
+        let here: Vec<&Block> = blocks
+            .iter()
+            .filter(|b| owner(corefile, &lines, b, &cf) == Some(target))
+            .collect();
+        if here.len() > 1 {
+            return Err(markers::duplicate(corefile, &lines, &here).into());
+        }
+        if let Some(b) = here.first() {
+            fate.push(((*b).clone(), Some(insert)));
+        }
+    }
+    for b in &blocks {
+        if !fate.iter().any(|(kept, _)| kept == b) {
+            // Worth a word only when hairpin still writes elsewhere: the block moved.
+            if !inserts.is_empty() {
+                warnings.push(Warning::BlockMisplaced {
+                    line: b.line_number(),
+                });
+            }
+            fate.push((b.clone(), None));
+        }
+    }
+    // Last block first, so the byte offsets of the earlier ones stay valid.
+    fate.sort_by_key(|(b, _)| std::cmp::Reverse(b.first));
+    let eol = markers::line_ending(corefile);
+    let mut text = corefile.to_owned();
+    for (b, insert) in &fate {
+        text = match insert {
+            Some(i) => {
+                markers::replace_block(&text, &lines, b, i.lines.iter().map(String::as_str), eol)
+            }
+            None => {
+                let mut t = text;
+                t.replace_range(b.byte_range(corefile, &lines), "");
+                t
+            }
+        };
+    }
+
+    // Fresh blocks, into the server blocks that have none yet (again from the end).
+    let cf = parse::parse(&text)?;
+    let mut fresh: Vec<(usize, String)> = Vec::new();
+    for (insert, &target) in inserts.iter().zip(&targets) {
+        if fate.iter().any(|(_, i)| *i == Some(insert)) {
+            continue;
+        }
+        let (at, indent) = insertion_point(&text, &cf.blocks[target], insert.form)?;
+        let rendered =
+            markers::render_block(insert.lines.iter().map(String::as_str), &indent, eol, true);
+        fresh.push((at, rendered));
+    }
+    fresh.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+    for (at, rendered) in fresh {
+        text.insert_str(at, &rendered);
+    }
     check_size(&text)?;
     debug_assert!(
         parse::parse(&text).is_ok(),
@@ -380,36 +511,33 @@ pub fn apply_with(
     })
 }
 
-/// Insert a fresh block into a Corefile that has none: right before the `kubernetes` line,
-/// indented like it; or, when `kubernetes` shares its line with something else, right before
-/// the server block's closing `}` line.
-fn insert_block(src: &str, rules: &[String], eol: &str) -> Result<String, CorefileError> {
-    let cf = parse::parse(src)?;
-    let t = find_target(src, &cf)?;
-    let (at, indent) = insertion_point(src, &t)?;
-    let block = markers::render_block(rules.iter().map(String::as_str), &indent, eol, true);
-    let mut out = String::with_capacity(src.len() + block.len());
-    out.push_str(&src[..at]);
-    out.push_str(&block);
-    out.push_str(&src[at..]);
-    Ok(out)
-}
-
-fn insertion_point(src: &str, t: &Target<'_>) -> Result<(usize, String), CorefileError> {
-    let k: &Tok = &t.kubernetes.name;
-    if k.first_on_line
-        && let Some(indent) = leading_indent(src, k.start)
+/// Where a fresh block goes in server block `sb`, and its indentation: rewrite rules right
+/// before `kubernetes`; answers right before the block's first `template` (CoreDNS tries the
+/// templates of a block in Corefile order, and a template without `fallthrough` answers
+/// NXDOMAIN for what it does not match); otherwise right before the closing `}` line.
+fn insertion_point(
+    src: &str,
+    sb: &ServerBlock,
+    form: Form,
+) -> Result<(usize, String), CorefileError> {
+    let anchor = match form {
+        Form::Rewrite => "kubernetes",
+        Form::Answer => "template",
+    };
+    let anchor = sb.directives.iter().find(|d| d.name.text(src) == anchor);
+    if let Some(d) = anchor
+        && d.name.first_on_line
+        && let Some(indent) = leading_indent(src, d.name.start)
     {
-        return Ok((line_start(src, k.start), indent.to_owned()));
+        return Ok((line_start(src, d.name.start), indent.to_owned()));
     }
-    let close = &t.block.close;
+    let close = &sb.close;
     if close.first_on_line
         && let Some(close_indent) = leading_indent(src, close.start)
     {
         // Indent like the first directive that starts its own line, else one level deeper
         // than the closing brace.
-        let indent = t
-            .block
+        let indent = sb
             .directives
             .iter()
             .filter(|d| d.name.first_on_line)
@@ -418,9 +546,9 @@ fn insertion_point(src: &str, t: &Target<'_>) -> Result<(usize, String), Corefil
         return Ok((line_start(src, close.start), indent));
     }
     Err(CorefileError::UnsupportedLayout {
-        line: k.line,
-        message: "the `kubernetes` plugin and the closing `}` of its server block share \
-                  their lines with other plugins; put `kubernetes` on its own line"
+        line: anchor.map_or(sb.open.line, |d| d.name.line),
+        message: "the plugins and the closing `}` of this server block share their lines; \
+                  put the closing `}` on its own line"
             .into(),
     })
 }
@@ -435,10 +563,10 @@ fn check_size(text: &str) -> Result<(), CorefileError> {
     Ok(())
 }
 
-/// Remove every hairpin block (complete or damaged). A Corefile that only ever received
-/// hairpin blocks through [`apply`] comes back byte for byte.
+/// Remove every hairpin block. A Corefile that only ever received hairpin blocks through
+/// [`apply`] comes back byte for byte. Damaged markers are refused, as by [`apply`].
 pub fn remove(corefile: &str) -> Result<Edit, CorefileError> {
-    Ok(markers::remove_all(corefile, is_managed_line))
+    write_blocks(corefile, &[])
 }
 
 /// Content of the `hairpin.override` key for `coredns-custom` mode: the same rules, one per

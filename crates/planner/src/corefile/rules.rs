@@ -26,6 +26,7 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::IpAddr;
 
 use super::CorefileError;
 use crate::hostnames::WildcardLabels;
@@ -246,41 +247,41 @@ pub fn render_rules(entries: &[DnsEntry]) -> Result<Vec<String>, CorefileError> 
     render_rules_with(entries, RuleStyle::Compact)
 }
 
-/// The rewrite rules for `entries`, one directive per line, without indentation or line
-/// terminators. Deterministic: the order of `entries` does not matter.
-pub fn render_rules_with(
-    entries: &[DnsEntry],
-    style: RuleStyle,
-) -> Result<Vec<String>, CorefileError> {
-    let by_target = group(entries)?;
-    let mut exact_rules = Vec::new();
-    let mut wildcard_rules = Vec::new();
+/// How one rule or template matches query names.
+enum Match<'a> {
+    /// One exact name.
+    Exact(&'a str),
+    /// An RE2 pattern over the fully-qualified name with its trailing dot.
+    Regex(String),
+}
+
+/// Every name of `entries` as matches with their target, most specific first: exact names,
+/// then one-label wildcards, then suffix wildcards with the longest suffixes first (CoreDNS
+/// applies the first rule, and the first template, that matches). `group_exact` says whether
+/// a target with that many exact names gets grouped regexes instead of one exact match each.
+fn ordered_matches<'a>(
+    by_target: &ByTarget<'a>,
+    group_exact: impl Fn(usize) -> bool,
+) -> Vec<(Match<'a>, &'a str)> {
+    let mut exact = Vec::new();
+    let mut wildcards = Vec::new();
     // (labels in the suffix, most first; target) -> suffixes
     let mut suffix_groups: BTreeMap<(Reverse<usize>, &str), Vec<&str>> = BTreeMap::new();
-    for (target, names) in &by_target {
-        if style == RuleStyle::ExactOnly
-            && let Some(suffix) = names.wildcards.first().or(names.suffixes.first())
-        {
-            return Err(CorefileError::WildcardNeedsAnswerAuto {
-                name: format!("*.{suffix}"),
-            });
-        }
-        if names.exact.len() <= EXACT_RULES_MAX_PER_TARGET || style == RuleStyle::ExactOnly {
-            for name in &names.exact {
-                exact_rules.push(format!("rewrite stop name exact {name} {target}"));
-            }
+    for (target, names) in by_target {
+        if group_exact(names.exact.len()) {
+            exact.extend(
+                exact_patterns(&names.exact)
+                    .into_iter()
+                    .map(|p| (Match::Regex(p), *target)),
+            );
         } else {
-            for pattern in exact_patterns(&names.exact) {
-                exact_rules.push(format!(
-                    "rewrite stop name regex {pattern} {target} answer auto"
-                ));
-            }
+            exact.extend(names.exact.iter().map(|n| (Match::Exact(n), *target)));
         }
-        for pattern in wildcard_patterns(&names.wildcards) {
-            wildcard_rules.push(format!(
-                "rewrite stop name regex {pattern} {target} answer auto"
-            ));
-        }
+        wildcards.extend(
+            wildcard_patterns(&names.wildcards)
+                .into_iter()
+                .map(|p| (Match::Regex(p), *target)),
+        );
         for suffix in &names.suffixes {
             let labels = suffix.split('.').count();
             suffix_groups
@@ -293,14 +294,121 @@ pub fn render_rules_with(
     // `*.example.com`, which also covers `a.b.example.com`. Two suffixes with the same number
     // of labels never cover the same name, so their order is free (here: by target).
     for ((_, target), suffixes) in &suffix_groups {
-        for pattern in suffix_patterns(suffixes) {
-            wildcard_rules.push(format!(
-                "rewrite stop name regex {pattern} {target} answer auto"
-            ));
+        wildcards.extend(
+            suffix_patterns(suffixes)
+                .into_iter()
+                .map(|p| (Match::Regex(p), *target)),
+        );
+    }
+    exact.extend(wildcards);
+    exact
+}
+
+/// The rewrite rules for `entries`, one directive per line, without indentation or line
+/// terminators. Deterministic: the order of `entries` does not matter.
+pub fn render_rules_with(
+    entries: &[DnsEntry],
+    style: RuleStyle,
+) -> Result<Vec<String>, CorefileError> {
+    let by_target = group(entries)?;
+    if style == RuleStyle::ExactOnly
+        && let Some(suffix) = by_target
+            .values()
+            .find_map(|n| n.wildcards.first().or(n.suffixes.first()))
+    {
+        return Err(CorefileError::WildcardNeedsAnswerAuto {
+            name: format!("*.{suffix}"),
+        });
+    }
+    let group_exact = |n: usize| n > EXACT_RULES_MAX_PER_TARGET && style != RuleStyle::ExactOnly;
+    Ok(ordered_matches(&by_target, group_exact)
+        .into_iter()
+        .map(|(m, target)| match m {
+            Match::Exact(name) => format!("rewrite stop name exact {name} {target}"),
+            Match::Regex(p) => format!("rewrite stop name regex {p} {target} answer auto"),
+        })
+        .collect())
+}
+
+/// TTL of the records hairpin answers itself: short, so a recreated hairpin Service (a new
+/// ClusterIP) is picked up quickly.
+pub const ANSWER_TTL: u32 = 30;
+
+/// The SOA of a NODATA answer (its minimum, 30 s, is how long resolvers cache the absence).
+const NODATA_SOA: &str =
+    "{{ .Zone }} 30 IN SOA ns.hairpin.invalid. hostmaster.hairpin.invalid. 1 30 30 30 30";
+
+/// The `template` directives that answer `entries` directly with their targets' addresses,
+/// for server blocks where a rewrite cannot work (no `kubernetes` plugin to resolve the
+/// rewritten name: CoreDNS never hands a rewritten query to another server block).
+///
+/// Per group of names: an `A` template answering the IPv4 ClusterIP, an `AAAA` template
+/// answering the IPv6 one, and an `ANY` template answering every other type with no record,
+/// so that no upstream answer (a public AAAA or HTTPS record) leaks past hairpin for a name it
+/// owns. A family without address answers no record (NODATA, with an SOA in the authority
+/// section: a template with neither answer nor authority is refused by older CoreDNS). Each
+/// template falls through on a miss: without `fallthrough` a template that does not match
+/// answers NXDOMAIN.
+///
+/// Returns the lines (nested lines indented by four spaces) and the names left out because
+/// `addresses` has none for their target (sorted).
+pub fn render_answers(
+    entries: &[DnsEntry],
+    addresses: &BTreeMap<String, Vec<IpAddr>>,
+) -> Result<(Vec<String>, Vec<String>), CorefileError> {
+    let all = group(entries)?;
+    let mut by_target = ByTarget::new();
+    let mut unknown = Vec::new();
+    for (target, names) in all {
+        if addresses.get(target).is_some_and(|a| !a.is_empty()) {
+            by_target.insert(target, names);
+        } else {
+            unknown.extend(names.exact.iter().map(|n| (*n).to_owned()));
+            unknown.extend(
+                names
+                    .wildcards
+                    .iter()
+                    .chain(&names.suffixes)
+                    .map(|s| format!("*.{s}")),
+            );
         }
     }
-    exact_rules.extend(wildcard_rules);
-    Ok(exact_rules)
+    unknown.sort();
+    let mut lines = Vec::new();
+    for (m, target) in ordered_matches(&by_target, |_| true) {
+        let pattern = match m {
+            Match::Exact(name) => format!("^{}\\.$", escape(name)),
+            Match::Regex(p) => p,
+        };
+        let ips = &addresses[target];
+        let v4 = ips.iter().find(|ip| ip.is_ipv4());
+        let v6 = ips.iter().find(|ip| ip.is_ipv6());
+        for (qtype, ip) in [("A", v4), ("AAAA", v6), ("ANY", None)] {
+            lines.push(format!("template IN {qtype} {{"));
+            lines.push(format!("    match {pattern}"));
+            match ip {
+                Some(ip) => lines.push(format!(
+                    "    answer \"{{{{ .Name }}}} {ANSWER_TTL} IN {qtype} {ip}\""
+                )),
+                None => lines.push(format!("    authority \"{NODATA_SOA}\"")),
+            }
+            lines.push("    fallthrough".to_owned());
+            lines.push("}".to_owned());
+        }
+    }
+    Ok((lines, unknown))
+}
+
+/// Whether a trimmed line is one the editor writes between the markers (rewrite rules or the
+/// lines of [`render_answers`]).
+pub(super) fn is_managed_line(line: &str) -> bool {
+    let t = line.trim();
+    t.starts_with("rewrite stop name ")
+        || t.starts_with("template IN ")
+        || t.starts_with("match ^")
+        || t.starts_with("answer \"{{ .Name }} ")
+        || t == format!("authority \"{NODATA_SOA}\"")
+        || matches!(t, "fallthrough" | "}")
 }
 
 /// Split a list of alternatives into `^(?:a|b|...)SUFFIX$` patterns within the budget.

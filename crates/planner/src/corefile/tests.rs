@@ -92,6 +92,21 @@ fn cluster_domain_comes_from_the_kubernetes_line_or_the_block_or_defaults() {
         line: 2,
         default: "cluster.local".into()
     }));
+    // `--cluster-domain` fills in for a placeholder or a missing zone, without a warning; a
+    // zone on the plugin line still wins.
+    let with = |src: &str| analyze_with(src, Some("Corp.Internal.")).unwrap();
+    for src in [
+        ".:53 {\n kubernetes {$DOMAIN}\n reload\n}\n",
+        ".:53 {\n kubernetes\n reload\n}\n",
+    ] {
+        let info = with(src);
+        assert_eq!(info.cluster_domain, "corp.internal", "{src}");
+        assert!(info.warnings.is_empty(), "{src}: {:?}", info.warnings);
+    }
+    assert_eq!(
+        with(".:53 {\n kubernetes k8s.example\n}\n").cluster_domain,
+        "k8s.example"
+    );
     let info = analyze("cluster.local:53 {\n kubernetes\n}\n").unwrap();
     assert!(!info.serves_root);
     assert!(matches!(
@@ -149,99 +164,67 @@ fn update_keeps_a_moved_block_in_place() {
     assert!(edit.warnings.is_empty());
 }
 
+fn damage(result: Result<Edit, CorefileError>) -> MarkerDamage {
+    match result {
+        Err(CorefileError::Damaged(d)) => d,
+        other => panic!("expected damaged markers, got {other:?}"),
+    }
+}
+
 #[test]
-fn begin_without_end_is_repaired() {
+fn begin_without_end_is_refused_and_nothing_removed() {
+    // Before: the marker and the rewrite lines after it were removed and the block rewritten.
     let original = ".:53 {\n    # BEGIN hairpin\n    rewrite stop name exact old.example.com x.y.svc.cluster.local\n    kubernetes cluster.local\n    reload\n}\n";
-    let edit = apply(original, &entries(&["a.example.com"])).unwrap();
-    assert_eq!(
-        edit.warnings,
-        [Warning::MissingEnd {
-            line: 2,
-            removed_lines: 1
-        }]
-    );
-    assert_eq!(
-        edit.text,
-        format!(
-            ".:53 {{\n{}    kubernetes cluster.local\n    reload\n}}\n",
-            block("    ", &["a.example.com"])
-        )
-    );
-    let removed = remove(original).unwrap();
-    assert_eq!(
-        removed.text,
-        ".:53 {\n    kubernetes cluster.local\n    reload\n}\n"
-    );
-    assert_eq!(removed.warnings.len(), 1);
+    let d = damage(apply(original, &entries(&["a.example.com"])));
+    assert_eq!(d.kind, markers::DamageKind::BeginWithoutEnd);
+    assert_eq!(d.lines, [(2, "    # BEGIN hairpin".to_owned())]);
+    damage(remove(original));
+    assert!(matches!(analyze(original), Err(CorefileError::Damaged(_))));
 }
 
 #[test]
-fn end_without_begin_is_repaired() {
+fn end_without_begin_is_refused() {
     let original = ".:53 {\n    errors\n    rewrite stop name exact old.example.com x.y.svc.cluster.local\n    # END hairpin\n    kubernetes cluster.local\n    reload\n}\n";
-    let edit = apply(original, &entries(&["a.example.com"])).unwrap();
-    assert_eq!(
-        edit.warnings,
-        [Warning::MissingBegin {
-            line: 4,
-            removed_lines: 1
-        }]
-    );
-    assert_eq!(
-        edit.text,
-        format!(
-            ".:53 {{\n    errors\n{}    kubernetes cluster.local\n    reload\n}}\n",
-            block("    ", &["a.example.com"])
-        )
-    );
+    let d = damage(apply(original, &entries(&["a.example.com"])));
+    assert_eq!(d.kind, markers::DamageKind::EndWithoutBegin);
+    assert_eq!(d.lines, [(4, "    # END hairpin".to_owned())]);
+    let e = apply(original, &entries(&["a.example.com"])).unwrap_err();
+    assert_eq!(e.metric_label(), "missing_begin_marker");
+    assert!(e.to_string().contains("line 4:     # END hairpin"), "{e}");
 }
 
 #[test]
-fn user_rewrites_next_to_a_damaged_marker_survive() {
-    let original = ".:53 {\n    rewrite name exact mine.example.com other.svc.cluster.local\n    # END hairpin\n    kubernetes cluster.local\n}\n";
-    let removed = remove(original).unwrap();
-    assert_eq!(
-        removed.text,
-        ".:53 {\n    rewrite name exact mine.example.com other.svc.cluster.local\n    kubernetes cluster.local\n}\n"
-    );
-}
-
-#[test]
-fn two_blocks_and_end_before_begin_are_repaired() {
+fn two_blocks_in_one_server_block_and_nested_blocks_are_refused() {
     let b = block("    ", &["old.example.com"]);
     let original = format!(".:53 {{\n{b}    kubernetes cluster.local\n{b}    reload\n}}\n");
-    let edit = apply(&original, &entries(&["a.example.com"])).unwrap();
-    assert_eq!(edit.warnings, [Warning::DuplicateBlock { line: 6 }]);
+    let d = damage(apply(&original, &entries(&["a.example.com"])));
+    assert_eq!(d.kind, markers::DamageKind::Duplicate);
     assert_eq!(
-        edit.text,
-        format!(
-            ".:53 {{\n{}    kubernetes cluster.local\n    reload\n}}\n",
-            block("    ", &["a.example.com"])
-        )
+        d.lines.iter().map(|l| l.0).collect::<Vec<_>>(),
+        [2, 4, 6, 8]
     );
 
     let original =
         ".:53 {\n    # END hairpin\n    kubernetes cluster.local\n    # BEGIN hairpin\n}\n";
+    assert_eq!(
+        damage(apply(original, &entries(&["a.example.com"]))).kind,
+        markers::DamageKind::EndWithoutBegin
+    );
+    let nested = ".:53 {\n    # BEGIN hairpin\n    # BEGIN hairpin\n    # END hairpin\n    # END hairpin\n    kubernetes cluster.local\n}\n";
+    assert_eq!(
+        damage(apply(nested, &entries(&["a.example.com"]))).kind,
+        markers::DamageKind::Nested
+    );
+}
+
+#[test]
+fn a_marker_inside_a_quoted_string_is_not_a_marker() {
+    let original = ".:53 {\n    template IN TXT note.example {\n        answer \"note.example. 60 IN TXT \\\"\n# BEGIN hairpin\n\\\"\"\n    }\n    kubernetes cluster.local\n}\n";
+    let info = analyze(original).unwrap();
+    assert!(!info.has_hairpin_block);
     let edit = apply(original, &entries(&["a.example.com"])).unwrap();
-    assert_eq!(
-        edit.warnings,
-        [
-            Warning::MissingBegin {
-                line: 2,
-                removed_lines: 0
-            },
-            Warning::MissingEnd {
-                line: 4,
-                removed_lines: 0
-            }
-        ]
-    );
-    assert_eq!(
-        edit.text,
-        format!(
-            ".:53 {{\n{}    kubernetes cluster.local\n}}\n",
-            block("    ", &["a.example.com"])
-        )
-    );
+    assert!(edit.text.contains("# BEGIN hairpin\n\\\"\""));
+    assert_eq!(remove(&edit.text).unwrap().text, original);
 }
 
 #[test]
@@ -266,15 +249,7 @@ fn a_block_outside_the_kubernetes_server_block_is_moved() {
             block("    ", &["a.example.com"])
         )
     );
-    let info = analyze(&original).unwrap();
-    assert!(info.has_hairpin_block);
-    assert_eq!(
-        info.warnings
-            .iter()
-            .filter(|w| w.metric_label() == "block_misplaced")
-            .count(),
-        2
-    );
+    assert!(analyze(&original).unwrap().has_hairpin_block);
 }
 
 #[test]
@@ -353,29 +328,16 @@ fn node_local_dns_forwards_only_cluster_zones() {
 }
 
 #[test]
-fn markers_around_foreign_lines_keep_those_lines() {
+fn markers_around_foreign_lines_are_refused() {
+    // Before: the markers were moved and the rewrite line inside them deleted.
     let original = ".:53 {\n    # BEGIN hairpin (managed by hairpin; do not edit)\n    rewrite stop name exact old.example.com x.y.svc.cluster.local\n    kubernetes cluster.local {\n        pods insecure\n    }\n    # END hairpin\n    reload\n}\n";
-    let edit = apply(original, &entries(&["a.example.com"])).unwrap();
+    let d = damage(apply(original, &entries(&["a.example.com"])));
+    assert_eq!(d.kind, markers::DamageKind::ForeignLines);
     assert_eq!(
-        edit.warnings,
-        [Warning::ForeignLines {
-            line: 2,
-            kept_lines: 3
-        }]
+        d.lines.iter().map(|l| l.0).collect::<Vec<_>>(),
+        [2, 4, 5, 7]
     );
-    assert_eq!(
-        edit.text,
-        format!(
-            ".:53 {{\n{}    kubernetes cluster.local {{\n        pods insecure\n    }}\n    reload\n}}\n",
-            block("    ", &["a.example.com"])
-        )
-    );
-    let removed = remove(original).unwrap();
-    assert_eq!(
-        removed.text,
-        ".:53 {\n    kubernetes cluster.local {\n        pods insecure\n    }\n    reload\n}\n"
-    );
-    assert_eq!(removed.warnings[0].metric_label(), "foreign_lines_in_block");
+    damage(remove(original));
 }
 
 #[test]
