@@ -64,6 +64,10 @@ capabilities:
   value: {{ .Values.coredns.dnsMode | quote }}
 - name: HAIRPIN_LISTENER_PORT_BASE
   value: {{ .Values.proxy.listenerPortBase | quote }}
+- name: HAIRPIN_DENY_HOSTNAMES
+  value: {{ join "," .Values.admission.denyHostnames | quote }}
+- name: HAIRPIN_HOSTNAME_NAMESPACES
+  value: {{ join "," .Values.admission.hostnameNamespaces | quote }}
 - name: HAIRPIN_LOG_FORMAT
   value: {{ .Values.log.format | quote }}
 - name: HAIRPIN_LOG

@@ -1,12 +1,13 @@
 //! The control loop: caches -> debounced pure plan -> apply, only while leading.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::Shared;
 use hairpin_planner::corefile;
-use hairpin_planner::{DnsMode, Plan, PlannerConfig};
+use hairpin_planner::{DnsMode, ObjectRef, Plan, PlannerConfig, RefusalReason};
 use hairpin_runtime::Shutdown;
 use hairpin_runtime::admin::ReadyCondition;
 use k8s_openapi::api::core::v1::Service;
@@ -117,6 +118,7 @@ pub async fn run(
         events: Events::new(client, &config.identity, metrics.clone()),
         metrics: metrics.clone(),
         fight: FightGuard::new(config.fight.clone()),
+        refused: BTreeSet::new(),
     };
     let mut retry = config.min_retry;
     let mut next = Instant::now();
@@ -167,7 +169,12 @@ struct Reconciler {
     events: Events,
     metrics: Metrics,
     fight: FightGuard,
+    /// The refused hostname claims of the last plan, to count and report each once.
+    refused: BTreeSet<RefusedClaim>,
 }
+
+/// One refused claim: who asked (kind, object), the hostname and the reason.
+type RefusedClaim = (String, ObjectRef, String, RefusalReason);
 
 impl Reconciler {
     /// One plan-and-apply. Returns when to run again, if sooner than the resync.
@@ -373,9 +380,9 @@ impl Reconciler {
             .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
     }
 
-    async fn report(&self, plan: &Plan, snapshot: &hairpin_planner::ClusterSnapshot) {
+    async fn report(&mut self, plan: &Plan, snapshot: &hairpin_planner::ClusterSnapshot) {
         // The Event is about the Service, named with its uid when it is cached.
-        let regarding_service = |svc: &hairpin_planner::snapshot::ObjectRef| {
+        let regarding_service = |svc: &ObjectRef| {
             let uid = snapshot
                 .service(&svc.namespace, &svc.name)
                 .and_then(|s| s.metadata.uid.clone());
@@ -426,9 +433,76 @@ impl Reconciler {
                     .await;
             }
         }
+        self.report_refused(plan, snapshot).await;
         for warning in &plan.warnings {
             tracing::warn!(subject = %warning.subject, "{}", warning.message);
         }
+    }
+
+    /// A Warning Event on each object whose hostnames were refused, naming every refused
+    /// hostname and why (one Event per object: the Event recorder merges Events with the same
+    /// object and reason into one series), published when that list changes; and the metric,
+    /// counted once per claim while it lasts (again if it goes away and comes back).
+    async fn report_refused(&mut self, plan: &Plan, snapshot: &hairpin_planner::ClusterSnapshot) {
+        let regarding = |kind: &str, object: &ObjectRef| {
+            let uid = match kind {
+                "Service" => snapshot
+                    .service(&object.namespace, &object.name)
+                    .and_then(|s| s.metadata.uid.clone()),
+                "Ingress" => snapshot
+                    .ingresses
+                    .iter()
+                    .find(|i| ObjectRef::from_meta(&i.metadata) == *object)
+                    .and_then(|i| i.metadata.uid.clone()),
+                _ => None,
+            };
+            object_ref(kind, &object.namespace, &object.name, uid)
+        };
+        let mut current = BTreeSet::new();
+        let mut by_object: BTreeMap<(&str, &ObjectRef), Vec<String>> = BTreeMap::new();
+        for r in &plan.refused {
+            let claim = (
+                r.kind.clone(),
+                r.object.clone(),
+                r.hostname.clone(),
+                r.reason,
+            );
+            if !self.refused.contains(&claim) {
+                self.metrics.refused(r.reason.label());
+            }
+            current.insert(claim);
+            by_object
+                .entry((&r.kind, &r.object))
+                .or_default()
+                .push(format!("{} ({}: {})", r.hostname, r.reason, r.detail));
+        }
+        for ((kind, object), refusals) in &by_object {
+            let note = format!(
+                "hairpin does not redirect {} of this object's hostnames: {}",
+                refusals.len(),
+                refusals.join("; ")
+            );
+            self.events
+                .publish(
+                    &regarding(kind, object),
+                    true,
+                    reason::HOSTNAME_REFUSED,
+                    note,
+                )
+                .await;
+        }
+        let gone: BTreeSet<(&str, &ObjectRef)> = self
+            .refused
+            .iter()
+            .map(|(kind, object, ..)| (kind.as_str(), object))
+            .filter(|key| !by_object.contains_key(key))
+            .collect();
+        for (kind, object) in gone {
+            self.events
+                .forget(&regarding(kind, object), reason::HOSTNAME_REFUSED)
+                .await;
+        }
+        self.refused = current;
     }
 }
 

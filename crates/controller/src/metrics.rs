@@ -14,6 +14,13 @@ pub struct ErrorLabels {
     pub kind: String,
 }
 
+/// Label set of `hairpin_hostnames_refused_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    /// [`hairpin_planner::RefusalReason::label`].
+    pub reason: String,
+}
+
 /// Metrics the controller updates.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -35,6 +42,9 @@ pub struct Metrics {
     pub writes: Counter,
     /// 1 while this instance holds the leader Lease.
     pub leader: Gauge,
+    /// Hostname claims the admission policy refused, counted once each time a claim
+    /// (object, hostname, reason) appears.
+    pub hostnames_refused: Family<RefusedLabels, Counter>,
 }
 
 impl Metrics {
@@ -52,7 +62,14 @@ impl Metrics {
             dns_fight: Gauge::default(),
             writes: Counter::default(),
             leader: Gauge::default(),
+            hostnames_refused: Family::default(),
         };
+        // Not under `hairpin_controller_`: the planner's policy refuses, whoever runs it.
+        registry.register(
+            "hairpin_hostnames_refused",
+            "Hostname claims refused by the admission policy, by reason (counted when a claim appears)",
+            metrics.hostnames_refused.clone(),
+        );
         let sub = registry.sub_registry_with_prefix("hairpin_controller");
         sub.register("reconciles", "Reconciles run", metrics.reconciles.clone());
         sub.register("errors", "Errors by kind", metrics.errors.clone());
@@ -106,6 +123,24 @@ impl Metrics {
                 kind: kind.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts a refused hostname claim under its reason label.
+    pub fn refused(&self, reason: &str) {
+        self.hostnames_refused
+            .get_or_create(&RefusedLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The count of refused claims with one reason label (for tests and reports).
+    pub fn refused_count(&self, reason: &str) -> u64 {
+        self.hostnames_refused
+            .get_or_create(&RefusedLabels {
+                reason: reason.to_owned(),
+            })
+            .get()
     }
 
     /// The current count of errors of one kind (for tests and reports).

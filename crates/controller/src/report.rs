@@ -22,6 +22,8 @@ pub mod reason {
     pub const DNS_FIGHT: &str = "DNSWriteReverted";
     /// The CoreDNS change was written.
     pub const DNS_UPDATED: &str = "DNSUpdated";
+    /// A hostname an object asked for was refused by the admission policy.
+    pub const HOSTNAME_REFUSED: &str = "HostnameRefused";
 }
 
 /// (namespace, kind/name, reason) of an Event.
@@ -41,15 +43,25 @@ impl std::fmt::Debug for Events {
     }
 }
 
-/// A reference to a core v1 object for Events.
+/// A reference to an object for Events (a core v1 object unless `kind` is one of the
+/// networking or Gateway API kinds hairpin reads).
 pub fn object_ref(kind: &str, namespace: &str, name: &str, uid: Option<String>) -> ObjectReference {
     ObjectReference {
-        api_version: Some("v1".into()),
+        api_version: Some(api_version(kind).into()),
         kind: Some(kind.into()),
         namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
         name: Some(name.into()),
         uid,
         ..ObjectReference::default()
+    }
+}
+
+/// The API version of the kinds hairpin reads (the served one it watches first).
+fn api_version(kind: &str) -> &'static str {
+    match kind {
+        "Ingress" | "IngressClass" => "networking.k8s.io/v1",
+        "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute" => "gateway.networking.k8s.io/v1",
+        _ => "v1",
     }
 }
 
@@ -77,15 +89,7 @@ impl Events {
         reason: &str,
         note: String,
     ) {
-        let key = (
-            regarding.namespace.clone().unwrap_or_default(),
-            format!(
-                "{}/{}",
-                regarding.kind.clone().unwrap_or_default(),
-                regarding.name.clone().unwrap_or_default()
-            ),
-            reason.to_owned(),
-        );
+        let key = event_key(regarding, reason);
         {
             let mut last = self.last.lock().await;
             if last.get(&key) == Some(&note) {
@@ -112,6 +116,24 @@ impl Events {
             self.last.lock().await.remove(&key);
         }
     }
+
+    /// Forgets the last note for this object and reason, so that the same note is published
+    /// again if the condition comes back (refused hostnames that went away and return).
+    pub async fn forget(&self, regarding: &ObjectReference, reason: &str) {
+        self.last.lock().await.remove(&event_key(regarding, reason));
+    }
+}
+
+fn event_key(regarding: &ObjectReference, reason: &str) -> EventKey {
+    (
+        regarding.namespace.clone().unwrap_or_default(),
+        format!(
+            "{}/{}",
+            regarding.kind.clone().unwrap_or_default(),
+            regarding.name.clone().unwrap_or_default()
+        ),
+        reason.to_owned(),
+    )
 }
 
 /// events.k8s.io/v1 notes are limited to 1 KiB.

@@ -19,9 +19,9 @@ use gateway_api::httproutes::HttpRoute;
 use gateway_api::tlsroutes::TlsRoute;
 use hairpin_planner::config::PlannerConfig;
 use hairpin_planner::snapshot::ClusterSnapshot;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -95,6 +95,8 @@ pub struct Caches {
     grpc_routes: Cache<GrpcRoute>,
     tls_routes: Cache<DynamicObject>,
     config_maps: Vec<Cache<ConfigMap>>,
+    /// Namespace metadata, watched only when `--hostname-namespaces` is a label selector.
+    namespaces: Option<Cache<PartialObjectMeta<Namespace>>>,
 }
 
 impl Caches {
@@ -149,6 +151,20 @@ impl Caches {
             gateways: optional(Api::all(client.clone()), "Gateway", &ctx, stop.clone()),
             http_routes: optional(Api::all(client.clone()), "HTTPRoute", &ctx, stop.clone()),
             grpc_routes: optional(Api::all(client.clone()), "GRPCRoute", &ctx, stop.clone()),
+            namespaces: config
+                .admission
+                .hostname_namespaces
+                .needs_namespaces()
+                .then(|| {
+                    // Metadata only: their labels are all the planner reads.
+                    required(
+                        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+                        watcher::Config::default(),
+                        "Namespace",
+                        &ctx,
+                        stop.clone(),
+                    )
+                }),
             tls_routes: tls_routes(client, &ctx, stop),
             config_maps,
         }
@@ -164,6 +180,7 @@ impl Caches {
             && self.grpc_routes.is_synced()
             && self.tls_routes.is_synced()
             && self.config_maps.iter().all(Cache::is_synced)
+            && self.namespaces.as_ref().is_none_or(Cache::is_synced)
     }
 
     /// Resolves once every cache has synced.
@@ -178,6 +195,9 @@ impl Caches {
         for cm in &self.config_maps {
             cm.wait_synced().await;
         }
+        if let Some(namespaces) = &self.namespaces {
+            namespaces.wait_synced().await;
+        }
     }
 
     /// A point-in-time copy of everything cached.
@@ -191,7 +211,15 @@ impl Caches {
             grpc_routes: self.grpc_routes.objects(),
             tls_routes: typed_tls_routes(&self.tls_routes),
             config_maps: self.config_maps.iter().flat_map(Cache::objects).collect(),
-            namespaces: Vec::new(),
+            namespaces: self
+                .namespaces
+                .iter()
+                .flat_map(Cache::objects)
+                .map(|ns| Namespace {
+                    metadata: ns.metadata,
+                    ..Namespace::default()
+                })
+                .collect(),
         }
     }
 

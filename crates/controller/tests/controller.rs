@@ -765,3 +765,148 @@ async fn a_missing_namespace_is_one_clear_error_naming_it() {
         "no retries"
     );
 }
+
+/// An Ingress in `namespace` with one rule per host, on the first load balancer.
+fn ingress_hosts(namespace: &str, name: &str, hosts: &[&str]) -> Value {
+    let rules: Vec<Value> = hosts.iter().map(|h| json!({ "host": h })).collect();
+    object(
+        "networking.k8s.io/v1",
+        "Ingress",
+        Some(namespace),
+        name,
+        json!({
+            "spec": {"rules": rules},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+        }),
+    )
+}
+
+#[tokio::test]
+async fn a_refused_hostname_gets_a_warning_event_on_its_ingress_and_is_counted_once() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    fake.apply(ingress_hosts(
+        "tenant",
+        "evil",
+        &[
+            "tenant.example.com",
+            "kubernetes.default.svc.cluster.local",
+            "*.co.uk",
+        ],
+    ));
+    let running = start(&fake, config("pod-a", false));
+    let reported = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            !events(f, "HostnameRefused").is_empty() && corefile(f).contains("tenant.example.com")
+        })
+        .await;
+    assert!(
+        reported.is_some(),
+        "events: {:?}\nCorefile:\n{}",
+        fake.list("events.k8s.io/v1", "Event")
+            .iter()
+            .map(|e| (e["reason"].clone(), e["note"].clone()))
+            .collect::<Vec<_>>(),
+        corefile(&fake)
+    );
+    let cf = corefile(&fake);
+    assert!(!cf.contains("kubernetes.default"), "{cf}");
+    assert!(!cf.contains(r"co\.uk"), "{cf}");
+    // One Warning Event on the Ingress that asked, naming each refused host and the reason.
+    let refused = events(&fake, "HostnameRefused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    let event = &refused[0];
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["regarding"]["kind"], "Ingress");
+    assert_eq!(event["regarding"]["apiVersion"], "networking.k8s.io/v1");
+    assert_eq!(event["regarding"]["namespace"], "tenant");
+    assert_eq!(event["regarding"]["name"], "evil");
+    let note = event["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("hairpin does not redirect 2 of this object's hostnames: ")
+            && note.contains("*.co.uk (public_suffix: ")
+            && note.contains("kubernetes.default.svc.cluster.local (cluster_zone: "),
+        "{note}"
+    );
+    assert_eq!(running.metrics.refused_count("cluster_zone"), 1);
+    assert_eq!(running.metrics.refused_count("public_suffix"), 1);
+    let text = running.metrics_text();
+    assert!(
+        text.contains("hairpin_hostnames_refused_total{reason=\"cluster_zone\"} 1"),
+        "{text}"
+    );
+
+    // Later reconciles neither repeat the Events nor count the same claims again.
+    fake.apply(ingress("shop", "more", "more.example.com"));
+    assert!(
+        fake.wait_until(Duration::from_secs(5), |f| corefile(f)
+            .contains("more.example.com"))
+            .await
+            .is_some()
+    );
+    assert!(running.metrics.reconciles.get() >= 2);
+    let again = events(&fake, "HostnameRefused");
+    assert_eq!(again.len(), 1);
+    assert!(
+        again[0]["series"].is_null(),
+        "not published again: {}",
+        again[0]
+    );
+    assert_eq!(running.metrics.refused_count("cluster_zone"), 1);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn hostname_namespaces_by_label_follow_the_namespace_objects() {
+    let fake = FakeApiServer::start().await;
+    fake.create_namespace("hairpin");
+    fake.apply(lb_service());
+    fake.apply(coredns(COREFILE));
+    for (name, team) in [("web", "web"), ("tenant", "other")] {
+        fake.apply(object(
+            "v1",
+            "Namespace",
+            None,
+            name,
+            json!({"metadata": {"labels": {"team": team}}}),
+        ));
+    }
+    fake.apply(ingress("web", "site", "web.example.com"));
+    fake.apply(ingress("tenant", "site", "tenant.example.com"));
+    let mut config = config("pod-a", false);
+    config.planner.admission.hostname_namespaces = "team=web".parse().unwrap();
+    let running = start(&fake, config);
+    let refused = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            corefile(f).contains("web.example.com") && !events(f, "HostnameRefused").is_empty()
+        })
+        .await;
+    assert!(refused.is_some(), "Corefile:\n{}", corefile(&fake));
+    assert!(!corefile(&fake).contains("tenant.example.com"));
+    let event = &events(&fake, "HostnameRefused")[0];
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("tenant.example.com (namespace_not_allowed: "),
+        "{event}"
+    );
+    assert_eq!(running.metrics.refused_count("namespace_not_allowed"), 1);
+    // Labelling the namespace lets its hostnames in.
+    fake.apply(object(
+        "v1",
+        "Namespace",
+        None,
+        "tenant",
+        json!({"metadata": {"labels": {"team": "web"}}}),
+    ));
+    assert!(
+        fake.wait_until(Duration::from_secs(5), |f| corefile(f)
+            .contains("tenant.example.com"))
+            .await
+            .is_some(),
+        "Corefile:\n{}",
+        corefile(&fake)
+    );
+    running.stop().await;
+}

@@ -13,9 +13,9 @@ use gateway_api::httproutes::HttpRoute;
 use gateway_api::tlsroutes::TlsRoute;
 use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{ListParams, ObjectList};
+use kube::api::{ListParams, ObjectList, PartialObjectMeta};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
@@ -148,6 +148,18 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
         tls_routes: list_optional::<TlsRoute>(client, "TLSRoutes", bound, &mut gaps).await,
         ..ClusterSnapshot::default()
     };
+    if config.admission.hostname_namespaces.needs_namespaces() {
+        // Metadata only: the planner reads their labels.
+        let namespaces: Vec<PartialObjectMeta<Namespace>> =
+            list(Api::all(client.clone()), "Namespaces", bound, &mut gaps).await;
+        snapshot.namespaces = namespaces
+            .into_iter()
+            .map(|ns| Namespace {
+                metadata: ns.metadata,
+                ..Namespace::default()
+            })
+            .collect();
+    }
     for namespace in [&config.coredns_namespace, &config.namespace] {
         snapshot.config_maps.extend(
             list::<ConfigMap>(
