@@ -143,6 +143,7 @@ pub async fn run(
         }
         match state.reconcile(&caches).await {
             Ok(requeue) => {
+                metrics.last_reconcile_success.set(unix_now());
                 retry = config.min_retry;
                 next = requeue.unwrap_or_else(|| Instant::now() + config.resync);
             }
@@ -154,6 +155,12 @@ pub async fn run(
             }
         }
     }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64())
 }
 
 async fn finish(lease_task: Option<tokio::task::JoinHandle<()>>) -> Result<(), Error> {
@@ -252,6 +259,9 @@ impl Reconciler {
     ) -> Result<Option<Instant>, Error> {
         let planner = &self.config.planner;
         let Some(dns) = &plan.dns else {
+            self.metrics
+                .dns_plan_errors
+                .set(i64::try_from(plan.errors.len()).unwrap_or(i64::MAX));
             for err in &plan.errors {
                 tracing::warn!(error = %err, "DNS change not planned");
             }
@@ -272,6 +282,7 @@ impl Reconciler {
             }
             return Ok(None);
         };
+        self.metrics.dns_plan_errors.set(0);
         // Leaving the other mode's location clean (after a mode switch).
         let custom_has_ours = snapshot
             .config_map(
@@ -328,6 +339,7 @@ impl Reconciler {
         let outcome = match write_key(&self.client, &edit).await {
             Ok(outcome) => outcome,
             Err(err) => {
+                self.metrics.dns_write_failures.inc();
                 let warning = format!("cannot write {} key {}: {err}", dns.config_map, dns.key);
                 self.events
                     .publish(&cm_ref, true, reason::DNS_WRITE_FAILED, warning)

@@ -6,6 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 /// Label set of `hairpin_controller_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -45,6 +46,12 @@ pub struct Metrics {
     /// Hostname claims the admission policy refused, counted once each time a claim
     /// (object, hostname, reason) appears.
     pub hostnames_refused: Family<RefusedLabels, Counter>,
+    /// Failed writes of the CoreDNS change (refused by the API server, or it was unreachable).
+    pub dns_write_failures: Counter,
+    /// Reasons the DNS change could not be planned in the last reconcile (0: it was planned).
+    pub dns_plan_errors: Gauge,
+    /// Unix time of the last reconcile that planned and applied everything without error.
+    pub last_reconcile_success: Gauge<f64, AtomicU64>,
 }
 
 impl Metrics {
@@ -63,6 +70,9 @@ impl Metrics {
             writes: Counter::default(),
             leader: Gauge::default(),
             hostnames_refused: Family::default(),
+            dns_write_failures: Counter::default(),
+            dns_plan_errors: Gauge::default(),
+            last_reconcile_success: Gauge::default(),
         };
         // Not under `hairpin_controller_`: the planner's policy refuses, whoever runs it.
         registry.register(
@@ -107,6 +117,21 @@ impl Metrics {
             "leader",
             "1 while this instance holds the leader Lease",
             metrics.leader.clone(),
+        );
+        sub.register(
+            "dns_write_failures",
+            "Failed writes of the CoreDNS change",
+            metrics.dns_write_failures.clone(),
+        );
+        sub.register(
+            "dns_plan_errors",
+            "Reasons the DNS change could not be planned in the last reconcile (0: planned)",
+            metrics.dns_plan_errors.clone(),
+        );
+        sub.register(
+            "last_reconcile_success_timestamp_seconds",
+            "Unix time of the last reconcile that applied the whole plan",
+            metrics.last_reconcile_success.clone(),
         );
         metrics
     }

@@ -242,6 +242,23 @@ async fn first_sync_writes_the_plan_and_changes_follow_quickly() {
         "{text}"
     );
     assert!(
+        text.contains("hairpin_controller_dns_plan_errors 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hairpin_controller_dns_write_failures_total 0"),
+        "{text}"
+    );
+    let last_success = running.metrics.last_reconcile_success.get();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        last_success > now - 60.0 && last_success <= now,
+        "last successful reconcile at {last_success}, now {now}"
+    );
+    assert!(
         !events(&fake, "HairpinConfigured").is_empty(),
         "an Event on the load balancer"
     );
@@ -371,6 +388,16 @@ async fn api_errors_of_every_kind_are_retried_and_counted() {
     assert!(
         !events(&fake, "DNSWriteFailed").is_empty(),
         "the refused CoreDNS write was reported"
+    );
+    assert!(running.metrics.dns_write_failures.get() >= 1);
+    // The write that converged may be followed by a failing step; a later reconcile succeeds.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running.metrics.last_reconcile_success.get() == 0.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        running.metrics.last_reconcile_success.get() > 0.0,
+        "a reconcile after the errors succeeded"
     );
 
     // A dropped watch and a compacted history: the watches resume (410 -> re-list).
@@ -714,6 +741,15 @@ async fn a_corefile_hairpin_cannot_edit_is_reported_and_left_alone() {
     );
     assert_eq!(corefile(&fake), odd, "not touched");
     assert_eq!(fake.count("PUT", "/configmaps/coredns"), 0);
+    assert!(
+        running.metrics.dns_plan_errors.get() >= 1,
+        "the DNS change that cannot be planned shows in hairpin_controller_dns_plan_errors"
+    );
+    assert_eq!(
+        running.metrics.dns_write_failures.get(),
+        0,
+        "nothing was written"
+    );
     running.stop().await;
 }
 

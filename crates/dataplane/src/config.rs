@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::Error;
-
 /// Limits and timeouts that apply to every route.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyConfig {
@@ -45,47 +43,6 @@ impl Default for ProxyConfig {
             listeners_per_route: 1,
             backlog: 4096,
             resolve_ttl: Duration::from_secs(1),
-        }
-    }
-}
-
-/// Parses `500ms`, `5s`, `2m`, `1h` (or a bare number of seconds).
-///
-/// # Errors
-/// [`Error::InvalidDuration`] for anything else.
-pub fn parse_duration(text: &str) -> Result<Duration, Error> {
-    let invalid = || Error::InvalidDuration(text.to_owned());
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let number: u64 = number.parse().map_err(|_| invalid())?;
-    let millis = match unit {
-        "ms" => Some(number),
-        "" | "s" => number.checked_mul(1_000),
-        "m" => number.checked_mul(60_000),
-        "h" => number.checked_mul(3_600_000),
-        _ => None,
-    }
-    .ok_or_else(invalid)?;
-    Ok(Duration::from_millis(millis))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
-        for bad in ["", "s", "5x", "-1s", "1.5s", "5 s", "9999999999999999h"] {
-            let err = parse_duration(bad).unwrap_err();
-            assert!(err.to_string().contains("invalid duration"), "{bad}: {err}");
         }
     }
 }

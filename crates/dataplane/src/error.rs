@@ -46,9 +46,6 @@ pub enum Error {
         /// The resolver's answer.
         reason: String,
     },
-    /// A duration that does not parse.
-    #[error("invalid duration {0:?}: expected a number with a unit, e.g. 500ms, 5s, 2m, 1h")]
-    InvalidDuration(String),
 }
 
 impl Error {
@@ -61,7 +58,6 @@ impl Error {
             Error::ReadRoutes { .. } => "read_routes",
             Error::Bind { .. } => "bind",
             Error::Resolve { .. } => "resolve",
-            Error::InvalidDuration(_) => "invalid_duration",
         }
     }
 }

@@ -18,7 +18,7 @@ pub mod routes_file;
 mod ticker;
 mod upstream;
 
-pub use config::{ProxyConfig, parse_duration};
+pub use config::ProxyConfig;
 pub use error::Error;
 pub use metrics::ProxyMetrics;
 pub use proxy::Proxy;

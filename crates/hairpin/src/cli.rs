@@ -38,6 +38,10 @@ pub(crate) enum Command {
     Doctor(cmd::doctor::Args),
     /// Answer TCP/HTTP with what was received, including any PROXY header (for checking an LB).
     Echo(cmd::echo::Args),
+    /// Print the version, commit and architecture (`-o json` for scripts).
+    Version(cmd::version::Args),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    Completion(cmd::completion::Args),
     /// Print the `Hairpin` CustomResourceDefinition (the chart's `crds/` file is this output).
     #[command(hide = true)]
     Crd,

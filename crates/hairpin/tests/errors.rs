@@ -183,8 +183,8 @@ fn node_agent_names_the_hosts_file_and_says_how_to_mount_it() {
             "--interval",
             "0",
         ],
-        1,
-        &["--interval"],
+        2,
+        &["--interval", "more than zero"],
     );
 }
 
@@ -344,6 +344,24 @@ fn usage_errors_name_the_flag_and_exit_2() {
         (
             vec!["controller", "--debounce", "9999999999999999h"],
             "--debounce",
+        ),
+        // One duration format everywhere: the message says what it accepts.
+        (
+            vec![
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "127.0.0.1:1",
+                "--connect-timeout",
+                "5 parsecs",
+            ],
+            "1m30s",
+        ),
+        (vec!["controller", "--resync", "0s"], "more than zero"),
+        (
+            vec!["doctor", "--timeout", "soon", "shop.example.com"],
+            "--timeout",
         ),
     ] {
         let failure = hairpin(&args);

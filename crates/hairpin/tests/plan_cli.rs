@@ -469,7 +469,11 @@ fn corefile_without_kubernetes_block_exits_non_zero_and_writes_no_dns() {
     );
     assert_ne!(broken, example);
     let out = hairpin(&["plan", "-f", "-"], Some(&broken));
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a partial plan, not a usage error"
+    );
     let text = stdout(&out);
     assert!(
         text.contains("Errors (nothing is written for these)"),
@@ -478,7 +482,7 @@ fn corefile_without_kubernetes_block_exits_non_zero_and_writes_no_dns() {
     assert!(text.contains("kube-system/coredns"), "{text}");
 
     let out = hairpin(&["plan", "-f", "-", "-o", "yaml"], Some(&broken));
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(3));
     assert!(!stdout(&out).contains("name: coredns"), "{}", stdout(&out));
     assert!(
         stderr(&out).contains("error: ConfigMap kube-system/coredns"),

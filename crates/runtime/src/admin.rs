@@ -28,6 +28,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::encoding::text;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -185,6 +186,7 @@ impl AdminServer {
     pub async fn serve(self, registry: Arc<Registry>, readiness: Readiness, shutdown: Shutdown) {
         let state = Arc::new(State {
             registry,
+            standard: crate::process::standard_registry(),
             readiness,
             shutdown: shutdown.clone(),
         });
@@ -262,6 +264,8 @@ fn lock(open: &Mutex<Open>) -> std::sync::MutexGuard<'_, Open> {
 
 struct State {
     registry: Arc<Registry>,
+    /// `hairpin_build_info` and `process_*`, the same for every command.
+    standard: Registry,
     readiness: Readiness,
     shutdown: Shutdown,
 }
@@ -288,7 +292,10 @@ impl State {
             }
             "/metrics" => {
                 let mut body = String::new();
-                match prometheus_client::encoding::text::encode(&mut body, &self.registry) {
+                let encoded = text::encode_registry(&mut body, &self.registry)
+                    .and_then(|()| text::encode_registry(&mut body, &self.standard))
+                    .and_then(|()| text::encode_eof(&mut body));
+                match encoded {
                     Ok(()) => respond(
                         StatusCode::OK,
                         "application/openmetrics-text; version=1.0.0; charset=utf-8",

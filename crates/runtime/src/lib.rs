@@ -4,12 +4,15 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod duration;
 pub mod fdlimit;
 pub mod logging;
+pub mod process;
 pub mod ratelimit;
 pub mod shutdown;
 
 pub use admin::{AdminArgs, AdminError, AdminLimits, AdminServer, Readiness};
+pub use duration::{parse_duration, parse_positive_duration};
 pub use logging::{LogArgs, LogFormat};
 pub use ratelimit::LogLimiter;
 pub use shutdown::Shutdown;

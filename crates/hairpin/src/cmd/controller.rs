@@ -11,8 +11,8 @@ use hairpin_controller::client::ClientArgs;
 use hairpin_controller::fight::FightParams;
 use hairpin_controller::lease::LeaseParams;
 use hairpin_controller::{ControllerConfig, Metrics};
-use hairpin_dataplane::parse_duration;
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
+use hairpin_runtime::{parse_duration, parse_positive_duration};
 use prometheus_client::registry::Registry;
 
 use crate::cmd::plan::PlannerArgs;
@@ -39,7 +39,7 @@ pub(crate) struct Args {
     pub(crate) lease_name: String,
 
     /// How long a leader keeps the Lease without renewing it (e.g. `15s`).
-    #[arg(long, env = "HAIRPIN_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "HAIRPIN_LEASE_DURATION", default_value = "15s", value_parser = parse_positive_duration)]
     pub(crate) lease_duration: Duration,
 
     /// Quiet time after a change before re-planning; coalesces bursts (e.g. `150ms`).
@@ -47,7 +47,7 @@ pub(crate) struct Args {
     pub(crate) debounce: Duration,
 
     /// Re-plan at least this often even without changes.
-    #[arg(long, env = "HAIRPIN_RESYNC", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, env = "HAIRPIN_RESYNC", default_value = "5m", value_parser = parse_positive_duration)]
     pub(crate) resync: Duration,
 
     /// Reverts of our CoreDNS change within `--fight-window` that count as a write fight.

@@ -7,6 +7,8 @@ use std::time::Duration;
 use hairpin_doctor::cluster::ClusterOptions;
 use hairpin_doctor::{Options, Timeouts, Vantage};
 
+use hairpin_runtime::parse_positive_duration;
+
 use crate::cmd::plan::PlannerArgs;
 
 /// Exit code for usage and access errors (clap uses it for parse errors too).
@@ -57,14 +59,15 @@ pub(crate) struct Args {
     #[arg(long, short = 'o', value_enum, env = "HAIRPIN_DOCTOR_OUTPUT", default_value_t = Output::Text)]
     pub(crate) output: Output,
 
-    /// Seconds each network step (connect, answer) and API call may take.
+    /// Time each network step (connect, answer) and API call may take, at most 5m (`3s`,
+    /// `500ms`; a bare number is seconds).
     #[arg(
         long,
         env = "HAIRPIN_DOCTOR_TIMEOUT",
-        default_value_t = 3.0,
-        value_name = "SECONDS"
+        default_value = "3s",
+        value_parser = parse_positive_duration
     )]
-    pub(crate) timeout: f64,
+    pub(crate) timeout: Duration,
 
     /// The hosts file to report on.
     #[arg(long, env = "HAIRPIN_DOCTOR_HOSTS_FILE", default_value = "/etc/hosts")]
@@ -77,9 +80,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             return usage_error(err);
         }
     }
-    if !(args.timeout.is_finite() && args.timeout > 0.0 && args.timeout <= 300.0) {
+    if args.timeout > Duration::from_secs(300) {
         return usage_error(format_args!(
-            "--timeout must be a number of seconds between 0 and 300, not {}",
+            "--timeout must be at most 5m, not {:?}",
             args.timeout
         ));
     }
@@ -91,7 +94,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             path.display()
         ));
     }
-    let step = Duration::from_secs_f64(args.timeout);
+    let step = args.timeout;
     let options = Options {
         port: args.port,
         timeouts: Timeouts {

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
 
+pub(crate) mod completion;
 pub(crate) mod controller;
 pub(crate) mod doctor;
 pub(crate) mod echo;
@@ -11,6 +12,7 @@ pub(crate) mod node_agent;
 pub(crate) mod plan;
 pub(crate) mod proxy;
 pub(crate) mod uninstall;
+pub(crate) mod version;
 
 /// Runs the chosen subcommand; `main` prints an error and turns it into the exit code.
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -22,6 +24,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::NodeAgent(args) => node_agent::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Echo(args) => echo::run(args),
+        Command::Version(args) => version::run(&args),
+        Command::Completion(args) => completion::run(&args),
         Command::Crd => {
             print!("{}", hairpin_controller::crd::crd_yaml());
             Ok(ExitCode::SUCCESS)

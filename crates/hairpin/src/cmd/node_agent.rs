@@ -10,7 +10,7 @@ use hairpin_controller::client::ClientArgs;
 use hairpin_node_agent::{
     Agent, AgentOptions, HostsFile, KubeSource, Registry, SourceFile, SyncOutcome,
 };
-use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Shutdown};
+use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Shutdown, parse_positive_duration};
 use tokio::sync::Notify;
 
 use crate::cmd::plan::PlannerArgs;
@@ -38,9 +38,10 @@ pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) client: ClientArgs,
 
-    /// Seconds between checks of the source and the hosts file.
-    #[arg(long, env = "HAIRPIN_INTERVAL", default_value_t = 10)]
-    pub(crate) interval: u64,
+    /// Time between checks of the source and the hosts file (`30s`, `1m`; a bare number is
+    /// seconds).
+    #[arg(long, env = "HAIRPIN_INTERVAL", default_value = "10s", value_parser = parse_positive_duration)]
+    pub(crate) interval: Duration,
 
     /// Sync once and exit (exit code 1 on failure).
     #[arg(long, env = "HAIRPIN_ONCE", conflicts_with = "remove")]
@@ -76,11 +77,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    if args.interval == 0 {
-        anyhow::bail!("--interval must be at least 1 second");
-    }
     let options = AgentOptions {
-        interval: Duration::from_secs(args.interval),
+        interval: args.interval,
         remove_on_exit: args.remove_on_exit,
     };
     if args.once {

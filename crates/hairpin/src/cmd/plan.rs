@@ -13,8 +13,14 @@ use hairpin_planner::{ClusterSnapshot, DnsMode, PlannerConfig, desired, load, re
 /// Planner settings, shared by every command that computes a plan.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct PlannerArgs {
-    /// Our namespace: hairpin Services and the routes ConfigMap live here.
-    #[arg(long, env = "HAIRPIN_NAMESPACE", default_value = "hairpin")]
+    /// Our namespace: hairpin Services and the routes ConfigMap live here (`-n`, as with
+    /// kubectl: the namespace hairpin is installed in).
+    #[arg(
+        long,
+        short = 'n',
+        env = "HAIRPIN_NAMESPACE",
+        default_value = "hairpin"
+    )]
     pub(crate) namespace: String,
     /// Labels of the proxy pods, `key=value,...`; hairpin Services select them.
     #[arg(
@@ -185,6 +191,10 @@ pub(crate) struct Args {
     planner: PlannerArgs,
 }
 
+/// Exit code of a plan with errors (what it could plan is printed, the rest is not written).
+/// Distinct from 1 (an input that cannot be read) and 2 (a usage error, clap's code).
+const PARTIAL_PLAN: u8 = 3;
+
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut snapshot = ClusterSnapshot::default();
     let mut notes = Vec::new();
@@ -218,7 +228,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 eprintln!("error: {e}");
             }
         }
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(PARTIAL_PLAN));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,9 +11,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use hairpin_dataplane::routes::{ProxyProtocol, Route, RouteTable, Upstream};
 use hairpin_dataplane::routes_file::RoutesFile;
-use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics, parse_duration};
+use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics};
 use hairpin_runtime::shutdown::DrainOutcome;
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
+use hairpin_runtime::{parse_duration, parse_positive_duration};
 
 /// Routes come from `--listen`/`--upstream` (one route), from `--routes-file` (several,
 /// followed as the file changes) or, in a cluster, from `--routes-configmap` (the table the
@@ -88,17 +89,17 @@ pub(crate) struct Args {
     client: hairpin_controller::client::ClientArgs,
 
     /// How often the routes file is read to look for changes.
-    #[arg(long, env = "HAIRPIN_ROUTES_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "HAIRPIN_ROUTES_POLL_INTERVAL", default_value = "1s", value_parser = parse_positive_duration)]
     routes_poll_interval: Duration,
 
     /// Time allowed to connect to the upstream; after it the client is closed. Checked on a
     /// per-worker tick of an eighth of it (at most 1s), so it may run that much over.
-    #[arg(long, env = "HAIRPIN_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "HAIRPIN_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_positive_duration)]
     connect_timeout: Duration,
 
     /// A connection that moves no byte either way for this long is closed. Checked on a
     /// per-worker tick of an eighth of it (at most 10s), so it may run two ticks over.
-    #[arg(long, env = "HAIRPIN_IDLE_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, env = "HAIRPIN_IDLE_TIMEOUT", default_value = "10m", value_parser = parse_positive_duration)]
     idle_timeout: Duration,
 
     /// Once one side of a connection has finished (sent its FIN), the connection is closed

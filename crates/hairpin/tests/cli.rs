@@ -1,0 +1,88 @@
+//! The command line's shared conventions, as a user meets them: `hairpin version`,
+//! `hairpin completion <shell>`, and `-n` meaning hairpin's namespace as in kubectl.
+
+use std::process::{Command, Output, Stdio};
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster.yaml");
+
+fn hairpin(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    cmd.args(args).stdin(Stdio::null());
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
+        cmd.env_remove(k);
+    }
+    cmd.output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn version_for_people_and_for_scripts() {
+    let text = stdout(&hairpin(&["version"]));
+    assert!(
+        text.starts_with(&format!("hairpin {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&hairpin(&["version", "-o", "json"])))
+            .expect("version -o json prints JSON");
+    assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(json["arch"], std::env::consts::ARCH);
+    assert!(json["commit"].is_string());
+    // The same version as clap's --version.
+    let flag = stdout(&hairpin(&["--version"]));
+    assert!(flag.contains(env!("CARGO_PKG_VERSION")), "{flag}");
+}
+
+#[test]
+fn completion_scripts_name_every_command() {
+    for (shell, marker) in [
+        ("bash", "_hairpin()"),
+        ("zsh", "#compdef hairpin"),
+        ("fish", "complete -c hairpin"),
+    ] {
+        let script = stdout(&hairpin(&["completion", shell]));
+        assert!(script.contains(marker), "{shell}: {marker} missing");
+        for command in [
+            "plan",
+            "proxy",
+            "controller",
+            "doctor",
+            "node-agent",
+            "version",
+        ] {
+            assert!(script.contains(command), "{shell}: {command} missing");
+        }
+    }
+    let out = hairpin(&["completion", "tcsh"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
+#[test]
+fn dash_n_is_hairpins_namespace_as_in_kubectl() {
+    let yaml = stdout(&hairpin(&[
+        "plan",
+        "-f",
+        EXAMPLE,
+        "-o",
+        "yaml",
+        "-n",
+        "edge-system",
+    ]));
+    assert!(yaml.contains("namespace: edge-system"), "{yaml}");
+    let default = stdout(&hairpin(&["plan", "-f", EXAMPLE, "-o", "yaml"]));
+    assert!(!default.contains("edge-system"));
+    assert!(default.contains("namespace: hairpin"), "{default}");
+}
