@@ -134,6 +134,8 @@ def main():
             if not body:
                 continue
             doc = "\n".join(l for l in doc.splitlines() if not l.startswith("# Source:"))
+            if "helm.sh/hook: test" in doc:
+                continue  # `helm test` pods have no place in a static install
             (hooks if "helm.sh/hook" in doc else docs).append((source, doc.strip("\n")))
     def key(item):
         source, doc = item

@@ -1,17 +1,30 @@
-{{/* The name label: fixed to "hairpin", because the controller's hairpin Services select
-     proxy pods by app.kubernetes.io/name=hairpin,app.kubernetes.io/component=proxy. */}}
-{{- define "hairpin.name" -}}hairpin{{- end }}
+{{/* The chart's name: the `app.kubernetes.io/name` label. The controller's hairpin Services
+     select proxy pods by it (HAIRPIN_PROXY_SELECTOR below), so overriding it keeps both equal. */}}
+{{- define "hairpin.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end }}
 
+{{/* Prefix of every object name; 50 characters leave room for the longest suffix. */}}
 {{- define "hairpin.fullname" -}}
-{{- if contains "hairpin" .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "hairpin.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 50 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-hairpin" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end }}
 
+{{/* repository:tag, or repository:tag@digest when a digest pins the image. */}}
 {{- define "hairpin.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $ref := printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- if .Values.image.digest -}}
+{{- $ref = printf "%s@%s" $ref .Values.image.digest -}}
+{{- end -}}
+{{- $ref -}}
 {{- end }}
 
 {{- define "hairpin.labels" -}}
@@ -19,29 +32,13 @@ app.kubernetes.io/name: {{ include "hairpin.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: hairpin
-helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}
 {{- end }}
 
 {{- define "hairpin.selector" -}}
 app.kubernetes.io/name: {{ include "hairpin.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-{{- end }}
-
-{{- define "hairpin.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
-{{- end }}
-
-{{- define "hairpin.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-capabilities:
-  drop: [ALL]
 {{- end }}
 
 {{/* Settings shared by the controller and the uninstall hook, as environment variables. */}}
@@ -62,6 +59,8 @@ capabilities:
   value: {{ join "," .Values.coredns.nodeLocalDnsConfigMaps | quote }}
 - name: HAIRPIN_DNS_MODE
   value: {{ .Values.coredns.dnsMode | quote }}
+- name: HAIRPIN_PROXY_SELECTOR
+  value: "app.kubernetes.io/name={{ include "hairpin.name" . }},app.kubernetes.io/component=proxy"
 - name: HAIRPIN_LISTENER_PORT_BASE
   value: {{ .Values.proxy.listenerPortBase | quote }}
 - name: HAIRPIN_DENY_HOSTNAMES

@@ -1,0 +1,329 @@
+"""Check charts/hairpin with Helm's own engine (helm-python-sdk) and kubernetes-validate.
+
+    chart-check.py CHART   (through scripts/chart-check.sh, which provides the virtualenv)
+
+1. values.yaml and values.schema.json agree: every value in values.yaml is in the schema,
+   every value the schema lists is in values.yaml, and each is described by a comment.
+2. The schema rejects typos and bad values (`--set controller.replica=3` must fail).
+3. For several value combinations: `helm lint --strict`, then a render whose every object is
+   validated against the Kubernetes OpenAPI schema (strict: unknown fields fail) of the
+   oldest Kubernetes the chart supports and of the newest kubernetes-validate knows.
+   Prometheus Operator kinds are not in those schemas: they are checked structurally here.
+4. The PrometheusRule and the dashboard only name metrics hairpin exports.
+Exits 1 with every failure listed.
+"""
+
+import json
+import os
+import re
+import sys
+
+import helm_python as helm
+import kubernetes_validate
+import yaml
+
+KUBE_VERSIONS = ["1.26.0", "1.35.0"]
+NAMESPACE = "hairpin"
+
+# name -> (values, what must be rendered: kinds expected among the objects)
+COMBINATIONS = {
+    "defaults": ([], {"Deployment", "Service", "Job", "Pod"}),
+    "node agent": (["nodeAgent.enabled=true", "nodeAgent.dacOverride=true"], {"DaemonSet"}),
+    "monitors": (
+        [
+            "metrics.serviceMonitor.enabled=true",
+            "metrics.podMonitor.enabled=true",
+            "metrics.prometheusRule.enabled=true",
+            "metrics.grafanaDashboard.enabled=true",
+            "nodeAgent.enabled=true",
+        ],
+        {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"},
+    ),
+    "everything on": (
+        [
+            "nameOverride=hp",
+            "fullnameOverride=edge",
+            "image.digest=sha256:" + "ab" * 32,
+            "controller.priorityClassName=system-cluster-critical",
+            "proxy.priorityClassName=system-cluster-critical",
+            "nodeAgent.enabled=true",
+            "nodeAgent.priorityClassName=system-node-critical",
+            "controller.podLabels.team=edge",
+            "networkPolicy.enabled=true",
+            "metrics.serviceMonitor.enabled=true",
+            "metrics.serviceMonitor.interval=30s",
+            "metrics.serviceMonitor.scrapeTimeout=10s",
+            "metrics.serviceMonitor.labels.release=prometheus",
+            "metrics.podMonitor.enabled=true",
+            "metrics.podMonitor.interval=1m",
+            "metrics.prometheusRule.enabled=true",
+            "metrics.prometheusRule.alertLabels.team=edge",
+            "metrics.grafanaDashboard.enabled=true",
+            "metrics.grafanaDashboard.namespace=monitoring",
+            "test.hosts={app.example.com,shop.example.com}",
+        ],
+        {"DaemonSet", "NetworkPolicy", "ServiceMonitor", "PodMonitor", "PrometheusRule"},
+    ),
+    "everything off": (
+        [
+            "uninstallHook.enabled=false",
+            "test.enabled=false",
+            "controller.podDisruptionBudget.enabled=false",
+            "proxy.podDisruptionBudget.enabled=false",
+        ],
+        {"Deployment"},
+    ),
+}
+
+# Each must be rejected by values.schema.json.
+MUST_FAIL = [
+    "controller.replica=3",
+    "nodeAgent.intervall=10",
+    "image.pullPolicy=Sometimes",
+    "log.format=xml",
+    "coredns.dnsMode=magic",
+    "metrics.serviceMonitor.enable=true",
+    "image.digest=latest",
+    "controller.debounce=soon",
+    "proxy.listenerPortBase=80",
+    "test.port=0",
+]
+
+failures = []
+
+
+def fail(message):
+    failures.append(message)
+    sys.stderr.write("chart-check: %s\n" % message)
+
+
+def parse_sets(sets):
+    values = {}
+    for expression in sets:
+        merge(values, helm.parse_set_string(expression))
+    return values
+
+
+def merge(into, new):
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge(into[key], value)
+        else:
+            into[key] = value
+
+
+# 1. values.yaml <-> schema ------------------------------------------------------------------
+
+
+def schema_paths(node, prefix=""):
+    """(path, closed) for every property the schema names; closed: its own keys are fixed."""
+    for key, child in node.get("properties", {}).items():
+        path = prefix + key
+        closed = child.get("additionalProperties") is False and "properties" in child
+        yield path, closed
+        if closed:
+            yield from schema_paths(child, path + ".")
+
+
+def documented_keys(values_text):
+    """{dotted path: has a comment} for the block-style keys of values.yaml."""
+    keys = {}
+    stack = []  # (indent, key)
+    previous = ""
+    for line in values_text.splitlines():
+        match = re.match(r"^( *)([A-Za-z][A-Za-z0-9_]*):", line)
+        if match:
+            indent = len(match.group(1))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            path = ".".join([k for _, k in stack] + [match.group(2)])
+            keys[path] = previous.strip().startswith("#")
+            stack.append((indent, match.group(2)))
+        if line.strip():
+            previous = line
+    return keys
+
+
+def check_values_documented(chart_dir, schema):
+    with open(os.path.join(chart_dir, "values.yaml")) as f:
+        text = f.read()
+    keys = documented_keys(text)
+    paths = dict(schema_paths(schema))
+    parents_closed = {path for path, closed in paths.items() if closed}
+    for path in paths:
+        if path == "global":
+            continue
+        if path not in keys:
+            fail("values.yaml lacks %s, which values.schema.json lists (document it there)" % path)
+        elif not keys[path] and path not in parents_closed:
+            fail("values.yaml: %s has no comment describing it" % path)
+        leaf = schema
+        for part in path.split("."):
+            leaf = leaf["properties"][part]
+        if "description" not in leaf:
+            fail("values.schema.json: %s has no description" % path)
+    for path in keys:
+        parent = path.rsplit(".", 1)[0] if "." in path else ""
+        if (parent == "" or parent in parents_closed) and path not in paths:
+            fail("values.yaml has %s, which values.schema.json does not list" % path)
+
+
+# 2. typos ------------------------------------------------------------------------------------
+
+
+def check_typos(chart):
+    for expression in MUST_FAIL:
+        values = parse_sets([expression])
+        try:
+            chart.render(values, name="hairpin", namespace=NAMESPACE)
+        except helm.HelmError as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            print("chart-check: rejected as it must be: --set %s (%s)" % (expression, first))
+            continue
+        fail("values.schema.json accepts --set %s" % expression)
+
+
+# 3. renders ----------------------------------------------------------------------------------
+
+MONITORING_SPEC_KEYS = {
+    "ServiceMonitor": {"namespaceSelector", "selector", "endpoints", "jobLabel"},
+    "PodMonitor": {"namespaceSelector", "selector", "podMetricsEndpoints", "jobLabel"},
+    "PrometheusRule": {"groups"},
+}
+ENDPOINT_KEYS = {"port", "path", "interval", "scrapeTimeout", "relabelings", "metricRelabelings"}
+RULE_KEYS = {"alert", "record", "expr", "for", "labels", "annotations"}
+DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+
+
+def check_monitoring(doc, where):
+    """Structural checks of the Prometheus Operator kinds (their CRD schemas are not in
+    kubernetes-validate): known fields only, required fields present, durations valid."""
+    kind = doc["kind"]
+    if doc.get("apiVersion") != "monitoring.coreos.com/v1":
+        fail("%s: apiVersion %s" % (where, doc.get("apiVersion")))
+    spec = doc.get("spec") or {}
+    unknown = set(spec) - MONITORING_SPEC_KEYS[kind]
+    if unknown:
+        fail("%s: unknown spec fields %s" % (where, sorted(unknown)))
+    if kind in ("ServiceMonitor", "PodMonitor"):
+        endpoints = spec.get("endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints")
+        if not endpoints or not spec.get("selector"):
+            fail("%s: needs a selector and endpoints" % where)
+        for endpoint in endpoints or []:
+            if set(endpoint) - ENDPOINT_KEYS:
+                fail("%s: unknown endpoint fields %s" % (where, sorted(set(endpoint) - ENDPOINT_KEYS)))
+            for key in ("interval", "scrapeTimeout"):
+                if key in endpoint and not DURATION.match(str(endpoint[key])):
+                    fail("%s: %s %r is not a Prometheus duration" % (where, key, endpoint[key]))
+    else:
+        for group in spec.get("groups", []):
+            if not group.get("name") or not group.get("rules"):
+                fail("%s: a rule group needs a name and rules" % where)
+            for rule in group.get("rules", []):
+                if set(rule) - RULE_KEYS or not rule.get("expr") or not (rule.get("alert") or rule.get("record")):
+                    fail("%s: malformed rule %r" % (where, rule))
+                if "for" in rule and not DURATION.match(str(rule["for"])):
+                    fail("%s: for %r is not a Prometheus duration" % (where, rule["for"]))
+                if not isinstance(rule["expr"], str) or rule["expr"].count("(") != rule["expr"].count(")"):
+                    fail("%s: unbalanced expression %r" % (where, rule.get("expr")))
+
+
+def check_render(chart, name, sets, expected_kinds, metrics):
+    values = parse_sets(sets)
+    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version=KUBE_VERSIONS[0])
+    for message in report.get("messages", []):
+        if message.get("severity", 0) >= 2:
+            fail("[%s] helm lint: %s: %s" % (name, message.get("path"), message.get("error")))
+    for error in report.get("errors", []):
+        fail("[%s] helm lint: %s" % (name, error))
+    rendered = chart.render(values, name="hairpin", namespace=NAMESPACE)
+    kinds = set()
+    count = 0
+    for source, text in sorted(rendered.items()):
+        if source.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if not doc:
+                continue
+            count += 1
+            kind = doc.get("kind", "?")
+            kinds.add(kind)
+            where = "[%s] %s %s/%s" % (name, source, kind, doc.get("metadata", {}).get("name"))
+            if kind in MONITORING_SPEC_KEYS:
+                check_monitoring(doc, where)
+                if kind == "PrometheusRule":
+                    for group in doc["spec"]["groups"]:
+                        for rule in group["rules"]:
+                            check_metric_names(rule["expr"], metrics, where)
+                continue
+            if kind == "ConfigMap" and "hairpin.json" in (doc.get("data") or {}):
+                dashboard = json.loads(doc["data"]["hairpin.json"])
+                for panel in dashboard["panels"]:
+                    for target in panel.get("targets", []):
+                        check_metric_names(target["expr"], metrics, where)
+            for version in KUBE_VERSIONS:
+                try:
+                    kubernetes_validate.validate(doc, version, strict=True)
+                except kubernetes_validate.ValidationError as err:
+                    fail("%s: invalid for Kubernetes %s: %s at %s" % (where, version, err.message, "/".join(str(p) for p in err.path)))
+                except kubernetes_validate.SchemaNotFoundError:
+                    fail("%s: kubernetes-validate has no schema for it (Kubernetes %s)" % (where, version))
+    missing = expected_kinds - kinds
+    if missing:
+        fail("[%s] expected %s among the rendered kinds %s" % (name, sorted(missing), sorted(kinds)))
+    print("chart-check: [%s] helm lint clean; %d objects valid for Kubernetes %s" % (name, count, " and ".join(KUBE_VERSIONS)))
+
+
+# 4. metric names -----------------------------------------------------------------------------
+
+
+def exported_metrics(repo):
+    """Metric names hairpin registers: `register("name", ...)` under the prefix its file uses."""
+    names = set()
+    for root, _, files in os.walk(os.path.join(repo, "crates")):
+        if "/target" in root or "/fuzz" in root or "/tests" in root:
+            continue
+        for file in files:
+            if not file.endswith(".rs"):
+                continue
+            with open(os.path.join(root, file)) as f:
+                text = f.read()
+            prefixes = set(re.findall(r'with_prefix\(\s*"([a-z_]+)"', text))
+            if file == "metrics.rs" and "dataplane" in root:
+                prefixes.add("hairpin_proxy")
+            # Full names (`hairpin_build`, the process collector's `process_*`) ...
+            names.update(re.findall(r'"((?:hairpin|process)_[a-z_]+)"', text))
+            # ... and names registered under a prefix.
+            for name in re.findall(r'register(?:_with_unit)?\(\s*"([a-z_]+)"', text):
+                for prefix in prefixes:
+                    names.add(prefix + "_" + name)
+    return names
+
+
+def check_metric_names(expr, metrics, where):
+    for name in set(re.findall(r"\b((?:hairpin|process)_[a-z_]+)", expr)):
+        base = re.sub(r"_(total|bucket|sum|count|info)$", "", name)
+        if name not in metrics and base not in metrics:
+            fail("%s: names metric %s, which hairpin does not export" % (where, name))
+
+
+def main():
+    global CHART
+    CHART = sys.argv[1]
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(CHART, "values.schema.json")) as f:
+        schema = json.load(f)
+    check_values_documented(CHART, schema)
+    metrics = exported_metrics(repo)
+    with helm.Chart.load(CHART) as chart:
+        check_typos(chart)
+        for name, (sets, kinds) in COMBINATIONS.items():
+            check_render(chart, name, sets, kinds, metrics)
+    if failures:
+        sys.stderr.write("chart-check: %d failure(s)\n" % len(failures))
+        sys.exit(1)
+    print("chart-check: OK")
+
+
+if __name__ == "__main__":
+    main()
