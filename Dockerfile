@@ -1,35 +1,31 @@
 # syntax=docker/dockerfile:1
 #
-# hairpin: one static binary on distroless/static (no shell, no libc, non-root).
+# hairpin: one static binary on an empty base (no shell, no libc, non-root), for publishing.
 #
 #   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/hairpin-rs/hairpin:dev .
 #
 # Each platform is compiled natively in its own builder (on arm64 runners, or under QEMU with
 # `docker run --privileged --rm tonistiigi/binfmt --install arm64`), so no cross linker is
-# needed. The binary is linked statically against glibc (`+crt-static`): glibc >= 2.34 has
-# the `files` and `dns` NSS modules built in, so name resolution works without any shared
-# library in the image.
+# needed. scripts/image-rootfs.sh builds the static binary and assembles the whole image
+# filesystem (binary, CA bundle, /etc/passwd with user 65532); CI builds the same image from
+# the Containerfile with buildah (scripts/image.sh), which checks that the final stages agree.
 
 ARG RUST_VERSION=1.95
 
 FROM rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
-# Dependencies first, so source edits do not rebuild them.
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
+COPY image ./image
+COPY scripts/image-rootfs.sh ./scripts/
+# The release workflow passes the commit; `hairpin_build_info` reports it.
+ARG HAIRPIN_GIT_COMMIT
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,sharing=locked \
-    set -eux; \
-    target="$(rustc -vV | sed -n 's/^host: //p')"; \
-    RUSTFLAGS="-C target-feature=+crt-static" \
-      cargo build --release --locked -p hairpin --target "$target"; \
-    cp "target/$target/release/hairpin" /hairpin; \
-    # Fail the build if anything is still dynamically linked.
-    ! ldd /hairpin 2>/dev/null | grep -q '=>'; \
-    /hairpin --version
+    scripts/image-rootfs.sh /rootfs
 
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /hairpin /hairpin
+FROM scratch
+COPY --from=build /rootfs/ /
 USER 65532:65532
 EXPOSE 9090
 ENTRYPOINT ["/hairpin"]
