@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hairpin_dataplane::parse_duration;
 use hairpin_doctor::echo::{EchoLimits, EchoServer, ProxyMode};
+use hairpin_runtime::parse_positive_duration;
 use hairpin_runtime::{LogArgs, Shutdown};
 
 /// `--proxy-protocol` values.
@@ -36,7 +36,7 @@ pub(crate) struct Args {
 
     /// Time from accepting a connection for its PROXY header and request to arrive, all of
     /// them (not per read); a connection still sending at the deadline is closed.
-    #[arg(long, env = "HAIRPIN_ECHO_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "HAIRPIN_ECHO_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
     pub(crate) header_timeout: Duration,
 
     /// Most connections served at once; beyond it, new ones wait in the listen backlog.
