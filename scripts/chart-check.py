@@ -274,6 +274,25 @@ def check_render(chart, name, sets, expected_kinds, metrics):
     print("chart-check: [%s] helm lint clean; %d objects valid for Kubernetes %s" % (name, count, " and ".join(KUBE_VERSIONS)))
 
 
+def check_crds(chart_dir):
+    """The chart's crds/ (installed by Helm before the templates, never rendered) are
+    CustomResourceDefinitions, which kubernetes-validate knows."""
+    directory = os.path.join(chart_dir, "crds")
+    if not os.path.isdir(directory):
+        return
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name)) as f:
+            for doc in yaml.safe_load_all(f):
+                if not doc:
+                    continue
+                for version in KUBE_VERSIONS:
+                    try:
+                        kubernetes_validate.validate(doc, version, strict=True)
+                    except kubernetes_validate.ValidationError as err:
+                        fail("crds/%s: invalid for Kubernetes %s: %s" % (name, version, err.message))
+                print("chart-check: crds/%s: %s valid for Kubernetes %s" % (name, doc.get("kind"), " and ".join(KUBE_VERSIONS)))
+
+
 # 4. metric names -----------------------------------------------------------------------------
 
 
@@ -315,6 +334,7 @@ def main():
         schema = json.load(f)
     check_values_documented(CHART, schema)
     metrics = exported_metrics(repo)
+    check_crds(CHART)
     with helm.Chart.load(CHART) as chart:
         check_typos(chart)
         for name, (sets, kinds) in COMBINATIONS.items():
