@@ -21,7 +21,7 @@ use hairpin_planner::config::PlannerConfig;
 use hairpin_planner::snapshot::ClusterSnapshot;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PartialObjectMeta};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -386,6 +386,41 @@ fn typed_tls_routes(cache: &Cache<DynamicObject>) -> Vec<TlsRoute> {
         .collect()
 }
 
+/// Whether the API server serves `api`'s resource, asked through discovery. Listing an absent
+/// CRD's objects answers a plain-text `404 page not found`, which the client logs as an error
+/// body it cannot parse, every minute per kind; the discovery documents always answer.
+async fn served<K>(api: &Api<K>) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone,
+    K::DynamicType: Clone,
+{
+    let url = api.resource_url();
+    let Some((group_version, plural)) = url
+        .strip_prefix("/apis/")
+        .and_then(|rest| rest.rsplit_once('/'))
+    else {
+        return Ok(true);
+    };
+    let Some((group, version)) = group_version.split_once('/') else {
+        return Ok(true);
+    };
+    let client = api.clone().into_client();
+    let groups = client.list_api_groups().await?;
+    let listed = groups
+        .groups
+        .iter()
+        .any(|g| g.name == group && g.versions.iter().any(|v| v.version == version));
+    if !listed {
+        return Ok(false);
+    }
+    match client.list_api_group_resources(group_version).await {
+        Ok(resources) => Ok(resources.resources.iter().any(|r| r.name == plural)),
+        // Removed between the two reads.
+        Err(err) if is_not_found(&err) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
 /// Probes the candidate APIs in order and watches the first one served; when none is, the
 /// cache counts as synced (empty) and they are probed again every minute.
 fn optional_versions<K>(
@@ -408,9 +443,9 @@ where
             let api = 'probe: loop {
                 let mut failed = None;
                 for api in &apis {
-                    match api.list(&ListParams::default().limit(1)).await {
-                        Ok(_) => break 'probe api.clone(),
-                        Err(err) if is_not_found(&err) => {}
+                    match served(api).await {
+                        Ok(true) => break 'probe api.clone(),
+                        Ok(false) => {}
                         Err(err) => {
                             failed = Some(err);
                             break;

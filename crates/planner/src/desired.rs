@@ -597,6 +597,7 @@ fn dns_change(
                 strip_server_fields(&mut cm.metadata);
                 cm
             });
+            fits_config_map(object.as_ref(), &format!("ConfigMap {target}"), &key)?;
             Ok(DnsChange {
                 mode,
                 config_map: target,
@@ -627,6 +628,11 @@ fn dns_change(
                 strip_server_fields(&mut cm.metadata);
                 cm
             });
+            fits_config_map(
+                object.as_ref(),
+                &format!("ConfigMap {coredns_ref}"),
+                &config.corefile_key,
+            )?;
             Ok(DnsChange {
                 mode: DnsMode::Corefile,
                 config_map: coredns_ref,
@@ -640,6 +646,28 @@ fn dns_change(
             })
         }
     }
+}
+
+/// The API server refuses a ConfigMap whose values (`data` and `binaryData`, every key
+/// together) exceed 1 MiB, so a key that fits on its own can still not be written beside
+/// large neighbours (kubeadm's `NodeHosts`, other tools' keys).
+fn fits_config_map(cm: Option<&ConfigMap>, what: &str, key: &str) -> Result<(), String> {
+    let Some(cm) = cm else { return Ok(()) };
+    let text: usize = cm.data.iter().flatten().map(|(_, v)| v.len()).sum();
+    let binary: usize = cm
+        .binary_data
+        .iter()
+        .flatten()
+        .map(|(_, v)| v.0.len())
+        .sum();
+    let total = text + binary;
+    if total > corefile::CONFIGMAP_MAX_BYTES {
+        return Err(format!(
+            "{what}: with the hairpin rules in key {key} its keys would hold {total} bytes together, over the {}-byte ConfigMap limit (the API server counts every key, not only {key}); use wildcards or fewer hostnames, or make room in the other keys; nothing is written to it",
+            corefile::CONFIGMAP_MAX_BYTES
+        ));
+    }
+    Ok(())
 }
 
 /// Server-set metadata that must not be sent back, except `resourceVersion`, which guards the

@@ -328,6 +328,33 @@ fn corefile_without_kubernetes_block_is_an_error_and_nothing_is_written() {
 }
 
 #[test]
+fn a_corefile_that_fits_alone_but_not_beside_the_other_keys_is_refused() {
+    let mut snapshot = two_lbs();
+    let mut cm = coredns(KUBEADM_COREFILE);
+    // kubeadm-style NodeHosts, large enough that the Corefile with our rules tips the total.
+    let node_hosts = "10.0.0.1 node\n".repeat(1_048_000 / 13);
+    cm.data
+        .as_mut()
+        .unwrap()
+        .insert("NodeHosts".into(), node_hosts);
+    snapshot.config_maps = vec![cm];
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    assert!(plan.dns.is_none(), "nothing is planned for CoreDNS");
+    assert!(
+        plan.errors[0].starts_with("ConfigMap kube-system/coredns: with the hairpin rules in key Corefile its keys would hold")
+            && plan.errors[0].contains("over the 1048576-byte ConfigMap limit"),
+        "{:?}",
+        plan.errors
+    );
+    let yaml = render::yaml(&plan).unwrap();
+    assert!(!yaml.contains("name: coredns"), "never written: {yaml}");
+
+    // The same Corefile beside a small NodeHosts is planned.
+    snapshot.config_maps = vec![coredns(KUBEADM_COREFILE)];
+    assert!(desired(&snapshot, &PlannerConfig::default()).dns.is_some());
+}
+
+#[test]
 fn missing_coredns_config_map_is_an_error() {
     let mut snapshot = two_lbs();
     snapshot.config_maps.clear();
