@@ -19,6 +19,7 @@ use crate::fight::{Decision, FightGuard, FightParams, Observation};
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
 use crate::report::{Events, object_ref, reason};
+use crate::status::{DnsState, PropagationParams, StatusWriter};
 use crate::watch::Caches;
 
 /// Controller settings.
@@ -40,6 +41,8 @@ pub struct ControllerConfig {
     pub min_retry: Duration,
     /// Longest retry delay.
     pub max_retry: Duration,
+    /// The check, after each DNS write, that the cluster DNS answers with the hairpin Service.
+    pub propagation: PropagationParams,
 }
 
 impl ControllerConfig {
@@ -55,6 +58,7 @@ impl ControllerConfig {
             fight: FightParams::default(),
             min_retry: Duration::from_millis(500),
             max_retry: Duration::from_secs(60),
+            propagation: PropagationParams::default(),
         }
     }
 }
@@ -112,13 +116,23 @@ pub async fn run(
     ready.set(true);
     tracing::info!(ingresses = caches.ingress_count(), "caches synced");
 
+    let events = Events::new(client.clone(), &config.identity, metrics.clone());
     let mut state = Reconciler {
         client: client.clone(),
         config: config.clone(),
-        events: Events::new(client, &config.identity, metrics.clone()),
+        status: StatusWriter::new(
+            client,
+            events.clone(),
+            metrics.clone(),
+            config.propagation.clone(),
+            config.planner.clone(),
+            changed.clone(),
+        ),
+        events,
         metrics: metrics.clone(),
         fight: FightGuard::new(config.fight.clone()),
         refused: BTreeSet::new(),
+        dns_state: DnsState::NotReached,
     };
     let mut retry = config.min_retry;
     let mut next = Instant::now();
@@ -178,6 +192,9 @@ struct Reconciler {
     fight: FightGuard,
     /// The refused hostname claims of the last plan, to count and report each once.
     refused: BTreeSet<RefusedClaim>,
+    status: StatusWriter,
+    /// Where this reconcile left the DNS change, for the Hairpin statuses.
+    dns_state: DnsState,
 }
 
 /// One refused claim: who asked (kind, object), the hostname and the reason.
@@ -196,12 +213,25 @@ impl Reconciler {
         self.metrics.managed_hostnames.set(
             i64::try_from(plan.dns.as_ref().map_or(0, |dns| dns.entries.len())).unwrap_or(i64::MAX),
         );
+        self.dns_state = DnsState::NotReached;
         let result = self.apply(&plan, &snapshot).await;
         self.metrics
             .reconcile_duration
             .observe(started.elapsed().as_secs_f64());
         self.report(&plan, &snapshot).await;
-        result
+        let statuses = self
+            .status
+            .sync(
+                &plan,
+                &snapshot,
+                caches.hairpins(),
+                |name| caches.ready_endpoints(name),
+                &self.dns_state,
+            )
+            .await;
+        let requeue = result?;
+        statuses?;
+        Ok(requeue)
     }
 
     async fn apply(
@@ -262,6 +292,10 @@ impl Reconciler {
             self.metrics
                 .dns_plan_errors
                 .set(i64::try_from(plan.errors.len()).unwrap_or(i64::MAX));
+            self.dns_state = DnsState::Refused {
+                reason: "NotPlanned",
+                message: format!("hairpin cannot change DNS: {}", plan.errors.join("; ")),
+            };
             for err in &plan.errors {
                 tracing::warn!(error = %err, "DNS change not planned");
             }
@@ -325,6 +359,7 @@ impl Reconciler {
             None,
         );
         if !dns.changed {
+            self.dns_state = DnsState::InPlace { wrote: false };
             if self.fight.held(&target, Instant::now()) {
                 self.metrics.dns_fight.set(0);
                 tracing::info!(configmap = %dns.config_map, "our CoreDNS change has held for a whole window; the write fight is over");
@@ -332,6 +367,13 @@ impl Reconciler {
             return Ok(None);
         }
         if let Decision::BackedOff(until) = self.fight.decide(&target, Instant::now()) {
+            self.dns_state = DnsState::Refused {
+                reason: "WriteFight",
+                message: format!(
+                    "another writer keeps reverting hairpin's change to {}; writes are backed off",
+                    dns.config_map
+                ),
+            };
             tracing::debug!(configmap = %dns.config_map, "CoreDNS write backed off (write fight)");
             return Ok(Some(until));
         }
@@ -341,15 +383,31 @@ impl Reconciler {
             Err(err) => {
                 self.metrics.dns_write_failures.inc();
                 let warning = format!("cannot write {} key {}: {err}", dns.config_map, dns.key);
+                self.dns_state = DnsState::Refused {
+                    reason: "WriteFailed",
+                    message: warning.clone(),
+                };
                 self.events
                     .publish(&cm_ref, true, reason::DNS_WRITE_FAILED, warning)
                     .await;
                 return Err(err);
             }
         };
-        let KeyOutcome::Written { after, .. } = outcome else {
-            return Ok(None);
+        let after = match outcome {
+            KeyOutcome::Written { after, .. } => after,
+            KeyOutcome::Unchanged { .. } => {
+                self.dns_state = DnsState::InPlace { wrote: false };
+                return Ok(None);
+            }
+            KeyOutcome::ConfigMapMissing => {
+                self.dns_state = DnsState::Refused {
+                    reason: "ConfigMapMissing",
+                    message: format!("the ConfigMap {} does not exist", dns.config_map),
+                };
+                return Ok(None);
+            }
         };
+        self.dns_state = DnsState::InPlace { wrote: true };
         self.count_writes(1);
         tracing::info!(configmap = %dns.config_map, key = %dns.key, entries = dns.entries.len(), "CoreDNS change written");
         match self.fight.written(&target, after, Instant::now()) {

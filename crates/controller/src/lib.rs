@@ -2,6 +2,8 @@
 //! publishing the proxy routes.
 //!
 //! - [`crd`]: the `Hairpin` custom resource, status per hairpinned load balancer.
+//! - [`status`]: the `Hairpin` objects' status, and the propagation check behind it.
+//! - [`propagation`]: asking the cluster DNS whether a write took effect.
 //! - [`watch`]: reflector caches of what the planner reads, and the snapshot.
 //! - [`controller`]: the debounced plan-and-apply loop, run only by the leader.
 //! - [`apply`]: writing a plan (Services, ConfigMap keys guarded by resourceVersion).
@@ -22,6 +24,7 @@ pub mod metrics;
 pub mod propagation;
 pub mod report;
 pub mod routes;
+pub mod status;
 pub mod uninstall;
 pub mod watch;
 

@@ -52,6 +52,9 @@ pub struct Metrics {
     pub dns_plan_errors: Gauge,
     /// Unix time of the last reconcile that planned and applied everything without error.
     pub last_reconcile_success: Gauge<f64, AtomicU64>,
+    /// Seconds from a DNS write until the cluster DNS answered with the hairpin Service
+    /// (`hairpin_dns_propagation_seconds`).
+    pub dns_propagation: Histogram,
 }
 
 impl Metrics {
@@ -73,12 +76,20 @@ impl Metrics {
             dns_write_failures: Counter::default(),
             dns_plan_errors: Gauge::default(),
             last_reconcile_success: Gauge::default(),
+            dns_propagation: Histogram::new([
+                1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0,
+            ]),
         };
         // Not under `hairpin_controller_`: the planner's policy refuses, whoever runs it.
         registry.register(
             "hairpin_hostnames_refused",
             "Hostname claims refused by the admission policy, by reason (counted when a claim appears)",
             metrics.hostnames_refused.clone(),
+        );
+        registry.register(
+            "hairpin_dns_propagation_seconds",
+            "Time from a DNS write until the cluster DNS answered with the hairpin Service, measured by the controller",
+            metrics.dns_propagation.clone(),
         );
         let sub = registry.sub_registry_with_prefix("hairpin_controller");
         sub.register("reconciles", "Reconciles run", metrics.reconciles.clone());

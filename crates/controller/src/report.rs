@@ -24,6 +24,10 @@ pub mod reason {
     pub const DNS_UPDATED: &str = "DNSUpdated";
     /// A hostname an object asked for was refused by the admission policy.
     pub const HOSTNAME_REFUSED: &str = "HostnameRefused";
+    /// The cluster DNS answers the load balancer's hostnames with the hairpin Service.
+    pub const HAIRPIN_EFFECTIVE: &str = "HairpinEffective";
+    /// After the deadline the cluster DNS still does not; the note says what it answered.
+    pub const DNS_NOT_EFFECTIVE: &str = "DNSNotEffective";
 }
 
 /// (namespace, kind/name, reason) of an Event.

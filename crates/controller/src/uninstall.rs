@@ -1,6 +1,6 @@
 //! `hairpin uninstall`: remove everything hairpin wrote.
 //!
-//! Our Services (by label), the routes ConfigMap, the leader Lease, our marked block in every
+//! Our `Hairpin` objects and Services (by label), the routes ConfigMap, the leader Lease, our marked block in every
 //! candidate CoreDNS ConfigMap (removed with the Corefile editor, which gives back the original
 //! bytes), and our key in `coredns-custom` (the ConfigMap itself too when hairpin created it
 //! and nothing else is left in it). Each step is retried on transient API errors; a step that
@@ -12,13 +12,14 @@ use std::time::Duration;
 use hairpin_planner::PlannerConfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::DeleteParams;
-use kube::{Api, Resource};
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::Error;
 use crate::apply::{KeyEdit, KeyOutcome, delete_managed_services, remove_block_edit, write_key};
+use crate::crd::Hairpin;
 use crate::error::is_not_found;
+use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// What uninstall removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -33,6 +34,8 @@ pub struct UninstallReport {
     pub corefiles_restored: Vec<String>,
     /// Our key was removed from `coredns-custom`.
     pub custom_key_removed: bool,
+    /// `Hairpin` objects deleted, `namespace/name` (the CRD itself is left to the user).
+    pub hairpins_deleted: Vec<String>,
     /// Steps that failed after retries (the rest still ran).
     pub failures: Vec<String>,
 }
@@ -81,6 +84,27 @@ where
     }
 }
 
+/// Deletes our `Hairpin` objects in every namespace; none when the CRD is not installed.
+async fn delete_hairpins(client: &kube::Client) -> Result<Vec<String>, Error> {
+    let all: Api<Hairpin> = Api::all(client.clone());
+    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
+    let list = match all.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list,
+        Err(err) if is_not_found(&err) => return Ok(Vec::new()),
+        Err(err) => return Err(Error::kube("list Hairpin objects", err)),
+    };
+    let mut deleted = Vec::new();
+    for hairpin in list {
+        let namespace = hairpin.namespace().unwrap_or_default();
+        let name = hairpin.name_any();
+        let api: Api<Hairpin> = Api::namespaced(client.clone(), &namespace);
+        if delete_if_present(&api, &namespace, &name).await? {
+            deleted.push(format!("{namespace}/{name}"));
+        }
+    }
+    Ok(deleted)
+}
+
 /// Removes everything hairpin wrote. `lease_name` is the controller's Lease.
 ///
 /// # Errors
@@ -95,6 +119,11 @@ pub async fn uninstall(
         tracing::error!(error = %err, "uninstall step failed");
         report.failures.push(err.to_string());
     };
+
+    match retry("delete Hairpin objects", || delete_hairpins(client)).await {
+        Ok(deleted) => report.hairpins_deleted = deleted,
+        Err(err) => fail(&mut report, err),
+    }
 
     match retry("delete hairpin Services", || {
         delete_managed_services(client, &planner.namespace)

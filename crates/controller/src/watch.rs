@@ -20,6 +20,7 @@ use gateway_api::tlsroutes::TlsRoute;
 use hairpin_planner::config::PlannerConfig;
 use hairpin_planner::snapshot::ClusterSnapshot;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
@@ -28,6 +29,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 
+use crate::crd::Hairpin;
 use crate::error::{is_not_found, kube_error_label};
 use crate::metrics::Metrics;
 
@@ -51,6 +53,8 @@ where
 {
     store: Store<K>,
     synced: watch::Receiver<SyncState>,
+    /// The API is served (false for an optional kind whose CRD is absent).
+    served: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<K> std::fmt::Debug for Cache<K>
@@ -97,6 +101,11 @@ pub struct Caches {
     config_maps: Vec<Cache<ConfigMap>>,
     /// Namespace metadata, watched only when `--hostname-namespaces` is a label selector.
     namespaces: Option<Cache<PartialObjectMeta<Namespace>>>,
+    /// EndpointSlices in our namespace: the ready proxy endpoints of each hairpin Service.
+    endpoint_slices: Cache<EndpointSlice>,
+    /// Our Hairpin objects, in every namespace. Their changes do not trigger a re-plan:
+    /// the controller is their only writer.
+    hairpins: Cache<Hairpin>,
 }
 
 impl Caches {
@@ -165,6 +174,22 @@ impl Caches {
                         stop.clone(),
                     )
                 }),
+            endpoint_slices: required(
+                Api::namespaced(client.clone(), &config.namespace),
+                watcher::Config::default(),
+                "EndpointSlice",
+                &ctx,
+                stop.clone(),
+            ),
+            hairpins: optional(
+                Api::all(client.clone()),
+                "Hairpin",
+                &Ctx {
+                    changed: Arc::new(Notify::new()),
+                    metrics: ctx.metrics.clone(),
+                },
+                stop.clone(),
+            ),
             tls_routes: tls_routes(client, &ctx, stop),
             config_maps,
         }
@@ -181,6 +206,8 @@ impl Caches {
             && self.tls_routes.is_synced()
             && self.config_maps.iter().all(Cache::is_synced)
             && self.namespaces.as_ref().is_none_or(Cache::is_synced)
+            && self.endpoint_slices.is_synced()
+            && self.hairpins.is_synced()
     }
 
     /// Resolves once every cache has synced.
@@ -198,6 +225,37 @@ impl Caches {
         if let Some(namespaces) = &self.namespaces {
             namespaces.wait_synced().await;
         }
+        self.endpoint_slices.wait_synced().await;
+        self.hairpins.wait_synced().await;
+    }
+
+    /// The cached Hairpin objects; `None` while their CRD is not installed.
+    pub fn hairpins(&self) -> Option<Vec<Hairpin>> {
+        self.hairpins
+            .served
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| self.hairpins.objects())
+    }
+
+    /// Ready endpoints of the Service `name` in our namespace (an endpoint without a `ready`
+    /// condition counts as ready, as the EndpointSlice API says).
+    pub fn ready_endpoints(&self, name: &str) -> i32 {
+        let count = self
+            .endpoint_slices
+            .store
+            .state()
+            .iter()
+            .filter(|slice| {
+                slice
+                    .labels()
+                    .get("kubernetes.io/service-name")
+                    .map(String::as_str)
+                    == Some(name)
+            })
+            .flat_map(|slice| &slice.endpoints)
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+            .count();
+        i32::try_from(count).unwrap_or(i32::MAX)
     }
 
     /// A point-in-time copy of everything cached.
@@ -272,7 +330,11 @@ where
             () = stop => {}
         }
     });
-    Cache { store, synced }
+    Cache {
+        store,
+        synced,
+        served: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+    }
 }
 
 /// The `errors_total` label of a watch error: the client error's label where there is one.
@@ -436,7 +498,9 @@ where
 {
     let store = writer.as_reader();
     let (tx, synced) = watch::channel(SyncState::Pending);
+    let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ctx = ctx.clone();
+    let served_flag = served.clone();
     tokio::spawn(async move {
         let probe_then_watch = async {
             let mut delay = Duration::from_secs(1);
@@ -457,7 +521,7 @@ where
                         if *tx.borrow() == SyncState::Pending {
                             tracing::info!(
                                 kind,
-                                "Gateway API kind not installed; skipping it (checked again every minute)"
+                                "kind not installed (no CRD); skipping it (checked again every minute)"
                             );
                             tx.send_replace(SyncState::Synced);
                             ctx.changed.notify_one();
@@ -466,12 +530,13 @@ where
                     }
                     Some(err) => {
                         ctx.metrics.count_error(kube_error_label(&err));
-                        tracing::warn!(kind, error = %err, "probing the Gateway API failed; retrying");
+                        tracing::warn!(kind, error = %err, "probing an optional API failed; retrying");
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_secs(60));
                     }
                 }
             };
+            served_flag.store(true, std::sync::atomic::Ordering::Relaxed);
             // Errors of a watch that did start are all counted as `watch_error`.
             feed(
                 api,
@@ -489,5 +554,9 @@ where
             () = stop => {}
         }
     });
-    Cache { store, synced }
+    Cache {
+        store,
+        synced,
+        served,
+    }
 }

@@ -136,6 +136,8 @@ pub struct Refusal {
     pub kind: String,
     /// The object that asked.
     pub object: ObjectRef,
+    /// The load balancer it was claimed for.
+    pub load_balancer: ObjectRef,
     /// Why, as a stable label.
     pub reason: RefusalReason,
     /// Why, for people.

@@ -450,6 +450,7 @@ impl Collector<'_> {
             source: origin.text.clone(),
             kind: origin.kind.to_owned(),
             object: origin.object.clone(),
+            load_balancer: lb.clone(),
             reason,
             detail,
         };

@@ -2,6 +2,7 @@
 //! routes equal to the plan. Runs in-cluster (2 replicas, leader-elected) or locally:
 //! `hairpin controller --kubeconfig ~/.kube/config`.
 
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use anyhow::Context as _;
 use hairpin_controller::client::ClientArgs;
 use hairpin_controller::fight::FightParams;
 use hairpin_controller::lease::LeaseParams;
+use hairpin_controller::status::PropagationParams;
 use hairpin_controller::{ControllerConfig, Metrics};
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
@@ -66,11 +68,31 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_FIGHT_MAX_BACKOFF", default_value = "30m", value_parser = parse_duration)]
     pub(crate) fight_max_backoff: Duration,
 
+    /// The cluster DNS asked after each DNS write, `IP` or `IP:PORT` (default: the ClusterIP
+    /// of `kube-system/kube-dns`, port 53).
+    #[arg(long, env = "HAIRPIN_CLUSTER_DNS", value_parser = parse_dns_server)]
+    pub(crate) cluster_dns: Option<SocketAddr>,
+
+    /// How long after a DNS write the names may take to answer with the hairpin Service
+    /// before the Hairpin status says `NotEffective`.
+    #[arg(long, env = "HAIRPIN_PROPAGATION_DEADLINE", default_value = "3m", value_parser = parse_duration)]
+    pub(crate) propagation_deadline: Duration,
+
+    /// Pause between rounds of DNS queries while checking propagation.
+    #[arg(long, env = "HAIRPIN_PROPAGATION_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub(crate) propagation_interval: Duration,
+
     #[command(flatten)]
     pub(crate) admin: AdminArgs,
 
     #[command(flatten)]
     pub(crate) log: LogArgs,
+}
+
+fn parse_dns_server(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>()
+        .or_else(|_| s.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
+        .map_err(|_| format!("{s:?} is not an IP address or IP:PORT"))
 }
 
 fn default_identity() -> String {
@@ -96,6 +118,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         window: args.fight_window,
         initial_backoff: args.fight_backoff,
         max_backoff: args.fight_max_backoff.max(args.fight_backoff),
+    };
+    config.propagation = PropagationParams {
+        cluster_dns: args.cluster_dns,
+        deadline: args.propagation_deadline,
+        interval: args.propagation_interval,
+        ..PropagationParams::default()
     };
     config.lease = args.leader_election.then(|| LeaseParams {
         duration: args.lease_duration,

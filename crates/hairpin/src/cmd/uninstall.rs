@@ -39,6 +39,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .context("connecting to the cluster")?;
         let report = hairpin_controller::uninstall(&client, &planner, &args.lease_name).await;
         let ns = &planner.namespace;
+        for hairpin in &report.hairpins_deleted {
+            println!("deleted Hairpin {hairpin}");
+        }
         for name in &report.services_deleted {
             println!("deleted Service {ns}/{name}");
         }
@@ -60,7 +63,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
         if report.failures.is_empty() {
-            println!("hairpin uninstalled");
+            println!(
+                "hairpin uninstalled (the hairpins.hairpin.io CRD is left in place: `kubectl delete crd hairpins.hairpin.io` removes it)"
+            );
             Ok(ExitCode::SUCCESS)
         } else {
             for failure in &report.failures {

@@ -1,0 +1,859 @@
+//! `Hairpin` objects: one per hairpinned load balancer, what hairpin did for it and whether it
+//! took effect.
+//!
+//! [`desired_hairpins`] is the plan's part (hostnames, refusals, PROXY version, DNS mode), which
+//! `hairpin plan` prints too. The controller's [`StatusWriter`] adds what only a running
+//! cluster shows: ready endpoints, the last write, and the propagation check it runs in the
+//! background after each DNS write ([`crate::propagation`]), then writes the status through the
+//! status subresource, skipping writes that would change nothing. Load balancers that need no
+//! hairpin get no object; stale ones are deleted (and the ownerReference on the load balancer
+//! Service lets Kubernetes garbage-collect them with it).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hairpin_planner::corefile;
+use hairpin_planner::snapshot::ObjectRef;
+use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig, ProxyHeader};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use tokio::sync::Notify;
+
+use crate::crd::{Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, RefusedHostname, condition};
+use crate::error::is_not_found;
+use crate::metrics::Metrics;
+use crate::propagation::{self, CheckOutcome, CheckSpec, DnsServer};
+use crate::report::{Events, object_ref, reason};
+use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+
+/// Settings of the propagation check.
+#[derive(Clone, Debug)]
+pub struct PropagationParams {
+    /// The cluster DNS to ask; `None` reads the ClusterIP of `kube-system/kube-dns`.
+    pub cluster_dns: Option<SocketAddr>,
+    /// Give up this long after the write.
+    pub deadline: Duration,
+    /// Pause between rounds of queries.
+    pub interval: Duration,
+    /// Timeout of one query and of the TCP connect.
+    pub query_timeout: Duration,
+    /// Exact hostnames asked per load balancer (wildcards are always all probed).
+    pub max_names: usize,
+}
+
+impl Default for PropagationParams {
+    fn default() -> Self {
+        Self {
+            cluster_dns: None,
+            deadline: Duration::from_secs(180),
+            interval: Duration::from_secs(2),
+            query_timeout: Duration::from_secs(2),
+            max_names: 10,
+        }
+    }
+}
+
+/// Where the DNS change stands after one reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DnsState {
+    /// The apply stopped before DNS (its error is retried): statuses are left as they are.
+    NotReached,
+    /// The rules could not be written: a plan error, a failed write, a write fight.
+    Refused {
+        /// The condition reason.
+        reason: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// The rules are in place; `wrote` when this reconcile wrote them.
+    InPlace {
+        /// Written now (rather than found already in place).
+        wrote: bool,
+    },
+}
+
+/// The Hairpin objects the plan implies (plan-derived fields only; no conditions).
+pub fn desired_hairpins(plan: &Plan, snapshot: &ClusterSnapshot) -> Vec<Hairpin> {
+    plan.load_balancers
+        .iter()
+        .map(|lb| {
+            let svc = &lb.load_balancer.service;
+            let owner = snapshot
+                .service(&svc.namespace, &svc.name)
+                .and_then(|s| s.metadata.uid.clone())
+                .map(|uid| OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Service".into(),
+                    name: svc.name.clone(),
+                    uid,
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                });
+            let mut hairpin = Hairpin::new(&svc.name, HairpinSpec {});
+            hairpin.metadata = ObjectMeta {
+                name: Some(svc.name.clone()),
+                namespace: Some(svc.namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    MANAGED_BY_LABEL.into(),
+                    MANAGED_BY_VALUE.into(),
+                )])),
+                owner_references: owner.map(|o| vec![o]),
+                ..ObjectMeta::default()
+            };
+            let versions: std::collections::BTreeSet<&str> = lb
+                .routes
+                .iter()
+                .filter(|r| r.proxy_protocol != ProxyHeader::None)
+                .map(|r| r.proxy_protocol.as_str())
+                .collect();
+            let proxy = match versions.len() {
+                1 => versions.into_iter().next().unwrap_or_default().to_owned(),
+                _ => "mixed".to_owned(),
+            };
+            let refused = plan
+                .refused
+                .iter()
+                .filter(|r| &r.load_balancer == svc)
+                .map(|r| RefusedHostname {
+                    name: r.hostname.clone(),
+                    reason: format!("{}: {}", r.reason, r.detail),
+                    sources: vec![r.source.clone()],
+                })
+                .collect();
+            let spec = lb.service.spec.as_ref();
+            hairpin.status = Some(HairpinStatus {
+                proxy,
+                host_count: i32::try_from(lb.hostnames.len()).unwrap_or(i32::MAX),
+                dns: if plan.dns.is_some() {
+                    "Written"
+                } else {
+                    "Refused"
+                }
+                .into(),
+                service: lb.service_ref().to_string(),
+                cluster_ip: spec
+                    .and_then(|s| s.cluster_ip.clone())
+                    .filter(|ip| !ip.is_empty() && ip != "None"),
+                hostnames: lb
+                    .hostnames
+                    .iter()
+                    .map(|h| HostnameStatus {
+                        name: h.name.clone(),
+                        sources: h.sources.clone(),
+                    })
+                    .collect(),
+                refused,
+                dns_mode: plan.dns.as_ref().map(|d| d.mode.as_str().to_owned()),
+                config_maps: plan
+                    .dns
+                    .as_ref()
+                    .map(|d| vec![d.config_map.to_string()])
+                    .unwrap_or_default(),
+                ..HairpinStatus::default()
+            });
+            hairpin
+        })
+        .collect()
+}
+
+/// One load balancer's DNS history, as far as this controller knows it.
+#[derive(Clone, Debug, Default)]
+struct Written {
+    /// The hostnames last known to be in the DNS rules, joined.
+    hosts: String,
+    /// When they were last written.
+    time: Option<Time>,
+    /// The same moment, to measure propagation; taken by the check it starts.
+    instant: Option<Instant>,
+    /// The last measured propagation of that write.
+    propagation: Option<f64>,
+}
+
+/// A propagation check, running or done.
+#[derive(Debug)]
+struct Tracked {
+    /// Hostnames and ClusterIPs checked: a different one supersedes this check.
+    fingerprint: String,
+    task: tokio::task::AbortHandle,
+    /// The check counts from a write this controller made (so its time is a propagation).
+    measured: bool,
+    outcome: Option<CheckOutcome>,
+}
+
+type Checks = Arc<Mutex<HashMap<ObjectRef, Tracked>>>;
+
+/// Writes the Hairpin objects and runs the propagation checks.
+pub(crate) struct StatusWriter {
+    client: kube::Client,
+    events: Events,
+    metrics: Metrics,
+    params: PropagationParams,
+    planner: PlannerConfig,
+    /// Poked when a check finishes, so its result is written.
+    changed: Arc<Notify>,
+    checks: Checks,
+    written: HashMap<ObjectRef, Written>,
+    crd_missing_logged: bool,
+}
+
+impl Drop for StatusWriter {
+    fn drop(&mut self) {
+        for tracked in lock(&self.checks).values() {
+            tracked.task.abort();
+        }
+    }
+}
+
+fn lock(checks: &Checks) -> std::sync::MutexGuard<'_, HashMap<ObjectRef, Tracked>> {
+    checks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+impl StatusWriter {
+    pub(crate) fn new(
+        client: kube::Client,
+        events: Events,
+        metrics: Metrics,
+        params: PropagationParams,
+        planner: PlannerConfig,
+        changed: Arc<Notify>,
+    ) -> Self {
+        Self {
+            client,
+            events,
+            metrics,
+            params,
+            planner,
+            changed,
+            checks: Arc::default(),
+            written: HashMap::new(),
+            crd_missing_logged: false,
+        }
+    }
+
+    /// Brings every Hairpin object in line with the plan and what is known at runtime.
+    /// `hairpins` is `None` when the CRD is not installed; `ready` counts the ready endpoints
+    /// of a hairpin Service by name.
+    pub(crate) async fn sync(
+        &mut self,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+        hairpins: Option<Vec<Hairpin>>,
+        ready: impl Fn(&str) -> i32,
+        dns: &DnsState,
+    ) -> Result<(), Error> {
+        if *dns == DnsState::NotReached {
+            return Ok(());
+        }
+        let Some(hairpins) = hairpins else {
+            if !self.crd_missing_logged {
+                tracing::info!(
+                    "the hairpins.hairpin.io CRD is not installed; no Hairpin status is written (install it from the chart's crds/)"
+                );
+                self.crd_missing_logged = true;
+            }
+            return Ok(());
+        };
+        self.crd_missing_logged = false;
+        let current: HashMap<(String, String), Hairpin> = hairpins
+            .into_iter()
+            .map(|h| ((h.namespace().unwrap_or_default(), h.name_any()), h))
+            .collect();
+        let desired = desired_hairpins(plan, snapshot);
+        let mut keep = Vec::new();
+        for (lb, mut hairpin) in plan.load_balancers.iter().zip(desired) {
+            let lb_ref = lb.load_balancer.service.clone();
+            let key = (lb_ref.namespace.clone(), lb_ref.name.clone());
+            let existing = current.get(&key);
+            let mut status = hairpin.status.take().unwrap_or_default();
+            let cluster_ips = cluster_ips(lb);
+            let port = lb
+                .service
+                .spec
+                .as_ref()
+                .and_then(|s| s.ports.as_ref())
+                .and_then(|p| p.first())
+                .and_then(|p| u16::try_from(p.port).ok());
+            self.track_write(&lb_ref, &status, existing, dns);
+            if matches!(dns, DnsState::InPlace { .. }) {
+                self.start_check(plan, snapshot, &lb_ref, &status, &cluster_ips, port);
+            }
+            let ready = ready(lb.service.metadata.name.as_deref().unwrap_or_default());
+            self.overlay(&lb_ref, &mut status, existing, dns, ready, &cluster_ips);
+            keep.push(key.clone());
+            self.write(hairpin, status, existing).await?;
+        }
+        // Stale objects: their load balancer no longer needs a hairpin.
+        for (key, hairpin) in &current {
+            let ours = hairpin
+                .labels()
+                .get(MANAGED_BY_LABEL)
+                .is_some_and(|v| v == MANAGED_BY_VALUE);
+            if ours && !keep.contains(key) {
+                let api: Api<Hairpin> = Api::namespaced(self.client.clone(), &key.0);
+                match api.delete(&key.1, &DeleteParams::default()).await {
+                    Ok(_) => {
+                        self.metrics.writes.inc();
+                        tracing::info!(hairpin = %format!("{}/{}", key.0, key.1), "stale Hairpin deleted");
+                    }
+                    Err(err) if is_not_found(&err) => {}
+                    Err(err) => {
+                        return Err(Error::kube(
+                            format!("delete Hairpin {}/{}", key.0, key.1),
+                            err,
+                        ));
+                    }
+                }
+            }
+        }
+        let lbs: Vec<ObjectRef> = plan
+            .load_balancers
+            .iter()
+            .map(|lb| lb.load_balancer.service.clone())
+            .collect();
+        self.written.retain(|lb, _| lbs.contains(lb));
+        lock(&self.checks).retain(|lb, tracked| {
+            let keep = lbs.contains(lb);
+            if !keep {
+                tracked.task.abort();
+            }
+            keep
+        });
+        Ok(())
+    }
+
+    /// Records a DNS write that changed this load balancer's hostnames.
+    fn track_write(
+        &mut self,
+        lb: &ObjectRef,
+        status: &HairpinStatus,
+        existing: Option<&Hairpin>,
+        dns: &DnsState,
+    ) {
+        let hosts = hosts_key(&status.hostnames);
+        let entry = self.written.entry(lb.clone()).or_insert_with(|| {
+            // What an earlier run (or the other replica) recorded.
+            let old = existing.and_then(|h| h.status.as_ref());
+            Written {
+                hosts: old.map(|s| hosts_key(&s.hostnames)).unwrap_or_default(),
+                time: old.and_then(|s| s.last_write_time.clone()),
+                instant: None,
+                propagation: old.and_then(|s| s.propagation_seconds),
+            }
+        });
+        if entry.hosts != hosts {
+            entry.hosts = hosts;
+            if *dns == (DnsState::InPlace { wrote: true }) {
+                entry.time = Some(now());
+                entry.instant = Some(Instant::now());
+                entry.propagation = None;
+            }
+        }
+    }
+
+    /// Starts (or restarts) the propagation check when the hostnames or the ClusterIP changed.
+    fn start_check(
+        &mut self,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+        lb: &ObjectRef,
+        status: &HairpinStatus,
+        cluster_ips: &[IpAddr],
+        port: Option<u16>,
+    ) {
+        if cluster_ips.is_empty() || status.hostnames.is_empty() {
+            return;
+        }
+        let Some(servers) = self.dns_servers(snapshot) else {
+            return;
+        };
+        let ips: Vec<String> = cluster_ips.iter().map(ToString::to_string).collect();
+        let fingerprint = format!("{}@{}", hosts_key(&status.hostnames), ips.join(","));
+        let mut checks = lock(&self.checks);
+        if checks.get(lb).is_some_and(|t| t.fingerprint == fingerprint) {
+            return;
+        }
+        let written = self.written.get_mut(lb).and_then(|w| w.instant.take());
+        let hostnames: Vec<String> = status.hostnames.iter().map(|h| h.name.clone()).collect();
+        let spec = CheckSpec {
+            servers,
+            names: propagation::probe_names(&hostnames, self.params.max_names),
+            expected: cluster_ips.to_vec(),
+            connect: port.map(|p| SocketAddr::new(cluster_ips[0], p)),
+            written_at: written.unwrap_or_else(Instant::now),
+            deadline: self.params.deadline,
+            interval: self.params.interval,
+            query_timeout: self.params.query_timeout,
+        };
+        let context = CheckContext {
+            lb: lb.clone(),
+            lb_uid: snapshot
+                .service(&lb.namespace, &lb.name)
+                .and_then(|s| s.metadata.uid.clone()),
+            fingerprint: fingerprint.clone(),
+            measured: written.is_some(),
+            reload_missing: reload_missing(plan, snapshot, &self.planner),
+            coredns_namespace: self.planner.coredns_namespace.clone(),
+            client: self.client.clone(),
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+            checks: self.checks.clone(),
+            changed: self.changed.clone(),
+        };
+        if let Some(old) = checks.get(lb) {
+            old.task.abort();
+        }
+        tracing::debug!(lb = %lb, names = ?spec.names, "propagation check started");
+        let task = tokio::spawn(context.run(spec)).abort_handle();
+        checks.insert(
+            lb.clone(),
+            Tracked {
+                fingerprint,
+                task,
+                measured: written.is_some(),
+                outcome: None,
+            },
+        );
+    }
+
+    /// The cluster DNS (flag, else the kube-dns Service) and node-local-dns when it runs.
+    fn dns_servers(&self, snapshot: &ClusterSnapshot) -> Option<Vec<DnsServer>> {
+        let cluster = self.params.cluster_dns.or_else(|| {
+            snapshot
+                .service("kube-system", "kube-dns")
+                .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())
+                .map(|ip| SocketAddr::new(ip, 53))
+        })?;
+        let mut servers = vec![DnsServer {
+            addr: cluster,
+            role: "cluster DNS".into(),
+            optional: false,
+        }];
+        let node_local = self
+            .planner
+            .node_local_dns_config_maps
+            .iter()
+            .find_map(|name| {
+                let text = snapshot
+                    .config_map(&self.planner.coredns_namespace, name)?
+                    .data
+                    .as_ref()?
+                    .get(&self.planner.corefile_key)?
+                    .clone();
+                let info = corefile::analyze_node_local_dns(&text, &[]).ok();
+                let bind = info
+                    .iter()
+                    .flat_map(|i| &i.servers)
+                    .flat_map(|s| &s.binds)
+                    .filter_map(|b| b.parse::<IpAddr>().ok())
+                    .find(|ip| matches!(ip, IpAddr::V4(v4) if v4.is_link_local()));
+                Some(bind.unwrap_or(propagation::NODE_LOCAL_DNS_DEFAULT))
+            });
+        if let Some(ip) = node_local {
+            servers.push(DnsServer {
+                addr: SocketAddr::new(ip, 53),
+                role: "node-local-dns".into(),
+                optional: true,
+            });
+        }
+        Some(servers)
+    }
+
+    /// Adds the runtime part: ready endpoints, DNS word, write time, conditions.
+    fn overlay(
+        &mut self,
+        lb: &ObjectRef,
+        status: &mut HairpinStatus,
+        existing: Option<&Hairpin>,
+        dns: &DnsState,
+        ready: i32,
+        cluster_ips: &[IpAddr],
+    ) {
+        let generation = existing.and_then(|h| h.metadata.generation);
+        let previous = existing
+            .and_then(|h| h.status.as_ref())
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let (outcome, measured) = lock(&self.checks)
+            .get(lb)
+            .map(|t| (t.outcome.clone(), t.measured))
+            .unwrap_or_default();
+        let written = self.written.entry(lb.clone()).or_default();
+        if let Some(outcome) = outcome.as_ref().filter(|o| o.effective && measured) {
+            written.propagation = Some((outcome.elapsed.as_secs_f64() * 1000.0).round() / 1000.0);
+        }
+        status.observed_generation = generation;
+        status.ready_endpoints = ready;
+        status.last_write_time = written.time.clone();
+        status.propagation_seconds = written.propagation;
+
+        let cond = |type_: &str, value: Option<bool>, reason: &str, message: String| {
+            let status = match value {
+                Some(true) => "True",
+                Some(false) => "False",
+                None => "Unknown",
+            };
+            let last_transition_time = previous
+                .iter()
+                .find(|c| c.type_ == type_ && c.status == status)
+                .map_or_else(now, |c| c.last_transition_time.clone());
+            Condition {
+                type_: type_.into(),
+                status: status.into(),
+                reason: reason.into(),
+                message,
+                observed_generation: generation,
+                last_transition_time,
+            }
+        };
+        let where_ = status.config_maps.join(", ");
+        let dns_written = match dns {
+            DnsState::InPlace { .. } => cond(
+                condition::DNS_WRITTEN,
+                Some(true),
+                "Written",
+                format!(
+                    "rules for {} hostname(s) are in {where_}",
+                    status.hostnames.len()
+                ),
+            ),
+            DnsState::Refused { reason, message } => {
+                cond(condition::DNS_WRITTEN, Some(false), reason, message.clone())
+            }
+            DnsState::NotReached => unreachable!("sync returns before"),
+        };
+        let in_place = matches!(dns, DnsState::InPlace { .. });
+        let dns_effective = if !in_place {
+            cond(
+                condition::DNS_EFFECTIVE,
+                None,
+                "NotWritten",
+                "the DNS rules are not written".into(),
+            )
+        } else if status.hostnames.is_empty() {
+            cond(
+                condition::DNS_EFFECTIVE,
+                None,
+                "NoHostnames",
+                "no hostname points at this load balancer".into(),
+            )
+        } else if cluster_ips.is_empty() {
+            cond(
+                condition::DNS_EFFECTIVE,
+                None,
+                "NoClusterIP",
+                "the hairpin Service has no ClusterIP yet".into(),
+            )
+        } else if self.params.cluster_dns.is_none() && !lock(&self.checks).contains_key(lb) {
+            cond(
+                condition::DNS_EFFECTIVE,
+                None,
+                "NoClusterDNS",
+                "no cluster DNS address: kube-system/kube-dns not found; set --cluster-dns".into(),
+            )
+        } else {
+            match &outcome {
+                None => cond(
+                    condition::DNS_EFFECTIVE,
+                    None,
+                    "Checking",
+                    format!(
+                        "asking the cluster DNS until the hostnames answer with {}",
+                        join(cluster_ips)
+                    ),
+                ),
+                Some(o) if o.effective => cond(
+                    condition::DNS_EFFECTIVE,
+                    Some(true),
+                    "Answered",
+                    format!(
+                        "the cluster DNS answers the hostnames with the hairpin Service ({})",
+                        join(cluster_ips)
+                    ),
+                ),
+                Some(o) => cond(
+                    condition::DNS_EFFECTIVE,
+                    Some(false),
+                    "NotEffective",
+                    wrong_answers(o, cluster_ips),
+                ),
+            }
+        };
+        let connect = outcome.as_ref().and_then(|o| o.connect.clone());
+        let proxy_ready = match (ready, connect) {
+            (0, _) => cond(
+                condition::PROXY_READY,
+                Some(false),
+                "NoReadyEndpoints",
+                format!(
+                    "the hairpin Service {} has no ready proxy pod",
+                    status.service
+                ),
+            ),
+            (_, Some(Err(err))) => cond(condition::PROXY_READY, Some(false), "ConnectFailed", err),
+            (n, Some(Ok(()))) => cond(
+                condition::PROXY_READY,
+                Some(true),
+                "Connected",
+                format!("{n} ready endpoint(s); a TCP connect to the hairpin Service succeeded"),
+            ),
+            (n, None) => cond(
+                condition::PROXY_READY,
+                Some(true),
+                "EndpointsReady",
+                format!("{n} ready endpoint(s)"),
+            ),
+        };
+        let parts = [&dns_written, &dns_effective, &proxy_ready];
+        let ready_cond = if let Some(bad) = parts.iter().find(|c| c.status == "False") {
+            cond(
+                condition::READY,
+                Some(false),
+                &bad.reason,
+                format!("{}: {}", bad.type_, bad.message),
+            )
+        } else if let Some(unknown) = parts.iter().find(|c| c.status == "Unknown") {
+            cond(
+                condition::READY,
+                None,
+                &unknown.reason,
+                format!("{}: {}", unknown.type_, unknown.message),
+            )
+        } else {
+            cond(
+                condition::READY,
+                Some(true),
+                "Ready",
+                "in-cluster clients of these hostnames reach the load balancer through the hairpin proxy".into(),
+            )
+        };
+        status.dns = match (dns, &outcome) {
+            (DnsState::InPlace { .. }, Some(o)) if o.effective => "Effective",
+            (DnsState::InPlace { .. }, Some(_)) => "NotEffective",
+            (DnsState::InPlace { .. }, None) => "Written",
+            _ => "Refused",
+        }
+        .into();
+        status.conditions = vec![dns_written, dns_effective, proxy_ready, ready_cond];
+    }
+
+    /// Creates the object when missing, then patches its status unless nothing changed.
+    async fn write(
+        &self,
+        mut hairpin: Hairpin,
+        status: HairpinStatus,
+        existing: Option<&Hairpin>,
+    ) -> Result<(), Error> {
+        let namespace = hairpin.namespace().unwrap_or_default();
+        let name = hairpin.name_any();
+        let what = format!("Hairpin {namespace}/{name}");
+        let api: Api<Hairpin> = Api::namespaced(self.client.clone(), &namespace);
+        if existing.and_then(|h| h.status.as_ref()) == Some(&status) {
+            return Ok(());
+        }
+        if existing.is_none() {
+            if hairpin.metadata.owner_references.is_none() {
+                // Without the Service's uid (not cached yet) there is no ownerReference to
+                // garbage-collect it by: wait for the next reconcile.
+                return Ok(());
+            }
+            hairpin.status = None;
+            match api.create(&PostParams::default(), &hairpin).await {
+                Ok(_) => {
+                    self.metrics.writes.inc();
+                }
+                Err(err) if crate::error::is_conflict(&err) => {}
+                Err(err) => return Err(Error::kube(format!("create {what}"), err)),
+            }
+        }
+        let patch = serde_json::json!({ "status": status });
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|err| Error::kube(format!("patch {what} status"), err))?;
+        self.metrics.writes.inc();
+        Ok(())
+    }
+}
+
+fn join(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn hosts_key(hostnames: &[HostnameStatus]) -> String {
+    hostnames
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The hairpin Service's ClusterIPs (both families), once allocated.
+fn cluster_ips(lb: &hairpin_planner::LoadBalancerPlan) -> Vec<IpAddr> {
+    let Some(spec) = lb.service.spec.as_ref() else {
+        return Vec::new();
+    };
+    let mut ips: Vec<IpAddr> = spec
+        .cluster_ips
+        .iter()
+        .flatten()
+        .chain(spec.cluster_ip.iter())
+        .filter_map(|ip| ip.parse().ok())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    ips
+}
+
+/// The Corefile hairpin edits lacks `reload` (so CoreDNS reads it only on restart).
+fn reload_missing(plan: &Plan, snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> bool {
+    let Some(dns) = &plan.dns else {
+        return false;
+    };
+    planner.coredns_config_maps.iter().any(|name| {
+        snapshot
+            .config_map(&dns.config_map.namespace, name)
+            .and_then(|cm| cm.data.as_ref()?.get(&planner.corefile_key))
+            .and_then(|text| corefile::analyze(text).ok())
+            .is_some_and(|info| !info.has_reload)
+    })
+}
+
+fn wrong_answers(outcome: &CheckOutcome, expected: &[IpAddr]) -> String {
+    let answers: Vec<String> = outcome
+        .wrong
+        .iter()
+        .take(5)
+        .map(|((role, name), answer)| format!("{role} answers {name} with {answer}"))
+        .collect();
+    format!(
+        "after {:.0}s, {} (wanted {})",
+        outcome.elapsed.as_secs_f64(),
+        answers.join("; "),
+        join(expected)
+    )
+}
+
+/// What a finished check needs to report.
+struct CheckContext {
+    lb: ObjectRef,
+    lb_uid: Option<String>,
+    fingerprint: String,
+    measured: bool,
+    reload_missing: bool,
+    coredns_namespace: String,
+    client: kube::Client,
+    events: Events,
+    metrics: Metrics,
+    checks: Checks,
+    changed: Arc<Notify>,
+}
+
+impl CheckContext {
+    async fn run(self, spec: CheckSpec) {
+        let outcome = propagation::check(&spec).await;
+        let regarding = object_ref(
+            "Service",
+            &self.lb.namespace,
+            &self.lb.name,
+            self.lb_uid.clone(),
+        );
+        if outcome.effective {
+            if self.measured {
+                self.metrics
+                    .dns_propagation
+                    .observe(outcome.elapsed.as_secs_f64());
+            }
+            let took = if self.measured {
+                format!(" {:.1}s after the write", outcome.elapsed.as_secs_f64())
+            } else {
+                String::new()
+            };
+            let connect = match &outcome.connect {
+                Some(Ok(())) => "; a TCP connect to the hairpin Service succeeded".to_owned(),
+                Some(Err(err)) => {
+                    format!("; but the hairpin Service does not accept connections: {err}")
+                }
+                None => String::new(),
+            };
+            let note = format!(
+                "the cluster DNS answers {} with the hairpin Service ({}){took}{connect}",
+                spec.names.join(", "),
+                join(&spec.expected)
+            );
+            tracing::info!(lb = %self.lb, elapsed = ?outcome.elapsed, "DNS change effective");
+            self.events
+                .publish(&regarding, false, reason::HAIRPIN_EFFECTIVE, note)
+                .await;
+        } else {
+            let cause = self.likely_cause(&outcome).await;
+            let note = format!(
+                "{}. Likely cause: {cause}",
+                wrong_answers(&outcome, &spec.expected)
+            );
+            tracing::warn!(lb = %self.lb, "{note}");
+            self.events
+                .publish(&regarding, true, reason::DNS_NOT_EFFECTIVE, note)
+                .await;
+        }
+        let mut checks = lock(&self.checks);
+        if let Some(tracked) = checks.get_mut(&self.lb)
+            && tracked.fingerprint == self.fingerprint
+        {
+            tracked.outcome = Some(outcome);
+        }
+        drop(checks);
+        self.changed.notify_one();
+    }
+
+    async fn likely_cause(&self, outcome: &CheckOutcome) -> String {
+        let cluster_ok = !outcome.wrong.keys().any(|(role, _)| role == "cluster DNS");
+        if cluster_ok {
+            return "node-local-dns answers these names itself (it forwards only the cluster domain to CoreDNS): add the stanza `hairpin plan` suggests to its Corefile, or run the node agent".into();
+        }
+        if self.reload_missing {
+            return "the Corefile has no `reload` plugin, so CoreDNS reads it only when it restarts: add `reload` or restart CoreDNS".into();
+        }
+        // Unready CoreDNS pods after a change point at a Corefile CoreDNS refused. Reading
+        // them needs `list pods` in CoreDNS's namespace; without it this clue is skipped.
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.coredns_namespace);
+        if let Ok(list) = pods
+            .list(&ListParams::default().labels("k8s-app=kube-dns"))
+            .await
+        {
+            let total = list.items.len();
+            let unready = list
+                .items
+                .iter()
+                .filter(|pod| {
+                    !pod.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .count();
+            if unready > 0 {
+                return format!(
+                    "{unready} of {total} CoreDNS pods are not ready: CoreDNS probably rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l k8s-app=kube-dns`",
+                    self.coredns_namespace
+                );
+            }
+        }
+        format!(
+            "the kubelet has not synced the ConfigMap into CoreDNS's pods yet (it can take a minute or more), or CoreDNS rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l k8s-app=kube-dns`",
+            self.coredns_namespace
+        )
+    }
+}
