@@ -498,9 +498,9 @@ where
 {
     let store = writer.as_reader();
     let (tx, synced) = watch::channel(SyncState::Pending);
-    let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let is_served = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ctx = ctx.clone();
-    let served_flag = served.clone();
+    let served_flag = is_served.clone();
     tokio::spawn(async move {
         let probe_then_watch = async {
             let mut delay = Duration::from_secs(1);
@@ -557,6 +557,6 @@ where
     Cache {
         store,
         synced,
-        served,
+        served: is_served,
     }
 }
