@@ -3,7 +3,8 @@
 //! Reads go into one scratch buffer per worker thread and are written on at once; only bytes the
 //! destination cannot take right now are kept, in a per-direction buffer allocated on first
 //! need. An idle keep-alive connection therefore holds no buffer at all, and the hot buffer
-//! stays in the worker's cache.
+//! stays in the worker's cache. A direction whose read fills the scratch buffer is a bulk
+//! transfer: it goes on through a pipe with `splice(2)` ([`crate::splice`]), without copies.
 
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
@@ -15,6 +16,7 @@ use socket2::SockRef;
 use tokio::net::TcpStream;
 
 use crate::metrics::RouteMetrics;
+use crate::splice::Pipe;
 
 /// Size of each worker's scratch buffer: the most one read moves.
 const SCRATCH_SIZE: usize = 64 * 1024;
@@ -68,6 +70,13 @@ struct Half {
     /// Stopped after moving [`BYTES_PER_POLL`]: wants to run again after the others.
     yielded: bool,
     unflushed: u64,
+    /// A read filled the scratch buffer: splice from now on, if a pipe can be had.
+    bulk: bool,
+    /// The pipe of a direction that splices.
+    pipe: Option<Pipe>,
+    /// Splicing failed for a reason other than the sockets' (a kernel or sandbox without
+    /// `splice` for sockets): copy for good.
+    no_splice: bool,
 }
 
 impl Half {
@@ -104,6 +113,15 @@ impl Half {
                 }
                 continue;
             }
+            if let Some(pipe) = self.pipe.as_mut().filter(|pipe| pipe.held > 0) {
+                ready!(dst.poll_write_ready(cx))?;
+                match dst.try_io(tokio::io::Interest::WRITABLE, || pipe.drain_into(dst)) {
+                    Ok(_) => {}
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(err) => return Poll::Ready(Err(err)),
+                }
+                continue;
+            }
             if self.read_eof {
                 // Half-close: the peer sent FIN, pass it on and keep the other direction open.
                 // If the other direction is finished too, both sockets are closed right now,
@@ -120,6 +138,33 @@ impl Half {
                 continue;
             }
             ready!(src.poll_read_ready(cx))?;
+            if self.bulk && self.pipe.is_none() && !self.no_splice {
+                self.bulk = false;
+                self.pipe = Pipe::take();
+            }
+            if let Some(pipe) = self.pipe.as_mut() {
+                match src.try_io(tokio::io::Interest::READABLE, || pipe.fill_from(src)) {
+                    Ok(0) => self.read_eof = true,
+                    Ok(n) => {
+                        moved += n;
+                        *moved_any = true;
+                        self.count(n, counter);
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(err)
+                        if err.raw_os_error().is_some_and(|code| {
+                            code == rustix::io::Errno::INVAL.raw_os_error()
+                                || code == rustix::io::Errno::NOSYS.raw_os_error()
+                        }) =>
+                    {
+                        // No splice for these sockets here: the pipe is empty, copy instead.
+                        self.pipe = None;
+                        self.no_splice = true;
+                    }
+                    Err(err) => return Poll::Ready(Err(err)),
+                }
+                continue;
+            }
             let read = SCRATCH.with_borrow_mut(|buf| {
                 let read =
                     read_drained(src, buf).unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()));
@@ -132,11 +177,17 @@ impl Half {
             if read > 0 {
                 moved += read;
                 *moved_any = true;
-                self.unflushed += read as u64;
-                if self.unflushed >= FLUSH_EVERY {
-                    counter.inc_by(std::mem::take(&mut self.unflushed));
-                }
+                self.count(read, counter);
+                self.bulk = read == SCRATCH_SIZE;
             }
+        }
+    }
+
+    /// Counts bytes moved, reporting them every [`FLUSH_EVERY`].
+    fn count(&mut self, n: usize, counter: &prometheus_client::metrics::counter::Counter) {
+        self.unflushed += n as u64;
+        if self.unflushed >= FLUSH_EVERY {
+            counter.inc_by(std::mem::take(&mut self.unflushed));
         }
     }
 
@@ -369,7 +420,9 @@ mod tests {
 
         // The rest moves on later turns.
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while (duplex.down.unflushed < total as u64 || !duplex.down.pending.is_empty())
+        while (duplex.down.unflushed < total as u64
+            || !duplex.down.pending.is_empty()
+            || duplex.down.pipe.as_ref().is_some_and(|pipe| pipe.held > 0))
             && Instant::now() < deadline
         {
             let _ = duplex.poll(&mut cx);

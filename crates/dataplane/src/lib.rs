@@ -15,6 +15,7 @@ pub mod metrics;
 mod proxy;
 pub mod routes;
 pub mod routes_file;
+mod splice;
 mod ticker;
 mod upstream;
 
@@ -23,3 +24,6 @@ pub use error::Error;
 pub use metrics::ProxyMetrics;
 pub use proxy::Proxy;
 pub use upstream::resolve;
+
+/// The most descriptors the proxy's splice pipes take at once, besides the connections' own.
+pub const PIPE_DESCRIPTORS: u64 = 2 * splice::MAX_PIPES as u64;

@@ -387,9 +387,9 @@ fn an_admin_flood_under_a_low_descriptor_limit_delays_neither_the_data_path_nor_
             &up_addr.to_string(),
         ],
     );
-    // (1,024 - 128 reserved) / 2 descriptors per connection.
+    // (1,024 - 128 reserved - 256 for splice pipes) / 2 descriptors per connection.
     assert!(
-        proxy.log().contains("connection_ceiling=448"),
+        proxy.log().contains("connection_ceiling=320"),
         "{}",
         proxy.log()
     );
@@ -452,9 +452,9 @@ fn the_soft_descriptor_limit_is_raised_to_the_hard_one() {
     let values: Vec<&str> = open_files.split_whitespace().collect();
     assert_eq!(values[3..5], ["4096", "4096"], "{open_files}");
     let log = proxy.log();
-    // (4,096 - 128) / 2.
+    // (4,096 - 128 - 256) / 2.
     assert!(
-        log.contains("before=256 now=4096 connection_ceiling=1984"),
+        log.contains("before=256 now=4096 connection_ceiling=1856"),
         "{log}"
     );
     assert!(

@@ -65,13 +65,18 @@ pub fn raise_nofile_limit() -> NofileLimit {
 pub const RESERVED: u64 = 128;
 
 /// Raises the limit as [`raise_nofile_limit`] does and logs the connection ceiling it gives,
-/// with `per_connection` descriptors per connection; warns when `max_connections` (named
-/// after its flag) is above it, since beyond the ceiling accepting fails until a connection
-/// ends.
-pub fn raise_and_report(per_connection: u64, max_connections: u64, flag: &str) -> NofileLimit {
+/// with `per_connection` descriptors per connection and `also_reserved` more set aside (on
+/// top of [`RESERVED`]); warns when `max_connections` (named after its flag) is above it,
+/// since beyond the ceiling accepting fails until a connection ends.
+pub fn raise_and_report(
+    per_connection: u64,
+    also_reserved: u64,
+    max_connections: u64,
+    flag: &str,
+) -> NofileLimit {
     let limit = raise_nofile_limit();
     let ceiling = limit
-        .sockets(RESERVED)
+        .sockets(RESERVED + also_reserved)
         .map(|sockets| sockets / per_connection.max(1));
     let show = |limit: Option<u64>| limit.map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
     tracing::info!(

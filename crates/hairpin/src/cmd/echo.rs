@@ -49,7 +49,12 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
-    hairpin_runtime::fdlimit::raise_and_report(1, args.max_connections.into(), "--max-connections");
+    hairpin_runtime::fdlimit::raise_and_report(
+        1,
+        0,
+        args.max_connections.into(),
+        "--max-connections",
+    );
     let limits = EchoLimits {
         header_timeout: args.header_timeout,
         max_connections: args.max_connections as usize,

@@ -143,8 +143,13 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
-    // Two descriptors per connection: the client's and the upstream's.
-    hairpin_runtime::fdlimit::raise_and_report(2, args.max_connections.into(), "--max-connections");
+    // Two descriptors per connection (the client's and the upstream's), and the splice pipes.
+    hairpin_runtime::fdlimit::raise_and_report(
+        2,
+        hairpin_dataplane::PIPE_DESCRIPTORS,
+        args.max_connections.into(),
+        "--max-connections",
+    );
     let workers = args.workers.map_or_else(
         || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         usize::from,
