@@ -1,0 +1,118 @@
+//! What one `hairpin node-agent` costs the API server and its node: the watches it opens and
+//! its memory, measured on a real agent process against the fake API server holding a
+//! cluster's worth of Ingresses and Services.
+//!
+//! `cargo test --release -p hairpin --test node_agent_footprint -- --ignored --nocapture`
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use hairpin_fake_apiserver::{FakeApiServer, object};
+use serde_json::json;
+
+const INGRESSES: usize = 5_000;
+
+fn lb() -> serde_json::Value {
+    object(
+        "v1",
+        "Service",
+        Some("ingress-nginx"),
+        "ingress-nginx-controller",
+        json!({
+            "metadata": {"annotations": {"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+        }),
+    )
+}
+
+fn ingress(i: usize) -> serde_json::Value {
+    object(
+        "networking.k8s.io/v1",
+        "Ingress",
+        Some(&format!("team-{}", i % 50)),
+        &format!("app-{i}"),
+        json!({
+            "metadata": {"annotations": {"kubectl.kubernetes.io/description": "x".repeat(200)}},
+            "spec": {"rules": [{"host": format!("app-{i}.example.com")}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+        }),
+    )
+}
+
+/// `VmHWM` and `VmRSS` of a process, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn watches_and_memory_of_one_agent() {
+    let fake = FakeApiServer::start().await;
+    fake.create_namespace("hairpin");
+    fake.apply(lb());
+    fake.apply_many((0..INGRESSES).map(ingress));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, fake.kubeconfig_yaml()).unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n").unwrap();
+    let agent = Killed(
+        Command::new(env!("CARGO_BIN_EXE_hairpin"))
+            .args([
+                "node-agent",
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--interval",
+                "1s",
+            ])
+            .arg("--hosts-file")
+            .arg(&hosts)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Long enough for every watch to list and settle.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (hwm, rss) = memory_kib(agent.0.id());
+    let watches: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.uri.contains("watch=true"))
+        .map(|r| r.uri.split('?').next().unwrap_or_default().to_owned())
+        .collect();
+    let lists = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && !r.uri.contains("watch=true"))
+        .count();
+    println!(
+        "node agent with {INGRESSES} Ingresses in the cluster: VmHWM {:.1} MiB, VmRSS {:.1} MiB; \
+         {} watch requests ({} open now), {lists} other GETs; watched: {watches:?}",
+        hwm as f64 / 1024.0,
+        rss as f64 / 1024.0,
+        watches.len(),
+        fake.open_watches(),
+    );
+}
