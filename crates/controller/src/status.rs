@@ -215,8 +215,11 @@ fn lock(checks: &Checks) -> std::sync::MutexGuard<'_, HashMap<ObjectRef, Tracked
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Now, to the second: the API serializes times to the second, so a finer one would never
+/// compare equal to what was read back, and every status would look changed.
 fn now() -> Time {
-    Time(Timestamp::now())
+    let second = Timestamp::now().as_second();
+    Time(Timestamp::from_second(second).unwrap_or_else(|_| Timestamp::now()))
 }
 
 impl StatusWriter {

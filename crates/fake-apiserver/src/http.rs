@@ -66,6 +66,8 @@ struct Target {
     namespace: Option<String>,
     name: Option<String>,
     plural: String,
+    /// The request is on the object's `status` subresource.
+    status: bool,
 }
 
 /// Where a request path leads.
@@ -112,19 +114,23 @@ fn route(state: &State, method: &Method, path: &str) -> Route {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
         rest => (None, rest),
     };
-    let (plural, name) = match rest {
-        [plural] => (*plural, None),
-        [plural, name] => (*plural, Some((*name).to_owned())),
+    let (plural, name, status) = match rest {
+        [plural] => (*plural, None, false),
+        [plural, name] => (*plural, Some((*name).to_owned()), false),
+        [plural, name, "status"] => (*plural, Some((*name).to_owned()), true),
         _ => return Route::Missing,
     };
     match state.resource_index(group, version, plural) {
-        Some(index) => Route::Resource(Target {
-            index,
-            namespace,
-            name,
-            plural: plural.to_owned(),
-        }),
-        None => Route::Missing,
+        Some(index) if !status || state.resources[index].ty.status_subresource => {
+            Route::Resource(Target {
+                index,
+                namespace,
+                name,
+                plural: plural.to_owned(),
+                status,
+            })
+        }
+        _ => Route::Missing,
     }
 }
 
@@ -414,6 +420,11 @@ fn dispatch(
                     ),
                 );
             }
+            if ty.status_subresource
+                && let Some(fields) = object.as_object_mut()
+            {
+                fields.remove("status");
+            }
             state.stamp_created(&mut object);
             state.store(target.index, key.clone(), object, "ADDED");
             let stored = state.resources[target.index].objects[&key].clone();
@@ -457,6 +468,7 @@ fn dispatch(
             if ty.namespaced {
                 object["metadata"]["namespace"] = key.0.clone().into();
             }
+            split_status(&ty, target.status, &current, &mut object);
             if let Err(status) = admit(state, &ty, &key, &mut object, Some(&current)) {
                 return reply(422, status);
             }
@@ -506,6 +518,7 @@ fn dispatch(
                 );
                 return reply(422, invalid_status(&ty, name, &[cause]));
             }
+            split_status(&ty, target.status, &current, &mut object);
             if let Err(status) = admit(state, &ty, &key, &mut object, Some(&current)) {
                 return reply(422, status);
             }
@@ -540,7 +553,15 @@ fn dispatch(
                 }
             }
             match state.remove_key(target.index, &key) {
-                Some(object) => reply(200, object),
+                Some(object) => {
+                    let orphan = body
+                        .as_ref()
+                        .is_some_and(|o| o["propagationPolicy"] == "Orphan");
+                    if !orphan && let Some(uid) = object["metadata"]["uid"].as_str() {
+                        state.collect_garbage(uid);
+                    }
+                    reply(200, object)
+                }
                 None => not_found(name),
             }
         }
@@ -553,6 +574,31 @@ fn dispatch(
                 None,
             ),
         ),
+    }
+}
+
+/// With a status subresource, a write to the object keeps the current status and a write to
+/// `/status` keeps everything but the status.
+fn split_status(ty: &ResourceType, on_status: bool, current: &Value, object: &mut Value) {
+    if !ty.status_subresource {
+        return;
+    }
+    if on_status {
+        let status = object["status"].take();
+        *object = current.clone();
+        object["status"] = status;
+        if object["status"].is_null()
+            && let Some(fields) = object.as_object_mut()
+        {
+            fields.remove("status");
+        }
+    } else {
+        object["status"] = current["status"].clone();
+        if current.get("status").is_none()
+            && let Some(fields) = object.as_object_mut()
+        {
+            fields.remove("status");
+        }
     }
 }
 

@@ -205,13 +205,14 @@ impl FakeApiServer {
         namespace: Option<&str>,
         name: &str,
     ) -> bool {
-        let existed = self
-            .shared
-            .lock()
-            .remove(api_version, kind, namespace, name)
-            .is_some();
+        let mut state = self.shared.lock();
+        let removed = state.remove(api_version, kind, namespace, name);
+        if let Some(uid) = removed.as_ref().and_then(|o| o["metadata"]["uid"].as_str()) {
+            state.collect_garbage(uid);
+        }
+        drop(state);
         self.shared.changed.notify_waiters();
-        existed
+        removed.is_some()
     }
 
     /// The stored object, if any.

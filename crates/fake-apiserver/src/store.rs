@@ -29,6 +29,9 @@ pub struct ResourceType {
     pub kind: String,
     /// Whether objects live in namespaces.
     pub namespaced: bool,
+    /// Served with a `status` subresource, as a CRD with `subresources.status`: writes to
+    /// the object leave `status` alone, writes to `/status` change nothing else.
+    pub status_subresource: bool,
 }
 
 impl ResourceType {
@@ -40,7 +43,14 @@ impl ResourceType {
             plural: plural.into(),
             kind: kind.into(),
             namespaced,
+            status_subresource: false,
         }
+    }
+
+    /// The same type, with a `status` subresource.
+    pub fn with_status_subresource(mut self) -> Self {
+        self.status_subresource = true;
+        self
     }
 
     pub(crate) fn api_version(&self) -> String {
@@ -412,6 +422,41 @@ impl State {
             Some(previous),
         );
         Some(object)
+    }
+
+    /// The garbage collector's background cascade after `uid` was deleted: dependents owned
+    /// by it alone are deleted (and theirs in turn), others just lose that ownerReference.
+    pub(crate) fn collect_garbage(&mut self, uid: &str) {
+        let mut gone = vec![uid.to_owned()];
+        while let Some(uid) = gone.pop() {
+            for index in 0..self.resources.len() {
+                let dependents: Vec<(Key, Value)> = self.resources[index]
+                    .objects
+                    .iter()
+                    .filter(|(_, o)| {
+                        o["metadata"]["ownerReferences"]
+                            .as_array()
+                            .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str()))
+                    })
+                    .map(|(k, o)| (k.clone(), o.clone()))
+                    .collect();
+                for (key, mut object) in dependents {
+                    let refs = object["metadata"]["ownerReferences"]
+                        .as_array_mut()
+                        .expect("filtered on an array");
+                    refs.retain(|r| r["uid"] != uid.as_str());
+                    if refs.is_empty() {
+                        if let Some(removed) = self.remove_key(index, &key)
+                            && let Some(uid) = removed["metadata"]["uid"].as_str()
+                        {
+                            gone.push(uid.to_owned());
+                        }
+                    } else {
+                        self.store(index, key, object, "MODIFIED");
+                    }
+                }
+            }
+        }
     }
 
     pub(crate) fn remove(

@@ -1,0 +1,195 @@
+//! The `Hairpin` lifecycle on the fake API server: created with an ownerReference on its
+//! Service, updated, its conditions set, and garbage-collected with the Service.
+
+use std::time::Duration;
+
+use hairpin_controller::ControllerConfig;
+use hairpin_controller::Metrics;
+use hairpin_fake_apiserver::{FakeApiServer, ResourceType, object};
+use hairpin_planner::PlannerConfig;
+use hairpin_runtime::{Readiness, Shutdown};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+
+const COREFILE: &str = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
+
+fn ingress(name: &str, host: &str) -> Value {
+    object(
+        "networking.k8s.io/v1",
+        "Ingress",
+        Some("shop"),
+        name,
+        json!({
+            "spec": {"rules": [{"host": host}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+        }),
+    )
+}
+
+fn hairpin(fake: &FakeApiServer) -> Option<Value> {
+    fake.get(
+        "hairpin.io/v1alpha1",
+        "Hairpin",
+        Some("ingress-nginx"),
+        "ingress-nginx-controller",
+    )
+}
+
+fn condition(h: &Value, type_: &str) -> Value {
+    h["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn a_hairpin_is_created_updated_and_deleted_with_its_service() {
+    let fake = FakeApiServer::start().await;
+    fake.register(
+        ResourceType::new("hairpin.io", "v1alpha1", "hairpins", "Hairpin", true)
+            .with_status_subresource(),
+    );
+    fake.create_namespace("hairpin");
+    fake.apply(object(
+        "v1",
+        "Service",
+        Some("ingress-nginx"),
+        "ingress-nginx-controller",
+        json!({
+            "metadata": {"annotations": {"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}},
+            "spec": {
+                "type": "LoadBalancer",
+                "selector": {"app": "ingress-nginx"},
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]
+            },
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10", "ipMode": "VIP"}]}}
+        }),
+    ));
+    fake.apply(ingress("shop", "shop.example.com"));
+    fake.apply(object(
+        "v1",
+        "ConfigMap",
+        Some("kube-system"),
+        "coredns",
+        json!({"data": {"Corefile": COREFILE}}),
+    ));
+    let service_uid = fake
+        .get(
+            "v1",
+            "Service",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+        .unwrap()["metadata"]["uid"]
+        .clone();
+
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let mut config = ControllerConfig::new(PlannerConfig::default(), "pod-a");
+    config.lease = None;
+    config.debounce = Duration::from_millis(50);
+    let shutdown = Shutdown::new();
+    let ready = Readiness::new().condition("caches synced");
+    let task = tokio::spawn({
+        let (client, shutdown) = (fake.client(), shutdown.clone());
+        async move {
+            hairpin_controller::run(client, config, metrics, ready, shutdown)
+                .await
+                .unwrap();
+        }
+    });
+
+    // Created, owned by the load balancer Service, with its status.
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| hairpin(f)
+            .is_some_and(|h| h["status"]["hostCount"] == 1))
+            .await
+            .is_some(),
+        "{:?}",
+        hairpin(&fake)
+    );
+    let h = hairpin(&fake).unwrap();
+    let owner = &h["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Service");
+    assert_eq!(owner["uid"], service_uid);
+    assert_eq!(owner["controller"], true);
+    assert_eq!(h["spec"], json!({}));
+    assert_eq!(h["status"]["proxy"], "v1");
+    assert_eq!(h["status"]["hostnames"][0]["name"], "shop.example.com");
+    assert_eq!(
+        h["status"]["hostnames"][0]["sources"][0],
+        "Ingress shop/shop"
+    );
+    assert_eq!(h["status"]["dnsMode"], "corefile");
+    assert_eq!(h["status"]["configMaps"][0], "kube-system/coredns");
+    assert_eq!(
+        h["status"]["service"],
+        "hairpin/hairpin-ingress-nginx-ingress-nginx-controller"
+    );
+    // Conditions: the rules are written; no proxy pod is ready (no EndpointSlice).
+    assert_eq!(condition(&h, "DNSWritten")["status"], "True");
+    assert_eq!(condition(&h, "ProxyReady")["status"], "False");
+    assert_eq!(condition(&h, "ProxyReady")["reason"], "NoReadyEndpoints");
+    assert_eq!(condition(&h, "Ready")["status"], "False");
+    assert_eq!(h["status"]["dns"], "Written");
+    assert!(h["status"]["lastWriteTime"].is_string(), "{h}");
+    let written_at = condition(&h, "DNSWritten")["lastTransitionTime"].clone();
+
+    // Updated: a second hostname, and a ready proxy pod behind the hairpin Service.
+    fake.apply(ingress("cart", "cart.example.com"));
+    fake.apply(object(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        Some("hairpin"),
+        "hairpin-ingress-nginx-ingress-nginx-controller-x1",
+        json!({
+            "metadata": {"labels": {"kubernetes.io/service-name": "hairpin-ingress-nginx-ingress-nginx-controller"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.244.0.7"], "conditions": {"ready": true}}]
+        }),
+    ));
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| hairpin(f).is_some_and(|h| {
+            h["status"]["hostCount"] == 2 && h["status"]["readyEndpoints"] == 1
+        }))
+        .await
+        .is_some(),
+        "{:?}",
+        hairpin(&fake)
+    );
+    let h = hairpin(&fake).unwrap();
+    assert_eq!(condition(&h, "ProxyReady")["status"], "True");
+    assert_eq!(
+        condition(&h, "DNSWritten")["lastTransitionTime"],
+        written_at,
+        "kept while the status does not flip"
+    );
+    // Steady state: no further status writes.
+    let patches = fake.count("PATCH", "/hairpins/ingress-nginx-controller/status");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        fake.count("PATCH", "/hairpins/ingress-nginx-controller/status"),
+        patches
+    );
+
+    // Deleted with its Service (garbage collection through the ownerReference).
+    assert!(fake.delete(
+        "v1",
+        "Service",
+        Some("ingress-nginx"),
+        "ingress-nginx-controller"
+    ));
+    assert!(hairpin(&fake).is_none());
+    shutdown.trigger();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        hairpin(&fake).is_none(),
+        "not recreated without its load balancer"
+    );
+}
