@@ -57,6 +57,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.coredns.customKey | quote }}
 - name: HAIRPIN_NODE_LOCAL_DNS_CONFIGMAPS
   value: {{ join "," .Values.coredns.nodeLocalDnsConfigMaps | quote }}
+- name: HAIRPIN_NODE_LOCAL_DNS_NAMESPACE
+  value: {{ .Values.coredns.namespace | quote }}
 - name: HAIRPIN_DNS_MODE
   value: {{ .Values.coredns.dnsMode | quote }}
 - name: HAIRPIN_PROXY_SELECTOR

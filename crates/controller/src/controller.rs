@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use futures::future::Shared;
 use hairpin_planner::corefile;
-use hairpin_planner::{DnsMode, ObjectRef, Plan, PlannerConfig, RefusalReason};
+use hairpin_planner::{DnsMode, ObjectRef, Plan, PlannerConfig, RefusalReason, WriteEdit};
 use hairpin_runtime::Shutdown;
 use hairpin_runtime::admin::ReadyCondition;
 use k8s_openapi::api::core::v1::Service;
@@ -130,7 +130,7 @@ pub async fn run(
         ),
         events,
         metrics: metrics.clone(),
-        fight: FightGuard::new(config.fight.clone()),
+        fights: BTreeMap::new(),
         refused: BTreeSet::new(),
         dns_state: DnsState::NotReached,
     };
@@ -189,7 +189,8 @@ struct Reconciler {
     config: ControllerConfig,
     events: Events,
     metrics: Metrics,
-    fight: FightGuard,
+    /// Write-fight state per DNS key (`namespace/name/key`).
+    fights: BTreeMap<String, FightGuard>,
     /// The refused hostname claims of the last plan, to count and report each once.
     refused: BTreeSet<RefusedClaim>,
     status: StatusWriter,
@@ -351,42 +352,72 @@ impl Reconciler {
             }
         }
 
-        let target = format!("{}/{}", dns.config_map, dns.key);
+        let mut requeue: Option<Instant> = None;
+        for (i, write) in dns.writes.iter().enumerate() {
+            let next = self.apply_write(dns, write, i == 0).await?;
+            requeue = match (requeue, next) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(requeue)
+    }
+
+    /// One DNS key: written when it differs, guarded against a write fight per key. The
+    /// `primary` (CoreDNS) write decides the DNS state the Hairpin statuses report.
+    async fn apply_write(
+        &mut self,
+        dns: &hairpin_planner::DnsChange,
+        write: &hairpin_planner::DnsWrite,
+        primary: bool,
+    ) -> Result<Option<Instant>, Error> {
+        let planner = &self.config.planner;
+        let target = write.target();
         let cm_ref = object_ref(
             "ConfigMap",
-            &dns.config_map.namespace,
-            &dns.config_map.name,
+            &write.config_map.namespace,
+            &write.config_map.name,
             None,
         );
-        if !dns.changed {
-            self.dns_state = DnsState::InPlace { wrote: false };
-            if self.fight.held(&target, Instant::now()) {
+        let fight = self
+            .fights
+            .entry(target.clone())
+            .or_insert_with(|| FightGuard::new(self.config.fight.clone()));
+        if !write.changed {
+            if primary {
+                self.dns_state = DnsState::InPlace { wrote: false };
+            }
+            if fight.held(&target, Instant::now()) {
                 self.metrics.dns_fight.set(0);
-                tracing::info!(configmap = %dns.config_map, "our CoreDNS change has held for a whole window; the write fight is over");
+                tracing::info!(configmap = %write.config_map, "our DNS change has held for a whole window; the write fight is over");
             }
             return Ok(None);
         }
-        if let Decision::BackedOff(until) = self.fight.decide(&target, Instant::now()) {
-            self.dns_state = DnsState::Refused {
-                reason: "WriteFight",
-                message: format!(
-                    "another writer keeps reverting hairpin's change to {}; writes are backed off",
-                    dns.config_map
-                ),
-            };
-            tracing::debug!(configmap = %dns.config_map, "CoreDNS write backed off (write fight)");
+        if let Decision::BackedOff(until) = fight.decide(&target, Instant::now()) {
+            if primary {
+                self.dns_state = DnsState::Refused {
+                    reason: "WriteFight",
+                    message: format!(
+                        "another writer keeps reverting hairpin's change to {}; writes are backed off",
+                        write.config_map
+                    ),
+                };
+            }
+            tracing::debug!(configmap = %write.config_map, "DNS write backed off (write fight)");
             return Ok(Some(until));
         }
-        let edit = dns_edit(dns);
+        let edit = dns_edit(write);
         let outcome = match write_key(&self.client, &edit).await {
             Ok(outcome) => outcome,
             Err(err) => {
                 self.metrics.dns_write_failures.inc();
-                let warning = format!("cannot write {} key {}: {err}", dns.config_map, dns.key);
-                self.dns_state = DnsState::Refused {
-                    reason: "WriteFailed",
-                    message: warning.clone(),
-                };
+                let warning = format!("cannot write {} key {}: {err}", write.config_map, write.key);
+                if primary {
+                    self.dns_state = DnsState::Refused {
+                        reason: "WriteFailed",
+                        message: warning.clone(),
+                    };
+                }
                 self.events
                     .publish(&cm_ref, true, reason::DNS_WRITE_FAILED, warning)
                     .await;
@@ -396,21 +427,33 @@ impl Reconciler {
         let after = match outcome {
             KeyOutcome::Written { after, .. } => after,
             KeyOutcome::Unchanged { .. } => {
-                self.dns_state = DnsState::InPlace { wrote: false };
+                if primary {
+                    self.dns_state = DnsState::InPlace { wrote: false };
+                }
                 return Ok(None);
             }
             KeyOutcome::ConfigMapMissing => {
-                self.dns_state = DnsState::Refused {
-                    reason: "ConfigMapMissing",
-                    message: format!("the ConfigMap {} does not exist", dns.config_map),
-                };
+                if primary {
+                    self.dns_state = DnsState::Refused {
+                        reason: "ConfigMapMissing",
+                        message: format!("the ConfigMap {} does not exist", write.config_map),
+                    };
+                }
                 return Ok(None);
             }
         };
-        self.dns_state = DnsState::InPlace { wrote: true };
+        if primary {
+            self.dns_state = DnsState::InPlace { wrote: true };
+        }
         self.count_writes(1);
-        tracing::info!(configmap = %dns.config_map, key = %dns.key, entries = dns.entries.len(), "CoreDNS change written");
-        match self.fight.written(&target, after, Instant::now()) {
+        tracing::info!(configmap = %write.config_map, key = %write.key, entries = dns.entries.len(), "DNS change written");
+        let observation = self
+            .fights
+            .get_mut(&target)
+            .map_or(Observation::Normal, |f| {
+                f.written(&target, after, Instant::now())
+            });
+        match observation {
             Observation::Normal => {
                 self.metrics.dns_fight.set(0);
                 let note = format!(
@@ -424,7 +467,7 @@ impl Reconciler {
             }
             Observation::Reverted { count } => {
                 self.metrics.dns_reverts.inc();
-                tracing::warn!(configmap = %dns.config_map, reverts = count, "another writer reverted our CoreDNS change; rewrote it");
+                tracing::warn!(configmap = %write.config_map, reverts = count, "another writer reverted our DNS change; rewrote it");
                 Ok(None)
             }
             Observation::Fight { count, backoff } => {
@@ -433,9 +476,9 @@ impl Reconciler {
                 let fix = fight_fix(dns.mode, planner);
                 let note = format!(
                     "another writer reverted hairpin's change to {} {count} times within {:?}; backing off for {:?}. {fix}",
-                    dns.config_map, self.config.fight.window, backoff
+                    write.config_map, self.config.fight.window, backoff
                 );
-                tracing::warn!(configmap = %dns.config_map, reverts = count, backoff = ?backoff, fix, "CoreDNS write fight detected; backing off");
+                tracing::warn!(configmap = %write.config_map, reverts = count, backoff = ?backoff, fix, "DNS write fight detected; backing off");
                 self.events
                     .publish(&cm_ref, true, reason::DNS_FIGHT, note)
                     .await;
@@ -592,43 +635,39 @@ pub fn fight_fix(mode: DnsMode, planner: &PlannerConfig) -> String {
 
 /// The DNS edit, recomputed from a fresh read on every attempt (so a conflict retry edits
 /// what is there now, not what the cache held).
-fn dns_edit(dns: &hairpin_planner::DnsChange) -> KeyEdit {
-    let entries: Result<Vec<corefile::DnsEntry>, String> = dns
-        .entries
-        .iter()
-        .map(|e| e.entry().map_err(|err| err.to_string()))
-        .collect();
+fn dns_edit(write: &hairpin_planner::DnsWrite) -> KeyEdit {
     let (namespace, name) = (
-        dns.config_map.namespace.clone(),
-        dns.config_map.name.clone(),
+        write.config_map.namespace.clone(),
+        write.config_map.name.clone(),
     );
-    match dns.mode {
-        DnsMode::Custom => {
-            let content = dns.desired.clone();
-            let empty = dns.entries.is_empty();
+    match &write.edit {
+        WriteEdit::Key { value } => {
+            let value = value.clone();
             KeyEdit {
                 namespace,
                 name,
-                key: dns.key.clone(),
-                create_if_missing: !empty,
+                key: write.key.clone(),
+                create_if_missing: value.is_some(),
                 delete_if_empty_and_ours: true,
-                edit: Arc::new(move |_| Ok((!empty).then(|| content.clone()))),
+                edit: Arc::new(move |_| Ok(value.clone())),
             }
         }
-        DnsMode::Corefile | DnsMode::Auto => KeyEdit {
-            namespace,
-            name,
-            key: dns.key.clone(),
-            create_if_missing: false,
-            delete_if_empty_and_ours: false,
-            edit: Arc::new(move |current| {
-                let current =
-                    current.ok_or_else(|| "the ConfigMap has no Corefile key".to_owned())?;
-                let entries = entries.as_ref().map_err(Clone::clone)?;
-                corefile::apply(current, entries)
-                    .map(|edit| Some(edit.text))
-                    .map_err(|err| err.to_string())
-            }),
-        },
+        WriteEdit::Blocks { inserts } => {
+            let inserts = inserts.clone();
+            KeyEdit {
+                namespace,
+                name,
+                key: write.key.clone(),
+                create_if_missing: false,
+                delete_if_empty_and_ours: false,
+                edit: Arc::new(move |current| {
+                    let current =
+                        current.ok_or_else(|| "the ConfigMap has no Corefile key".to_owned())?;
+                    corefile::write_blocks(current, &inserts)
+                        .map(|edit| Some(edit.text))
+                        .map_err(|err| err.to_string())
+                }),
+            }
+        }
     }
 }

@@ -152,7 +152,7 @@ pub fn desired_hairpins(plan: &Plan, snapshot: &ClusterSnapshot) -> Vec<Hairpin>
                 config_maps: plan
                     .dns
                     .as_ref()
-                    .map(|d| vec![d.config_map.to_string()])
+                    .map(|d| d.writes.iter().map(|w| w.config_map.to_string()).collect())
                     .unwrap_or_default(),
                 ..HairpinStatus::default()
             });
@@ -727,7 +727,7 @@ fn reload_missing(plan: &Plan, snapshot: &ClusterSnapshot, planner: &PlannerConf
     };
     planner.coredns_config_maps.iter().any(|name| {
         snapshot
-            .config_map(&dns.config_map.namespace, name)
+            .config_map(&dns.coredns().config_map.namespace, name)
             .and_then(|cm| cm.data.as_ref()?.get(&planner.corefile_key))
             .and_then(|text| corefile::analyze(text).ok())
             .is_some_and(|info| !info.has_reload)

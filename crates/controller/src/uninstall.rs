@@ -1,8 +1,9 @@
 //! `hairpin uninstall`: remove everything hairpin wrote.
 //!
-//! Our `Hairpin` objects and Services (by label), the routes ConfigMap, the leader Lease, our marked block in every
-//! candidate CoreDNS ConfigMap (removed with the Corefile editor, which gives back the original
-//! bytes), and our key in `coredns-custom` (the ConfigMap itself too when hairpin created it
+//! Our `Hairpin` objects and Services (by label), the routes ConfigMap, the leader Lease, our
+//! marked blocks in every candidate CoreDNS and node-local-dns ConfigMap (removed with the
+//! Corefile editor, which gives back the original bytes, and refuses damaged markers rather
+//! than guess), and our key in `coredns-custom` (the ConfigMap itself too when hairpin created it
 //! and nothing else is left in it). Each step is retried on transient API errors; a step that
 //! still fails is reported and the others still run.
 
@@ -30,7 +31,7 @@ pub struct UninstallReport {
     pub routes_deleted: bool,
     /// The leader Lease was deleted.
     pub lease_deleted: bool,
-    /// CoreDNS ConfigMaps whose Corefile had our block removed.
+    /// CoreDNS and node-local-dns ConfigMaps whose Corefile had our blocks removed.
     pub corefiles_restored: Vec<String>,
     /// Our key was removed from `coredns-custom`.
     pub custom_key_removed: bool,
@@ -154,12 +155,24 @@ pub async fn uninstall(
         Err(err) => fail(&mut report, err),
     }
 
-    for name in &planner.coredns_config_maps {
-        let edit = remove_block_edit(&planner.coredns_namespace, name, &planner.corefile_key);
+    let corefiles = planner
+        .coredns_config_maps
+        .iter()
+        .map(|name| (&planner.coredns_namespace, name))
+        .chain(
+            planner
+                .node_local_dns_config_maps
+                .iter()
+                .map(|name| (&planner.node_local_dns_namespace, name)),
+        );
+    for (namespace, name) in corefiles {
+        let edit = remove_block_edit(namespace, name, &planner.corefile_key);
         match retry("restore the Corefile", || write_key(client, &edit)).await {
-            Ok(KeyOutcome::Written { .. }) => report
-                .corefiles_restored
-                .push(format!("{}/{name}", planner.coredns_namespace)),
+            Ok(KeyOutcome::Written { .. }) => {
+                report
+                    .corefiles_restored
+                    .push(format!("{namespace}/{name}"));
+            }
             Ok(_) => {}
             Err(err) => fail(&mut report, err),
         }

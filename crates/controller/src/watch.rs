@@ -124,9 +124,14 @@ impl Caches {
             .coredns_config_maps
             .iter()
             .chain([&config.coredns_custom_config_map])
-            .chain(&config.node_local_dns_config_maps)
             .map(|name| (config.coredns_namespace.clone(), name.clone()))
             .collect();
+        names.extend(
+            config
+                .node_local_dns_config_maps
+                .iter()
+                .map(|name| (config.node_local_dns_namespace.clone(), name.clone())),
+        );
         names.push((config.namespace.clone(), config.routes_config_map.clone()));
         names.sort();
         names.dedup();

@@ -956,3 +956,65 @@ async fn hostname_namespaces_by_label_follow_the_namespace_objects() {
     );
     running.stop().await;
 }
+
+fn node_local_dns(fake: &FakeApiServer) -> String {
+    fake.get("v1", "ConfigMap", Some("kube-system"), "node-local-dns")
+        .unwrap()["data"]["Corefile"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn node_local_dns_gets_the_answers_and_uninstall_restores_it() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let original = include_str!("../../planner/tests/golden/corefiles/nodelocaldns.Corefile");
+    fake.apply(object(
+        "v1",
+        "ConfigMap",
+        Some("kube-system"),
+        "node-local-dns",
+        json!({"data": {"Corefile": original}}),
+    ));
+    let running = start(&fake, config("pod-a", true));
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    // The hairpin Service gets its ClusterIP when created; the next plan answers with it in
+    // node-local-dns's root block.
+    let written = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            node_local_dns(f).contains("match ^shop\\.example\\.com\\.$")
+        })
+        .await;
+    assert!(written.is_some(), "{}", node_local_dns(&fake));
+    running.stop().await;
+    let text = node_local_dns(&fake);
+    let ip = hairpin_services(&fake)[0]["spec"]["clusterIP"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains(&format!("answer \"{{{{ .Name }}}} 30 IN A {ip}\"")),
+        "{text}"
+    );
+    let root = text.find("\n.:53 {").unwrap();
+    assert!(
+        text.find("# BEGIN hairpin").unwrap() > root,
+        "in the root block:\n{text}"
+    );
+
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(node_local_dns(&fake), original, "restored byte for byte");
+    assert!(
+        report
+            .corefiles_restored
+            .contains(&"kube-system/node-local-dns".to_owned()),
+        "{report:?}"
+    );
+}

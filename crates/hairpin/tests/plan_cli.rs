@@ -61,7 +61,8 @@ fn text_summary_of_the_example() {
         "    auth.example.org                    Ingress auth/auth\n",
         "    docs.example.org                    HTTPRoute docs/docs via Gateway traefik/public\n",
         "backoffice/internal-api  no PROXY protocol annotation",
-        "mode corefile: ConfigMap kube-system/coredns key Corefile (cluster domain cluster.local)",
+        "mode corefile (cluster domain cluster.local)",
+        "ConfigMap kube-system/coredns key Corefile: block in `.:53` (rewrite); changes",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }

@@ -67,9 +67,9 @@ fn main() {
     println!("  hostnames::collect(): {per_collect:?}");
     println!(
         "Corefile size:      {} bytes ({:.1}% of the 1 MiB ConfigMap limit; {} before)",
-        dns.desired.len(),
-        dns.desired.len() as f64 * 100.0 / (1024.0 * 1024.0),
-        dns.current.as_deref().map_or(0, str::len)
+        dns.coredns().desired.len(),
+        dns.coredns().desired.len() as f64 * 100.0 / (1024.0 * 1024.0),
+        dns.coredns().current.as_deref().map_or(0, str::len)
     );
     println!("errors:             {}", plan.errors.len());
     assert!(plan.errors.is_empty(), "{:?}", plan.errors);

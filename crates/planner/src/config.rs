@@ -47,6 +47,31 @@ impl std::str::FromStr for DnsMode {
     }
 }
 
+/// Whether hairpin writes node-local-dns's Corefile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeLocalDns {
+    /// Write a marked block into each node-local-dns ConfigMap found.
+    #[default]
+    Auto,
+    /// Leave node-local-dns alone; warn about the names it answers from upstream.
+    Off,
+}
+
+impl std::str::FromStr for NodeLocalDns {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(NodeLocalDns::Auto),
+            "off" => Ok(NodeLocalDns::Off),
+            other => Err(format!(
+                "unknown node-local-dns setting {other:?} (expected auto or off)"
+            )),
+        }
+    }
+}
+
 /// Planner settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannerConfig {
@@ -64,9 +89,13 @@ pub struct PlannerConfig {
     pub coredns_custom_config_map: String,
     /// Key we own inside `coredns-custom`.
     pub coredns_custom_key: String,
-    /// Candidate names of node-local-dns ConfigMaps (in `coredns_namespace`); their presence
-    /// is reported, because node-local-dns answers before CoreDNS sees the query.
+    /// Names of node-local-dns ConfigMaps (in `node_local_dns_namespace`): node-local-dns
+    /// answers before CoreDNS sees the query, so hairpin writes there too.
     pub node_local_dns_config_maps: Vec<String>,
+    /// Namespace of the node-local-dns ConfigMaps.
+    pub node_local_dns_namespace: String,
+    /// Whether node-local-dns is written.
+    pub node_local_dns: NodeLocalDns,
     /// DNS mode.
     pub dns_mode: DnsMode,
     /// First proxy listener port; ports are allocated upwards from here.
@@ -102,7 +131,10 @@ impl Default for PlannerConfig {
             corefile_key: "Corefile".into(),
             coredns_custom_config_map: "coredns-custom".into(),
             coredns_custom_key: "hairpin.override".into(),
+            // Kubernetes' addon (and RKE) name it `node-local-dns`, kubespray `nodelocaldns`.
             node_local_dns_config_maps: vec!["node-local-dns".into(), "nodelocaldns".into()],
+            node_local_dns_namespace: "kube-system".into(),
+            node_local_dns: NodeLocalDns::Auto,
             dns_mode: DnsMode::Auto,
             listener_port_base: 10000,
             annotation_prefix: "hairpin.io/".into(),

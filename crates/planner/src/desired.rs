@@ -1,18 +1,19 @@
 //! `desired`: snapshot + config -> plan. Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::config::{DnsMode, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig};
+use crate::config::{DnsMode, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NodeLocalDns, PlannerConfig};
 use crate::corefile::{self, CorefileInfo, DnsEntry, HostPattern};
 use crate::discovery::{LbPort, LoadBalancer, discover};
 use crate::hostnames;
 use crate::plan::{
-    DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyHeader, ProxyRoute,
+    DnsChange, DnsRedirect, DnsWrite, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyHeader,
+    ProxyRoute, WriteEdit,
 };
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::warning::Warning;
@@ -148,6 +149,7 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
             None
         }
         Some((cm, corefile, Ok(info))) => {
+            let addresses = target_addresses(&load_balancers, config, &cluster_domain);
             match dns_change(
                 snapshot,
                 config,
@@ -155,6 +157,7 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
                 corefile,
                 &info,
                 &redirects,
+                &addresses,
                 &mut warnings,
             ) {
                 Ok(change) => Some(change),
@@ -165,7 +168,6 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
             }
         }
     };
-    node_local_dns_warnings(snapshot, config, &redirects, &mut warnings);
 
     let hosts = HostsPlan {
         entries: {
@@ -505,6 +507,63 @@ fn routes_config_map(
     }
 }
 
+/// Known ClusterIPs of the planned hairpin Services, by the FQDN their names redirect to.
+fn target_addresses(
+    load_balancers: &[LoadBalancerPlan],
+    config: &PlannerConfig,
+    cluster_domain: &str,
+) -> BTreeMap<String, Vec<IpAddr>> {
+    load_balancers
+        .iter()
+        .map(|lb| {
+            let target = corefile::service_fqdn(
+                lb.service.metadata.name.as_deref().unwrap_or_default(),
+                &config.namespace,
+                cluster_domain,
+            );
+            (target, crate::plan::cluster_ips(&lb.service))
+        })
+        .filter(|(_, ips)| !ips.is_empty())
+        .collect()
+}
+
+/// A write of marked blocks into a Corefile key (CoreDNS or node-local-dns).
+fn blocks_write(
+    cm: &ConfigMap,
+    key: &str,
+    corefile: &str,
+    entries: &[DnsEntry],
+    opts: &corefile::PlaceOptions,
+    subject: &str,
+    warnings: &mut Vec<Warning>,
+) -> Result<DnsWrite, corefile::CorefileError> {
+    let placement = corefile::place(corefile, entries, opts)?;
+    let edit = corefile::write_blocks(corefile, &placement.inserts)?;
+    for w in placement.warnings.iter().chain(&edit.warnings) {
+        warnings.push(Warning::new(subject, w.to_string()));
+    }
+    let object = edit.changed.then(|| {
+        let mut cm = cm.clone();
+        cm.data
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_owned(), edit.text.clone());
+        strip_server_fields(&mut cm.metadata);
+        cm
+    });
+    Ok(DnsWrite {
+        config_map: ObjectRef::from_meta(&cm.metadata),
+        key: key.to_owned(),
+        edit: WriteEdit::Blocks {
+            inserts: placement.inserts,
+        },
+        current: Some(corefile.to_owned()),
+        changed: edit.changed,
+        desired: edit.text,
+        object,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
 fn dns_change(
     snapshot: &ClusterSnapshot,
     config: &PlannerConfig,
@@ -512,6 +571,7 @@ fn dns_change(
     corefile: &str,
     info: &CorefileInfo,
     redirects: &[DnsRedirect],
+    addresses: &BTreeMap<String, Vec<IpAddr>>,
     warnings: &mut Vec<Warning>,
 ) -> Result<DnsChange, String> {
     let coredns_ref = ObjectRef::from_meta(&coredns.metadata);
@@ -539,7 +599,12 @@ fn dns_change(
     };
     let fail =
         |what: &str, e: corefile::CorefileError| format!("{what}: {e}; nothing is written to it");
-    match mode {
+    let opts = corefile::PlaceOptions {
+        cluster_domain: config.cluster_domain.clone(),
+        addresses: addresses.clone(),
+        ..corefile::PlaceOptions::default()
+    };
+    let coredns_write = match mode {
         DnsMode::Custom => {
             let key = match info.custom_key_suffix() {
                 Some(suffix) if !config.coredns_custom_key.ends_with(suffix) => {
@@ -564,6 +629,28 @@ fn dns_change(
                 warnings.push(Warning::new(
                     &subject,
                     "the Corefile still holds a hairpin block from corefile mode; remove it (hairpin uninstall) to avoid duplicate rules",
+                ));
+            }
+            // The key is imported into the block holding `kubernetes`; names that other server
+            // blocks receive cannot be redirected from there, and the Corefile itself is the
+            // distribution's in this mode.
+            let placement = corefile::place(corefile, &entries, &opts).map_err(|e| {
+                fail(
+                    &format!("ConfigMap {coredns_ref} key {}", config.corefile_key),
+                    e,
+                )
+            })?;
+            for insert in placement
+                .inserts
+                .iter()
+                .filter(|i| i.form == corefile::Form::Answer)
+            {
+                warnings.push(Warning::new(
+                    &subject,
+                    format!(
+                        "server block {} receives some hairpin hostnames itself, and in custom mode hairpin writes only {}/{}: those names are not redirected there (use --dns-mode corefile, or forward that zone to the block holding `kubernetes`)",
+                        insert.server, config.coredns_custom_config_map, key
+                    ),
                 ));
             }
             let existing =
@@ -598,54 +685,58 @@ fn dns_change(
                 cm
             });
             fits_config_map(object.as_ref(), &format!("ConfigMap {target}"), &key)?;
-            Ok(DnsChange {
-                mode,
+            DnsWrite {
                 config_map: target,
                 key,
-                cluster_domain: info.cluster_domain.clone(),
-                entries: redirects.to_vec(),
+                edit: WriteEdit::Key {
+                    value: (!desired.is_empty()).then(|| desired.clone()),
+                },
                 current,
                 desired,
                 changed,
                 object,
-            })
-        }
-        DnsMode::Corefile | DnsMode::Auto => {
-            let edit = corefile::apply(corefile, &entries).map_err(|e| {
-                fail(
-                    &format!("ConfigMap {coredns_ref} key {}", config.corefile_key),
-                    e,
-                )
-            })?;
-            for w in &edit.warnings {
-                warnings.push(Warning::new(&subject, w.to_string()));
             }
-            let object = edit.changed.then(|| {
-                let mut cm = coredns.clone();
-                cm.data
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(config.corefile_key.clone(), edit.text.clone());
-                strip_server_fields(&mut cm.metadata);
-                cm
-            });
-            fits_config_map(
-                object.as_ref(),
-                &format!("ConfigMap {coredns_ref}"),
-                &config.corefile_key,
-            )?;
-            Ok(DnsChange {
-                mode: DnsMode::Corefile,
-                config_map: coredns_ref,
-                key: config.corefile_key.clone(),
-                cluster_domain: info.cluster_domain.clone(),
-                entries: redirects.to_vec(),
-                current: Some(corefile.to_owned()),
-                changed: edit.changed,
-                desired: edit.text,
-                object,
-            })
         }
-    }
+        DnsMode::Corefile | DnsMode::Auto => blocks_write(
+            coredns,
+            &config.corefile_key,
+            corefile,
+            &entries,
+            &opts,
+            &subject,
+            warnings,
+        )
+        .map_err(|e| {
+            fail(
+                &format!("ConfigMap {coredns_ref} key {}", config.corefile_key),
+                e,
+            )
+        })?,
+    };
+    fits_config_map(
+        coredns_write.object.as_ref(),
+        &format!("ConfigMap {}", coredns_write.config_map),
+        &coredns_write.key,
+    )?;
+    let mut writes = vec![coredns_write];
+    writes.extend(node_local_dns_writes(
+        snapshot,
+        config,
+        &entries,
+        &opts,
+        &info.cluster_domain,
+        warnings,
+    ));
+    Ok(DnsChange {
+        mode: if mode == DnsMode::Custom {
+            DnsMode::Custom
+        } else {
+            DnsMode::Corefile
+        },
+        cluster_domain: info.cluster_domain.clone(),
+        entries: redirects.to_vec(),
+        writes,
+    })
 }
 
 /// The API server refuses a ConfigMap whose values (`data` and `binaryData`, every key
@@ -685,44 +776,86 @@ fn strip_server_fields(meta: &mut ObjectMeta) {
     }
 }
 
-fn node_local_dns_warnings(
+/// The node-local-dns Corefiles: pods on nodes running it ask it first, and its root server
+/// block forwards every name outside the cluster domain straight to the node's upstream
+/// servers, so hairpin's names must be answered there too (node-cache is CoreDNS with
+/// `template` compiled in). Off with `--node-local-dns off`: then only a warning.
+fn node_local_dns_writes(
     snapshot: &ClusterSnapshot,
     config: &PlannerConfig,
-    redirects: &[DnsRedirect],
+    entries: &[DnsEntry],
+    opts: &corefile::PlaceOptions,
+    cluster_domain: &str,
     warnings: &mut Vec<Warning>,
-) {
+) -> Vec<DnsWrite> {
+    let mut writes = Vec::new();
     for name in &config.node_local_dns_config_maps {
-        let Some(cm) = snapshot.config_map(&config.coredns_namespace, name) else {
+        let Some(cm) = snapshot.config_map(&config.node_local_dns_namespace, name) else {
             continue;
         };
-        let subject = format!("ConfigMap {}/{name}", config.coredns_namespace);
+        let subject = format!("ConfigMap {}/{name}", config.node_local_dns_namespace);
         let Some(corefile) = cm.data.as_ref().and_then(|d| d.get(&config.corefile_key)) else {
             continue;
         };
+        if config.node_local_dns == NodeLocalDns::Off {
+            node_local_dns_warning(corefile, entries, &subject, warnings);
+            continue;
+        }
+        let opts = corefile::PlaceOptions {
+            cluster_domain: Some(cluster_domain.to_owned()),
+            without_kubernetes: true,
+            ..opts.clone()
+        };
+        match blocks_write(
+            cm,
+            &config.corefile_key,
+            corefile,
+            entries,
+            &opts,
+            &subject,
+            warnings,
+        ) {
+            Ok(write) => writes.push(write),
+            Err(e) => warnings.push(Warning::new(
+                &subject,
+                format!(
+                    "{e}; node-local-dns is not changed, and pods on its nodes still get the public address"
+                ),
+            )),
+        }
+    }
+    writes
+}
+
+/// With `--node-local-dns off`: which names node-local-dns sends upstream, and how to fix it.
+fn node_local_dns_warning(
+    corefile: &str,
+    entries: &[DnsEntry],
+    subject: &str,
+    warnings: &mut Vec<Warning>,
+) {
+    {
         let info = match corefile::analyze_node_local_dns(corefile, &[]) {
             Ok(info) => info,
             Err(e) => {
                 warnings.push(Warning::new(
-                    &subject,
+                    subject,
                     format!("node-local-dns Corefile unreadable: {e}"),
                 ));
-                continue;
+                return;
             }
         };
-        let patterns: Vec<HostPattern> = redirects
-            .iter()
-            .filter_map(|r| r.entry().ok().map(|e| e.name))
-            .collect();
+        let patterns: Vec<HostPattern> = entries.iter().map(|e| e.name.clone()).collect();
         let bypassed: Vec<HostPattern> = corefile::bypassed(&info, &patterns)
             .into_iter()
             .cloned()
             .collect();
         if bypassed.is_empty() {
-            continue;
+            return;
         }
         let zones = corefile::NodeLocalDnsInfo::zones_for(&bypassed);
         let mut message = format!(
-            "node-local-dns answers {} of the hairpin hostnames from upstream DNS, bypassing CoreDNS's rewrite (pods on nodes with node-local-dns still get the public address)",
+            "node-local-dns answers {} of the hairpin hostnames from upstream DNS, bypassing CoreDNS's rewrite (pods on nodes with node-local-dns still get the public address), and --node-local-dns is off",
             bypassed.len()
         );
         match info.suggested_stanza(&zones) {

@@ -31,12 +31,13 @@ pub mod snapshot;
 pub mod warning;
 
 pub use admission::{AdmissionConfig, NamespacePolicy, Refusal, RefusalReason};
-pub use config::{DnsMode, PlannerConfig};
+pub use config::{DnsMode, NodeLocalDns, PlannerConfig};
 pub use desired::desired;
 pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};
 pub use hostnames::{Conflict, Hostname, WildcardLabels};
 pub use plan::{
-    DnsChange, DnsRedirect, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyHeader, ProxyRoute,
+    DnsChange, DnsRedirect, DnsWrite, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyHeader,
+    ProxyRoute, WriteEdit,
 };
 pub use providers::ProxyVersion;
 pub use snapshot::{ClusterSnapshot, ObjectRef};

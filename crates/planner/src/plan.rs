@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::admission::Refusal;
 use crate::config::DnsMode;
-use crate::corefile::{CorefileError, DnsEntry};
+use crate::corefile::{BlockInsert, CorefileError, DnsEntry};
 use crate::discovery::{LoadBalancer, NotNeeded};
 use crate::hostnames::{Conflict, Hostname, WildcardLabels};
 use crate::providers::ProxyVersion;
@@ -139,19 +139,60 @@ impl std::fmt::Display for ProxyHeader {
     }
 }
 
-/// The DNS change.
+/// The DNS change: every ConfigMap key hairpin writes so that the cluster's DNS answers the
+/// redirected hostnames, wherever the queries for them land.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DnsChange {
-    /// The mode actually used (`Corefile` or `Custom`, never `Auto`).
+    /// The mode actually used for CoreDNS (`Corefile` or `Custom`, never `Auto`).
     pub mode: DnsMode,
+    /// The cluster domain: the Corefile's `kubernetes` zone, `--cluster-domain`, or the default.
+    pub cluster_domain: String,
+    /// Hostname -> the hairpin Service FQDN it is redirected to, sorted by hostname.
+    pub entries: Vec<DnsRedirect>,
+    /// The keys written: CoreDNS's first (the Corefile, or the `coredns-custom` key), then the
+    /// node-local-dns Corefiles.
+    pub writes: Vec<DnsWrite>,
+}
+
+impl DnsChange {
+    /// The CoreDNS write (the first one).
+    pub fn coredns(&self) -> &DnsWrite {
+        &self.writes[0]
+    }
+
+    /// Whether any key changes.
+    pub fn changed(&self) -> bool {
+        self.writes.iter().any(|w| w.changed)
+    }
+}
+
+/// How a key's new value is made from its current one (recomputed by the controller on a
+/// fresh read, so a concurrent edit outside hairpin's blocks is kept).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteEdit {
+    /// The whole key is hairpin's (`coredns-custom`): set it, or remove it when `None`.
+    Key {
+        /// The value.
+        value: Option<String>,
+    },
+    /// Marked blocks in a Corefile: exactly these, in these server blocks
+    /// ([`crate::corefile::write_blocks`]).
+    Blocks {
+        /// One block per server block.
+        inserts: Vec<BlockInsert>,
+    },
+}
+
+/// One ConfigMap key hairpin writes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DnsWrite {
     /// The ConfigMap written.
     pub config_map: ObjectRef,
     /// The key written inside it.
     pub key: String,
-    /// The cluster domain read from the Corefile's `kubernetes` plugin.
-    pub cluster_domain: String,
-    /// Hostname -> the hairpin Service FQDN it is rewritten to, sorted by hostname.
-    pub entries: Vec<DnsRedirect>,
+    /// What hairpin writes there.
+    pub edit: WriteEdit,
     /// The key's current content (`None`: the key does not exist).
     pub current: Option<String>,
     /// The key's new content.
@@ -161,6 +202,13 @@ pub struct DnsChange {
     /// The full ConfigMap to write (current object with the key replaced; `resourceVersion`
     /// kept so the write is guarded), present only when `changed`.
     pub object: Option<ConfigMap>,
+}
+
+impl DnsWrite {
+    /// `namespace/name/key`, the write's identity for fight detection.
+    pub fn target(&self) -> String {
+        format!("{}/{}", self.config_map, self.key)
+    }
 }
 
 /// One DNS redirect: `hostname` (or `*.domain`) answers with the address of `target`.
@@ -241,6 +289,23 @@ impl HostsPlan {
             .collect();
         (entries, missing)
     }
+}
+
+/// A Service's ClusterIPs (`spec.clusterIPs`, else `spec.clusterIP`), empty while it has
+/// none (not created yet, or headless).
+pub fn cluster_ips(service: &Service) -> Vec<IpAddr> {
+    let Some(spec) = service.spec.as_ref() else {
+        return Vec::new();
+    };
+    let listed = spec.cluster_ips.iter().flatten();
+    let ips: Vec<IpAddr> = listed.filter_map(|ip| ip.parse().ok()).collect();
+    if !ips.is_empty() {
+        return ips;
+    }
+    spec.cluster_ip
+        .iter()
+        .filter_map(|ip| ip.parse().ok())
+        .collect()
 }
 
 impl Plan {

@@ -151,19 +151,42 @@ pub fn text(plan: &Plan) -> String {
         Some(d) => {
             let _ = writeln!(
                 out,
-                "  mode {}: ConfigMap {} key {} (cluster domain {}), {} hostname{}, {}",
+                "  mode {} (cluster domain {}), {} hostname{}",
                 d.mode.as_str(),
-                d.config_map,
-                d.key,
                 d.cluster_domain,
                 d.entries.len(),
                 plural(d.entries.len()),
-                if d.changed {
-                    "changes (see -o diff)"
-                } else {
-                    "unchanged"
-                }
             );
+            for w in &d.writes {
+                let what = match &w.edit {
+                    crate::plan::WriteEdit::Key { .. } => "the whole key".to_owned(),
+                    crate::plan::WriteEdit::Blocks { inserts } if inserts.is_empty() => {
+                        "no block".to_owned()
+                    }
+                    crate::plan::WriteEdit::Blocks { inserts } => inserts
+                        .iter()
+                        .map(|i| {
+                            let form = match i.form {
+                                crate::corefile::Form::Rewrite => "rewrite",
+                                crate::corefile::Form::Answer => "answers",
+                            };
+                            format!("block in {} ({form})", i.server)
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                };
+                let _ = writeln!(
+                    out,
+                    "  ConfigMap {} key {}: {what}; {}",
+                    w.config_map,
+                    w.key,
+                    if w.changed {
+                        "changes (see -o diff)"
+                    } else {
+                        "unchanged"
+                    }
+                );
+            }
         }
         None => {
             let _ = writeln!(out, "  not planned (see errors)");
@@ -232,13 +255,14 @@ fn indent_rest(s: &str, indent: &str) -> String {
 /// `--- a/<namespace>/<name>/<key>` headers. Empty when nothing changes.
 pub fn diff(plan: &Plan, snapshot: &ClusterSnapshot) -> String {
     let mut out = String::new();
-    if let Some(d) = plan.dns.as_ref().filter(|d| d.changed) {
+    let writes = plan.dns.iter().flat_map(|d| &d.writes);
+    for w in writes.filter(|w| w.changed) {
         push_diff(
             &mut out,
-            &d.config_map,
-            &d.key,
-            d.current.as_deref(),
-            Some(&d.desired),
+            &w.config_map,
+            &w.key,
+            w.current.as_deref(),
+            Some(&w.desired),
         );
     }
     let cm = &plan.routes_config_map;
@@ -278,14 +302,15 @@ fn push_diff(out: &mut String, cm: &ObjectRef, key: &str, old: Option<&str>, new
     );
 }
 
-/// The objects to write, as multi-document YAML: hairpin Services, the DNS ConfigMap (when it
-/// changes) and the routes ConfigMap. Orphaned hairpin Services are listed in a comment.
+/// The objects to write, as multi-document YAML: hairpin Services, the DNS ConfigMaps (those
+/// that change) and the routes ConfigMap. Orphaned hairpin Services are listed in a comment.
 pub fn yaml(plan: &Plan) -> Result<String, String> {
     let mut docs: Vec<String> = Vec::new();
     for lb in &plan.load_balancers {
         docs.push(to_yaml(&lb.service)?);
     }
-    if let Some(cm) = plan.dns.as_ref().and_then(|d| d.object.as_ref()) {
+    let writes = plan.dns.iter().flat_map(|d| &d.writes);
+    for cm in writes.filter_map(|w| w.object.as_ref()) {
         docs.push(to_yaml::<ConfigMap>(cm)?);
     }
     docs.push(to_yaml(&plan.routes_config_map)?);

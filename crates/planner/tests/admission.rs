@@ -104,7 +104,11 @@ fn tenant_fixture_rewrites_only_its_legitimate_hosts_and_reports_each_refusal() 
         "localhost",
         "kubernetes.default",
     ] {
-        let rules = dns.desired.lines().filter(|l| l.contains("rewrite"));
+        let rules = dns
+            .coredns()
+            .desired
+            .lines()
+            .filter(|l| l.contains("rewrite"));
         for rule in rules {
             assert!(!rule.contains(bad) || rule.contains("tenant-a"), "{rule}");
         }

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use hairpin_planner::load::load_yaml;
 use hairpin_planner::{
-    ClusterSnapshot, DnsMode, ObjectRef, PlannerConfig, ProxyHeader, SkipReason, desired, render,
+    ClusterSnapshot, DnsMode, ObjectRef, PlannerConfig, ProxyHeader, SkipReason, corefile, desired,
+    render,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -136,20 +137,25 @@ fn hairpin_services_routes_and_dns() {
 
     let dns = plan.dns.as_ref().unwrap();
     assert_eq!(dns.mode, DnsMode::Corefile);
-    assert_eq!(dns.config_map, ObjectRef::new("kube-system", "coredns"));
-    assert_eq!(dns.key, "Corefile");
-    assert!(dns.changed);
+    assert_eq!(
+        dns.coredns().config_map,
+        ObjectRef::new("kube-system", "coredns")
+    );
+    assert_eq!(dns.coredns().key, "Corefile");
+    assert!(dns.coredns().changed);
     assert!(
-        dns.desired
+        dns.coredns()
+            .desired
             .contains("shop.example.com hairpin-ingress-nginx.hairpin.svc.cluster.local"),
         "{}",
-        dns.desired
+        dns.coredns().desired
     );
     assert!(
-        dns.desired
+        dns.coredns()
+            .desired
             .contains("sso.example.org hairpin-edge-traefik.hairpin.svc.cluster.local")
     );
-    let cm = dns.object.as_ref().unwrap();
+    let cm = dns.coredns().object.as_ref().unwrap();
     assert_eq!(
         cm.metadata.resource_version.as_deref(),
         Some("100"),
@@ -297,13 +303,19 @@ fn yaml_output_parses_back_into_typed_objects() {
     assert_eq!(config_maps.len(), 2);
     assert_eq!(
         &config_maps[0],
-        plan.dns.as_ref().unwrap().object.as_ref().unwrap()
+        plan.dns
+            .as_ref()
+            .unwrap()
+            .coredns()
+            .object
+            .as_ref()
+            .unwrap()
     );
     assert_eq!(config_maps[1], plan.routes_config_map);
     // The Corefile that would be written survives the YAML round trip byte for byte.
     assert_eq!(
         config_maps[0].data.as_ref().unwrap()["Corefile"],
-        plan.dns.as_ref().unwrap().desired
+        plan.dns.as_ref().unwrap().coredns().desired
     );
 }
 
@@ -375,18 +387,21 @@ fn auto_mode_uses_coredns_custom_where_the_corefile_imports_it() {
     let dns = plan.dns.as_ref().unwrap();
     assert_eq!(dns.mode, DnsMode::Custom);
     assert_eq!(
-        dns.config_map,
+        dns.coredns().config_map,
         ObjectRef::new("kube-system", "coredns-custom")
     );
-    assert_eq!(dns.key, "hairpin.override");
-    assert_eq!(dns.current, None);
-    assert!(dns.desired.contains("shop.example.com"));
-    let cm = dns.object.as_ref().unwrap();
+    assert_eq!(dns.coredns().key, "hairpin.override");
+    assert_eq!(dns.coredns().current, None);
+    assert!(dns.coredns().desired.contains("shop.example.com"));
+    let cm = dns.coredns().object.as_ref().unwrap();
     assert_eq!(
         cm.metadata.resource_version, None,
         "coredns-custom did not exist"
     );
-    assert_eq!(cm.data.as_ref().unwrap()["hairpin.override"], dns.desired);
+    assert_eq!(
+        cm.data.as_ref().unwrap()["hairpin.override"],
+        dns.coredns().desired
+    );
 
     // An existing coredns-custom keeps its other keys and its resourceVersion.
     snapshot.config_maps.push(
@@ -398,7 +413,14 @@ fn auto_mode_uses_coredns_custom_where_the_corefile_imports_it() {
         .unwrap(),
     );
     let plan = desired(&snapshot, &PlannerConfig::default());
-    let cm = plan.dns.as_ref().unwrap().object.as_ref().unwrap();
+    let cm = plan
+        .dns
+        .as_ref()
+        .unwrap()
+        .coredns()
+        .object
+        .as_ref()
+        .unwrap();
     assert_eq!(cm.metadata.resource_version.as_deref(), Some("55"));
     assert_eq!(cm.data.as_ref().unwrap()["mine.override"], "log\n");
 
@@ -409,22 +431,38 @@ fn auto_mode_uses_coredns_custom_where_the_corefile_imports_it() {
     };
     let plan = desired(&snapshot, &config);
     assert_eq!(
-        plan.dns.as_ref().unwrap().config_map,
+        plan.dns.as_ref().unwrap().coredns().config_map,
         ObjectRef::new("kube-system", "coredns")
     );
 }
 
+fn node_local_dns_cm(name: &str, corefile: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": name, "namespace": "kube-system", "resourceVersion": "5" },
+        "data": { "Corefile": corefile }
+    }))
+    .unwrap()
+}
+
+/// `two_lbs` after a first apply: the hairpin Services exist, with ClusterIPs.
+fn applied(mut snapshot: ClusterSnapshot) -> ClusterSnapshot {
+    let first = desired(&snapshot, &PlannerConfig::default());
+    for (i, lb) in first.load_balancers.iter().enumerate() {
+        let mut svc = lb.service.clone();
+        svc.metadata.resource_version = Some("7".into());
+        svc.spec.as_mut().unwrap().cluster_ip = Some(format!("10.96.0.{}", 30 + i));
+        snapshot.services.push(svc);
+    }
+    snapshot
+}
+
 #[test]
-fn missing_reload_and_node_local_dns_are_warned_about() {
+fn missing_reload_is_warned_about_and_node_local_dns_waits_for_the_cluster_ips() {
     let mut snapshot = two_lbs();
     snapshot.config_maps = vec![
         coredns(&KUBEADM_COREFILE.replace("    reload\n", "")),
-        serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": { "name": "node-local-dns", "namespace": "kube-system" },
-            "data": { "Corefile": fixture("nodelocaldns.Corefile") }
-        }))
-        .unwrap(),
+        node_local_dns_cm("node-local-dns", &fixture("nodelocaldns.Corefile")),
     ];
     let plan = desired(&snapshot, &PlannerConfig::default());
     let warnings: Vec<String> = plan.warnings.iter().map(ToString::to_string).collect();
@@ -434,11 +472,70 @@ fn missing_reload_and_node_local_dns_are_warned_about() {
             .any(|w| w.contains("kube-system/coredns") && w.contains("reload")),
         "{warnings:#?}"
     );
+    // The hairpin Services do not exist yet: node-local-dns, which must answer the names
+    // with their ClusterIPs, gets nothing yet, and the plan says why.
     assert!(
         warnings
             .iter()
-            .any(|w| w.contains("kube-system/node-local-dns") && w.contains("bypassing")),
+            .any(|w| w.contains("kube-system/node-local-dns")
+                && w.contains("ClusterIP of their hairpin Service is not known yet")),
         "{warnings:#?}"
+    );
+    let dns = plan.dns.as_ref().unwrap();
+    assert_eq!(dns.writes.len(), 2);
+    assert!(!dns.writes[1].changed);
+}
+
+#[test]
+fn node_local_dns_answers_the_names_in_its_root_block_once_the_cluster_ips_are_known() {
+    let original = fixture("nodelocaldns.Corefile");
+    let mut snapshot = applied(two_lbs());
+    snapshot.config_maps = vec![
+        coredns(KUBEADM_COREFILE),
+        node_local_dns_cm("node-local-dns", &original),
+    ];
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let dns = plan.dns.as_ref().unwrap();
+    let nld = &dns.writes[1];
+    assert_eq!(
+        nld.config_map,
+        ObjectRef::new("kube-system", "node-local-dns")
+    );
+    assert!(nld.changed);
+    let hairpin_planner::WriteEdit::Blocks { inserts } = &nld.edit else {
+        panic!("{:?}", nld.edit)
+    };
+    assert_eq!(inserts.len(), 1);
+    assert_eq!(inserts[0].server.keys, ".:53");
+    assert_eq!(inserts[0].form, corefile::Form::Answer);
+    assert!(
+        nld.desired
+            .contains("answer \"{{ .Name }} 30 IN A 10.96.0.3")
+    );
+    assert_eq!(corefile::remove(&nld.desired).unwrap().text, original);
+    // The write is guarded by the resourceVersion read.
+    let cm = nld.object.as_ref().unwrap();
+    assert_eq!(cm.metadata.resource_version.as_deref(), Some("5"));
+    assert!(
+        !plan
+            .warnings
+            .iter()
+            .any(|w| w.subject.contains("node-local-dns"))
+    );
+
+    // Turned off: nothing written, the old warning with its fix instead.
+    let off = PlannerConfig {
+        node_local_dns: hairpin_planner::NodeLocalDns::Off,
+        ..PlannerConfig::default()
+    };
+    let plan = desired(&snapshot, &off);
+    assert_eq!(plan.dns.as_ref().unwrap().writes.len(), 1);
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|w| w.subject.contains("node-local-dns") && w.message.contains("bypassing")),
+        "{:#?}",
+        plan.warnings
     );
 }
 
@@ -466,6 +563,7 @@ fn custom_namespace_selector_and_port_base() {
         plan.dns
             .as_ref()
             .unwrap()
+            .coredns()
             .desired
             .contains("hairpin-edge-traefik.net.svc.cluster.local")
     );
@@ -545,6 +643,7 @@ fn listener_ports_running_out_are_reported_not_wrapped() {
             .dns
             .as_ref()
             .unwrap()
+            .coredns()
             .desired
             .contains("shop.example.com")
     );
@@ -677,10 +776,11 @@ fn plain_ports_of_a_mixed_load_balancer_are_served_without_a_header() {
         plan.dns
             .as_ref()
             .unwrap()
+            .coredns()
             .desired
             .contains("site.example.net hairpin-web-edge.hairpin.svc.cluster.local"),
         "{}",
-        plan.dns.as_ref().unwrap().desired
+        plan.dns.as_ref().unwrap().coredns().desired
     );
     assert!(plan.warnings.is_empty(), "{:#?}", plan.warnings);
 
@@ -858,8 +958,12 @@ fn a_load_balancer_with_only_plain_ports_gets_no_hairpin() {
         "[]\n"
     );
     let dns = plan.dns.as_ref().unwrap();
-    assert!(!dns.desired.contains("site.example.net"), "{}", dns.desired);
-    assert!(!dns.changed);
+    assert!(
+        !dns.coredns().desired.contains("site.example.net"),
+        "{}",
+        dns.coredns().desired
+    );
+    assert!(!dns.coredns().changed);
 }
 
 #[test]
@@ -879,6 +983,7 @@ fn a_load_balancer_whose_proxy_ports_get_no_listener_is_not_planned() {
             .dns
             .as_ref()
             .unwrap()
+            .coredns()
             .desired
             .contains("site.example.net")
     );
@@ -946,8 +1051,8 @@ fn udp_ports_of_a_hairpinned_load_balancer_are_warned_about_and_nothing_else_cha
     assert_eq!(after.routes, before.routes);
     assert_eq!(after.routes_config_map, before.routes_config_map);
     assert_eq!(
-        after.dns.as_ref().unwrap().desired,
-        before.dns.as_ref().unwrap().desired
+        after.dns.as_ref().unwrap().coredns().desired,
+        before.dns.as_ref().unwrap().coredns().desired
     );
     assert_eq!(after.not_needed, before.not_needed);
     assert_eq!(after.errors, before.errors);

@@ -19,10 +19,13 @@ fn twenty_thousand_hostnames_stay_below_one_mebibyte() {
     let dns = plan.dns.as_ref().unwrap();
     assert_eq!(dns.entries.len(), 20_000);
     assert!(
-        dns.desired.len() < 1024 * 1024,
+        dns.coredns().desired.len() < 1024 * 1024,
         "Corefile is {} bytes",
-        dns.desired.len()
+        dns.coredns().desired.len()
     );
     // Every hostname is in the Corefile, exactly or through a pattern.
-    assert!(dns.desired.contains("app-9999"), "last hostname missing");
+    assert!(
+        dns.coredns().desired.contains("app-9999"),
+        "last hostname missing"
+    );
 }

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use hairpin_planner::admission::{AdmissionConfig, NamespacePolicy, parse_host_list};
 use hairpin_planner::name::Host;
-use hairpin_planner::{ClusterSnapshot, DnsMode, PlannerConfig, desired, load, render};
+use hairpin_planner::{
+    ClusterSnapshot, DnsMode, NodeLocalDns, PlannerConfig, desired, load, render,
+};
 
 /// Planner settings, shared by every command that computes a plan.
 #[derive(Debug, Clone, clap::Args)]
@@ -58,14 +60,27 @@ pub(crate) struct PlannerArgs {
         default_value = "hairpin.override"
     )]
     pub(crate) coredns_custom_key: String,
-    /// Names of node-local-dns ConfigMaps (checked for bypassed hostnames).
+    /// Names of node-local-dns ConfigMaps (`node-local-dns` from the Kubernetes addon and RKE,
+    /// `nodelocaldns` from kubespray); each one found gets hairpin's answers in its root
+    /// server block.
     #[arg(
         long = "node-local-dns-configmap",
         env = "HAIRPIN_NODE_LOCAL_DNS_CONFIGMAPS",
         value_delimiter = ',',
-        default_value = "node-local-dns"
+        default_value = "node-local-dns,nodelocaldns"
     )]
     pub(crate) node_local_dns_config_maps: Vec<String>,
+    /// Namespace of the node-local-dns ConfigMaps.
+    #[arg(
+        long,
+        env = "HAIRPIN_NODE_LOCAL_DNS_NAMESPACE",
+        default_value = "kube-system"
+    )]
+    pub(crate) node_local_dns_namespace: String,
+    /// `auto`: write hairpin's answers into node-local-dns's Corefile when it exists; `off`:
+    /// leave it alone and warn about the hostnames it answers from upstream.
+    #[arg(long, env = "HAIRPIN_NODE_LOCAL_DNS", default_value = "auto")]
+    pub(crate) node_local_dns: NodeLocalDns,
     /// How DNS is changed: `auto` (coredns-custom where the Corefile imports it, else the
     /// Corefile), `corefile` or `custom`.
     #[arg(long, env = "HAIRPIN_DNS_MODE", default_value = "auto")]
@@ -122,6 +137,8 @@ impl PlannerArgs {
             coredns_custom_config_map: self.coredns_custom_config_map.clone(),
             coredns_custom_key: self.coredns_custom_key.clone(),
             node_local_dns_config_maps: self.node_local_dns_config_maps.clone(),
+            node_local_dns_namespace: self.node_local_dns_namespace.clone(),
+            node_local_dns: self.node_local_dns,
             dns_mode: self.dns_mode,
             listener_port_base: self.listener_port_base,
             annotation_prefix: self.annotation_prefix.clone(),
