@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 
 use super::parse;
+use super::placement::in_zone;
 use super::{CorefileError, HostPattern};
 
 /// Placeholders node-cache replaces at runtime with the kube-dns Service address.
@@ -109,10 +110,6 @@ pub fn analyze_node_local_dns(
         servers,
         cluster_dns_zones,
     })
-}
-
-fn in_zone(name: &str, zone: &str) -> bool {
-    zone == "." || name == zone || name.strip_suffix(zone).is_some_and(|h| h.ends_with('.'))
 }
 
 /// The hostnames that node-local-dns resolves upstream, bypassing cluster CoreDNS.
