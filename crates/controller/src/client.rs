@@ -49,8 +49,17 @@ impl ClientArgs {
                 .await
                 .map_err(|err| Error::Config(err.to_string()))?,
         };
+        let _ = API_SERVER.set(config.cluster_url.to_string());
         kube::Client::try_from(config).map_err(|err| Error::Config(err.to_string()))
     }
+}
+
+/// The API server of the client this process built, for log lines about failing requests.
+static API_SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The API server URL, or `the API server` when the client came from elsewhere (tests).
+pub(crate) fn api_server() -> &'static str {
+    API_SERVER.get().map_or("the API server", String::as_str)
 }
 
 /// One message per kubeconfig problem: the path once, in our words, and the cause once (kube's

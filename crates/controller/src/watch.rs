@@ -118,7 +118,11 @@ impl Caches {
         metrics: Metrics,
         stop: impl Future<Output = ()> + Send + Clone + 'static,
     ) -> Self {
-        let ctx = Ctx { changed, metrics };
+        let ctx = Ctx {
+            changed,
+            metrics,
+            failing: Arc::default(),
+        };
         let mut config_maps = Vec::new();
         let mut names: Vec<(String, String)> = config
             .coredns_config_maps
@@ -304,6 +308,50 @@ impl std::fmt::Debug for Caches {
 struct Ctx {
     changed: Arc<Notify>,
     metrics: Metrics,
+    /// Failures by error label since the last success, shared by every watch: a condition
+    /// (the API server unreachable, a permission missing) is logged once, not once per watch
+    /// and retry.
+    failing: Arc<std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>>,
+}
+
+impl Ctx {
+    fn failed(&self, label: &'static str, kind: &'static str, err: &dyn std::fmt::Display) {
+        self.metrics.count_error(label);
+        let mut failing = self
+            .failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = failing.entry(label).or_insert(0);
+        *count += 1;
+        if *count == 1 {
+            tracing::warn!(
+                server = crate::client::api_server(),
+                condition = label,
+                kind,
+                error = %err,
+                backoff = "0.8s doubling to 30s, per watch",
+                "Kubernetes API requests failing; every watch retries with backoff (logged again when they recover)"
+            );
+        } else {
+            tracing::debug!(condition = label, kind, error = %err, "watch failed again");
+        }
+    }
+
+    fn succeeded(&self) {
+        let mut failing = self
+            .failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !failing.is_empty() {
+            let failures: u64 = failing.values().sum();
+            tracing::info!(
+                server = crate::client::api_server(),
+                failures,
+                "Kubernetes API requests succeed again"
+            );
+            failing.clear();
+        }
+    }
 }
 
 /// Drops what the planner never reads, to keep the caches small (10,000 Ingresses).
@@ -375,15 +423,13 @@ async fn feed<K>(
         .for_each(|event| {
             match event {
                 Ok(watcher::Event::InitDone) => {
+                    ctx.succeeded();
                     tx.send_replace(SyncState::Synced);
                     ctx.changed.notify_one();
                 }
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
                 Ok(_) => ctx.changed.notify_one(),
-                Err(err) => {
-                    ctx.metrics.count_error(error_label(&err));
-                    tracing::warn!(kind, error = %err, "watch failed; retrying with backoff");
-                }
+                Err(err) => ctx.failed(error_label(&err), kind, &err),
             }
             futures::future::ready(())
         })
@@ -534,8 +580,7 @@ where
                         tokio::time::sleep(GATEWAY_API_REPROBE).await;
                     }
                     Some(err) => {
-                        ctx.metrics.count_error(kube_error_label(&err));
-                        tracing::warn!(kind, error = %err, "probing an optional API failed; retrying");
+                        ctx.failed(kube_error_label(&err), kind, &err);
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_secs(60));
                     }

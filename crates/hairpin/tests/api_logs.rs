@@ -1,0 +1,70 @@
+//! Against an unreachable API server, the controller says so once, with the server's URL and
+//! the backoff, instead of a line per watch and retry (kube-client's own ERROR line for each
+//! failed request included): the server is a loopback port nothing listens on.
+
+use std::io::Read as _;
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn an_unreachable_api_server_is_one_warning_with_its_url_and_backoff() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:{port}\", insecure-skip-tls-verify: true}}\nusers:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
+        cmd.env_remove(k);
+    }
+    let mut child = cmd
+        .args([
+            "controller",
+            "--leader-election=false",
+            "--admin-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Long enough for every watch to retry several times (the first backoff is 0.8 s).
+    std::thread::sleep(Duration::from_secs(5));
+    child.kill().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    child.wait().unwrap();
+
+    let loud: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("WARN") || line.contains("ERROR"))
+        .collect();
+    assert_eq!(loud.len(), 1, "one warning for one condition:\n{stderr}");
+    let warning = loud[0];
+    assert!(
+        warning.contains(&format!("https://127.0.0.1:{port}")),
+        "{warning}"
+    );
+    assert!(warning.contains("backoff"), "{warning}");
+    assert!(
+        !stderr.contains("failed with error"),
+        "kube-client's own lines are folded:\n{stderr}"
+    );
+}
