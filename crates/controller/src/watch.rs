@@ -196,6 +196,7 @@ impl Caches {
                 &Ctx {
                     changed: Arc::new(Notify::new()),
                     metrics: ctx.metrics.clone(),
+                    failing: ctx.failing.clone(),
                 },
                 stop.clone(),
             ),
