@@ -113,8 +113,19 @@ pub async fn run(
         () = caches.wait_synced() => {}
         () = stop.clone() => return finish(lease_task).await,
     }
+    // A shutdown ends the cache tasks, which also ends `wait_synced`.
+    if !caches.is_synced() {
+        return finish(lease_task).await;
+    }
     ready.set(true);
     tracing::info!(ingresses = caches.ingress_count(), "caches synced");
+    let absent = caches.absent_kinds();
+    if !absent.is_empty() {
+        tracing::info!(
+            kinds = ?absent,
+            "kinds not installed (no CRD); skipped (checked again every minute)"
+        );
+    }
 
     let events = Events::new(client.clone(), &config.identity, metrics.clone());
     let mut state = Reconciler {

@@ -220,7 +220,8 @@ impl Caches {
             && self.hairpins.is_synced()
     }
 
-    /// Resolves once every cache has synced.
+    /// Resolves once every cache has synced, or once their tasks ended (shutdown; see
+    /// `is_synced`).
     pub async fn wait_synced(&self) {
         self.services.wait_synced().await;
         self.ingresses.wait_synced().await;
@@ -237,6 +238,23 @@ impl Caches {
         }
         self.endpoint_slices.wait_synced().await;
         self.hairpins.wait_synced().await;
+    }
+
+    /// The Gateway API kinds whose CRD was not installed when the caches synced (an absent
+    /// Hairpin CRD is said by the status writer, with what to install).
+    pub fn absent_kinds(&self) -> Vec<&'static str> {
+        let absent = |served: &Arc<std::sync::atomic::AtomicBool>| {
+            !served.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        [
+            ("Gateway", absent(&self.gateways.served)),
+            ("HTTPRoute", absent(&self.http_routes.served)),
+            ("GRPCRoute", absent(&self.grpc_routes.served)),
+            ("TLSRoute", absent(&self.tls_routes.served)),
+        ]
+        .into_iter()
+        .filter_map(|(kind, absent)| absent.then_some(kind))
+        .collect()
     }
 
     /// The cached Hairpin objects; `None` while their CRD is not installed.
@@ -571,7 +589,9 @@ where
                 match failed {
                     None => {
                         if *tx.borrow() == SyncState::Pending {
-                            tracing::info!(
+                            // One line for all absent kinds comes from `absent_kinds` once
+                            // the caches synced (Gateway API absent is one condition).
+                            tracing::debug!(
                                 kind,
                                 "kind not installed (no CRD); skipping it (checked again every minute)"
                             );
