@@ -13,10 +13,10 @@ use gateway_api::httproutes::HttpRoute;
 use gateway_api::tlsroutes::TlsRoute;
 use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
+use hairpin_runtime::kubeconfig::ConfigError;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ListParams, ObjectList, PartialObjectMeta};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 
@@ -39,14 +39,11 @@ pub struct ClusterOptions {
 /// Why the cluster could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    /// The kubeconfig named on the command line cannot be used: an access error.
-    #[error("cannot use kubeconfig {path}: {reason}")]
-    Kubeconfig {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
+    /// The kubeconfig named on the command line cannot be used: an access error (worded as
+    /// for every command, by [`hairpin_runtime::kubeconfig`], and introduced as the other
+    /// commands introduce it).
+    #[error("cannot configure the Kubernetes client: {0}")]
+    Kubeconfig(String),
     /// No configuration found at all, or the API did not answer: the checks are skipped.
     #[error("{0}")]
     Unavailable(String),
@@ -71,36 +68,18 @@ pub struct ClusterRead {
 /// [`ClusterError::Kubeconfig`] for an unusable `--kubeconfig`, [`ClusterError::Unavailable`]
 /// when there is no configuration at all.
 pub async fn client(options: &ClusterOptions) -> Result<Client, ClusterError> {
-    let kube_options = KubeConfigOptions {
-        context: options.context.clone(),
-        ..KubeConfigOptions::default()
-    };
-    let mut config = match &options.kubeconfig {
-        Some(path) => {
-            let kubeconfig_error = |reason: String| ClusterError::Kubeconfig {
-                path: path.clone(),
-                reason,
-            };
-            let kubeconfig =
-                Kubeconfig::read_from(path).map_err(|err| kubeconfig_error(err.to_string()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube_options)
-                .await
-                .map_err(|err| kubeconfig_error(err.to_string()))?
-        }
-        None if options.context.is_some() => kube::Config::from_kubeconfig(&kube_options)
-            .await
-            .map_err(|err| ClusterError::Kubeconfig {
-                path: "the default kubeconfig".into(),
-                reason: err.to_string(),
-            })?,
-        None => kube::Config::infer().await.map_err(|err| {
+    let mut config = hairpin_runtime::kubeconfig::load(
+        options.kubeconfig.as_deref(),
+        options.context.as_deref(),
+    )
+    .await
+    .map_err(|err| match err {
+        ConfigError::Kubeconfig(message) => ClusterError::Kubeconfig(message),
+        ConfigError::NotFound(_) => {
             tracing::debug!(error = %err, "no Kubernetes configuration");
-            ClusterError::Unavailable(
-                "no Kubernetes configuration found (set KUBECONFIG or --kubeconfig, or run in a pod)"
-                    .into(),
-            )
-        })?,
-    };
+            ClusterError::Unavailable(err.to_string())
+        }
+    })?;
     config.connect_timeout = Some(options.timeout);
     config.read_timeout = Some(options.timeout);
     config.write_timeout = Some(options.timeout);

@@ -170,7 +170,7 @@ pub async fn run(
                 Ok((read, plan, cluster_options))
             }
             Err(cluster::ClusterError::Unavailable(reason)) => Err(reason),
-            Err(err @ cluster::ClusterError::Kubeconfig { .. }) => return Err(err.to_string()),
+            Err(err @ cluster::ClusterError::Kubeconfig(_)) => return Err(err.to_string()),
         },
     };
     let hosts = if hosts.is_empty() {

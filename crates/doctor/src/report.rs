@@ -49,6 +49,12 @@ impl Report {
             .unwrap_or_else(|err| format!("{{\"error\": \"cannot serialise the report: {err}\"}}"))
     }
 
+    /// The same document as [`Report::to_json`], in YAML (`-o yaml`, for kubectl users).
+    pub fn to_yaml(&self) -> String {
+        serde_saphyr::to_string(self)
+            .unwrap_or_else(|err| format!("error: \"cannot serialise the report: {err}\"\n"))
+    }
+
     /// Text for people.
     pub fn to_text(&self) -> String {
         let mut out = String::new();

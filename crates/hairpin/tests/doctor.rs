@@ -68,6 +68,25 @@ fn doctor_tells_the_hairpin_signature_from_a_healthy_server() {
     assert_eq!(host["network"]["probes"]["proxy_v2"]["outcome"], "answered");
     assert_eq!(host["cluster"]["state"], "not_checked");
 
+    // YAML, as kubectl users expect: the same document.
+    let out = hairpin(&[
+        "doctor",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--no-cluster",
+        "-o",
+        "yaml",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let yaml: serde_json::Value =
+        serde_saphyr::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let host = &yaml["hosts"][0];
+    assert_eq!(host["verdict"]["status"], "BROKEN");
+    assert_eq!(host["network"]["probes"]["plain"]["outcome"], "empty_reply");
+    assert_eq!(host["network"]["probes"]["proxy_v1"]["outcome"], "answered");
+    assert_eq!(host["cluster"]["state"], "not_checked");
+
     // A server that takes plain requests -> OK, exit 0; several hosts, one broken -> exit 1.
     let plain_port = plain.port().to_string();
     let out = hairpin(&["doctor", "localhost", "--port", &plain_port, "--no-cluster"]);

@@ -271,38 +271,92 @@ fn kubeconfig_commands(kubeconfig: &str) -> Vec<Vec<&str>> {
     ]
 }
 
+/// Every command that talks to the API, with the exit status it gives for an unusable
+/// kubeconfig: 1, or 2 for the doctor (an access error is a usage error there).
+fn every_kubeconfig_command(kubeconfig: &str) -> Vec<(Vec<&str>, i32)> {
+    let mut commands: Vec<_> = kubeconfig_commands(kubeconfig)
+        .into_iter()
+        .map(|args| (args, 1))
+        .collect();
+    commands.push((
+        vec!["doctor", "--kubeconfig", kubeconfig, "shop.example.com"],
+        2,
+    ));
+    commands
+}
+
 #[test]
 fn a_kubeconfig_that_cannot_be_read_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig").display().to_string();
-    for args in kubeconfig_commands(&kubeconfig) {
-        let message = check(&args, 1, &[&kubeconfig]);
-        // Named once, in our words (kube's own text names it again, debug-quoted).
+    for (args, code) in every_kubeconfig_command(&kubeconfig) {
+        let message = check(&args, code, &[&kubeconfig]);
+        // Named once, in our words (kube's own text names it again, debug-quoted), and in the
+        // same words by every command.
         assert_eq!(message.matches(&kubeconfig).count(), 1, "{message}");
-        assert!(message.contains("cannot read kubeconfig"), "{message}");
+        assert!(
+            message.starts_with(&format!("error: cannot configure the Kubernetes client: cannot read kubeconfig {kubeconfig}: ")),
+            "{message}"
+        );
         assert_eq!(
             message.matches("No such file or directory").count(),
             1,
             "{message}"
         );
     }
-    // doctor checks the flag itself; a usage or access error is exit status 2.
-    check(
-        &["doctor", "--kubeconfig", &kubeconfig, "shop.example.com"],
-        2,
-        &["--kubeconfig", &kubeconfig],
-    );
 }
 
 #[test]
 fn a_kubeconfig_that_is_not_yaml_is_named_once_with_the_parser_message_once() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = write(dir.path(), "kubeconfig", "apiVersion: v1\nclusters: [\n");
-    for args in kubeconfig_commands(&kubeconfig) {
-        let message = check(&args, 1, &[&kubeconfig, "line 2"]);
+    for (args, code) in every_kubeconfig_command(&kubeconfig) {
+        let message = check(&args, code, &[&kubeconfig, "line 2"]);
+        assert!(
+            message.starts_with(&format!(
+                "error: cannot configure the Kubernetes client: cannot parse kubeconfig {kubeconfig} as YAML"
+            )),
+            "{message}"
+        );
         assert_eq!(message.matches(&kubeconfig).count(), 1, "{message}");
         assert_eq!(message.matches("unclosed bracket").count(), 1, "{message}");
     }
+}
+
+#[test]
+fn an_unknown_context_is_named_with_its_kubeconfig_by_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = write(
+        dir.path(),
+        "kubeconfig",
+        "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",
+    );
+    for (mut args, code) in every_kubeconfig_command(&kubeconfig) {
+        args.extend(["--context", "no-such-context"]);
+        let message = check(&args, code, &[&kubeconfig, "no-such-context"]);
+        assert!(
+            message.starts_with(&format!("error: cannot configure the Kubernetes client: cannot use kubeconfig {kubeconfig}: ")),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn doctor_still_reads_the_deprecated_hairpin_kubeconfig_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("old").display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+        .args(["doctor", "shop.example.com"])
+        .env("HAIRPIN_KUBECONFIG", &kubeconfig)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot read kubeconfig {kubeconfig}: ")),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -21,6 +21,8 @@ pub(crate) enum Output {
     Text,
     /// For scripts.
     Json,
+    /// The JSON document, in YAML.
+    Yaml,
 }
 
 /// Checks how each HOST resolves here, whether its server answers a plain request and one that
@@ -38,9 +40,12 @@ pub(crate) struct Args {
     #[arg(long, short = 'p', env = "HAIRPIN_DOCTOR_PORT", default_value_t = 80)]
     pub(crate) port: u16,
 
-    /// Kubeconfig to read the cluster with (default: $KUBECONFIG, ~/.kube/config, or the pod's
-    /// service account).
-    #[arg(long, env = "HAIRPIN_KUBECONFIG", value_name = "PATH")]
+    /// Path to a kubeconfig file. Default: `$KUBECONFIG` (a list of files, as for kubectl),
+    /// `~/.kube/config`, then the in-cluster service account.
+    // `$KUBECONFIG` is read by kube's loader, as for every command (see `ClientArgs`);
+    // HAIRPIN_KUBECONFIG is this flag's old variable, deprecated, kept because it costs
+    // nothing.
+    #[arg(long, env = "HAIRPIN_KUBECONFIG", hide_env = true, value_name = "PATH")]
     pub(crate) kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig context to use (default: its current context).
@@ -86,14 +91,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.timeout
         ));
     }
-    if let Some(path) = &args.kubeconfig
-        && let Err(err) = std::fs::metadata(path)
-    {
-        return usage_error(format_args!(
-            "cannot read --kubeconfig {}: {err}",
-            path.display()
-        ));
-    }
     let step = args.timeout;
     let options = Options {
         port: args.port,
@@ -126,6 +123,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.output {
         Output::Text => print!("{}", report.to_text()),
         Output::Json => println!("{}", report.to_json()),
+        Output::Yaml => print!("{}", report.to_yaml()),
     }
     Ok(ExitCode::from(report.exit_code()))
 }

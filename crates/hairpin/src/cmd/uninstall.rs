@@ -3,7 +3,6 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use hairpin_controller::client::ClientArgs;
 use hairpin_runtime::LogArgs;
 
@@ -32,11 +31,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let client = args
-            .client
-            .client()
-            .await
-            .context("connecting to the cluster")?;
+        // The error says what it is about, in the words every command uses.
+        let client = args.client.client().await?;
         let report = hairpin_controller::uninstall(&client, &planner, &args.lease_name).await;
         let ns = &planner.namespace;
         for hairpin in &report.hairpins_deleted {
