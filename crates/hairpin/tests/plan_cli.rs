@@ -491,3 +491,28 @@ fn corefile_without_kubernetes_block_exits_non_zero_and_writes_no_dns() {
         stderr(&out)
     );
 }
+
+/// `hairpin plan -f <fixture>` prints exactly the golden plan of each fixture under
+/// `crates/planner/tests/fixtures/plans/` (providers, hostname sources, cluster shapes).
+#[test]
+fn plan_of_each_fixture_is_its_golden() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../planner/tests");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(format!("{root}/fixtures/plans")).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".yaml"))
+        else {
+            continue;
+        };
+        let out = hairpin(&["plan", "-f", path.to_str().unwrap()], None);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+        let golden =
+            std::fs::read_to_string(format!("{root}/golden/plans/{name}.plan.txt")).unwrap();
+        assert_eq!(stdout(&out), golden, "{name}");
+        checked += 1;
+    }
+    assert!(checked > 0);
+}

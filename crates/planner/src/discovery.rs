@@ -6,7 +6,9 @@ use k8s_openapi::api::core::v1::Service;
 use serde::Serialize;
 
 use crate::config::PlannerConfig;
-use crate::providers::{ProxyVersion, proxy_protocol_of};
+use crate::providers::{
+    ProxyVersion, huawei_pass_through, provider_without_proxy, proxy_protocol_of,
+};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::warning::Warning;
 
@@ -67,6 +69,12 @@ pub enum SkipReason {
     NoAddressYet,
     /// Our `proxy-protocol: off` annotation.
     DisabledByAnnotation,
+    /// The provider's load balancer has no PROXY protocol at all; the text says which and
+    /// why ([`crate::providers::PROVIDERS_WITHOUT_PROXY`]).
+    ProviderSendsNoProxy(&'static str),
+    /// Huawei Cloud / Open Telekom Cloud `kubernetes.io/elb.pass-through: "true"`: CCE sends
+    /// in-cluster traffic for the ELB's address through the ELB, the provider's own fix.
+    PassThrough,
 }
 
 impl SkipReason {
@@ -80,6 +88,10 @@ impl SkipReason {
             SkipReason::HostnameOnlyStatus => "status holds only hostnames (no short-circuit)",
             SkipReason::NoAddressYet => "no address in status yet",
             SkipReason::DisabledByAnnotation => "disabled by annotation",
+            SkipReason::ProviderSendsNoProxy(why) => why,
+            SkipReason::PassThrough => {
+                "kubernetes.io/elb.pass-through is true (in-cluster traffic already goes through the ELB)"
+            }
         }
     }
 }
@@ -139,6 +151,10 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
             out.not_needed.push(skip(SkipReason::DisabledByAnnotation));
             continue;
         }
+        if huawei_pass_through(svc) {
+            out.not_needed.push(skip(SkipReason::PassThrough));
+            continue;
+        }
         let ports: Vec<LbPort> = spec
             .ports
             .iter()
@@ -153,7 +169,11 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
             })
             .collect();
         if ports.iter().all(|p| p.proxy_protocol.is_none()) {
-            out.not_needed.push(skip(SkipReason::NoProxyProtocol));
+            let reason = provider_without_proxy(svc).map_or(
+                SkipReason::NoProxyProtocol,
+                SkipReason::ProviderSendsNoProxy,
+            );
+            out.not_needed.push(skip(reason));
             continue;
         }
         let entries = svc

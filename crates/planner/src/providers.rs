@@ -66,6 +66,9 @@ pub enum ValueFormat {
     /// AWS target group attributes, `key=value` pairs separated by commas;
     /// `proxy_protocol_v2.enabled=true` means v2.
     AwsTargetGroupAttributes,
+    /// A boolean; when true, PROXY is on with this version for the Service ports listed in the
+    /// ports-filter annotation named here (comma-separated; absent or empty = every port).
+    BoolPortsFilter(ProxyVersion, &'static str),
     /// AWS `aws-load-balancer-proxy-protocol`: only `*` is valid. Classic ELBs (the in-tree
     /// cloud provider) send v1; NLBs of the AWS Load Balancer Controller send v2.
     AwsProxyProtocol,
@@ -228,7 +231,102 @@ pub const PROVIDER_ANNOTATIONS: &[ProviderAnnotation] = &[
         ]),
         docs: "https://www.civo.com/docs/kubernetes/load-balancers#proxy-protocol",
     },
+    // cloudscale.ch: the pool protocol of every pool (all ports) of the Service: `tcp`
+    // (default), `proxy` (PROXY v1) or `proxyv2`.
+    // https://github.com/cloudscale-ch/cloudscale-cloud-controller-manager/blob/main/pkg/cloudscale_ccm/loadbalancer.go
+    ProviderAnnotation {
+        provider: "cloudscale",
+        key: "k8s.cloudscale.ch/loadbalancer-pool-protocol",
+        format: ValueFormat::Words(&[
+            ("tcp", None),
+            ("proxy", Some(ProxyVersion::V1)),
+            ("proxyv2", Some(ProxyVersion::V2)),
+        ]),
+        docs: "https://github.com/cloudscale-ch/cloudscale-cloud-controller-manager/blob/main/pkg/cloudscale_ccm/loadbalancer.go",
+    },
+    // STACKIT: boolean (default false), PROXY on the TCP ports, limited by the ports filter.
+    // The docs state no version; yawol's envoy config (which the STACKIT load balancer
+    // inherits) sets `ProxyProtocolConfig{Version: 2}`: v2.
+    // https://github.com/stackitcloud/cloud-provider-stackit/blob/main/docs/load-balancer.md
+    ProviderAnnotation {
+        provider: "STACKIT",
+        key: "lb.stackit.cloud/tcp-proxy-protocol",
+        format: ValueFormat::BoolPortsFilter(
+            ProxyVersion::V2,
+            "lb.stackit.cloud/tcp-proxy-protocol-ports-filter",
+        ),
+        docs: "https://github.com/stackitcloud/cloud-provider-stackit/blob/main/docs/load-balancer.md",
+    },
+    // STACKIT, the legacy yawol annotations the STACKIT controller still honours (deprecated).
+    // https://github.com/stackitcloud/cloud-provider-stackit/blob/main/docs/load-balancer.md
+    ProviderAnnotation {
+        provider: "STACKIT (yawol, legacy)",
+        key: "yawol.stackit.cloud/tcpProxyProtocol",
+        format: ValueFormat::BoolPortsFilter(
+            ProxyVersion::V2,
+            "yawol.stackit.cloud/tcpProxyProtocolPortsFilter",
+        ),
+        docs: "https://github.com/stackitcloud/cloud-provider-stackit/blob/main/docs/load-balancer.md",
+    },
+    // Alibaba Cloud NLB (`loadBalancerClass: alibabacloud.com/nlb`, CCM >= 2.5.0): `on`
+    // sends PROXY v2.
+    // https://www.alibabacloud.com/help/en/ack/ack-managed-and-ack-dedicated/user-guide/configure-nlb-instances-by-using-annotations
+    ProviderAnnotation {
+        provider: "Alibaba Cloud NLB",
+        key: "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-proxy-protocol",
+        format: ValueFormat::Words(ALIBABA_WORDS),
+        docs: "https://www.alibabacloud.com/help/en/ack/ack-managed-and-ack-dedicated/user-guide/configure-nlb-instances-by-using-annotations",
+    },
+    // Alibaba Cloud, the legacy `alicloud` prefix the CCM still accepts.
+    // https://www.alibabacloud.com/help/en/container-service-for-kubernetes/latest/use-annotations-to-configure-load-balancing-1
+    ProviderAnnotation {
+        provider: "Alibaba Cloud NLB (alicloud prefix)",
+        key: "service.beta.kubernetes.io/alicloud-loadbalancer-proxy-protocol",
+        format: ValueFormat::Words(ALIBABA_WORDS),
+        docs: "https://www.alibabacloud.com/help/en/container-service-for-kubernetes/latest/use-annotations-to-configure-load-balancing-1",
+    },
 ];
+
+const ALIBABA_WORDS: &[(&str, Option<ProxyVersion>)] =
+    &[("on", Some(ProxyVersion::V2)), ("off", None)];
+
+/// Annotations of load balancers that never send the PROXY protocol, and why (shown as the
+/// reason they need no hairpin). Our own annotation still forces one, for a PROXY added by
+/// something the provider does not know about.
+///
+/// Exoscale: the NLB has no PROXY protocol setting at all (its annotations are zone, id, name,
+/// description, external and the per-service ones) and passes connections through unchanged.
+/// <https://github.com/exoscale/exoscale-cloud-controller-manager/blob/master/docs/service-loadbalancer.md>
+pub const PROVIDERS_WITHOUT_PROXY: &[(&str, &str)] = &[(
+    "service.beta.kubernetes.io/exoscale-loadbalancer-",
+    "Exoscale NLB: no PROXY protocol (connections are passed through unchanged)",
+)];
+
+/// Huawei Cloud CCE / Open Telekom Cloud CCE: `"true"` makes in-cluster access to the ELB's
+/// address go through the ELB, which fixes what hairpin fixes (like `ipMode: Proxy`). These
+/// ELBs pass the client IP by "transparent client IP", not PROXY, so PROXY comes only from our
+/// own annotation (configured by hand on the ELB).
+/// <https://support.huaweicloud.com/intl/en-us/usermanual-cce/cce_10_0385.html>
+pub const HUAWEI_PASS_THROUGH: &str = "kubernetes.io/elb.pass-through";
+
+/// Why a Service's provider sends no PROXY protocol, from [`PROVIDERS_WITHOUT_PROXY`].
+pub fn provider_without_proxy(svc: &Service) -> Option<&'static str> {
+    let annotations = svc.metadata.annotations.as_ref()?;
+    PROVIDERS_WITHOUT_PROXY
+        .iter()
+        .find(|(prefix, _)| annotations.keys().any(|k| k.starts_with(prefix)))
+        .map(|(_, why)| *why)
+}
+
+/// Whether Huawei/OTC's `kubernetes.io/elb.pass-through` is on (Go `strconv.ParseBool`).
+pub fn huawei_pass_through(svc: &Service) -> bool {
+    svc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(HUAWEI_PASS_THROUGH))
+        .and_then(|v| parse_bool(v))
+        .unwrap_or(false)
+}
 
 const LINODE_WORDS: &[(&str, Option<ProxyVersion>)] = &[
     ("none", None),
@@ -315,10 +413,28 @@ pub fn proxy_protocol_of(svc: &Service, own_key: &str) -> (ProxyProtocol, Vec<Un
         let Some(value) = annotations.get(entry.key) else {
             continue;
         };
+        // A filter that does not parse leaves the ports unknown: the annotation is ignored,
+        // and the warning names the filter, not the boolean.
+        if let ValueFormat::BoolPortsFilter(_, filter_key) = entry.format
+            && let Some(filter) = annotations.get(filter_key)
+            && port_list(filter).is_none()
+        {
+            unknown.push(UnknownValue {
+                key: filter_key.to_owned(),
+                value: filter.clone(),
+                expected: PORT_LIST.into(),
+            });
+            continue;
+        }
         match parse_value(entry.format, value, svc) {
             Ok(setting) => {
                 if apply_setting(&mut decided, &service_ports, &setting, false) {
                     result.sources.push(format!("{}={value}", entry.key));
+                    if let ValueFormat::BoolPortsFilter(_, filter_key) = entry.format
+                        && let Some(filter) = annotations.get(filter_key)
+                    {
+                        result.sources.push(format!("{filter_key}={filter}"));
+                    }
                 }
             }
             Err(expected) => unknown.push(UnknownValue {
@@ -449,6 +565,22 @@ pub fn parse_value(
             }
             Ok(ProxySetting::Ports(ports))
         }
+        ValueFormat::BoolPortsFilter(v, filter_key) => {
+            let on = parse_bool(value).ok_or_else(|| "true or false".to_owned())?;
+            let filter = svc
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(filter_key));
+            match (on, filter.map(|f| port_list(f))) {
+                (false, _) => Ok(ProxySetting::Off),
+                (true, None | Some(Some(None))) => Ok(ProxySetting::All(v)),
+                (true, Some(Some(Some(ports)))) => Ok(ProxySetting::Ports(
+                    ports.into_iter().map(|p| (p, v)).collect(),
+                )),
+                (true, Some(None)) => Err(format!("true or false, with {filter_key} {PORT_LIST}")),
+            }
+        }
         ValueFormat::FeatureList(feature, v) => Ok(on_off(
             value
                 .split(',')
@@ -490,6 +622,22 @@ pub fn parse_value(
             }))
         }
     }
+}
+
+const PORT_LIST: &str = "a comma-separated list of ports";
+
+/// A comma-separated list of ports: `Some(None)` when empty (no filter), `None` when a part is
+/// not a port number.
+fn port_list(value: &str) -> Option<Option<Vec<i32>>> {
+    if value.trim().is_empty() {
+        return Some(None);
+    }
+    value
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| p.trim().parse::<u16>().ok().map(i32::from))
+        .collect::<Option<Vec<i32>>>()
+        .map(Some)
 }
 
 /// `Ok(None)`: the port config says nothing about PROXY; `Ok(Some(None))`: off for this port.

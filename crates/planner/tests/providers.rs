@@ -302,3 +302,128 @@ fn unknown_value_is_a_warning_naming_service_and_annotation() {
     let d = discover(&snapshot, &PlannerConfig::default());
     assert!(d.warnings[0].to_string().contains(OWN));
 }
+
+#[test]
+fn cloudscale() {
+    let k = "k8s.cloudscale.ch/loadbalancer-pool-protocol";
+    assert_eq!(ports(json!({ k: "proxy" })), all(V1));
+    assert_eq!(ports(json!({ k: "proxyv2" })), all(V2));
+    assert_eq!(ports(json!({ k: "tcp" })), none());
+    assert_eq!(unknown_of(k, "proxy-v2"), [k]);
+}
+
+#[test]
+fn stackit_with_and_without_the_ports_filter() {
+    let k = "lb.stackit.cloud/tcp-proxy-protocol";
+    let filter = "lb.stackit.cloud/tcp-proxy-protocol-ports-filter";
+    assert_eq!(ports(json!({ k: "true" })), all(V2));
+    assert_eq!(ports(json!({ k: "false" })), none());
+    assert_eq!(ports(json!({ k: "false", filter: "443" })), none());
+    assert_eq!(
+        ports(json!({ k: "true", filter: "443" })),
+        BTreeMap::from([(443, V2)])
+    );
+    // A filter port the Service does not have turns nothing on; an empty filter is no filter.
+    assert_eq!(
+        ports(json!({ k: "true", filter: " 443, 8443" })),
+        BTreeMap::from([(443, V2)])
+    );
+    assert_eq!(ports(json!({ k: "true", filter: "" })), all(V2));
+    assert_eq!(unknown_of(k, "on"), [k]);
+}
+
+#[test]
+fn stackit_legacy_yawol_names() {
+    let k = "yawol.stackit.cloud/tcpProxyProtocol";
+    let filter = "yawol.stackit.cloud/tcpProxyProtocolPortsFilter";
+    assert_eq!(ports(json!({ k: "true" })), all(V2));
+    assert_eq!(
+        ports(json!({ k: "true", filter: "80" })),
+        BTreeMap::from([(80, V2)])
+    );
+    // The current name's filter does not apply to the legacy boolean.
+    assert_eq!(
+        ports(json!({ k: "true", "lb.stackit.cloud/tcp-proxy-protocol-ports-filter": "80" })),
+        all(V2)
+    );
+}
+
+#[test]
+fn stackit_filter_that_does_not_parse_is_reported_under_its_own_key() {
+    let k = "lb.stackit.cloud/tcp-proxy-protocol";
+    let filter = "lb.stackit.cloud/tcp-proxy-protocol-ports-filter";
+    let svc = lb_service(
+        "ns",
+        "lb",
+        json!({ k: "true", filter: "80,https" }),
+        json!([{ "ip": "192.0.2.1" }]),
+    );
+    let (proxy, unknown) = proxy_protocol_of(&svc, OWN);
+    assert!(proxy.ports.is_empty(), "{proxy:?}");
+    assert_eq!(unknown.len(), 1);
+    assert_eq!(
+        (unknown[0].key.as_str(), unknown[0].value.as_str()),
+        (filter, "80,https")
+    );
+}
+
+#[test]
+fn alibaba_cloud_nlb_and_the_alicloud_prefix() {
+    for k in [
+        "service.beta.kubernetes.io/alibaba-cloud-loadbalancer-proxy-protocol",
+        "service.beta.kubernetes.io/alicloud-loadbalancer-proxy-protocol",
+    ] {
+        assert_eq!(ports(json!({ k: "on" })), all(V2));
+        assert_eq!(ports(json!({ k: "off" })), none());
+        assert_eq!(unknown_of(k, "true"), [k]);
+    }
+}
+
+fn reason_of(annotations: serde_json::Value) -> Vec<SkipReason> {
+    let snapshot = ClusterSnapshot {
+        services: vec![lb_service(
+            "ns",
+            "lb",
+            annotations,
+            json!([{ "ip": "192.0.2.1" }]),
+        )],
+        ..ClusterSnapshot::default()
+    };
+    discover(&snapshot, &PlannerConfig::default())
+        .not_needed
+        .iter()
+        .map(|n| n.reason)
+        .collect()
+}
+
+#[test]
+fn exoscale_plans_nothing_and_says_its_nlb_has_no_proxy() {
+    let reasons = reason_of(json!({
+        "service.beta.kubernetes.io/exoscale-loadbalancer-zone": "de-muc-1",
+    }));
+    let [SkipReason::ProviderSendsNoProxy(why)] = reasons.as_slice() else {
+        panic!("{reasons:?}");
+    };
+    assert!(why.contains("Exoscale"), "{why}");
+    // A PROXY added by something else, declared with our annotation, is still hairpinned.
+    let reasons = reason_of(json!({
+        "service.beta.kubernetes.io/exoscale-loadbalancer-zone": "de-muc-1",
+        OWN: "v2",
+    }));
+    assert_eq!(reasons, []);
+}
+
+#[test]
+fn huawei_pass_through_is_the_native_fix() {
+    let k = "kubernetes.io/elb.pass-through";
+    assert_eq!(
+        reason_of(json!({ k: "true", OWN: "v1" })),
+        [SkipReason::PassThrough]
+    );
+    assert_eq!(reason_of(json!({ k: "true" })), [SkipReason::PassThrough]);
+    assert_eq!(
+        reason_of(json!({ k: "false" })),
+        [SkipReason::NoProxyProtocol]
+    );
+    assert_eq!(reason_of(json!({ k: "false", OWN: "v1" })), []);
+}

@@ -1,0 +1,65 @@
+//! Golden plans: every cluster fixture under `tests/fixtures/plans/` (one per provider,
+//! hostname source and cluster shape), planned with the default settings and printed as
+//! `hairpin plan -f <fixture>` prints it, is compared with `tests/golden/plans/<name>.plan.txt`.
+//!
+//! `HAIRPIN_BLESS=1 cargo test -p hairpin-planner --test plan_golden` rewrites the goldens.
+
+use std::fs;
+use std::path::PathBuf;
+
+use hairpin_planner::{ClusterSnapshot, PlannerConfig, desired, load, render};
+
+fn dir(sub: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(sub)
+}
+
+fn fixtures() -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir("fixtures/plans"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".yaml").map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn every_fixture_plans_as_its_golden_says() {
+    let bless = std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1");
+    let mut failures = Vec::new();
+    let names = fixtures();
+    assert!(!names.is_empty());
+    for name in &names {
+        let path = dir("fixtures/plans").join(format!("{name}.yaml"));
+        let text = fs::read_to_string(&path).unwrap();
+        let mut snapshot = ClusterSnapshot::default();
+        load::load_yaml(&mut snapshot, name, &text).unwrap();
+        let plan = desired(&snapshot, &PlannerConfig::default());
+        let actual = render::text(&plan);
+        let golden = dir("golden/plans").join(format!("{name}.plan.txt"));
+        if bless {
+            fs::write(&golden, &actual).unwrap();
+        }
+        match fs::read_to_string(&golden) {
+            Ok(expected) if expected == actual => {}
+            Ok(expected) => failures.push(format!(
+                "{name}: differs from {}\n--- expected\n{expected}\n--- actual\n{actual}",
+                golden.display()
+            )),
+            Err(e) => failures.push(format!("{name}: {}: {e}", golden.display())),
+        }
+    }
+    // A golden without its fixture is a test that no longer runs.
+    for entry in fs::read_dir(dir("golden/plans")).unwrap() {
+        let file = entry.unwrap().file_name().into_string().unwrap();
+        let stem = file.strip_suffix(".plan.txt").unwrap_or(&file);
+        if !names.iter().any(|n| n == stem) {
+            failures.push(format!("golden/plans/{file} has no fixture"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
