@@ -14,14 +14,20 @@ use gateway_api::tlsroutes::TlsRoute;
 use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
 use hairpin_runtime::kubeconfig::ConfigError;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{ListParams, ObjectList, PartialObjectMeta};
+use kube::api::{
+    ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectList, PartialObjectMeta,
+};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 
 use crate::providers::Provider;
-use crate::verdict::{ClusterFacts, DnsFacts, HairpinFacts, LbIngress, LoadBalancerFacts};
+use crate::verdict::{
+    CiliumFacts, ClusterFacts, CniFacts, DnsFacts, HairpinFacts, HairpinStatusFacts, LbIngress,
+    LoadBalancerFacts, UneditableDns,
+};
 
 /// How to reach the API.
 #[derive(Clone, Debug)]
@@ -58,9 +64,22 @@ pub struct ClusterRead {
     pub snapshot: ClusterSnapshot,
     /// hairpin Services (ours, labelled managed-by hairpin) and their ready endpoints.
     pub hairpin_services: Vec<(ObjectRef, usize)>,
+    /// `Hairpin` objects as JSON; None when their CRD is not installed (or not readable).
+    pub hairpins: Option<Vec<serde_json::Value>>,
+    /// Cilium, when found in kube-system.
+    pub cilium: Option<CiliumFacts>,
+    /// A `kube-dns` Deployment or ConfigMap in kube-system (GKE's kube-dns).
+    pub kube_dns: bool,
     /// Lists that failed (forbidden...), for the report.
     pub gaps: Vec<String>,
 }
+
+/// Namespace of the cluster add-ons (Cilium, kube-dns), fixed by their installers.
+const KUBE_SYSTEM: &str = "kube-system";
+
+/// The label an add-on manager (GKE, AKS, kube-up's addon-manager) puts on objects it keeps as
+/// shipped: with `Reconcile` it reverts every edit.
+const ADDON_MODE_LABEL: &str = "addonmanager.kubernetes.io/mode";
 
 /// Builds a client with short timeouts.
 ///
@@ -182,12 +201,119 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
             .count();
         hairpin_services.push((ObjectRef::new(config.namespace.clone(), name), ready));
     }
+    let hairpins = list_hairpins(client, bound, &mut gaps).await;
+    let cilium_config: Option<ConfigMap> = get(
+        Api::namespaced(client.clone(), KUBE_SYSTEM),
+        "cilium-config",
+        "ConfigMap kube-system/cilium-config",
+        bound,
+        &mut gaps,
+    )
+    .await;
+    let cilium_daemon_set: Option<DaemonSet> = get(
+        Api::namespaced(client.clone(), KUBE_SYSTEM),
+        "cilium",
+        "DaemonSet kube-system/cilium",
+        bound,
+        &mut gaps,
+    )
+    .await;
+    let cilium = (cilium_config.is_some() || cilium_daemon_set.is_some()).then(|| {
+        let image = cilium_daemon_set
+            .as_ref()
+            .and_then(|ds| ds.spec.as_ref())
+            .and_then(|spec| spec.template.spec.as_ref())
+            .and_then(|pod| pod.containers.iter().find(|c| c.name == "cilium-agent"))
+            .or_else(|| {
+                cilium_daemon_set
+                    .as_ref()
+                    .and_then(|ds| ds.spec.as_ref())
+                    .and_then(|spec| spec.template.spec.as_ref())
+                    .and_then(|pod| pod.containers.first())
+            })
+            .and_then(|container| container.image.clone());
+        let kube_proxy_replacement = cilium_config
+            .as_ref()
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|data| data.get("kube-proxy-replacement"))
+            .cloned();
+        CiliumFacts::new(image.as_deref(), kube_proxy_replacement.as_deref())
+    });
+    let kube_dns_deployment: Option<Deployment> = get(
+        Api::namespaced(client.clone(), KUBE_SYSTEM),
+        "kube-dns",
+        "Deployment kube-system/kube-dns",
+        bound,
+        &mut gaps,
+    )
+    .await;
+    let kube_dns_config_map: Option<ConfigMap> = get(
+        Api::namespaced(client.clone(), KUBE_SYSTEM),
+        "kube-dns",
+        "ConfigMap kube-system/kube-dns",
+        bound,
+        &mut gaps,
+    )
+    .await;
     Ok(ClusterRead {
         version,
         snapshot,
         hairpin_services,
+        hairpins,
+        cilium,
+        kube_dns: kube_dns_deployment.is_some() || kube_dns_config_map.is_some(),
         gaps,
     })
+}
+
+/// One object by name: None when it does not exist, or (with a gap) when it cannot be read.
+async fn get<K>(
+    api: Api<K>,
+    name: &str,
+    what: &str,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Option<K>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match tokio::time::timeout(bound, api.get_opt(name)).await {
+        Ok(Ok(object)) => object,
+        Ok(Err(err)) => {
+            gaps.push(format!("{what}: {}", short_kube_error(&err)));
+            None
+        }
+        Err(_) => {
+            gaps.push(format!("{what}: no answer within {bound:?}"));
+            None
+        }
+    }
+}
+
+/// The `Hairpin` objects, read as JSON (the doctor does not link the controller's types).
+/// An absent CRD is not a gap: clusters without it get no word about it.
+async fn list_hairpins(
+    client: &Client,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Option<Vec<serde_json::Value>> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("hairpin.io", "v1alpha1", "Hairpin"),
+        "hairpins",
+    );
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    match tokio::time::timeout(bound, api.list(&ListParams::default())).await {
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 => None,
+        listed => {
+            let items = items_or_gap(listed, "Hairpins", bound, gaps);
+            Some(
+                items
+                    .iter()
+                    .filter_map(|object| serde_json::to_value(object).ok())
+                    .collect(),
+            )
+        }
+    }
 }
 
 async fn list<K>(api: Api<K>, what: &str, bound: Duration, gaps: &mut Vec<String>) -> Vec<K>
@@ -346,6 +472,7 @@ pub fn facts_for(
                     .as_ref()
                     .is_some_and(|name| config.node_local_dns_config_maps.contains(name))
         }),
+        uneditable: uneditable_dns(read, plan, config),
     };
     let hairpin = HairpinFacts {
         services: read
@@ -354,14 +481,60 @@ pub fn facts_for(
             .map(|(service, _)| format!("{}/{}", service.namespace, service.name))
             .collect(),
         ready_endpoints: read.hairpin_services.iter().map(|(_, ready)| ready).sum(),
+        status: load_balancer
+            .as_ref()
+            .and_then(|lb| hairpin_status(read, &lb.service)),
     };
     ClusterFacts {
         kubernetes_version: read.version,
         load_balancer,
         dns,
         hairpin,
+        cni: CniFacts {
+            cilium: read.cilium.clone(),
+        },
         gaps: read.gaps.clone(),
     }
+}
+
+/// The `Hairpin` object of the load balancer `service` (`namespace/name`: same namespace and
+/// name as the Service).
+fn hairpin_status(read: &ClusterRead, service: &str) -> Option<HairpinStatusFacts> {
+    let (namespace, name) = service.split_once('/')?;
+    let object = read.hairpins.as_ref()?.iter().find(|object| {
+        object["metadata"]["namespace"] == namespace && object["metadata"]["name"] == name
+    })?;
+    Some(HairpinStatusFacts::from_object(service.to_owned(), object))
+}
+
+/// Why hairpin cannot edit this cluster's DNS, when it cannot: kube-dns without CoreDNS, or a
+/// CoreDNS ConfigMap hairpin would write that an add-on manager reconciles.
+fn uneditable_dns(
+    read: &ClusterRead,
+    plan: &Plan,
+    config: &PlannerConfig,
+) -> Option<UneditableDns> {
+    // The `kube-dns` ConfigMap is one of the names a CoreDNS configuration may have; kube-dns's
+    // own has no Corefile.
+    if corefile(read, config).is_none() && read.kube_dns {
+        return Some(UneditableDns::KubeDns);
+    }
+    let written: Vec<String> = plan
+        .dns
+        .iter()
+        .flat_map(|dns| &dns.writes)
+        .map(|write| format!("{}/{}", write.config_map.namespace, write.config_map.name))
+        .collect();
+    read.snapshot.config_maps.iter().find_map(|cm| {
+        let namespace = cm.metadata.namespace.as_deref()?;
+        let name = cm.metadata.name.as_deref()?;
+        let key = format!("{namespace}/{name}");
+        let mode = cm.metadata.labels.as_ref()?.get(ADDON_MODE_LABEL)?;
+        (mode == "Reconcile" && written.contains(&key)).then(|| UneditableDns::ReconciledCoreDns {
+            config_map: key,
+            label: format!("{ADDON_MODE_LABEL}={mode}"),
+        })
+    })
 }
 
 fn lb_facts(

@@ -3,10 +3,12 @@
 //! Sources (checked against the controllers' code and docs): hcloud-cloud-controller-manager
 //! sets `ipMode: Proxy` itself for PROXY-protocol load balancers since v1.21 (PR #783);
 //! cloud-provider-openstack since 1.30 (PR #2587) unless its `enable-ingress-hostname` option
-//! is on; the cloudscale.ch controller via `k8s.cloudscale.ch/loadbalancer-ip-mode` (default
-//! `Proxy` on Kubernetes 1.30+); Scaleway's ipMode support is pending (PR #185), DigitalOcean,
-//! Linode and OVH's legacy IOLB controller have none. The hostname annotations make the
-//! controller publish a hostname instead of an IP, so kube-proxy installs no bypass.
+//! is on; Oracle's oci-cloud-controller-manager with `oci.oraclecloud.com/ingress-ip-mode:
+//! "proxy"` (Kubernetes 1.30+); STACKIT's cloud-provider-stackit with
+//! `lb.stackit.cloud/ip-mode-proxy: "true"`; Scaleway's ipMode support is pending (PR #185);
+//! DigitalOcean, Linode, OVH's legacy IOLB controller and cloudscale.ch (its controller reports
+//! one `ingress[].ip` per VIP, no ipMode annotation) have none. The hostname annotations make
+//! the controller publish a hostname instead of an IP, so kube-proxy installs no bypass.
 
 use std::collections::BTreeMap;
 
@@ -32,6 +34,10 @@ pub enum Provider {
     Cloudscale,
     /// AWS ELB / NLB.
     Aws,
+    /// Oracle Cloud (oci-cloud-controller-manager).
+    Oracle,
+    /// STACKIT (cloud-provider-stackit; yawol before it).
+    Stackit,
 }
 
 impl Provider {
@@ -62,6 +68,13 @@ impl Provider {
                 "service.beta.kubernetes.io/aws-load-balancer-",
                 Provider::Aws,
             ),
+            ("oci.oraclecloud.com/", Provider::Oracle),
+            (
+                "service.beta.kubernetes.io/oci-load-balancer-",
+                Provider::Oracle,
+            ),
+            ("lb.stackit.cloud/", Provider::Stackit),
+            ("yawol.stackit.cloud/", Provider::Stackit),
         ];
         annotations.keys().find_map(|key| {
             PREFIXES
@@ -82,6 +95,8 @@ impl Provider {
             Provider::Linode => "Linode/Akamai",
             Provider::Cloudscale => "cloudscale.ch",
             Provider::Aws => "AWS",
+            Provider::Oracle => "Oracle Cloud",
+            Provider::Stackit => "STACKIT",
         }
     }
 
@@ -98,16 +113,25 @@ impl Provider {
                  with `loadbalancer.openstack.org/proxy-protocol`: upgrade it, and turn its \
                  `enable-ingress-hostname` option off",
             ),
-            Provider::Cloudscale => Some(
-                "annotate the Service `k8s.cloudscale.ch/loadbalancer-ip-mode: Proxy` (the \
-                 default from Kubernetes 1.30 with a current cloudscale controller)",
+            Provider::Oracle => Some(
+                "annotate the Service `oci.oraclecloud.com/ingress-ip-mode: \"proxy\"`: the \
+                 Oracle cloud controller then sets `ipMode: Proxy`",
+            ),
+            Provider::Stackit => Some(
+                "annotate the Service `lb.stackit.cloud/ip-mode-proxy: \"true\"`: the STACKIT \
+                 cloud controller then reports `ipMode: Proxy` (it recommends this together \
+                 with `lb.stackit.cloud/tcp-proxy-protocol`)",
             ),
             Provider::Ovh => Some(
                 "on OVHcloud MKS 1.31 or later, move to the Public Cloud Load Balancer \
                  (`loadbalancer.openstack.org/proxy-protocol`), whose OpenStack controller sets \
                  `ipMode: Proxy`",
             ),
-            Provider::DigitalOcean | Provider::Scaleway | Provider::Linode | Provider::Aws => None,
+            Provider::DigitalOcean
+            | Provider::Scaleway
+            | Provider::Linode
+            | Provider::Aws
+            | Provider::Cloudscale => None,
         }
     }
 
@@ -139,7 +163,7 @@ impl Provider {
                 "k8s.cloudscale.ch/loadbalancer-force-hostname",
                 "<a hostname resolving to the LB>",
             )),
-            Provider::Ovh | Provider::Aws => None,
+            Provider::Ovh | Provider::Aws | Provider::Oracle | Provider::Stackit => None,
         }
     }
 }
@@ -190,6 +214,13 @@ mod tests {
                 "service.beta.kubernetes.io/aws-load-balancer-proxy-protocol",
                 Provider::Aws,
             ),
+            ("oci.oraclecloud.com/load-balancer-type", Provider::Oracle),
+            (
+                "service.beta.kubernetes.io/oci-load-balancer-shape",
+                Provider::Oracle,
+            ),
+            ("lb.stackit.cloud/tcp-proxy-protocol", Provider::Stackit),
+            ("yawol.stackit.cloud/tcpProxyProtocol", Provider::Stackit),
         ] {
             assert_eq!(
                 Provider::detect(&annotations(&[(key, "x")])),
@@ -219,6 +250,21 @@ mod tests {
             ))
         );
         assert!(Provider::Hetzner.native_ip_mode().is_some());
+        // The native fixes of Oracle and STACKIT are annotations on the Service.
+        assert!(
+            Provider::Oracle
+                .native_ip_mode()
+                .unwrap()
+                .contains("`oci.oraclecloud.com/ingress-ip-mode: \"proxy\"`")
+        );
+        assert!(
+            Provider::Stackit
+                .native_ip_mode()
+                .unwrap()
+                .contains("`lb.stackit.cloud/ip-mode-proxy: \"true\"`")
+        );
+        // cloudscale.ch's controller has no ipMode annotation: none is claimed.
+        assert!(Provider::Cloudscale.native_ip_mode().is_none());
         assert!(Provider::Aws.hostname_annotation().is_none());
     }
 }

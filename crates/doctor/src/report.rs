@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::probe::Resolution;
-use crate::verdict::{ClusterView, NetworkChecks, Status, Vantage, Verdict};
+use crate::verdict::{ClusterView, NetworkChecks, Status, Vantage, Verdict, ip_mode_support};
 
 /// Everything checked about one host.
 #[derive(Clone, Debug, Serialize)]
@@ -194,12 +194,19 @@ fn render_host(out: &mut String, host: &HostReport) {
                     "not found"
                 },
             );
+            if let Some(uneditable) = &dns.uneditable {
+                let _ = writeln!(out, "  dns editable    no: {}", uneditable.describe());
+            }
+            let _ = writeln!(out, "  services by     {}", ip_mode_support(facts));
             let _ = writeln!(
                 out,
                 "  hairpin         {} Service(s), {} ready proxy endpoint(s)",
                 facts.hairpin.services.len(),
                 facts.hairpin.ready_endpoints
             );
+            if let Some(status) = &facts.hairpin.status {
+                let _ = writeln!(out, "  hairpin status  {}", status.describe());
+            }
         }
     }
     if let Some(cause) = &host.verdict.cause {

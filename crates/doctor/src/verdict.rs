@@ -52,7 +52,7 @@ pub struct NetworkChecks {
 }
 
 /// What the cluster checks found, or why they did not run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum ClusterView {
     /// No API access: what could not be checked, and why.
@@ -60,12 +60,12 @@ pub enum ClusterView {
         /// Why (no kubeconfig, unreachable, forbidden...).
         reason: String,
     },
-    /// The API was read.
-    Checked(ClusterFacts),
+    /// The API was read (boxed: the facts are large, the other variant a string).
+    Checked(Box<ClusterFacts>),
 }
 
 /// Facts read from the Kubernetes API for one host.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ClusterFacts {
     /// `major.minor` from `/version`.
     pub kubernetes_version: Option<(u32, u32)>,
@@ -75,8 +75,78 @@ pub struct ClusterFacts {
     pub dns: DnsFacts,
     /// hairpin's own Services and proxies.
     pub hairpin: HairpinFacts,
+    /// The CNI, as far as it decides whether `ipMode: Proxy` is honoured.
+    pub cni: CniFacts,
     /// Things that could not be read (forbidden lists...).
     pub gaps: Vec<String>,
+}
+
+/// Who implements Services, as far as the doctor can tell.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CniFacts {
+    /// Cilium, when its DaemonSet or its `cilium-config` ConfigMap is in kube-system.
+    pub cilium: Option<CiliumFacts>,
+}
+
+/// Cilium's version and whether it replaces kube-proxy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CiliumFacts {
+    /// The `cilium` DaemonSet's image tag, e.g. `v1.16.5`.
+    pub version: Option<String>,
+    /// `kube-proxy-replacement` in `kube-system/cilium-config`, as written.
+    pub kube_proxy_replacement: Option<String>,
+    /// Whether Cilium handles Services instead of kube-proxy (`true`/`strict`), no
+    /// (`false`/`disabled`/absent), or unknown (`partial`: depends on which features are on).
+    pub replaces_kube_proxy: Option<bool>,
+    /// Whether this Cilium version ignores `ipMode: Proxy` (before 1.17, and 1.18.0); None when
+    /// the version is unknown.
+    pub ignores_ip_mode: Option<bool>,
+}
+
+impl CiliumFacts {
+    /// From the DaemonSet's image and cilium-config's `kube-proxy-replacement`.
+    pub fn new(image: Option<&str>, kube_proxy_replacement: Option<&str>) -> CiliumFacts {
+        let version = image.and_then(image_tag);
+        let replaces_kube_proxy = match kube_proxy_replacement.map(str::trim) {
+            Some("true" | "strict") => Some(true),
+            None | Some("false" | "disabled" | "") => Some(false),
+            Some(_) => None,
+        };
+        CiliumFacts {
+            ignores_ip_mode: version
+                .as_deref()
+                .and_then(parse_semver)
+                .map(cilium_ignores_ip_mode),
+            version,
+            kube_proxy_replacement: kube_proxy_replacement.map(str::to_owned),
+            replaces_kube_proxy,
+        }
+    }
+}
+
+/// The tag of an image reference (`quay.io/cilium/cilium:v1.16.5@sha256:...` -> `v1.16.5`).
+fn image_tag(image: &str) -> Option<String> {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    last.split_once(':')
+        .map(|(_, tag)| tag.to_owned())
+        .filter(|tag| !tag.is_empty())
+}
+
+/// `v1.16.5`, `1.17.0-rc.1` -> `(1, 16, 5)`, `(1, 17, 0)`.
+fn parse_semver(tag: &str) -> Option<(u32, u32, u32)> {
+    let tag = tag.strip_prefix('v').unwrap_or(tag);
+    let core = tag.split(['-', '+']).next()?;
+    let mut parts = core.split('.').map(str::parse::<u32>);
+    let major = parts.next()?.ok()?;
+    let minor = parts.next()?.ok()?;
+    let patch = parts.next().unwrap_or(Ok(0)).ok()?;
+    Some((major, minor, patch))
+}
+
+/// Cilium honours `ipMode: Proxy` from 1.17, except in 1.18.0.
+fn cilium_ignores_ip_mode(version: (u32, u32, u32)) -> bool {
+    version < (1, 17, 0) || version == (1, 18, 0)
 }
 
 /// One LoadBalancer Service.
@@ -122,15 +192,144 @@ pub struct DnsFacts {
     pub reload_plugin: Option<bool>,
     /// A node-local-dns cache runs (it answers pods before CoreDNS).
     pub node_local_dns: bool,
+    /// Why hairpin cannot edit this cluster's DNS, when it cannot.
+    pub uneditable: Option<UneditableDns>,
+}
+
+/// A cluster DNS hairpin cannot edit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum UneditableDns {
+    /// kube-dns (GKE's default): no Corefile; it reads only `stubDomains` and
+    /// `upstreamNameservers` from `kube-system/kube-dns`.
+    KubeDns,
+    /// A CoreDNS ConfigMap that an add-on manager puts back as it was.
+    ReconciledCoreDns {
+        /// `namespace/name`.
+        config_map: String,
+        /// The label that says so, `key=value`.
+        label: String,
+    },
+}
+
+impl UneditableDns {
+    /// The mode, in a sentence.
+    pub fn describe(&self) -> String {
+        match self {
+            UneditableDns::KubeDns => "the cluster DNS is kube-dns (GKE's default), not CoreDNS: \
+                 it has no Corefile hairpin could add rules to (kube-dns reads only `stubDomains` \
+                 and `upstreamNameservers` from ConfigMap kube-system/kube-dns)"
+                .to_owned(),
+            UneditableDns::ReconciledCoreDns { config_map, label } => format!(
+                "the CoreDNS ConfigMap {config_map} is managed by an add-on manager ({label}), \
+                 which reverts every edit, hairpin's included"
+            ),
+        }
+    }
 }
 
 /// hairpin's own objects.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct HairpinFacts {
     /// hairpin Services found (`namespace/name`).
     pub services: Vec<String>,
     /// Ready proxy endpoints behind them.
     pub ready_endpoints: usize,
+    /// The `Hairpin` status of the host's load balancer, when the CRD is installed and the
+    /// controller wrote one.
+    pub status: Option<HairpinStatusFacts>,
+}
+
+/// What the controller wrote in the `Hairpin` object of one load balancer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct HairpinStatusFacts {
+    /// `namespace/name` (the load balancer Service's).
+    pub name: String,
+    /// `Written`, `Effective`, `NotEffective` or `Refused`.
+    pub dns: Option<String>,
+    /// Seconds from the DNS write until the cluster DNS answered, measured by the controller.
+    pub propagation_seconds: Option<f64>,
+    /// Ready endpoints of the hairpin Service.
+    pub ready_endpoints: Option<i64>,
+    /// Its conditions: `type=status (reason): message`.
+    pub conditions: Vec<String>,
+    /// The controller found the fix working: `Ready` is True (or, without it, `DNSEffective`
+    /// and `ProxyReady` are).
+    pub effective: bool,
+}
+
+impl HairpinStatusFacts {
+    /// From a `Hairpin` object as JSON (the doctor does not link the controller's types).
+    pub fn from_object(name: String, object: &serde_json::Value) -> HairpinStatusFacts {
+        let status = &object["status"];
+        let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+        let is_true = |kind: &str| {
+            conditions
+                .iter()
+                .find(|c| c["type"] == kind)
+                .map(|c| c["status"] == "True")
+        };
+        let effective = is_true("Ready").unwrap_or_else(|| {
+            is_true("DNSEffective") == Some(true) && is_true("ProxyReady") == Some(true)
+        });
+        HairpinStatusFacts {
+            name,
+            dns: status["dns"].as_str().map(str::to_owned),
+            propagation_seconds: status["propagationSeconds"].as_f64(),
+            ready_endpoints: status["readyEndpoints"].as_i64(),
+            conditions: conditions
+                .iter()
+                .map(|c| {
+                    let text = |key: &str| c[key].as_str().unwrap_or_default().to_owned();
+                    let mut line = format!("{}={}", text("type"), text("status"));
+                    if !text("reason").is_empty() {
+                        line.push_str(&format!(" ({})", text("reason")));
+                    }
+                    if !text("message").is_empty() {
+                        line.push_str(&format!(": {}", text("message")));
+                    }
+                    line
+                })
+                .collect(),
+            effective,
+        }
+    }
+
+    /// One sentence: what the status says, and whether the fix is effective.
+    pub fn describe(&self) -> String {
+        let mut text = format!(
+            "Hairpin {}: DNS {}",
+            self.name,
+            self.dns.as_deref().unwrap_or("unknown")
+        );
+        if let Some(seconds) = self.propagation_seconds {
+            text.push_str(&format!(" (took effect {seconds:.0} s after the write)"));
+        }
+        if let Some(ready) = self.ready_endpoints {
+            text.push_str(&format!(", {ready} ready proxy endpoint(s)"));
+        }
+        if self.effective {
+            text.push_str("; the controller checked it: the fix is effective");
+        } else {
+            text.push_str("; the fix is NOT effective yet");
+            let failing: Vec<&String> = self
+                .conditions
+                .iter()
+                .filter(|c| !c.contains("=True"))
+                .collect();
+            if !failing.is_empty() {
+                text.push_str(&format!(
+                    " ({})",
+                    failing
+                        .iter()
+                        .map(|c| c.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ));
+            }
+        }
+        text
+    }
 }
 
 /// The verdict for one host, with its cause and fixes in order of preference.
@@ -207,6 +406,23 @@ pub fn diagnose(network: &NetworkChecks, cluster: &ClusterView, vantage: Vantage
 
     if probes.plain.answered() {
         if let Some(lb) = lb {
+            if let Some(ignored) = ip_mode_ignored(cluster) {
+                notes.push(SOURCE_ADDRESS_NOTE.into());
+                let summary = if vantage == Vantage::Machine {
+                    "answers from here (through the load balancer), but in-cluster clients \
+                     bypass it: the CNI ignores its `ipMode: Proxy`"
+                } else {
+                    "answers, although the CNI ignores the load balancer's `ipMode: Proxy` \
+                     (in-cluster traffic skips the load balancer)"
+                };
+                return Verdict {
+                    status: Status::Broken,
+                    summary: summary.into(),
+                    cause: Some(ignored),
+                    fixes: fixes(cluster),
+                    notes,
+                };
+            }
             if !lb.needs_hairpin {
                 let reason = lb
                     .not_needed_reason
@@ -275,7 +491,10 @@ pub fn diagnose(network: &NetworkChecks, cluster: &ClusterView, vantage: Vantage
             probes.address,
             short(&probes.plain.describe()),
         );
-        if let Some(lb) = lb {
+        if let Some(ignored) = ip_mode_ignored(cluster) {
+            cause.push(' ');
+            cause.push_str(&ignored);
+        } else if let Some(lb) = lb {
             cause.push(' ');
             cause.push_str(&bypass_cause(lb));
         }
@@ -374,6 +593,12 @@ fn dns_gaps(cluster: &ClusterView) -> String {
              CoreDNS still serves the old configuration until it restarts.",
         );
     }
+    if let Some(uneditable) = &facts.dns.uneditable {
+        text.push_str(&format!(
+            " hairpin cannot fix this through the cluster DNS: {}.",
+            uneditable.describe()
+        ));
+    }
     if facts.dns.node_local_dns {
         text.push_str(
             " node-local-dns runs on the nodes and answers pods before CoreDNS, bypassing the \
@@ -387,22 +612,143 @@ fn dns_gaps(cluster: &ClusterView) -> String {
     text
 }
 
+/// When the load balancer's status asks for `ipMode: Proxy` and Cilium, replacing
+/// kube-proxy, ignores it: why in-cluster traffic still skips the load balancer.
+fn ip_mode_ignored(cluster: &ClusterView) -> Option<String> {
+    let ClusterView::Checked(facts) = cluster else {
+        return None;
+    };
+    let lb = facts.load_balancer.as_ref()?;
+    if !lb
+        .ingress
+        .iter()
+        .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
+    {
+        return None;
+    }
+    let cilium = facts.cni.cilium.as_ref()?;
+    (cilium.replaces_kube_proxy == Some(true) && cilium.ignores_ip_mode == Some(true)).then(|| {
+        format!(
+            "Service {} asks for `ipMode: Proxy`, but Cilium {} replaces kube-proxy and ignores \
+             ipMode (Cilium before 1.17, and 1.18.0, do), so in-cluster traffic to its IP still \
+             skips the load balancer and arrives without the PROXY header.",
+            lb.service,
+            cilium.version.as_deref().unwrap_or("(unknown version)")
+        )
+    })
+}
+
+/// The words for the CNI's part: who handles Services and whether `ipMode: Proxy` is honoured.
+pub fn ip_mode_support(facts: &ClusterFacts) -> String {
+    let kube_proxy = match facts.kubernetes_version {
+        Some(version) if version >= (1, 30) => {
+            "kube-proxy honours ipMode (Kubernetes 1.30+, LoadBalancerIPMode)".to_owned()
+        }
+        Some((major, minor)) => format!(
+            "kube-proxy on Kubernetes {major}.{minor} ignores ipMode (honoured from 1.30, \
+             LoadBalancerIPMode)"
+        ),
+        None => "kube-proxy honours ipMode from Kubernetes 1.30 (LoadBalancerIPMode)".to_owned(),
+    };
+    let Some(cilium) = &facts.cni.cilium else {
+        return format!("no Cilium found: {kube_proxy}");
+    };
+    let version = cilium.version.as_deref().unwrap_or("(version unknown)");
+    let kpr = cilium.kube_proxy_replacement.as_deref().unwrap_or("absent");
+    match cilium.replaces_kube_proxy {
+        Some(true) => match cilium.ignores_ip_mode {
+            Some(true) => format!(
+                "Cilium {version} replaces kube-proxy (kube-proxy-replacement={kpr}) and IGNORES \
+                 ipMode (Cilium before 1.17, and 1.18.0, do)"
+            ),
+            Some(false) => format!(
+                "Cilium {version} replaces kube-proxy (kube-proxy-replacement={kpr}) and honours \
+                 ipMode"
+            ),
+            None => format!(
+                "Cilium replaces kube-proxy (kube-proxy-replacement={kpr}); its version is \
+                 unknown: before 1.17, and 1.18.0, it ignores ipMode"
+            ),
+        },
+        Some(false) => format!(
+            "Cilium {version} without kube-proxy replacement (kube-proxy-replacement={kpr}): \
+             {kube_proxy}"
+        ),
+        None => format!(
+            "Cilium {version} with kube-proxy-replacement={kpr}: Services it handles itself \
+             follow Cilium's rule (ipMode ignored before 1.17, and in 1.18.0), the rest \
+             kube-proxy's ({kube_proxy})"
+        ),
+    }
+}
+
 /// The fixes for a hairpin bypass, cleanest first, for what is known of the cluster.
 pub fn fixes(cluster: &ClusterView) -> Vec<String> {
     let (lb, version) = match cluster {
         ClusterView::Checked(facts) => (facts.load_balancer.as_ref(), facts.kubernetes_version),
         ClusterView::NotChecked { .. } => (None, None),
     };
-    let hairpin = "install hairpin: it points the cluster's DNS for these hostnames at an \
-                   in-cluster proxy that adds the PROXY header the load balancer would \
-                   (`helm install hairpin charts/hairpin`; enable `nodeAgent` for node-level \
-                   clients such as the kubelet pulling from a registry behind the ingress)"
-        .to_owned();
+    let uneditable = match cluster {
+        ClusterView::Checked(facts) => facts.dns.uneditable.as_ref(),
+        ClusterView::NotChecked { .. } => None,
+    };
+    let cilium_ignores = match cluster {
+        ClusterView::Checked(facts) => facts.cni.cilium.as_ref().filter(|cilium| {
+            cilium.replaces_kube_proxy == Some(true) && cilium.ignores_ip_mode == Some(true)
+        }),
+        ClusterView::NotChecked { .. } => None,
+    };
+    let hairpin = match uneditable {
+        None => "install hairpin: it points the cluster's DNS for these hostnames at an \
+                 in-cluster proxy that adds the PROXY header the load balancer would \
+                 (`helm install hairpin charts/hairpin`; enable `nodeAgent` for node-level \
+                 clients such as the kubelet pulling from a registry behind the ingress)"
+            .to_owned(),
+        Some(uneditable) => format!(
+            "hairpin's proxy, with its DNS rules published elsewhere: {}, so hairpin's \
+             default DNS modes (a Corefile block, a `coredns-custom` key) cannot work here. \
+             Serve the hostnames from a private zone the cluster resolves, pointing at the \
+             hairpin Service's ClusterIP (external-dns with its DNSEndpoint source, an \
+             external-dns DNS mode for hairpin is planned){}",
+            uneditable.describe(),
+            if *uneditable == UneditableDns::KubeDns {
+                ", and forward that zone to it with a kube-dns `stubDomains` entry"
+            } else {
+                ""
+            }
+        ),
+    };
+    let mut out = Vec::new();
+    if let Some(lb) = lb
+        && let Some(cilium) = cilium_ignores
+    {
+        let forced = format!(
+            "force the hairpin: annotate Service {} `hairpin.io/proxy-protocol: v1` or `v2` \
+             (the version its load balancer sends{}); hairpin then proxies it whatever its \
+             ipMode says, because Cilium {} ignores ipMode. Or upgrade Cilium to 1.17 or \
+             later (not 1.18.0), which honours it",
+            lb.service,
+            lb.proxy_protocol
+                .as_deref()
+                .map_or(String::new(), |v| format!(": {v}")),
+            cilium.version.as_deref().unwrap_or("(this version)")
+        );
+        if lb
+            .ingress
+            .iter()
+            .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
+        {
+            return vec![forced, hairpin];
+        }
+        out.push(forced);
+    }
     let Some(provider) = lb.and_then(|lb| lb.provider) else {
-        return vec![
+        out.extend([
             "native: if your cloud controller sets `status.loadBalancer.ingress[].ipMode: Proxy` \
-             (Kubernetes 1.30+; Hetzner, OpenStack, cloudscale.ch do), in-cluster traffic goes \
-             through the load balancer"
+             (Kubernetes 1.30+; Hetzner and OpenStack do on their own, Oracle with \
+             `oci.oraclecloud.com/ingress-ip-mode: \"proxy\"`, STACKIT with \
+             `lb.stackit.cloud/ip-mode-proxy: \"true\"`), in-cluster traffic goes through the \
+             load balancer"
                 .into(),
             "provider hostname annotation, which publishes a hostname instead of the IP: \
              DigitalOcean `service.beta.kubernetes.io/do-loadbalancer-hostname`, Hetzner \
@@ -412,10 +758,18 @@ pub fn fixes(cluster: &ClusterView) -> Vec<String> {
              cloudscale.ch `k8s.cloudscale.ch/loadbalancer-force-hostname`"
                 .into(),
             hairpin,
-        ];
+        ]);
+        return out;
     };
-    let mut out = Vec::new();
     if let Some(native) = provider.native_ip_mode() {
+        let native = match cilium_ignores {
+            Some(cilium) => format!(
+                "{native} (effective only once Cilium is 1.17 or later, not 1.18.0: Cilium {} \
+                 ignores ipMode)",
+                cilium.version.as_deref().unwrap_or("(this version)")
+            ),
+            None => native.to_owned(),
+        };
         match version {
             Some((major, minor)) if (major, minor) >= (1, 30) => {
                 out.push(format!("native ipMode (Kubernetes {major}.{minor} supports it): {native}"));
@@ -488,11 +842,11 @@ mod tests {
     }
 
     fn checked(lb: LoadBalancerFacts, version: (u32, u32)) -> ClusterView {
-        ClusterView::Checked(ClusterFacts {
+        ClusterView::Checked(Box::new(ClusterFacts {
             kubernetes_version: Some(version),
             load_balancer: Some(lb),
             ..ClusterFacts::default()
-        })
+        }))
     }
 
     #[test]
@@ -528,6 +882,44 @@ mod tests {
         );
         assert_eq!(reset.status, Status::Broken);
         assert!(reset.cause.unwrap().contains("reset"));
+    }
+
+    #[test]
+    fn cilium_versions_and_kube_proxy_replacement_are_read_as_cilium_documents_them() {
+        let facts = CiliumFacts::new(
+            Some("registry.local:5000/cilium/cilium:v1.16.5@sha256:0123"),
+            Some("strict"),
+        );
+        assert_eq!(facts.version.as_deref(), Some("v1.16.5"));
+        assert_eq!(facts.replaces_kube_proxy, Some(true));
+        assert_eq!(facts.ignores_ip_mode, Some(true));
+        for (image, ignores) in [
+            ("quay.io/cilium/cilium:v1.17.0", Some(false)),
+            ("quay.io/cilium/cilium:v1.18.0", Some(true)),
+            ("quay.io/cilium/cilium:1.18.1", Some(false)),
+            ("quay.io/cilium/cilium:v1.19.0-rc.1", Some(false)),
+            ("quay.io/cilium/cilium:latest", None),
+            ("quay.io/cilium/cilium@sha256:0123", None),
+        ] {
+            assert_eq!(
+                CiliumFacts::new(Some(image), None).ignores_ip_mode,
+                ignores,
+                "{image}"
+            );
+        }
+        for (value, replaces) in [
+            (Some("true"), Some(true)),
+            (Some("false"), Some(false)),
+            (Some("disabled"), Some(false)),
+            (None, Some(false)),
+            (Some("partial"), None),
+        ] {
+            assert_eq!(
+                CiliumFacts::new(None, value).replaces_kube_proxy,
+                replaces,
+                "{value:?}"
+            );
+        }
     }
 
     #[test]
@@ -707,7 +1099,7 @@ mod tests {
         facts.hairpin.services = vec!["hairpin/hairpin-abc".into()];
         let verdict = diagnose(
             &network(ProbeOutcome::EmptyReply, answered(), answered()),
-            &ClusterView::Checked(facts),
+            &ClusterView::Checked(Box::new(facts)),
             Vantage::Pod,
         );
         let cause = verdict.cause.unwrap();

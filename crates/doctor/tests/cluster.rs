@@ -127,7 +127,7 @@ async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
 
     // From a laptop the request goes through the LB and works, but the cluster view shows
     // that in-cluster clients bypass it; the fix is DigitalOcean's hostname annotation.
-    let view = ClusterView::Checked(shop);
+    let view = ClusterView::Checked(Box::new(shop));
     let verdict = verdict::diagnose(
         &network(ProbeOutcome::Answered {
             first_line: "HTTP/1.1 200 OK".into(),
@@ -163,7 +163,7 @@ async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
         &network(ProbeOutcome::Answered {
             first_line: "HTTP/1.1 200 OK".into(),
         }),
-        &ClusterView::Checked(blog),
+        &ClusterView::Checked(Box::new(blog)),
         Vantage::Pod,
     );
     assert_eq!(verdict.status, Status::NotNeeded);
@@ -325,4 +325,298 @@ async fn a_whole_run_joins_the_probes_and_the_cluster_view() {
     // No host and no cluster: a usage error, not a silent success.
     let err = hairpin_doctor::run(&[], &options, None).await.unwrap_err();
     assert!(err.contains("pass a HOST"), "{err}");
+}
+
+fn cilium(version: &str, kube_proxy_replacement: &str) -> [serde_json::Value; 2] {
+    [
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cilium-config", "namespace": "kube-system"},
+            "data": {"kube-proxy-replacement": kube_proxy_replacement, "tunnel-protocol": "vxlan"}
+        }),
+        json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "cilium", "namespace": "kube-system"},
+            "spec": {
+                "selector": {"matchLabels": {"k8s-app": "cilium"}},
+                "template": {
+                    "metadata": {"labels": {"k8s-app": "cilium"}},
+                    "spec": {"containers": [{
+                        "name": "cilium-agent",
+                        "image": format!("quay.io/cilium/cilium:{version}@sha256:0123456789abcdef"),
+                    }]}
+                }
+            }
+        }),
+    ]
+}
+
+const COREFILE: &str = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
+
+fn coredns(labels: serde_json::Value) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "coredns", "namespace": "kube-system", "labels": labels},
+        "data": {"Corefile": COREFILE}
+    })
+}
+
+fn answered() -> ProbeOutcome {
+    ProbeOutcome::Answered {
+        first_line: "HTTP/1.1 200 OK".into(),
+    }
+}
+
+/// The hairpin signature from a pod: plain gets nothing, a PROXY header gets an answer.
+fn signature() -> NetworkChecks {
+    let mut checks = network(ProbeOutcome::EmptyReply);
+    let probes = checks.probes.as_mut().unwrap();
+    probes.proxy_v1 = answered();
+    probes.proxy_v2 = answered();
+    checks
+}
+
+/// Reads the fake and returns the facts about `host` at `ip`.
+async fn facts(fake: &FakeApiServer, host: &str, ip: &str) -> verdict::ClusterFacts {
+    let dir = tempfile::tempdir().unwrap();
+    let options = options_for(fake, &dir).await;
+    let client = cluster::client(&options).await.unwrap();
+    let read = cluster::read(&client, &options).await.unwrap();
+    let plan = cluster::plan(&read, &options.planner);
+    cluster::facts_for(&read, &plan, &options.planner, host, &[ip.parse().unwrap()])
+}
+
+#[tokio::test]
+async fn a_cilium_that_ignores_ip_mode_turns_not_needed_into_a_forced_hairpin() {
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        lb_service(
+            "hetzner-lb",
+            json!({"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}),
+            "198.51.100.20",
+            "Proxy",
+        ),
+        ingress("blog", "blog.example.com", "198.51.100.20"),
+        coredns(json!({})),
+    ]);
+
+    // No Cilium: kube-proxy, which honours ipMode; nothing is said about a CRD that is absent.
+    let plain = facts(&fake, "blog.example.com", "198.51.100.20").await;
+    assert_eq!(plain.cni.cilium, None);
+    // (The fake serves no /version: that gap only.)
+    assert!(
+        plain.gaps.iter().all(|gap| gap.contains("/version")),
+        "{:?}",
+        plain.gaps
+    );
+    assert_eq!(plain.hairpin.status, None);
+    let support = verdict::ip_mode_support(&plain);
+    assert!(support.contains("no Cilium found"), "{support}");
+    assert!(support.contains("kube-proxy honours ipMode"), "{support}");
+    let verdict = verdict::diagnose(
+        &network(answered()),
+        &ClusterView::Checked(Box::new(plain)),
+        Vantage::Machine,
+    );
+    assert_eq!(verdict.status, Status::NotNeeded, "{verdict:?}");
+
+    // Cilium 1.16 replacing kube-proxy ignores ipMode: in-cluster clients still bypass the
+    // load balancer, and the fix is the forced annotation.
+    fake.apply_many(cilium("v1.16.5", "true"));
+    let ignored = facts(&fake, "blog.example.com", "198.51.100.20").await;
+    let cilium_facts = ignored.cni.cilium.clone().unwrap();
+    assert_eq!(cilium_facts.version.as_deref(), Some("v1.16.5"));
+    assert_eq!(cilium_facts.replaces_kube_proxy, Some(true));
+    assert_eq!(cilium_facts.ignores_ip_mode, Some(true));
+    assert!(
+        verdict::ip_mode_support(&ignored).contains("IGNORES ipMode"),
+        "{}",
+        verdict::ip_mode_support(&ignored)
+    );
+    let verdict = verdict::diagnose(
+        &network(answered()),
+        &ClusterView::Checked(Box::new(ignored)),
+        Vantage::Machine,
+    );
+    assert_eq!(verdict.status, Status::Broken, "{verdict:?}");
+    assert!(
+        verdict.cause.as_deref().unwrap().contains("Cilium v1.16.5"),
+        "{verdict:?}"
+    );
+    assert!(
+        verdict.fixes[0].contains("`hairpin.io/proxy-protocol: v1` or `v2`"),
+        "{:?}",
+        verdict.fixes
+    );
+
+    // 1.18.0 ignores it too; 1.17 and 1.18.1 honour it.
+    for (version, ignores) in [("v1.18.0", true), ("v1.17.2", false), ("v1.18.1", false)] {
+        fake.apply_many(cilium(version, "strict"));
+        let facts = facts(&fake, "blog.example.com", "198.51.100.20").await;
+        let verdict = verdict::diagnose(
+            &network(answered()),
+            &ClusterView::Checked(Box::new(facts)),
+            Vantage::Machine,
+        );
+        let expected = if ignores {
+            Status::Broken
+        } else {
+            Status::NotNeeded
+        };
+        assert_eq!(verdict.status, expected, "{version}: {verdict:?}");
+    }
+
+    // Without kube-proxy replacement, kube-proxy handles the Service: ipMode is honoured.
+    fake.apply_many(cilium("v1.16.5", "false"));
+    let kube_proxy = facts(&fake, "blog.example.com", "198.51.100.20").await;
+    assert_eq!(
+        kube_proxy.cni.cilium.as_ref().unwrap().replaces_kube_proxy,
+        Some(false)
+    );
+    let verdict = verdict::diagnose(
+        &network(answered()),
+        &ClusterView::Checked(Box::new(kube_proxy)),
+        Vantage::Machine,
+    );
+    assert_eq!(verdict.status, Status::NotNeeded, "{verdict:?}");
+}
+
+fn hairpin_object(dns: &str, ready: &str, reason: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "hairpin.io/v1alpha1", "kind": "Hairpin",
+        "metadata": {"name": "do-lb", "namespace": "ingress-nginx"},
+        "spec": {},
+        "status": {
+            "proxy": "v1", "hostCount": 1, "dns": dns, "readyEndpoints": 2,
+            "service": "hairpin/hairpin-ingress-nginx-do-lb",
+            "propagationSeconds": 42.4,
+            "conditions": [
+                {"type": "DNSWritten", "status": "True", "reason": "Written", "message": "",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Ready", "status": ready, "reason": reason,
+                 "message": "the cluster DNS answers 203.0.113.7",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}
+            ]
+        }
+    })
+}
+
+#[tokio::test]
+async fn the_hairpin_status_of_the_load_balancer_says_whether_the_fix_is_effective() {
+    let fake = FakeApiServer::start().await;
+    fake.register(ResourceType::new(
+        "hairpin.io",
+        "v1alpha1",
+        "hairpins",
+        "Hairpin",
+        true,
+    ));
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        coredns(json!({})),
+        hairpin_object("Effective", "True", "Effective"),
+    ]);
+    let effective = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let status = effective.hairpin.status.clone().unwrap();
+    assert_eq!(status.name, "ingress-nginx/do-lb");
+    assert_eq!(status.dns.as_deref(), Some("Effective"));
+    assert_eq!(status.propagation_seconds, Some(42.4));
+    assert_eq!(status.ready_endpoints, Some(2));
+    assert!(status.effective);
+    let text = status.describe();
+    assert!(text.contains("42 s"), "{text}");
+    assert!(text.contains("the fix is effective"), "{text}");
+
+    fake.apply(hairpin_object("NotEffective", "False", "DNSNotEffective"));
+    let not_effective = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let status = not_effective.hairpin.status.unwrap();
+    assert!(!status.effective);
+    let text = status.describe();
+    assert!(text.contains("NOT effective"), "{text}");
+    assert!(
+        text.contains("Ready=False (DNSNotEffective): the cluster DNS answers 203.0.113.7"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn dns_that_hairpin_cannot_edit_is_recognised_and_named() {
+    // GKE's kube-dns: a kube-dns Deployment and ConfigMap, no coredns ConfigMap.
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+            "spec": {
+                "selector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                "template": {
+                    "metadata": {"labels": {"k8s-app": "kube-dns"}},
+                    "spec": {"containers": [{"name": "kubedns", "image": "gke.gcr.io/k8s-dns-kube-dns:1.23.0"}]}
+                }
+            }
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kube-dns", "namespace": "kube-system",
+                         "labels": {"addonmanager.kubernetes.io/mode": "EnsureExists"}},
+            "data": {}
+        }),
+    ]);
+    let kube_dns = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    assert!(
+        kube_dns.gaps.iter().all(|gap| gap.contains("/version")),
+        "{:?}",
+        kube_dns.gaps
+    );
+    assert_eq!(
+        kube_dns.dns.uneditable,
+        Some(verdict::UneditableDns::KubeDns)
+    );
+    let verdict = verdict::diagnose(
+        &signature(),
+        &ClusterView::Checked(Box::new(kube_dns)),
+        Vantage::Pod,
+    );
+    let hairpin_fix = verdict.fixes.last().unwrap();
+    assert!(hairpin_fix.contains("kube-dns"), "{hairpin_fix}");
+    assert!(hairpin_fix.contains("stubDomains"), "{hairpin_fix}");
+    assert!(hairpin_fix.contains("external-dns"), "{hairpin_fix}");
+    assert!(!hairpin_fix.contains("helm install"), "{hairpin_fix}");
+
+    // A CoreDNS ConfigMap an add-on manager reconciles: hairpin's edit would be reverted.
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        coredns(json!({"addonmanager.kubernetes.io/mode": "Reconcile"})),
+    ]);
+    let reconciled = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    assert_eq!(
+        reconciled.dns.uneditable,
+        Some(verdict::UneditableDns::ReconciledCoreDns {
+            config_map: "kube-system/coredns".into(),
+            label: "addonmanager.kubernetes.io/mode=Reconcile".into(),
+        })
+    );
+    let verdict = verdict::diagnose(
+        &signature(),
+        &ClusterView::Checked(Box::new(reconciled)),
+        Vantage::Pod,
+    );
+    let cause = verdict.cause.unwrap();
+    assert!(cause.contains("reverts every edit"), "{cause}");
+    assert!(!cause.contains("stubDomains"), "{cause}");
+
+    // `EnsureExists` only creates it: edits stay, hairpin can write.
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        coredns(json!({"addonmanager.kubernetes.io/mode": "EnsureExists"})),
+    ]);
+    let editable = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    assert_eq!(editable.dns.uneditable, None);
 }

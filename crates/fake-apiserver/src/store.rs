@@ -216,6 +216,10 @@ impl State {
             ),
             ResourceType::new("coordination.k8s.io", "v1", "leases", "Lease", true),
             ResourceType::new("events.k8s.io", "v1", "events", "Event", true),
+            // Built into every kube-apiserver; the doctor reads the cilium DaemonSet and the
+            // kube-dns Deployment.
+            ResourceType::new("apps", "v1", "deployments", "Deployment", true),
+            ResourceType::new("apps", "v1", "daemonsets", "DaemonSet", true),
             ResourceType::new("networking.k8s.io", "v1", "ingresses", "Ingress", true),
             ResourceType::new(
                 "networking.k8s.io",
