@@ -31,6 +31,10 @@ pub struct LoadBalancer {
     pub non_tcp_ports: Vec<String>,
     /// The annotations that turned PROXY on (`key=value`).
     pub proxy_sources: Vec<String>,
+    /// Why this load balancer is hairpinned although the status or the provider says its
+    /// in-cluster traffic already goes through it: our annotation forces it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forced: Option<String>,
 }
 
 /// One TCP port of a load balancer.
@@ -119,6 +123,10 @@ pub struct Discovery {
     pub warnings: Vec<Warning>,
 }
 
+/// Why our annotation forces a hairpin on a load balancer whose status says `ipMode: Proxy`.
+pub const FORCED_WHY: &str =
+    "for CNIs that ignore ipMode: Cilium < 1.17, Cilium 1.18.0, some kube-proxy replacements";
+
 /// Classifies every `type: LoadBalancer` Service of the snapshot.
 pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery {
     let own_key = config.annotation("proxy-protocol");
@@ -151,7 +159,8 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
             out.not_needed.push(skip(SkipReason::DisabledByAnnotation));
             continue;
         }
-        if huawei_pass_through(svc) {
+        let pass_through = huawei_pass_through(svc);
+        if pass_through && !proxy.explicit {
             out.not_needed.push(skip(SkipReason::PassThrough));
             continue;
         }
@@ -182,11 +191,24 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
             .and_then(|s| s.load_balancer.as_ref())
             .and_then(|lb| lb.ingress.as_ref());
         let entries = entries.map(Vec::as_slice).unwrap_or_default();
+        // Our explicit annotation takes `ipMode: Proxy` addresses too: the CNI may ignore
+        // ipMode and short-circuit them anyway.
         let ips: Vec<IpAddr> = entries
             .iter()
-            .filter(|e| e.ip_mode.as_deref() != Some("Proxy"))
+            .filter(|e| proxy.explicit || e.ip_mode.as_deref() != Some("Proxy"))
             .filter_map(|e| e.ip.as_deref()?.parse().ok())
             .collect();
+        let ip_mode_proxy = entries
+            .iter()
+            .any(|e| e.ip.is_some() && e.ip_mode.as_deref() == Some("Proxy"));
+        let forced = (proxy.explicit && (ip_mode_proxy || pass_through)).then(|| {
+            let by = proxy.sources.join(", ");
+            if ip_mode_proxy {
+                format!("status ipMode is Proxy, but forced by {by} ({FORCED_WHY})")
+            } else {
+                format!("kubernetes.io/elb.pass-through is true, but forced by {by}")
+            }
+        });
         if ips.is_empty() {
             let reason = if entries.iter().any(|e| e.ip.is_some()) {
                 SkipReason::IpModeProxy
@@ -205,6 +227,7 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
             ports,
             non_tcp_ports: non_tcp_ports(svc),
             proxy_sources: proxy.sources,
+            forced,
         });
     }
     out.load_balancers.sort_by(|a, b| a.service.cmp(&b.service));

@@ -354,6 +354,10 @@ pub struct ProxyProtocol {
     pub sources: Vec<String>,
     /// Our annotation turned PROXY off.
     pub disabled_by_annotation: bool,
+    /// Our annotation turned PROXY on (`v1`/`v2`): an explicit word that forces a hairpin even
+    /// where the status (`ipMode: Proxy`) or the provider (pass-through) says traffic already
+    /// goes through the load balancer, for CNIs that ignore it.
+    pub explicit: bool,
 }
 
 /// An annotation value nobody understands.
@@ -507,6 +511,7 @@ fn all_ports(ports: &[i32], version: ProxyVersion, key: &str, value: &str) -> Pr
         ports: ports.iter().map(|&p| (p, version)).collect(),
         sources: vec![format!("{key}={value}")],
         disabled_by_annotation: false,
+        explicit: true,
     }
 }
 

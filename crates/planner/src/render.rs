@@ -44,6 +44,9 @@ pub fn text(plan: &Plan) -> String {
         for (k, v) in rows {
             let _ = writeln!(out, "  {k:<16} {v}");
         }
+        if let Some(why) = &l.forced {
+            let _ = writeln!(out, "  {:<16} {why}", "forced");
+        }
         let _ = writeln!(out, "  routes");
         let width = lb
             .routes

@@ -156,3 +156,83 @@ fn ports_carry_their_versions_and_destination_prefers_ipv4() {
     assert_eq!(lb.ports[1].proxy_protocol, Some(ProxyVersion::V2));
     assert_eq!(lb.destination_ip(), Some("192.0.2.1".parse().unwrap()));
 }
+
+#[test]
+fn our_explicit_annotation_forces_a_hairpin_despite_ip_mode_proxy() {
+    for value in ["v1", "v2", "true"] {
+        let snapshot = ClusterSnapshot {
+            services: vec![lb_service(
+                "ns",
+                "lb",
+                json!({ "hairpin.io/proxy-protocol": value }),
+                json!([{ "ip": "192.0.2.1", "ipMode": "Proxy" }]),
+            )],
+            ..ClusterSnapshot::default()
+        };
+        let d = discover(&snapshot, &PlannerConfig::default());
+        assert!(d.not_needed.is_empty(), "{value}: {:?}", d.not_needed);
+        let lb = &d.load_balancers[0];
+        assert_eq!(lb.ips, ["192.0.2.1".parse::<std::net::IpAddr>().unwrap()]);
+        let why = lb.forced.as_deref().unwrap();
+        assert!(why.contains("ipMode is Proxy"), "{why}");
+        assert!(
+            why.contains(&format!("hairpin.io/proxy-protocol={value}")),
+            "{why}"
+        );
+        assert!(why.contains("Cilium < 1.17"), "{why}");
+    }
+}
+
+#[test]
+fn a_forced_hairpin_needs_our_annotation_and_a_valid_value() {
+    // A provider annotation does not override ipMode: Proxy, nor does `off` or an unknown value.
+    for annotations in [
+        json!({ HETZNER: "true" }),
+        json!({ HETZNER: "true", "hairpin.io/proxy-protocol": "v3" }),
+        json!({ "hairpin.io/proxy-protocol": "off" }),
+    ] {
+        let reason = reason_of(
+            annotations.clone(),
+            json!([{ "ip": "192.0.2.1", "ipMode": "Proxy" }]),
+        );
+        assert!(
+            matches!(
+                reason,
+                Some(SkipReason::IpModeProxy | SkipReason::DisabledByAnnotation)
+            ),
+            "{annotations}: {reason:?}"
+        );
+    }
+    // Not forced where nothing needed forcing: a VIP address.
+    let snapshot = ClusterSnapshot {
+        services: vec![lb_service(
+            "ns",
+            "lb",
+            json!({ "hairpin.io/proxy-protocol": "v2" }),
+            json!([{ "ip": "192.0.2.1", "ipMode": "VIP" }]),
+        )],
+        ..ClusterSnapshot::default()
+    };
+    let d = discover(&snapshot, &PlannerConfig::default());
+    assert_eq!(d.load_balancers[0].forced, None);
+}
+
+#[test]
+fn an_invalid_forcing_value_is_a_warning_naming_the_service() {
+    let snapshot = ClusterSnapshot {
+        services: vec![lb_service(
+            "shop",
+            "edge",
+            json!({ "hairpin.io/proxy-protocol": "proxy-v2" }),
+            json!([{ "ip": "192.0.2.1", "ipMode": "Proxy" }]),
+        )],
+        ..ClusterSnapshot::default()
+    };
+    let d = discover(&snapshot, &PlannerConfig::default());
+    assert!(d.load_balancers.is_empty());
+    let w = d.warnings[0].to_string();
+    assert!(
+        w.contains("Service shop/edge") && w.contains("\"proxy-v2\""),
+        "{w}"
+    );
+}

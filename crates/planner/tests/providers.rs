@@ -416,10 +416,8 @@ fn exoscale_plans_nothing_and_says_its_nlb_has_no_proxy() {
 #[test]
 fn huawei_pass_through_is_the_native_fix() {
     let k = "kubernetes.io/elb.pass-through";
-    assert_eq!(
-        reason_of(json!({ k: "true", OWN: "v1" })),
-        [SkipReason::PassThrough]
-    );
+    // PROXY set by hand on the ELB, declared with our annotation, forces a hairpin.
+    assert_eq!(reason_of(json!({ k: "true", OWN: "v1" })), []);
     assert_eq!(reason_of(json!({ k: "true" })), [SkipReason::PassThrough]);
     assert_eq!(
         reason_of(json!({ k: "false" })),
