@@ -337,7 +337,16 @@ pub struct Origin {
 impl Origin {
     /// An origin described as `<kind> <namespace>/<name>`.
     pub fn new(kind: &'static str, object: ObjectRef) -> Self {
-        let text = format!("{kind} {object}");
+        // Built by hand rather than with `format!`: one per Ingress on every plan.
+        let mut text =
+            String::with_capacity(kind.len() + object.namespace.len() + object.name.len() + 2);
+        text.push_str(kind);
+        text.push(' ');
+        if !object.namespace.is_empty() {
+            text.push_str(&object.namespace);
+            text.push('/');
+        }
+        text.push_str(&object.name);
         Origin { kind, object, text }
     }
 

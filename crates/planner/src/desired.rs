@@ -579,9 +579,8 @@ fn dns_change(
     for w in &info.warnings {
         warnings.push(Warning::new(&subject, w.to_string()));
     }
-    let entries: Vec<DnsEntry> = redirects
-        .iter()
-        .filter_map(|r| match r.entry() {
+    let entries: Vec<DnsEntry> = DnsRedirect::entries(redirects)
+        .filter_map(|(r, entry)| match entry {
             Ok(e) => Some(e),
             Err(e) => {
                 warnings.push(Warning::new(

@@ -218,7 +218,9 @@ pub fn collect(
         &known,
     );
     let mut c = Collector {
-        found: BTreeMap::new(),
+        lbs: known.iter().copied().collect(),
+        claims: Vec::new(),
+        sources: Vec::new(),
         refused: Vec::new(),
         warnings: Vec::new(),
         admission,
@@ -234,11 +236,11 @@ pub fn collect(
         let annotations = svc.metadata.annotations.as_ref();
         for key in [EXTERNAL_DNS_ANNOTATION, own_key.as_str()] {
             if let Some(value) = annotations.and_then(|a| a.get(key)) {
-                let origin = Origin::with_text(
+                let origin = c.origin(Origin::with_text(
                     "Service",
                     svc_ref.clone(),
                     format!("Service {svc_ref} annotation {key}"),
-                );
+                ));
                 for host in value.split(',').filter(|h| !h.trim().is_empty()) {
                     c.add(&svc_ref, host, &origin, WildcardLabels::One);
                 }
@@ -261,12 +263,12 @@ pub fn collect(
             .clone()
     };
     for ing in &snapshot.ingresses {
-        let ing_ref = ObjectRef::from_meta(&ing.metadata);
-        let origin = Origin::new("Ingress", ing_ref);
         let hosts = ingress_hosts(ing);
         if hosts.is_empty() {
             continue;
         }
+        let ing_ref = ObjectRef::from_meta(&ing.metadata);
+        let origin = Origin::new("Ingress", ing_ref);
         let entries = ing
             .status
             .as_ref()
@@ -308,6 +310,10 @@ pub fn collect(
                 matched
             }
         };
+        if targets.is_empty() {
+            continue;
+        }
+        let origin = c.origin(origin);
         for lb in targets {
             for host in &hosts {
                 c.add(lb, host, &origin, WildcardLabels::One);
@@ -363,7 +369,8 @@ pub fn collect(
         let gw_routes = routes_by_gateway
             .get(&(gw_ref.namespace.as_str(), gw_ref.name.as_str()))
             .map_or(&[][..], Vec::as_slice);
-        let mut hosts: Vec<(String, Origin)> = Vec::new();
+        let mut hosts: Vec<(String, Source)> = Vec::new();
+        let gw_origin = c.origin(gw_origin);
         for listener in &gw.spec.listeners {
             if matches!(listener.protocol.as_str(), "UDP") {
                 continue;
@@ -390,14 +397,14 @@ pub fn collect(
                 {
                     continue;
                 }
-                let route_source = Origin::with_text(
+                let route_source = c.origin(Origin::with_text(
                     route.kind,
                     ObjectRef::new(&route.namespace, &route.name),
                     format!(
                         "{} {}/{} via Gateway {gw_ref}",
                         route.kind, route.namespace, route.name
                     ),
-                );
+                ));
                 match (&listener_host, route.hostnames.is_empty()) {
                     (Some(lh), true) => hosts.push((lh.clone(), route_source)),
                     (Some(lh), false) => {
@@ -425,26 +432,51 @@ pub fn collect(
     c.finish()
 }
 
-/// The sources of one hostname on one load balancer, and the broadest wildcard meaning among
-/// them.
-#[derive(Default)]
-struct Found {
-    sources: BTreeSet<String>,
+/// An origin the collector has recorded: hostnames it claims refer to it by index.
+#[derive(Clone)]
+struct Source {
+    origin: Origin,
+    index: u32,
+}
+
+/// One admitted claim: a hostname for a load balancer from a source.
+struct Claim {
+    /// Normalized hostname (`*.suffix` for a wildcard).
+    host: String,
+    /// Index into [`Collector::lbs`].
+    lb: u32,
+    /// Index into [`Collector::sources`].
+    source: u32,
+    /// What a wildcard means in that source.
     labels: WildcardLabels,
 }
 
+/// Claims are gathered in a flat list and sorted once at the end: with tens of thousands of
+/// Ingresses, a sorted map per hostname costs several times more (an allocation and a clone
+/// of the load balancer reference per hostname, and string comparisons on every insert).
 struct Collector<'a> {
-    /// hostname -> load balancer -> sources
-    found: BTreeMap<String, BTreeMap<ObjectRef, Found>>,
+    /// The load balancers, sorted: a claim's `lb` index orders like the reference.
+    lbs: Vec<&'a ObjectRef>,
+    claims: Vec<Claim>,
+    /// Source texts (`Ingress shop/web`), by index.
+    sources: Vec<String>,
     refused: Vec<Refusal>,
     warnings: Vec<Warning>,
     admission: Admission<'a>,
 }
 
 impl Collector<'_> {
-    /// Records `host` for `lb` if the admission policy lets `origin` claim it; `labels` is
-    /// what a wildcard means in `origin`.
-    fn add(&mut self, lb: &ObjectRef, host: &str, origin: &Origin, labels: WildcardLabels) {
+    /// Records `origin` as a source of hostnames.
+    fn origin(&mut self, origin: Origin) -> Source {
+        let index = u32::try_from(self.sources.len()).expect("fewer than 2^32 sources");
+        self.sources.push(origin.text.clone());
+        Source { origin, index }
+    }
+
+    /// Records `host` for `lb` if the admission policy lets `source` claim it; `labels` is
+    /// what a wildcard means in `source`.
+    fn add(&mut self, lb: &ObjectRef, host: &str, source: &Source, labels: WildcardLabels) {
+        let origin = &source.origin;
         let refuse = |hostname: String, (reason, detail): (RefusalReason, String)| Refusal {
             hostname,
             source: origin.text.clone(),
@@ -472,16 +504,16 @@ impl Collector<'_> {
             self.refused.push(refuse(parsed.to_string(), why));
             return;
         }
-        let found = self
-            .found
-            .entry(String::from(parsed))
-            .or_default()
-            .entry(lb.clone())
-            .or_default();
-        if !found.sources.contains(&origin.text) {
-            found.sources.insert(origin.text.clone());
-        }
-        found.labels = found.labels.max(labels);
+        let lb = self
+            .lbs
+            .binary_search(&lb)
+            .expect("hostnames are collected for known load balancers only");
+        self.claims.push(Claim {
+            host: String::from(parsed),
+            lb: u32::try_from(lb).expect("fewer than 2^32 load balancers"),
+            source: source.index,
+            labels,
+        });
     }
 
     fn finish(mut self) -> Collected {
@@ -492,9 +524,33 @@ impl Collector<'_> {
         self.warnings
             .extend(self.refused.iter().map(Refusal::warning));
         out.refused = std::mem::take(&mut self.refused);
-        for (host, lbs) in self.found {
+        let sources = &self.sources;
+        self.claims.sort_unstable_by(|a, b| {
+            (a.host.as_str(), a.lb)
+                .cmp(&(b.host.as_str(), b.lb))
+                .then_with(|| sources[a.source as usize].cmp(&sources[b.source as usize]))
+        });
+        let mut claims = self.claims.into_iter().peekable();
+        while let Some(first) = claims.next() {
+            // Every claim of this hostname: the load balancers, and for the one load balancer
+            // of an unconflicted name, its sources.
+            let mut lbs = vec![first.lb];
+            let mut names = vec![first.source];
+            let mut labels = first.labels;
+            while let Some(next) = claims.next_if(|c| c.host == first.host) {
+                if next.lb != *lbs.last().expect("not empty") {
+                    lbs.push(next.lb);
+                } else if sources[next.source as usize]
+                    != sources[*names.last().expect("not empty") as usize]
+                {
+                    names.push(next.source);
+                }
+                labels = labels.max(next.labels);
+            }
+            let host = first.host;
             if lbs.len() > 1 {
-                let load_balancers: Vec<ObjectRef> = lbs.keys().cloned().collect();
+                let load_balancers: Vec<ObjectRef> =
+                    lbs.iter().map(|&i| self.lbs[i as usize].clone()).collect();
                 let names: Vec<String> = load_balancers.iter().map(ToString::to_string).collect();
                 self.warnings.push(Warning::new(
                     format!("hostname {host}"),
@@ -509,12 +565,17 @@ impl Collector<'_> {
                 });
                 continue;
             }
-            for (lb, found) in lbs {
-                out.per_lb.entry(lb).or_default().push(Hostname {
-                    wildcard_labels: host.starts_with("*.").then_some(found.labels),
-                    name: host.clone(),
-                    sources: found.sources.into_iter().collect(),
-                });
+            let lb = self.lbs[first.lb as usize];
+            let hostname = Hostname {
+                wildcard_labels: host.starts_with("*.").then_some(labels),
+                name: host,
+                sources: names.iter().map(|&i| sources[i as usize].clone()).collect(),
+            };
+            match out.per_lb.get_mut(lb) {
+                Some(list) => list.push(hostname),
+                None => {
+                    out.per_lb.insert(lb.clone(), vec![hostname]);
+                }
             }
         }
         self.warnings.sort();
@@ -524,17 +585,26 @@ impl Collector<'_> {
     }
 }
 
-fn ingress_hosts(ing: &Ingress) -> Vec<String> {
+/// The hosts of an Ingress's rules and TLS sections, each once (a rule host is usually in
+/// `tls[].hosts` too).
+fn ingress_hosts(ing: &Ingress) -> Vec<&str> {
     let Some(spec) = ing.spec.as_ref() else {
         return Vec::new();
     };
-    let rules = spec.rules.iter().flatten().filter_map(|r| r.host.clone());
+    let rules = spec
+        .rules
+        .iter()
+        .flatten()
+        .filter_map(|r| r.host.as_deref());
     let tls = spec
         .tls
         .iter()
         .flatten()
-        .flat_map(|t| t.hosts.iter().flatten().cloned());
-    rules.chain(tls).collect()
+        .flat_map(|t| t.hosts.iter().flatten().map(String::as_str));
+    let mut hosts: Vec<&str> = rules.chain(tls).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    hosts
 }
 
 /// An Ingress's class name: `spec.ingressClassName`, else the legacy class annotation.

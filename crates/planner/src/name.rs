@@ -91,42 +91,27 @@ impl DnsName {
     /// [`Host::parse`] where a wildcard is allowed).
     pub fn parse(name: &str) -> Result<Self, NameError> {
         let name = name.strip_suffix('.').unwrap_or(name);
-        if name.is_empty() {
-            return Err(NameError::Empty);
-        }
-        if name.len() > MAX_NAME_LEN {
-            return Err(NameError::TooLong);
-        }
-        if name.contains('*') {
-            return Err(NameError::MisplacedWildcard);
-        }
-        let mut all_labels_numeric = true;
-        for label in name.split('.') {
-            if label.is_empty() {
-                return Err(NameError::EmptyLabel);
+        // The planner parses every hostname of the cluster on each run: one pass over the
+        // bytes accepts the common case, and only a name it cannot accept at a glance goes
+        // through the full checks, which say what is wrong.
+        match glance(name.as_bytes()) {
+            Glance::Lowercase => Ok(DnsName(name.to_owned())),
+            Glance::Capitals => Ok(DnsName(name.to_ascii_lowercase())),
+            Glance::Unsure => {
+                check(name)?;
+                Ok(DnsName(name.to_ascii_lowercase()))
             }
-            if label.len() > MAX_LABEL_LEN {
-                return Err(NameError::LabelTooLong);
-            }
-            if !label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            {
-                // `::1` and friends say more than "bad character".
-                if name.parse::<std::net::IpAddr>().is_ok() {
-                    return Err(NameError::IpAddress);
-                }
-                return Err(NameError::BadCharacter);
-            }
-            if label.starts_with('-') || label.ends_with('-') {
-                return Err(NameError::HyphenAtEdge);
-            }
-            all_labels_numeric &= label.bytes().all(|b| b.is_ascii_digit());
         }
-        if all_labels_numeric && name.parse::<std::net::Ipv4Addr>().is_ok() {
-            return Err(NameError::IpAddress);
+    }
+
+    /// Whether `name` is already a valid name in normal form (what [`DnsName::parse`] would
+    /// return unchanged), without allocating.
+    pub fn is_normalized(name: &str) -> bool {
+        match glance(name.as_bytes()) {
+            Glance::Lowercase => true,
+            Glance::Capitals => false,
+            Glance::Unsure => DnsName::parse(name).is_ok_and(|n| n.0 == name),
         }
-        Ok(DnsName(name.to_ascii_lowercase()))
     }
 
     /// The name, e.g. `shop.example.com`.
@@ -149,6 +134,124 @@ impl DnsName {
     /// (`a.b` for `a.b.example.com` in `example.com`).
     pub fn head_under(&self, zone: &DnsName) -> Option<&str> {
         head(&self.0, &zone.0)
+    }
+}
+
+/// Every rule, in the order that decides which error a bad name gets; `name` is without its
+/// trailing dot.
+fn check(name: &str) -> Result<(), NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(NameError::TooLong);
+    }
+    if name.contains('*') {
+        return Err(NameError::MisplacedWildcard);
+    }
+    let mut all_labels_numeric = true;
+    for label in name.split('.') {
+        if label.is_empty() {
+            return Err(NameError::EmptyLabel);
+        }
+        if label.len() > MAX_LABEL_LEN {
+            return Err(NameError::LabelTooLong);
+        }
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            // `::1` and friends say more than "bad character".
+            if name.parse::<std::net::IpAddr>().is_ok() {
+                return Err(NameError::IpAddress);
+            }
+            return Err(NameError::BadCharacter);
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(NameError::HyphenAtEdge);
+        }
+        all_labels_numeric &= label.bytes().all(|b| b.is_ascii_digit());
+    }
+    if all_labels_numeric && name.parse::<std::net::Ipv4Addr>().is_ok() {
+        return Err(NameError::IpAddress);
+    }
+    Ok(())
+}
+
+/// What one pass over a name found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Glance {
+    /// Valid, in lowercase already.
+    Lowercase,
+    /// Valid, with capitals.
+    Capitals,
+    /// Not plainly valid: only the full checks can tell.
+    Unsure,
+}
+
+/// One pass over `name` (without its trailing dot): valid when every label is 1 to 63
+/// letters, digits and inner hyphens and some label holds more than digits (an all-digit name
+/// may be an IPv4 address). [`Glance::Unsure`] says nothing: the full checks decide.
+fn glance(name: &[u8]) -> Glance {
+    // Byte classes, so that the loop makes one lookup and one test per byte.
+    const BAD: u8 = 0;
+    const LOWER: u8 = 1;
+    const UPPER: u8 = 2;
+    const DIGIT: u8 = 3;
+    const HYPHEN: u8 = 4;
+    const DOT: u8 = 5;
+    const CLASS: [u8; 256] = {
+        let mut class = [BAD; 256];
+        let mut b = 0;
+        while b < 256 {
+            let c = b as u8;
+            class[b] = if c.is_ascii_lowercase() {
+                LOWER
+            } else if c.is_ascii_uppercase() {
+                UPPER
+            } else if c.is_ascii_digit() {
+                DIGIT
+            } else if c == b'-' {
+                HYPHEN
+            } else if c == b'.' {
+                DOT
+            } else {
+                BAD
+            };
+            b += 1;
+        }
+        class
+    };
+    if name.len() > MAX_NAME_LEN {
+        return Glance::Unsure;
+    }
+    let mut label_start = 0;
+    let mut prev = DOT;
+    let mut digits_only = true;
+    let mut capitals = false;
+    for (i, &b) in name.iter().enumerate() {
+        let class = CLASS[usize::from(b)];
+        match class {
+            LOWER => digits_only = false,
+            UPPER => {
+                digits_only = false;
+                capitals = true;
+            }
+            DIGIT => {}
+            HYPHEN if prev != DOT => digits_only = false,
+            DOT if prev != DOT && prev != HYPHEN && i - label_start <= MAX_LABEL_LEN => {
+                label_start = i + 1;
+            }
+            _ => return Glance::Unsure,
+        }
+        prev = class;
+    }
+    if prev == DOT || prev == HYPHEN || name.len() - label_start > MAX_LABEL_LEN || digits_only {
+        Glance::Unsure
+    } else if capitals {
+        Glance::Capitals
+    } else {
+        Glance::Lowercase
     }
 }
 
@@ -341,6 +444,28 @@ mod tests {
             assert!(Host::parse(bad).is_err(), "{bad:?}");
         }
         assert_eq!(Host::parse("*.10.0.0.1"), Err(NameError::IpAddress));
+    }
+
+    proptest::proptest! {
+        /// The one-pass shortcut accepts nothing the full checks refuse, and lets through
+        /// (almost) every name they accept: all-digit names are left to them.
+        #[test]
+        fn the_shortcut_agrees_with_the_full_checks(raw in "[a-zA-Z0-9*._: -]{0,12}|([a-z0-9-]{1,64}\\.){1,4}[a-z0-9-]{1,5}") {
+            let fast = glance(raw.as_bytes());
+            if fast != Glance::Unsure {
+                proptest::prop_assert_eq!(check(&raw), Ok(()));
+                proptest::prop_assert_eq!(
+                    fast == Glance::Capitals,
+                    raw.bytes().any(|b| b.is_ascii_uppercase())
+                );
+            } else if check(&raw).is_ok() {
+                proptest::prop_assert!(raw.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
+            }
+            proptest::prop_assert_eq!(
+                DnsName::is_normalized(&raw),
+                DnsName::parse(&raw).is_ok_and(|n| n.as_str() == raw)
+            );
+        }
     }
 
     #[test]

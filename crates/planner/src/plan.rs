@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::admission::Refusal;
 use crate::config::DnsMode;
-use crate::corefile::{BlockInsert, CorefileError, DnsEntry};
+use crate::corefile::{BlockInsert, CorefileError, DnsEntry, HostPattern, normalize_target};
 use crate::discovery::{LoadBalancer, NotNeeded};
 use crate::hostnames::{Conflict, Hostname, WildcardLabels};
 use crate::providers::ProxyVersion;
@@ -233,6 +233,27 @@ impl DnsRedirect {
             &self.target,
             self.wildcard_labels.unwrap_or_default(),
         )
+    }
+
+    /// [`DnsRedirect::entry`] of each redirect, with each distinct target checked once (a
+    /// plan has a few targets for up to tens of thousands of hostnames).
+    pub fn entries(
+        redirects: &[DnsRedirect],
+    ) -> impl Iterator<Item = (&DnsRedirect, Result<DnsEntry, CorefileError>)> {
+        let mut targets: Vec<(&str, Result<String, CorefileError>)> = Vec::new();
+        redirects.iter().map(move |r| {
+            let labels = r.wildcard_labels.unwrap_or_default();
+            let entry = HostPattern::parse_with(&r.hostname, labels).and_then(|name| {
+                let known = targets.iter().position(|(t, _)| *t == r.target);
+                let at = known.unwrap_or_else(|| {
+                    targets.push((&r.target, normalize_target(&r.target)));
+                    targets.len() - 1
+                });
+                let target = targets[at].1.clone()?;
+                Ok(DnsEntry { name, target })
+            });
+            (r, entry)
+        })
     }
 }
 

@@ -33,6 +33,8 @@ pub use rules::{
     render_answers, render_rules, render_rules_with, service_fqdn,
 };
 
+pub(crate) use rules::normalize_target;
+
 use crate::markers::{self, Block};
 pub use crate::markers::{BEGIN_MARKER, END_MARKER, Edit, MarkerDamage, Warning};
 use parse::{Corefile, ServerBlock, leading_indent, line_start};

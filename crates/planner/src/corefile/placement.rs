@@ -21,7 +21,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use super::parse::{Corefile, Directive, ServerBlock};
-use super::rules::{RuleStyle, render_answers, render_rules_with};
+use super::rules::{RuleStyle, render_answers_of, render_rules_of};
 use super::{CorefileError, DnsEntry, HostPattern, Warning};
 use crate::hostnames::WildcardLabels;
 
@@ -351,7 +351,7 @@ pub(super) fn place(
             format!("no server block serves plain DNS on port {port}"),
         ));
     }
-    let mut per_server: BTreeMap<usize, Vec<DnsEntry>> = BTreeMap::new();
+    let mut per_server: BTreeMap<usize, Vec<&DnsEntry>> = BTreeMap::new();
     let mut not_served = Vec::new();
     for e in entries {
         let to = receivers(&servers, &e.name);
@@ -359,7 +359,7 @@ pub(super) fn place(
             not_served.push(e.name.to_string());
         }
         for i in to {
-            per_server.entry(i).or_default().push(e.clone());
+            per_server.entry(i).or_default().push(e);
         }
     }
     let mut warnings = Vec::new();
@@ -375,9 +375,9 @@ pub(super) fn place(
     for (i, entries) in per_server {
         let s = &servers[i];
         let (form, lines) = if s.resolves_cluster && !opts.without_kubernetes {
-            (Form::Rewrite, render_rules_with(&entries, opts.style)?)
+            (Form::Rewrite, render_rules_of(&entries, opts.style)?)
         } else {
-            let (lines, unknown) = render_answers(&entries, &opts.addresses)?;
+            let (lines, unknown) = render_answers_of(&entries, &opts.addresses)?;
             if !unknown.is_empty() {
                 warnings.push(Warning::AddressUnknown {
                     line: s.block.open.line,

@@ -7,7 +7,8 @@
 //!   CoreDNS rewrites the answer back to `NAME` by itself for `exact` rules, on every version;
 //! * a target with many exact names gets a few compact rules
 //!   `rewrite stop name regex ^(?:(?:a|b)\.team\.example\.com|c\.example\.org)\.$ TARGET answer auto`
-//!   (first labels grouped by parent domain, so 20,000 names fit in a few hundred KiB);
+//!   (first labels grouped by parent domain; a name alone under its parent is grouped one
+//!   level up);
 //! * Ingress wildcards ([`HostPattern::Wildcard`]) match exactly one label, as the Ingress API
 //!   specifies:
 //!   `rewrite stop name regex ^[^.]+\.(?:example\.com|example\.org)\.$ TARGET answer auto`;
@@ -18,13 +19,24 @@
 //! `answer auto` maps the answer's owner name back to the question (CoreDNS 1.10 and later);
 //! regex rules need it because the original name cannot be rebuilt from the target.
 //!
+//! Size: the grouped regex form costs about the name's first label plus one `|` per name, so
+//! 20,000 hostnames (10,000 Ingresses with `app-N.team-M.example.com` and its `www.` name, the
+//! `examples/scale.rs` cluster) take 230 KiB of Corefile, under the 256 KiB budget and far
+//! from the 1 MiB ConfigMap limit; one `exact` rule per name would take about 90 bytes per
+//! name (1.7 MiB). The alternatives stay plain lists rather than a factored trie so that a
+//! person can still find a hostname in the block with `grep`. Answer-form blocks
+//! ([`render_answers`]) reuse the same patterns in `template ... { match ... }`, three
+//! templates (A, AAAA, other types) per pattern. Rendering sorts each list once and checks
+//! each target once: at that scale the planner's time goes to sorting and allocating, not to
+//! the Corefile.
+//!
 //! CoreDNS applies the first rule that matches, so the most specific pattern comes first:
 //! exact rules, then one-label wildcards, then suffix wildcards with the longest suffixes
 //! (most labels) first. A name is thus rewritten by the wildcard with the longest suffix that
 //! covers it: `a.b.example.com` goes where `*.b.example.com` says, not `*.example.com`.
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -142,12 +154,17 @@ impl DnsEntry {
         labels: WildcardLabels,
     ) -> Result<Self, CorefileError> {
         let name = HostPattern::parse_with(name, labels)?;
-        let target = normalize(target).map_err(|p| CorefileError::InvalidTarget {
-            target: target.to_owned(),
-            reason: p.as_str(),
-        })?;
+        let target = normalize_target(target)?;
         Ok(DnsEntry { name, target })
     }
+}
+
+/// A validated target, in its normal form (the target half of [`DnsEntry::new`]).
+pub(crate) fn normalize_target(target: &str) -> Result<String, CorefileError> {
+    normalize(target).map_err(|p| CorefileError::InvalidTarget {
+        target: target.to_owned(),
+        reason: p.as_str(),
+    })
 }
 
 /// `<service>.<namespace>.svc.<cluster_domain>`.
@@ -170,57 +187,87 @@ type ByTarget<'a> = BTreeMap<&'a str, Names<'a>>;
 
 /// Check the entries and sort them by target. One name on two targets is a conflict; so is one
 /// wildcard on two targets, whatever its kind. One wildcard on one target with both kinds is
-/// the suffix match (the broader one).
-fn group(entries: &[DnsEntry]) -> Result<ByTarget<'_>, CorefileError> {
-    // (is a wildcard, name or suffix) -> (target, broadest wildcard kind)
-    let mut owner: BTreeMap<(bool, &str), (&str, WildcardLabels)> = BTreeMap::new();
-    for e in entries {
-        // Entries built by hand bypass `DnsEntry::new`; check them here too.
-        let target_ok = normalize(&e.target).is_ok_and(|t| t == e.target);
-        if !target_ok {
-            return Err(CorefileError::InvalidTarget {
-                target: e.target.clone(),
-                reason: "must be a lowercase RFC 1123 name without trailing dot",
-            });
+/// the suffix match (the broader one). The error is the one met first in entry order, as if
+/// the entries were checked one by one.
+fn group<'a>(entries: &[&'a DnsEntry]) -> Result<ByTarget<'a>, CorefileError> {
+    // Entries built by hand bypass `DnsEntry::new`; check them here too. There are a few
+    // targets for many names: each target is checked once.
+    let mut valid = entries.len();
+    let mut invalid = None;
+    let mut checked_targets: Vec<&str> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        if !checked_targets.contains(&e.target.as_str()) {
+            if !DnsName::is_normalized(&e.target) {
+                invalid = Some(CorefileError::InvalidTarget {
+                    target: e.target.clone(),
+                    reason: "must be a lowercase RFC 1123 name without trailing dot",
+                });
+                valid = i;
+                break;
+            }
+            checked_targets.push(&e.target);
         }
-        let raw = e.name.name();
-        if normalize(raw).ok().as_deref() != Some(raw) {
-            return Err(CorefileError::InvalidHostname {
+        if !DnsName::is_normalized(e.name.name()) {
+            invalid = Some(CorefileError::InvalidHostname {
                 name: e.name.to_string(),
                 reason: "must be a lowercase RFC 1123 name without trailing dot",
             });
-        }
-        let labels = e.name.wildcard_labels();
-        let key = (labels.is_some(), raw);
-        let labels = labels.unwrap_or_default();
-        match owner.get_mut(&key) {
-            None => {
-                owner.insert(key, (&e.target, labels));
-            }
-            Some((prev, _)) if *prev != e.target => {
-                let (first, second) = if *prev < e.target.as_str() {
-                    (*prev, e.target.as_str())
-                } else {
-                    (e.target.as_str(), *prev)
-                };
-                return Err(CorefileError::ConflictingTargets {
-                    name: e.name.to_string(),
-                    first: first.to_owned(),
-                    second: second.to_owned(),
-                });
-            }
-            Some((_, kind)) => *kind = (*kind).max(labels),
+            valid = i;
+            break;
         }
     }
+    // (is a wildcard, name or suffix), then entry order: each key's first entry owns it.
+    let mut keyed: Vec<(bool, &str, usize)> = entries[..valid]
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.name.wildcard_labels().is_some(), e.name.name(), i))
+        .collect();
+    // Stable and run-aware: entries usually come sorted by name (wildcards first), two runs.
+    keyed.sort();
+    // The first entry (in entry order) whose key another target owns.
+    let mut conflict: Option<(usize, usize)> = None;
+    let mut owners: Vec<(usize, WildcardLabels)> = Vec::new();
+    for same in keyed.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+        let owner = same[0].2;
+        let mut labels = WildcardLabels::default();
+        for &(_, _, i) in same {
+            if entries[i].target != entries[owner].target {
+                if conflict.is_none_or(|(_, at)| i < at) {
+                    conflict = Some((owner, i));
+                }
+                break;
+            }
+            labels = labels.max(entries[i].name.wildcard_labels().unwrap_or_default());
+        }
+        owners.push((owner, labels));
+    }
+    if let Some((owner, at)) = conflict {
+        let (prev, e) = (entries[owner].target.as_str(), entries[at]);
+        let (first, second) = if prev < e.target.as_str() {
+            (prev, e.target.as_str())
+        } else {
+            (e.target.as_str(), prev)
+        };
+        return Err(CorefileError::ConflictingTargets {
+            name: e.name.to_string(),
+            first: first.to_owned(),
+            second: second.to_owned(),
+        });
+    }
+    if let Some(e) = invalid {
+        return Err(e);
+    }
     let mut by_target = ByTarget::new();
-    // `owner` iterates in key order (all exact names, then wildcards, each sorted), so the
-    // lists come out sorted and free of duplicates.
-    for ((wildcard, name), (target, labels)) in owner {
-        let slot = by_target.entry(target).or_default();
-        match (wildcard, labels) {
-            (false, _) => slot.exact.push(name),
-            (true, WildcardLabels::One) => slot.wildcards.push(name),
-            (true, WildcardLabels::OneOrMore) => slot.suffixes.push(name),
+    // `owners` is in key order (all exact names, then wildcards, each sorted), so the lists
+    // come out sorted and free of duplicates.
+    for (owner, labels) in owners {
+        let e = entries[owner];
+        let slot = by_target.entry(e.target.as_str()).or_default();
+        let name = e.name.name();
+        match (e.name.wildcard_labels(), labels) {
+            (None, _) => slot.exact.push(name),
+            (Some(_), WildcardLabels::One) => slot.wildcards.push(name),
+            (Some(_), WildcardLabels::OneOrMore) => slot.suffixes.push(name),
         }
     }
     Ok(by_target)
@@ -310,6 +357,15 @@ pub fn render_rules_with(
     entries: &[DnsEntry],
     style: RuleStyle,
 ) -> Result<Vec<String>, CorefileError> {
+    render_rules_of(&entries.iter().collect::<Vec<_>>(), style)
+}
+
+/// [`render_rules_with`] for borrowed entries (the placement hands each server block its
+/// share without copying them).
+pub(super) fn render_rules_of(
+    entries: &[&DnsEntry],
+    style: RuleStyle,
+) -> Result<Vec<String>, CorefileError> {
     let by_target = group(entries)?;
     if style == RuleStyle::ExactOnly
         && let Some(suffix) = by_target
@@ -354,6 +410,14 @@ const NODATA_SOA: &str =
 /// `addresses` has none for their target (sorted).
 pub fn render_answers(
     entries: &[DnsEntry],
+    addresses: &BTreeMap<String, Vec<IpAddr>>,
+) -> Result<(Vec<String>, Vec<String>), CorefileError> {
+    render_answers_of(&entries.iter().collect::<Vec<_>>(), addresses)
+}
+
+/// [`render_answers`] for borrowed entries.
+pub(super) fn render_answers_of(
+    entries: &[&DnsEntry],
     addresses: &BTreeMap<String, Vec<IpAddr>>,
 ) -> Result<(Vec<String>, Vec<String>), CorefileError> {
     let all = group(entries)?;
@@ -442,61 +506,134 @@ fn join_pattern(alts: &[String], prefix: &str, suffix: &str) -> String {
 /// Exact names grouped by parent domain: `(?:a|b)\.team\.example\.com`. Names that are alone
 /// under their parent are grouped one level up instead, so that
 /// `svc-1.customer-1.example.com` and `svc-2.customer-2.example.com` share `\.example\.com`.
-fn exact_patterns(names: &[&str]) -> Vec<String> {
-    let mut by_parent: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+/// `names` are sorted and distinct.
+fn exact_patterns<'a>(names: &[&'a str]) -> Vec<String> {
+    let parent = |name: &'a str| -> &'a str { name.split_once('.').map_or("", |(_, p)| p) };
+    // How many names each parent has decides each name's suffix. Counted in a hash map, and
+    // the suffixes ranked, so that one sort by (suffix rank, head) does the rest: at 20,000
+    // names the sorts are most of the cost.
+    let mut members: HashMap<&str, usize> = HashMap::with_capacity(names.len());
     for name in names {
-        let parent = name.split_once('.').map_or("", |(_, parent)| parent);
-        by_parent.entry(parent).or_default().push(name);
+        *members.entry(parent(name)).or_default() += 1;
     }
-    // suffix -> escaped heads (the part of each name before the suffix)
-    let mut groups: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for (parent, members) in by_parent {
-        let suffix = if members.len() == 1 {
+    let split = |name: &'a str| -> (&'a str, &'a str) {
+        let parent = parent(name);
+        let suffix = if members[parent] == 1 {
             parent.split_once('.').map_or("", |(_, grand)| grand)
         } else {
             parent
         };
-        let heads = groups.entry(suffix).or_default();
-        for name in members {
-            let head = if suffix.is_empty() {
-                name
-            } else {
-                &name[..name.len() - suffix.len() - 1]
-            };
-            heads.push(escape(head));
-        }
-    }
+        let head = if suffix.is_empty() {
+            name
+        } else {
+            &name[..name.len() - suffix.len() - 1]
+        };
+        (suffix, head)
+    };
+    let mut suffixes: Vec<&str> = members
+        .keys()
+        .flat_map(|p| [*p, p.split_once('.').map_or("", |(_, grand)| grand)])
+        .collect();
+    suffixes.sort_unstable();
+    suffixes.dedup();
+    let rank: HashMap<&str, usize> = suffixes.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    let mut heads: Vec<(usize, &str)> = names
+        .iter()
+        .map(|name| {
+            let (suffix, head) = split(name);
+            (rank[suffix], head)
+        })
+        .collect();
+    // Suffixes in order, each one's heads in the order of their escaped forms.
+    heads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| escaped_cmp(a.1, b.1)));
     let mut alternatives = Vec::new();
-    for (suffix, mut heads) in groups {
-        heads.sort_unstable();
+    for group in heads.chunk_by(|a, b| a.0 == b.0) {
+        let suffix = suffixes[group[0].0];
         let suffix = if suffix.is_empty() {
             String::new()
         } else {
             format!("\\.{}", escape(suffix))
         };
         // A group too long for one rule is split so that every alternative fits the budget.
-        let mut group: Vec<String> = Vec::new();
+        let mut start = 0;
         let mut len = suffix.len() + 8;
-        for head in heads {
-            if !group.is_empty() && len + head.len() + 1 > REGEX_PATTERN_BUDGET {
-                alternatives.push(alternative(&group, &suffix));
-                group.clear();
+        for (i, (_, head)) in group.iter().enumerate() {
+            let escaped_len = escaped_len(head);
+            if i > start && len + escaped_len + 1 > REGEX_PATTERN_BUDGET {
+                alternatives.push(alternative(&group[start..i], &suffix));
+                start = i;
                 len = suffix.len() + 8;
             }
-            len += head.len() + 1;
-            group.push(head);
+            len += escaped_len + 1;
         }
-        alternatives.push(alternative(&group, &suffix));
+        alternatives.push(alternative(&group[start..], &suffix));
     }
     chunked(alternatives, "", "\\.")
 }
 
-fn alternative(heads: &[String], suffix: &str) -> String {
-    if heads.len() == 1 {
-        format!("{}{suffix}", heads[0])
-    } else {
-        format!("(?:{}){suffix}", heads.join("|"))
+/// How two names compare once escaped (`.` becomes `\.`, and `\` sorts after every character
+/// of a name).
+fn escaped_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let key = |c: u8| if c == b'.' { b'\\' } else { c };
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let at = mismatch(a, b);
+    match (a.get(at), b.get(at)) {
+        (Some(x), Some(y)) => key(*x).cmp(&key(*y)),
+        _ => a.len().cmp(&b.len()),
     }
+}
+
+/// The length of the common prefix of `a` and `b`, eight bytes at a time.
+fn mismatch(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let word = |s: &[u8]| u64::from_le_bytes(s[i..i + 8].try_into().expect("eight bytes"));
+        let diff = word(a) ^ word(b);
+        if diff != 0 {
+            return i + (diff.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+fn escaped_len(name: &str) -> usize {
+    name.len() + name.bytes().filter(|&c| c == b'.').count()
+}
+
+fn push_escaped(out: &mut String, name: &str) {
+    for (i, part) in name.split('.').enumerate() {
+        if i > 0 {
+            out.push_str("\\.");
+        }
+        out.push_str(part);
+    }
+}
+
+/// `(?:a|b)SUFFIX`, or `aSUFFIX` for one head (escaped here).
+fn alternative(heads: &[(usize, &str)], suffix: &str) -> String {
+    let mut out = String::with_capacity(
+        heads.iter().map(|(_, h)| escaped_len(h) + 1).sum::<usize>() + suffix.len() + 4,
+    );
+    let many = heads.len() > 1;
+    if many {
+        out.push_str("(?:");
+    }
+    for (i, (_, head)) in heads.iter().enumerate() {
+        if i > 0 {
+            out.push('|');
+        }
+        push_escaped(&mut out, head);
+    }
+    if many {
+        out.push(')');
+    }
+    out.push_str(suffix);
+    out
 }
 
 /// One-label wildcards: `^[^.]+\.(?:a\.com|b\.org)\.$`.
@@ -753,5 +890,202 @@ mod tests {
         }
         let names: usize = rules.iter().map(|r| r.matches("host-").count()).sum();
         assert_eq!(names, 3000);
+    }
+
+    /// The straightforward construction the planner used before it had to be fast: a sorted
+    /// map per step and every head escaped into its own string. The real one must agree.
+    fn exact_patterns_model(names: &[&str]) -> Vec<String> {
+        let mut by_parent: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for name in names {
+            let parent = name.split_once('.').map_or("", |(_, parent)| parent);
+            by_parent.entry(parent).or_default().push(name);
+        }
+        let mut groups: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (parent, members) in by_parent {
+            let suffix = if members.len() == 1 {
+                parent.split_once('.').map_or("", |(_, grand)| grand)
+            } else {
+                parent
+            };
+            let heads = groups.entry(suffix).or_default();
+            for name in members {
+                let head = if suffix.is_empty() {
+                    name
+                } else {
+                    &name[..name.len() - suffix.len() - 1]
+                };
+                heads.push(escape(head));
+            }
+        }
+        let mut alternatives = Vec::new();
+        for (suffix, mut heads) in groups {
+            heads.sort_unstable();
+            let suffix = if suffix.is_empty() {
+                String::new()
+            } else {
+                format!("\\.{}", escape(suffix))
+            };
+            let mut group: Vec<String> = Vec::new();
+            let mut len = suffix.len() + 8;
+            for head in heads {
+                if !group.is_empty() && len + head.len() + 1 > REGEX_PATTERN_BUDGET {
+                    alternatives.push(model_alternative(&group, &suffix));
+                    group.clear();
+                    len = suffix.len() + 8;
+                }
+                len += head.len() + 1;
+                group.push(head);
+            }
+            alternatives.push(model_alternative(&group, &suffix));
+        }
+        chunked(alternatives, "", "\\.")
+    }
+
+    fn model_alternative(heads: &[String], suffix: &str) -> String {
+        if heads.len() == 1 {
+            format!("{}{suffix}", heads[0])
+        } else {
+            format!("(?:{}){suffix}", heads.join("|"))
+        }
+    }
+
+    /// The entry-by-entry check and grouping, as a model of [`group`].
+    fn group_model(entries: &[DnsEntry]) -> Result<Vec<(String, Vec<String>)>, CorefileError> {
+        let mut owner: BTreeMap<(bool, &str), (&str, WildcardLabels)> = BTreeMap::new();
+        for e in entries {
+            if DnsName::parse(&e.target).map(String::from).ok().as_deref() != Some(&e.target) {
+                return Err(CorefileError::InvalidTarget {
+                    target: e.target.clone(),
+                    reason: "must be a lowercase RFC 1123 name without trailing dot",
+                });
+            }
+            let raw = e.name.name();
+            if DnsName::parse(raw).map(String::from).ok().as_deref() != Some(raw) {
+                return Err(CorefileError::InvalidHostname {
+                    name: e.name.to_string(),
+                    reason: "must be a lowercase RFC 1123 name without trailing dot",
+                });
+            }
+            let labels = e.name.wildcard_labels();
+            let key = (labels.is_some(), raw);
+            let labels = labels.unwrap_or_default();
+            match owner.get_mut(&key) {
+                None => {
+                    owner.insert(key, (&e.target, labels));
+                }
+                Some((prev, _)) if *prev != e.target => {
+                    let (first, second) = if *prev < e.target.as_str() {
+                        (*prev, e.target.as_str())
+                    } else {
+                        (e.target.as_str(), *prev)
+                    };
+                    return Err(CorefileError::ConflictingTargets {
+                        name: e.name.to_string(),
+                        first: first.to_owned(),
+                        second: second.to_owned(),
+                    });
+                }
+                Some((_, kind)) => *kind = (*kind).max(labels),
+            }
+        }
+        let mut by_target: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for ((wildcard, name), (target, labels)) in owner {
+            let kind = match (wildcard, labels) {
+                (false, _) => "exact",
+                (true, WildcardLabels::One) => "one",
+                (true, WildcardLabels::OneOrMore) => "more",
+            };
+            by_target
+                .entry(target)
+                .or_default()
+                .push(format!("{kind} {name}"));
+        }
+        Ok(by_target
+            .into_iter()
+            .map(|(t, n)| (t.to_owned(), n))
+            .collect())
+    }
+
+    fn flatten(by_target: ByTarget<'_>) -> Vec<(String, Vec<String>)> {
+        by_target
+            .into_iter()
+            .map(|(t, n)| {
+                let mut all: Vec<String> = n.exact.iter().map(|x| format!("exact {x}")).collect();
+                // The model lists wildcards in key order: both kinds together, by suffix.
+                let mut wild: Vec<String> = n
+                    .wildcards
+                    .iter()
+                    .map(|x| (x, "one"))
+                    .chain(n.suffixes.iter().map(|x| (x, "more")))
+                    .map(|(x, k)| (x.to_string(), k))
+                    .collect::<BTreeMap<_, _>>()
+                    .into_iter()
+                    .map(|(x, k)| format!("{k} {x}"))
+                    .collect();
+                all.append(&mut wild);
+                (t.to_owned(), all)
+            })
+            .collect()
+    }
+
+    fn entry_strategy() -> impl proptest::strategy::Strategy<Value = DnsEntry> {
+        use proptest::prelude::*;
+        (
+            "(\\*\\.)?[a-c0-9]{1,2}(\\.[a-c0-9-]{1,2}){0,2}\\.(x|y)|[A-C]\\.x|a\\.\\.x",
+            0..3usize,
+            prop::bool::ANY,
+            0..12usize,
+        )
+            .prop_map(|(name, target, suffix_match, bad_target)| {
+                let target = if bad_target == 0 {
+                    "Bad.ns.svc".to_owned()
+                } else {
+                    format!("t{target}.ns.svc.cluster.local")
+                };
+                let name = match name.strip_prefix("*.") {
+                    Some(s) if suffix_match => HostPattern::WildcardSuffix(s.to_owned()),
+                    Some(s) => HostPattern::Wildcard(s.to_owned()),
+                    None => HostPattern::Exact(name),
+                };
+                DnsEntry { name, target }
+            })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn exact_patterns_agree_with_the_model(
+            names in proptest::collection::btree_set("[a-c0-9]{1,3}(\\.[a-c0-9-]{1,3}){0,3}\\.(x|y)", 0..200)
+        ) {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            proptest::prop_assert_eq!(exact_patterns(&names), exact_patterns_model(&names));
+        }
+
+        #[test]
+        fn grouping_agrees_with_the_model(entries in proptest::collection::vec(entry_strategy(), 0..40)) {
+            let refs: Vec<&DnsEntry> = entries.iter().collect();
+            proptest::prop_assert_eq!(group(&refs).map(flatten), group_model(&entries));
+        }
+    }
+
+    #[test]
+    fn escaped_heads_sort_like_their_escaped_text() {
+        // `.` sorts before digits, but its escape `\.` after them (and before letters).
+        let mut names = [
+            "a.b.team.x",
+            "a0.team.x",
+            "a-c.team.x",
+            "ab.team.x",
+            "a.team.x",
+            "b.team.x",
+            "c.team.x",
+            "d.team.x",
+            "e.team.x",
+        ];
+        names.sort_unstable();
+        assert_eq!(exact_patterns(&names), exact_patterns_model(&names));
+        assert_eq!(
+            exact_patterns(&names),
+            ["^(?:a|a-c|a0|a\\.b|ab|b|c|d|e)\\.team\\.x\\.$"]
+        );
     }
 }
