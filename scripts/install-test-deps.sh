@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the real peers the test suite drives (nginx, HAProxy, wrk) and the tools the
-# network-namespace lab needs (iproute2, iptables, curl), but only when something is missing.
+# Installs the real peers the test suite drives (nginx, HAProxy, wrk), the tools the
+# network-namespace lab needs (iproute2, iptables, curl) and what scripts/image.sh needs
+# (buildah, the CA bundle it copies into the image), but only when something is missing.
 # Debian/Ubuntu only; run as root (or with passwordless sudo).
 set -euo pipefail
 
@@ -11,6 +12,8 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || need+=(iptables)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v buildah >/dev/null 2>&1 || need+=(buildah)
+[ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
