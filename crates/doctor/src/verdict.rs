@@ -619,10 +619,13 @@ fn ip_mode_ignored(cluster: &ClusterView) -> Option<String> {
         return None;
     };
     let lb = facts.load_balancer.as_ref()?;
-    if !lb
-        .ingress
-        .iter()
-        .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
+    // A load balancer hairpin plans although its status says `ipMode: Proxy` carries the
+    // forced annotation already: the usual checks apply to it.
+    if lb.needs_hairpin
+        || !lb
+            .ingress
+            .iter()
+            .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
     {
         return None;
     }
@@ -636,6 +639,16 @@ fn ip_mode_ignored(cluster: &ClusterView) -> Option<String> {
             cilium.version.as_deref().unwrap_or("(unknown version)")
         )
     })
+}
+
+/// hairpin plans a load balancer whose status says `ipMode: Proxy`: only with the forced
+/// annotation.
+fn forced(lb: &LoadBalancerFacts) -> bool {
+    lb.needs_hairpin
+        && lb
+            .ingress
+            .iter()
+            .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
 }
 
 /// The words for the CNI's part: who handles Services and whether `ipMode: Proxy` is honoured.
@@ -721,6 +734,7 @@ pub fn fixes(cluster: &ClusterView) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(lb) = lb
         && let Some(cilium) = cilium_ignores
+        && !forced(lb)
     {
         let forced = format!(
             "force the hairpin: annotate Service {} `hairpin.io/proxy-protocol: v1` or `v2` \

@@ -466,7 +466,44 @@ async fn a_cilium_that_ignores_ip_mode_turns_not_needed_into_a_forced_hairpin() 
         assert_eq!(verdict.status, expected, "{version}: {verdict:?}");
     }
 
+    // With the forced annotation hairpin plans it: the verdict is the usual one (hairpin's
+    // DNS rules are not in place here), and forcing is not recommended again.
+    fake.apply_many(cilium("v1.16.5", "true"));
+    fake.apply(lb_service(
+        "hetzner-lb",
+        json!({"load-balancer.hetzner.cloud/uses-proxyprotocol": "true",
+               "hairpin.io/proxy-protocol": "v1"}),
+        "198.51.100.20",
+        "Proxy",
+    ));
+    let forced = facts(&fake, "blog.example.com", "198.51.100.20").await;
+    assert!(forced.load_balancer.as_ref().unwrap().needs_hairpin);
+    let verdict = verdict::diagnose(
+        &signature(),
+        &ClusterView::Checked(Box::new(forced)),
+        Vantage::Pod,
+    );
+    assert_eq!(verdict.status, Status::Broken, "{verdict:?}");
+    assert!(
+        !verdict.cause.as_deref().unwrap().contains("ignores ipMode"),
+        "{verdict:?}"
+    );
+    assert!(
+        verdict
+            .fixes
+            .iter()
+            .all(|fix| !fix.contains("hairpin.io/proxy-protocol")),
+        "{:?}",
+        verdict.fixes
+    );
+
     // Without kube-proxy replacement, kube-proxy handles the Service: ipMode is honoured.
+    fake.apply(lb_service(
+        "hetzner-lb",
+        json!({"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}),
+        "198.51.100.20",
+        "Proxy",
+    ));
     fake.apply_many(cilium("v1.16.5", "false"));
     let kube_proxy = facts(&fake, "blog.example.com", "198.51.100.20").await;
     assert_eq!(
