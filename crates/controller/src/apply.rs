@@ -223,8 +223,9 @@ fn managed_selector() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
 }
 
-/// True when `existing` already carries everything `desired` sets.
-fn service_matches(existing: &Service, desired: &Service) -> bool {
+/// True when `existing` already carries everything `desired` sets (then [`apply_services`]
+/// leaves it alone).
+pub fn service_matches(existing: &Service, desired: &Service) -> bool {
     let subset = |want: &Option<BTreeMap<String, String>>,
                   have: &Option<BTreeMap<String, String>>| {
         want.iter()

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use futures::future::Shared;
 use hairpin_planner::corefile;
-use hairpin_planner::{DnsMode, ObjectRef, Plan, PlannerConfig, RefusalReason, WriteEdit};
+use hairpin_planner::{
+    ClusterSnapshot, DnsChange, DnsMode, ObjectRef, Plan, PlannerConfig, RefusalReason, WriteEdit,
+};
 use hairpin_runtime::Shutdown;
 use hairpin_runtime::admin::ReadyCondition;
 use k8s_openapi::api::core::v1::Service;
@@ -263,32 +265,11 @@ impl Reconciler {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "hairpin Services applied");
         }
 
-        // The proxies' route table: only written when it differs from the cached copy.
-        let routes = plan
-            .routes_config_map
-            .data
-            .as_ref()
-            .and_then(|d| d.get(&planner.routes_key))
-            .cloned()
-            .unwrap_or_else(|| "[]".into());
-        let cached_routes = snapshot
-            .config_map(&planner.namespace, &planner.routes_config_map)
-            .and_then(|cm| cm.data.as_ref())
-            .and_then(|d| d.get(&planner.routes_key));
-        if cached_routes != Some(&routes) {
-            let edit = KeyEdit {
-                delete_if_empty_and_ours: false,
-                ..KeyEdit::set(
-                    &planner.namespace,
-                    &planner.routes_config_map,
-                    &planner.routes_key,
-                    Some(routes),
-                )
-            };
-            if let KeyOutcome::Written { .. } = write_key(&self.client, &edit).await? {
-                self.count_writes(1);
-                tracing::info!(routes = plan.routes.len(), "proxy routes published");
-            }
+        if let Some(edit) = routes_edit(plan, snapshot, planner)
+            && let KeyOutcome::Written { .. } = write_key(&self.client, &edit).await?
+        {
+            self.count_writes(1);
+            tracing::info!(routes = plan.routes.len(), "proxy routes published");
         }
 
         self.apply_dns(plan, snapshot).await
@@ -329,38 +310,8 @@ impl Reconciler {
             return Ok(None);
         };
         self.metrics.dns_plan_errors.set(0);
-        // Leaving the other mode's location clean (after a mode switch).
-        let custom_has_ours = snapshot
-            .config_map(
-                &planner.coredns_namespace,
-                &planner.coredns_custom_config_map,
-            )
-            .and_then(|cm| cm.data.as_ref())
-            .is_some_and(|d| d.contains_key(&planner.coredns_custom_key));
-        if dns.mode == DnsMode::Corefile && custom_has_ours {
-            let edit = KeyEdit::set(
-                &planner.coredns_namespace,
-                &planner.coredns_custom_config_map,
-                &planner.coredns_custom_key,
-                None,
-            );
+        for edit in mode_switch_edits(dns, snapshot, planner) {
             write_key(&self.client, &edit).await?;
-        }
-        if dns.mode == DnsMode::Custom {
-            for name in &planner.coredns_config_maps {
-                let has_block = snapshot
-                    .config_map(&planner.coredns_namespace, name)
-                    .and_then(|cm| cm.data.as_ref())
-                    .and_then(|d| d.get(&planner.corefile_key))
-                    .is_some_and(|text| text.contains(hairpin_planner::markers::BEGIN_PREFIX));
-                if has_block {
-                    write_key(
-                        &self.client,
-                        &remove_block_edit(&planner.coredns_namespace, name, &planner.corefile_key),
-                    )
-                    .await?;
-                }
-            }
         }
 
         let mut requeue: Option<Instant> = None;
@@ -644,9 +595,79 @@ pub fn fight_fix(mode: DnsMode, planner: &PlannerConfig) -> String {
     }
 }
 
+/// The proxies' route table, when the plan's differs from the cached copy.
+pub fn routes_edit(
+    plan: &Plan,
+    snapshot: &ClusterSnapshot,
+    planner: &PlannerConfig,
+) -> Option<KeyEdit> {
+    let routes = plan
+        .routes_config_map
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&planner.routes_key))
+        .cloned()
+        .unwrap_or_else(|| "[]".into());
+    let cached_routes = snapshot
+        .config_map(&planner.namespace, &planner.routes_config_map)
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|d| d.get(&planner.routes_key));
+    (cached_routes != Some(&routes)).then(|| KeyEdit {
+        delete_if_empty_and_ours: false,
+        ..KeyEdit::set(
+            &planner.namespace,
+            &planner.routes_config_map,
+            &planner.routes_key,
+            Some(routes),
+        )
+    })
+}
+
+/// Leaving the other mode's location clean after a mode switch: our `coredns-custom` key in
+/// `corefile` mode, our Corefile block in `custom` mode.
+pub fn mode_switch_edits(
+    dns: &DnsChange,
+    snapshot: &ClusterSnapshot,
+    planner: &PlannerConfig,
+) -> Vec<KeyEdit> {
+    let mut edits = Vec::new();
+    let custom_has_ours = snapshot
+        .config_map(
+            &planner.coredns_namespace,
+            &planner.coredns_custom_config_map,
+        )
+        .and_then(|cm| cm.data.as_ref())
+        .is_some_and(|d| d.contains_key(&planner.coredns_custom_key));
+    if dns.mode == DnsMode::Corefile && custom_has_ours {
+        edits.push(KeyEdit::set(
+            &planner.coredns_namespace,
+            &planner.coredns_custom_config_map,
+            &planner.coredns_custom_key,
+            None,
+        ));
+    }
+    if dns.mode == DnsMode::Custom {
+        for name in &planner.coredns_config_maps {
+            let has_block = snapshot
+                .config_map(&planner.coredns_namespace, name)
+                .and_then(|cm| cm.data.as_ref())
+                .and_then(|d| d.get(&planner.corefile_key))
+                .is_some_and(|text| text.contains(hairpin_planner::markers::BEGIN_PREFIX));
+            if has_block {
+                edits.push(remove_block_edit(
+                    &planner.coredns_namespace,
+                    name,
+                    &planner.corefile_key,
+                ));
+            }
+        }
+    }
+    edits
+}
+
 /// The DNS edit, recomputed from a fresh read on every attempt (so a conflict retry edits
 /// what is there now, not what the cache held).
-fn dns_edit(write: &hairpin_planner::DnsWrite) -> KeyEdit {
+pub fn dns_edit(write: &hairpin_planner::DnsWrite) -> KeyEdit {
     let (namespace, name) = (
         write.config_map.namespace.clone(),
         write.config_map.name.clone(),

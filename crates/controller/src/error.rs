@@ -54,6 +54,9 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A one-shot read of the cluster (`hairpin plan`) could not list what it needs.
+    #[error("cannot read the cluster: {0}")]
+    Read(String),
     /// The Kubernetes client could not be configured (kubeconfig, context, in-cluster env).
     #[error("cannot configure the Kubernetes client: {0}")]
     Config(String),
@@ -83,6 +86,7 @@ impl Error {
             Error::ConflictRetriesExhausted { .. } => "conflict_retries_exhausted",
             Error::Encode { .. } => "encode",
             Error::Config(_) => "config",
+            Error::Read(_) => "read",
         }
     }
 

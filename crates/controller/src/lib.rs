@@ -11,6 +11,7 @@
 //! - [`lease`]: leader election on a Lease.
 //! - [`routes`]: the routes ConfigMap the proxies watch.
 //! - [`uninstall`]: removing everything hairpin wrote.
+//! - [`preview`]: `hairpin plan` against a cluster: what the controller would write now.
 #![forbid(unsafe_code)]
 
 pub mod apply;
@@ -21,6 +22,7 @@ pub mod error;
 pub mod fight;
 pub mod lease;
 pub mod metrics;
+pub mod preview;
 pub mod propagation;
 pub mod report;
 pub mod routes;

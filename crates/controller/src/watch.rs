@@ -55,7 +55,14 @@ where
     synced: watch::Receiver<SyncState>,
     /// The API is served (false for an optional kind whose CRD is absent).
     served: Arc<std::sync::atomic::AtomicBool>,
+    /// What it holds, for messages (`Ingress`, `ConfigMap kube-system/coredns`).
+    what: String,
+    /// The last error of its list or watch, cleared once it lists.
+    error: ErrorSlot,
 }
+
+/// The last error of one cache's watch.
+type ErrorSlot = Arc<std::sync::Mutex<Option<String>>>;
 
 impl<K> std::fmt::Debug for Cache<K>
 where
@@ -82,9 +89,38 @@ where
         *self.synced.borrow() == SyncState::Synced
     }
 
+    fn unsynced(&self) -> Option<Unsynced> {
+        (!self.is_synced()).then(|| Unsynced {
+            what: self.what.clone(),
+            error: self
+                .error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        })
+    }
+
     async fn wait_synced(&self) {
         let mut rx = self.synced.clone();
         let _ = rx.wait_for(|s| *s == SyncState::Synced).await;
+    }
+}
+
+/// A cache that has not listed yet, and why when its list or watch failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsynced {
+    /// What it holds: a kind (`Ingress`), or a ConfigMap (`ConfigMap kube-system/coredns`).
+    pub what: String,
+    /// The last error of its list or watch (retried with backoff), if any.
+    pub error: Option<String>,
+}
+
+impl std::fmt::Display for Unsynced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.error {
+            Some(error) => write!(f, "{}: {error}", self.what),
+            None => f.write_str(&self.what),
+        }
     }
 }
 
@@ -142,7 +178,9 @@ impl Caches {
         for (namespace, name) in names {
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
             let wc = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            config_maps.push(required(api, wc, "ConfigMap", &ctx, stop.clone()));
+            let mut cache = required(api, wc, "ConfigMap", &ctx, stop.clone());
+            cache.what = format!("ConfigMap {namespace}/{name}");
+            config_maps.push(cache);
         }
         Self {
             services: required(
@@ -218,6 +256,26 @@ impl Caches {
             && self.namespaces.as_ref().is_none_or(Cache::is_synced)
             && self.endpoint_slices.is_synced()
             && self.hairpins.is_synced()
+    }
+
+    /// The caches that have not listed yet (empty once synced), each with its last error.
+    pub fn unsynced(&self) -> Vec<Unsynced> {
+        [
+            self.services.unsynced(),
+            self.ingresses.unsynced(),
+            self.ingress_classes.unsynced(),
+            self.gateways.unsynced(),
+            self.http_routes.unsynced(),
+            self.grpc_routes.unsynced(),
+            self.tls_routes.unsynced(),
+            self.namespaces.as_ref().and_then(Cache::unsynced),
+            self.endpoint_slices.unsynced(),
+            self.hairpins.unsynced(),
+        ]
+        .into_iter()
+        .chain(self.config_maps.iter().map(Cache::unsynced))
+        .flatten()
+        .collect()
     }
 
     /// Resolves once every cache has synced, or once their tasks ended (shutdown; see
@@ -395,8 +453,10 @@ where
     let (store, writer) = reflector::store();
     let (tx, synced) = watch::channel(SyncState::Pending);
     let ctx = ctx.clone();
+    let error = ErrorSlot::default();
+    let slot = error.clone();
     tokio::spawn(async move {
-        let run = feed(api, wc, writer, &tx, &ctx, kind, watch_error_label);
+        let run = feed(api, wc, writer, &tx, &ctx, &slot, kind, watch_error_label);
         tokio::select! {
             () = run => {}
             () = stop => {}
@@ -406,6 +466,8 @@ where
         store,
         synced,
         served: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        what: kind.to_owned(),
+        error,
     }
 }
 
@@ -421,13 +483,15 @@ fn watch_error_label(err: &watcher::Error) -> &'static str {
 
 /// Feeds `writer` from a watch of `api` (retried with backoff, so it never ends): marks the
 /// cache synced once listed, pokes `changed` on every later event, counts and logs errors
-/// under `error_label`.
+/// under `error_label` and keeps the last one in `error` until the next successful list.
+#[allow(clippy::too_many_arguments)]
 async fn feed<K>(
     api: Api<K>,
     wc: watcher::Config,
     writer: reflector::store::Writer<K>,
     tx: &watch::Sender<SyncState>,
     ctx: &Ctx,
+    error: &ErrorSlot,
     kind: &'static str,
     error_label: fn(&watcher::Error) -> &'static str,
 ) where
@@ -442,17 +506,27 @@ async fn feed<K>(
         .for_each(|event| {
             match event {
                 Ok(watcher::Event::InitDone) => {
+                    set_error(error, None);
                     ctx.succeeded();
                     tx.send_replace(SyncState::Synced);
                     ctx.changed.notify_one();
                 }
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
                 Ok(_) => ctx.changed.notify_one(),
-                Err(err) => ctx.failed(error_label(&err), kind, &err),
+                Err(err) => {
+                    set_error(error, Some(&err));
+                    ctx.failed(error_label(&err), kind, &err);
+                }
             }
             futures::future::ready(())
         })
         .await;
+}
+
+fn set_error(slot: &ErrorSlot, error: Option<&dyn std::fmt::Display>) {
+    *slot
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = error.map(ToString::to_string);
 }
 
 /// A cache of a typed CRD kind that may not be installed.
@@ -568,6 +642,8 @@ where
 {
     let store = writer.as_reader();
     let (tx, synced) = watch::channel(SyncState::Pending);
+    let error = ErrorSlot::default();
+    let slot = error.clone();
     let is_served = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ctx = ctx.clone();
     let served_flag = is_served.clone();
@@ -588,6 +664,7 @@ where
                 }
                 match failed {
                     None => {
+                        set_error(&slot, None);
                         if *tx.borrow() == SyncState::Pending {
                             // One line for all absent kinds comes from `absent_kinds` once
                             // the caches synced (Gateway API absent is one condition).
@@ -601,6 +678,7 @@ where
                         tokio::time::sleep(GATEWAY_API_REPROBE).await;
                     }
                     Some(err) => {
+                        set_error(&slot, Some(&err));
                         ctx.failed(kube_error_label(&err), kind, &err);
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_secs(60));
@@ -615,6 +693,7 @@ where
                 writer,
                 &tx,
                 &ctx,
+                &slot,
                 kind,
                 |_| "watch_error",
             )
@@ -629,5 +708,7 @@ where
         store,
         synced,
         served: is_served,
+        what: kind.to_owned(),
+        error,
     }
 }

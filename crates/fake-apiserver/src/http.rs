@@ -286,7 +286,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
     let query = query_map(uri.query());
     let (status, response) = {
         let mut state = shared.lock();
-        match route(&state, &method, uri.path()) {
+        let (status, response) = match route(&state, &method, uri.path()) {
             Route::Missing => (404, page_not_found()),
             Route::Discovery(document) => (200, json(200, &document)),
             Route::Resource(target) => dispatch(
@@ -298,7 +298,17 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
                 body_json.clone(),
                 &shared,
             ),
-        }
+        };
+        // Recorded under the same lock as the change, so a test that sees the change sees
+        // its request in the log.
+        state.log.push(Recorded {
+            method: method.as_str().to_owned(),
+            uri: path_and_query.clone(),
+            status,
+            at: Instant::now(),
+            body: body_json,
+        });
+        (status, response)
     };
     if matches!(
         method,
@@ -307,7 +317,6 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
     {
         shared.changed.notify_waiters();
     }
-    record(&shared, &method, &path_and_query, status, body_json);
     response
 }
 

@@ -24,7 +24,8 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Print what hairpin would write for a set of cluster objects (offline, no cluster needed).
+    /// Print what hairpin would write: for objects in YAML files (`-f`), or, read-only, for
+    /// the cluster (what the controller would write now).
     Plan(cmd::plan::Args),
     /// Accept TCP connections, prepend a PROXY protocol header, forward them upstream.
     Proxy(cmd::proxy::Args),

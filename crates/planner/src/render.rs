@@ -285,6 +285,13 @@ pub fn diff(plan: &Plan, snapshot: &ClusterSnapshot) -> String {
 
 fn push_diff(out: &mut String, cm: &ObjectRef, key: &str, old: Option<&str>, new: Option<&str>) {
     let path = format!("{}/{}/{key}", cm.namespace, cm.name);
+    out.push_str(&unified_diff(&path, old, new));
+}
+
+/// A unified diff with `--- a/<path>` / `+++ b/<path>` headers (`/dev/null` for an absent
+/// side), three lines of context; empty when both sides are equal.
+pub fn unified_diff(path: &str, old: Option<&str>, new: Option<&str>) -> String {
+    let mut out = String::new();
     let old_header = if old.is_some() {
         format!("a/{path}")
     } else {
@@ -303,6 +310,7 @@ fn push_diff(out: &mut String, cm: &ObjectRef, key: &str, old: Option<&str>, new
             .context_radius(3)
             .header(&old_header, &new_header)
     );
+    out
 }
 
 /// The objects to write, as multi-document YAML: hairpin Services, the DNS ConfigMaps (those

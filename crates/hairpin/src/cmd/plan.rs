@@ -1,11 +1,15 @@
-//! `hairpin plan`: read cluster objects from YAML files and print what hairpin would write.
+//! `hairpin plan`: print what hairpin would write, for cluster objects read from YAML files
+//! (offline) or from the cluster itself (read-only, what the controller would write now).
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
+use hairpin_controller::client::ClientArgs;
+use hairpin_controller::preview::{self, Observed};
 use hairpin_planner::admission::{AdmissionConfig, NamespacePolicy, parse_host_list};
 use hairpin_planner::name::Host;
 use hairpin_planner::{
@@ -170,31 +174,49 @@ fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Output {
-    /// A human summary.
+    /// A human summary (and, read from a cluster, the writes it would make).
     Text,
-    /// Unified diffs of the ConfigMaps that would change.
+    /// Unified diffs of every object that would change: DNS ConfigMap keys, the routes
+    /// ConfigMap, hairpin Services, `Hairpin` objects.
     Diff,
     /// The objects to write, for `kubectl apply -f -`.
     Yaml,
+    /// The plan and its changes as one JSON document (shape: docs/plan.md).
+    Json,
 }
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Exit status: 0 when the plan is complete; 2 when part of it cannot be \
-    applied (for example a Corefile without a `kubernetes` block; see \"Errors\" in the \
-    output); 1 when the input cannot be read."
+    after_help = "Without -f, reads the cluster of --kubeconfig (or $KUBECONFIG, \
+    ~/.kube/config, the pod's service account) with the controller's read permissions: it \
+    only lists and watches, and writes nothing.\n\n\
+    Exit status: 0 when the plan is complete; 3 when part of it cannot be applied (for \
+    example a Corefile without a `kubernetes` block; see \"Errors\" in the output); 2 on a \
+    usage error (a bad flag, an unusable kubeconfig); 1 when the input or the cluster \
+    cannot be read."
 )]
 pub(crate) struct Args {
     /// YAML file of cluster objects (multi-document, or `kind: List` as printed by
-    /// `kubectl get -o yaml`); `-` reads stdin. Repeat for several files.
+    /// `kubectl get -o yaml`); `-` reads stdin. Repeat for several files. Without it, the
+    /// cluster is read.
     #[arg(
         short = 'f',
         long = "filename",
         env = "HAIRPIN_PLAN_FILES",
-        value_delimiter = ',',
-        required = true
+        value_delimiter = ','
     )]
     files: Vec<PathBuf>,
+    /// The cluster to read when no `-f` is given.
+    #[command(flatten)]
+    client: ClientArgs,
+    /// How long reading the cluster may take (`30s`, `2m`).
+    #[arg(
+        long,
+        env = "HAIRPIN_PLAN_TIMEOUT",
+        default_value = "30s",
+        value_parser = hairpin_runtime::parse_positive_duration
+    )]
+    timeout: Duration,
     /// Output format.
     #[arg(
         short,
@@ -212,10 +234,72 @@ pub(crate) struct Args {
 /// Distinct from 1 (an input that cannot be read) and 2 (a usage error, clap's code).
 const PARTIAL_PLAN: u8 = 3;
 
+/// Exit code of a usage error (clap's), here an unusable kubeconfig.
+const USAGE_ERROR: u8 = 2;
+
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let config = args.planner.config();
+    let (observed, source) = if args.files.is_empty() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let client = match runtime.block_on(args.client.client()) {
+            Ok(client) => client,
+            Err(err) => {
+                eprintln!("error: {err}");
+                return Ok(ExitCode::from(USAGE_ERROR));
+            }
+        };
+        let observed = runtime.block_on(preview::observe(&client, &config, args.timeout))?;
+        (observed, "cluster")
+    } else {
+        (
+            Observed {
+                snapshot: read_files(&args.files)?,
+                hairpins: None,
+            },
+            "files",
+        )
+    };
+    let plan = desired(&observed.snapshot, &config);
+    let (changes, edit_errors) = preview::changes(&plan, &observed, &config);
+    let out = match args.output {
+        Output::Text if source == "cluster" => format!(
+            "{}\nChanges against the cluster (see -o diff)\n{}",
+            render::text(&plan),
+            preview::summary(&changes)
+        ),
+        Output::Text => render::text(&plan),
+        Output::Diff => preview::diff(&changes),
+        Output::Yaml => render::yaml(&plan).map_err(anyhow::Error::msg)?,
+        Output::Json => {
+            let mut document = preview::json(&plan, &changes, source);
+            if let Some(errors) = document["errors"].as_array_mut() {
+                errors.extend(edit_errors.iter().map(|e| e.clone().into()));
+            }
+            format!("{document:#}\n")
+        }
+    };
+    print!("{out}");
+    if plan.has_errors() || !edit_errors.is_empty() {
+        if args.output != Output::Text {
+            for e in &plan.errors {
+                eprintln!("error: {e}");
+            }
+        }
+        for e in &edit_errors {
+            eprintln!("error: {e}");
+        }
+        return Ok(ExitCode::from(PARTIAL_PLAN));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The snapshot of `-f` files (`-` is stdin).
+fn read_files(files: &[PathBuf]) -> anyhow::Result<ClusterSnapshot> {
     let mut snapshot = ClusterSnapshot::default();
     let mut notes = Vec::new();
-    for path in &args.files {
+    for path in files {
         let (name, text) = if path.as_os_str() == "-" {
             let mut text = String::new();
             std::io::stdin()
@@ -232,20 +316,5 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     for note in &notes {
         eprintln!("note: {note}");
     }
-    let plan = desired(&snapshot, &args.planner.config());
-    let out = match args.output {
-        Output::Text => render::text(&plan),
-        Output::Diff => render::diff(&plan, &snapshot),
-        Output::Yaml => render::yaml(&plan).map_err(anyhow::Error::msg)?,
-    };
-    print!("{out}");
-    if plan.has_errors() {
-        if args.output != Output::Text {
-            for e in &plan.errors {
-                eprintln!("error: {e}");
-            }
-        }
-        return Ok(ExitCode::from(PARTIAL_PLAN));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(snapshot)
 }
