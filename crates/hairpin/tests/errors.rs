@@ -23,6 +23,10 @@ fn hairpin(args: &[&str]) -> Failure {
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
         cmd.env_remove(k);
     }
+    // No cluster to find: `hairpin plan` without `-f` reads the cluster of the kubeconfig.
+    cmd.env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", "/nonexistent");
     let mut child = cmd.spawn().unwrap();
     // Every case fails before it would serve anything; a run that goes on is a failure too.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -392,7 +396,9 @@ fn proxy_names_the_routes_file() {
 fn usage_errors_name_the_flag_and_exit_2() {
     // clap's own messages (they repeat a flag in the usage line on purpose): status and name.
     for (args, flag) in [
+        // Neither files nor a cluster: the message names both ways.
         (vec!["plan"], "--filename"),
+        (vec!["plan"], "KUBECONFIG"),
         (vec!["proxy", "--listen", "127.0.0.1:0"], "--upstream"),
         // A duration too large for a Duration is an error, not an overflow.
         (

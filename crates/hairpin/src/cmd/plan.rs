@@ -246,7 +246,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let client = match runtime.block_on(args.client.client()) {
             Ok(client) => client,
             Err(err) => {
-                eprintln!("error: {err}");
+                // Without any kubeconfig, the user may have meant to plan from files.
+                let hint = if args.client.kubeconfig.is_none() {
+                    "; or plan from YAML files with -f/--filename"
+                } else {
+                    ""
+                };
+                eprintln!("error: {err}{hint}");
                 return Ok(ExitCode::from(USAGE_ERROR));
             }
         };
