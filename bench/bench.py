@@ -11,13 +11,18 @@ runs wrk interleaved over several rounds for three workloads:
 
 and prints medians, hairpin/HAProxy and hairpin/direct ratios, p99 latencies, each proxy's CPU
 time per unit of work and resident memory (VmRSS now, VmHWM peak) after the runs, and then
-every target of the proxy as a ratio to HAProxy's with PASS or MISS:
+every target of the proxy as a ratio to HAProxy's with PASS or MISS, followed by the
+planner's figures at 10,000 Ingresses and 20,000 hostnames (`crates/planner/examples/scale.rs`,
+`crates/controller/examples/memory_10k.rs`) against their absolute targets:
 
   throughput             >= 1.0   keepalive, newconn and bulk, v1 and v2
   CPU per request        <= 0.85  keepalive and newconn
   CPU per GiB            <= 0.5   bulk
   resident memory peak   <= 0.5
   p99 latency            <= 1.0   every workload
+  planner desired()      <= 50 ms (thread CPU time, median; the wall time is printed beside)
+  Corefile at 20,000     <= 256 KiB
+  controller RSS         <= 64 MiB (memory_10k's controller share)
 
 Fairness: both proxies get the same number of threads (HAProxy `nbthread`, hairpin `--workers`;
 2 unless --threads says otherwise), the same
@@ -25,7 +30,7 @@ connect/idle timeouts, no CPU pinning, and HAProxy runs as Debian ships it: no `
 (splicing is off unless configured), default `tune.bufsize` (16 KiB).
 
 Usage: bench/run.sh [--smoke] [--rounds N] [--duration S] [--threads N] [--only WORKLOAD]...
-                    [--no-build] [--hairpin PATH]
+                    [--no-build] [--hairpin PATH] [--no-planner]
 """
 
 import argparse
@@ -110,17 +115,19 @@ def memory(pid):
     return rss, hwm
 
 
-def cpu_seconds(pid):
-    """User + system CPU time of a process and its children (nginx workers), in seconds."""
-    ticks = 0
+def cpu_times(pid):
+    """(user, system) CPU time of a process and its children (nginx workers), in seconds."""
+    user = system = 0
     for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rpartition(")")[2].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+            user += int(fields[11])  # utime
+            system += int(fields[12])  # stime
         except (OSError, IndexError, ValueError):
             pass
-    return ticks / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return user / tick, system / tick
 
 
 def to_mib_per_s(text):
@@ -132,6 +139,25 @@ def to_mib_per_s(text):
 def to_ms(text):
     number, unit = re.match(r"([\d.]+)(us|ms|s|m)", text).groups()
     return float(number) * {"us": 0.001, "ms": 1, "s": 1000, "m": 60000}[unit]
+
+
+def planner_figures(target_dir, build):
+    """desired() time, Corefile size and controller RSS at 10,000 Ingresses, from the examples."""
+    examples = os.path.join(target_dir, "release", "examples")
+    if build:
+        print("building the planner and controller examples (release)...", flush=True)
+        subprocess.run(["cargo", "build", "--release", "-p", "hairpin-planner", "--example", "scale",
+                        "-p", "hairpin-controller", "--example", "memory_10k"], cwd=ROOT, check=True)
+    scale = subprocess.run([os.path.join(examples, "scale"), "9"], capture_output=True, text=True,
+                           check=True).stdout
+    memory = subprocess.run([os.path.join(examples, "memory_10k")], capture_output=True, text=True,
+                            check=True, env={**os.environ, "HAIRPIN_LOG": "error"}).stdout
+    times = {case: tuple(float(x) for x in re.search(
+        rf"desired\(\) {case}:\s+([\d.]+) ms wall, ([\d.]+) ms CPU", scale).groups())
+        for case in ("first write", "steady state")}
+    corefile_kib = float(re.search(r"Corefile size:.*?, ([\d.]+) KiB", scale).group(1))
+    rss_mib = float(re.search(r"controller share \(difference\):\s+([\d.]+) MiB", memory).group(1))
+    return scale, memory, times, corefile_kib, rss_mib
 
 
 def run_wrk(port, workload, duration):
@@ -159,7 +185,8 @@ def run_wrk(port, workload, duration):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="one short round: checks the harness, measures nothing")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=int(os.environ.get("ROUNDS", "5")),
+                        help="interleaved rounds; the figures are medians over them (env ROUNDS, default 5)")
     parser.add_argument("--duration", type=int, default=2, help="seconds per wrk run (bulk gets +1)")
     parser.add_argument("--hairpin-workers", type=int,
                         help="hairpin `--workers` when it should differ from --threads")
@@ -167,6 +194,8 @@ def main():
     parser.add_argument("--hairpin", help="path of the hairpin binary (implies --no-build)")
     parser.add_argument("--only", choices=list(WORKLOADS), action="append",
                         help="run only this workload (repeatable; default: all)")
+    parser.add_argument("--no-planner", action="store_true",
+                        help="leave out the planner figures (scale and memory_10k examples)")
     parser.add_argument("--threads", type=int, default=2,
                         help="threads for each proxy: HAProxy `nbthread`, hairpin `--workers` (default 2)")
     args = parser.parse_args()
@@ -286,6 +315,7 @@ listen hap_v2
         # CPU time the proxy process spent per unit of work (µs per request, ms per GiB): the
         # proxy's own cost, which throughput on a shared 2-core machine only shows diluted.
         cpu_cost = {(w, t): [] for w in WORKLOADS for t in targets}
+        kernel_share = {(w, t): [] for w in WORKLOADS for t in targets}
         owner = {"direct": None, "haproxy-v1": "haproxy", "haproxy-v2": "haproxy",
                  "hairpin-v1": "hairpin", "hairpin-v2": "hairpin"}
         latencies = {(w, t): [] for w in WORKLOADS for t in targets}
@@ -297,10 +327,14 @@ listen hap_v2
                 for name in order:
                     duration = args.duration + (1 if workload == "bulk" else 0)
                     proc = procs[owner[name]] if owner[name] else None
-                    before = cpu_seconds(proc.pid) if proc else 0.0
+                    before = cpu_times(proc.pid) if proc else (0.0, 0.0)
                     value, p99, issues, work = run_wrk(targets[name], workload, duration)
                     if proc and work > 0:
-                        spent = cpu_seconds(proc.pid) - before
+                        after = cpu_times(proc.pid)
+                        user, system = after[0] - before[0], after[1] - before[1]
+                        spent = user + system
+                        if spent > 0:
+                            kernel_share[(workload, name)].append(system / spent)
                         # µs per request, or ms per GiB for bulk (work is in MiB there)
                         cpu_cost[(workload, name)].append(spent * 1e6 / work if WORKLOADS[workload][3] != "MiB/s" else spent * 1e3 * 1024 / work)
                     results[(workload, name)].append(value)
@@ -336,11 +370,37 @@ listen hap_v2
                 ha = statistics.median(cpu_cost[(workload, "haproxy-" + v)] or [0])
                 print(f"  {workload:<10} {v}: hairpin {hp:8.2f}   haproxy {ha:8.2f}   hairpin/haproxy {hp / max(ha, 1e-9):.3f}")
         print()
+        # /proc/<pid>/stat stime over utime + stime: the share of each proxy's CPU spent in the
+        # kernel (TCP, wake-ups, copies) for the same work, which no user-space proxy removes.
+        print("kernel share of each proxy's CPU (system / (user + system), median) and user-space CPU per unit")
+        for workload in WORKLOADS:
+            for v in ("v1", "v2"):
+                parts = []
+                for proxy in ("hairpin", "haproxy"):
+                    key = (workload, f"{proxy}-{v}")
+                    share = statistics.median(kernel_share[key] or [0])
+                    cost = statistics.median(cpu_cost[key] or [0])
+                    parts.append(f"{proxy} {share * 100:5.1f}% kernel, user {cost * (1 - share):7.2f}")
+                print(f"  {workload:<10} {v}: " + "   ".join(parts))
+        print()
         print("resident memory after the runs (KiB)")
         for proc in ("haproxy", "hairpin", "nginx"):
             rss, hwm = memory(procs[proc].pid)
             print(f"  {proc:<8} VmRSS {rss:>8}   VmHWM {hwm:>8}" + ("   (master + workers)" if proc == "nginx" else ""))
         print()
+        planner_checks = []
+        if not args.no_planner:
+            print("planner at 10,000 Ingresses and 20,000 hostnames (medians of 9 runs)")
+            _, _, times, corefile_kib, rss_mib = planner_figures(target_dir, not args.no_build)
+            for case, (wall, cpu) in times.items():
+                print(f"  desired() {case:<13} {cpu:7.1f} ms CPU   {wall:7.1f} ms wall")
+            print(f"  Corefile                 {corefile_kib:7.1f} KiB")
+            print(f"  controller RSS           {rss_mib:7.1f} MiB (memory_10k: controller share)")
+            print()
+            worst = max(times.values(), key=lambda t: t[1])
+            planner_checks.append(("planner desired() CPU ms", worst[1], "<=", 50, f"(wall {worst[0]:.1f} ms)"))
+            planner_checks.append(("planner Corefile KiB", corefile_kib, "<=", 256, ""))
+            planner_checks.append(("controller RSS MiB", rss_mib, "<=", 64, ""))
         print("targets (hairpin/haproxy, from the medians above)")
         checks = []
         for workload in WORKLOADS:
@@ -362,10 +422,12 @@ listen hap_v2
                 hp = statistics.median(latencies[(workload, "hairpin-" + v)])
                 ha = statistics.median(latencies[(workload, "haproxy-" + v)])
                 checks.append((f"{workload} {v} p99 latency", hp / max(ha, 1e-9), "<=", 1.0))
-        for name, ratio, op, limit in checks:
+        checks.extend(planner_checks)
+        for name, ratio, op, limit, *note in checks:
             met = ratio >= limit if op == ">=" else ratio <= limit
-            print(f"  {name:<32} {ratio:6.3f}  {op} {limit:<4}  {'PASS' if met else 'MISS'}")
-        missed = sum(1 for _, ratio, op, limit in checks if not (ratio >= limit if op == ">=" else ratio <= limit))
+            shown = f"{ratio:6.3f}" if not note else f"{ratio:6.1f}"
+            print(f"  {name:<32} {shown}  {op} {limit:<4}  {'PASS' if met else 'MISS'}" + (f"  {note[0]}" if note and note[0] else ""))
+        missed = sum(1 for _, ratio, op, limit, *_ in checks if not (ratio >= limit if op == ">=" else ratio <= limit))
         print(f"  {len(checks) - missed} of {len(checks)} targets met")
         load_after = os.getloadavg()
         print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
