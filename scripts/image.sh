@@ -40,9 +40,21 @@ ctr=""
 echo_pid=""
 # vfs storage and chroot isolation: no overlay mount and no OCI runtime (runc/crun) needed.
 bah() { buildah --root "$storage/root" --runroot "$storage/run" --storage-driver vfs "$@"; }
+port=""
+# The echo server inside the image, found by its unique command line and its executable.
+echo_servers() {
+    [[ -n "$port" ]] || return 0
+    for pid in $(pgrep -f "hairpin echo --listen 127.0.0.1:$port" || true); do
+        if [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == */hairpin ]]; then echo "$pid"; fi
+    done
+}
 cleanup() {
+    # `buildah run` does not pass a signal on to the chrooted process: end the server itself.
+    for pid in $(echo_servers); do kill "$pid" 2>/dev/null || true; done
     if [[ -n "$echo_pid" ]]; then kill "$echo_pid" 2>/dev/null || true; wait "$echo_pid" 2>/dev/null || true; fi
     if [[ -n "$ctr" ]]; then bah rm "$ctr" >/dev/null 2>&1 || true; fi
+    # The previous run's image, untagged by this one, would pile up run after run.
+    bah rmi --prune >/dev/null 2>&1 || true
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -86,10 +98,8 @@ if ! grep -q "image-check" <<<"$answer" || ! grep -qi "proxy" <<<"$answer"; then
 fi
 # The server runs as the image's user, not as root.
 echo_uid=""
-for pid in $(pgrep -f "hairpin echo --listen 127.0.0.1:$port" || true); do
-    if [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == */hairpin ]]; then
-        echo_uid="$(stat -c %u "/proc/$pid")"
-    fi
+for pid in $(echo_servers); do
+    echo_uid="$(stat -c %u "/proc/$pid")"
 done
 if [[ "$echo_uid" != 65532 ]]; then
     echo "image: the echo server runs as uid '${echo_uid:-?}', not 65532" >&2
