@@ -239,6 +239,7 @@ def check_render(chart, name, sets, expected_kinds, metrics):
     rendered = chart.render(values, name="hairpin", namespace=NAMESPACE)
     kinds = set()
     count = 0
+    docs = []
     for source, text in sorted(rendered.items()):
         if source.endswith("NOTES.txt"):
             continue
@@ -246,6 +247,7 @@ def check_render(chart, name, sets, expected_kinds, metrics):
             if not doc:
                 continue
             count += 1
+            docs.append(doc)
             kind = doc.get("kind", "?")
             kinds.add(kind)
             where = "[%s] %s %s/%s" % (name, source, kind, doc.get("metadata", {}).get("name"))
@@ -268,10 +270,48 @@ def check_render(chart, name, sets, expected_kinds, metrics):
                     fail("%s: invalid for Kubernetes %s: %s at %s" % (where, version, err.message, "/".join(str(p) for p in err.path)))
                 except kubernetes_validate.SchemaNotFoundError:
                     fail("%s: kubernetes-validate has no schema for it (Kubernetes %s)" % (where, version))
+    check_node_agent_rbac(docs, name)
     missing = expected_kinds - kinds
     if missing:
         fail("[%s] expected %s among the rendered kinds %s" % (name, sorted(missing), sorted(kinds)))
     print("chart-check: [%s] helm lint clean; %d objects valid for Kubernetes %s" % (name, count, " and ".join(KUBE_VERSIONS)))
+
+
+def check_node_agent_rbac(docs, name):
+    """The node agent reads one object, the hosts block the controller publishes: no cluster-wide
+    grant, and only get/list/watch of the ConfigMap hairpin-hosts in the release namespace."""
+    agents = [
+        d["spec"]["template"]["spec"]["serviceAccountName"]
+        for d in docs
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"].endswith("node-agent")
+    ]
+    for account in agents:
+        def bound(binding):
+            return any(
+                s.get("kind") == "ServiceAccount" and s.get("name") == account
+                for s in binding.get("subjects") or []
+            )
+        for binding in docs:
+            if binding["kind"] == "ClusterRoleBinding" and bound(binding):
+                fail("[%s] the node agent must have no cluster-wide grant: %s" % (name, binding["metadata"]["name"]))
+            if binding["kind"] != "RoleBinding" or not bound(binding):
+                continue
+            namespace = binding["metadata"].get("namespace")
+            role = [
+                d for d in docs
+                if d["kind"] == "Role" and d["metadata"]["name"] == binding["roleRef"]["name"]
+                and d["metadata"].get("namespace") == namespace
+            ]
+            for r in role:
+                for rule in r.get("rules") or []:
+                    if (
+                        namespace != NAMESPACE
+                        or rule.get("apiGroups") != [""]
+                        or rule.get("resources") != ["configmaps"]
+                        or rule.get("resourceNames") != ["hairpin-hosts"]
+                        or not set(rule.get("verbs") or []) <= {"get", "list", "watch"}
+                    ):
+                        fail("[%s] the node agent may only read ConfigMap %s/hairpin-hosts, not %r in %s" % (name, NAMESPACE, rule, namespace))
 
 
 def check_crds(chart_dir):

@@ -272,6 +272,15 @@ impl Reconciler {
             tracing::info!(routes = plan.routes.len(), "proxy routes published");
         }
 
+        // The node agents' hosts block: each agent watches only this object, never the
+        // cluster's Ingresses and routes.
+        if let Some(edit) = hosts_edit(plan, snapshot, planner)
+            && let KeyOutcome::Written { .. } = write_key(&self.client, &edit).await?
+        {
+            self.count_writes(1);
+            tracing::info!("node agents' hosts block published");
+        }
+
         self.apply_dns(plan, snapshot).await
     }
 
@@ -619,6 +628,30 @@ pub fn routes_edit(
             &planner.routes_config_map,
             &planner.routes_key,
             Some(routes),
+        )
+    })
+}
+
+/// The node agents' hosts block ([`Plan::hosts_block`], both families) as published in our
+/// hosts ConfigMap, when it differs from the cached copy.
+pub fn hosts_edit(
+    plan: &Plan,
+    snapshot: &ClusterSnapshot,
+    planner: &PlannerConfig,
+) -> Option<KeyEdit> {
+    let (entries, _) = plan.hosts_block();
+    let hosts = hairpin_planner::hosts::entries_json(&entries);
+    let cached = snapshot
+        .config_map(&planner.namespace, &planner.hosts_config_map)
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|d| d.get(&planner.hosts_key));
+    (cached != Some(&hosts)).then(|| KeyEdit {
+        delete_if_empty_and_ours: false,
+        ..KeyEdit::set(
+            &planner.namespace,
+            &planner.hosts_config_map,
+            &planner.hosts_key,
+            Some(hosts),
         )
     })
 }

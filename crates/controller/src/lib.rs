@@ -1,5 +1,5 @@
-//! Kubernetes I/O for hairpin: watches, plan application, leader election, uninstall, and
-//! publishing the proxy routes.
+//! Kubernetes I/O for hairpin: watches, plan application (the proxy routes and the node agents'
+//! hosts block are published in ConfigMaps), leader election, uninstall.
 //!
 //! - [`crd`]: the `Hairpin` custom resource, status per hairpinned load balancer.
 //! - [`status`]: the `Hairpin` objects' status, and the propagation check behind it.
@@ -9,7 +9,6 @@
 //! - [`apply`]: writing a plan (Services, ConfigMap keys guarded by resourceVersion).
 //! - [`fight`]: detecting another writer reverting our CoreDNS change.
 //! - [`lease`]: leader election on a Lease.
-//! - [`routes`]: the routes ConfigMap the proxies watch.
 //! - [`uninstall`]: removing everything hairpin wrote.
 //! - [`preview`]: `hairpin plan` against a cluster: what the controller would write now.
 #![forbid(unsafe_code)]
@@ -25,7 +24,6 @@ pub mod metrics;
 pub mod preview;
 pub mod propagation;
 pub mod report;
-pub mod routes;
 pub mod status;
 pub mod uninstall;
 pub mod watch;
@@ -34,5 +32,4 @@ pub use controller::{ControllerConfig, run};
 pub use error::Error;
 pub use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 pub use metrics::Metrics;
-pub use routes::{RoutesUpdate, watch_routes_configmap};
 pub use uninstall::{UninstallReport, uninstall};

@@ -1,9 +1,10 @@
 //! `hairpin uninstall`: remove everything hairpin wrote.
 //!
-//! Our `Hairpin` objects and Services (by label), the routes ConfigMap, the leader Lease, our
-//! marked blocks in every candidate CoreDNS and node-local-dns ConfigMap (removed with the
-//! Corefile editor, which gives back the original bytes, and refuses damaged markers rather
-//! than guess), and our key in `coredns-custom` (the ConfigMap itself too when hairpin created it
+//! Our `Hairpin` objects and Services (by label), the routes and hosts ConfigMaps, the leader
+//! Lease, our marked blocks in every candidate CoreDNS and node-local-dns ConfigMap (removed
+//! with the Corefile editor, which gives back the original bytes, and refuses damaged markers
+//! rather than guess), our blocks in the server-block keys of `coredns-custom` (`*.server`),
+//! and our key in `coredns-custom` (the ConfigMap itself too when hairpin created it
 //! and nothing else is left in it). Each step is retried on transient API errors; a step that
 //! still fails is reported and the others still run.
 
@@ -29,9 +30,12 @@ pub struct UninstallReport {
     pub services_deleted: Vec<String>,
     /// The routes ConfigMap was deleted.
     pub routes_deleted: bool,
+    /// The node agents' hosts ConfigMap was deleted.
+    pub hosts_deleted: bool,
     /// The leader Lease was deleted.
     pub lease_deleted: bool,
-    /// CoreDNS and node-local-dns ConfigMaps whose Corefile had our blocks removed.
+    /// CoreDNS and node-local-dns ConfigMaps whose Corefile had our blocks removed (and
+    /// `coredns-custom` keys of imported server blocks, as `namespace/name key KEY`).
     pub corefiles_restored: Vec<String>,
     /// Our key was removed from `coredns-custom`.
     pub custom_key_removed: bool,
@@ -145,6 +149,15 @@ pub async fn uninstall(
         Err(err) => fail(&mut report, err),
     }
 
+    match retry("delete hosts ConfigMap", || {
+        delete_if_present(&routes, &planner.namespace, &planner.hosts_config_map)
+    })
+    .await
+    {
+        Ok(deleted) => report.hosts_deleted = deleted,
+        Err(err) => fail(&mut report, err),
+    }
+
     let leases: Api<Lease> = Api::namespaced(client.clone(), &planner.namespace);
     match retry("delete Lease", || {
         delete_if_present(&leases, &planner.namespace, lease_name)
@@ -176,6 +189,55 @@ pub async fn uninstall(
             Ok(_) => {}
             Err(err) => fail(&mut report, err),
         }
+    }
+
+    // Server blocks the Corefile imports from `coredns-custom` (`*.server` keys): hairpin's
+    // answer blocks in them are removed the same way, leaving every other byte as it was.
+    let custom_api: Api<ConfigMap> = Api::namespaced(client.clone(), &planner.coredns_namespace);
+    let custom_cm = retry("read coredns-custom", || async {
+        custom_api
+            .get_opt(&planner.coredns_custom_config_map)
+            .await
+            .map_err(|err| {
+                Error::kube(
+                    format!(
+                        "get ConfigMap {}/{}",
+                        planner.coredns_namespace, planner.coredns_custom_config_map
+                    ),
+                    err,
+                )
+            })
+    })
+    .await;
+    match custom_cm {
+        Ok(cm) => {
+            let keys: Vec<String> = cm
+                .and_then(|cm| cm.data)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(key, text)| {
+                    *key != planner.coredns_custom_key
+                        && text.contains(hairpin_planner::markers::BEGIN_PREFIX)
+                })
+                .map(|(key, _)| key)
+                .collect();
+            for key in keys {
+                let edit = remove_block_edit(
+                    &planner.coredns_namespace,
+                    &planner.coredns_custom_config_map,
+                    &key,
+                );
+                match retry("restore a coredns-custom key", || write_key(client, &edit)).await {
+                    Ok(KeyOutcome::Written { .. }) => report.corefiles_restored.push(format!(
+                        "{}/{} key {key}",
+                        planner.coredns_namespace, planner.coredns_custom_config_map
+                    )),
+                    Ok(_) => {}
+                    Err(err) => fail(&mut report, err),
+                }
+            }
+        }
+        Err(err) => fail(&mut report, err),
     }
 
     let custom = KeyEdit::set(

@@ -173,6 +173,7 @@ impl Caches {
                 .map(|name| (config.node_local_dns_namespace.clone(), name.clone())),
         );
         names.push((config.namespace.clone(), config.routes_config_map.clone()));
+        names.push((config.namespace.clone(), config.hosts_config_map.clone()));
         names.sort();
         names.dedup();
         for (namespace, name) in names {

@@ -213,7 +213,13 @@ async fn first_sync_writes_the_plan_and_changes_follow_quickly() {
         "one discovery read per kind: {probes}"
     );
 
-    // Steady state: no further writes.
+    // Steady state (once the hosts block holds the new Service's ClusterIP): no further writes.
+    let published = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            published_hosts(f).is_some_and(|v| v.to_string().contains("shop.example.com"))
+        })
+        .await;
+    assert!(published.is_some(), "{:?}", published_hosts(&fake));
     let writes = |f: &FakeApiServer| {
         f.requests()
             .iter()
@@ -1017,4 +1023,246 @@ async fn node_local_dns_gets_the_answers_and_uninstall_restores_it() {
             .contains(&"kube-system/node-local-dns".to_owned()),
         "{report:?}"
     );
+}
+
+fn published_hosts(fake: &FakeApiServer) -> Option<Value> {
+    let cm = fake.get("v1", "ConfigMap", Some("hairpin"), "hairpin-hosts")?;
+    serde_json::from_str(cm["data"]["hosts.json"].as_str()?).ok()
+}
+
+#[tokio::test]
+async fn the_hosts_block_is_published_for_the_node_agents_in_both_families() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let running = start(&fake, config("pod-a", false));
+    // The hairpin Service gets its ClusterIP when it is created; then the block holds it.
+    let published = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            published_hosts(f).is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+        })
+        .await;
+    assert!(published.is_some(), "{:?}", published_hosts(&fake));
+    let service = hairpin_services(&fake).remove(0);
+    let v4 = service["spec"]["clusterIP"].as_str().unwrap().to_owned();
+    assert_eq!(
+        published_hosts(&fake).unwrap(),
+        json!([{"ip": v4, "hostnames": ["shop.example.com"]}])
+    );
+    let cm = fake
+        .get("v1", "ConfigMap", Some("hairpin"), "hairpin-hosts")
+        .unwrap();
+    assert_eq!(
+        cm["metadata"]["labels"]["app.kubernetes.io/managed-by"], "hairpin",
+        "{cm}"
+    );
+
+    // The Service is dual-stack (its ClusterIPs are what the cluster allocated): both
+    // families are published.
+    let mut dual = service.clone();
+    dual["spec"]["clusterIPs"] = json!([v4, "fd00:10:96::a"]);
+    dual["spec"]["ipFamilies"] = json!(["IPv4", "IPv6"]);
+    dual["spec"]["ipFamilyPolicy"] = json!("PreferDualStack");
+    fake.apply(dual);
+    let both = json!([
+        {"ip": v4, "hostnames": ["shop.example.com"]},
+        {"ip": "fd00:10:96::a", "hostnames": ["shop.example.com"]}
+    ]);
+    let followed = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            published_hosts(f).as_ref() == Some(&both)
+        })
+        .await;
+    assert!(followed.is_some(), "{:?}", published_hosts(&fake));
+
+    // A new Ingress: its hostname joins the block; an unchanged plan writes nothing.
+    fake.apply(ingress("shop", "api", "api.example.com"));
+    let grown = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            published_hosts(f).is_some_and(|v| v.to_string().contains("api.example.com"))
+        })
+        .await;
+    assert!(grown.is_some(), "{:?}", published_hosts(&fake));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let writes = fake.count("PUT", "/configmaps/hairpin-hosts");
+    fake.apply(ingress("shop", "unrelated", "shop.example.com"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        fake.count("PUT", "/configmaps/hairpin-hosts"),
+        writes,
+        "the same block is not written again"
+    );
+    running.stop().await;
+
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(
+        report.failures.is_empty() && report.hosts_deleted,
+        "{report:?}"
+    );
+    assert!(
+        fake.get("v1", "ConfigMap", Some("hairpin"), "hairpin-hosts")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn an_ambiguous_corefile_is_a_warning_event_and_nothing_is_written() {
+    // Which block receives `shop.example.com`: the root block, or the placeholder zone (it
+    // might be `example.com`)? hairpin does not guess.
+    let ambiguous = "{$EXTRA_ZONE}:53 {\n    forward . 10.0.0.53\n}\n.:53 {\n    kubernetes cluster.local\n    forward . /etc/resolv.conf\n    reload\n}\n";
+    let fake = FakeApiServer::start().await;
+    seed_with(&fake, ambiguous);
+    let running = start(&fake, config("pod-a", false));
+    let reported = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            !events(f, "DNSWriteFailed").is_empty()
+        })
+        .await;
+    assert!(
+        reported.is_some(),
+        "events: {:?}",
+        fake.list("events.k8s.io/v1", "Event")
+    );
+    let event = &events(&fake, "DNSWriteFailed")[0];
+    assert_eq!(event["type"], "Warning", "{event}");
+    assert_eq!(event["regarding"]["name"], "coredns");
+    let note = event["note"].as_str().unwrap();
+    assert!(
+        note.contains("placeholder") && note.contains("nothing is written"),
+        "{note}"
+    );
+    // A few more reconciles: still nothing written to any DNS ConfigMap.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(corefile(&fake), ambiguous, "not touched");
+    assert_eq!(fake.count("PUT", "/namespaces/kube-system/configmaps"), 0);
+    assert_eq!(fake.count("POST", "/namespaces/kube-system/configmaps"), 0);
+    assert!(running.metrics.dns_plan_errors.get() >= 1);
+    running.stop().await;
+}
+
+fn coredns_custom(data: Value) -> Value {
+    object(
+        "v1",
+        "ConfigMap",
+        Some("kube-system"),
+        "coredns-custom",
+        json!({"metadata": {"labels": {"addonmanager.kubernetes.io/mode": "EnsureExists"}}, "data": data}),
+    )
+}
+
+fn custom_key(fake: &FakeApiServer, key: &str) -> Option<String> {
+    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns-custom")?["data"][key]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test]
+async fn names_under_a_zone_of_an_imported_server_key_are_answered_there() {
+    // AKS: the Corefile imports `custom/*.server`, and coredns-custom holds a zone block for
+    // example.com in such a key: CoreDNS sends shop.example.com to that block, not to `.:53`.
+    let aks = format!(
+        "{}import custom/*.server\n",
+        COREFILE.replace(
+            "    loadbalance\n}\n",
+            "    loadbalance\n    import custom/*.override\n}\n"
+        )
+    );
+    let server = "example.com:53 {\n    errors\n    cache 30\n    forward . 192.0.2.53  # the company resolver\n}\n";
+    let fake = FakeApiServer::start().await;
+    seed_with(&fake, &aks);
+    fake.apply(coredns_custom(
+        json!({"example.server": server, "other.override": "log\n"}),
+    ));
+    fake.apply(ingress("shop", "api", "api.example.org"));
+    let running = start(&fake, config("pod-a", false));
+    let answered = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            custom_key(f, "example.server").is_some_and(|t| t.contains("# BEGIN hairpin"))
+        })
+        .await;
+    assert!(
+        answered.is_some(),
+        "{:?}",
+        custom_key(&fake, "example.server")
+    );
+    let cluster_ip = hairpin_services(&fake)[0]["spec"]["clusterIP"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = custom_key(&fake, "example.server").unwrap();
+    assert!(
+        text.contains("template IN A {") && text.contains(&format!("IN A {cluster_ip}")),
+        "{text}"
+    );
+    assert!(text.contains(r"^shop\.example\.com\.$"), "{text}");
+    // Custom mode (AKS imports `*.override`): the rest is in hairpin's override key.
+    let override_key = custom_key(&fake, "hairpin.override").unwrap_or_default();
+    assert!(override_key.contains("api.example.org"), "{override_key}");
+    assert_eq!(
+        custom_key(&fake, "other.override").as_deref(),
+        Some("log\n"),
+        "other keys are left alone"
+    );
+    assert_eq!(
+        corefile(&fake),
+        aks,
+        "the Corefile itself is the distribution's"
+    );
+    running.stop().await;
+
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(
+        custom_key(&fake, "example.server").as_deref(),
+        Some(server),
+        "restored byte for byte"
+    );
+    assert!(custom_key(&fake, "hairpin.override").is_none());
+    assert!(
+        report
+            .corefiles_restored
+            .contains(&"kube-system/coredns-custom key example.server".to_owned()),
+        "{report:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_rules_go_to_the_port_the_kube_dns_service_targets() {
+    // CoreDNS serves the cluster on :53 and :5353; kube-dns sends pods' queries to 5353.
+    let both = format!("{COREFILE}{}", COREFILE.replace(".:53 {", ".:5353 {"));
+    let fake = FakeApiServer::start().await;
+    seed_with(&fake, &both);
+    fake.apply(object(
+        "v1",
+        "Service",
+        Some("kube-system"),
+        "kube-dns",
+        json!({"spec": {"ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 5353}
+        ]}}),
+    ));
+    let mut config = config("pod-a", false);
+    // The propagation check asks the cluster DNS: a closed loopback port, never kube-dns's
+    // ClusterIP (no traffic leaves the host).
+    config.propagation.cluster_dns = Some("127.0.0.1:9".parse().unwrap());
+    let running = start(&fake, config);
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    let text = corefile(&fake);
+    let second = text.find(".:5353 {").unwrap();
+    assert!(!text[..second].contains("hairpin"), "{text}");
+    assert!(
+        text[second..].contains("rewrite stop name exact shop.example.com"),
+        "{text}"
+    );
+    running.stop().await;
 }

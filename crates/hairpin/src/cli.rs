@@ -30,7 +30,8 @@ pub(crate) enum Command {
     /// Accept TCP connections, prepend a PROXY protocol header, forward them upstream.
     Proxy(cmd::proxy::Args),
     /// Watch the cluster and keep CoreDNS and the hairpin Services equal to the plan.
-    Controller(cmd::controller::Args),
+    // Boxed: its many flags make it far larger than the other commands' arguments.
+    Controller(Box<cmd::controller::Args>),
     /// Remove everything hairpin wrote and restore the CoreDNS configuration exactly.
     Uninstall(cmd::uninstall::Args),
     /// Keep a marked block of hairpin hostnames in a node's hosts file.

@@ -333,6 +333,10 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
             Some("hairpin-routes"),
         ),
         ("hairpin", "", "configmaps", "watch", Some("hairpin-routes")),
+        // The node agents' hosts block: published, and deleted by uninstall.
+        ("hairpin", "", "configmaps", "update", Some("hairpin-hosts")),
+        ("hairpin", "", "configmaps", "watch", Some("hairpin-hosts")),
+        ("hairpin", "", "configmaps", "delete", Some("hairpin-hosts")),
         ("hairpin", "", "configmaps", "create", None),
         ("hairpin", "coordination.k8s.io", "leases", "create", None),
         (

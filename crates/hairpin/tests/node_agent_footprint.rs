@@ -1,8 +1,9 @@
 //! What one `hairpin node-agent` costs the API server and its node: the watches it opens and
 //! its memory, measured on a real agent process against the fake API server holding a
-//! cluster's worth of Ingresses and Services.
+//! cluster's worth of Ingresses and Services, and the hosts block the controller publishes for
+//! them. The agent must watch that one ConfigMap and nothing else.
 //!
-//! `cargo test --release -p hairpin --test node_agent_footprint -- --ignored --nocapture`
+//! `cargo test -p hairpin --test node_agent_footprint -- --ignored --nocapture`
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -70,6 +71,23 @@ async fn watches_and_memory_of_one_agent() {
     fake.create_namespace("hairpin");
     fake.apply(lb());
     fake.apply_many((0..INGRESSES).map(ingress));
+    // What the controller publishes for them: every hostname at the hairpin Service's
+    // ClusterIPs.
+    let names: Vec<String> = (0..INGRESSES)
+        .map(|i| format!("app-{i}.example.com"))
+        .collect();
+    let block = json!([
+        {"ip": "10.96.0.50", "hostnames": names},
+        {"ip": "fd00:10:96::50", "hostnames": names}
+    ]);
+    fake.apply(object(
+        "v1",
+        "ConfigMap",
+        Some("hairpin"),
+        "hairpin-hosts",
+        json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "hairpin"}},
+               "data": {"hosts.json": block.to_string()}}),
+    ));
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, fake.kubeconfig_yaml()).unwrap();
@@ -93,8 +111,22 @@ async fn watches_and_memory_of_one_agent() {
             .spawn()
             .unwrap(),
     );
-    // Long enough for every watch to list and settle.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Long enough for every watch to list and settle, and the block to be written.
+    for _ in 0..100 {
+        if std::fs::read_to_string(&hosts)
+            .unwrap()
+            .contains("app-4999.example.com")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let written = std::fs::read_to_string(&hosts).unwrap();
+    assert!(
+        written.contains("10.96.0.50\t") && written.contains("fd00:10:96::50\t"),
+        "the published block, both families, is in the hosts file"
+    );
     let (hwm, rss) = memory_kib(agent.0.id());
     let watches: Vec<String> = fake
         .requests()
@@ -115,4 +147,15 @@ async fn watches_and_memory_of_one_agent() {
         watches.len(),
         fake.open_watches(),
     );
+    // One watch, on the published block, by name; no list of anything else.
+    assert_eq!(fake.open_watches(), 1);
+    for r in fake.requests() {
+        assert!(
+            r.uri.starts_with("/api/v1/namespaces/hairpin/configmaps?")
+                && r.uri
+                    .contains("fieldSelector=metadata.name%3Dhairpin-hosts"),
+            "the agent asked for {}",
+            r.uri
+        );
+    }
 }

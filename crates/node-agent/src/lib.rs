@@ -5,17 +5,20 @@
 //! and compare — and never replaced by a rename, which would detach the mount from the node's
 //! file. The block's content comes from the planner's hosts editor; every line outside it stays
 //! byte-identical.
+//!
+//! In a cluster the entries are the hosts block the controller publishes in one ConfigMap
+//! ([`ConfigMapSource`]); the agent watches that object only.
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod configmap_source;
 pub mod hostsfile;
-pub mod kube_source;
 pub mod source;
 
 pub use agent::{Agent, AgentOptions};
+pub use configmap_source::ConfigMapSource;
 pub use hairpin_planner::hosts::HostsEntry;
 pub use hostsfile::{HostsFile, SyncOutcome};
-pub use kube_source::KubeSource;
 pub use prometheus_client::registry::Registry;
 pub use source::{EntrySource, SourceFile, parse_entries};
 

@@ -106,6 +106,10 @@ pub struct PlannerConfig {
     pub routes_config_map: String,
     /// Key of the route table inside that ConfigMap.
     pub routes_key: String,
+    /// Name of the ConfigMap (in `namespace`) holding the node agents' hosts block.
+    pub hosts_config_map: String,
+    /// Key of the hosts block inside that ConfigMap ([`crate::hosts::entries_json`]).
+    pub hosts_key: String,
     /// `--cluster-domain`: the cluster domain when the Corefile's `kubernetes` plugin names
     /// none (no zone, or a placeholder); `cluster.local` when this is unset too.
     pub cluster_domain: Option<String>,
@@ -140,6 +144,8 @@ impl Default for PlannerConfig {
             annotation_prefix: "hairpin.io/".into(),
             routes_config_map: "hairpin-routes".into(),
             routes_key: "routes.json".into(),
+            hosts_config_map: "hairpin-hosts".into(),
+            hosts_key: crate::hosts::HOSTS_KEY.into(),
             cluster_domain: None,
             admission: AdmissionConfig::default(),
         }
@@ -152,6 +158,10 @@ impl PlannerConfig {
         format!("{}{name}", self.annotation_prefix)
     }
 }
+
+/// The cluster DNS Service (in the CoreDNS namespace): its DNS port's `targetPort` is the port
+/// CoreDNS receives pods' queries on, so the port whose server blocks hairpin writes to.
+pub const CLUSTER_DNS_SERVICE: &str = "kube-dns";
 
 /// Label put on everything hairpin writes.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";

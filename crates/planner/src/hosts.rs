@@ -72,6 +72,34 @@ impl HostsEntry {
     }
 }
 
+/// Key of the hosts block in the ConfigMap the controller publishes for the node agents.
+pub const HOSTS_KEY: &str = "hosts.json";
+
+/// The published form of a hosts block, read back by the node agent: a JSON list of
+/// `{"ip": "...", "hostnames": [...]}`, one item per address, in the order given.
+///
+/// ```
+/// use hairpin_planner::hosts::{self, HostsEntry};
+/// let entries = [HostsEntry::new("10.96.0.20".parse().unwrap(), ["shop.example.com"])];
+/// assert_eq!(hosts::entries_json(&entries), r#"[{"ip":"10.96.0.20","hostnames":["shop.example.com"]}]"#);
+/// ```
+pub fn entries_json(entries: &[HostsEntry]) -> String {
+    #[derive(serde::Serialize)]
+    struct Published<'a> {
+        ip: IpAddr,
+        hostnames: &'a [String],
+    }
+    let items: Vec<Published<'_>> = entries
+        .iter()
+        .map(|e| Published {
+            ip: e.ip,
+            hostnames: &e.names,
+        })
+        .collect();
+    // A list of plain strings and addresses always serializes.
+    serde_json::to_string(&items).unwrap_or_else(|_| "[]".to_owned())
+}
+
 /// Validate and normalise: address -> sorted names. A name may have one IPv4 and one IPv6
 /// address, not two of the same family.
 fn normalize(entries: &[HostsEntry]) -> Result<BTreeMap<IpAddr, BTreeSet<String>>, HostsError> {

@@ -293,6 +293,33 @@ impl HostsPlan {
         (resolved, missing)
     }
 
+    /// The entries for [`crate::hosts::apply`] with every ClusterIP of each hairpin Service
+    /// (both families on a dual-stack Service), one entry per address, sorted; and the
+    /// hostnames whose Service has no ClusterIP yet. This is what the controller publishes for
+    /// the node agents.
+    pub fn hosts_entries_all_families(
+        &self,
+        cluster_ips: &BTreeMap<ObjectRef, Vec<IpAddr>>,
+    ) -> (Vec<crate::hosts::HostsEntry>, Vec<&HostsEntry>) {
+        let mut by_ip: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
+        let mut missing = Vec::new();
+        for entry in &self.entries {
+            match cluster_ips.get(&entry.service) {
+                Some(ips) if !ips.is_empty() => {
+                    for ip in ips {
+                        by_ip.entry(*ip).or_default().push(entry.hostname.clone());
+                    }
+                }
+                _ => missing.push(entry),
+            }
+        }
+        let entries = by_ip
+            .into_iter()
+            .map(|(ip, names)| crate::hosts::HostsEntry::new(ip, names))
+            .collect();
+        (entries, missing)
+    }
+
     /// The entries for [`crate::hosts::apply`], one per ClusterIP, and the hostnames whose
     /// Service has no known ClusterIP yet.
     pub fn hosts_entries(
@@ -347,6 +374,23 @@ impl Plan {
                 Some((lb.service_ref(), ip))
             })
             .collect()
+    }
+
+    /// Every ClusterIP (both families) of the planned hairpin Services that already exist,
+    /// for [`HostsPlan::hosts_entries_all_families`].
+    pub fn cluster_ips_all_families(&self) -> BTreeMap<ObjectRef, Vec<IpAddr>> {
+        self.load_balancers
+            .iter()
+            .map(|lb| (lb.service_ref(), cluster_ips(&lb.service)))
+            .filter(|(_, ips)| !ips.is_empty())
+            .collect()
+    }
+
+    /// The node agents' hosts block, every family: `(entries, hostnames still waiting for
+    /// their Service's ClusterIP)`.
+    pub fn hosts_block(&self) -> (Vec<crate::hosts::HostsEntry>, Vec<&HostsEntry>) {
+        self.hosts
+            .hosts_entries_all_families(&self.cluster_ips_all_families())
     }
 
     /// Whether `hairpin plan` should exit non-zero.

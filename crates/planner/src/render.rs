@@ -197,7 +197,7 @@ pub fn text(plan: &Plan) -> String {
     }
 
     let _ = writeln!(out, "\nHosts-file block (node agent)");
-    let (entries, missing) = plan.hosts.hosts_entries(&cluster_ips);
+    let (entries, missing) = plan.hosts_block();
     let mut rows: Vec<(String, String)> = entries
         .iter()
         .map(|e| (e.ip.to_string(), e.names.join(" ")))

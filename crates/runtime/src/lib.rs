@@ -1,9 +1,11 @@
 //! Pieces every long-running `hairpin` command shares: the admin server (`/livez`, `/readyz`,
 //! `/metrics`), shutdown signals (the first drains, the second forces), logging, the file
-//! descriptor limit, rate-limited logging, the kubeconfig, and the clap argument groups that configure them.
+//! descriptor limit, rate-limited logging, the kubeconfig, following one ConfigMap key by
+//! name, and the clap argument groups that configure them.
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod configmap;
 pub mod duration;
 pub mod fdlimit;
 pub mod kubeconfig;

@@ -19,7 +19,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Plan(args) => plan::run(args),
         Command::Proxy(args) => proxy::run(args),
-        Command::Controller(args) => controller::run(args),
+        Command::Controller(args) => controller::run(*args),
         Command::Uninstall(args) => uninstall::run(args),
         Command::NodeAgent(args) => node_agent::run(args),
         Command::Doctor(args) => doctor::run(args),

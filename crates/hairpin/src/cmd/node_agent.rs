@@ -8,12 +8,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use hairpin_controller::client::ClientArgs;
 use hairpin_node_agent::{
-    Agent, AgentOptions, HostsFile, KubeSource, Registry, SourceFile, SyncOutcome,
+    Agent, AgentOptions, ConfigMapSource, HostsFile, Registry, SourceFile, SyncOutcome,
 };
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Shutdown, parse_positive_duration};
 use tokio::sync::Notify;
-
-use crate::cmd::plan::PlannerArgs;
 
 /// Keeps a marked block in a hosts file that maps every planned hostname to its hairpin
 /// Service's address, so node-level clients (the kubelet pulling images, host-network pods)
@@ -26,14 +24,30 @@ pub(crate) struct Args {
     pub(crate) hosts_file: PathBuf,
 
     /// JSON or YAML list of `{ip, hostnames}` entries to keep in the block, re-read every
-    /// interval. Without it the entries come from the cluster: the planner's hosts block, each
-    /// planned hostname pointing at its hairpin Service's ClusterIP.
+    /// interval. Without it the entries come from the cluster: the hosts block the controller
+    /// publishes in `--hosts-configmap` (each planned hostname with its hairpin Service's
+    /// ClusterIPs), followed through one watch on that ConfigMap.
     #[arg(long, env = "HAIRPIN_SOURCE_FILE", value_name = "PATH")]
     pub(crate) source_file: Option<PathBuf>,
 
-    /// The planner's settings, as the controller's: the node agent plans the same hosts block.
-    #[command(flatten)]
-    pub(crate) planner: PlannerArgs,
+    /// hairpin's namespace, where the controller publishes the hosts block.
+    #[arg(
+        long,
+        short = 'n',
+        env = "HAIRPIN_NAMESPACE",
+        default_value = "hairpin"
+    )]
+    pub(crate) namespace: String,
+
+    /// Name of the ConfigMap holding the hosts block (key `hosts.json`), as the controller's
+    /// `--hosts-configmap`. Until it exists no hosts block is written; a value that does not
+    /// parse is logged and the last good block stays.
+    #[arg(
+        long = "hosts-configmap",
+        env = "HAIRPIN_HOSTS_CONFIGMAP",
+        default_value = "hairpin-hosts"
+    )]
+    pub(crate) hosts_config_map: String,
 
     #[command(flatten)]
     pub(crate) client: ClientArgs,
@@ -104,22 +118,30 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
         let admin = AdminServer::bind(args.admin.admin_addr).await?;
-        let mut registry = Registry::default();
+        let registry = Registry::default();
         let agent = match &args.source_file {
             Some(path) => Agent::new(hosts, SourceFile::new(path), options),
             None => {
                 let client = args.client.client().await?;
                 let changed = Arc::new(Notify::new());
-                let config = args.planner.config();
-                let source =
-                    KubeSource::start(&client, config, changed.clone(), &mut registry, &shutdown);
+                let source = ConfigMapSource::start(
+                    client,
+                    &args.namespace,
+                    &args.hosts_config_map,
+                    hairpin_planner::hosts::HOSTS_KEY,
+                    changed.clone(),
+                    &shutdown,
+                );
                 Agent::new(hosts, source, options).wake_on(changed)
             }
         };
         tracing::info!(
             admin = %admin.local_addr(),
             hosts_file = %args.hosts_file.display(),
-            source = args.source_file.as_ref().map_or("the cluster".to_owned(), |p| p.display().to_string()),
+            source = args.source_file.as_ref().map_or_else(
+                || format!("ConfigMap {}/{}", args.namespace, args.hosts_config_map),
+                |p| p.display().to_string(),
+            ),
             "node agent started"
         );
         agent.run_with_admin(admin, registry, &shutdown).await?;

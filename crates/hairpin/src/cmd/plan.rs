@@ -19,7 +19,7 @@ use hairpin_planner::{
 /// Planner settings, shared by every command that computes a plan.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct PlannerArgs {
-    /// Our namespace: hairpin Services and the routes ConfigMap live here (`-n`, as with
+    /// Our namespace: hairpin Services and the routes and hosts ConfigMaps live here (`-n`, as with
     /// kubectl: the namespace hairpin is installed in).
     #[arg(
         long,
@@ -102,6 +102,14 @@ pub(crate) struct PlannerArgs {
         default_value = "hairpin-routes"
     )]
     pub(crate) routes_config_map: String,
+    /// Name of the ConfigMap (in `--namespace`) the controller publishes the node agents'
+    /// hosts block in.
+    #[arg(
+        long = "hosts-configmap",
+        env = "HAIRPIN_HOSTS_CONFIGMAP",
+        default_value = "hairpin-hosts"
+    )]
+    pub(crate) hosts_config_map: String,
     /// Cluster domain, used when the Corefile's `kubernetes` plugin names none (no zone, or a
     /// placeholder such as `{$CLUSTER_DOMAIN}`); without it, `cluster.local`.
     #[arg(long, env = "HAIRPIN_CLUSTER_DOMAIN")]
@@ -147,6 +155,7 @@ impl PlannerArgs {
             listener_port_base: self.listener_port_base,
             annotation_prefix: self.annotation_prefix.clone(),
             routes_config_map: self.routes_config_map.clone(),
+            hosts_config_map: self.hosts_config_map.clone(),
             cluster_domain: self.cluster_domain.clone(),
             admission: AdmissionConfig {
                 deny_hostnames: self.deny_hostnames.0.clone(),

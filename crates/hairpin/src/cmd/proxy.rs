@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use hairpin_dataplane::routes::{ProxyProtocol, Route, RouteTable, Upstream};
 use hairpin_dataplane::routes_file::RoutesFile;
 use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics};
+use hairpin_runtime::configmap::KeyUpdate;
 use hairpin_runtime::shutdown::DrainOutcome;
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
@@ -257,7 +258,7 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
     let configmap = match &args.routes_configmap {
         Some((namespace, name)) => {
             let client = args.client.client().await?;
-            Some(hairpin_controller::watch_routes_configmap(
+            Some(hairpin_runtime::configmap::watch_configmap_key(
                 client,
                 namespace,
                 name,
@@ -306,24 +307,26 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
 /// ConfigMap yet") makes the proxy ready; a table that does not parse is logged and ignored, so
 /// a bad write never drops the routes that work.
 async fn follow_configmap(
-    updates: impl futures::Stream<Item = hairpin_controller::RoutesUpdate>,
+    updates: impl futures::Stream<Item = KeyUpdate>,
     source: String,
     routes: tokio::sync::watch::Sender<RouteTable>,
     loaded: hairpin_runtime::admin::ReadyCondition,
 ) {
     use futures::StreamExt as _;
-    use hairpin_controller::RoutesUpdate;
     let mut updates = std::pin::pin!(updates);
     while let Some(update) = updates.next().await {
         let table = match update {
-            RoutesUpdate::Table(json) => match RouteTable::from_json(json.as_bytes()) {
-                Ok(table) => table,
-                Err(err) => {
-                    tracing::warn!(configmap = %source, error = %err, "invalid routes table; keeping the current routes");
-                    continue;
+            // A ConfigMap without the key holds no routes.
+            KeyUpdate::Present(json) => {
+                match RouteTable::from_json(json.as_deref().unwrap_or("[]").as_bytes()) {
+                    Ok(table) => table,
+                    Err(err) => {
+                        tracing::warn!(configmap = %source, error = %err, "invalid routes table; keeping the current routes");
+                        continue;
+                    }
                 }
-            },
-            RoutesUpdate::Missing => {
+            }
+            KeyUpdate::Missing => {
                 tracing::info!(configmap = %source, "routes ConfigMap not found: no routes until the controller writes it");
                 match RouteTable::new(Vec::new()) {
                     Ok(table) => table,

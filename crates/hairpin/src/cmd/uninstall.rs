@@ -44,11 +44,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         if report.routes_deleted {
             println!("deleted ConfigMap {ns}/{}", planner.routes_config_map);
         }
+        if report.hosts_deleted {
+            println!("deleted ConfigMap {ns}/{}", planner.hosts_config_map);
+        }
         if report.lease_deleted {
             println!("deleted Lease {ns}/{}", args.lease_name);
         }
         for cm in &report.corefiles_restored {
-            println!("removed the hairpin block from ConfigMap {cm} (Corefile restored)");
+            // `namespace/name key KEY`: a server-block key of coredns-custom.
+            let what = if cm.contains(" key ") { "restored" } else { "Corefile restored" };
+            println!("removed the hairpin block from ConfigMap {cm} ({what})");
         }
         if report.custom_key_removed {
             println!(

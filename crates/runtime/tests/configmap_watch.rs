@@ -1,10 +1,11 @@
-//! `watch_routes_configmap`: what a proxy replica sees of the routes ConfigMap.
+//! `watch_configmap_key`: what a reader (a proxy replica, a node agent) sees of the one
+//! ConfigMap it follows.
 
 use std::time::Duration;
 
 use futures::StreamExt;
-use hairpin_controller::{RoutesUpdate, watch_routes_configmap};
 use hairpin_fake_apiserver::{FakeApiServer, object};
+use hairpin_runtime::configmap::{KeyUpdate, watch_configmap_key};
 use serde_json::json;
 
 fn routes(table: &str) -> serde_json::Value {
@@ -17,7 +18,7 @@ fn routes(table: &str) -> serde_json::Value {
     )
 }
 
-async fn next(stream: &mut (impl futures::Stream<Item = RoutesUpdate> + Unpin)) -> RoutesUpdate {
+async fn next(stream: &mut (impl futures::Stream<Item = KeyUpdate> + Unpin)) -> KeyUpdate {
     tokio::time::timeout(Duration::from_secs(10), stream.next())
         .await
         .expect("an update in time")
@@ -35,7 +36,7 @@ async fn the_stream_reports_the_table_its_changes_and_its_absence() {
         "other",
         json!({"data": {"routes.json": "nope"}}),
     ));
-    let mut stream = Box::pin(watch_routes_configmap(
+    let mut stream = Box::pin(watch_configmap_key(
         fake.client(),
         "hairpin",
         "hairpin-routes",
@@ -43,27 +44,36 @@ async fn the_stream_reports_the_table_its_changes_and_its_absence() {
     ));
     assert_eq!(
         next(&mut stream).await,
-        RoutesUpdate::Missing,
+        KeyUpdate::Missing,
         "not written yet"
     );
 
     fake.apply(routes("[1]"));
-    assert_eq!(next(&mut stream).await, RoutesUpdate::Table("[1]".into()));
+    assert_eq!(
+        next(&mut stream).await,
+        KeyUpdate::Present(Some("[1]".into()))
+    );
     fake.apply(routes("[2]"));
-    assert_eq!(next(&mut stream).await, RoutesUpdate::Table("[2]".into()));
+    assert_eq!(
+        next(&mut stream).await,
+        KeyUpdate::Present(Some("[2]".into()))
+    );
 
     // The watch drops and history is compacted: 410, re-list, current state again.
     fake.compact();
     fake.drop_watches();
     fake.apply(routes("[3]"));
-    assert_eq!(next(&mut stream).await, RoutesUpdate::Table("[3]".into()));
+    assert_eq!(
+        next(&mut stream).await,
+        KeyUpdate::Present(Some("[3]".into()))
+    );
 
     // API errors on the re-list are retried.
     fake.fail_next("GET", "/configmaps", 2, 500);
     fake.drop_watches();
     fake.delete("v1", "ConfigMap", Some("hairpin"), "hairpin-routes");
     let mut last = next(&mut stream).await;
-    while last != RoutesUpdate::Missing {
+    while last != KeyUpdate::Missing {
         last = next(&mut stream).await;
     }
     fake.apply(object(
@@ -75,7 +85,22 @@ async fn the_stream_reports_the_table_its_changes_and_its_absence() {
     ));
     assert_eq!(
         next(&mut stream).await,
-        RoutesUpdate::Table("[]".into()),
-        "no key: an empty table"
+        KeyUpdate::Present(None),
+        "present, without the key"
     );
+
+    // Only that object was asked for: every list and watch names it.
+    let reads: Vec<String> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.uri.contains("/configmaps"))
+        .map(|r| r.uri)
+        .collect();
+    assert!(!reads.is_empty());
+    for uri in &reads {
+        assert!(
+            uri.contains("fieldSelector=metadata.name%3Dhairpin-routes"),
+            "{uri}"
+        );
+    }
 }
