@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::config::{DnsMode, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NodeLocalDns, PlannerConfig};
+use crate::config::{
+    CLUSTER_DNS_SERVICE, DnsMode, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NodeLocalDns, PlannerConfig,
+};
 use crate::corefile::{self, CorefileInfo, DnsEntry, HostPattern};
 use crate::discovery::{LbPort, LoadBalancer, discover};
 use crate::hostnames;
@@ -538,8 +540,23 @@ fn blocks_write(
     warnings: &mut Vec<Warning>,
 ) -> Result<DnsWrite, corefile::CorefileError> {
     let placement = corefile::place(corefile, entries, opts)?;
-    let edit = corefile::write_blocks(corefile, &placement.inserts)?;
-    for w in placement.warnings.iter().chain(&edit.warnings) {
+    for w in &placement.warnings {
+        warnings.push(Warning::new(subject, w.to_string()));
+    }
+    inserts_write(cm, key, corefile, placement.inserts, subject, warnings)
+}
+
+/// A write of placed marked blocks into a key holding server blocks.
+fn inserts_write(
+    cm: &ConfigMap,
+    key: &str,
+    text: &str,
+    inserts: Vec<corefile::BlockInsert>,
+    subject: &str,
+    warnings: &mut Vec<Warning>,
+) -> Result<DnsWrite, corefile::CorefileError> {
+    let edit = corefile::write_blocks(text, &inserts)?;
+    for w in &edit.warnings {
         warnings.push(Warning::new(subject, w.to_string()));
     }
     let object = edit.changed.then(|| {
@@ -553,14 +570,75 @@ fn blocks_write(
     Ok(DnsWrite {
         config_map: ObjectRef::from_meta(&cm.metadata),
         key: key.to_owned(),
-        edit: WriteEdit::Blocks {
-            inserts: placement.inserts,
-        },
-        current: Some(corefile.to_owned()),
+        edit: WriteEdit::Blocks { inserts },
+        current: Some(text.to_owned()),
         changed: edit.changed,
         desired: edit.text,
         object,
     })
+}
+
+/// The `coredns-custom` keys the Corefile imports as server blocks at its top level (`import
+/// custom/*.server`: every key ending in `.server`), in key order.
+fn imported_server_files(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+    corefile: &str,
+) -> Vec<corefile::ImportedFile> {
+    let suffixes = corefile::imported_key_suffixes(corefile).unwrap_or_default();
+    if suffixes.is_empty() {
+        return Vec::new();
+    }
+    let Some(data) = snapshot
+        .config_map(&config.coredns_namespace, &config.coredns_custom_config_map)
+        .and_then(|cm| cm.data.as_ref())
+    else {
+        return Vec::new();
+    };
+    data.iter()
+        .filter(|(key, _)| suffixes.iter().any(|s| key.ends_with(s.as_str())))
+        .map(|(key, text)| corefile::ImportedFile {
+            name: key.clone(),
+            text: text.clone(),
+        })
+        .collect()
+}
+
+/// Writes of hairpin's answer blocks into the imported server-block keys of `coredns-custom`.
+/// `base` is that ConfigMap as the writes before these leave it (so that `-o yaml` objects
+/// carry every change).
+fn imported_writes(
+    base: Option<ConfigMap>,
+    files: &[corefile::ImportedFile],
+    placed: Vec<Result<Vec<corefile::BlockInsert>, corefile::CorefileError>>,
+    warnings: &mut Vec<Warning>,
+) -> Vec<DnsWrite> {
+    let Some(mut base) = base else {
+        return Vec::new();
+    };
+    let subject = format!("ConfigMap {}", ObjectRef::from_meta(&base.metadata));
+    let mut writes = Vec::new();
+    for (file, inserts) in files.iter().zip(placed) {
+        let written = inserts.and_then(|inserts| {
+            inserts_write(&base, &file.name, &file.text, inserts, &subject, warnings)
+        });
+        match written {
+            Ok(write) => {
+                if let Some(object) = &write.object {
+                    base = object.clone();
+                }
+                writes.push(write);
+            }
+            Err(e) => warnings.push(Warning::new(
+                &subject,
+                format!(
+                    "key {}: {e}; nothing is written to it, and hairpin's hostnames under its zones are not answered there",
+                    file.name
+                ),
+            )),
+        }
+    }
+    writes
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -598,11 +676,20 @@ fn dns_change(
     };
     let fail =
         |what: &str, e: corefile::CorefileError| format!("{what}: {e}; nothing is written to it");
+    let imported = imported_server_files(snapshot, config, corefile);
     let opts = corefile::PlaceOptions {
         cluster_domain: config.cluster_domain.clone(),
         addresses: addresses.clone(),
+        dns_port: cluster_dns_target_port(snapshot, config, warnings),
         ..corefile::PlaceOptions::default()
     };
+    let placed =
+        corefile::place_with_imports(corefile, &imported, &entries, &opts).map_err(|e| {
+            fail(
+                &format!("ConfigMap {coredns_ref} key {}", config.corefile_key),
+                e,
+            )
+        })?;
     let coredns_write = match mode {
         DnsMode::Custom => {
             let key = match info.custom_key_suffix() {
@@ -631,15 +718,11 @@ fn dns_change(
                 ));
             }
             // The key is imported into the block holding `kubernetes`; names that other server
-            // blocks receive cannot be redirected from there, and the Corefile itself is the
-            // distribution's in this mode.
-            let placement = corefile::place(corefile, &entries, &opts).map_err(|e| {
-                fail(
-                    &format!("ConfigMap {coredns_ref} key {}", config.corefile_key),
-                    e,
-                )
-            })?;
-            for insert in placement
+            // blocks of the Corefile receive cannot be redirected from there, and the Corefile
+            // itself is the distribution's in this mode (imported `.server` keys are written
+            // below).
+            for insert in placed
+                .main
                 .inserts
                 .iter()
                 .filter(|i| i.form == corefile::Form::Answer)
@@ -696,28 +779,54 @@ fn dns_change(
                 object,
             }
         }
-        DnsMode::Corefile | DnsMode::Auto => blocks_write(
-            coredns,
-            &config.corefile_key,
-            corefile,
-            &entries,
-            &opts,
-            &subject,
-            warnings,
-        )
-        .map_err(|e| {
-            fail(
-                &format!("ConfigMap {coredns_ref} key {}", config.corefile_key),
-                e,
+        DnsMode::Corefile | DnsMode::Auto => {
+            for w in &placed.main.warnings {
+                warnings.push(Warning::new(&subject, w.to_string()));
+            }
+            inserts_write(
+                coredns,
+                &config.corefile_key,
+                corefile,
+                placed.main.inserts.clone(),
+                &subject,
+                warnings,
             )
-        })?,
+            .map_err(|e| {
+                fail(
+                    &format!("ConfigMap {coredns_ref} key {}", config.corefile_key),
+                    e,
+                )
+            })?
+        }
     };
     fits_config_map(
         coredns_write.object.as_ref(),
         &format!("ConfigMap {}", coredns_write.config_map),
         &coredns_write.key,
     )?;
+    let custom_ref = ObjectRef::new(
+        config.coredns_namespace.clone(),
+        config.coredns_custom_config_map.clone(),
+    );
+    let custom_base = coredns_write
+        .object
+        .clone()
+        .filter(|_| coredns_write.config_map == custom_ref)
+        .or_else(|| {
+            snapshot
+                .config_map(&config.coredns_namespace, &config.coredns_custom_config_map)
+                .cloned()
+        });
+    let imported_writes = imported_writes(custom_base, &imported, placed.imported, warnings);
+    for write in &imported_writes {
+        fits_config_map(
+            write.object.as_ref(),
+            &format!("ConfigMap {}", write.config_map),
+            &write.key,
+        )?;
+    }
     let mut writes = vec![coredns_write];
+    writes.extend(imported_writes);
     writes.extend(node_local_dns_writes(
         snapshot,
         config,
@@ -736,6 +845,44 @@ fn dns_change(
         entries: redirects.to_vec(),
         writes,
     })
+}
+
+/// The port CoreDNS's pods receive cluster DNS queries on: the `targetPort` of the DNS port
+/// (UDP 53, else the port named `dns`) of the cluster DNS Service, when the snapshot holds it.
+/// `None` (placement then decides from the Corefile: 53 when served, else the only port) when
+/// the Service is not known or names its target port (the number is in the pods' spec).
+fn cluster_dns_target_port(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+    warnings: &mut Vec<Warning>,
+) -> Option<u16> {
+    let service = snapshot.service(&config.coredns_namespace, CLUSTER_DNS_SERVICE)?;
+    let ports = service.spec.as_ref()?.ports.as_ref()?;
+    let udp = |p: &&ServicePort| p.protocol.as_deref().unwrap_or("TCP") == "UDP";
+    let port = ports
+        .iter()
+        .filter(udp)
+        .find(|p| p.port == 53)
+        .or_else(|| {
+            ports
+                .iter()
+                .filter(udp)
+                .find(|p| p.name.as_deref() == Some("dns"))
+        })
+        .or_else(|| ports.iter().find(|p| p.port == 53))?;
+    match &port.target_port {
+        None => u16::try_from(port.port).ok(),
+        Some(IntOrString::Int(n)) => u16::try_from(*n).ok().filter(|n| *n > 0),
+        Some(IntOrString::String(name)) => {
+            warnings.push(Warning::new(
+                format!("Service {}/{CLUSTER_DNS_SERVICE}", config.coredns_namespace),
+                format!(
+                    "its DNS port targets the named port `{name}`, whose number only the pods know; the Corefile's server blocks on port 53 (else its only port) are assumed to receive the queries"
+                ),
+            ));
+            None
+        }
+    }
 }
 
 /// The API server refuses a ConfigMap whose values (`data` and `binaryData`, every key
@@ -803,6 +950,9 @@ fn node_local_dns_writes(
         let opts = corefile::PlaceOptions {
             cluster_domain: Some(cluster_domain.to_owned()),
             without_kubernetes: true,
+            // Pods ask node-local-dns on the port it binds, not the port the cluster DNS
+            // Service targets on CoreDNS's pods.
+            dns_port: None,
             ..opts.clone()
         };
         match blocks_write(

@@ -1136,3 +1136,88 @@ fn udp_ports_of_a_load_balancer_that_is_not_hairpinned_are_not_warned_about() {
     assert_eq!(plan.not_needed.len(), 2, "{:#?}", plan.not_needed);
     assert!(plan.warnings.is_empty(), "{:#?}", plan.warnings);
 }
+
+/// The cluster DNS Service, its DNS port targeting `target` on CoreDNS's pods.
+fn kube_dns(target: serde_json::Value) -> Service {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+        "spec": {"clusterIP": "10.96.0.10", "ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": target},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": target},
+            {"name": "metrics", "port": 9153, "protocol": "TCP", "targetPort": 9153}
+        ]}
+    }))
+    .unwrap()
+}
+
+/// The server blocks holding the CoreDNS write's hairpin blocks.
+fn coredns_blocks(plan: &hairpin_planner::Plan) -> Vec<String> {
+    let dns = plan
+        .dns
+        .as_ref()
+        .unwrap_or_else(|| panic!("{:?}", plan.errors));
+    let hairpin_planner::WriteEdit::Blocks { inserts } = &dns.writes[0].edit else {
+        panic!("corefile mode expected");
+    };
+    inserts.iter().map(|i| i.server.keys.clone()).collect()
+}
+
+#[test]
+fn the_rules_go_to_the_port_the_cluster_dns_service_targets() {
+    // CoreDNS serves the cluster on :53 and on :5353; the kube-dns Service sends pods'
+    // queries to 5353, so only the :5353 block ever sees them.
+    let both = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n.:5353 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
+    let mut snapshot = ClusterSnapshot {
+        services: vec![proxied_lb("ingress", "nginx", "203.0.113.10")],
+        ingresses: vec![ingress(
+            "shop",
+            "web",
+            None,
+            &["shop.example.com"],
+            &[],
+            Some("203.0.113.10"),
+        )],
+        config_maps: vec![coredns(both)],
+        ..ClusterSnapshot::default()
+    };
+    let config = PlannerConfig::default();
+    // Without the Service: 53, served, is assumed.
+    assert_eq!(coredns_blocks(&desired(&snapshot, &config)), [".:53"]);
+
+    snapshot.services.push(kube_dns(json!(5353)));
+    let plan = desired(&snapshot, &config);
+    assert_eq!(coredns_blocks(&plan), [".:5353"]);
+    let text = &plan.dns.as_ref().unwrap().writes[0].desired;
+    let port_53 = &text[..text.find(".:5353").unwrap()];
+    assert!(!port_53.contains("hairpin"), "{text}");
+
+    // Targeting 53: the :53 block.
+    snapshot.services.pop();
+    snapshot.services.push(kube_dns(json!(53)));
+    assert_eq!(coredns_blocks(&desired(&snapshot, &config)), [".:53"]);
+
+    // A named target port: the number is in the pods' spec; said so, and 53 is assumed.
+    snapshot.services.pop();
+    snapshot.services.push(kube_dns(json!("dns")));
+    let plan = desired(&snapshot, &config);
+    assert_eq!(coredns_blocks(&plan), [".:53"]);
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|w| w.subject == "Service kube-system/kube-dns" && w.message.contains("`dns`")),
+        "{:?}",
+        plan.warnings
+    );
+
+    // A target port no server block serves: an error, nothing is written; never a guess.
+    snapshot.services.pop();
+    snapshot.services.push(kube_dns(json!(9053)));
+    let plan = desired(&snapshot, &config);
+    assert!(plan.dns.is_none(), "{:?}", plan.dns);
+    assert!(
+        plan.errors.iter().any(|e| e.contains("9053")),
+        "{:?}",
+        plan.errors
+    );
+}

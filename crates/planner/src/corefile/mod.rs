@@ -21,11 +21,13 @@
 //! assert_eq!(corefile::remove(&edit.text).unwrap().text, original);
 //! ```
 
+mod imports;
 mod nodelocal;
 mod parse;
 mod placement;
 mod rules;
 
+pub use imports::{ImportedFile, ImportedPlacement, imported_key_suffixes, place_with_imports};
 pub use nodelocal::{NodeLocalDnsInfo, NodeLocalServer, analyze_node_local_dns, bypassed};
 pub use placement::{BlockInsert, DEFAULT_DNS_PORT, Form, PlaceOptions, Placement, ServerRef};
 pub use rules::{
@@ -403,13 +405,7 @@ pub fn place(
     opts: &PlaceOptions,
 ) -> Result<Placement, CorefileError> {
     let cf = parse::parse(corefile)?;
-    let domain = if opts.without_kubernetes {
-        opts.cluster_domain
-            .clone()
-            .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_owned())
-    } else {
-        analyze_with(corefile, opts.cluster_domain.as_deref())?.cluster_domain
-    };
+    let domain = placement_domain(corefile, opts)?;
     if entries.is_empty() {
         return Ok(Placement {
             inserts: Vec::new(),
@@ -419,6 +415,17 @@ pub fn place(
         });
     }
     placement::place(corefile, &cf, &domain, entries, opts)
+}
+
+/// The cluster domain placement works with: the `kubernetes` plugin's (or `--cluster-domain`).
+fn placement_domain(corefile: &str, opts: &PlaceOptions) -> Result<String, CorefileError> {
+    Ok(if opts.without_kubernetes {
+        opts.cluster_domain
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_owned())
+    } else {
+        analyze_with(corefile, opts.cluster_domain.as_deref())?.cluster_domain
+    })
 }
 
 /// Make the Corefile's hairpin blocks exactly `inserts`: each listed server block holds one

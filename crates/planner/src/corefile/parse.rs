@@ -140,6 +140,9 @@ pub(super) struct ServerBlock {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Corefile {
     pub(super) blocks: Vec<ServerBlock>,
+    /// The arguments of top-level `import` lines (files of more server blocks, such as
+    /// `custom/*.server`).
+    pub(super) imports: Vec<Tok>,
 }
 
 pub(super) fn parse(src: &str) -> Result<Corefile, CorefileError> {
@@ -155,6 +158,9 @@ pub(super) fn parse(src: &str) -> Result<Corefile, CorefileError> {
                     // A top-level import: the rest of its line.
                     i += 1;
                     while i < toks.len() && !toks[i].first_on_line {
+                        if toks[i].kind == TokKind::Word {
+                            out.imports.push(toks[i]);
+                        }
                         i += 1;
                     }
                     continue;
