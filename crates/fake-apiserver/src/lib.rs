@@ -168,6 +168,21 @@ impl FakeApiServer {
         self.shared.lock().net.dual_stack = true;
     }
 
+    /// Sets the IPv4 service range (kube-apiserver's `--service-cluster-ip-range`, default
+    /// `10.96.0.0/12`) from which ClusterIPs are allocated. A test that connects to the
+    /// ClusterIPs the fake allocates uses a range inside `127.0.0.0/8`, so its traffic stays on
+    /// loopback and it can listen on them.
+    ///
+    /// # Panics
+    /// When `cidr` is not an IPv4 CIDR with a prefix from 8 to 30.
+    pub fn service_cidr(&self, cidr: &str) {
+        let (base, prefix) = cidr.split_once('/').expect("a CIDR: address/prefix");
+        let base: std::net::Ipv4Addr = base.parse().expect("an IPv4 network address");
+        let prefix: u8 = prefix.parse().expect("a prefix length");
+        assert!((8..=30).contains(&prefix), "prefix {prefix} out of 8..=30");
+        self.shared.lock().net.v4 = Some((base, prefix));
+    }
+
     /// Creates a Namespace (`default`, `kube-system`, `kube-public` and `kube-node-lease`
     /// exist from the start; [`FakeApiServer::apply`] creates the namespace of what it
     /// stores). Creating an object through the API in a namespace that does not exist fails

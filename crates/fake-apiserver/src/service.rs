@@ -9,10 +9,9 @@ use serde_json::Value;
 
 use super::validation::Cause;
 
-/// The fake's service CIDRs: IPv4 `10.96.0.0/12` (kubeadm's default) and, when dual-stack,
-/// IPv6 `fd00:10:96::/108`.
-const V4_BASE: u32 = u32::from_be_bytes([10, 96, 0, 0]);
-const V4_SIZE: u32 = 1 << 20;
+/// The fake's service CIDRs: IPv4 `10.96.0.0/12` (kubeadm's default, unless a test sets
+/// another) and, when dual-stack, IPv6 `fd00:10:96::/108`.
+const V4_DEFAULT: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 96, 0, 0), 12);
 const V6_BASE: u128 = 0xfd00_0010_0096_0000_0000_0000_0000_0000;
 const V6_SIZE: u128 = 1 << 20;
 /// The lowest addresses are left alone (the `kubernetes` Service, DNS): allocation starts here.
@@ -24,6 +23,38 @@ const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
 pub(crate) struct ServiceNet {
     /// IPv4 primary with an IPv6 secondary range (else IPv4 only).
     pub(crate) dual_stack: bool,
+    /// The IPv4 range (`--service-cluster-ip-range`), when not the default.
+    pub(crate) v4: Option<(Ipv4Addr, u8)>,
+}
+
+impl ServiceNet {
+    /// First address and size of the IPv4 range.
+    fn v4_range(self) -> (u32, u32) {
+        let (base, prefix) = self.v4.unwrap_or(V4_DEFAULT);
+        (
+            u32::from(base),
+            1u32 << (32 - u32::from(prefix.clamp(8, 30))),
+        )
+    }
+
+    fn in_range(self, ip: &IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(v4) => {
+                let (base, size) = self.v4_range();
+                u32::from(*v4).wrapping_sub(base) < size
+            }
+            IpAddr::V6(v6) => u128::from(*v6).wrapping_sub(V6_BASE) < V6_SIZE,
+        }
+    }
+
+    fn range_of(self, family: &str) -> String {
+        if family == "IPv4" {
+            let (base, prefix) = self.v4.unwrap_or(V4_DEFAULT);
+            format!("{base}/{prefix}")
+        } else {
+            "fd00:10:96::/108".into()
+        }
+    }
 }
 
 /// Addresses and node ports already taken by other Services.
@@ -55,21 +86,6 @@ impl Allocated {
 
 fn family(ip: &IpAddr) -> &'static str {
     if ip.is_ipv4() { "IPv4" } else { "IPv6" }
-}
-
-fn in_range(ip: &IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => u32::from(*v4).wrapping_sub(V4_BASE) < V4_SIZE,
-        IpAddr::V6(v6) => u128::from(*v6).wrapping_sub(V6_BASE) < V6_SIZE,
-    }
-}
-
-fn range_of(family: &str) -> &'static str {
-    if family == "IPv4" {
-        "10.96.0.0/12"
-    } else {
-        "fd00:10:96::/108"
-    }
 }
 
 fn needs_cluster_ip(svc: &Value) -> bool {
@@ -292,14 +308,14 @@ fn cluster_ips(
         .collect();
     if !headless {
         for f in families.iter().skip(ips.len()) {
-            ips.push(allocate(taken, f, &ips).to_string().into());
+            ips.push(allocate(net, taken, f, &ips).to_string().into());
         }
         if old.is_none() {
             for ip in parsed.iter().flatten() {
-                let why = if !in_range(ip) {
+                let why = if !net.in_range(ip) {
                     format!(
                         "failed to allocate IP {ip}: provided IP is not in the valid range. The range of valid IPs is {}",
-                        range_of(family(ip))
+                        net.range_of(family(ip))
                     )
                 } else if taken.ips.contains(ip) {
                     format!("failed to allocate IP {ip}: provided IP is already allocated")
@@ -341,14 +357,14 @@ fn cluster_ips(
 }
 
 /// The lowest free address of `family` (and not among `also`).
-fn allocate(taken: &Allocated, family: &str, also: &[Value]) -> IpAddr {
+fn allocate(net: ServiceNet, taken: &Allocated, family: &str, also: &[Value]) -> IpAddr {
     let used = |ip: &IpAddr| {
         taken.ips.contains(ip) || also.iter().any(|v| v.as_str() == Some(&ip.to_string()))
     };
     (u128::from(FIRST_HOST)..)
         .map(|offset| {
             if family == "IPv4" {
-                IpAddr::V4(Ipv4Addr::from(V4_BASE + offset as u32))
+                IpAddr::V4(Ipv4Addr::from(net.v4_range().0 + offset as u32))
             } else {
                 IpAddr::V6(Ipv6Addr::from(V6_BASE + offset))
             }
