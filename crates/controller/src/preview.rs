@@ -5,7 +5,7 @@
 //! listed. [`changes`] compares the plan with what is live, object by object, the way the
 //! controller's writers decide: a hairpin Service is written when [`service_matches`] says
 //! it differs, a ConfigMap key when the controller's own edit ([`dns_edit`],
-//! [`mode_switch_edits`], [`routes_edit`]) gives another value, and a `Hairpin` when the
+//! [`mode_switch_edits`], [`routes_edit`], [`hosts_edit`]) gives another value, and a `Hairpin` when the
 //! part of its status the plan decides differs. [`json`] is the stable `-o json` form.
 
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 
 use crate::Error;
 use crate::apply::{KeyEdit, service_matches};
-use crate::controller::{dns_edit, mode_switch_edits, routes_edit};
+use crate::controller::{dns_edit, hosts_edit, mode_switch_edits, routes_edit};
 use crate::crd::{Hairpin, HairpinStatus};
 use crate::metrics::Metrics;
 use crate::status::desired_hairpins;
@@ -158,7 +158,7 @@ impl Change {
 }
 
 /// Every write the controller would make for `plan` on what was observed, in the order it
-/// makes them per kind: DNS keys, then the routes ConfigMap, hairpin Services, `Hairpin`
+/// makes them per kind: DNS keys, then the routes and hosts ConfigMaps, hairpin Services, `Hairpin`
 /// objects. An edit the Corefile editor refuses is returned in the second list (the
 /// controller reports it and writes nothing there).
 pub fn changes(
@@ -173,6 +173,7 @@ pub fn changes(
         edits.extend(mode_switch_edits(dns, snapshot, planner));
     }
     edits.extend(routes_edit(plan, snapshot, planner));
+    edits.extend(hosts_edit(plan, snapshot, planner));
     let mut out = Vec::new();
     let mut refused = Vec::new();
     for edit in &edits {

@@ -215,6 +215,7 @@ async fn plan_against_a_cluster_only_reads_and_prints_what_the_controller_then_w
         [
             "update ConfigMap kube-system/coredns Corefile",
             "create ConfigMap hairpin/hairpin-routes routes.json",
+            "create ConfigMap hairpin/hairpin-hosts hosts.json",
             &format!("create Service hairpin/{HAIRPIN_SERVICE}"),
             "delete Service hairpin/hairpin-gone-gone",
             &format!("create Hairpin {}/{}", LB.0, LB.1),
@@ -227,6 +228,7 @@ async fn plan_against_a_cluster_only_reads_and_prints_what_the_controller_then_w
     for header in [
         "--- a/kube-system/coredns/Corefile\n+++ b/kube-system/coredns/Corefile\n",
         "--- /dev/null\n+++ b/hairpin/hairpin-routes/routes.json\n",
+        "--- /dev/null\n+++ b/hairpin/hairpin-hosts/hosts.json\n",
         &format!("--- /dev/null\n+++ b/service/hairpin/{HAIRPIN_SERVICE}\n"),
         "--- a/service/hairpin/hairpin-gone-gone\n+++ /dev/null\n",
         &format!("--- /dev/null\n+++ b/hairpin/{}/{}\n", LB.0, LB.1),
