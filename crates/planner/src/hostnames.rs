@@ -14,8 +14,14 @@
 //! - Gateways whose `status.addresses` or `spec.addresses` hold one of `lb`'s addresses:
 //!   listener hostnames, and the hostnames of HTTPRoutes, GRPCRoutes and TLSRoutes attached
 //!   to them, intersected with the listener hostname as the Gateway API specifies.
-//! - `external-dns.alpha.kubernetes.io/hostname` on `lb` (comma-separated).
+//! - `external-dns.alpha.kubernetes.io/hostname` on `lb` (comma-separated), and on the
+//!   Ingresses and Gateways matched to `lb` by the rules above. On a Service that is not of
+//!   `type: LoadBalancer` it is not read: nothing ties such a Service to a load balancer.
 //! - Our `hostnames` annotation on `lb` (comma-separated).
+//! - The CRD sources of [`crate::sources`] (Traefik, Istio, Contour), when installed.
+//!
+//! Any of these objects with our `ignore: "true"` annotation gives no hostname (the load
+//! balancer Service itself is still planned from its other sources).
 //!
 //! Hostnames are validated and normalized by [`crate::name::Host`] (lowercase, no trailing
 //! dot, a leading `*.` label is a wildcard), deduplicated and sorted. A hostname served by two load balancers is a
@@ -40,6 +46,7 @@ use crate::admission::{Admission, Origin, Refusal, RefusalReason};
 use crate::config::PlannerConfig;
 use crate::name::Host;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
+use crate::sources::{CustomSource, SourceKind};
 use crate::warning::Warning;
 
 /// external-dns's hostname annotation.
@@ -226,11 +233,14 @@ pub fn collect(
         admission,
     };
 
+    let ignore_key = config.annotation("ignore");
+    let ignored = |meta: &ObjectMeta| is_ignored(meta, &ignore_key);
+
     // Annotations on the load balancer Services themselves.
     let own_key = config.annotation("hostnames");
     for svc in &snapshot.services {
         let svc_ref = ObjectRef::from_meta(&svc.metadata);
-        if !known.contains(&svc_ref) {
+        if !known.contains(&svc_ref) || ignored(&svc.metadata) {
             continue;
         }
         let annotations = svc.metadata.annotations.as_ref();
@@ -263,11 +273,15 @@ pub fn collect(
             .clone()
     };
     for ing in &snapshot.ingresses {
-        let hosts = ingress_hosts(ing);
-        if hosts.is_empty() {
+        if ignored(&ing.metadata) {
             continue;
         }
         let ing_ref = ObjectRef::from_meta(&ing.metadata);
+        let hosts = ingress_hosts(ing);
+        let (annotation_origin, annotated) = external_dns_hosts(&ing.metadata, "Ingress", &ing_ref);
+        if hosts.is_empty() && annotated.is_empty() {
+            continue;
+        }
         let origin = Origin::new("Ingress", ing_ref);
         let entries = ing
             .status
@@ -314,15 +328,21 @@ pub fn collect(
             continue;
         }
         let origin = c.origin(origin);
+        let annotation_origin = (!annotated.is_empty()).then(|| c.origin(annotation_origin));
         for lb in targets {
             for host in &hosts {
                 c.add(lb, host, &origin, WildcardLabels::One);
+            }
+            if let Some(annotation_origin) = &annotation_origin {
+                for host in &annotated {
+                    c.add(lb, host, annotation_origin, WildcardLabels::One);
+                }
             }
         }
     }
 
     // Gateways and their routes.
-    let routes = route_views(snapshot);
+    let routes = route_views(snapshot, &ignore_key);
     // Gateway (namespace, name) -> the routes with a parent reference naming it, each once, so
     // that a Gateway's listeners look only at the routes that may attach to it.
     let mut routes_by_gateway: HashMap<(&str, &str), Vec<&RouteView>> = HashMap::new();
@@ -341,6 +361,9 @@ pub fn collect(
         }
     }
     for gw in &snapshot.gateways {
+        if ignored(&gw.metadata) {
+            continue;
+        }
         let gw_ref = ObjectRef::from_meta(&gw.metadata);
         let mut addresses: Vec<String> = gw
             .spec
@@ -387,7 +410,7 @@ pub fn collect(
                 .and_then(|n| n.from.as_ref())
                 .is_none_or(|f| matches!(f, GatewayListenersAllowedRoutesNamespacesFrom::Same));
             for route in gw_routes {
-                if same_only && route.namespace != gw_ref.namespace {
+                if route.ignored || (same_only && route.namespace != gw_ref.namespace) {
                     continue;
                 }
                 if !route
@@ -422,14 +445,188 @@ pub fn collect(
                 }
             }
         }
+        // external-dns names on the Gateway are exact names, or wildcards in the Ingress sense.
+        let (annotation_origin, annotated) = external_dns_hosts(&gw.metadata, "Gateway", &gw_ref);
+        let annotation_origin = (!annotated.is_empty()).then(|| c.origin(annotation_origin));
         for lb in targets {
             for (host, origin) in &hosts {
                 c.add(lb, host, origin, WildcardLabels::OneOrMore);
+            }
+            if let Some(annotation_origin) = &annotation_origin {
+                for host in &annotated {
+                    c.add(lb, host, annotation_origin, WildcardLabels::One);
+                }
+            }
+        }
+    }
+
+    // CRD sources (Traefik, Istio, Contour).
+    for source in &snapshot.custom_sources {
+        if ignored(&source.metadata) {
+            continue;
+        }
+        let hosts = source.hosts();
+        if hosts.is_empty() {
+            continue;
+        }
+        let src_ref = ObjectRef::from_meta(&source.metadata);
+        let origin = Origin::new(source.kind.kind(), src_ref);
+        let targets: BTreeSet<&ObjectRef> =
+            match custom_source_target(source, &lb_services, &by_address) {
+                Ok(found) => found
+                    .into_iter()
+                    .filter_map(|lb| known.get(&lb).copied())
+                    .collect(),
+                Err(why) => {
+                    c.warnings.push(Warning::new(
+                        origin.text.clone(),
+                        format!("{why}; its hostnames are not planned"),
+                    ));
+                    BTreeSet::new()
+                }
+            };
+        if targets.is_empty() {
+            continue;
+        }
+        let origin = c.origin(origin);
+        for lb in targets {
+            for host in &hosts {
+                c.add(lb, host, &origin, source.kind.wildcard_labels());
             }
         }
     }
 
     c.finish()
+}
+
+/// Whether an object opts out with our `ignore: "true"` annotation.
+fn is_ignored(meta: &ObjectMeta, key: &str) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// The external-dns hostnames on an object matched to a load balancer, and their origin.
+fn external_dns_hosts(
+    meta: &ObjectMeta,
+    kind: &'static str,
+    object: &ObjectRef,
+) -> (Origin, Vec<String>) {
+    let origin = Origin::with_text(
+        kind,
+        object.clone(),
+        format!("{kind} {object} annotation {EXTERNAL_DNS_ANNOTATION}"),
+    );
+    let hosts = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EXTERNAL_DNS_ANNOTATION))
+        .map(|value| {
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    (origin, hosts)
+}
+
+/// The load balancer Services a CRD source is served by ([`crate::sources`]).
+fn custom_source_target(
+    source: &CustomSource,
+    lb_services: &[&Service],
+    by_address: &HashMap<&str, Vec<&ObjectRef>>,
+) -> Result<Vec<ObjectRef>, String> {
+    match source.kind {
+        SourceKind::TraefikIngressRoute | SourceKind::TraefikIngressRouteTcp => {
+            controller_service(lb_services, "traefik.io/ingress-controller").map(|lb| vec![lb])
+        }
+        SourceKind::IstioGateway => {
+            let selector = source.istio_selector();
+            if selector.is_empty() {
+                return Err("its spec.selector is empty, so no gateway Service can be told".into());
+            }
+            let matches: Vec<ObjectRef> = lb_services
+                .iter()
+                .filter(|s| {
+                    let svc_selector = s.spec.as_ref().and_then(|s| s.selector.as_ref());
+                    svc_selector.is_some_and(|sel| {
+                        selector
+                            .iter()
+                            .all(|(k, v)| sel.get(*k).is_some_and(|sv| sv == v))
+                    })
+                })
+                .map(|s| ObjectRef::from_meta(&s.metadata))
+                .collect();
+            one_service(matches, || {
+                let labels: Vec<String> =
+                    selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!(
+                    "no LoadBalancer Service selects its gateway pods ({})",
+                    labels.join(",")
+                )
+            })
+        }
+        SourceKind::ContourHttpProxy => {
+            let status = source.status_addresses();
+            if status.is_empty() {
+                return controller_service(lb_services, "projectcontour.io/").map(|lb| vec![lb]);
+            }
+            let matched: BTreeSet<ObjectRef> = status
+                .iter()
+                .filter_map(|a| by_address.get(a.as_str()))
+                .flatten()
+                .map(|r| (*r).clone())
+                .collect();
+            Ok(matched.into_iter().collect())
+        }
+    }
+}
+
+/// The one LoadBalancer Service of an ingress controller (`CONTROLLER_APP_NAMES`).
+fn controller_service(lb_services: &[&Service], controller: &str) -> Result<ObjectRef, String> {
+    let names: BTreeSet<String> = CONTROLLER_APP_NAMES
+        .iter()
+        .filter(|(prefix, _)| controller.starts_with(prefix))
+        .flat_map(|(_, apps)| apps.iter().map(|a| (*a).to_owned()))
+        .collect();
+    let matches: Vec<ObjectRef> = lb_services
+        .iter()
+        .filter(|s| {
+            identifies(
+                &s.metadata,
+                s.spec.as_ref().and_then(|s| s.selector.as_ref()),
+                &names,
+            )
+        })
+        .map(|s| ObjectRef::from_meta(&s.metadata))
+        .collect();
+    one_service(matches, || {
+        format!("no LoadBalancer Service is labelled as one of {names:?}")
+    })
+    .map(|mut v| v.remove(0))
+}
+
+/// Exactly one Service, or why not.
+fn one_service(
+    matches: Vec<ObjectRef>,
+    none: impl FnOnce() -> String,
+) -> Result<Vec<ObjectRef>, String> {
+    match matches.len() {
+        1 => Ok(matches),
+        0 => Err(none()),
+        _ => Err(format!(
+            "several LoadBalancer Services match ({})",
+            matches
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
 }
 
 /// An origin the collector has recorded: hostnames it claims refer to it by index.
@@ -712,6 +909,8 @@ fn identifies(
 /// What the planner needs of any route kind.
 struct RouteView {
     kind: &'static str,
+    /// Opted out with our `ignore` annotation.
+    ignored: bool,
     namespace: String,
     name: String,
     hostnames: Vec<String>,
@@ -763,12 +962,13 @@ macro_rules! parent_refs {
     };
 }
 
-fn route_views(snapshot: &ClusterSnapshot) -> Vec<RouteView> {
+fn route_views(snapshot: &ClusterSnapshot, ignore_key: &str) -> Vec<RouteView> {
     let mut out = Vec::new();
     for r in &snapshot.http_routes {
         let o = ObjectRef::from_meta(&r.metadata);
         out.push(RouteView {
             kind: "HTTPRoute",
+            ignored: is_ignored(&r.metadata, ignore_key),
             namespace: o.namespace,
             name: o.name,
             hostnames: r.spec.hostnames.clone().unwrap_or_default(),
@@ -779,6 +979,7 @@ fn route_views(snapshot: &ClusterSnapshot) -> Vec<RouteView> {
         let o = ObjectRef::from_meta(&r.metadata);
         out.push(RouteView {
             kind: "GRPCRoute",
+            ignored: is_ignored(&r.metadata, ignore_key),
             namespace: o.namespace,
             name: o.name,
             hostnames: r.spec.hostnames.clone().unwrap_or_default(),
@@ -789,6 +990,7 @@ fn route_views(snapshot: &ClusterSnapshot) -> Vec<RouteView> {
         let o = ObjectRef::from_meta(&r.metadata);
         out.push(RouteView {
             kind: "TLSRoute",
+            ignored: is_ignored(&r.metadata, ignore_key),
             namespace: o.namespace,
             name: o.name,
             hostnames: r.spec.hostnames.clone(),

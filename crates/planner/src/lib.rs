@@ -10,6 +10,7 @@
 //! - [`name`]: the hostname type and validator every part shares.
 //! - [`admission`]: which hostnames may be redirected, on whose word.
 //! - [`hostnames`]: the hostnames of each load balancer, and conflicts.
+//! - [`sources`]: hostname sources defined by CRDs (Traefik, Istio, Contour).
 //! - [`plan`]: the plan value; [`desired`] computes it.
 //! - [`corefile`], [`hosts`]: the Corefile and hosts-file editors.
 //! - [`load`]: cluster objects from YAML text; [`render`]: text, diff and YAML forms of a plan.
@@ -28,6 +29,7 @@ pub mod plan;
 pub mod providers;
 pub mod render;
 pub mod snapshot;
+pub mod sources;
 pub mod warning;
 
 pub use admission::{AdmissionConfig, NamespacePolicy, Refusal, RefusalReason};

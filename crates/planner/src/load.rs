@@ -5,6 +5,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::snapshot::ClusterSnapshot;
+use crate::sources::{CustomSource, SourceKind};
 
 /// A document that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,6 +154,12 @@ fn add_value(
                 }
             }
             snapshot.tls_routes.push(typed(value, &what)?);
+        }
+        (group, kind) if SourceKind::of(group, kind).is_some() => {
+            let source_kind = SourceKind::of(group, kind).unwrap_or(SourceKind::IstioGateway);
+            snapshot.custom_sources.push(
+                CustomSource::from_value(source_kind, value).map_err(|e| format!("{what}: {e}"))?,
+            );
         }
         _ => notes.push(format!(
             "skipped {api_version} {kind} {name}: not read by the planner"

@@ -9,6 +9,8 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
+use crate::sources::CustomSource;
+
 /// Every object the planner looks at. The controller fills it from reflector stores, `hairpin
 /// plan` from YAML files; [`crate::desired`] never sees anything else.
 ///
@@ -36,6 +38,9 @@ pub struct ClusterSnapshot {
     /// Namespaces (metadata only is read: their labels, for `--hostname-namespaces` label
     /// selectors). The controller watches them only when such a selector is configured.
     pub namespaces: Vec<Namespace>,
+    /// Objects of the CRD hostname sources that are installed (Traefik `IngressRoute` and
+    /// `IngressRouteTCP`, Istio `Gateway`, Contour `HTTPProxy`).
+    pub custom_sources: Vec<CustomSource>,
 }
 
 /// Namespace and name of an object; displayed as `namespace/name`.

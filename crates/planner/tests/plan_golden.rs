@@ -63,3 +63,46 @@ fn every_fixture_plans_as_its_golden_says() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// The opt-out works on every kind of source: each fixture's `hairpin.io/ignore: "true"`
+/// objects name hosts that must not appear anywhere in the plan.
+#[test]
+fn ignored_objects_give_no_hostname() {
+    for (fixture, hidden) in [
+        (
+            "source-external-dns",
+            &["hidden.example.com", "internal-only.example.com"][..],
+        ),
+        ("source-traefik", &["hidden.example.com"][..]),
+        ("source-external-dns", &["clusterip.example.com"][..]),
+    ] {
+        let text =
+            fs::read_to_string(dir("fixtures/plans").join(format!("{fixture}.yaml"))).unwrap();
+        let mut snapshot = ClusterSnapshot::default();
+        load::load_yaml(&mut snapshot, fixture, &text).unwrap();
+        let plan = desired(&snapshot, &PlannerConfig::default());
+        assert!(!plan.load_balancers.is_empty());
+        for lb in &plan.load_balancers {
+            for h in &lb.hostnames {
+                assert!(!hidden.contains(&h.name.as_str()), "{fixture}: {h:?}");
+            }
+        }
+        // The same objects without the opt-out do give those names (except the ClusterIP
+        // Service's, which is never read).
+        let text = text.replace(
+            "hairpin.io/ignore: \"true\"",
+            "hairpin.io/ignore: \"false\"",
+        );
+        let mut snapshot = ClusterSnapshot::default();
+        load::load_yaml(&mut snapshot, fixture, &text).unwrap();
+        let plan = desired(&snapshot, &PlannerConfig::default());
+        let names: Vec<&str> = plan
+            .load_balancers
+            .iter()
+            .flat_map(|lb| lb.hostnames.iter().map(|h| h.name.as_str()))
+            .collect();
+        for h in hidden.iter().filter(|h| !h.starts_with("clusterip")) {
+            assert!(names.contains(h), "{fixture}: {h} missing from {names:?}");
+        }
+    }
+}
