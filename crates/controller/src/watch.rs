@@ -19,6 +19,7 @@ use gateway_api::httproutes::HttpRoute;
 use gateway_api::tlsroutes::TlsRoute;
 use hairpin_planner::config::PlannerConfig;
 use hairpin_planner::snapshot::ClusterSnapshot;
+use hairpin_planner::sources::{CustomSource, SourceKind};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -134,6 +135,8 @@ pub struct Caches {
     http_routes: Cache<HttpRoute>,
     grpc_routes: Cache<GrpcRoute>,
     tls_routes: Cache<DynamicObject>,
+    /// The CRD hostname sources (Traefik, Istio, Contour), each watched only while served.
+    custom_sources: Vec<(SourceKind, Cache<DynamicObject>)>,
     config_maps: Vec<Cache<ConfigMap>>,
     /// Namespace metadata, watched only when `--hostname-namespaces` is a label selector.
     namespaces: Option<Cache<PartialObjectMeta<Namespace>>>,
@@ -239,6 +242,7 @@ impl Caches {
                 },
                 stop.clone(),
             ),
+            custom_sources: custom_sources(client, &ctx, &stop),
             tls_routes: tls_routes(client, &ctx, stop),
             config_maps,
         }
@@ -253,6 +257,7 @@ impl Caches {
             && self.http_routes.is_synced()
             && self.grpc_routes.is_synced()
             && self.tls_routes.is_synced()
+            && self.custom_sources.iter().all(|(_, c)| c.is_synced())
             && self.config_maps.iter().all(Cache::is_synced)
             && self.namespaces.as_ref().is_none_or(Cache::is_synced)
             && self.endpoint_slices.is_synced()
@@ -289,6 +294,9 @@ impl Caches {
         self.http_routes.wait_synced().await;
         self.grpc_routes.wait_synced().await;
         self.tls_routes.wait_synced().await;
+        for (_, cache) in &self.custom_sources {
+            cache.wait_synced().await;
+        }
         for cm in &self.config_maps {
             cm.wait_synced().await;
         }
@@ -355,6 +363,11 @@ impl Caches {
             http_routes: self.http_routes.objects(),
             grpc_routes: self.grpc_routes.objects(),
             tls_routes: typed_tls_routes(&self.tls_routes),
+            custom_sources: self
+                .custom_sources
+                .iter()
+                .flat_map(|(kind, cache)| custom_objects(*kind, cache))
+                .collect(),
             config_maps: self.config_maps.iter().flat_map(Cache::objects).collect(),
             namespaces: self
                 .namespaces
@@ -570,6 +583,85 @@ fn tls_routes(
         .collect();
     let writer = reflector::store::Writer::new(resource("v1"));
     optional_versions(apis, writer, "TLSRoute", ctx, stop)
+}
+
+/// The CRD hostname sources: group, kind, plural, and the versions to try, newest first.
+const CUSTOM_SOURCES: &[(&str, &str, &str, &[&str])] = &[
+    ("traefik.io", "IngressRoute", "ingressroutes", &["v1alpha1"]),
+    (
+        "traefik.io",
+        "IngressRouteTCP",
+        "ingressroutetcps",
+        &["v1alpha1"],
+    ),
+    (
+        "traefik.containo.us",
+        "IngressRoute",
+        "ingressroutes",
+        &["v1alpha1"],
+    ),
+    (
+        "traefik.containo.us",
+        "IngressRouteTCP",
+        "ingressroutetcps",
+        &["v1alpha1"],
+    ),
+    (
+        "networking.istio.io",
+        "Gateway",
+        "gateways",
+        &["v1", "v1beta1", "v1alpha3"],
+    ),
+    ("projectcontour.io", "HTTPProxy", "httpproxies", &["v1"]),
+];
+
+/// A cache per CRD hostname source. Each is probed through discovery like the Gateway API
+/// kinds: an absent CRD costs no failing watch and no log line, and is probed again later.
+fn custom_sources(
+    client: &kube::Client,
+    ctx: &Ctx,
+    stop: &(impl Future<Output = ()> + Send + Clone + 'static),
+) -> Vec<(SourceKind, Cache<DynamicObject>)> {
+    CUSTOM_SOURCES
+        .iter()
+        .filter_map(|&(group, kind, plural, versions)| {
+            let source = SourceKind::of(group, kind)?;
+            let resource = |version: &str| {
+                ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(group, version, kind),
+                    plural,
+                )
+            };
+            let apis = versions
+                .iter()
+                .map(|v| Api::all_with(client.clone(), &resource(v)))
+                .collect();
+            let writer = reflector::store::Writer::new(resource(versions[0]));
+            Some((
+                source,
+                optional_versions(apis, writer, kind, ctx, stop.clone()),
+            ))
+        })
+        .collect()
+}
+
+/// The cached objects of one CRD hostname source, for the planner.
+fn custom_objects(kind: SourceKind, cache: &Cache<DynamicObject>) -> Vec<CustomSource> {
+    cache
+        .store
+        .state()
+        .iter()
+        .filter_map(|object| {
+            let value = serde_json::to_value(&**object).ok()?;
+            match CustomSource::from_value(kind, value) {
+                Ok(source) => Some(source),
+                Err(err) => {
+                    tracing::warn!(kind = kind.kind(), error = %err, "skipping an object that does not parse");
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 /// Converts cached TLSRoutes of whatever served version into the typed `v1` form.

@@ -208,9 +208,12 @@ async fn first_sync_writes_the_plan_and_changes_follow_quickly() {
     // answers a plain-text 404 page the client logs as an unparseable error).
     assert_eq!(fake.count("GET", "gateway.networking.k8s.io"), 0);
     let probes = fake.requests().iter().filter(|r| r.uri == "/apis").count();
+    // One per kind and candidate version: Gateway API 6 (TLSRoute tries 3 versions), Hairpin
+    // 1, and the CRD hostname sources 8 (Traefik 2 kinds x 2 groups, Istio 3 versions,
+    // Contour 1).
     assert!(
-        (4..=8).contains(&probes),
-        "one discovery read per kind: {probes}"
+        (4..=15).contains(&probes),
+        "one discovery read per kind and version: {probes}"
     );
 
     // Steady state (once the hosts block holds the new Service's ClusterIP): no further writes.
@@ -1264,5 +1267,66 @@ async fn the_rules_go_to_the_port_the_kube_dns_service_targets() {
         text[second..].contains("rewrite stop name exact shop.example.com"),
         "{text}"
     );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn crd_hostname_sources_are_watched_only_when_installed() {
+    use hairpin_fake_apiserver::ResourceType;
+    let fake = FakeApiServer::start().await;
+    // Contour is installed; Traefik and Istio are not.
+    fake.register(ResourceType::new(
+        "projectcontour.io",
+        "v1",
+        "httpproxies",
+        "HTTPProxy",
+        true,
+    ));
+    seed(&fake);
+    fake.apply(object(
+        "projectcontour.io/v1",
+        "HTTPProxy",
+        Some("blog"),
+        "root",
+        json!({
+            "spec": {"virtualhost": {"fqdn": "blog.example.com"}},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+        }),
+    ));
+    let running = start(&fake, config("pod-a", false));
+    assert!(
+        converged(&fake, &["shop.example.com", "blog.example.com"])
+            .await
+            .is_some(),
+        "the HTTPProxy's fqdn is redirected:\n{}",
+        corefile(&fake)
+    );
+    // A new object is picked up by the watch.
+    fake.apply(object(
+        "projectcontour.io/v1",
+        "HTTPProxy",
+        Some("blog"),
+        "docs",
+        json!({
+            "spec": {"virtualhost": {"fqdn": "docs.example.com"}},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
+        }),
+    ));
+    assert!(
+        converged(&fake, &["docs.example.com"]).await.is_some(),
+        "{}",
+        corefile(&fake)
+    );
+    for absent in [
+        "/ingressroutes",
+        "/ingressroutetcps",
+        "networking.istio.io/",
+    ] {
+        assert_eq!(
+            fake.count("GET", absent),
+            0,
+            "discovery said {absent} is not served, so it was never asked for"
+        );
+    }
     running.stop().await;
 }
