@@ -39,7 +39,9 @@ use crate::{LogLimiter, Shutdown, fdlimit};
 #[derive(Clone, Debug, Args)]
 pub struct AdminArgs {
     /// Address of the admin server (`/livez`, `/readyz`, `/metrics`). Port 0 picks a free one.
-    #[arg(long, env = "HAIRPIN_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    /// `[::]` is dual-stack (IPv4 and IPv6 probes and scrapers alike, so IPv6-only pods work),
+    /// and falls back to `0.0.0.0` on a node without IPv6.
+    #[arg(long, env = "HAIRPIN_ADMIN_ADDR", default_value = "[::]:9090")]
     pub admin_addr: SocketAddr,
 }
 
@@ -153,14 +155,29 @@ pub struct AdminServer {
 }
 
 impl AdminServer {
-    /// Binds the admin address (so a busy port is reported before anything else starts).
+    /// Binds the admin address (so a busy port is reported before anything else starts); `[::]`
+    /// as [`crate::net::bind_tcp`] does, dual-stack or IPv4 only, and logged which.
     ///
     /// # Errors
     /// [`AdminError::Bind`] naming the address.
     pub async fn bind(addr: SocketAddr) -> Result<Self, AdminError> {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| AdminError::Bind { addr, source })?;
+        let error = |source| AdminError::Bind { addr, source };
+        let (socket, bound) = crate::net::bind_tcp(addr, |socket| {
+            // As tokio's own `TcpListener::bind`: a restarted process binds at once.
+            socket.set_reuse_address(true)?;
+            socket.set_nonblocking(true)
+        })
+        .map_err(error)?;
+        match &bound.ipv4_only {
+            Some(why) => {
+                tracing::info!(admin_addr = %bound.addr, "admin server on IPv4 only: {why}")
+            }
+            None => {
+                tracing::info!(admin_addr = %bound.addr, families = bound.families(), "admin server bound")
+            }
+        }
+        socket.listen(1024).map_err(error)?;
+        let listener = TcpListener::from_std(socket.into()).map_err(error)?;
         Ok(Self {
             listener,
             limits: AdminLimits::default(),

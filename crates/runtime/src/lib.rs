@@ -10,6 +10,7 @@ pub mod duration;
 pub mod fdlimit;
 pub mod kubeconfig;
 pub mod logging;
+pub mod net;
 pub mod process;
 pub mod ratelimit;
 pub mod shutdown;

@@ -101,6 +101,29 @@ async fn busy_admin_port_names_the_address() {
     assert_eq!(err.metric_label(), "admin_bind");
 }
 
+/// The default admin address, `[::]`, serves IPv4 and IPv6 probes alike: an IPv6-only pod's
+/// kubelet probes its IPv6 address, an IPv4 one its IPv4 address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ipv6_wildcard_answers_probes_of_both_families() {
+    let server = AdminServer::bind("[::]:0".parse().expect("addr"))
+        .await
+        .expect("bind");
+    let port = server.local_addr().port();
+    assert!(server.local_addr().is_ipv6(), "{}", server.local_addr());
+    tokio::spawn(server.serve(
+        Arc::new(Registry::default()),
+        Readiness::new(),
+        Shutdown::new(),
+    ));
+    for ip in ["127.0.0.1", "::1"] {
+        let addr = SocketAddr::new(ip.parse().expect("ip"), port);
+        let answer = tokio::task::spawn_blocking(move || get(addr, "/livez"))
+            .await
+            .expect("join");
+        assert_eq!(answer, (200, "ok\n".to_owned()), "over {ip}");
+    }
+}
+
 async fn serve_with(limits: AdminLimits) -> SocketAddr {
     let server = AdminServer::bind("127.0.0.1:0".parse().expect("addr"))
         .await
