@@ -63,20 +63,10 @@ pub(crate) async fn serve(
     // then needs no destination, and no getsockname on a wildcard listener).
     let header = match route.route.proxy_protocol.version() {
         None => None,
-        Some(version) => {
-            let listen = route.route.listen;
-            let destination = match route.route.destination {
-                Some(destination) => destination,
-                // A listener on one address accepts only on that address: no getsockname
-                // needed.
-                None if !listen.ip().is_unspecified() => listen,
-                None => match client.local_addr() {
-                    Ok(local) => local,
-                    Err(_) => return,
-                },
-            };
-            Some((version, header_addresses(peer, destination)))
-        }
+        Some(version) => match route.route.header_addresses(peer, || client.local_addr()) {
+            Ok(addresses) => Some((version, addresses)),
+            Err(_) => return,
+        },
     };
     let mut duplex = Duplex::new(&client, &upstream, metrics);
     let sent = duplex.send_first(|buf| match header {
@@ -137,40 +127,5 @@ async fn pump(
                 }
             }
         }
-    }
-}
-
-/// The addresses to write: IPv4-mapped IPv6 addresses (a dual-stack listener's IPv4 clients)
-/// are written as the IPv4 addresses they are; the codec maps a remaining mixed pair to IPv6.
-fn header_addresses(src: SocketAddr, dst: SocketAddr) -> (SocketAddr, SocketAddr) {
-    let canonical = |addr: SocketAddr| SocketAddr::new(addr.ip().to_canonical(), addr.port());
-    (canonical(src), canonical(dst))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn addr(text: &str) -> SocketAddr {
-        text.parse().unwrap()
-    }
-
-    #[test]
-    fn header_addresses_share_one_family() {
-        assert_eq!(
-            header_addresses(addr("127.0.0.2:5000"), addr("203.0.113.10:80")),
-            (addr("127.0.0.2:5000"), addr("203.0.113.10:80"))
-        );
-        assert_eq!(
-            header_addresses(
-                addr("[::ffff:127.0.0.2]:5000"),
-                addr("[::ffff:10.0.0.1]:80")
-            ),
-            (addr("127.0.0.2:5000"), addr("10.0.0.1:80"))
-        );
-        assert_eq!(
-            header_addresses(addr("[::1]:5000"), addr("[2001:db8::1]:443")),
-            (addr("[::1]:5000"), addr("[2001:db8::1]:443"))
-        );
     }
 }

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use hairpin_runtime::shutdown::DrainOutcome;
 use hairpin_runtime::{Shutdown, fdlimit};
-use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::task::TaskTracker;
@@ -237,14 +236,18 @@ impl Proxy {
         } else {
             self.shared.shards.len()
         };
-        let listeners = (0..count)
-            .map(|_| bind(route.listen, config.backlog))
+        let bind_error = |source| Error::Bind {
+            route: route.name.clone(),
+            addr: route.listen,
+            source,
+        };
+        // The first bind decides the families (`[::]` dual-stack, or IPv4 only on a node
+        // without IPv6); the others share its address.
+        let (first, bound) = bind(route.listen, config.backlog).map_err(bind_error)?;
+        let listeners = std::iter::once(Ok(first))
+            .chain((1..count).map(|_| bind(bound.addr, config.backlog).map(|(l, _)| l)))
             .collect::<io::Result<Vec<_>>>()
-            .map_err(|source| Error::Bind {
-                route: route.name.clone(),
-                addr: route.listen,
-                source,
-            })?;
+            .map_err(bind_error)?;
         let runtime = Arc::new(RouteRuntime::new(route, &self.shared));
         let (config, _) = watch::channel(Some(runtime));
         for (i, listener) in listeners.into_iter().enumerate() {
@@ -262,10 +265,13 @@ impl Proxy {
                 ))),
             }
         }
-        tracing::info!(route = %route.name, listen = %route.listen, upstream = %route.upstream,
-            proxy_protocol = %route.proxy_protocol,
-            destination = %route.destination.map_or_else(|| "local address".to_owned(), |d| d.to_string()),
-            "route accepting");
+        if let Some(why) = &bound.ipv4_only {
+            tracing::warn!(route = %route.name, listen = %bound.addr,
+                "listening on IPv4 only, not dual-stack: {why}");
+        }
+        tracing::info!(route = %route.name, listen = %bound.addr, families = bound.families(),
+            upstream = %route.upstream, proxy_protocol = %route.proxy_protocol,
+            destination = %route.describe_destinations(), "route accepting");
         Ok(RunningRoute {
             route: route.clone(),
             config,
@@ -369,16 +375,20 @@ impl Proxy {
 
 /// A listening socket with `SO_REUSEPORT` (several per route spread accepting over workers,
 /// and a restarted proxy can bind before the old one lets go) and `TCP_NODELAY`, which accepted
-/// sockets inherit.
-fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_tcp_nodelay(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
+/// sockets inherit; `[::]` is dual-stack, or `0.0.0.0` on a node without IPv6
+/// ([`hairpin_runtime::net::bind_tcp`]). Returns what was bound, without the socket.
+fn bind(
+    addr: SocketAddr,
+    backlog: u32,
+) -> io::Result<(std::net::TcpListener, hairpin_runtime::net::Bound)> {
+    let (socket, bound) = hairpin_runtime::net::bind_tcp(addr, |socket| {
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_tcp_nodelay(true)?;
+        socket.set_nonblocking(true)
+    })?;
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
-    Ok(socket.into())
+    Ok((socket.into(), bound))
 }
 
 async fn accept_loop(
@@ -576,7 +586,7 @@ mod tests {
     #[tokio::test]
     async fn accepted_sockets_inherit_nodelay_and_reuseport_allows_a_second_listener() {
         let first =
-            TcpListener::from_std(bind("127.0.0.1:0".parse().unwrap(), 16).unwrap()).unwrap();
+            TcpListener::from_std(bind("127.0.0.1:0".parse().unwrap(), 16).unwrap().0).unwrap();
         let addr = first.local_addr().unwrap();
         let (_client, accepted) =
             tokio::join!(tokio::net::TcpStream::connect(addr), first.accept());
@@ -604,6 +614,7 @@ mod tests {
             upstream: "127.0.0.1:9".parse().unwrap(),
             proxy_protocol: crate::routes::ProxyProtocol::V1,
             destination: None,
+            destinations: Vec::new(),
         }])
         .unwrap();
         let errors = proxy.apply(&table);

@@ -16,6 +16,12 @@
 //! `proxy_protocol` is `v1` (the default), `v2`, or `none` (forward the bytes as they are: a
 //! port of the load balancer that does not use the PROXY protocol). `destination` defaults to
 //! the proxy's own local address of each accepted connection.
+//!
+//! A dual-stack load balancer has an address of each family, and the real one writes the
+//! address its client connected to, so in the client's family: `destinations` lists them, at
+//! most one per family, e.g. `"destinations": ["203.0.113.10:443", "[2001:db8::10]:443"]`, and
+//! each connection's header gets the one of its client's family ([`Route::destination_for`]).
+//! `destination` alone (the older form, still read) is written whatever the client's family.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -45,8 +51,75 @@ pub struct Route {
     pub proxy_protocol: ProxyProtocol,
     /// The destination written in the header (the load balancer's external address, as the
     /// real load balancer would write it). `None`: the local address of the accepted socket.
+    /// With [`Route::destinations`], one of them (what proxies that read only this field write).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<SocketAddr>,
+    /// The load balancer's addresses, at most one per family: a client gets the one of its own
+    /// family ([`Route::destination_for`]). Empty: [`Route::destination`] for every client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destinations: Vec<SocketAddr>,
+}
+
+impl Route {
+    /// The header's destination for a client at `client`, as the real load balancer writes it:
+    /// the load balancer's address of the client's family (an IPv4 client on a dual-stack
+    /// listener, `::ffff:a.b.c.d`, is an IPv4 client), else the one address configured (the
+    /// codec then writes both addresses as IPv6). `None`: nothing configured, the caller uses
+    /// the connection's local address. The address returned is never v4-mapped.
+    pub fn destination_for(&self, client: IpAddr) -> Option<SocketAddr> {
+        let ipv4 = client.to_canonical().is_ipv4();
+        let configured = || {
+            self.destinations
+                .iter()
+                .chain(&self.destination)
+                .map(canonical)
+        };
+        configured()
+            .find(|d| d.is_ipv4() == ipv4)
+            .or_else(|| configured().next())
+    }
+
+    /// The header's source and destination for a client at `client`, in one family, as the
+    /// real load balancer writes them: [`Route::destination_for`], else the listener's own
+    /// address when it listens on one, else `local()`, the accepted socket's local address
+    /// (asked only then: it costs a `getsockname`). A v4-mapped address on either side (an
+    /// IPv4 client or local address on a dual-stack listener) is written as the IPv4 address it
+    /// is, so an IPv4 client gets a `TCP4` / `AF_INET` header; a pair still mixed after that
+    /// (an IPv6 client of a load balancer without IPv6) is mapped to IPv6 by the codec.
+    ///
+    /// # Errors
+    /// `local()`'s.
+    pub fn header_addresses(
+        &self,
+        client: SocketAddr,
+        local: impl FnOnce() -> std::io::Result<SocketAddr>,
+    ) -> std::io::Result<(SocketAddr, SocketAddr)> {
+        let destination = match self.destination_for(client.ip()) {
+            Some(destination) => destination,
+            None if !self.listen.ip().is_unspecified() => self.listen,
+            None => local()?,
+        };
+        Ok((canonical(&client), canonical(&destination)))
+    }
+
+    /// The destinations for logs: `203.0.113.10:443, [2001:db8::10]:443`, or `local address`.
+    pub fn describe_destinations(&self) -> String {
+        let listed: Vec<String> = if self.destinations.is_empty() {
+            self.destination.iter().map(ToString::to_string).collect()
+        } else {
+            self.destinations.iter().map(ToString::to_string).collect()
+        };
+        if listed.is_empty() {
+            "local address".to_owned()
+        } else {
+            listed.join(", ")
+        }
+    }
+}
+
+/// `addr` with a v4-mapped IPv6 address written as the IPv4 address it is.
+pub fn canonical(addr: &SocketAddr) -> SocketAddr {
+    SocketAddr::new(addr.ip().to_canonical(), addr.port())
 }
 
 /// What a route writes to the upstream before the client's bytes.
@@ -235,6 +308,26 @@ impl RouteTable {
                     i + 1
                 )));
             }
+            let mut families = route.destinations.iter().map(|d| canonical(d).is_ipv4());
+            if let (Some(first), Some(second)) = (families.next(), families.next())
+                && (first == second || families.next().is_some())
+            {
+                return Err(Error::InvalidRoutes(format!(
+                    "route {:?}: destinations hold at most one address per family, got {}",
+                    route.name,
+                    route.describe_destinations()
+                )));
+            }
+            if let Some(destination) = route.destination
+                && !route.destinations.is_empty()
+                && !route.destinations.contains(&destination)
+            {
+                return Err(Error::InvalidRoutes(format!(
+                    "route {:?}: destination {destination} is not one of its destinations ({})",
+                    route.name,
+                    route.describe_destinations()
+                )));
+            }
             if route.listen.port() == 0 {
                 return Err(Error::InvalidRoutes(format!(
                     "route {:?}: listen port 0 is not allowed",
@@ -336,6 +429,7 @@ mod tests {
             upstream: "ingress.example:80".parse().unwrap(),
             proxy_protocol: ProxyProtocol::V1,
             destination: None,
+            destinations: Vec::new(),
         }
     }
 
@@ -454,6 +548,139 @@ mod tests {
         }
         assert!(RouteTable::new(vec![route(" ", "127.0.0.1:80")]).is_err());
         assert!(RouteTable::new(vec![route("a", "127.0.0.1:0")]).is_err());
+    }
+
+    fn dual(destination: &str) -> Route {
+        Route {
+            destination: Some(destination.parse().unwrap()),
+            destinations: vec![
+                "203.0.113.10:443".parse().unwrap(),
+                "[2001:db8::10]:443".parse().unwrap(),
+            ],
+            ..route("web", "[::]:10443")
+        }
+    }
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    fn no_local() -> std::io::Result<SocketAddr> {
+        panic!("no getsockname when a destination is configured")
+    }
+
+    #[test]
+    fn the_header_is_in_the_clients_family() {
+        // Whichever address the older `destination` field names.
+        for route in [dual("203.0.113.10:443"), dual("[2001:db8::10]:443")] {
+            for (client, expected) in [
+                ("10.0.0.7:5000", ("10.0.0.7:5000", "203.0.113.10:443")),
+                // An IPv4 client on the dual-stack listener: unmapped, both sides.
+                (
+                    "[::ffff:10.0.0.7]:5000",
+                    ("10.0.0.7:5000", "203.0.113.10:443"),
+                ),
+                ("[fd00::7]:5000", ("[fd00::7]:5000", "[2001:db8::10]:443")),
+            ] {
+                assert_eq!(
+                    route.header_addresses(addr(client), no_local).unwrap(),
+                    (addr(expected.0), addr(expected.1)),
+                    "{client} via {route:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn one_destination_is_written_for_every_client() {
+        let v4_only = Route {
+            destination: Some(addr("203.0.113.10:80")),
+            ..route("web", "[::]:10080")
+        };
+        assert_eq!(
+            v4_only
+                .header_addresses(addr("[::ffff:10.0.0.7]:5000"), no_local)
+                .unwrap(),
+            (addr("10.0.0.7:5000"), addr("203.0.113.10:80"))
+        );
+        // No IPv6 address to give an IPv6 client: the codec maps the pair to IPv6.
+        assert_eq!(
+            v4_only
+                .header_addresses(addr("[fd00::7]:5000"), no_local)
+                .unwrap(),
+            (addr("[fd00::7]:5000"), addr("203.0.113.10:80"))
+        );
+        let mapped = Route {
+            destinations: vec![addr("[::ffff:203.0.113.10]:80")],
+            ..route("web", "[::]:10080")
+        };
+        assert_eq!(
+            mapped.destination_for("10.0.0.7".parse().unwrap()),
+            Some(addr("203.0.113.10:80")),
+            "a configured v4-mapped destination is written as IPv4"
+        );
+    }
+
+    #[test]
+    fn without_destination_the_local_address_is_written_unmapped() {
+        let wildcard = route("web", "[::]:10080");
+        let local = || Ok(addr("[::ffff:10.96.0.50]:10080"));
+        assert_eq!(
+            wildcard
+                .header_addresses(addr("[::ffff:10.0.0.7]:5000"), local)
+                .unwrap(),
+            (addr("10.0.0.7:5000"), addr("10.96.0.50:10080"))
+        );
+        let specific = route("web", "10.96.0.50:10080");
+        assert_eq!(
+            specific
+                .header_addresses(addr("10.0.0.7:5000"), no_local)
+                .unwrap(),
+            (addr("10.0.0.7:5000"), addr("10.96.0.50:10080"))
+        );
+        let failing = || Err(std::io::Error::other("socket gone"));
+        assert!(
+            wildcard
+                .header_addresses(addr("10.0.0.7:5000"), failing)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn destinations_hold_one_address_per_family() {
+        let json = br#"[{"name":"web","listen":"[::]:10443","upstream":"ingress.example:80",
+            "destination":"203.0.113.10:443",
+            "destinations":["203.0.113.10:443","[2001:db8::10]:443"]}]"#;
+        let table = RouteTable::from_json(json).unwrap();
+        assert_eq!(table.routes()[0], dual("203.0.113.10:443"));
+        assert_eq!(
+            RouteTable::from_json(table.to_json().as_bytes()).unwrap(),
+            table
+        );
+        assert_eq!(
+            table.routes()[0].describe_destinations(),
+            "203.0.113.10:443, [2001:db8::10]:443"
+        );
+        let two_v4 = Route {
+            destinations: vec![addr("203.0.113.10:443"), addr("[::ffff:203.0.113.11]:443")],
+            ..route("web", "[::]:10443")
+        };
+        let err = RouteTable::new(vec![two_v4]).unwrap_err().to_string();
+        assert!(err.contains("one address per family"), "{err}");
+        let elsewhere = Route {
+            destination: Some(addr("198.51.100.1:443")),
+            ..dual("203.0.113.10:443")
+        };
+        let err = RouteTable::new(vec![elsewhere]).unwrap_err().to_string();
+        assert!(err.contains("not one of its destinations"), "{err}");
+        // The older form, one `destination`, reads as before.
+        let old = RouteTable::from_json(
+            br#"[{"name":"web","listen":"0.0.0.0:10443","upstream":"ingress.example:443","destination":"203.0.113.10:443"}]"#,
+        )
+        .unwrap();
+        assert_eq!(old.routes()[0].destinations, Vec::<SocketAddr>::new());
+        assert_eq!(old.routes()[0].describe_destinations(), "203.0.113.10:443");
+        assert!(!old.to_json().contains("destinations"), "{}", old.to_json());
     }
 
     #[test]

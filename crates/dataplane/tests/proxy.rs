@@ -105,6 +105,7 @@ fn route(
         upstream: upstream.to_string().parse().unwrap(),
         proxy_protocol: version.into(),
         destination: None,
+        destinations: Vec::new(),
     }
 }
 
@@ -213,6 +214,65 @@ fn a_wildcard_listener_writes_the_address_the_client_connected_to() {
         table(vec![route("any", wildcard, up_addr, Version::V1)]),
     );
     let dialed = SocketAddr::from(([127, 0, 0, 3], port));
+    let client = connect(dialed);
+    let mut server = accept(&up);
+    let expected = v1_line(client.local_addr().unwrap(), dialed);
+    assert_eq!(
+        String::from_utf8(read_n(&mut server, expected.len())).unwrap(),
+        expected
+    );
+}
+
+/// A dual-stack listener (`[::]`, as the controller plans it) for a dual-stack load balancer:
+/// an IPv4 client, which arrives v4-mapped, gets a `TCP4` header with its own IPv4 address and
+/// the load balancer's IPv4 address; an IPv6 client a `TCP6` header with the IPv6 ones. The
+/// same for a load balancer without IPv6 seen from an IPv4 client, and for the local address.
+#[test]
+fn a_dual_stack_listener_writes_each_client_its_own_family() {
+    let (up, up_addr) = upstream();
+    let port = free_addr().port();
+    let plain_port = free_addr().port();
+    let mut dual = route(
+        "dual",
+        SocketAddr::from(([0u16; 8], port)),
+        up_addr,
+        Version::V1,
+    );
+    let lb_v4: SocketAddr = "203.0.113.10:443".parse().unwrap();
+    let lb_v6: SocketAddr = "[2001:db8::10]:443".parse().unwrap();
+    dual.destination = Some(lb_v4);
+    dual.destinations = vec![lb_v4, lb_v6];
+    let local = route(
+        "local",
+        SocketAddr::from(([0u16; 8], plain_port)),
+        up_addr,
+        Version::V1,
+    );
+    let _proxy = Running::start(config(), table(vec![dual, local]));
+
+    for (dialed, lb) in [
+        (SocketAddr::from(([127, 0, 0, 1], port)), lb_v4),
+        (SocketAddr::new("::1".parse().unwrap(), port), lb_v6),
+    ] {
+        let client = connect(dialed);
+        let mut server = accept(&up);
+        let expected = v1_line(client.local_addr().unwrap(), lb);
+        assert!(
+            expected.starts_with(if lb.is_ipv4() {
+                "PROXY TCP4 "
+            } else {
+                "PROXY TCP6 "
+            }),
+            "{expected}"
+        );
+        assert_eq!(
+            String::from_utf8(read_n(&mut server, expected.len())).unwrap(),
+            expected,
+            "client over {dialed}"
+        );
+    }
+    // No destination: the address the IPv4 client dialed, unmapped too.
+    let dialed = SocketAddr::from(([127, 0, 0, 4], plain_port));
     let client = connect(dialed);
     let mut server = accept(&up);
     let expected = v1_line(client.local_addr().unwrap(), dialed);

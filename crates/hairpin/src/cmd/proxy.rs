@@ -47,21 +47,24 @@ pub(crate) struct Args {
     proxy_protocol: ProxyProtocol,
 
     /// Destination address written in the header with `--listen` (the load balancer's external
-    /// `IP:PORT`). Default: the proxy's own address of each accepted connection.
+    /// `IP:PORT`). A dual-stack load balancer's two addresses (repeat the flag, or separate
+    /// them with commas): each client gets the one of its own family, as from the real load
+    /// balancer. Default: the proxy's own address of each accepted connection.
     #[arg(
         long,
         env = "HAIRPIN_DESTINATION",
         requires = "listen",
-        value_name = "IP:PORT"
+        value_name = "IP:PORT",
+        value_delimiter = ','
     )]
-    destination: Option<SocketAddr>,
+    destination: Vec<SocketAddr>,
 
     /// Name of the `--listen` route, in logs and metric labels.
     #[arg(long, env = "HAIRPIN_ROUTE_NAME", default_value = "default")]
     route_name: String,
 
     /// JSON file with a list of routes (`name`, `listen`, `upstream`, `proxy_protocol`,
-    /// `destination`); re-read when its content changes and on SIGHUP.
+    /// `destination`, `destinations`); re-read when its content changes and on SIGHUP.
     #[arg(
         long,
         env = "HAIRPIN_ROUTES_FILE",
@@ -250,7 +253,12 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
                 listen,
                 upstream,
                 proxy_protocol: args.proxy_protocol,
-                destination: args.destination,
+                destination: args.destination.first().copied(),
+                destinations: if args.destination.len() > 1 {
+                    args.destination.clone()
+                } else {
+                    Vec::new()
+                },
             }])?;
             (table, None)
         }
