@@ -162,10 +162,18 @@ impl FakeApiServer {
         }
     }
 
-    /// Makes the cluster dual-stack: Services may ask for IPv4 and IPv6 ClusterIPs (from
-    /// `10.96.0.0/12` and `fd00:10:96::/108`). By default it is IPv4 only.
+    /// Makes the cluster dual-stack, IPv4 primary: Services may ask for IPv4 and IPv6
+    /// ClusterIPs (from `10.96.0.0/12` and `fd00:10:96::/108`), and `PreferDualStack` or
+    /// `RequireDualStack` ones get both. By default it is IPv4 only.
     pub fn dual_stack(&self) {
-        self.shared.lock().net.dual_stack = true;
+        self.shared.lock().net.families = service::ServiceNet::DUAL_STACK.families;
+    }
+
+    /// Makes the cluster IPv6 only: Services get IPv6 ClusterIPs from `fd00:10:96::/108`, an
+    /// IPv4 family is refused, and `PreferDualStack` gives one family, as on a real IPv6-only
+    /// cluster.
+    pub fn ipv6_only(&self) {
+        self.shared.lock().net.families = service::ServiceNet::IPV6.families;
     }
 
     /// Sets the IPv4 service range (kube-apiserver's `--service-cluster-ip-range`, default

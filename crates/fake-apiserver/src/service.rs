@@ -18,16 +18,44 @@ const V6_SIZE: u128 = 1 << 20;
 const FIRST_HOST: u32 = 10;
 const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
 
-/// The cluster's service networking, as the fake pretends it is configured.
-#[derive(Clone, Copy, Debug, Default)]
+/// The cluster's service networking, as the fake pretends it is configured: its service
+/// CIDRs' families, the primary (the default family) first.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct ServiceNet {
-    /// IPv4 primary with an IPv6 secondary range (else IPv4 only).
-    pub(crate) dual_stack: bool,
+    pub(crate) families: &'static [&'static str],
     /// The IPv4 range (`--service-cluster-ip-range`), when not the default.
     pub(crate) v4: Option<(Ipv4Addr, u8)>,
 }
 
+impl Default for ServiceNet {
+    /// IPv4 only, as most clusters are.
+    fn default() -> Self {
+        Self::IPV4
+    }
+}
+
 impl ServiceNet {
+    pub(crate) const IPV4: Self = Self {
+        families: &["IPv4"],
+        v4: None,
+    };
+    pub(crate) const IPV6: Self = Self {
+        families: &["IPv6"],
+        v4: None,
+    };
+    pub(crate) const DUAL_STACK: Self = Self {
+        families: &["IPv4", "IPv6"],
+        v4: None,
+    };
+
+    fn dual_stack(self) -> bool {
+        self.families.len() == 2
+    }
+
+    fn has(self, family: &str) -> bool {
+        self.families.contains(&family)
+    }
+
     /// First address and size of the IPv4 range.
     fn v4_range(self) -> (u32, u32) {
         let (base, prefix) = self.v4.unwrap_or(V4_DEFAULT);
@@ -55,6 +83,19 @@ impl ServiceNet {
             "fd00:10:96::/108".into()
         }
     }
+}
+
+fn other_family(family: &str) -> &'static str {
+    if family == "IPv4" { "IPv6" } else { "IPv4" }
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
 }
 
 /// Addresses and node ports already taken by other Services.
@@ -207,7 +248,8 @@ fn keep_allocated(svc: &mut Value, old: &Value) {
     }
 }
 
-/// The ClusterIP fields: families and policy inferred, addresses allocated or checked.
+/// The ClusterIP fields: families and policy inferred, addresses allocated or checked
+/// (`initIPFamilyFields` and `allocClusterIPs` of the real server's `alloc.go`).
 fn cluster_ips(
     net: ServiceNet,
     taken: &Allocated,
@@ -220,12 +262,40 @@ fn cluster_ips(
         spec["clusterIPs"] = Value::from(vec![spec["clusterIP"].clone()]);
     }
     let headless = spec["clusterIP"] == "None";
-    let requested: Vec<String> = spec["clusterIPs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|ip| ip.as_str().map(str::to_owned))
-        .collect();
+    let policy = spec["ipFamilyPolicy"].as_str().map(str::to_owned);
+    let mut requested = strings(&spec["clusterIPs"]);
+    let mut families = strings(&spec["ipFamilies"]);
+    // An update: going single-stack with the ClusterIPs (families) left as they were releases
+    // the secondary one; any other policy may not drop it.
+    if let Some(old) = old {
+        let (old_ips, old_families) = (
+            strings(&old["spec"]["clusterIPs"]),
+            strings(&old["spec"]["ipFamilies"]),
+        );
+        if policy.as_deref() == Some("SingleStack") {
+            if requested == old_ips && requested.len() > 1 {
+                requested.truncate(1);
+            }
+            if families == old_families && families.len() > 1 {
+                families.truncate(1);
+            }
+        } else {
+            if requested.len() < old_ips.len() {
+                causes.push(Cause::invalid(
+                    "spec.ipFamilyPolicy",
+                    &policy.as_deref().into(),
+                    "must be 'SingleStack' to release the secondary cluster IP",
+                ));
+            }
+            if families.len() < old_families.len() {
+                causes.push(Cause::invalid(
+                    "spec.ipFamilyPolicy",
+                    &policy.as_deref().into(),
+                    "must be 'SingleStack' to release the secondary IP family",
+                ));
+            }
+        }
+    }
     let parsed: Vec<Option<IpAddr>> = requested.iter().map(|ip| ip.parse().ok()).collect();
     for (i, (text, ip)) in requested.iter().zip(&parsed).enumerate() {
         if ip.is_none() && !(headless && text == "None") {
@@ -236,13 +306,8 @@ fn cluster_ips(
             ));
         }
     }
-    let policy = spec["ipFamilyPolicy"].as_str().map(str::to_owned);
     let policy = policy.unwrap_or_else(|| {
-        let two = requested.len() == 2
-            || spec["ipFamilies"]
-                .as_array()
-                .is_some_and(|families| families.len() == 2);
-        if two {
+        if requested.len() == 2 || families.len() == 2 {
             "RequireDualStack"
         } else {
             "SingleStack"
@@ -258,40 +323,45 @@ fn cluster_ips(
         ));
         return causes;
     }
-    if policy == "RequireDualStack" && !net.dual_stack {
+    if policy == "SingleStack" {
+        for (what, count) in [
+            ("cluster IPs", requested.len()),
+            ("IP families", families.len()),
+        ] {
+            if count == 2 {
+                causes.push(Cause::invalid(
+                    "spec.ipFamilyPolicy",
+                    &policy.as_str().into(),
+                    &format!("must be 'RequireDualStack' or 'PreferDualStack' when multiple {what} are specified"),
+                ));
+            }
+        }
+    }
+    // Families inferred from the ClusterIPs given beyond the families given.
+    for (i, ip) in parsed.iter().enumerate().skip(families.len()) {
+        let Some(ip) = ip else { break };
+        if net.has(family(ip)) {
+            families.push(family(ip).to_owned());
+        } else {
+            causes.push(Cause::invalid(
+                format!("spec.clusterIPs[{i}]"),
+                &Value::from(requested.clone()),
+                &format!("{} is not configured on this cluster", family(ip)),
+            ));
+        }
+    }
+    if !causes.is_empty() {
+        return causes;
+    }
+    if policy == "RequireDualStack" && !net.dual_stack() {
         causes.push(Cause::invalid(
             "spec.ipFamilyPolicy",
             &policy.as_str().into(),
             "this cluster is not configured for dual-stack services",
         ));
-        return causes;
-    }
-    let mut families: Vec<String> = spec["ipFamilies"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f.as_str().map(str::to_owned))
-        .collect();
-    if families.is_empty() {
-        families = parsed
-            .iter()
-            .flatten()
-            .map(|ip| family(ip).to_owned())
-            .collect();
-        if families.is_empty() {
-            families.push("IPv4".into());
-        }
-        if policy != "SingleStack" && net.dual_stack && families.len() == 1 {
-            let other = if families[0] == "IPv4" {
-                "IPv6"
-            } else {
-                "IPv4"
-            };
-            families.push(other.into());
-        }
     }
     for (i, f) in families.iter().enumerate() {
-        if f == "IPv6" && !net.dual_stack {
+        if !net.has(f) {
             causes.push(Cause::invalid(
                 format!("spec.ipFamilies[{i}]"),
                 &f.as_str().into(),
@@ -301,6 +371,13 @@ fn cluster_ips(
     }
     if !causes.is_empty() {
         return causes;
+    }
+    if families.is_empty() {
+        families.push(net.families[0].to_owned());
+    }
+    // Dual-stack asked for and offered: the missing family is added.
+    if policy != "SingleStack" && families.len() == 1 && net.dual_stack() {
+        families.push(other_family(&families[0]).to_owned());
     }
     let mut ips: Vec<Value> = requested
         .iter()

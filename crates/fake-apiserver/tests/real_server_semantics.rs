@@ -215,6 +215,139 @@ async fn a_dual_stack_fake_allocates_both_families_when_asked() {
     assert!(ips[1].parse::<std::net::Ipv6Addr>().is_ok(), "{ips:?}");
 }
 
+/// `PreferDualStack` gets both families on a dual-stack cluster (the missing one appended to
+/// the one asked for) and one on a single-stack cluster; `SingleStack` gets one everywhere;
+/// going single-stack on an update releases the secondary ClusterIP, and only that policy may.
+#[tokio::test]
+async fn prefer_dual_stack_follows_the_clusters_families() {
+    let fake = FakeApiServer::start().await;
+    let svcs: Api<Service> = Api::namespaced(fake.client(), "default");
+    let pp = PostParams::default();
+    let with = |name: &str, policy: &str, families: &[&str]| {
+        let mut svc = service(name, json!([{"port": 80}]));
+        let spec = svc.spec.as_mut().unwrap();
+        spec.ip_family_policy = Some(policy.into());
+        if !families.is_empty() {
+            spec.ip_families = Some(families.iter().map(|f| (*f).to_owned()).collect());
+        }
+        svc
+    };
+    let families = |svc: &Service| {
+        let spec = svc.spec.as_ref().unwrap();
+        (
+            spec.ip_family_policy.clone().unwrap(),
+            spec.ip_families.clone().unwrap(),
+            spec.cluster_ips.clone().unwrap().len(),
+        )
+    };
+    let single = svcs
+        .create(&pp, &with("v4-prefer", "PreferDualStack", &["IPv4"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        families(&single),
+        ("PreferDualStack".into(), vec!["IPv4".into()], 1)
+    );
+    // An IPv6 family on an IPv4-only cluster is refused, whatever the policy.
+    let status = api_status(
+        svcs.create(
+            &pp,
+            &with("v6-prefer", "PreferDualStack", &["IPv4", "IPv6"]),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        causes(&status),
+        vec![(
+            "spec.ipFamilies[1]".to_owned(),
+            "Invalid value: \"IPv6\": not configured on this cluster".to_owned()
+        )]
+    );
+
+    fake.dual_stack();
+    let dual = svcs
+        .create(&pp, &with("dual", "PreferDualStack", &["IPv4"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        families(&dual),
+        (
+            "PreferDualStack".into(),
+            vec!["IPv4".into(), "IPv6".into()],
+            2
+        )
+    );
+    let v6_first = svcs
+        .create(&pp, &with("v6-first", "PreferDualStack", &["IPv6", "IPv4"]))
+        .await
+        .unwrap();
+    let ips = v6_first.spec.as_ref().unwrap().cluster_ips.clone().unwrap();
+    assert!(ips[0].parse::<std::net::Ipv6Addr>().is_ok(), "{ips:?}");
+    let one = svcs
+        .create(&pp, &with("one", "SingleStack", &["IPv4"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        families(&one),
+        ("SingleStack".into(), vec!["IPv4".into()], 1)
+    );
+
+    // Releasing the secondary family: refused while the policy is dual-stack, done by
+    // SingleStack with the ClusterIPs left as they were.
+    let mut reduced = dual.clone();
+    let spec = reduced.spec.as_mut().unwrap();
+    spec.ip_families = Some(vec!["IPv4".into()]);
+    let status = api_status(svcs.replace("dual", &pp, &reduced).await.unwrap_err());
+    assert!(
+        causes(&status)
+            .iter()
+            .any(|(f, m)| f == "spec.ipFamilyPolicy"
+                && m.contains("release the secondary IP family")),
+        "{status:?}"
+    );
+    reduced.spec.as_mut().unwrap().ip_family_policy = Some("SingleStack".into());
+    let released = svcs.replace("dual", &pp, &reduced).await.unwrap();
+    assert_eq!(
+        families(&released),
+        ("SingleStack".into(), vec!["IPv4".into()], 1)
+    );
+    assert_eq!(
+        released.spec.unwrap().cluster_ip,
+        dual.spec.unwrap().cluster_ip,
+        "the primary ClusterIP stays"
+    );
+}
+
+#[tokio::test]
+async fn an_ipv6_only_fake_allocates_ipv6_and_refuses_ipv4() {
+    let fake = FakeApiServer::start().await;
+    fake.ipv6_only();
+    let svcs: Api<Service> = Api::namespaced(fake.client(), "default");
+    let pp = PostParams::default();
+    let plain = svcs
+        .create(&pp, &service("plain", json!([{"port": 80}])))
+        .await
+        .unwrap();
+    let spec = plain.spec.unwrap();
+    assert_eq!(spec.ip_families, Some(vec!["IPv6".to_owned()]));
+    assert!(
+        spec.cluster_ip
+            .unwrap()
+            .parse::<std::net::Ipv6Addr>()
+            .is_ok()
+    );
+    let mut prefer = service("prefer", json!([{"port": 80}]));
+    prefer.spec.as_mut().unwrap().ip_family_policy = Some("PreferDualStack".into());
+    let spec = svcs.create(&pp, &prefer).await.unwrap().spec.unwrap();
+    assert_eq!(spec.ip_families, Some(vec!["IPv6".to_owned()]));
+    assert_eq!(spec.cluster_ips.unwrap().len(), 1);
+    let mut v4 = service("v4", json!([{"port": 80}]));
+    v4.spec.as_mut().unwrap().ip_families = Some(vec!["IPv4".into()]);
+    let status = api_status(svcs.create(&pp, &v4).await.unwrap_err());
+    assert_eq!(causes(&status)[0].0, "spec.ipFamilies[0]");
+}
+
 #[tokio::test]
 async fn invalid_objects_are_refused_with_the_real_servers_causes() {
     let fake = FakeApiServer::start().await;
