@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -242,8 +242,29 @@ pub fn service_matches(existing: &Service, desired: &Service) -> bool {
         )
         && want.selector == have.selector
         && want.ports == have.ports
+        && (want.ip_family_policy.is_none() || want.ip_family_policy == have.ip_family_policy)
+        && (want.ip_families.is_none() || want.ip_families == have.ip_families)
         && want.type_.as_deref().unwrap_or("ClusterIP")
             == have.type_.as_deref().unwrap_or("ClusterIP")
+}
+
+/// What an update must repeat of `have`: the clusterIP(s), which are immutable (only the
+/// secondary one may be added or released), and the primary IP family. The desired families
+/// and policy are kept when their primary family is the Service's (a load balancer gaining or
+/// losing IPv6 adds or releases the secondary ClusterIP); otherwise the Service's own stay,
+/// as the API server refuses to change a primary family.
+fn keep_allocated(spec: &mut ServiceSpec, have: &ServiceSpec) {
+    let primary = |s: &ServiceSpec| s.ip_families.as_ref().and_then(|f| f.first().cloned());
+    if spec.ip_families.is_none() || primary(spec) != primary(have) {
+        spec.ip_families = have.ip_families.clone();
+        spec.ip_family_policy = have.ip_family_policy.clone();
+    }
+    let families = spec.ip_families.as_ref().map_or(1, Vec::len).max(1);
+    spec.cluster_ip = have.cluster_ip.clone();
+    spec.cluster_ips = have.cluster_ips.clone().map(|mut ips| {
+        ips.truncate(families);
+        ips
+    });
 }
 
 /// Creates or updates every desired Service in `namespace` and deletes Services there that
@@ -276,14 +297,10 @@ pub async fn apply_services(
                 Some(have) => {
                     let mut updated = want.clone();
                     updated.metadata.resource_version = have.metadata.resource_version.clone();
-                    // clusterIP(s) are immutable: keep the allocated ones.
                     if let (Some(spec), Some(have_spec)) =
                         (updated.spec.as_mut(), have.spec.as_ref())
                     {
-                        spec.cluster_ip = have_spec.cluster_ip.clone();
-                        spec.cluster_ips = have_spec.cluster_ips.clone();
-                        spec.ip_families = have_spec.ip_families.clone();
-                        spec.ip_family_policy = have_spec.ip_family_policy.clone();
+                        keep_allocated(spec, have_spec);
                     }
                     api.replace(&name, &PostParams::default(), &updated)
                         .await

@@ -51,7 +51,7 @@ fn text_summary_of_the_example() {
     for expected in [
         "Load balancer ingress-nginx/ingress-nginx-controller",
         "load-balancer.hetzner.cloud/uses-proxyprotocol=true",
-        "0.0.0.0:10000   -> ingress-nginx-controller.ingress-nginx.svc.cluster.local:80   PROXY v1  destination 203.0.113.10:80",
+        "[::]:10000      -> ingress-nginx-controller.ingress-nginx.svc.cluster.local:80   PROXY v1  destination 203.0.113.10:80",
         "Load balancer traefik/traefik",
         "PROXY v2  destination 198.51.100.20:443",
         // Wildcards say what they cover: one label from an Ingress, one or more from a
@@ -183,7 +183,7 @@ fn yaml_of_the_example_reads_back_as_typed_objects() {
     let parsed = hairpin_dataplane::routes::RouteTable::from_json(json.as_bytes()).unwrap();
     assert_eq!(parsed.len(), 4);
     let route = parsed.get("traefik/traefik/443").unwrap();
-    assert_eq!(route.listen.to_string(), "0.0.0.0:10003");
+    assert_eq!(route.listen.to_string(), "[::]:10003");
     assert_eq!(
         route.destination.map(|d| d.to_string()).as_deref(),
         Some("198.51.100.20:443")
@@ -229,9 +229,9 @@ fn plain_ports_are_planned_as_routes_the_proxy_accepts() {
     for expected in [
         "Load balancer mail/relay
 ",
-        "    0.0.0.0:10002   -> relay.mail.svc.cluster.local:25   PROXY none  no header, bytes forwarded as they are
+        "    [::]:10002      -> relay.mail.svc.cluster.local:25   PROXY none  no header, bytes forwarded as they are
 ",
-        "    0.0.0.0:10003   -> relay.mail.svc.cluster.local:443  PROXY v2    destination 192.0.2.60:443
+        "    [::]:10003      -> relay.mail.svc.cluster.local:443  PROXY v2    destination 192.0.2.60:443
 ",
         // Load balancers without plain ports keep the narrow column.
         "PROXY v1  destination 203.0.113.10:80
@@ -276,7 +276,7 @@ fn plain_ports_are_planned_as_routes_the_proxy_accepts() {
         smtp.proxy_protocol,
         hairpin_dataplane::routes::ProxyProtocol::None
     );
-    assert_eq!(smtp.listen.to_string(), "0.0.0.0:10002");
+    assert_eq!(smtp.listen.to_string(), "[::]:10002");
     assert_eq!(smtp.upstream.to_string(), "relay.mail.svc.cluster.local:25");
     let https = table.get("mail/relay/443").unwrap();
     assert_eq!(

@@ -413,7 +413,8 @@ fn routes_for<'a>(
     ports: &BTreeMap<(ObjectRef, u16), u16>,
     cluster_domain: &str,
 ) -> Vec<(&'a LbPort, ProxyRoute)> {
-    let Some(destination) = lb.destination_ip() else {
+    let destinations = lb.destination_ips();
+    let Some(&destination) = destinations.first() else {
         return Vec::new();
     };
     let host = corefile::service_fqdn(&lb.service.name, &lb.service.namespace, cluster_domain);
@@ -425,10 +426,21 @@ fn routes_for<'a>(
                 p,
                 ProxyRoute {
                     name: format!("{}/{}", lb.service, p.port),
-                    listen: format!("0.0.0.0:{listen}"),
+                    // Dual-stack; the proxy falls back to IPv4 on a node without IPv6.
+                    listen: format!("[::]:{listen}"),
                     upstream: format!("{host}:{}", p.port),
                     proxy_protocol: p.proxy_protocol.into(),
                     destination: SocketAddr::new(destination, p.port).to_string(),
+                    // One per family, only for a dual-stack load balancer: single-stack ones
+                    // keep the one-destination form every proxy version reads.
+                    destinations: if destinations.len() > 1 {
+                        destinations
+                            .iter()
+                            .map(|ip| SocketAddr::new(*ip, p.port).to_string())
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
                 },
             ))
         })
@@ -463,6 +475,15 @@ fn hairpin_service(
         })
         .collect();
     let existing_spec = existing.and_then(|s| s.spec.as_ref());
+    let (ip_family_policy, ip_families) = ip_families(lb, existing_spec);
+    // The ClusterIPs are immutable: repeat the ones the Service already has, as many as it
+    // keeps families (a Service going single-stack releases its secondary one).
+    let cluster_ips = existing_spec
+        .and_then(|s| s.cluster_ips.clone())
+        .map(|mut ips| {
+            ips.truncate(ip_families.len().max(1));
+            ips
+        });
     Service {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -476,13 +497,43 @@ fn hairpin_service(
             type_: Some("ClusterIP".into()),
             selector: Some(config.proxy_selector.clone()),
             ports: Some(ports),
-            // The ClusterIP is immutable: repeat the one the Service already has.
             cluster_ip: existing_spec.and_then(|s| s.cluster_ip.clone()),
-            cluster_ips: existing_spec.and_then(|s| s.cluster_ips.clone()),
+            cluster_ips,
+            ip_family_policy: Some(ip_family_policy.to_owned()),
+            ip_families: Some(ip_families),
             ..ServiceSpec::default()
         }),
         status: None,
     }
+}
+
+/// The hairpin Service's `ipFamilyPolicy` and `ipFamilies`: the load balancer's families
+/// ([`LoadBalancer::ip_families`]), so its hostnames answer AAAA exactly when the load balancer
+/// has an IPv6 address in-cluster clients are short-circuited from, and A when it has an IPv4
+/// one. Two families: `PreferDualStack` (not `RequireDualStack`: a cluster that turns out
+/// single-stack still gets the Service, with its primary family). One: `SingleStack`, also on
+/// a dual-stack cluster, where `PreferDualStack` would add a family the load balancer lacks
+/// (an IPv6 ClusterIP for an IPv4-only load balancer: in-cluster clients would connect over
+/// IPv6 where outside ones cannot). An existing Service keeps its primary family first (the
+/// API server refuses to change it).
+fn ip_families(lb: &LoadBalancer, existing: Option<&ServiceSpec>) -> (&'static str, Vec<String>) {
+    let mut families = lb.ip_families.clone();
+    if families.is_empty() {
+        families.push("IPv4".to_owned());
+    }
+    if let Some(primary) = existing
+        .and_then(|s| s.ip_families.as_ref())
+        .and_then(|f| f.first())
+        && let Some(at) = families.iter().position(|f| f == primary)
+    {
+        families[..=at].rotate_right(1);
+    }
+    let policy = if families.len() > 1 {
+        "PreferDualStack"
+    } else {
+        "SingleStack"
+    };
+    (policy, families)
 }
 
 fn routes_config_map(

@@ -23,6 +23,13 @@ pub struct LoadBalancer {
     /// Every address in the status (IPs, including `ipMode: Proxy` ones, and hostnames), used
     /// to match Ingresses and Gateways to this load balancer.
     pub status_addresses: Vec<String>,
+    /// The IP families (`IPv4`, `IPv6`) its hairpin Service gets: those of [`LoadBalancer::ips`]
+    /// that the Service's own `spec.ipFamilies` has too (kube-proxy short-circuits only those,
+    /// and the cluster has ClusterIPs of only those), in `spec.ipFamilies` order (the first is
+    /// the primary). A Service without `spec.ipFamilies` (a hand-written object: the API
+    /// server always fills it in) gets the family of its first status IP only, as asking for a
+    /// family the cluster lacks makes the API server refuse the hairpin Service.
+    pub ip_families: Vec<String>,
     /// The Service's TCP ports.
     pub ports: Vec<LbPort>,
     /// The Service's other ports (UDP, SCTP), which a hairpin Service does not carry, as
@@ -49,8 +56,8 @@ pub struct LbPort {
 }
 
 impl LoadBalancer {
-    /// The address the real load balancer writes as the header's destination: the first IPv4
-    /// bypassed IP, else the first IPv6 one (`None` only for a hand-built value without IPs).
+    /// The one address a proxy that reads a single destination writes: the first IPv4 bypassed
+    /// IP, else the first IPv6 one (`None` only for a hand-built value without IPs).
     pub fn destination_ip(&self) -> Option<IpAddr> {
         self.ips
             .iter()
@@ -58,6 +65,61 @@ impl LoadBalancer {
             .find(IpAddr::is_ipv4)
             .or_else(|| self.ips.first().copied())
     }
+
+    /// The addresses the real load balancer writes as the header's destination, one per family
+    /// of [`LoadBalancer::ip_families`] (the first bypassed IP of each, IPv4 first): it writes
+    /// the address its client connected to, so an IPv4 client gets the IPv4 one and an IPv6
+    /// client the IPv6 one. A family the hairpin Service does not have brings no client.
+    pub fn destination_ips(&self) -> Vec<IpAddr> {
+        let served = |ip: &&IpAddr| {
+            self.ip_families.is_empty() || self.ip_families.iter().any(|f| f == family_of(ip))
+        };
+        let v4 = self.ips.iter().filter(served).find(|ip| ip.is_ipv4());
+        let v6 = self.ips.iter().filter(served).find(|ip| ip.is_ipv6());
+        v4.into_iter().chain(v6).copied().collect()
+    }
+}
+
+/// `IPv4` or `IPv6`, as the Service API spells the family.
+pub fn family_of(ip: &IpAddr) -> &'static str {
+    if ip.to_canonical().is_ipv4() {
+        "IPv4"
+    } else {
+        "IPv6"
+    }
+}
+
+/// [`LoadBalancer::ip_families`]: the families of `ips` that `spec_families` has too.
+fn ip_families(ips: &[IpAddr], spec_families: Option<&Vec<String>>) -> Vec<String> {
+    let mut from_status: Vec<&str> = Vec::new();
+    for ip in ips {
+        let family = family_of(ip);
+        if !from_status.contains(&family) {
+            from_status.push(family);
+        }
+    }
+    let families: Vec<&str> = match spec_families.filter(|f| !f.is_empty()) {
+        Some(spec) => spec
+            .iter()
+            .map(String::as_str)
+            .filter(|f| from_status.contains(f))
+            .collect(),
+        None => from_status.iter().copied().take(1).collect(),
+    };
+    // A status whose families the Service does not list (an IPv6 address on an IPv4-only
+    // cluster's load balancer, which kube-proxy does not short-circuit): the primary one.
+    let families = if families.is_empty() {
+        spec_families
+            .and_then(|f| f.first())
+            .map(String::as_str)
+            .into_iter()
+            .chain(from_status.first().copied())
+            .take(1)
+            .collect()
+    } else {
+        families
+    };
+    families.into_iter().map(str::to_owned).collect()
 }
 
 /// Why a load balancer needs no hairpin.
@@ -222,6 +284,7 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
         }
         out.load_balancers.push(LoadBalancer {
             service,
+            ip_families: ip_families(&ips, spec.ip_families.as_ref()),
             ips,
             status_addresses,
             ports,

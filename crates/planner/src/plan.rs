@@ -71,7 +71,8 @@ impl LoadBalancerPlan {
 pub struct ProxyRoute {
     /// Unique name: `<lb-namespace>/<lb-name>/<port>`.
     pub name: String,
-    /// `0.0.0.0:<listener port>`.
+    /// `[::]:<listener port>`: dual-stack (IPv4 clients arrive v4-mapped), or IPv4 only on a
+    /// node without IPv6 (the proxy detects it when it binds).
     pub listen: String,
     /// The LB Service's in-cluster name and port, `<svc>.<ns>.svc.<cluster-domain>:<port>`.
     pub upstream: String,
@@ -79,8 +80,13 @@ pub struct ProxyRoute {
     /// port without the PROXY protocol (the bytes are forwarded as they are).
     pub proxy_protocol: ProxyHeader,
     /// The header's destination: the LB's external IP and port (written by PROXY routes
-    /// only; a `none` route writes no header).
+    /// only; a `none` route writes no header). For a dual-stack load balancer its IPv4 address,
+    /// what proxies that do not read [`ProxyRoute::destinations`] write for every client.
     pub destination: String,
+    /// A dual-stack load balancer's addresses, one per family (IPv4 first): each client gets
+    /// the one of its family. Empty (and left out of the JSON) for a single-stack one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub destinations: Vec<String>,
 }
 
 /// What a route writes before the client's bytes; serialized as `v1`, `v2` or `none`, the
@@ -276,17 +282,23 @@ pub struct HostsEntry {
 }
 
 impl HostsPlan {
-    /// Pairs each hostname with its Service's ClusterIP. Hostnames whose Service has no known
-    /// ClusterIP yet are returned in the second list.
+    /// Pairs each hostname with its Service's ClusterIPs, one pair per family (a dual-stack
+    /// hairpin Service gives a name an IPv4 and an IPv6 line, so neither family resolves past
+    /// it). Hostnames whose Service has no known ClusterIP yet are returned in the second list.
     pub fn resolve(
         &self,
-        cluster_ips: &BTreeMap<ObjectRef, IpAddr>,
+        cluster_ips: &BTreeMap<ObjectRef, Vec<IpAddr>>,
     ) -> (Vec<(String, IpAddr)>, Vec<&HostsEntry>) {
         let mut resolved = Vec::new();
         let mut missing = Vec::new();
         for entry in &self.entries {
-            match cluster_ips.get(&entry.service) {
-                Some(ip) => resolved.push((entry.hostname.clone(), *ip)),
+            match cluster_ips
+                .get(&entry.service)
+                .filter(|ips| !ips.is_empty())
+            {
+                Some(ips) => {
+                    resolved.extend(ips.iter().map(|ip| (entry.hostname.clone(), *ip)));
+                }
                 None => missing.push(entry),
             }
         }
@@ -324,7 +336,7 @@ impl HostsPlan {
     /// Service has no known ClusterIP yet.
     pub fn hosts_entries(
         &self,
-        cluster_ips: &BTreeMap<ObjectRef, IpAddr>,
+        cluster_ips: &BTreeMap<ObjectRef, Vec<IpAddr>>,
     ) -> (Vec<crate::hosts::HostsEntry>, Vec<&HostsEntry>) {
         let (resolved, missing) = self.resolve(cluster_ips);
         let mut by_ip: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
@@ -357,22 +369,13 @@ pub fn cluster_ips(service: &Service) -> Vec<IpAddr> {
 }
 
 impl Plan {
-    /// ClusterIPs of the planned hairpin Services that already exist (taken from the snapshot),
-    /// for [`HostsPlan::hosts_entries`].
-    pub fn known_cluster_ips(&self) -> BTreeMap<ObjectRef, IpAddr> {
+    /// ClusterIPs of the planned hairpin Services that already exist (taken from the snapshot;
+    /// both families of a dual-stack one, primary first), for [`HostsPlan::hosts_entries`].
+    pub fn known_cluster_ips(&self) -> BTreeMap<ObjectRef, Vec<IpAddr>> {
         self.load_balancers
             .iter()
-            .filter_map(|lb| {
-                let ip = lb
-                    .service
-                    .spec
-                    .as_ref()?
-                    .cluster_ip
-                    .as_deref()?
-                    .parse()
-                    .ok()?;
-                Some((lb.service_ref(), ip))
-            })
+            .map(|lb| (lb.service_ref(), cluster_ips(&lb.service)))
+            .filter(|(_, ips)| !ips.is_empty())
             .collect()
     }
 

@@ -9,6 +9,18 @@ use serde::Serialize;
 use crate::plan::{Plan, ProxyHeader};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 
+/// A hairpin Service's families as planned: `SingleStack IPv4`, `PreferDualStack IPv4, IPv6`.
+fn families(service: &k8s_openapi::api::core::v1::Service) -> String {
+    let spec = service.spec.as_ref();
+    let policy = spec.and_then(|s| s.ip_family_policy.as_deref());
+    let families = spec.and_then(|s| s.ip_families.as_ref());
+    format!(
+        "{} {}",
+        policy.unwrap_or("SingleStack"),
+        families.map_or_else(|| "IPv4".to_owned(), |f| f.join(", "))
+    )
+}
+
 /// The human summary.
 pub fn text(plan: &Plan) -> String {
     let mut out = String::new();
@@ -34,10 +46,16 @@ pub fn text(plan: &Plan) -> String {
             (
                 "hairpin Service",
                 format!(
-                    "{svc} (ClusterIP {})",
-                    cluster_ips
-                        .get(&svc)
-                        .map_or_else(|| "assigned when created".to_owned(), ToString::to_string)
+                    "{svc} ({}; ClusterIP {})",
+                    families(&lb.service),
+                    cluster_ips.get(&svc).map_or_else(
+                        || "assigned when created".to_owned(),
+                        |ips| ips
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
                 ),
             ),
         ];
@@ -65,7 +83,8 @@ pub fn text(plan: &Plan) -> String {
         for r in &lb.routes {
             let tail = match r.proxy_protocol {
                 ProxyHeader::None => "no header, bytes forwarded as they are".to_owned(),
-                _ => format!("destination {}", r.destination),
+                _ if r.destinations.is_empty() => format!("destination {}", r.destination),
+                _ => format!("destinations {}", r.destinations.join(", ")),
             };
             let _ = writeln!(
                 out,

@@ -114,13 +114,13 @@ fn hairpin_services_routes_and_dns() {
     );
 
     let r = &edge.routes[1];
-    assert_eq!(r.listen, "0.0.0.0:10001");
+    assert_eq!(r.listen, "[::]:10001");
     assert_eq!(r.upstream, "traefik.edge.svc.cluster.local:443");
     assert_eq!(r.proxy_protocol, ProxyHeader::V2);
     assert_eq!(r.destination, "[2001:db8::7]:443");
 
     let nginx = &plan.load_balancers[1];
-    assert_eq!(nginx.routes[0].listen, "0.0.0.0:10002");
+    assert_eq!(nginx.routes[0].listen, "[::]:10002");
     assert_eq!(nginx.routes[0].destination, "203.0.113.10:80");
     assert_eq!(nginx.routes[0].proxy_protocol, ProxyHeader::V1);
 
@@ -131,7 +131,7 @@ fn hairpin_services_routes_and_dns() {
     assert_eq!(json.as_array().unwrap().len(), 4);
     assert_eq!(
         json[0],
-        json!({ "name": "edge/traefik/80", "listen": "0.0.0.0:10000", "upstream": "traefik.edge.svc.cluster.local:80",
+        json!({ "name": "edge/traefik/80", "listen": "[::]:10000", "upstream": "traefik.edge.svc.cluster.local:80",
                 "proxy_protocol": "v2", "destination": "[2001:db8::7]:80" })
     );
 
@@ -172,7 +172,7 @@ fn hairpin_services_routes_and_dns() {
     assert_eq!(hosts, ["shop.example.com", "sso.example.org"]);
     let ips = BTreeMap::from([(
         ObjectRef::new("hairpin", "hairpin-ingress-nginx"),
-        "10.96.0.20".parse().unwrap(),
+        vec!["10.96.0.20".parse().unwrap()],
     )]);
     let (entries, missing) = plan.hosts.hosts_entries(&ips);
     assert_eq!(
@@ -221,7 +221,7 @@ fn existing_hairpin_services_keep_their_ports_cluster_ip_and_resource_version() 
     };
     assert_eq!(ports(&first, "edge"), ports(&second, "edge"));
     assert_eq!(ports(&first, "ingress"), ports(&second, "ingress"));
-    assert_eq!(ports(&second, "aaa"), ["0.0.0.0:10004", "0.0.0.0:10005"]);
+    assert_eq!(ports(&second, "aaa"), ["[::]:10004", "[::]:10005"]);
     let edge = second
         .load_balancers
         .iter()
@@ -554,7 +554,7 @@ fn custom_namespace_selector_and_port_base() {
         lb.service.spec.as_ref().unwrap().selector.as_ref().unwrap()["app"],
         "px"
     );
-    assert_eq!(lb.routes[0].listen, "0.0.0.0:20000");
+    assert_eq!(lb.routes[0].listen, "[::]:20000");
     assert_eq!(
         plan.routes_config_map.metadata.namespace.as_deref(),
         Some("net")
@@ -621,7 +621,7 @@ fn text_hosts_block_uses_existing_cluster_ips_and_placeholders() {
         "{text}"
     );
     assert!(
-        text.contains("hairpin/hairpin-ingress-nginx (ClusterIP 10.96.0.30)"),
+        text.contains("hairpin/hairpin-ingress-nginx (SingleStack IPv4; ClusterIP 10.96.0.30)"),
         "{text}"
     );
 }
@@ -634,7 +634,7 @@ fn listener_ports_running_out_are_reported_not_wrapped() {
     };
     let plan = desired(&two_lbs(), &config);
     let listens: Vec<&str> = plan.routes.iter().map(|r| r.listen.as_str()).collect();
-    assert_eq!(listens, ["0.0.0.0:65534", "0.0.0.0:65535"]);
+    assert_eq!(listens, ["[::]:65534", "[::]:65535"]);
     // The load balancer left without listeners is not planned at all: no port-less Service,
     // no DNS redirect to it.
     assert_eq!(plan.load_balancers.len(), 1);
@@ -743,13 +743,13 @@ fn plain_ports_of_a_mixed_load_balancer_are_served_without_a_header() {
         [
             (
                 "web/edge/80",
-                "0.0.0.0:10000",
+                "[::]:10000",
                 "edge.web.svc.cluster.local:80",
                 ProxyHeader::None
             ),
             (
                 "web/edge/443",
-                "0.0.0.0:10001",
+                "[::]:10001",
                 "edge.web.svc.cluster.local:443",
                 ProxyHeader::V2
             ),
@@ -788,13 +788,13 @@ fn plain_ports_of_a_mixed_load_balancer_are_served_without_a_header() {
     let text = render::text(&plan);
     assert!(
         text.contains(
-            "    0.0.0.0:10000   -> edge.web.svc.cluster.local:80   PROXY none  no header, bytes forwarded as they are\n"
+            "    [::]:10000      -> edge.web.svc.cluster.local:80   PROXY none  no header, bytes forwarded as they are\n"
         ),
         "{text}"
     );
     assert!(
         text.contains(
-            "    0.0.0.0:10001   -> edge.web.svc.cluster.local:443  PROXY v2    destination 192.0.2.40:443\n"
+            "    [::]:10001      -> edge.web.svc.cluster.local:443  PROXY v2    destination 192.0.2.40:443\n"
         ),
         "{text}"
     );
@@ -850,13 +850,13 @@ fn listener_ports_of_mixed_load_balancers_are_stable() {
         [
             (
                 "web/node/80",
-                "0.0.0.0:10001",
+                "[::]:10001",
                 "node.web.svc.cluster.local:80",
                 ProxyHeader::None
             ),
             (
                 "web/node/443",
-                "0.0.0.0:10000",
+                "[::]:10000",
                 "node.web.svc.cluster.local:443",
                 ProxyHeader::V1
             ),
@@ -864,7 +864,7 @@ fn listener_ports_of_mixed_load_balancers_are_stable() {
     );
     // The global table is sorted by listener port.
     let listens: Vec<&str> = first.routes.iter().map(|r| r.listen.as_str()).collect();
-    assert_eq!(listens, ["0.0.0.0:10000", "0.0.0.0:10001"]);
+    assert_eq!(listens, ["[::]:10000", "[::]:10001"]);
 
     // Applied: the hairpin Service now holds both ports. A new load balancer that sorts first
     // takes fresh ports and shifts nothing; re-planning gives the same plan.
@@ -903,7 +903,7 @@ fn listener_ports_of_mixed_load_balancers_are_stable() {
     let third = desired(&cluster, &config);
     let node = &third.load_balancers[1];
     assert_eq!(hairpin_ports(&node.service), hairpin_ports(&lb.service));
-    assert_eq!(node.routes[0].listen, "0.0.0.0:10001");
+    assert_eq!(node.routes[0].listen, "[::]:10001");
     assert_eq!(node.routes[0].proxy_protocol, ProxyHeader::V1);
 }
 
@@ -1220,4 +1220,151 @@ fn the_rules_go_to_the_port_the_cluster_dns_service_targets() {
         "{:?}",
         plan.errors
     );
+}
+
+/// A load balancer's Service as the API server returns it: `spec.ipFamilies` filled in.
+fn lb_with_families(status: serde_json::Value, families: &[&str]) -> Service {
+    let mut svc = lb_service(
+        "ingress",
+        "nginx",
+        json!({ "load-balancer.hetzner.cloud/uses-proxyprotocol": "true" }),
+        status,
+    );
+    svc.spec.as_mut().unwrap().ip_families =
+        Some(families.iter().map(|f| (*f).to_owned()).collect());
+    svc
+}
+
+fn family_snapshot(lb: Service) -> ClusterSnapshot {
+    ClusterSnapshot {
+        services: vec![lb],
+        ingresses: vec![ingress(
+            "shop",
+            "web",
+            None,
+            &["shop.example.com"],
+            &[],
+            Some("203.0.113.10"),
+        )],
+        config_maps: vec![coredns(KUBEADM_COREFILE)],
+        ..ClusterSnapshot::default()
+    }
+}
+
+fn policy_and_families(plan: &hairpin_planner::Plan) -> (String, Vec<String>) {
+    let spec = plan.load_balancers[0].service.spec.clone().unwrap();
+    (spec.ip_family_policy.unwrap(), spec.ip_families.unwrap())
+}
+
+#[test]
+fn a_dual_stack_load_balancer_gets_a_dual_stack_hairpin_service_and_both_destinations() {
+    let lb = lb_with_families(
+        json!([{ "ip": "2001:db8::10" }, { "ip": "203.0.113.10" }]),
+        &["IPv4", "IPv6"],
+    );
+    let plan = desired(&family_snapshot(lb), &PlannerConfig::default());
+    assert_eq!(
+        policy_and_families(&plan),
+        ("PreferDualStack".into(), vec!["IPv4".into(), "IPv6".into()])
+    );
+    let route = &plan.routes[0];
+    assert_eq!(route.listen, "[::]:10000");
+    // Proxies that read only `destination` keep writing the IPv4 address.
+    assert_eq!(route.destination, "203.0.113.10:80");
+    assert_eq!(route.destinations, ["203.0.113.10:80", "[2001:db8::10]:80"]);
+    let json = &plan.routes_config_map.data.as_ref().unwrap()["routes.json"];
+    let table = serde_json::from_str::<serde_json::Value>(json).unwrap();
+    assert_eq!(
+        table[0]["destinations"],
+        json!(["203.0.113.10:80", "[2001:db8::10]:80"])
+    );
+
+    // Once the Service exists with both ClusterIPs, the hosts block has a line of each.
+    let mut cluster = family_snapshot(lb_with_families(
+        json!([{ "ip": "2001:db8::10" }, { "ip": "203.0.113.10" }]),
+        &["IPv4", "IPv6"],
+    ));
+    let mut svc = plan.load_balancers[0].service.clone();
+    let spec = svc.spec.as_mut().unwrap();
+    spec.cluster_ip = Some("10.96.0.30".into());
+    spec.cluster_ips = Some(vec!["10.96.0.30".into(), "fd00:10:96::30".into()]);
+    cluster.services.push(svc);
+    let plan = desired(&cluster, &PlannerConfig::default());
+    let (entries, missing) = plan.hosts.hosts_entries(&plan.known_cluster_ips());
+    assert!(missing.is_empty());
+    let lines = hairpin_planner::hosts::render_lines(&entries).unwrap();
+    assert_eq!(
+        lines,
+        [
+            "10.96.0.30\tshop.example.com",
+            "fd00:10:96::30\tshop.example.com"
+        ]
+    );
+    // The Service as it exists matches: nothing to change.
+    let spec = plan.load_balancers[0].service.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.cluster_ips,
+        Some(vec!["10.96.0.30".into(), "fd00:10:96::30".into()])
+    );
+}
+
+#[test]
+fn single_stack_load_balancers_keep_one_family_and_one_destination() {
+    // An IPv4-only cluster whose load balancer also has a public IPv6 (Hetzner gives both):
+    // kube-proxy short-circuits only the Service's family, and the cluster has no IPv6 to give.
+    let lb = lb_with_families(
+        json!([{ "ip": "203.0.113.10" }, { "ip": "2001:db8::10" }]),
+        &["IPv4"],
+    );
+    let plan = desired(&family_snapshot(lb), &PlannerConfig::default());
+    assert_eq!(
+        policy_and_families(&plan),
+        ("SingleStack".into(), vec!["IPv4".into()])
+    );
+    assert_eq!(plan.routes[0].destination, "203.0.113.10:80");
+    assert!(plan.routes[0].destinations.is_empty());
+    let json = &plan.routes_config_map.data.as_ref().unwrap()["routes.json"];
+    assert!(!json.contains("destinations"), "{json}");
+
+    // An IPv6-only cluster.
+    let lb = lb_with_families(json!([{ "ip": "2001:db8::10" }]), &["IPv6"]);
+    let plan = desired(&family_snapshot(lb), &PlannerConfig::default());
+    assert_eq!(
+        policy_and_families(&plan),
+        ("SingleStack".into(), vec!["IPv6".into()])
+    );
+    assert_eq!(plan.routes[0].destination, "[2001:db8::10]:80");
+
+    // A dual-stack cluster (IPv6 primary) whose load balancer has IPv4 only: no IPv6
+    // ClusterIP, so in-cluster clients do not get an AAAA the outside world does not have.
+    let lb = lb_with_families(json!([{ "ip": "203.0.113.10" }]), &["IPv6", "IPv4"]);
+    let plan = desired(&family_snapshot(lb), &PlannerConfig::default());
+    assert_eq!(
+        policy_and_families(&plan),
+        ("SingleStack".into(), vec!["IPv4".into()])
+    );
+}
+
+#[test]
+fn an_existing_hairpin_service_keeps_its_primary_family() {
+    let status = json!([{ "ip": "203.0.113.10" }, { "ip": "2001:db8::10" }]);
+    let plan = desired(
+        &family_snapshot(lb_with_families(status.clone(), &["IPv4", "IPv6"])),
+        &PlannerConfig::default(),
+    );
+    let mut cluster = family_snapshot(lb_with_families(status, &["IPv4", "IPv6"]));
+    let mut svc = plan.load_balancers[0].service.clone();
+    let spec = svc.spec.as_mut().unwrap();
+    spec.ip_families = Some(vec!["IPv6".into()]);
+    spec.ip_family_policy = Some("SingleStack".into());
+    spec.cluster_ip = Some("fd00:10:96::30".into());
+    spec.cluster_ips = Some(vec!["fd00:10:96::30".into()]);
+    cluster.services.push(svc);
+    let plan = desired(&cluster, &PlannerConfig::default());
+    assert_eq!(
+        policy_and_families(&plan),
+        ("PreferDualStack".into(), vec!["IPv6".into(), "IPv4".into()])
+    );
+    let spec = plan.load_balancers[0].service.spec.as_ref().unwrap();
+    assert_eq!(spec.cluster_ips, Some(vec!["fd00:10:96::30".into()]));
 }

@@ -1,0 +1,142 @@
+//! Golden plans: `hairpin plan -f <fixture>` for each cluster shape under
+//! `tests/golden/plans/` (`<name>.yaml`), its text summary compared with `<name>.plan.txt` and
+//! the objects it would write (`-o yaml`) with `<name>.objects.yaml`.
+//! `HAIRPIN_BLESS=1 cargo test -p hairpin --test plan_golden` rewrites the expected files; CI
+//! runs without it, so any difference fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/plans")
+}
+
+fn plan(fixture: &Path, extra: &[&str]) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    cmd.arg("plan").arg("-f").arg(fixture).args(extra);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
+        cmd.env_remove(k);
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}: {}",
+        fixture.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn check(expected: &Path, actual: &str, failures: &mut Vec<String>) {
+    if std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1") {
+        std::fs::write(expected, actual).unwrap();
+        return;
+    }
+    match std::fs::read_to_string(expected) {
+        Ok(text) if text == actual => {}
+        Ok(text) => failures.push(format!(
+            "{} differs\n--- expected\n{text}\n--- actual\n{actual}",
+            expected.display()
+        )),
+        Err(err) => failures.push(format!(
+            "{}: {err}; run with HAIRPIN_BLESS=1",
+            expected.display()
+        )),
+    }
+}
+
+#[test]
+fn every_fixture_plans_as_its_golden_files_say() {
+    let mut fixtures: Vec<PathBuf> = std::fs::read_dir(dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "yaml")
+                && !p.to_string_lossy().ends_with(".objects.yaml")
+        })
+        .collect();
+    fixtures.sort();
+    assert!(!fixtures.is_empty());
+    let mut failures = Vec::new();
+    for fixture in &fixtures {
+        let stem = fixture.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = plan(fixture, &[]);
+        check(
+            &dir().join(format!("{stem}.plan.txt")),
+            &text,
+            &mut failures,
+        );
+        let objects = plan(fixture, &["-o", "yaml"]);
+        check(
+            &dir().join(format!("{stem}.objects.yaml")),
+            &objects,
+            &mut failures,
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// What the dual-stack and IPv6-only goldens must hold, said once more in words, so a bless
+/// that got them wrong fails here.
+#[test]
+fn the_family_goldens_say_what_the_cluster_shape_needs() {
+    let dual = plan(&dir().join("dual-stack.yaml"), &["-o", "yaml"]);
+    for expected in [
+        "ipFamilyPolicy: PreferDualStack",
+        "ipFamilies:\n  - IPv4\n  - IPv6",
+        // Each client family gets the load balancer's address of its own family.
+        r#""destinations": ["#,
+        r#""203.0.113.10:443","#,
+        r#""[2001:db8::10]:443""#,
+        r#""listen": "[::]:10001""#,
+        // node-local-dns answers both families from the hairpin Service's ClusterIPs.
+        "template IN A {",
+        "answer \"{{ .Name }} 30 IN A 10.96.0.30\"",
+        "template IN AAAA {",
+        "answer \"{{ .Name }} 30 IN AAAA fd00:10:96::30\"",
+    ] {
+        assert!(
+            dual.contains(expected),
+            "dual-stack: missing {expected:?}:\n{dual}"
+        );
+    }
+    let text = plan(&dir().join("dual-stack.yaml"), &[]);
+    for line in [
+        "10.96.0.30      shop.example.com",
+        "fd00:10:96::30  shop.example.com",
+    ] {
+        assert!(
+            text.contains(line),
+            "hosts block: missing {line:?}:\n{text}"
+        );
+    }
+
+    let v6 = plan(&dir().join("ipv6-only.yaml"), &["-o", "yaml"]);
+    for expected in [
+        "ipFamilyPolicy: SingleStack",
+        "ipFamilies:\n  - IPv6",
+        r#""destination": "[2001:db8::10]:443""#,
+        "answer \"{{ .Name }} 30 IN AAAA fd00:10:96::30\"",
+    ] {
+        assert!(
+            v6.contains(expected),
+            "ipv6-only: missing {expected:?}:\n{v6}"
+        );
+    }
+    // No IPv4 ClusterIP: an A query gets NODATA (an SOA, no record), not the public answer.
+    let a_template = v6
+        .split("template IN A {")
+        .nth(1)
+        .expect("an A template")
+        .split("fallthrough")
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(
+        a_template.contains("authority \"{{ .Zone }} 30 IN SOA"),
+        "{a_template}"
+    );
+    assert!(!a_template.contains("answer"), "{a_template}");
+    assert!(!v6.contains("destinations"), "{v6}");
+}
