@@ -5,21 +5,29 @@
 //! ```text
 //!  ext ns                 lb ns                          node ns
 //!  198.51.100.2 ──veth── 198.51.100.10 (HAProxy,         10.200.1.2 nginx (proxy_protocol)
-//!  (external client)      send-proxy :80, -v2 :81)        10.96.0.50 hairpin proxy (lo)
+//!  2001:db8:100::2        2001:db8:100::10                fd00:200:1::2
+//!  (external client)      send-proxy :80, -v2 :81)        hairpin proxy on [::]:10080/10081
 //!                         10.200.1.1 ───────veth──────── 10.200.1.2
-//!                                                          iptables DNAT 198.51.100.10 -> nginx
-//!                                                          "public DNS" on 127.0.0.1:53
+//!                                                          iptables/ip6tables DNAT: the LB's
+//!                                                          addresses -> nginx (short-circuit),
+//!                                                          the hairpin Service's ClusterIPs
+//!                                                          10.96.0.50 / fd00:10:96::50 -> proxy
+//!                                                          "public DNS" (A and AAAA) on :53
 //!                                                          /etc/hosts = /etc/netns/<node>/hosts
 //! ```
 //!
 //! It shows the external path working with the client's real address, the in-cluster path
 //! failing the way users see it, `hairpin doctor` saying BROKEN, and then, with `hairpin proxy`
 //! and the node agent's hosts entry in place, the in-cluster path working with the client's own
-//! address and the doctor saying OK. Everything is removed by a drop guard, even on failure.
+//! address and the doctor saying OK. Both families: the load balancer is dual-stack, and an
+//! IPv4 and an IPv6 client each go through the short-circuit (broken) and through hairpin
+//! (fixed), the proxy listening dual-stack on `[::]` as planned and writing each client's
+//! header in its own family with the load balancer's address of that family (nginx reports
+//! `$proxy_protocol_server_addr`). Everything is removed by a drop guard, even on failure.
 //!
 //! Needs root and `ip netns`; without them it skips loudly (CI runs it as root).
 
-use std::net::{Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -32,6 +40,15 @@ const NODE_IP: &str = "10.200.1.2";
 /// The hairpin proxy's address, standing in for its Service's ClusterIP.
 const HAIRPIN_IP: &str = "10.96.0.50";
 const TOKEN: &str = "Xq3-acme-token_42";
+const LB_IP6: &str = "2001:db8:100::10";
+const EXT_IP6: &str = "2001:db8:100::2";
+const LB_INNER_IP6: &str = "fd00:200:1::1";
+const NODE_IP6: &str = "fd00:200:1::2";
+/// The hairpin Service's IPv6 ClusterIP.
+const HAIRPIN_IP6: &str = "fd00:10:96::50";
+/// The proxy's listener ports for the load balancer's ports 80 and 81 (the hairpin Service's
+/// targetPorts).
+const LISTENERS: [(&str, &str); 2] = [("80", "10080"), ("81", "10081")];
 
 /// The environment variable that turns [`lab_dns_server`] into the lab's "public DNS".
 const DNS_ENV: &str = "HAIRPIN_LAB_DNS";
@@ -248,6 +265,39 @@ fn hairpin_lab_in_network_namespaces() {
         lab.exec_ok(ns, &["ip", "addr", "add", &addr, "dev", dev]);
         lab.exec_ok(ns, &["ip", "link", "set", dev, "up"]);
     }
+    // The same links carry IPv6 (nodad: usable at once, no duplicate address detection).
+    for (ns, dev, addr) in [
+        (&ext, &ext_if, format!("{EXT_IP6}/64")),
+        (&lb, &lb_out_if, format!("{LB_IP6}/64")),
+        (&lb, &lb_in_if, format!("{LB_INNER_IP6}/64")),
+        (&node, &node_if, format!("{NODE_IP6}/64")),
+    ] {
+        lab.exec_ok(ns, &["ip", "-6", "addr", "add", &addr, "dev", dev, "nodad"]);
+    }
+    lab.exec_ok(
+        &node,
+        &[
+            "ip",
+            "-6",
+            "route",
+            "add",
+            "2001:db8:100::/64",
+            "via",
+            LB_INNER_IP6,
+        ],
+    );
+    lab.exec_ok(
+        &node,
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{HAIRPIN_IP6}/128"),
+            "dev",
+            "lo",
+        ],
+    );
     lab.exec_ok(
         &node,
         &["ip", "route", "add", "198.51.100.0/24", "via", LB_INNER_IP],
@@ -290,6 +340,31 @@ fn hairpin_lab_in_network_namespaces() {
         );
     }
 
+    for chain in ["OUTPUT", "PREROUTING"] {
+        lab.exec_ok(
+            &node,
+            &[
+                "ip6tables",
+                "-t",
+                "nat",
+                "-A",
+                chain,
+                "-d",
+                &format!("{LB_IP6}/128"),
+                "-p",
+                "tcp",
+                "-m",
+                "multiport",
+                "--dports",
+                "80,81",
+                "-j",
+                "DNAT",
+                "--to-destination",
+                NODE_IP6,
+            ],
+        );
+    }
+
     // The node's resolver: its own hosts file (the node agent's target) and a "public DNS"
     // that says what the real one would: the hostname is the load balancer's IP.
     let etc = lab.netns_etc(&node);
@@ -313,7 +388,7 @@ fn hairpin_lab_in_network_namespaces() {
             "lab_dns_server",
             "--nocapture",
         ],
-        &[(DNS_ENV, &format!("{HOST}={LB_IP}"))],
+        &[(DNS_ENV, &format!("{HOST}={LB_IP},{HOST}={LB_IP6}"))],
     );
     lab.wait_listening(&node, "127.0.0.1:53", true, "dns");
 
@@ -327,9 +402,11 @@ fn hairpin_lab_in_network_namespaces() {
          client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;\n\
          uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
          server {{\n    listen {NODE_IP}:80 proxy_protocol;\n    listen {NODE_IP}:81 proxy_protocol;\n\
+         listen [{NODE_IP6}]:80 proxy_protocol;\n    listen [{NODE_IP6}]:81 proxy_protocol;\n\
          real_ip_header proxy_protocol;\n    set_real_ip_from 10.200.1.0/24;\n    set_real_ip_from 10.96.0.0/16;\n\
+         set_real_ip_from fd00::/8;\n\
          location ~ ^/\\.well-known/acme-challenge/(?<token>[A-Za-z0-9_-]+)$ {{ return 200 \"$token\"; }}\n\
-         location / {{ return 200 \"proxy_protocol_addr=$proxy_protocol_addr remote_addr=$remote_addr\"; }}\n  }}\n}}\n"
+         location / {{ return 200 \"proxy_protocol_addr=$proxy_protocol_addr server_addr=$proxy_protocol_server_addr remote_addr=$remote_addr\"; }}\n  }}\n}}\n"
     );
     std::fs::write(nginx_dir.join("nginx.conf"), nginx_conf).unwrap();
     let nginx_conf_path = nginx_dir.join("nginx.conf");
@@ -355,8 +432,8 @@ fn hairpin_lab_in_network_namespaces() {
         &haproxy_conf,
         format!(
             "global\n  log stderr format raw local0 info\ndefaults\n  log global\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
-             listen lb_v1\n  bind {LB_IP}:80\n  server ingress {NODE_IP}:80 send-proxy\n\
-             listen lb_v2\n  bind {LB_IP}:81\n  server ingress {NODE_IP}:81 send-proxy-v2\n"
+             listen lb_v1\n  bind {LB_IP}:80\n  bind ipv6@{LB_IP6}:80\n  server ingress {NODE_IP}:80 send-proxy\n\
+             listen lb_v2\n  bind {LB_IP}:81\n  bind ipv6@{LB_IP6}:81\n  server ingress {NODE_IP}:81 send-proxy-v2\n"
         ),
     )
     .unwrap();
@@ -373,40 +450,50 @@ fn hairpin_lab_in_network_namespaces() {
     );
     lab.wait_listening(&lb, &format!("{LB_IP}:81"), false, "haproxy");
 
-    // 1. An external client through the load balancer: works, nginx sees its real address.
+    // 1. External clients through the load balancer, over IPv4 and IPv6: works, nginx sees
+    //    each one's real address and the load balancer's address it connected to.
     for port in ["80", "81"] {
-        let (code, body, err) = curl(
-            &lab,
-            &ext,
-            &format!("http://{HOST}:{port}/"),
-            &["--resolve", &format!("{HOST}:{port}:{LB_IP}")],
-        );
-        assert_eq!(code, Some(0), "external client on :{port}: {err}");
-        assert_eq!(
-            body,
-            format!("proxy_protocol_addr={EXT_IP} remote_addr={EXT_IP}"),
-            "port {port}"
-        );
+        for (client, lb_ip, resolve) in [
+            (EXT_IP, LB_IP, LB_IP.to_owned()),
+            (EXT_IP6, LB_IP6, format!("[{LB_IP6}]")),
+        ] {
+            let (code, body, err) = curl(
+                &lab,
+                &ext,
+                &format!("http://{HOST}:{port}/"),
+                &["--resolve", &format!("{HOST}:{port}:{resolve}")],
+            );
+            assert_eq!(code, Some(0), "external client {client} on :{port}: {err}");
+            assert_eq!(
+                body,
+                format!("proxy_protocol_addr={client} server_addr={lb_ip} remote_addr={client}"),
+                "port {port}"
+            );
+        }
     }
 
     // 2. The in-cluster client: the public name resolves to the LB, kube-proxy short-circuits
     //    it, and nginx rejects the header-less connection: curl's "Empty reply from server".
-    let out = lab.exec(&node, &["getent", "hosts", HOST]);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).starts_with(LB_IP),
-        "public DNS: {out:?}"
-    );
-    let (code, body, err) = curl(&lab, &node, &format!("http://{HOST}/"), &[]);
-    assert_eq!(
-        code,
-        Some(52),
-        "expected an empty reply, got body {body:?}: {err}"
-    );
+    for (family, lb_ip) in [("ahostsv4", LB_IP), ("ahostsv6", LB_IP6)] {
+        let out = lab.exec(&node, &["getent", family, HOST]);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with(lb_ip),
+            "public DNS ({family}): {out:?}"
+        );
+    }
+    for flag in ["-4", "-6"] {
+        let (code, body, err) = curl(&lab, &node, &format!("http://{HOST}/"), &[flag]);
+        assert_eq!(
+            code,
+            Some(52),
+            "curl {flag}: expected an empty reply, got body {body:?}: {err}"
+        );
+    }
     let (code, _, err) = curl(
         &lab,
         &node,
         &format!("http://{HOST}/.well-known/acme-challenge/{TOKEN}"),
-        &[],
+        &["-4"],
     );
     assert_eq!(
         code,
@@ -435,41 +522,78 @@ fn hairpin_lab_in_network_namespaces() {
         "{broken_report}"
     );
 
-    // 3. The fix: hairpin proxies on the node (v1 for :80, v2 for :81, the header's destination
-    //    is the LB's address) and the node agent's hosts entry pointing the name at them.
-    for (port, version) in [("80", "v1"), ("81", "v2")] {
-        lab.spawn(
-            &format!("proxy-{port}"),
-            &node,
-            &[
-                hairpin,
-                "proxy",
-                "--listen",
-                &format!("{HAIRPIN_IP}:{port}"),
-                "--upstream",
-                &format!("{NODE_IP}:{port}"),
-                "--proxy-protocol",
-                version,
-                "--destination",
-                &format!("{LB_IP}:{port}"),
-                "--admin-addr",
-                "127.0.0.1:0",
-                "--workers",
-                "1",
-            ],
-            &[],
-        );
-        lab.wait_listening(
-            &node,
-            &format!("{HAIRPIN_IP}:{port}"),
-            false,
-            &format!("proxy-{port}"),
-        );
+    // 3. The fix, as the controller plans it: the proxy listens dual-stack on `[::]` (v1 for
+    //    :80, v2 for :81) with the load balancer's address of each family as the header's
+    //    destination; the hairpin Service's two ClusterIPs forward to it (kube-proxy's DNAT,
+    //    here iptables and ip6tables); the node agent's hosts entries, one per family, point
+    //    the name at them.
+    let routes: Vec<String> = LISTENERS
+        .iter()
+        .zip(["v1", "v2"])
+        .map(|((port, listener), version)| {
+            format!(
+                r#"{{"name":"lb/{port}","listen":"[::]:{listener}","upstream":"{NODE_IP}:{port}","proxy_protocol":"{version}","destination":"{LB_IP}:{port}","destinations":["{LB_IP}:{port}","[{LB_IP6}]:{port}"]}}"#
+            )
+        })
+        .collect();
+    let routes_file = lab.dir.path().join("routes.json");
+    std::fs::write(&routes_file, format!("[{}]\n", routes.join(","))).unwrap();
+    lab.spawn(
+        "proxy",
+        &node,
+        &[
+            hairpin,
+            "proxy",
+            "--routes-file",
+            routes_file.to_str().unwrap(),
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+        ],
+        &[],
+    );
+    for (_, listener) in LISTENERS {
+        lab.wait_listening(&node, &format!(":{listener} "), false, "proxy");
+    }
+    assert!(
+        lab.log("proxy").contains("families=\"dual-stack\""),
+        "the planned [::] listener is dual-stack here:\n{}",
+        lab.log("proxy")
+    );
+    for (tables, cluster_ip, to) in [
+        ("iptables", HAIRPIN_IP, HAIRPIN_IP),
+        ("ip6tables", HAIRPIN_IP6, &*format!("[{HAIRPIN_IP6}]")),
+    ] {
+        for (port, listener) in LISTENERS {
+            lab.exec_ok(
+                &node,
+                &[
+                    tables,
+                    "-t",
+                    "nat",
+                    "-A",
+                    "OUTPUT",
+                    "-d",
+                    cluster_ip,
+                    "-p",
+                    "tcp",
+                    "--dport",
+                    port,
+                    "-j",
+                    "DNAT",
+                    "--to-destination",
+                    &format!("{to}:{listener}"),
+                ],
+            );
+        }
     }
     let entries = lab.dir.path().join("entries.yaml");
     std::fs::write(
         &entries,
-        format!("- ip: {HAIRPIN_IP}\n  hostnames: [{HOST}]\n"),
+        format!(
+            "- ip: {HAIRPIN_IP}\n  hostnames: [{HOST}]\n- ip: {HAIRPIN_IP6}\n  hostnames: [{HOST}]\n"
+        ),
     )
     .unwrap();
     let out = run_ok(
@@ -485,32 +609,55 @@ fn hairpin_lab_in_network_namespaces() {
     );
     let hosts_now = std::fs::read_to_string(&hosts_file).unwrap();
     assert!(hosts_now.starts_with(original_hosts), "{hosts_now}");
-    assert!(
-        hosts_now.contains(&format!("{HAIRPIN_IP}\t{HOST}")),
-        "{hosts_now}"
-    );
-
-    // 4. The in-cluster client now works, and nginx sees the client's own address.
-    for port in ["80", "81"] {
-        let (code, body, local_ip) = curl(&lab, &node, &format!("http://{HOST}:{port}/"), &[]);
-        assert_eq!(
-            code,
-            Some(0),
-            "in-cluster client on :{port} after the fix: {local_ip}"
-        );
-        assert_eq!(
-            body,
-            format!("proxy_protocol_addr={local_ip} remote_addr={local_ip}"),
-            "nginx must see the in-cluster client's own address (port {port})"
+    for ip in [HAIRPIN_IP, HAIRPIN_IP6] {
+        assert!(hosts_now.contains(&format!("{ip}\t{HOST}")), "{hosts_now}");
+    }
+    // The name no longer answers the load balancer's public addresses, of either family.
+    for (family, ip) in [("ahostsv4", HAIRPIN_IP), ("ahostsv6", HAIRPIN_IP6)] {
+        let out = lab.exec(&node, &["getent", family, HOST]);
+        let answer = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(answer.starts_with(ip), "{family}: {answer}");
+        assert!(
+            !answer.contains(LB_IP) && !answer.contains(LB_IP6),
+            "{family}: {answer}"
         );
     }
-    let (code, body, err) = curl(
-        &lab,
-        &node,
-        &format!("http://{HOST}/.well-known/acme-challenge/{TOKEN}"),
-        &[],
-    );
-    assert_eq!((code, body.as_str()), (Some(0), TOKEN), "{err}");
+
+    // 4. The in-cluster clients now work, IPv4 and IPv6, and nginx sees each client's own
+    //    address and the load balancer's address of the client's family (an IPv4 client
+    //    arrived v4-mapped on the dual-stack listener; its header is TCP4 / AF_INET).
+    for port in ["80", "81"] {
+        for (flag, lb_ip) in [("-4", LB_IP), ("-6", LB_IP6)] {
+            let (code, body, local_ip) =
+                curl(&lab, &node, &format!("http://{HOST}:{port}/"), &[flag]);
+            assert_eq!(
+                code,
+                Some(0),
+                "in-cluster client (curl {flag}) on :{port} after the fix: {local_ip}"
+            );
+            assert!(!local_ip.starts_with("::ffff:"), "{local_ip}");
+            assert_eq!(
+                body,
+                format!(
+                    "proxy_protocol_addr={local_ip} server_addr={lb_ip} remote_addr={local_ip}"
+                ),
+                "nginx must see the in-cluster client's own address (curl {flag}, port {port})"
+            );
+        }
+    }
+    for flag in ["-4", "-6"] {
+        let (code, body, err) = curl(
+            &lab,
+            &node,
+            &format!("http://{HOST}/.well-known/acme-challenge/{TOKEN}"),
+            &[flag],
+        );
+        assert_eq!(
+            (code, body.as_str()),
+            (Some(0), TOKEN),
+            "curl {flag}: {err}"
+        );
+    }
 
     let (code, fixed_report) = doctor(&lab, &node, "80");
     show(
@@ -539,6 +686,60 @@ fn hairpin_lab_in_network_namespaces() {
     );
 }
 
+/// On a node whose network namespace has IPv6 disabled, the planned `[::]` listener and the
+/// admin server's `[::]` default fall back to `0.0.0.0`, detected when binding, logged, and
+/// serving IPv4 clients.
+#[test]
+fn the_ipv6_wildcard_falls_back_to_ipv4_where_the_node_has_ipv6_disabled() {
+    if let Some(reason) = skip_reason() {
+        show(
+            "SKIPPED the_ipv6_wildcard_falls_back_to_ipv4_where_the_node_has_ipv6_disabled",
+            &format!("{reason}: needs root and `ip netns`"),
+        );
+        return;
+    }
+    hairpin_testkit::require_binary("curl");
+    let mut lab = Lab::new();
+    let node = lab.add_namespace("nov6");
+    lab.exec_ok(
+        &node,
+        &["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"],
+    );
+    lab.spawn(
+        "proxy",
+        &node,
+        &[
+            env!("CARGO_BIN_EXE_hairpin"),
+            "proxy",
+            "--listen",
+            "[::]:10090",
+            "--upstream",
+            "127.0.0.1:9",
+            "--admin-addr",
+            "[::]:19090",
+            "--workers",
+            "1",
+        ],
+        &[],
+    );
+    lab.wait_listening(&node, "0.0.0.0:10090", false, "proxy");
+    lab.wait_listening(&node, "0.0.0.0:19090", false, "proxy");
+    let out = lab.exec(&node, &["ss", "-Hltn"]);
+    let listening = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        !listening.contains("[::]") && !listening.contains("*:"),
+        "{listening}"
+    );
+    let log = lab.log("proxy");
+    assert!(
+        log.contains("listening on IPv4 only") && log.contains("disable_ipv6"),
+        "{log}"
+    );
+    assert!(log.contains("admin server on IPv4 only"), "{log}");
+    let (code, body, err) = curl(&lab, &node, "http://127.0.0.1:19090/livez", &[]);
+    assert_eq!((code, body.as_str()), (Some(0), "ok\n"), "{err}");
+}
+
 /// Prints to stderr directly, past the test harness's capture, so the reports show in every
 /// run's output (they are quoted in the project's notes).
 fn show(title: &str, text: &str) {
@@ -563,8 +764,9 @@ fn wait_for_file(path: &Path, needle: &str) {
 }
 
 /// The lab's "public DNS": started by the lab test inside the node namespace (ignored in normal
-/// runs). Answers A queries for the names in `HAIRPIN_LAB_DNS` (`name=ipv4,...`), NOERROR with
-/// no answer for other types of those names, NXDOMAIN for anything else.
+/// runs). Answers A and AAAA queries for the names in `HAIRPIN_LAB_DNS` (`name=ip,...`, a name
+/// repeated for each family), NOERROR with no answer for other types of those names, NXDOMAIN
+/// for anything else.
 #[test]
 #[ignore = "helper process of hairpin_lab_in_network_namespaces"]
 fn lab_dns_server() {
@@ -576,10 +778,10 @@ fn lab_dns_server() {
         );
         return;
     };
-    let records: Vec<(String, Ipv4Addr)> = spec
+    let records: Vec<(String, IpAddr)> = spec
         .split(',')
         .filter_map(|pair| pair.split_once('='))
-        .map(|(name, ip)| (name.to_ascii_lowercase(), ip.parse().expect("IPv4 address")))
+        .map(|(name, ip)| (name.to_ascii_lowercase(), ip.parse().expect("IP address")))
         .collect();
     let socket = UdpSocket::bind("127.0.0.1:53").expect("bind 127.0.0.1:53");
     let mut buf = [0u8; 512];
@@ -593,7 +795,7 @@ fn lab_dns_server() {
     }
 }
 
-fn dns_answer(query: &[u8], records: &[(String, Ipv4Addr)]) -> Option<Vec<u8>> {
+fn dns_answer(query: &[u8], records: &[(String, IpAddr)]) -> Option<Vec<u8>> {
     if query.len() < 12 {
         return None;
     }
@@ -612,19 +814,33 @@ fn dns_answer(query: &[u8], records: &[(String, Ipv4Addr)]) -> Option<Vec<u8>> {
     let question_end = pos + 4;
     query.get(..question_end)?;
     let name = labels.join(".");
-    let record = records.iter().find(|(n, _)| *n == name).map(|(_, ip)| *ip);
-    let mut out = Vec::with_capacity(question_end + 16);
+    let known = records.iter().any(|(n, _)| *n == name);
+    // A (1) answers the IPv4 records, AAAA (28) the IPv6 ones.
+    let answers: Vec<IpAddr> = records
+        .iter()
+        .filter(|(n, ip)| {
+            *n == name && matches!((qtype, ip), (1, IpAddr::V4(_)) | (28, IpAddr::V6(_)))
+        })
+        .map(|(_, ip)| *ip)
+        .collect();
+    let mut out = Vec::with_capacity(question_end + 16 + 28 * answers.len());
     out.extend_from_slice(&query[..2]);
-    let rcode = if record.is_some() { 0 } else { 3 };
+    let rcode = if known { 0 } else { 3 };
     out.extend_from_slice(&[0x81, 0x80 | rcode]);
-    let answers: u16 = u16::from(record.is_some() && qtype == 1);
     out.extend_from_slice(&[0, 1]);
-    out.extend_from_slice(&answers.to_be_bytes());
+    out.extend_from_slice(&u16::try_from(answers.len()).ok()?.to_be_bytes());
     out.extend_from_slice(&[0, 0, 0, 0]);
     out.extend_from_slice(&query[12..question_end]);
-    if let (Some(ip), 1) = (record, answers) {
-        out.extend_from_slice(&[0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
-        out.extend_from_slice(&ip.octets());
+    for ip in answers {
+        let (rtype, data) = match ip {
+            IpAddr::V4(v4) => (1u16, v4.octets().to_vec()),
+            IpAddr::V6(v6) => (28u16, v6.octets().to_vec()),
+        };
+        out.extend_from_slice(&[0xC0, 0x0C]);
+        out.extend_from_slice(&rtype.to_be_bytes());
+        out.extend_from_slice(&[0, 1, 0, 0, 0, 60]);
+        out.extend_from_slice(&u16::try_from(data.len()).ok()?.to_be_bytes());
+        out.extend_from_slice(&data);
     }
     Some(out)
 }
