@@ -1330,3 +1330,84 @@ async fn crd_hostname_sources_are_watched_only_when_installed() {
     }
     running.stop().await;
 }
+
+fn cluster_ips(svc: &Value) -> Vec<String> {
+    svc["spec"]["clusterIPs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|ip| ip.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A dual-stack load balancer on a dual-stack cluster: the hairpin Service is created
+/// `PreferDualStack` and gets a ClusterIP of each family, the routes carry the load balancer's
+/// address of each family; when the load balancer loses its IPv6 address, the Service goes
+/// `SingleStack`, releasing the IPv6 ClusterIP and keeping its IPv4 one, and the routes follow.
+#[tokio::test]
+async fn a_dual_stack_load_balancer_gets_a_dual_stack_hairpin_service() {
+    let fake = FakeApiServer::start().await;
+    fake.dual_stack();
+    fake.create_namespace("hairpin");
+    let mut lb = lb_service();
+    lb["spec"]["ipFamilyPolicy"] = json!("PreferDualStack");
+    lb["spec"]["ipFamilies"] = json!(["IPv4", "IPv6"]);
+    lb["status"]["loadBalancer"]["ingress"] = json!([
+        {"ip": "203.0.113.10", "ipMode": "VIP"},
+        {"ip": "2001:db8::10", "ipMode": "VIP"}
+    ]);
+    fake.apply(lb.clone());
+    fake.apply(ingress("shop", "shop", "shop.example.com"));
+    fake.apply(coredns(COREFILE));
+    let running = start(&fake, config("pod-a", false));
+    let routes = |f: &FakeApiServer| {
+        f.get("v1", "ConfigMap", Some("hairpin"), "hairpin-routes")
+            .map(|cm| {
+                cm["data"]["routes.json"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .unwrap_or_default()
+    };
+    let dual = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            hairpin_services(f)
+                .first()
+                .is_some_and(|s| cluster_ips(s).len() == 2)
+                && routes(f).contains("destinations")
+        })
+        .await;
+    assert!(dual.is_some(), "{:#?}", hairpin_services(&fake));
+    let svc = hairpin_services(&fake).remove(0);
+    assert_eq!(svc["spec"]["ipFamilyPolicy"], "PreferDualStack");
+    assert_eq!(svc["spec"]["ipFamilies"], json!(["IPv4", "IPv6"]));
+    let ips = cluster_ips(&svc);
+    assert!(ips[0].parse::<std::net::Ipv4Addr>().is_ok(), "{ips:?}");
+    assert!(ips[1].parse::<std::net::Ipv6Addr>().is_ok(), "{ips:?}");
+    let table = routes(&fake);
+    assert!(
+        table.contains("\"[2001:db8::10]:443\"") && table.contains("\"listen\": \"[::]:"),
+        "{table}"
+    );
+
+    lb["status"]["loadBalancer"]["ingress"] = json!([{"ip": "203.0.113.10", "ipMode": "VIP"}]);
+    fake.apply(lb);
+    let single = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            hairpin_services(f)
+                .first()
+                .is_some_and(|s| cluster_ips(s).len() == 1)
+                && !routes(f).contains("destinations")
+        })
+        .await;
+    assert!(single.is_some(), "{:#?}", hairpin_services(&fake));
+    let svc = hairpin_services(&fake).remove(0);
+    assert_eq!(svc["spec"]["ipFamilyPolicy"], "SingleStack");
+    assert_eq!(
+        cluster_ips(&svc),
+        [ips[0].clone()],
+        "the IPv4 ClusterIP stays"
+    );
+    running.stop().await;
+}
