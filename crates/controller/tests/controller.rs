@@ -1036,6 +1036,7 @@ fn published_hosts(fake: &FakeApiServer) -> Option<Value> {
 #[tokio::test]
 async fn the_hosts_block_is_published_for_the_node_agents_in_both_families() {
     let fake = FakeApiServer::start().await;
+    fake.dual_stack();
     seed(&fake);
     let running = start(&fake, config("pod-a", false));
     // The hairpin Service gets its ClusterIP when it is created; then the block holds it.
@@ -1059,23 +1060,35 @@ async fn the_hosts_block_is_published_for_the_node_agents_in_both_families() {
         "{cm}"
     );
 
-    // The Service is dual-stack (its ClusterIPs are what the cluster allocated): both
-    // families are published.
-    let mut dual = service.clone();
-    dual["spec"]["clusterIPs"] = json!([v4, "fd00:10:96::a"]);
-    dual["spec"]["ipFamilies"] = json!(["IPv4", "IPv6"]);
-    dual["spec"]["ipFamilyPolicy"] = json!("PreferDualStack");
-    fake.apply(dual);
-    let both = json!([
-        {"ip": v4, "hostnames": ["shop.example.com"]},
-        {"ip": "fd00:10:96::a", "hostnames": ["shop.example.com"]}
+    // The load balancer turns dual-stack: the hairpin Service follows (the cluster allocates
+    // its IPv6 ClusterIP, the IPv4 one stays), and both families are published.
+    let mut lb = lb_service();
+    lb["spec"]["ipFamilyPolicy"] = json!("PreferDualStack");
+    lb["spec"]["ipFamilies"] = json!(["IPv4", "IPv6"]);
+    lb["status"]["loadBalancer"]["ingress"] = json!([
+        {"ip": "203.0.113.10", "ipMode": "VIP"},
+        {"ip": "2001:db8::10", "ipMode": "VIP"}
     ]);
+    fake.apply(lb);
     let followed = fake
         .wait_until(Duration::from_secs(10), |f| {
-            published_hosts(f).as_ref() == Some(&both)
+            published_hosts(f).is_some_and(|v| v.as_array().is_some_and(|a| a.len() == 2))
         })
         .await;
     assert!(followed.is_some(), "{:?}", published_hosts(&fake));
+    let service = hairpin_services(&fake).remove(0);
+    assert_eq!(service["spec"]["clusterIPs"][0], json!(v4));
+    let v6 = service["spec"]["clusterIPs"][1]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        published_hosts(&fake).unwrap(),
+        json!([
+            {"ip": v4, "hostnames": ["shop.example.com"]},
+            {"ip": v6, "hostnames": ["shop.example.com"]}
+        ])
+    );
 
     // A new Ingress: its hostname joins the block; an unchanged plan writes nothing.
     fake.apply(ingress("shop", "api", "api.example.com"));
