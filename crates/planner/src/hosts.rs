@@ -241,6 +241,14 @@ mod tests {
     }
 
     #[test]
+    fn a_users_blank_line_before_a_block_ending_the_file_is_kept() {
+        let text = format!("\n{BEGIN_MARKER}\n{END_MARKER}");
+        assert_eq!(remove(&text).unwrap().text, "\n");
+        let text = format!("a\n\n{BEGIN_MARKER}\n{END_MARKER}");
+        assert_eq!(remove(&text).unwrap().text, "a\n\n");
+    }
+
+    #[test]
     fn empty_file_round_trips() {
         let e = [entry("10.0.0.1", &["a.example.com"])];
         let edit = apply("", &e).unwrap();

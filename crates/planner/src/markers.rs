@@ -367,11 +367,17 @@ pub(crate) fn remove_blocks(text: &str, lines: &[Line], blocks: &[Block]) -> Str
     let tail_removed = lines
         .last()
         .is_some_and(|l| !l.has_terminator() && removed[lines.len() - 1]);
+    // A block that ends the text without a terminator was appended to a last line that had
+    // none, after the terminator hairpin added: take that one back. hairpin only adds it after
+    // a line with content, so a blank line's own terminator is the user's and stays.
     if tail_removed {
-        if out.ends_with("\r\n") {
-            out.truncate(out.len() - 2);
-        } else if out.ends_with('\n') {
-            out.truncate(out.len() - 1);
+        let kept = out
+            .strip_suffix("\r\n")
+            .or_else(|| out.strip_suffix('\n'))
+            .filter(|before| !before.is_empty() && !before.ends_with('\n'))
+            .map(str::len);
+        if let Some(len) = kept {
+            out.truncate(len);
         }
     }
     out
