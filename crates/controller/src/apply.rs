@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 
+use hairpin_planner::config::is_managed;
 use hairpin_planner::corefile;
 
 use crate::error::{is_conflict, is_not_found};
@@ -36,6 +37,9 @@ pub struct KeyEdit {
     pub create_if_missing: bool,
     /// Delete the ConfigMap when the edit leaves it empty and we created it.
     pub delete_if_empty_and_ours: bool,
+    /// The ConfigMap is hairpin's own (the routes and hosts tables): an existing one without
+    /// hairpin's marks is someone else's and is not written ([`Error::NotOwned`]).
+    pub ours_only: bool,
     /// The edit.
     pub edit: EditFn,
 }
@@ -47,6 +51,7 @@ impl std::fmt::Debug for KeyEdit {
             .field("name", &self.name)
             .field("key", &self.key)
             .field("create_if_missing", &self.create_if_missing)
+            .field("ours_only", &self.ours_only)
             .finish_non_exhaustive()
     }
 }
@@ -65,9 +70,21 @@ impl KeyEdit {
             key: key.into(),
             create_if_missing: value.is_some(),
             delete_if_empty_and_ours: true,
+            ours_only: false,
             edit: Arc::new(move |_| Ok(value.clone())),
         }
     }
+}
+
+/// True when hairpin created the ConfigMap: the managed-by label AND
+/// [`CREATED_BY_ANNOTATION`] (see [`is_managed`]).
+pub fn config_map_is_ours(cm: &ConfigMap) -> bool {
+    is_managed(&cm.metadata, CREATED_BY_ANNOTATION)
+        && cm
+            .annotations()
+            .get(CREATED_BY_ANNOTATION)
+            .map(String::as_str)
+            == Some("hairpin")
 }
 
 /// Outcome of a [`write_key`].
@@ -111,6 +128,17 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
             .and_then(|cm| cm.data.as_ref())
             .and_then(|data| data.get(&edit.key))
             .cloned();
+        if edit.ours_only
+            && let Some(cm) = &current
+            && !config_map_is_ours(cm)
+        {
+            return Err(Error::NotOwned {
+                kind: "ConfigMap",
+                object: what,
+                label: MANAGED_BY_LABEL,
+                annotation: format!("{CREATED_BY_ANNOTATION}=hairpin"),
+            });
+        }
         let after = (edit.edit)(before.as_deref()).map_err(|reason| Error::DnsEdit {
             config_map: what.clone(),
             key: edit.key.clone(),
@@ -159,10 +187,7 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
                         data.remove(&edit.key);
                     }
                 }
-                let ours = cm
-                    .annotations()
-                    .get(CREATED_BY_ANNOTATION)
-                    .is_some_and(|v| v == "hairpin");
+                let ours = config_map_is_ours(&cm);
                 let empty = cm.data.as_ref().is_none_or(BTreeMap::is_empty)
                     && cm.binary_data.as_ref().is_none_or(BTreeMap::is_empty);
                 if empty && ours && edit.delete_if_empty_and_ours {
@@ -268,13 +293,18 @@ fn keep_allocated(spec: &mut ServiceSpec, have: &ServiceSpec) {
 }
 
 /// Creates or updates every desired Service in `namespace` and deletes Services there that
-/// carry our label but are not desired. `desired` Services must carry the managed-by label.
+/// are hairpin's ([`is_managed`]: the managed-by label AND `source_annotation`) but are not
+/// desired. `desired` Services must carry both. A Service of a desired name that is not
+/// hairpin's is never replaced: the others are applied, then [`Error::NotOwned`] is returned
+/// (so nothing routes a hostname to someone else's Service).
 ///
 /// # Errors
-/// The first API error that is not a 404 on delete or a 409 resolved by re-reading.
+/// The first API error that is not a 404 on delete or a 409 resolved by re-reading, or
+/// [`Error::NotOwned`].
 pub async fn apply_services(
     client: &kube::Client,
     namespace: &str,
+    source_annotation: &str,
     desired: &[Service],
 ) -> Result<ServiceChanges, Error> {
     let api: Api<Service> = Api::namespaced(client.clone(), namespace);
@@ -285,14 +315,27 @@ pub async fn apply_services(
     let existing: BTreeMap<String, Service> = existing
         .items
         .into_iter()
+        .filter(|svc| is_managed(&svc.metadata, source_annotation))
         .map(|svc| (svc.name_any(), svc))
         .collect();
+    let not_owned = |name: &str| Error::NotOwned {
+        kind: "Service",
+        object: format!("{namespace}/{name}"),
+        label: MANAGED_BY_LABEL,
+        annotation: source_annotation.to_owned(),
+    };
     let mut changes = ServiceChanges::default();
+    let mut refused = None;
     for want in desired {
         let name = want.name_any();
         let mut current = existing.get(&name).cloned();
         for attempt in 0..=CONFLICT_RETRIES {
             let result = match &current {
+                Some(have) if !is_managed(&have.metadata, source_annotation) => {
+                    tracing::warn!(service = %format!("{namespace}/{name}"), "a Service hairpin needs exists and is not hairpin's; left alone");
+                    refused.get_or_insert_with(|| not_owned(&name));
+                    break;
+                }
                 Some(have) if service_matches(have, want) => break,
                 Some(have) => {
                     let mut updated = want.clone();
@@ -332,16 +375,25 @@ pub async fn apply_services(
             }
         }
     }
-    for name in existing.keys() {
+    for (name, svc) in &existing {
         if desired
             .iter()
             .any(|svc| svc.metadata.name.as_deref() == Some(name.as_str()))
         {
             continue;
         }
-        match api.delete(name, &DeleteParams::default()).await {
+        // Only the object as listed (hairpin's) is deleted: if someone replaced it since,
+        // the precondition fails with 409 and it is left for the next reconcile to judge.
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: svc.resource_version(),
+                uid: svc.uid(),
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
             Ok(_) => changes.deleted.push(name.clone()),
-            Err(err) if is_not_found(&err) => {}
+            Err(err) if is_not_found(&err) || is_conflict(&err) => {}
             Err(err) => {
                 return Err(Error::kube(
                     format!("delete Service {namespace}/{name}"),
@@ -350,18 +402,23 @@ pub async fn apply_services(
             }
         }
     }
-    Ok(changes)
+    match refused {
+        Some(err) => Err(err),
+        None => Ok(changes),
+    }
 }
 
-/// Deletes every Service in `namespace` carrying our label. Returns the names deleted.
+/// Deletes every Service in `namespace` that is hairpin's (the managed-by label AND
+/// `source_annotation`). Returns the names deleted.
 ///
 /// # Errors
 /// API errors other than 404.
 pub async fn delete_managed_services(
     client: &kube::Client,
     namespace: &str,
+    source_annotation: &str,
 ) -> Result<Vec<String>, Error> {
-    apply_services(client, namespace, &[])
+    apply_services(client, namespace, source_annotation, &[])
         .await
         .map(|changes| changes.deleted)
 }
@@ -374,6 +431,7 @@ pub fn remove_block_edit(namespace: &str, name: &str, key: &str) -> KeyEdit {
         key: key.into(),
         create_if_missing: false,
         delete_if_empty_and_ours: false,
+        ours_only: false,
         edit: Arc::new(|current| match current {
             None => Ok(None),
             Some(text) => corefile::remove(text)

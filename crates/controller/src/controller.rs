@@ -259,7 +259,13 @@ impl Reconciler {
             .iter()
             .map(|lb| lb.service.clone())
             .collect();
-        let changes = apply_services(&self.client, &planner.namespace, &services).await?;
+        let changes = apply_services(
+            &self.client,
+            &planner.namespace,
+            &planner.annotation("source"),
+            &services,
+        )
+        .await?;
         self.count_writes(changes.writes());
         if changes.writes() > 0 {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "hairpin Services applied");
@@ -623,6 +629,7 @@ pub fn routes_edit(
         .and_then(|d| d.get(&planner.routes_key));
     (cached_routes != Some(&routes)).then(|| KeyEdit {
         delete_if_empty_and_ours: false,
+        ours_only: true,
         ..KeyEdit::set(
             &planner.namespace,
             &planner.routes_config_map,
@@ -647,6 +654,7 @@ pub fn hosts_edit(
         .and_then(|d| d.get(&planner.hosts_key));
     (cached != Some(&hosts)).then(|| KeyEdit {
         delete_if_empty_and_ours: false,
+        ours_only: true,
         ..KeyEdit::set(
             &planner.namespace,
             &planner.hosts_config_map,
@@ -714,6 +722,7 @@ pub fn dns_edit(write: &hairpin_planner::DnsWrite) -> KeyEdit {
                 key: write.key.clone(),
                 create_if_missing: value.is_some(),
                 delete_if_empty_and_ours: true,
+                ours_only: false,
                 edit: Arc::new(move |_| Ok(value.clone())),
             }
         }
@@ -725,6 +734,7 @@ pub fn dns_edit(write: &hairpin_planner::DnsWrite) -> KeyEdit {
                 key: write.key.clone(),
                 create_if_missing: false,
                 delete_if_empty_and_ours: false,
+                ours_only: false,
                 edit: Arc::new(move |current| {
                     let current =
                         current.ok_or_else(|| "the ConfigMap has no Corefile key".to_owned())?;

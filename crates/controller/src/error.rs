@@ -45,6 +45,22 @@ pub enum Error {
         /// How many attempts were made.
         attempts: u32,
     },
+    /// An object hairpin would write is there already without hairpin's marks (the
+    /// managed-by label AND hairpin's annotation): it belongs to someone else and is left
+    /// as it is. Retrying cannot help until it is renamed or removed by its owner.
+    #[error(
+        "{kind} {object} exists and is not hairpin's (it lacks the label {label}=hairpin or the annotation {annotation}); hairpin leaves it alone: rename or remove it, or point hairpin at another name"
+    )]
+    NotOwned {
+        /// The kind, e.g. `Service`.
+        kind: &'static str,
+        /// `namespace/name`.
+        object: String,
+        /// The label hairpin requires.
+        label: &'static str,
+        /// The annotation hairpin requires.
+        annotation: String,
+    },
     /// JSON encoding failed (a bug, reported rather than panicking).
     #[error("cannot encode {what}: {source}")]
     Encode {
@@ -83,6 +99,7 @@ impl Error {
             Error::Kube { source, .. } => kube_error_label(source),
             Error::NamespaceMissing { .. } => "namespace_missing",
             Error::DnsEdit { .. } => "dns_edit",
+            Error::NotOwned { .. } => "not_owned",
             Error::ConflictRetriesExhausted { .. } => "conflict_retries_exhausted",
             Error::Encode { .. } => "encode",
             Error::Config(_) => "config",

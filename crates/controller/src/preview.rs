@@ -22,13 +22,14 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::Error;
-use crate::apply::{KeyEdit, service_matches};
+use crate::MANAGED_BY_LABEL;
+use crate::apply::{CREATED_BY_ANNOTATION, KeyEdit, config_map_is_ours, service_matches};
 use crate::controller::{dns_edit, hosts_edit, mode_switch_edits, routes_edit};
 use crate::crd::{Hairpin, HairpinStatus};
 use crate::metrics::Metrics;
 use crate::status::desired_hairpins;
 use crate::watch::Caches;
-use crate::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hairpin_planner::config::is_managed;
 
 /// What was read from the cluster.
 #[derive(Clone, Debug, Default)]
@@ -186,9 +187,9 @@ pub fn changes(
             )),
         }
     }
-    out.extend(service_changes(plan, snapshot));
+    out.extend(service_changes(plan, snapshot, planner, &mut refused));
     if let Some(live) = &observed.hairpins {
-        out.extend(hairpin_changes(plan, snapshot, live));
+        out.extend(hairpin_changes(plan, snapshot, live, planner));
     }
     (out, refused)
 }
@@ -200,6 +201,11 @@ fn key_change(edit: &KeyEdit, snapshot: &ClusterSnapshot) -> Result<Option<Chang
         .and_then(|cm| cm.data.as_ref())
         .and_then(|d| d.get(&edit.key))
         .cloned();
+    if edit.ours_only && cm.is_some_and(|cm| !config_map_is_ours(cm)) {
+        return Err(format!(
+            "the ConfigMap exists and is not hairpin's (it lacks the label {MANAGED_BY_LABEL}=hairpin or the annotation {CREATED_BY_ANNOTATION}=hairpin); hairpin leaves it alone"
+        ));
+    }
     let after = (edit.edit)(before.as_deref())?;
     if after == before || (cm.is_none() && !edit.create_if_missing) {
         return Ok(None);
@@ -244,7 +250,13 @@ fn service_view(svc: &Service) -> Service {
     }
 }
 
-fn service_changes(plan: &Plan, snapshot: &ClusterSnapshot) -> Vec<Change> {
+fn service_changes(
+    plan: &Plan,
+    snapshot: &ClusterSnapshot,
+    planner: &PlannerConfig,
+    refused: &mut Vec<String>,
+) -> Vec<Change> {
+    let source_annotation = planner.annotation("source");
     let mut out = Vec::new();
     for lb in &plan.load_balancers {
         let svc = lb.service_ref();
@@ -261,6 +273,9 @@ fn service_changes(plan: &Plan, snapshot: &ClusterSnapshot) -> Vec<Change> {
         };
         match snapshot.service(&svc.namespace, &svc.name) {
             None => out.push(change(Action::Create, None, &want)),
+            Some(have) if !is_managed(&have.metadata, &source_annotation) => refused.push(format!(
+                "cannot write Service {svc}: it exists and is not hairpin's (it lacks the label {MANAGED_BY_LABEL}=hairpin or the annotation {source_annotation}); hairpin leaves it alone"
+            )),
             Some(have) if service_matches(have, &lb.service) => {}
             Some(have) => {
                 // Replaced with the allocated ClusterIPs kept (they are immutable).
@@ -319,6 +334,7 @@ fn hairpin_view(hairpin: &Hairpin, with_metadata: bool) -> Value {
     });
     if with_metadata {
         metadata["labels"] = json!(hairpin.metadata.labels);
+        metadata["annotations"] = json!(hairpin.metadata.annotations);
         metadata["ownerReferences"] = json!(hairpin.metadata.owner_references);
     }
     json!({
@@ -329,9 +345,16 @@ fn hairpin_view(hairpin: &Hairpin, with_metadata: bool) -> Value {
     })
 }
 
-fn hairpin_changes(plan: &Plan, snapshot: &ClusterSnapshot, live: &[Hairpin]) -> Vec<Change> {
+fn hairpin_changes(
+    plan: &Plan,
+    snapshot: &ClusterSnapshot,
+    live: &[Hairpin],
+    planner: &PlannerConfig,
+) -> Vec<Change> {
     let key = |h: &Hairpin| (h.namespace().unwrap_or_default(), h.name_any());
-    let desired = desired_hairpins(plan, snapshot);
+    let source_annotation = planner.annotation("source");
+    let ours = |h: &Hairpin| is_managed(&h.metadata, &source_annotation);
+    let desired = desired_hairpins(plan, snapshot, &source_annotation);
     let mut out = Vec::new();
     for want in &desired {
         let (namespace, name) = key(want);
@@ -341,6 +364,8 @@ fn hairpin_changes(plan: &Plan, snapshot: &ClusterSnapshot, live: &[Hairpin]) ->
             // controller waits for it.
             None if want.metadata.owner_references.is_none() => continue,
             None => (Action::Create, None, hairpin_view(want, true)),
+            // Someone else's object of that name: the controller leaves it alone.
+            Some(have) if !ours(have) => continue,
             Some(have) => {
                 let after = hairpin_view(want, false);
                 let before = hairpin_view(have, false);
@@ -362,11 +387,7 @@ fn hairpin_changes(plan: &Plan, snapshot: &ClusterSnapshot, live: &[Hairpin]) ->
         });
     }
     for stale in live {
-        let ours = stale
-            .labels()
-            .get(MANAGED_BY_LABEL)
-            .is_some_and(|v| v == MANAGED_BY_VALUE);
-        if ours && !desired.iter().any(|d| key(d) == key(stale)) {
+        if ours(stale) && !desired.iter().any(|d| key(d) == key(stale)) {
             let (namespace, name) = key(stale);
             out.push(Change {
                 action: Action::Delete,

@@ -30,6 +30,7 @@ use crate::metrics::Metrics;
 use crate::propagation::{self, CheckOutcome, CheckSpec, DnsServer};
 use crate::report::{Events, object_ref, reason};
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hairpin_planner::config::is_managed;
 
 /// Settings of the propagation check.
 #[derive(Clone, Debug)]
@@ -77,8 +78,14 @@ pub enum DnsState {
     },
 }
 
-/// The Hairpin objects the plan implies (plan-derived fields only; no conditions).
-pub fn desired_hairpins(plan: &Plan, snapshot: &ClusterSnapshot) -> Vec<Hairpin> {
+/// The Hairpin objects the plan implies (plan-derived fields only; no conditions). Each carries
+/// the managed-by label and `source_annotation` (the load balancer, `namespace/name`): hairpin
+/// updates and deletes only objects with both ([`is_managed`]).
+pub fn desired_hairpins(
+    plan: &Plan,
+    snapshot: &ClusterSnapshot,
+    source_annotation: &str,
+) -> Vec<Hairpin> {
     plan.load_balancers
         .iter()
         .map(|lb| {
@@ -101,6 +108,10 @@ pub fn desired_hairpins(plan: &Plan, snapshot: &ClusterSnapshot) -> Vec<Hairpin>
                 labels: Some(BTreeMap::from([(
                     MANAGED_BY_LABEL.into(),
                     MANAGED_BY_VALUE.into(),
+                )])),
+                annotations: Some(BTreeMap::from([(
+                    source_annotation.to_owned(),
+                    svc.to_string(),
                 )])),
                 owner_references: owner.map(|o| vec![o]),
                 ..ObjectMeta::default()
@@ -272,12 +283,18 @@ impl StatusWriter {
             .into_iter()
             .map(|h| ((h.namespace().unwrap_or_default(), h.name_any()), h))
             .collect();
-        let desired = desired_hairpins(plan, snapshot);
+        let source_annotation = self.planner.annotation("source");
+        let desired = desired_hairpins(plan, snapshot, &source_annotation);
         let mut keep = Vec::new();
         for (lb, mut hairpin) in plan.load_balancers.iter().zip(desired) {
             let lb_ref = lb.load_balancer.service.clone();
             let key = (lb_ref.namespace.clone(), lb_ref.name.clone());
             let existing = current.get(&key);
+            if existing.is_some_and(|h| !is_managed(&h.metadata, &source_annotation)) {
+                // Someone else's object with the load balancer's name: not ours to write.
+                tracing::warn!(hairpin = %format!("{}/{}", key.0, key.1), "a Hairpin object of this name exists and is not hairpin's (it lacks the managed-by label or the source annotation); left alone");
+                continue;
+            }
             let mut status = hairpin.status.take().unwrap_or_default();
             let cluster_ips = cluster_ips(lb);
             let port = lb
@@ -298,18 +315,23 @@ impl StatusWriter {
         }
         // Stale objects: their load balancer no longer needs a hairpin.
         for (key, hairpin) in &current {
-            let ours = hairpin
-                .labels()
-                .get(MANAGED_BY_LABEL)
-                .is_some_and(|v| v == MANAGED_BY_VALUE);
-            if ours && !keep.contains(key) {
+            if is_managed(&hairpin.metadata, &source_annotation) && !keep.contains(key) {
                 let api: Api<Hairpin> = Api::namespaced(self.client.clone(), &key.0);
-                match api.delete(&key.1, &DeleteParams::default()).await {
+                // Only the object as cached: one replaced since fails the precondition (409)
+                // and is judged again on the next reconcile.
+                let params = DeleteParams {
+                    preconditions: Some(kube::api::Preconditions {
+                        resource_version: hairpin.resource_version(),
+                        uid: hairpin.uid(),
+                    }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&key.1, &params).await {
                     Ok(_) => {
                         self.metrics.writes.inc();
                         tracing::info!(hairpin = %format!("{}/{}", key.0, key.1), "stale Hairpin deleted");
                     }
-                    Err(err) if is_not_found(&err) => {}
+                    Err(err) if is_not_found(&err) || crate::error::is_conflict(&err) => {}
                     Err(err) => {
                         return Err(Error::kube(
                             format!("delete Hairpin {}/{}", key.0, key.1),
@@ -675,7 +697,18 @@ impl StatusWriter {
                 Ok(_) => {
                     self.metrics.writes.inc();
                 }
-                Err(err) if crate::error::is_conflict(&err) => {}
+                Err(err) if crate::error::is_conflict(&err) => {
+                    // Created meanwhile: written only if that one is hairpin's.
+                    let now = api
+                        .get_opt(&name)
+                        .await
+                        .map_err(|err| Error::kube(format!("get {what}"), err))?;
+                    let source_annotation = self.planner.annotation("source");
+                    if !now.is_some_and(|h| is_managed(&h.metadata, &source_annotation)) {
+                        tracing::warn!(hairpin = %what, "created meanwhile by someone else; left alone");
+                        return Ok(());
+                    }
+                }
                 Err(err) => return Err(Error::kube(format!("create {what}"), err)),
             }
         }

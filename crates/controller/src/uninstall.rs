@@ -1,9 +1,10 @@
 //! `hairpin uninstall`: remove everything hairpin wrote.
 //!
-//! Our `Hairpin` objects and Services (by label), the routes and hosts ConfigMaps, the leader
-//! Lease, our marked blocks in every candidate CoreDNS and node-local-dns ConfigMap (removed
-//! with the Corefile editor, which gives back the original bytes, and refuses damaged markers
-//! rather than guess), our blocks in the server-block keys of `coredns-custom` (`*.server`),
+//! Our `Hairpin` objects and Services (the managed-by label AND hairpin's annotation), the
+//! routes and hosts ConfigMaps (the label AND `hairpin.io/created-by`), the leader Lease, our
+//! marked blocks in every candidate CoreDNS and node-local-dns ConfigMap (removed with the
+//! Corefile editor, which gives back the original bytes, and refuses damaged markers rather
+//! than guess), our blocks in the server-block keys of `coredns-custom` (`*.server`),
 //! and our key in `coredns-custom` (the ConfigMap itself too when hairpin created it
 //! and nothing else is left in it). Each step is retried on transient API errors; a step that
 //! still fails is reported and the others still run.
@@ -12,13 +13,16 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use hairpin_planner::PlannerConfig;
+use hairpin_planner::config::is_managed;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::apply::{KeyEdit, KeyOutcome, delete_managed_services, remove_block_edit, write_key};
+use crate::apply::{
+    KeyEdit, KeyOutcome, config_map_is_ours, delete_managed_services, remove_block_edit, write_key,
+};
 use crate::crd::Hairpin;
 use crate::error::is_not_found;
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
@@ -74,23 +78,51 @@ where
     }
 }
 
-/// Deletes `namespace/name`; true when it existed, false when it was already gone.
-async fn delete_if_present<K>(api: &Api<K>, namespace: &str, name: &str) -> Result<bool, Error>
+/// Deletes `namespace/name` when it is there and `ours` says hairpin owns it; true when it was
+/// deleted. One that is not hairpin's is left alone with a warning. The delete is
+/// conditional on the uid and resourceVersion read, so an object replaced in between is not
+/// deleted either.
+async fn delete_if_ours<K>(
+    api: &Api<K>,
+    namespace: &str,
+    name: &str,
+    ours: impl Fn(&K) -> bool,
+) -> Result<bool, Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    match api.delete(name, &DeleteParams::default()).await {
+    let what = format!("{} {namespace}/{name}", K::kind(&()));
+    let current = api
+        .get_opt(name)
+        .await
+        .map_err(|err| Error::kube(format!("get {what}"), err))?;
+    let Some(current) = current else {
+        return Ok(false);
+    };
+    if !ours(&current) {
+        tracing::warn!(object = %what, "not hairpin's (no managed-by label and hairpin annotation); left alone");
+        return Ok(false);
+    }
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: current.resource_version(),
+            uid: current.uid(),
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
         Ok(_) => Ok(true),
         Err(err) if is_not_found(&err) => Ok(false),
-        Err(err) => Err(Error::kube(
-            format!("delete {} {namespace}/{name}", K::kind(&())),
-            err,
-        )),
+        Err(err) => Err(Error::kube(format!("delete {what}"), err)),
     }
 }
 
-/// Deletes our `Hairpin` objects in every namespace; none when the CRD is not installed.
-async fn delete_hairpins(client: &kube::Client) -> Result<Vec<String>, Error> {
+/// Deletes our `Hairpin` objects (the managed-by label AND the source annotation) in every
+/// namespace; none when the CRD is not installed.
+async fn delete_hairpins(
+    client: &kube::Client,
+    source_annotation: &str,
+) -> Result<Vec<String>, Error> {
     let all: Api<Hairpin> = Api::all(client.clone());
     let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
     let list = match all.list(&ListParams::default().labels(&selector)).await {
@@ -98,12 +130,13 @@ async fn delete_hairpins(client: &kube::Client) -> Result<Vec<String>, Error> {
         Err(err) if is_not_found(&err) => return Ok(Vec::new()),
         Err(err) => return Err(Error::kube("list Hairpin objects", err)),
     };
+    let ours = |h: &Hairpin| is_managed(&h.metadata, source_annotation);
     let mut deleted = Vec::new();
-    for hairpin in list {
+    for hairpin in list.into_iter().filter(|h| ours(h)) {
         let namespace = hairpin.namespace().unwrap_or_default();
         let name = hairpin.name_any();
         let api: Api<Hairpin> = Api::namespaced(client.clone(), &namespace);
-        if delete_if_present(&api, &namespace, &name).await? {
+        if delete_if_ours(&api, &namespace, &name, ours).await? {
             deleted.push(format!("{namespace}/{name}"));
         }
     }
@@ -125,13 +158,18 @@ pub async fn uninstall(
         report.failures.push(err.to_string());
     };
 
-    match retry("delete Hairpin objects", || delete_hairpins(client)).await {
+    let source_annotation = planner.annotation("source");
+    match retry("delete Hairpin objects", || {
+        delete_hairpins(client, &source_annotation)
+    })
+    .await
+    {
         Ok(deleted) => report.hairpins_deleted = deleted,
         Err(err) => fail(&mut report, err),
     }
 
     match retry("delete hairpin Services", || {
-        delete_managed_services(client, &planner.namespace)
+        delete_managed_services(client, &planner.namespace, &source_annotation)
     })
     .await
     {
@@ -141,7 +179,12 @@ pub async fn uninstall(
 
     let routes: Api<ConfigMap> = Api::namespaced(client.clone(), &planner.namespace);
     match retry("delete routes ConfigMap", || {
-        delete_if_present(&routes, &planner.namespace, &planner.routes_config_map)
+        delete_if_ours(
+            &routes,
+            &planner.namespace,
+            &planner.routes_config_map,
+            config_map_is_ours,
+        )
     })
     .await
     {
@@ -150,7 +193,12 @@ pub async fn uninstall(
     }
 
     match retry("delete hosts ConfigMap", || {
-        delete_if_present(&routes, &planner.namespace, &planner.hosts_config_map)
+        delete_if_ours(
+            &routes,
+            &planner.namespace,
+            &planner.hosts_config_map,
+            config_map_is_ours,
+        )
     })
     .await
     {
@@ -160,7 +208,7 @@ pub async fn uninstall(
 
     let leases: Api<Lease> = Api::namespaced(client.clone(), &planner.namespace);
     match retry("delete Lease", || {
-        delete_if_present(&leases, &planner.namespace, lease_name)
+        delete_if_ours(&leases, &planner.namespace, lease_name, |_| true)
     })
     .await
     {

@@ -809,7 +809,7 @@ async fn a_missing_namespace_is_one_clear_error_naming_it() {
         }),
     ))
     .unwrap();
-    let err = apply_services(&client, "hairpin", &[service])
+    let err = apply_services(&client, "hairpin", "hairpin.io/source", &[service])
         .await
         .unwrap_err();
     assert_eq!(err.metric_label(), "namespace_missing");
@@ -1423,4 +1423,192 @@ async fn a_dual_stack_load_balancer_gets_a_dual_stack_hairpin_service() {
         "the IPv4 ClusterIP stays"
     );
     running.stop().await;
+}
+
+fn hairpin_crd(fake: &FakeApiServer) {
+    fake.register(
+        hairpin_fake_apiserver::ResourceType::new(
+            "hairpin.io",
+            "v1alpha1",
+            "hairpins",
+            "Hairpin",
+            true,
+        )
+        .with_status_subresource(),
+    );
+}
+
+/// A Service in hairpin's namespace with `metadata` (labels, annotations).
+fn service_in_hairpin(name: &str, metadata: Value) -> Value {
+    object(
+        "v1",
+        "Service",
+        Some("hairpin"),
+        name,
+        json!({
+            "metadata": metadata,
+            "spec": {"selector": {"app": "users-own"}, "ports": [{"name": "metrics", "port": 9999}]}
+        }),
+    )
+}
+
+fn a_hairpin(namespace: &str, name: &str, metadata: Value) -> Value {
+    object(
+        "hairpin.io/v1alpha1",
+        "Hairpin",
+        Some(namespace),
+        name,
+        json!({"metadata": metadata, "spec": {}}),
+    )
+}
+
+#[tokio::test]
+async fn objects_carrying_only_the_managed_by_label_survive_reconcile_and_uninstall() {
+    let fake = FakeApiServer::start().await;
+    hairpin_crd(&fake);
+    seed(&fake);
+    let label = json!({"app.kubernetes.io/managed-by": "hairpin"});
+    // Look-alikes: the label, not hairpin's annotation (a user's manifest, another tool).
+    fake.apply(service_in_hairpin(
+        "users-metrics",
+        json!({"labels": label}),
+    ));
+    fake.create_namespace("shop");
+    fake.apply(a_hairpin("shop", "tenants-own", json!({"labels": label})));
+    // Real orphans (label AND annotation), so the delete paths demonstrably run.
+    fake.apply(service_in_hairpin(
+        "hairpin-gone-gone",
+        json!({"labels": label, "annotations": {"hairpin.io/source": "gone/gone"}}),
+    ));
+    fake.apply(a_hairpin(
+        "shop",
+        "stale",
+        json!({"labels": label, "annotations": {"hairpin.io/source": "shop/stale"}}),
+    ));
+    let exists = |f: &FakeApiServer, (kind, ns, name): (&str, &str, &str)| match kind {
+        "Service" => f.get("v1", "Service", Some(ns), name).is_some(),
+        _ => f
+            .get("hairpin.io/v1alpha1", "Hairpin", Some(ns), name)
+            .is_some(),
+    };
+    let users_metrics = ("Service", "hairpin", "users-metrics");
+    let tenants_own = ("Hairpin", "shop", "tenants-own");
+
+    let running = start(&fake, config("pod-a", false));
+    let done = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            corefile(f).contains("shop.example.com")
+                && !exists(f, ("Service", "hairpin", "hairpin-gone-gone"))
+                && !exists(f, ("Hairpin", "shop", "stale"))
+                && exists(f, ("Hairpin", "ingress-nginx", "ingress-nginx-controller"))
+        })
+        .await;
+    assert!(done.is_some(), "the orphans are deleted");
+    assert!(
+        exists(&fake, users_metrics),
+        "a label alone is not hairpin's"
+    );
+    assert!(exists(&fake, tenants_own), "a label alone is not hairpin's");
+    let ours = fake
+        .get(
+            "hairpin.io/v1alpha1",
+            "Hairpin",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+        .unwrap();
+    assert_eq!(
+        ours["metadata"]["annotations"]["hairpin.io/source"],
+        "ingress-nginx/ingress-nginx-controller"
+    );
+    running.stop().await;
+
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(
+        report.services_deleted,
+        ["hairpin-ingress-nginx-ingress-nginx-controller"]
+    );
+    assert_eq!(
+        report.hairpins_deleted,
+        ["ingress-nginx/ingress-nginx-controller"]
+    );
+    assert!(exists(&fake, users_metrics), "uninstall leaves it too");
+    assert!(exists(&fake, tenants_own), "uninstall leaves it too");
+}
+
+#[tokio::test]
+async fn a_look_alike_at_a_name_hairpin_needs_is_never_overwritten() {
+    use hairpin_controller::apply::write_key;
+    use hairpin_controller::controller::routes_edit;
+
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let label = json!({"app.kubernetes.io/managed-by": "hairpin"});
+    let name = "hairpin-ingress-nginx-ingress-nginx-controller";
+    fake.apply(service_in_hairpin(name, json!({"labels": label})));
+    let users_routes = object(
+        "v1",
+        "ConfigMap",
+        Some("hairpin"),
+        "hairpin-routes",
+        json!({"metadata": {"labels": label}, "data": {"routes.json": "the user's"}}),
+    );
+    fake.apply(users_routes);
+    let service = |f: &FakeApiServer| f.get("v1", "Service", Some("hairpin"), name).unwrap();
+    let before = service(&fake);
+
+    let running = start(&fake, config("pod-a", false));
+    let refused = fake
+        .wait_until(Duration::from_secs(10), |_| {
+            running
+                .metrics_text()
+                .contains("hairpin_controller_errors_total{kind=\"not_owned\"}")
+        })
+        .await;
+    assert!(refused.is_some(), "{}", running.metrics_text());
+    running.stop().await;
+    assert_eq!(service(&fake)["spec"], before["spec"], "not replaced");
+    assert_eq!(
+        service(&fake)["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
+    assert_eq!(
+        corefile(&fake),
+        COREFILE,
+        "no DNS points at someone else's Service"
+    );
+
+    // The routes table is hairpin's own ConfigMap: one of that name without hairpin's marks
+    // is refused with a clear error, and left as it was.
+    let plan = hairpin_planner::desired(&Default::default(), &PlannerConfig::default());
+    let edit = routes_edit(&plan, &Default::default(), &PlannerConfig::default()).unwrap();
+    let err = write_key(&fake.client(), &edit).await.unwrap_err();
+    assert_eq!(err.metric_label(), "not_owned");
+    assert!(
+        err.to_string()
+            .starts_with("ConfigMap hairpin/hairpin-routes exists and is not hairpin's"),
+        "{err}"
+    );
+    let routes_data = |f: &FakeApiServer| {
+        f.get("v1", "ConfigMap", Some("hairpin"), "hairpin-routes")
+            .map(|cm| cm["data"]["routes.json"].clone())
+    };
+    assert_eq!(routes_data(&fake), Some(json!("the user's")));
+
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert!(report.services_deleted.is_empty() && !report.routes_deleted);
+    assert_eq!(service(&fake)["spec"], before["spec"]);
+    assert_eq!(routes_data(&fake), Some(json!("the user's")));
 }

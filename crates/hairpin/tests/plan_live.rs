@@ -93,7 +93,11 @@ async fn cluster() -> FakeApiServer {
         "Hairpin",
         Some("gone"),
         "gone",
-        json!({"metadata": {"labels": managed}, "spec": {}, "status": {"proxy": "v1", "hostCount": 1}}),
+        json!({
+            "metadata": {"labels": managed, "annotations": {"hairpin.io/source": "gone/gone"}},
+            "spec": {},
+            "status": {"proxy": "v1", "hostCount": 1}
+        }),
     ));
     fake
 }

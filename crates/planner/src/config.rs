@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::admission::AdmissionConfig;
@@ -173,3 +174,19 @@ pub const SOURCE_ANNOTATION: &str = "hairpin.io/source";
 pub const SOURCE_NAMESPACE_LABEL: &str = "hairpin.io/source-namespace";
 /// See [`SOURCE_NAMESPACE_LABEL`].
 pub const SOURCE_NAME_LABEL: &str = "hairpin.io/source-name";
+
+/// True when hairpin may delete or overwrite the object: it carries [`MANAGED_BY_LABEL`] with
+/// [`MANAGED_BY_VALUE`] AND the `annotation` hairpin writes on that kind of object. The label
+/// alone is not enough: it is a well-known label that a user's or a tenant's own object may
+/// carry (copied from a manifest, set by another tool), and such an object must never be
+/// deleted or replaced by hairpin.
+pub fn is_managed(meta: &ObjectMeta, annotation: &str) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY_VALUE)
+        && meta
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(annotation))
+}

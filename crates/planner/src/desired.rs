@@ -246,16 +246,7 @@ fn find_coredns<'a>(
 
 fn is_ours(meta: &ObjectMeta, config: &PlannerConfig) -> bool {
     meta.namespace.as_deref() == Some(config.namespace.as_str())
-        && meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(MANAGED_BY_LABEL))
-            .map(String::as_str)
-            == Some(MANAGED_BY_VALUE)
-        && meta
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(&config.annotation("source")))
+        && crate::config::is_managed(meta, &config.annotation("source"))
 }
 
 /// `hairpin-<namespace>-<name>`, or, when that is longer than a Service name may be (63) or
