@@ -20,7 +20,7 @@ use crate::apply::{KeyEdit, KeyOutcome, apply_services, remove_block_edit, write
 use crate::fight::{Decision, FightGuard, FightParams, Observation};
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
-use crate::report::{Events, object_ref, reason};
+use crate::report::{Events, list_note, object_ref, reason};
 use crate::status::{DnsState, PropagationParams, StatusWriter};
 use crate::watch::Caches;
 
@@ -317,7 +317,7 @@ impl Reconciler {
                 && !plan.errors.is_empty()
             {
                 let cm_ref = object_ref("ConfigMap", &planner.coredns_namespace, name, None);
-                let note = format!("hairpin cannot change DNS: {}", plan.errors.join("; "));
+                let note = list_note("hairpin cannot change DNS: ", &plan.errors, "; ", "");
                 self.events
                     .publish(&cm_ref, true, reason::DNS_WRITE_FAILED, note)
                     .await;
@@ -481,12 +481,12 @@ impl Reconciler {
         for lb in &plan.load_balancers {
             let svc = &lb.load_balancer.service;
             let hosts: Vec<&str> = lb.hostnames.iter().map(|h| h.name.as_str()).collect();
-            let note = format!(
-                "hairpin Service {} routes {} hostname(s) through the hairpin proxy: {}",
+            let head = format!(
+                "hairpin Service {} routes {} hostname(s) through the hairpin proxy: ",
                 lb.service_ref(),
                 hosts.len(),
-                hosts.join(", ")
             );
+            let note = list_note(&head, &hosts, ", ", "");
             let regarding = regarding_service(svc);
             self.events
                 .publish(&regarding, false, reason::CONFIGURED, note)
@@ -511,10 +511,14 @@ impl Reconciler {
                 .iter()
                 .map(ToString::to_string)
                 .collect();
-            let note = format!(
-                "hostname {} is claimed by several load balancers ({}); hairpin redirects it for none of them",
-                conflict.hostname,
-                lbs.join(", ")
+            let note = list_note(
+                &format!(
+                    "hostname {} is claimed by several load balancers (",
+                    conflict.hostname
+                ),
+                &lbs,
+                ", ",
+                "); hairpin redirects it for none of them",
             );
             for svc in &conflict.load_balancers {
                 let regarding = regarding_service(svc);
@@ -567,11 +571,11 @@ impl Reconciler {
                 .push(format!("{} ({}: {})", r.hostname, r.reason, r.detail));
         }
         for ((kind, object), refusals) in &by_object {
-            let note = format!(
-                "hairpin does not redirect {} of this object's hostnames: {}",
-                refusals.len(),
-                refusals.join("; ")
+            let head = format!(
+                "hairpin does not redirect {} of this object's hostnames: ",
+                refusals.len()
             );
+            let note = list_note(&head, refusals, "; ", "");
             self.events
                 .publish(
                     &regarding(kind, object),

@@ -140,16 +140,135 @@ fn event_key(regarding: &ObjectReference, reason: &str) -> EventKey {
     )
 }
 
-/// events.k8s.io/v1 notes are limited to 1 KiB.
+/// The most bytes an events.k8s.io/v1 Event's `note` may hold: kube-apiserver refuses a longer
+/// one with 422 Invalid (`note: Invalid value: "": can have at most 1024 characters`, counted
+/// in bytes; `pkg/apis/core/validation/events.go`).
+pub const NOTE_LIMIT: usize = 1024;
+
+/// `head`, then as many whole `items` (joined by `sep`) as fit in [`NOTE_LIMIT`] together with
+/// `tail`, then `… and N more` naming how many were left out. A list that fits is joined as
+/// it is. Only when `head` and `tail` alone do not fit is the text cut ([`truncate`]).
+pub fn list_note<S: AsRef<str>>(head: &str, items: &[S], sep: &str, tail: &str) -> String {
+    let total: usize = items.iter().map(|i| i.as_ref().len()).sum::<usize>()
+        + sep.len() * items.len().saturating_sub(1);
+    if head.len() + total + tail.len() <= NOTE_LIMIT {
+        let joined: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+        return format!("{head}{}{tail}", joined.join(sep));
+    }
+    let more = |left: usize| format!("… and {left} more");
+    let mut out = head.to_owned();
+    let mut listed = 0;
+    for item in items {
+        let item = item.as_ref();
+        let joint = if listed == 0 { "" } else { sep };
+        // Room for this item and, after it, the count of the rest (its longest form).
+        let after = out.len() + joint.len() + item.len();
+        let rest = items.len() - listed - 1;
+        let reserve = if rest == 0 {
+            0
+        } else {
+            sep.len() + more(rest).len()
+        };
+        if after + reserve + tail.len() > NOTE_LIMIT {
+            break;
+        }
+        out.push_str(joint);
+        out.push_str(item);
+        listed += 1;
+    }
+    if listed < items.len() {
+        if listed > 0 {
+            out.push_str(sep);
+        }
+        out.push_str(&more(items.len() - listed));
+    }
+    out.push_str(tail);
+    truncate(out)
+}
+
+/// The last resort for a note over [`NOTE_LIMIT`]: cut on a UTF-8 character boundary and end
+/// with `…`.
 fn truncate(mut note: String) -> String {
-    const MAX: usize = 1024;
-    if note.len() > MAX {
-        let mut cut = MAX - 3;
+    const ELLIPSIS: &str = "…";
+    if note.len() > NOTE_LIMIT {
+        let mut cut = NOTE_LIMIT - ELLIPSIS.len();
         while !note.is_char_boundary(cut) {
             cut -= 1;
         }
         note.truncate(cut);
-        note.push_str("...");
+        note.push_str(ELLIPSIS);
     }
     note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_that_fits_is_kept_whole() {
+        let note = list_note("hosts: ", &["a.example.com", "b.example.com"], ", ", ".");
+        assert_eq!(note, "hosts: a.example.com, b.example.com.");
+    }
+
+    #[test]
+    fn a_long_list_keeps_whole_items_and_counts_the_rest() {
+        let hosts: Vec<String> = (0..200)
+            .map(|i| format!("host-{i:03}.example.com"))
+            .collect();
+        let note = list_note("routes 200 hostname(s): ", &hosts, ", ", "");
+        assert!(note.len() <= NOTE_LIMIT, "{}", note.len());
+        let (listed, more) = note
+            .strip_prefix("routes 200 hostname(s): ")
+            .unwrap()
+            .rsplit_once(", … and ")
+            .unwrap();
+        let listed: Vec<&str> = listed.split(", ").collect();
+        assert_eq!(listed, hosts[..listed.len()], "whole names, in order");
+        assert_eq!(more, format!("{} more", 200 - listed.len()));
+        // As full as it can be: one more name would not fit.
+        let k = listed.len() + 1;
+        let fuller = format!(
+            "routes 200 hostname(s): {}, … and {} more",
+            hosts[..k].join(", "),
+            200 - k
+        );
+        assert!(fuller.len() > NOTE_LIMIT, "{}", fuller.len());
+    }
+
+    #[test]
+    fn multibyte_items_are_never_split_and_the_limit_is_bytes() {
+        // 100 bytes but 50 characters each: a character count would let twice as many in.
+        let items: Vec<String> = (0..40).map(|_| "ü".repeat(50)).collect();
+        let note = list_note("", &items, "; ", " (end)");
+        assert!(note.len() <= NOTE_LIMIT, "{}", note.len());
+        assert!(note.ends_with(" more (end)"), "{note}");
+        let kept = note.split("; ").filter(|i| *i == "ü".repeat(50)).count();
+        assert_eq!(
+            note,
+            format!(
+                "{}; … and {} more (end)",
+                items[..kept].join("; "),
+                40 - kept
+            )
+        );
+    }
+
+    #[test]
+    fn an_item_longer_than_the_limit_is_only_counted() {
+        let note = list_note("refused: ", &["x".repeat(2000)], "; ", "");
+        assert_eq!(note, "refused: … and 1 more");
+    }
+
+    #[test]
+    fn a_head_over_the_limit_is_cut_on_a_character_boundary() {
+        let head = "é".repeat(600);
+        let note = list_note(&head, &["a"], ", ", "");
+        assert!(
+            note.len() <= NOTE_LIMIT && note.ends_with('…'),
+            "{}",
+            note.len()
+        );
+        assert!(note.trim_end_matches('…').chars().all(|c| c == 'é'));
+    }
 }

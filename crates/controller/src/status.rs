@@ -28,7 +28,7 @@ use crate::crd::{Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, RefusedHos
 use crate::error::is_not_found;
 use crate::metrics::Metrics;
 use crate::propagation::{self, CheckOutcome, CheckSpec, DnsServer};
-use crate::report::{Events, object_ref, reason};
+use crate::report::{Events, list_note, object_ref, reason};
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::config::is_managed;
 
@@ -824,10 +824,14 @@ impl CheckContext {
                 }
                 None => String::new(),
             };
-            let note = format!(
-                "the cluster DNS answers {} with the hairpin Service ({}){took}{connect}",
-                spec.names.join(", "),
-                join(&spec.expected)
+            let note = list_note(
+                "the cluster DNS answers ",
+                &spec.names,
+                ", ",
+                &format!(
+                    " with the hairpin Service ({}){took}{connect}",
+                    join(&spec.expected)
+                ),
             );
             tracing::info!(lb = %self.lb, elapsed = ?outcome.elapsed, "DNS change effective");
             self.events

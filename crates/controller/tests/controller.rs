@@ -1612,3 +1612,49 @@ async fn a_look_alike_at_a_name_hairpin_needs_is_never_overwritten() {
     assert_eq!(service(&fake)["spec"], before["spec"]);
     assert_eq!(routes_data(&fake), Some(json!("the user's")));
 }
+
+#[tokio::test]
+async fn event_notes_over_the_api_limit_list_whole_hostnames_and_count_the_rest() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    // 120 hostnames of 40 bytes: the full list is about 5 kB, the API takes 1024 bytes.
+    let hosts: Vec<String> = (0..120)
+        .map(|i| format!("storefront-{i:03}.checkout.example.com"))
+        .collect();
+    let refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    fake.apply(ingress_hosts("shop", "many", &refs));
+    let running = start(&fake, config("pod-a", false));
+    let configured = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            !events(f, "HairpinConfigured").is_empty()
+        })
+        .await;
+    assert!(configured.is_some(), "the Event was accepted");
+    running.stop().await;
+    let refused = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.uri.contains("/events") && r.status == 422)
+        .count();
+    assert_eq!(refused, 0, "no Event refused by the API server");
+
+    let event = events(&fake, "HairpinConfigured").remove(0);
+    let note = event["note"].as_str().unwrap();
+    assert!(note.len() <= 1024, "{} bytes", note.len());
+    let listed = note
+        .split_once(": ")
+        .unwrap()
+        .1
+        .rsplit_once(", … and ")
+        .unwrap();
+    let names: Vec<&str> = listed.0.split(", ").collect();
+    // Whole names only (the seed's Ingress adds shop.example.com).
+    assert!(
+        names
+            .iter()
+            .all(|n| *n == "shop.example.com" || hosts.iter().any(|h| h == n)),
+        "{names:?}"
+    );
+    assert!(names.len() > 10, "as many as fit: {names:?}");
+    assert_eq!(listed.1, format!("{} more", 121 - names.len()), "{note}");
+}

@@ -538,6 +538,16 @@ async fn events_over_the_servers_limits_are_refused() {
             "Invalid value: \"\": can have at most 1024 characters".to_owned()
         )]
     );
+    // The limit counts bytes (Go's len), whatever the message's "characters" says: 513
+    // two-byte characters (1026 bytes) are refused.
+    let status = api_status(
+        events
+            .create(&pp, &event("ü".repeat(513), "Configured".into()))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status.code, 422);
+    assert_eq!(causes(&status)[0].0, "note");
     let status = api_status(
         events
             .create(&pp, &event("ok".into(), "R".repeat(129)))
