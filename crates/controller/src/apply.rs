@@ -191,15 +191,7 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
                 let empty = cm.data.as_ref().is_none_or(BTreeMap::is_empty)
                     && cm.binary_data.as_ref().is_none_or(BTreeMap::is_empty);
                 if empty && ours && edit.delete_if_empty_and_ours {
-                    let rv = cm.resource_version();
-                    let params = DeleteParams {
-                        preconditions: Some(kube::api::Preconditions {
-                            resource_version: rv,
-                            uid: None,
-                        }),
-                        ..DeleteParams::default()
-                    };
-                    api.delete(&edit.name, &params).await.map(drop)
+                    api.delete(&edit.name, &delete_as_read(&cm)).await.map(drop)
                 } else {
                     // `replace` sends the resourceVersion we read: a concurrent writer makes
                     // this fail with 409 instead of being overwritten.
@@ -224,6 +216,18 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
         action: format!("write ConfigMap {what}"),
         attempts: CONFLICT_RETRIES + 1,
     })
+}
+
+/// Delete options that hold only for the object as it was read (its uid and resourceVersion):
+/// one replaced or changed since fails with 409 Conflict instead of being deleted.
+pub(crate) fn delete_as_read<K: kube::Resource>(object: &K) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: object.meta().resource_version.clone(),
+            uid: object.meta().uid.clone(),
+        }),
+        ..DeleteParams::default()
+    }
 }
 
 /// What [`apply_services`] did.
@@ -384,14 +388,7 @@ pub async fn apply_services(
         }
         // Only the object as listed (hairpin's) is deleted: if someone replaced it since,
         // the precondition fails with 409 and it is left for the next reconcile to judge.
-        let params = DeleteParams {
-            preconditions: Some(kube::api::Preconditions {
-                resource_version: svc.resource_version(),
-                uid: svc.uid(),
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(name, &params).await {
+        match api.delete(name, &delete_as_read(svc)).await {
             Ok(_) => changes.deleted.push(name.clone()),
             Err(err) if is_not_found(&err) || is_conflict(&err) => {}
             Err(err) => {

@@ -20,7 +20,7 @@ use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig, ProxyHeader};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use tokio::sync::Notify;
 
@@ -319,14 +319,10 @@ impl StatusWriter {
                 let api: Api<Hairpin> = Api::namespaced(self.client.clone(), &key.0);
                 // Only the object as cached: one replaced since fails the precondition (409)
                 // and is judged again on the next reconcile.
-                let params = DeleteParams {
-                    preconditions: Some(kube::api::Preconditions {
-                        resource_version: hairpin.resource_version(),
-                        uid: hairpin.uid(),
-                    }),
-                    ..DeleteParams::default()
-                };
-                match api.delete(&key.1, &params).await {
+                match api
+                    .delete(&key.1, &crate::apply::delete_as_read(hairpin))
+                    .await
+                {
                     Ok(_) => {
                         self.metrics.writes.inc();
                         tracing::info!(hairpin = %format!("{}/{}", key.0, key.1), "stale Hairpin deleted");
@@ -640,19 +636,21 @@ impl StatusWriter {
             ),
         };
         let parts = [&dns_written, &dns_effective, &proxy_ready];
-        let ready_cond = if let Some(bad) = parts.iter().find(|c| c.status == "False") {
+        // Ready takes the first False part, else the first Unknown one, with its reason.
+        let blocking = [("False", Some(false)), ("Unknown", None)]
+            .into_iter()
+            .find_map(|(word, value)| {
+                parts
+                    .iter()
+                    .find(|c| c.status == word)
+                    .map(|part| (value, part))
+            });
+        let ready_cond = if let Some((value, part)) = blocking {
             cond(
                 condition::READY,
-                Some(false),
-                &bad.reason,
-                format!("{}: {}", bad.type_, bad.message),
-            )
-        } else if let Some(unknown) = parts.iter().find(|c| c.status == "Unknown") {
-            cond(
-                condition::READY,
-                None,
-                &unknown.reason,
-                format!("{}: {}", unknown.type_, unknown.message),
+                value,
+                &part.reason,
+                format!("{}: {}", part.type_, part.message),
             )
         } else {
             cond(

@@ -16,12 +16,13 @@ use hairpin_planner::PlannerConfig;
 use hairpin_planner::config::is_managed;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::apply::{
-    KeyEdit, KeyOutcome, config_map_is_ours, delete_managed_services, remove_block_edit, write_key,
+    KeyEdit, KeyOutcome, config_map_is_ours, delete_as_read, delete_managed_services,
+    remove_block_edit, write_key,
 };
 use crate::crd::Hairpin;
 use crate::error::is_not_found;
@@ -103,14 +104,7 @@ where
         tracing::warn!(object = %what, "not hairpin's (no managed-by label and hairpin annotation); left alone");
         return Ok(false);
     }
-    let params = DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            resource_version: current.resource_version(),
-            uid: current.uid(),
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(name, &params).await {
+    match api.delete(name, &delete_as_read(&current)).await {
         Ok(_) => Ok(true),
         Err(err) if is_not_found(&err) => Ok(false),
         Err(err) => Err(Error::kube(format!("delete {what}"), err)),

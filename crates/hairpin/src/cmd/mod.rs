@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
 
+pub(crate) mod args;
 pub(crate) mod completion;
 pub(crate) mod controller;
 pub(crate) mod doctor;

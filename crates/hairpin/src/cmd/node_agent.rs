@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hairpin_controller::client::ClientArgs;
+
+use crate::cmd::args::HostsConfigMapArgs;
 use hairpin_node_agent::{
     Agent, AgentOptions, ConfigMapSource, HostsFile, Registry, SourceFile, SyncOutcome,
 };
@@ -30,24 +32,10 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_SOURCE_FILE", value_name = "PATH")]
     pub(crate) source_file: Option<PathBuf>,
 
-    /// hairpin's namespace, where the controller publishes the hosts block.
-    #[arg(
-        long,
-        short = 'n',
-        env = "HAIRPIN_NAMESPACE",
-        default_value = "hairpin"
-    )]
-    pub(crate) namespace: String,
-
-    /// Name of the ConfigMap holding the hosts block (key `hosts.json`), as the controller's
-    /// `--hosts-configmap`. Until it exists no hosts block is written; a value that does not
-    /// parse is logged and the last good block stays.
-    #[arg(
-        long = "hosts-configmap",
-        env = "HAIRPIN_HOSTS_CONFIGMAP",
-        default_value = "hairpin-hosts"
-    )]
-    pub(crate) hosts_config_map: String,
+    /// Where the controller publishes the hosts block. Until it exists no hosts block is
+    /// written; a value that does not parse is logged and the last good block stays.
+    #[command(flatten)]
+    pub(crate) hosts: HostsConfigMapArgs,
 
     #[command(flatten)]
     pub(crate) client: ClientArgs,
@@ -126,8 +114,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 let changed = Arc::new(Notify::new());
                 let source = ConfigMapSource::start(
                     client,
-                    &args.namespace,
-                    &args.hosts_config_map,
+                    &args.hosts.namespace,
+                    &args.hosts.hosts_config_map,
                     hairpin_planner::hosts::HOSTS_KEY,
                     changed.clone(),
                     &shutdown,
@@ -139,7 +127,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             admin = %admin.local_addr(),
             hosts_file = %args.hosts_file.display(),
             source = args.source_file.as_ref().map_or_else(
-                || format!("ConfigMap {}/{}", args.namespace, args.hosts_config_map),
+                || format!("ConfigMap {}/{}", args.hosts.namespace, args.hosts.hosts_config_map),
                 |p| p.display().to_string(),
             ),
             "node agent started"

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hairpin_controller::client::ClientArgs;
+
+use crate::cmd::args::HostsConfigMapArgs;
 use hairpin_controller::preview::{self, Observed};
 use hairpin_planner::admission::{AdmissionConfig, NamespacePolicy, parse_host_list};
 use hairpin_planner::name::Host;
@@ -19,15 +21,8 @@ use hairpin_planner::{
 /// Planner settings, shared by every command that computes a plan.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct PlannerArgs {
-    /// Our namespace: hairpin Services and the routes and hosts ConfigMaps live here (`-n`, as with
-    /// kubectl: the namespace hairpin is installed in).
-    #[arg(
-        long,
-        short = 'n',
-        env = "HAIRPIN_NAMESPACE",
-        default_value = "hairpin"
-    )]
-    pub(crate) namespace: String,
+    #[command(flatten)]
+    pub(crate) hosts: HostsConfigMapArgs,
     /// Labels of the proxy pods, `key=value,...`; hairpin Services select them.
     #[arg(
         long,
@@ -102,14 +97,6 @@ pub(crate) struct PlannerArgs {
         default_value = "hairpin-routes"
     )]
     pub(crate) routes_config_map: String,
-    /// Name of the ConfigMap (in `--namespace`) the controller publishes the node agents'
-    /// hosts block in.
-    #[arg(
-        long = "hosts-configmap",
-        env = "HAIRPIN_HOSTS_CONFIGMAP",
-        default_value = "hairpin-hosts"
-    )]
-    pub(crate) hosts_config_map: String,
     /// Cluster domain, used when the Corefile's `kubernetes` plugin names none (no zone, or a
     /// placeholder such as `{$CLUSTER_DOMAIN}`); without it, `cluster.local`.
     #[arg(long, env = "HAIRPIN_CLUSTER_DOMAIN")]
@@ -141,7 +128,7 @@ pub(crate) struct PlannerArgs {
 impl PlannerArgs {
     pub(crate) fn config(&self) -> PlannerConfig {
         PlannerConfig {
-            namespace: self.namespace.clone(),
+            namespace: self.hosts.namespace.clone(),
             proxy_selector: self.proxy_selector.clone(),
             coredns_namespace: self.coredns_namespace.clone(),
             coredns_config_maps: self.coredns_config_maps.clone(),
@@ -155,7 +142,7 @@ impl PlannerArgs {
             listener_port_base: self.listener_port_base,
             annotation_prefix: self.annotation_prefix.clone(),
             routes_config_map: self.routes_config_map.clone(),
-            hosts_config_map: self.hosts_config_map.clone(),
+            hosts_config_map: self.hosts.hosts_config_map.clone(),
             cluster_domain: self.cluster_domain.clone(),
             admission: AdmissionConfig {
                 deny_hostnames: self.deny_hostnames.0.clone(),
