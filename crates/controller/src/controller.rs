@@ -669,12 +669,16 @@ pub fn hosts_edit(
 }
 
 /// Leaving the other mode's location clean after a mode switch: our `coredns-custom` key in
-/// `corefile` mode, our Corefile block in `custom` mode.
+/// `corefile` mode, our Corefile block in `custom` mode, and in `external-dns` mode every
+/// DNS ConfigMap key hairpin wrote (the same places `hairpin uninstall` cleans).
 pub fn mode_switch_edits(
     dns: &DnsChange,
     snapshot: &ClusterSnapshot,
     planner: &PlannerConfig,
 ) -> Vec<KeyEdit> {
+    if dns.mode == DnsMode::ExternalDns {
+        return external_dns_cleanup_edits(snapshot, planner);
+    }
     let mut edits = Vec::new();
     let custom_has_ours = snapshot
         .config_map(
@@ -705,6 +709,60 @@ pub fn mode_switch_edits(
                     &planner.corefile_key,
                 ));
             }
+        }
+    }
+    edits
+}
+
+/// In `external-dns` mode hairpin writes no DNS ConfigMap: the blocks and keys an earlier mode
+/// left are removed (each by the editor that gives back the original bytes), so the cluster
+/// DNS and the DNSEndpoints do not both answer.
+fn external_dns_cleanup_edits(snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> Vec<KeyEdit> {
+    let has_block = |namespace: &str, name: &str, key: &str| {
+        snapshot
+            .config_map(namespace, name)
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|d| d.get(key))
+            .is_some_and(|text| text.contains(hairpin_planner::markers::BEGIN_PREFIX))
+    };
+    let corefiles = planner
+        .coredns_config_maps
+        .iter()
+        .map(|name| (&planner.coredns_namespace, name))
+        .chain(
+            planner
+                .node_local_dns_config_maps
+                .iter()
+                .map(|name| (&planner.node_local_dns_namespace, name)),
+        );
+    let mut edits: Vec<KeyEdit> = corefiles
+        .filter(|(namespace, name)| has_block(namespace, name, &planner.corefile_key))
+        .map(|(namespace, name)| remove_block_edit(namespace, name, &planner.corefile_key))
+        .collect();
+    let custom = snapshot
+        .config_map(
+            &planner.coredns_namespace,
+            &planner.coredns_custom_config_map,
+        )
+        .and_then(|cm| cm.data.as_ref());
+    for key in custom.iter().flat_map(|d| d.keys()) {
+        if *key == planner.coredns_custom_key {
+            edits.push(KeyEdit::set(
+                &planner.coredns_namespace,
+                &planner.coredns_custom_config_map,
+                key,
+                None,
+            ));
+        } else if has_block(
+            &planner.coredns_namespace,
+            &planner.coredns_custom_config_map,
+            key,
+        ) {
+            edits.push(remove_block_edit(
+                &planner.coredns_namespace,
+                &planner.coredns_custom_config_map,
+                key,
+            ));
         }
     }
     edits

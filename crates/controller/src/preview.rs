@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
+use hairpin_planner::external_dns::{self, DnsEndpoint};
 use hairpin_planner::render::unified_diff;
 use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig};
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
@@ -117,7 +118,7 @@ impl Action {
 pub struct Change {
     /// What the write does.
     pub action: Action,
-    /// `Service`, `ConfigMap` or `Hairpin`.
+    /// `Service`, `ConfigMap`, `DNSEndpoint` or `Hairpin`.
     pub kind: &'static str,
     /// The object's namespace.
     pub namespace: String,
@@ -188,6 +189,7 @@ pub fn changes(
         }
     }
     out.extend(service_changes(plan, snapshot, planner, &mut refused));
+    out.extend(dns_endpoint_changes(plan, snapshot));
     if let Some(live) = &observed.hairpins {
         out.extend(hairpin_changes(plan, snapshot, live, planner));
     }
@@ -306,6 +308,66 @@ fn service_changes(
     out
 }
 
+/// The fields of a `DNSEndpoint` the controller sets (and compares): identity, labels,
+/// annotations and the records; not the status external-dns writes.
+fn dns_endpoint_view(object: &DnsEndpoint) -> Value {
+    json!({
+        "apiVersion": object.api_version,
+        "kind": object.kind,
+        "metadata": {
+            "name": object.metadata.name,
+            "namespace": object.metadata.namespace,
+            "labels": object.metadata.labels,
+            "annotations": object.metadata.annotations,
+        },
+        "spec": object.spec,
+    })
+}
+
+/// The `DNSEndpoint`s of the external-dns mode: created, replaced, or deleted when stale.
+fn dns_endpoint_changes(plan: &Plan, snapshot: &ClusterSnapshot) -> Vec<Change> {
+    let Some(endpoints) = plan.dns.as_ref().and_then(|d| d.dns_endpoints.as_ref()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for o in endpoints.objects.iter().filter(|o| o.changed) {
+        let target = o.object.object_ref();
+        let after = dns_endpoint_view(&o.object);
+        out.push(Change {
+            action: if o.current.is_some() {
+                Action::Update
+            } else {
+                Action::Create
+            },
+            kind: external_dns::KIND,
+            namespace: target.namespace,
+            name: target.name,
+            key: None,
+            before: o.current.as_ref().map(|c| yaml(&dns_endpoint_view(c))),
+            after: Some(yaml(&after)),
+            written: Some(after),
+        });
+    }
+    for stale in &endpoints.stale {
+        let before = snapshot
+            .dns_endpoints
+            .iter()
+            .find(|e| e.object_ref() == *stale)
+            .map(|e| yaml(&dns_endpoint_view(e)));
+        out.push(Change {
+            action: Action::Delete,
+            kind: external_dns::KIND,
+            namespace: stale.namespace.clone(),
+            name: stale.name.clone(),
+            key: None,
+            before,
+            after: None,
+            written: None,
+        });
+    }
+    out
+}
+
 /// The part of a `Hairpin` the plan decides: its identity, and on creation its labels and
 /// owner; in the status everything but what is measured at run time (ready endpoints,
 /// conditions, the DNS word, write and propagation times).
@@ -410,7 +472,8 @@ fn yaml<T: Serialize>(value: &T) -> String {
 
 /// Unified diffs of every change: `--- a/<namespace>/<name>/<key>` for ConfigMap keys (the
 /// form `hairpin plan -f` has always printed), `--- a/service/<namespace>/<name>` and
-/// `--- a/hairpin/<namespace>/<name>` for objects (the fields the controller sets, as YAML).
+/// `--- a/dnsendpoint/<namespace>/<name>`, `--- a/hairpin/<namespace>/<name>` for objects
+/// (the fields the controller sets, as YAML).
 /// Empty when nothing would be written.
 pub fn diff(changes: &[Change]) -> String {
     changes
@@ -494,6 +557,19 @@ pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
                 "key": w.key,
                 "changed": w.changed,
             })).collect::<Vec<_>>(),
+            "dnsEndpoints": d.dns_endpoints.as_ref().map(|e| json!({
+                "objects": e.objects.iter().map(|o| json!({
+                    "name": o.object.object_ref().to_string(),
+                    "loadBalancer": o.load_balancer.to_string(),
+                    "changed": o.changed,
+                    "endpoints": o.object.spec.endpoints,
+                })).collect::<Vec<_>>(),
+                "pending": e.pending.iter().map(|p| json!({
+                    "hostname": p.hostname,
+                    "service": p.service.to_string(),
+                })).collect::<Vec<_>>(),
+                "stale": e.stale.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            })),
         })),
         "hostsFile": hosts.iter().map(|e| json!({
             "ip": e.ip,

@@ -753,12 +753,12 @@ fn cluster_ips(lb: &hairpin_planner::LoadBalancerPlan) -> Vec<IpAddr> {
 
 /// The Corefile hairpin edits lacks `reload` (so CoreDNS reads it only on restart).
 fn reload_missing(plan: &Plan, snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> bool {
-    let Some(dns) = &plan.dns else {
+    let Some(coredns) = plan.dns.as_ref().and_then(|dns| dns.coredns()) else {
         return false;
     };
     planner.coredns_config_maps.iter().any(|name| {
         snapshot
-            .config_map(&dns.coredns().config_map.namespace, name)
+            .config_map(&coredns.config_map.namespace, name)
             .and_then(|cm| cm.data.as_ref()?.get(&planner.corefile_key))
             .and_then(|text| corefile::analyze(text).ok())
             .is_some_and(|info| !info.has_reload)

@@ -378,6 +378,7 @@ impl Caches {
                     ..Namespace::default()
                 })
                 .collect(),
+            dns_endpoints: Vec::new(),
         }
     }
 

@@ -507,7 +507,16 @@ fn plan_of_each_fixture_is_its_golden() {
         else {
             continue;
         };
-        let out = hairpin(&["plan", "-f", path.to_str().unwrap()], None);
+        // A fixture's `# planner: --dns-mode <mode>` line is the flag it is planned with.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut args = vec!["plan", "-f", path.to_str().unwrap()];
+        if let Some(mode) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# planner: --dns-mode "))
+        {
+            args.extend(["--dns-mode", mode.trim()]);
+        }
+        let out = hairpin(&args, None);
         assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
         let golden =
             std::fs::read_to_string(format!("{root}/golden/plans/{name}.plan.txt")).unwrap();

@@ -84,9 +84,19 @@ fn main() {
 
     // Steady state: the ConfigMap already holds what the first plan wrote.
     let dns = plan.dns.as_ref().expect("a DNS change");
-    let written = dns.coredns().object.clone().expect("a Corefile write");
-    let corefile_len = dns.coredns().desired.len();
-    let before = dns.coredns().current.as_deref().map_or(0, str::len);
+    let written = dns
+        .coredns()
+        .unwrap()
+        .object
+        .clone()
+        .expect("a Corefile write");
+    let corefile_len = dns.coredns().unwrap().desired.len();
+    let before = dns
+        .coredns()
+        .unwrap()
+        .current
+        .as_deref()
+        .map_or(0, str::len);
     let at = snapshot
         .config_maps
         .iter()
@@ -96,7 +106,13 @@ fn main() {
     let again = desired(&snapshot, &config);
     assert!(again.errors.is_empty(), "{:?}", again.errors);
     assert!(
-        !again.dns.as_ref().expect("a DNS change").coredns().changed,
+        !again
+            .dns
+            .as_ref()
+            .expect("a DNS change")
+            .coredns()
+            .unwrap()
+            .changed,
         "the steady state changes nothing"
     );
     let steady = median(runs, || desired(std::hint::black_box(&snapshot), &config));

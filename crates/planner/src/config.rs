@@ -20,6 +20,11 @@ pub enum DnsMode {
     Corefile,
     /// A `hairpin.override` key in the `coredns-custom` ConfigMap.
     Custom,
+    /// No DNS ConfigMap is written: the hostnames are published as external-dns `DNSEndpoint`
+    /// objects in hairpin's namespace, for a private external-dns instance
+    /// ([`crate::external_dns`]). For clusters whose DNS hairpin cannot edit.
+    #[serde(rename = "external-dns")]
+    ExternalDns,
 }
 
 impl DnsMode {
@@ -29,6 +34,7 @@ impl DnsMode {
             DnsMode::Auto => "auto",
             DnsMode::Corefile => "corefile",
             DnsMode::Custom => "custom",
+            DnsMode::ExternalDns => "external-dns",
         }
     }
 }
@@ -41,8 +47,9 @@ impl std::str::FromStr for DnsMode {
             "auto" => Ok(DnsMode::Auto),
             "corefile" => Ok(DnsMode::Corefile),
             "custom" => Ok(DnsMode::Custom),
+            "external-dns" => Ok(DnsMode::ExternalDns),
             other => Err(format!(
-                "unknown DNS mode {other:?} (expected auto, corefile or custom)"
+                "unknown DNS mode {other:?} (expected auto, corefile, custom or external-dns)"
             )),
         }
     }

@@ -132,6 +132,19 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
         r
     };
     let dns = match analyzed {
+        // No DNS ConfigMap is written: a Corefile, when there is one, gave the cluster domain.
+        _ if config.dns_mode == DnsMode::ExternalDns => Some(DnsChange {
+            mode: DnsMode::ExternalDns,
+            cluster_domain: cluster_domain.clone(),
+            entries: redirects.clone(),
+            writes: Vec::new(),
+            dns_endpoints: Some(crate::external_dns::plan(
+                snapshot,
+                config,
+                &load_balancers,
+                &mut warnings,
+            )),
+        }),
         None => {
             errors.push(format!(
                 "no CoreDNS ConfigMap found (looked for {} in namespace {} with key {}); DNS is not planned",
@@ -821,7 +834,7 @@ fn dns_change(
                 object,
             }
         }
-        DnsMode::Corefile | DnsMode::Auto => {
+        DnsMode::Corefile | DnsMode::Auto | DnsMode::ExternalDns => {
             for w in &placed.main.warnings {
                 warnings.push(Warning::new(&subject, w.to_string()));
             }
@@ -886,6 +899,7 @@ fn dns_change(
         cluster_domain: info.cluster_domain.clone(),
         entries: redirects.to_vec(),
         writes,
+        dns_endpoints: None,
     })
 }
 

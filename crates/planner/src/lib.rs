@@ -13,6 +13,7 @@
 //! - [`sources`]: hostname sources defined by CRDs (Traefik, Istio, Contour).
 //! - [`plan`]: the plan value; [`desired`] computes it.
 //! - [`corefile`], [`hosts`]: the Corefile and hosts-file editors.
+//! - [`external_dns`]: the `DNSEndpoint` objects of the `external-dns` DNS mode.
 //! - [`load`]: cluster objects from YAML text; [`render`]: text, diff and YAML forms of a plan.
 
 pub mod admission;
@@ -20,6 +21,7 @@ pub mod config;
 pub mod corefile;
 mod desired;
 pub mod discovery;
+pub mod external_dns;
 pub mod hostnames;
 pub mod hosts;
 pub mod load;

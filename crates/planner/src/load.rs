@@ -122,7 +122,8 @@ fn add_value(
         | (_, "ServiceList")
         | (_, "IngressList")
         | (_, "ConfigMapList")
-        | (_, "NamespaceList") => {
+        | (_, "NamespaceList")
+        | (_, "DNSEndpointList") => {
             let Some(Value::Array(items)) = value.get("items").cloned() else {
                 return Err(format!("{kind} without `items`"));
             };
@@ -154,6 +155,9 @@ fn add_value(
                 }
             }
             snapshot.tls_routes.push(typed(value, &what)?);
+        }
+        (crate::external_dns::GROUP, crate::external_dns::KIND) => {
+            snapshot.dns_endpoints.push(typed(value, &what)?);
         }
         (group, kind) if SourceKind::of(group, kind).is_some() => {
             let source_kind = SourceKind::of(group, kind).unwrap_or(SourceKind::IstioGateway);

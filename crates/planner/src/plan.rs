@@ -10,6 +10,7 @@ use crate::admission::Refusal;
 use crate::config::DnsMode;
 use crate::corefile::{BlockInsert, CorefileError, DnsEntry, HostPattern, normalize_target};
 use crate::discovery::{LoadBalancer, NotNeeded};
+use crate::external_dns::DnsEndpoints;
 use crate::hostnames::{Conflict, Hostname, WildcardLabels};
 use crate::providers::ProxyVersion;
 use crate::snapshot::ObjectRef;
@@ -146,29 +147,37 @@ impl std::fmt::Display for ProxyHeader {
 }
 
 /// The DNS change: every ConfigMap key hairpin writes so that the cluster's DNS answers the
-/// redirected hostnames, wherever the queries for them land.
+/// redirected hostnames, wherever the queries for them land; in `external-dns` mode, the
+/// `DNSEndpoint` objects instead.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DnsChange {
-    /// The mode actually used for CoreDNS (`Corefile` or `Custom`, never `Auto`).
+    /// The mode actually used (`Corefile`, `Custom` or `ExternalDns`, never `Auto`).
     pub mode: DnsMode,
     /// The cluster domain: the Corefile's `kubernetes` zone, `--cluster-domain`, or the default.
     pub cluster_domain: String,
     /// Hostname -> the hairpin Service FQDN it is redirected to, sorted by hostname.
     pub entries: Vec<DnsRedirect>,
     /// The keys written: CoreDNS's first (the Corefile, or the `coredns-custom` key), then the
-    /// node-local-dns Corefiles.
+    /// node-local-dns Corefiles. Empty in `external-dns` mode.
     pub writes: Vec<DnsWrite>,
+    /// The `DNSEndpoint` objects, in `external-dns` mode only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_endpoints: Option<DnsEndpoints>,
 }
 
 impl DnsChange {
-    /// The CoreDNS write (the first one).
-    pub fn coredns(&self) -> &DnsWrite {
-        &self.writes[0]
+    /// The CoreDNS write (the first one); `None` in `external-dns` mode, which writes none.
+    pub fn coredns(&self) -> Option<&DnsWrite> {
+        self.writes.first()
     }
 
-    /// Whether any key changes.
+    /// Whether any key (or `DNSEndpoint`) changes.
     pub fn changed(&self) -> bool {
         self.writes.iter().any(|w| w.changed)
+            || self
+                .dns_endpoints
+                .as_ref()
+                .is_some_and(DnsEndpoints::changed)
     }
 }
 

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 
+use crate::external_dns::DnsEndpoints;
 use crate::plan::{Plan, ProxyHeader};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 
@@ -209,6 +210,9 @@ pub fn text(plan: &Plan) -> String {
                     }
                 );
             }
+            if let Some(endpoints) = &d.dns_endpoints {
+                dns_endpoints_text(&mut out, endpoints);
+            }
         }
         None => {
             let _ = writeln!(out, "  not planned (see errors)");
@@ -263,6 +267,58 @@ pub fn text(plan: &Plan) -> String {
         }
     }
     out
+}
+
+/// The `DNSEndpoint`s of the external-dns mode: each object with its records, the hostnames
+/// still waiting for a ClusterIP, and the objects deleted.
+fn dns_endpoints_text(out: &mut String, endpoints: &DnsEndpoints) {
+    let _ = writeln!(
+        out,
+        "  no DNS ConfigMap is written: external-dns publishes these DNSEndpoints (label {}=true)",
+        crate::external_dns::DNS_ENDPOINT_LABEL
+    );
+    for o in &endpoints.objects {
+        let records = &o.object.spec.endpoints;
+        let _ = writeln!(
+            out,
+            "  DNSEndpoint {} ({}): {} record{}, TTL {}s; {}",
+            o.object.object_ref(),
+            o.load_balancer,
+            records.len(),
+            plural(records.len()),
+            crate::external_dns::RECORD_TTL,
+            match &o.current {
+                None => "created (see -o diff)",
+                Some(_) if o.changed => "changes (see -o diff)",
+                Some(_) => "unchanged",
+            }
+        );
+        let width = records.iter().map(|e| e.dns_name.len()).max().unwrap_or(0);
+        for e in records {
+            let _ = writeln!(
+                out,
+                "    {:<width$}  {:<4}  {}",
+                e.dns_name,
+                e.record_type,
+                e.targets.join(", ")
+            );
+        }
+    }
+    if !endpoints.pending.is_empty() {
+        let names: Vec<&str> = endpoints
+            .pending
+            .iter()
+            .map(|p| p.hostname.as_str())
+            .collect();
+        let _ = writeln!(
+            out,
+            "  waiting for their hairpin Service's ClusterIP (published once it is created): {}",
+            names.join(", ")
+        );
+    }
+    for stale in &endpoints.stale {
+        let _ = writeln!(out, "  DNSEndpoint {stale}: deleted (no longer needed)");
+    }
 }
 
 fn plural(n: usize) -> &'static str {
@@ -333,7 +389,8 @@ pub fn unified_diff(path: &str, old: Option<&str>, new: Option<&str>) -> String 
 }
 
 /// The objects to write, as multi-document YAML: hairpin Services, the DNS ConfigMaps (those
-/// that change) and the routes ConfigMap. Orphaned hairpin Services are listed in a comment.
+/// that change) or `DNSEndpoint`s, and the routes ConfigMap. Orphaned hairpin Services and
+/// stale `DNSEndpoint`s are listed in a comment.
 pub fn yaml(plan: &Plan) -> Result<String, String> {
     let mut docs: Vec<String> = Vec::new();
     for lb in &plan.load_balancers {
@@ -343,10 +400,19 @@ pub fn yaml(plan: &Plan) -> Result<String, String> {
     for cm in writes.filter_map(|w| w.object.as_ref()) {
         docs.push(to_yaml::<ConfigMap>(cm)?);
     }
+    let endpoints = plan.dns.iter().filter_map(|d| d.dns_endpoints.as_ref());
+    for endpoints in endpoints.clone() {
+        for o in endpoints.objects.iter().filter(|o| o.changed) {
+            docs.push(to_yaml(&o.object)?);
+        }
+    }
     docs.push(to_yaml(&plan.routes_config_map)?);
     let mut out = String::new();
     for o in &plan.orphaned_services {
         let _ = writeln!(out, "# delete: Service {o} (no longer needed)");
+    }
+    for stale in endpoints.flat_map(|e| &e.stale) {
+        let _ = writeln!(out, "# delete: DNSEndpoint {stale} (no longer needed)");
     }
     for r in &plan.refused {
         let _ = writeln!(

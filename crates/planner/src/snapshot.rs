@@ -9,6 +9,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
+use crate::external_dns::DnsEndpoint;
 use crate::sources::CustomSource;
 
 /// Every object the planner looks at. The controller fills it from reflector stores, `hairpin
@@ -41,6 +42,9 @@ pub struct ClusterSnapshot {
     /// Objects of the CRD hostname sources that are installed (Traefik `IngressRoute` and
     /// `IngressRouteTCP`, Istio `Gateway`, Contour `HTTPProxy`).
     pub custom_sources: Vec<CustomSource>,
+    /// external-dns `DNSEndpoint`s in our namespace (hairpin's own, in `--dns-mode
+    /// external-dns`; the controller watches them only in that mode).
+    pub dns_endpoints: Vec<DnsEndpoint>,
 }
 
 /// Namespace and name of an object; displayed as `namespace/name`.

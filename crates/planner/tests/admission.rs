@@ -106,6 +106,7 @@ fn tenant_fixture_rewrites_only_its_legitimate_hosts_and_reports_each_refusal() 
     ] {
         let rules = dns
             .coredns()
+            .unwrap()
             .desired
             .lines()
             .filter(|l| l.contains("rewrite"));

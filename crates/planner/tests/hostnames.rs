@@ -502,6 +502,7 @@ fn gateway_wildcards_cover_one_or_more_labels_in_dns() {
     let target = "hairpin-infra-gw.hairpin.svc.cluster.local";
     let rules: Vec<&str> = dns
         .coredns()
+        .unwrap()
         .desired
         .lines()
         .map(str::trim)
@@ -522,7 +523,7 @@ fn gateway_wildcards_cover_one_or_more_labels_in_dns() {
             &all,
         ],
         "{}",
-        dns.coredns().desired
+        dns.coredns().unwrap().desired
     );
 
     // JSON says which kind a wildcard is, and nothing for exact names.
@@ -584,7 +585,7 @@ fn ingress_wildcards_stay_one_label_and_the_broader_meaning_wins() {
         "{both:?}"
     );
 
-    let desired_corefile = &plan.dns.as_ref().unwrap().coredns().desired;
+    let desired_corefile = &plan.dns.as_ref().unwrap().coredns().unwrap().desired;
     let shop = "rewrite stop name regex ^[^.]+\\.shop\\.example\\.com\\.$ hairpin-infra-gw.hairpin.svc.cluster.local answer auto";
     let gateway = "rewrite stop name regex ^(?:[^.]+\\.)+dev\\.example\\.com\\.$ hairpin-infra-gw.hairpin.svc.cluster.local answer auto";
     let (shop_at, gateway_at) = (

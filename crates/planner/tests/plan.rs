@@ -138,24 +138,26 @@ fn hairpin_services_routes_and_dns() {
     let dns = plan.dns.as_ref().unwrap();
     assert_eq!(dns.mode, DnsMode::Corefile);
     assert_eq!(
-        dns.coredns().config_map,
+        dns.coredns().unwrap().config_map,
         ObjectRef::new("kube-system", "coredns")
     );
-    assert_eq!(dns.coredns().key, "Corefile");
-    assert!(dns.coredns().changed);
+    assert_eq!(dns.coredns().unwrap().key, "Corefile");
+    assert!(dns.coredns().unwrap().changed);
     assert!(
         dns.coredns()
+            .unwrap()
             .desired
             .contains("shop.example.com hairpin-ingress-nginx.hairpin.svc.cluster.local"),
         "{}",
-        dns.coredns().desired
+        dns.coredns().unwrap().desired
     );
     assert!(
         dns.coredns()
+            .unwrap()
             .desired
             .contains("sso.example.org hairpin-edge-traefik.hairpin.svc.cluster.local")
     );
-    let cm = dns.coredns().object.as_ref().unwrap();
+    let cm = dns.coredns().unwrap().object.as_ref().unwrap();
     assert_eq!(
         cm.metadata.resource_version.as_deref(),
         Some("100"),
@@ -307,6 +309,7 @@ fn yaml_output_parses_back_into_typed_objects() {
             .as_ref()
             .unwrap()
             .coredns()
+            .unwrap()
             .object
             .as_ref()
             .unwrap()
@@ -315,7 +318,7 @@ fn yaml_output_parses_back_into_typed_objects() {
     // The Corefile that would be written survives the YAML round trip byte for byte.
     assert_eq!(
         config_maps[0].data.as_ref().unwrap()["Corefile"],
-        plan.dns.as_ref().unwrap().coredns().desired
+        plan.dns.as_ref().unwrap().coredns().unwrap().desired
     );
 }
 
@@ -387,20 +390,20 @@ fn auto_mode_uses_coredns_custom_where_the_corefile_imports_it() {
     let dns = plan.dns.as_ref().unwrap();
     assert_eq!(dns.mode, DnsMode::Custom);
     assert_eq!(
-        dns.coredns().config_map,
+        dns.coredns().unwrap().config_map,
         ObjectRef::new("kube-system", "coredns-custom")
     );
-    assert_eq!(dns.coredns().key, "hairpin.override");
-    assert_eq!(dns.coredns().current, None);
-    assert!(dns.coredns().desired.contains("shop.example.com"));
-    let cm = dns.coredns().object.as_ref().unwrap();
+    assert_eq!(dns.coredns().unwrap().key, "hairpin.override");
+    assert_eq!(dns.coredns().unwrap().current, None);
+    assert!(dns.coredns().unwrap().desired.contains("shop.example.com"));
+    let cm = dns.coredns().unwrap().object.as_ref().unwrap();
     assert_eq!(
         cm.metadata.resource_version, None,
         "coredns-custom did not exist"
     );
     assert_eq!(
         cm.data.as_ref().unwrap()["hairpin.override"],
-        dns.coredns().desired
+        dns.coredns().unwrap().desired
     );
 
     // An existing coredns-custom keeps its other keys and its resourceVersion.
@@ -418,6 +421,7 @@ fn auto_mode_uses_coredns_custom_where_the_corefile_imports_it() {
         .as_ref()
         .unwrap()
         .coredns()
+        .unwrap()
         .object
         .as_ref()
         .unwrap();
@@ -431,7 +435,7 @@ fn auto_mode_uses_coredns_custom_where_the_corefile_imports_it() {
     };
     let plan = desired(&snapshot, &config);
     assert_eq!(
-        plan.dns.as_ref().unwrap().coredns().config_map,
+        plan.dns.as_ref().unwrap().coredns().unwrap().config_map,
         ObjectRef::new("kube-system", "coredns")
     );
 }
@@ -564,6 +568,7 @@ fn custom_namespace_selector_and_port_base() {
             .as_ref()
             .unwrap()
             .coredns()
+            .unwrap()
             .desired
             .contains("hairpin-edge-traefik.net.svc.cluster.local")
     );
@@ -644,6 +649,7 @@ fn listener_ports_running_out_are_reported_not_wrapped() {
             .as_ref()
             .unwrap()
             .coredns()
+            .unwrap()
             .desired
             .contains("shop.example.com")
     );
@@ -777,10 +783,11 @@ fn plain_ports_of_a_mixed_load_balancer_are_served_without_a_header() {
             .as_ref()
             .unwrap()
             .coredns()
+            .unwrap()
             .desired
             .contains("site.example.net hairpin-web-edge.hairpin.svc.cluster.local"),
         "{}",
-        plan.dns.as_ref().unwrap().coredns().desired
+        plan.dns.as_ref().unwrap().coredns().unwrap().desired
     );
     assert!(plan.warnings.is_empty(), "{:#?}", plan.warnings);
 
@@ -959,11 +966,11 @@ fn a_load_balancer_with_only_plain_ports_gets_no_hairpin() {
     );
     let dns = plan.dns.as_ref().unwrap();
     assert!(
-        !dns.coredns().desired.contains("site.example.net"),
+        !dns.coredns().unwrap().desired.contains("site.example.net"),
         "{}",
-        dns.coredns().desired
+        dns.coredns().unwrap().desired
     );
-    assert!(!dns.coredns().changed);
+    assert!(!dns.coredns().unwrap().changed);
 }
 
 #[test]
@@ -984,6 +991,7 @@ fn a_load_balancer_whose_proxy_ports_get_no_listener_is_not_planned() {
             .as_ref()
             .unwrap()
             .coredns()
+            .unwrap()
             .desired
             .contains("site.example.net")
     );
@@ -1051,8 +1059,8 @@ fn udp_ports_of_a_hairpinned_load_balancer_are_warned_about_and_nothing_else_cha
     assert_eq!(after.routes, before.routes);
     assert_eq!(after.routes_config_map, before.routes_config_map);
     assert_eq!(
-        after.dns.as_ref().unwrap().coredns().desired,
-        before.dns.as_ref().unwrap().coredns().desired
+        after.dns.as_ref().unwrap().coredns().unwrap().desired,
+        before.dns.as_ref().unwrap().coredns().unwrap().desired
     );
     assert_eq!(after.not_needed, before.not_needed);
     assert_eq!(after.errors, before.errors);

@@ -1,6 +1,7 @@
 //! Golden plans: every cluster fixture under `tests/fixtures/plans/` (one per provider,
-//! hostname source and cluster shape), planned with the default settings and printed as
-//! `hairpin plan -f <fixture>` prints it, is compared with `tests/golden/plans/<name>.plan.txt`.
+//! hostname source and cluster shape), planned with the default settings (or those its
+//! `# planner: --dns-mode <mode>` line asks for) and printed as `hairpin plan -f <fixture>`
+//! prints it, is compared with `tests/golden/plans/<name>.plan.txt`.
 //!
 //! `HAIRPIN_BLESS=1 cargo test -p hairpin-planner --test plan_golden` rewrites the goldens.
 
@@ -27,6 +28,17 @@ fn fixtures() -> Vec<String> {
     names
 }
 
+/// The settings a fixture asks for on a `# planner: --dns-mode <mode>` line.
+fn config_for(text: &str) -> PlannerConfig {
+    let mut config = PlannerConfig::default();
+    for line in text.lines() {
+        if let Some(mode) = line.strip_prefix("# planner: --dns-mode ") {
+            config.dns_mode = mode.trim().parse().unwrap();
+        }
+    }
+    config
+}
+
 #[test]
 fn every_fixture_plans_as_its_golden_says() {
     let bless = std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1");
@@ -38,7 +50,7 @@ fn every_fixture_plans_as_its_golden_says() {
         let text = fs::read_to_string(&path).unwrap();
         let mut snapshot = ClusterSnapshot::default();
         load::load_yaml(&mut snapshot, name, &text).unwrap();
-        let plan = desired(&snapshot, &PlannerConfig::default());
+        let plan = desired(&snapshot, &config_for(&text));
         let actual = render::text(&plan);
         let golden = dir("golden/plans").join(format!("{name}.plan.txt"));
         if bless {

@@ -19,13 +19,13 @@ fn twenty_thousand_hostnames_stay_below_one_mebibyte() {
     let dns = plan.dns.as_ref().unwrap();
     assert_eq!(dns.entries.len(), 20_000);
     assert!(
-        dns.coredns().desired.len() < 1024 * 1024,
+        dns.coredns().unwrap().desired.len() < 1024 * 1024,
         "Corefile is {} bytes",
-        dns.coredns().desired.len()
+        dns.coredns().unwrap().desired.len()
     );
     // Every hostname is in the Corefile, exactly or through a pattern.
     assert!(
-        dns.coredns().desired.contains("app-9999"),
+        dns.coredns().unwrap().desired.contains("app-9999"),
         "last hostname missing"
     );
 }

@@ -81,7 +81,13 @@ pub(crate) struct PlannerArgs {
     #[arg(long, env = "HAIRPIN_NODE_LOCAL_DNS", default_value = "auto")]
     pub(crate) node_local_dns: NodeLocalDns,
     /// How DNS is changed: `auto` (coredns-custom where the Corefile imports it, else the
-    /// Corefile), `corefile` or `custom`.
+    /// Corefile), `corefile`, `custom`, or `external-dns`: for clusters whose DNS hairpin
+    /// cannot edit (GKE's kube-dns, Cloud DNS for GKE, managed CoreDNS add-ons that revert
+    /// edits), no DNS ConfigMap is written and the hostnames are published as external-dns
+    /// `DNSEndpoint` objects in `--namespace`, pointing at the hairpin Services' ClusterIPs.
+    /// Only an external-dns instance serving a PRIVATE zone may publish them
+    /// (`--source=crd --label-filter=hairpin.io/dns-endpoint=true`); a public instance must
+    /// exclude them (`--label-filter=hairpin.io/dns-endpoint!=true`).
     #[arg(long, env = "HAIRPIN_DNS_MODE", default_value = "auto")]
     pub(crate) dns_mode: DnsMode,
     /// First proxy listener port.
