@@ -241,6 +241,22 @@ pub(crate) fn plan(
                 format!("{}.{}", service.name, i + 1)
             };
             let target = ObjectRef::new(config.namespace.clone(), name);
+            if !live.contains_key(&target)
+                && snapshot
+                    .dns_endpoints
+                    .iter()
+                    .any(|e| e.object_ref() == target)
+            {
+                // Someone else's object at the name hairpin needs: never overwritten.
+                warnings.push(Warning::new(
+                    format!("DNSEndpoint {target}"),
+                    format!(
+                        "exists and is not hairpin's (it lacks the label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} or the annotation {}): left alone, and the hostnames hairpin would publish in it are not published; delete or rename it",
+                        config.annotation("source")
+                    ),
+                ));
+                continue;
+            }
             let current = live.get(&target).map(|e| (*e).clone());
             let object = endpoint_object(config, lb, &target, chunk.to_vec(), current.as_ref());
             let changed = current.as_ref().is_none_or(|c| !c.matches(&object));

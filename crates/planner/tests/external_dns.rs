@@ -243,3 +243,21 @@ fn a_live_object_matches_only_with_the_same_records() {
     live.status = None;
     assert_eq!(live.processed(), Some(false));
 }
+
+#[test]
+fn someone_elses_object_at_a_needed_name_is_left_alone_with_a_warning() {
+    let text = fixture("dns-external-dns-dual-stack");
+    let foreign = "\n---\napiVersion: externaldns.k8s.io/v1alpha1\nkind: DNSEndpoint\nmetadata:\n  name: hairpin-ingress-nginx-ingress-nginx-controller\n  namespace: hairpin\n  labels:\n    app.kubernetes.io/managed-by: hairpin\nspec:\n  endpoints: []\n";
+    let snapshot = snapshot(&format!("{text}{foreign}"));
+    let plan = desired(&snapshot, &config());
+    let planned = plan.dns.unwrap().dns_endpoints.unwrap();
+    assert!(planned.objects.is_empty(), "{planned:#?}");
+    assert!(planned.stale.is_empty());
+    assert!(
+        plan.warnings.iter().any(|w| w.subject
+            == "DNSEndpoint hairpin/hairpin-ingress-nginx-ingress-nginx-controller"
+            && w.message.contains("is not hairpin's")),
+        "{:#?}",
+        plan.warnings
+    );
+}
