@@ -15,7 +15,9 @@
 //!   listener hostnames, and the hostnames of HTTPRoutes, GRPCRoutes and TLSRoutes attached
 //!   to them, intersected with the listener hostname as the Gateway API specifies.
 //! - `external-dns.alpha.kubernetes.io/hostname` on `lb` (comma-separated), and on the
-//!   Ingresses and Gateways matched to `lb` by the rules above. On a Service that is not of
+//!   Ingresses and Gateways matched to `lb` by the rules above; on a route attached to such
+//!   a Gateway its names join the route's `spec.hostnames` and are matched against the
+//!   listener hostname the same way (as external-dns's `gateway-*route` sources read them). On a Service that is not of
 //!   `type: LoadBalancer` it is not read: nothing ties such a Service to a load balancer.
 //! - Our `hostnames` annotation on `lb` (comma-separated).
 //! - The CRD sources of [`crate::sources`] (Traefik, Istio, Contour), when installed.
@@ -420,26 +422,50 @@ pub fn collect(
                 {
                     continue;
                 }
+                let route_ref = ObjectRef::new(&route.namespace, &route.name);
                 let route_source = c.origin(Origin::with_text(
                     route.kind,
-                    ObjectRef::new(&route.namespace, &route.name),
+                    route_ref.clone(),
                     format!(
                         "{} {}/{} via Gateway {gw_ref}",
                         route.kind, route.namespace, route.name
                     ),
                 ));
-                match (&listener_host, route.hostnames.is_empty()) {
+                // external-dns's route sources add the annotation's names to spec.hostnames
+                // and match both against the listener alike.
+                let mut route_hosts: Vec<(&String, Source)> = route
+                    .hostnames
+                    .iter()
+                    .map(|h| (h, route_source.clone()))
+                    .collect();
+                if !route.annotated.is_empty() {
+                    let annotation_source = c.origin(Origin::with_text(
+                        route.kind,
+                        route_ref,
+                        format!(
+                            "{} {}/{} annotation {EXTERNAL_DNS_ANNOTATION} via Gateway {gw_ref}",
+                            route.kind, route.namespace, route.name
+                        ),
+                    ));
+                    route_hosts.extend(
+                        route
+                            .annotated
+                            .iter()
+                            .map(|h| (h, annotation_source.clone())),
+                    );
+                }
+                match (&listener_host, route_hosts.is_empty()) {
                     (Some(lh), true) => hosts.push((lh.clone(), route_source)),
                     (Some(lh), false) => {
-                        for rh in &route.hostnames {
+                        for (rh, source) in route_hosts {
                             if let Some(h) = intersect(lh, &rh.to_ascii_lowercase()) {
-                                hosts.push((h, route_source.clone()));
+                                hosts.push((h, source));
                             }
                         }
                     }
                     (None, _) => {
-                        for rh in &route.hostnames {
-                            hosts.push((rh.clone(), route_source.clone()));
+                        for (rh, source) in route_hosts {
+                            hosts.push((rh.clone(), source));
                         }
                     }
                 }
@@ -518,8 +544,12 @@ fn external_dns_hosts(
         object.clone(),
         format!("{kind} {object} annotation {EXTERNAL_DNS_ANNOTATION}"),
     );
-    let hosts = meta
-        .annotations
+    (origin, annotated_hosts(meta))
+}
+
+/// The names of external-dns's hostname annotation (comma-separated, whitespace tolerated).
+fn annotated_hosts(meta: &ObjectMeta) -> Vec<String> {
+    meta.annotations
         .as_ref()
         .and_then(|a| a.get(EXTERNAL_DNS_ANNOTATION))
         .map(|value| {
@@ -530,8 +560,7 @@ fn external_dns_hosts(
                 .map(str::to_owned)
                 .collect()
         })
-        .unwrap_or_default();
-    (origin, hosts)
+        .unwrap_or_default()
 }
 
 /// The load balancer Services a CRD source is served by ([`crate::sources`]).
@@ -914,6 +943,8 @@ struct RouteView {
     namespace: String,
     name: String,
     hostnames: Vec<String>,
+    /// The names of external-dns's hostname annotation on the route.
+    annotated: Vec<String>,
     parents: Vec<ParentRef>,
 }
 
@@ -972,6 +1003,7 @@ fn route_views(snapshot: &ClusterSnapshot, ignore_key: &str) -> Vec<RouteView> {
             namespace: o.namespace,
             name: o.name,
             hostnames: r.spec.hostnames.clone().unwrap_or_default(),
+            annotated: annotated_hosts(&r.metadata),
             parents: parent_refs!(r.spec.parent_refs),
         });
     }
@@ -983,6 +1015,7 @@ fn route_views(snapshot: &ClusterSnapshot, ignore_key: &str) -> Vec<RouteView> {
             namespace: o.namespace,
             name: o.name,
             hostnames: r.spec.hostnames.clone().unwrap_or_default(),
+            annotated: annotated_hosts(&r.metadata),
             parents: parent_refs!(r.spec.parent_refs),
         });
     }
@@ -994,6 +1027,7 @@ fn route_views(snapshot: &ClusterSnapshot, ignore_key: &str) -> Vec<RouteView> {
             namespace: o.namespace,
             name: o.name,
             hostnames: r.spec.hostnames.clone(),
+            annotated: annotated_hosts(&r.metadata),
             parents: parent_refs!(r.spec.parent_refs),
         });
     }

@@ -437,6 +437,65 @@ fn gateway_listeners_and_attached_routes() {
     assert!(api.sources.contains(&"Gateway infra/public".to_owned()));
 }
 
+/// external-dns's hostname annotation on a route takes the route's `spec.hostnames` path: its
+/// names are matched against the listener hostname, only on routes attached to a matched
+/// Gateway, and `hairpin.io/ignore` on the route drops them.
+#[test]
+fn external_dns_annotations_on_routes_join_their_hostnames() {
+    let annotate = |route: &str, value: &str| {
+        GATEWAY.replace(
+            &format!("metadata: {{ name: {route}, namespace:"),
+            &format!(
+                "metadata: {{ annotations: {{ external-dns.alpha.kubernetes.io/hostname: \"{value}\" }}, name: {route}, namespace:"
+            ),
+        )
+    };
+    let yaml = annotate("web", "shop.example.com, outside.example.net");
+    let yaml = yaml.replace(
+        "metadata: { name: tls, namespace:",
+        "metadata: { annotations: { external-dns.alpha.kubernetes.io/hostname: cache.example.io }, name: tls, namespace:",
+    );
+    let yaml = yaml.replace(
+        "metadata: { name: other-gateway, namespace:",
+        "metadata: { annotations: { external-dns.alpha.kubernetes.io/hostname: unmatched.example.com }, name: other-gateway, namespace:",
+    );
+    let plan = desired(&snapshot_from_yaml(&yaml), &PlannerConfig::default());
+    let hosts = hosts_of(&plan, "infra", "gw");
+    // Inside `*.example.com` (web's listener); on the hostname-less listener anything goes.
+    assert!(hosts.contains(&"shop.example.com".to_owned()), "{hosts:?}");
+    assert!(hosts.contains(&"cache.example.io".to_owned()), "{hosts:?}");
+    // Outside the listener's hostname, and on a route of a Gateway that is not matched.
+    assert!(
+        !hosts.contains(&"outside.example.net".to_owned()),
+        "{hosts:?}"
+    );
+    assert!(
+        !hosts.contains(&"unmatched.example.com".to_owned()),
+        "{hosts:?}"
+    );
+    let shop = plan.load_balancers[0]
+        .hostnames
+        .iter()
+        .find(|h| h.name == "shop.example.com")
+        .unwrap();
+    assert_eq!(
+        shop.sources,
+        [
+            "HTTPRoute apps/web annotation external-dns.alpha.kubernetes.io/hostname via Gateway infra/public"
+        ]
+    );
+
+    let ignored = yaml.replace(
+        "metadata: { annotations: { external-dns.alpha.kubernetes.io/hostname: cache.example.io },",
+        "metadata: { annotations: { external-dns.alpha.kubernetes.io/hostname: cache.example.io, hairpin.io/ignore: \"true\" },",
+    );
+    let plan = desired(&snapshot_from_yaml(&ignored), &PlannerConfig::default());
+    let hosts = hosts_of(&plan, "infra", "gw");
+    assert!(!hosts.contains(&"cache.example.io".to_owned()), "{hosts:?}");
+    assert!(!hosts.contains(&"db.example.io".to_owned()), "{hosts:?}");
+    assert!(hosts.contains(&"shop.example.com".to_owned()), "{hosts:?}");
+}
+
 /// Each hostname of `ns/name` with its wildcard kind.
 fn kinds_of(
     plan: &hairpin_planner::Plan,

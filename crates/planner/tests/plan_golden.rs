@@ -83,7 +83,11 @@ fn ignored_objects_give_no_hostname() {
     for (fixture, hidden) in [
         (
             "source-external-dns",
-            &["hidden.example.com", "internal-only.example.com"][..],
+            &[
+                "hidden.example.com",
+                "internal-only.example.com",
+                "hidden-route.example.org",
+            ][..],
         ),
         ("source-traefik", &["hidden.example.com"][..]),
         ("source-external-dns", &["clusterip.example.com"][..]),
