@@ -4,87 +4,18 @@
 //! `tests/golden/imports/` (`HAIRPIN_BLESS=1` rewrites them), and properties over generated
 //! imported files.
 
-use std::collections::BTreeMap;
+mod support;
+
 use std::fs;
-use std::net::IpAddr;
-use std::path::PathBuf;
 
 use hairpin_planner::corefile::{
     self, CorefileError, DnsEntry, Form, ImportedFile, PlaceOptions, imported_key_suffixes,
     place_with_imports,
 };
 use proptest::prelude::*;
-
-const LB1: &str = "hairpin-lb-1.hairpin.svc.cluster.local";
-const LB2: &str = "hairpin-lb-2.hairpin.svc.cluster.local";
-
-fn golden(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name)
-}
-
-fn check_golden(name: &str, actual: &str) {
-    let path = golden(name);
-    if std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1") {
-        fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run with HAIRPIN_BLESS=1", path.display()));
-    assert_eq!(actual, expected, "{name} differs from its golden file");
-}
-
-fn addresses() -> BTreeMap<String, Vec<IpAddr>> {
-    BTreeMap::from([
-        (LB1.to_owned(), vec!["10.96.0.20".parse().unwrap()]),
-        (
-            LB2.to_owned(),
-            vec!["10.96.0.21".parse().unwrap(), "fd00::21".parse().unwrap()],
-        ),
-    ])
-}
-
-fn opts() -> PlaceOptions {
-    PlaceOptions {
-        addresses: addresses(),
-        ..PlaceOptions::default()
-    }
-}
-
-/// The text without its marked blocks, by plain line filtering (independent of the editor).
-fn strip_blocks(text: &str) -> String {
-    let mut out = String::new();
-    let mut inside = false;
-    for line in text.split_inclusive('\n') {
-        let t = line.trim();
-        if t.starts_with("# BEGIN hairpin") {
-            inside = true;
-        } else if t.starts_with("# END hairpin") {
-            inside = false;
-        } else if !inside {
-            out.push_str(line);
-        }
-    }
-    out
-}
-
-/// The marked blocks' lines, trimmed, markers left out.
-fn block_lines(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut inside = false;
-    for line in text.lines() {
-        let t = line.trim();
-        if t.starts_with("# BEGIN hairpin") {
-            inside = true;
-        } else if t.starts_with("# END hairpin") {
-            inside = false;
-        } else if inside {
-            out.push(t.to_owned());
-        }
-    }
-    out
-}
+use support::corefile::{
+    LB1, LB2, block_lines, check_golden, golden_dir as golden, opts, strip_blocks,
+};
 
 /// Places `entries` over the Corefile and its imported files, writes every file, checks pure
 /// insertion, idempotence and exact removal, and returns the edited texts.
@@ -197,8 +128,8 @@ fn names_under_an_imported_zone_are_answered_in_that_key() {
     assert!(answers.contains("fallthrough"), "{answers}");
 
     let (main, imported) = edit_all(&corefile, &files, &entries, &opts());
-    check_golden("imports/aks.placed.Corefile", &main);
-    check_golden("imports/example.placed.server", &imported[0]);
+    check_golden(&golden("imports/aks.placed.Corefile"), &main);
+    check_golden(&golden("imports/example.placed.server"), &imported[0]);
     assert!(
         block_lines(&imported[0])
             .iter()

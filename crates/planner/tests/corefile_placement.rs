@@ -8,38 +8,18 @@
 //! `HAIRPIN_BLESS=1 cargo test -p hairpin-planner --test corefile_placement` rewrites the
 //! expected files.
 
-use std::collections::BTreeMap;
+mod support;
+
 use std::fs;
-use std::net::IpAddr;
-use std::path::PathBuf;
 
 use hairpin_planner::corefile::{
     self, CorefileError, DnsEntry, Form, PlaceOptions, Warning, place,
 };
-
-fn dir(sub: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(sub)
-}
+use support::corefile::{LB1, LB2, check_golden, golden_dir, opts, strip_blocks};
 
 fn read(sub: &str, name: &str) -> String {
-    fs::read_to_string(dir(sub).join(name)).unwrap()
+    fs::read_to_string(golden_dir(sub).join(name)).unwrap()
 }
-
-fn check_golden(name: &str, actual: &str) {
-    let path = dir("layouts").join(name);
-    if std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1") {
-        fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run with HAIRPIN_BLESS=1", path.display()));
-    assert_eq!(actual, expected, "{name} differs from its golden file");
-}
-
-const LB1: &str = "hairpin-lb-1.hairpin.svc.cluster.local";
-const LB2: &str = "hairpin-lb-2.hairpin.svc.cluster.local";
 
 fn entries() -> Vec<DnsEntry> {
     vec![
@@ -47,40 +27,6 @@ fn entries() -> Vec<DnsEntry> {
         DnsEntry::new("app.example.com", LB1).unwrap(),
         DnsEntry::new("*.apps.example.org", LB2).unwrap(),
     ]
-}
-
-fn addresses() -> BTreeMap<String, Vec<IpAddr>> {
-    BTreeMap::from([
-        (LB1.to_owned(), vec!["10.96.0.20".parse().unwrap()]),
-        (
-            LB2.to_owned(),
-            vec!["10.96.0.21".parse().unwrap(), "fd00::21".parse().unwrap()],
-        ),
-    ])
-}
-
-fn opts() -> PlaceOptions {
-    PlaceOptions {
-        addresses: addresses(),
-        ..PlaceOptions::default()
-    }
-}
-
-/// The text without its marked blocks, by plain line filtering (independent of the editor).
-fn strip_blocks(text: &str) -> String {
-    let mut out = String::new();
-    let mut inside = false;
-    for line in text.split_inclusive('\n') {
-        let t = line.trim();
-        if t.starts_with("# BEGIN hairpin") {
-            inside = true;
-        } else if t.starts_with("# END hairpin") {
-            inside = false;
-        } else if !inside {
-            out.push_str(line);
-        }
-    }
-    out
 }
 
 /// The server block keys holding each hairpin block, in order, with the block's first line.
@@ -116,7 +62,10 @@ fn placed(name: &str, opts: &PlaceOptions) -> corefile::Edit {
         original,
         "{name}"
     );
-    check_golden(&format!("{name}.placed.Corefile"), &edit.text);
+    check_golden(
+        &golden_dir("layouts").join(format!("{name}.placed.Corefile")),
+        &edit.text,
+    );
     edit
 }
 
@@ -297,7 +246,10 @@ fn node_local_dns_corefiles_get_answers_in_their_root_block_only() {
         assert_eq!(corefile::remove(&edit.text).unwrap().text, original);
         let again = corefile::apply_placed(&edit.text, &entries(), &opts).unwrap();
         assert!(!again.changed, "{name}");
-        check_golden(&format!("{name}.answers.Corefile"), &edit.text);
+        check_golden(
+            &golden_dir("layouts").join(format!("{name}.answers.Corefile")),
+            &edit.text,
+        );
         // Without ClusterIPs, nothing.
         let none = PlaceOptions {
             without_kubernetes: true,

@@ -1,6 +1,8 @@
 //! Builders for test objects, written as JSON the way the API server returns them.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod corefile;
+
 use hairpin_planner::ClusterSnapshot;
 use hairpin_planner::load::load_yaml;
 use k8s_openapi::api::core::v1::Service;
