@@ -1,62 +1,34 @@
 //! The controller against the fake API server: first sync, change-to-write latency, removal,
 //! conflict retries, the CoreDNS write fight, API errors, leader hand-over, uninstall.
 
-use std::sync::Arc;
+mod support;
+
 use std::time::{Duration, Instant};
 
 use hairpin_controller::fight::FightParams;
-use hairpin_controller::lease::LeaseParams;
-use hairpin_controller::{ControllerConfig, Metrics};
+use hairpin_fake_apiserver::fixtures::{self, coredns};
 use hairpin_fake_apiserver::{FakeApiServer, object};
 use hairpin_planner::PlannerConfig;
-use hairpin_runtime::{Readiness, Shutdown};
-use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
+use support::controller::{config, start};
 
 const COREFILE: &str = ".:53 {\n    errors\n    health {\n       lameduck 5s\n    }\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n       ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf {\n       max_concurrent 1000\n    }\n    cache 30\n    loop\n    reload\n    loadbalance\n}\n";
 
 fn lb_service() -> Value {
-    object(
-        "v1",
-        "Service",
-        Some("ingress-nginx"),
-        "ingress-nginx-controller",
-        json!({
-            "metadata": {"annotations": {"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}},
-            "spec": {
-                "type": "LoadBalancer",
-                "selector": {"app": "ingress-nginx"},
-                "ports": [
-                    {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80},
-                    {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 443}
-                ]
-            },
-            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10", "ipMode": "VIP"}]}}
-        }),
-    )
+    let mut lb = fixtures::proxy_load_balancer(
+        "load-balancer.hetzner.cloud/uses-proxyprotocol",
+        "203.0.113.10",
+        json!([
+            {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80},
+            {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 443}
+        ]),
+    );
+    lb["spec"]["selector"] = json!({"app": "ingress-nginx"});
+    lb
 }
 
 fn ingress(namespace: &str, name: &str, host: &str) -> Value {
-    object(
-        "networking.k8s.io/v1",
-        "Ingress",
-        Some(namespace),
-        name,
-        json!({
-            "spec": {"rules": [{"host": host}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
-        }),
-    )
-}
-
-fn coredns(corefile: &str) -> Value {
-    object(
-        "v1",
-        "ConfigMap",
-        Some("kube-system"),
-        "coredns",
-        json!({"data": {"Corefile": corefile}}),
-    )
+    fixtures::ingress(namespace, name, &[host], "203.0.113.10")
 }
 
 /// hairpin's namespace (where its chart installs it), the load balancer, an Ingress on it and
@@ -92,67 +64,6 @@ fn events(fake: &FakeApiServer, reason: &str) -> Vec<Value> {
         .into_iter()
         .filter(|e| e["reason"] == reason)
         .collect()
-}
-
-struct Running {
-    shutdown: Shutdown,
-    task: tokio::task::JoinHandle<()>,
-    readiness: Readiness,
-    metrics: Metrics,
-    registry: Arc<Registry>,
-}
-
-impl Running {
-    async fn stop(self) {
-        self.shutdown.trigger();
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("stops")
-            .unwrap();
-    }
-
-    fn metrics_text(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
-        out
-    }
-}
-
-fn config(identity: &str, leader_election: bool) -> ControllerConfig {
-    let mut config = ControllerConfig::new(PlannerConfig::default(), identity);
-    config.debounce = Duration::from_millis(50);
-    config.min_retry = Duration::from_millis(50);
-    config.max_retry = Duration::from_millis(400);
-    config.lease = leader_election.then(|| LeaseParams {
-        duration: Duration::from_secs(3),
-        renew_interval: Duration::from_millis(300),
-        retry_interval: Duration::from_millis(100),
-        ..LeaseParams::new("hairpin", "hairpin-controller", identity)
-    });
-    config
-}
-
-fn start(fake: &FakeApiServer, config: ControllerConfig) -> Running {
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let readiness = Readiness::new();
-    let ready = readiness.condition("caches synced");
-    let shutdown = Shutdown::new();
-    let task = tokio::spawn({
-        let (client, metrics, shutdown) = (fake.client(), metrics.clone(), shutdown.clone());
-        async move {
-            hairpin_controller::run(client, config, metrics, ready, shutdown)
-                .await
-                .unwrap();
-        }
-    });
-    Running {
-        shutdown,
-        task,
-        readiness,
-        metrics,
-        registry: Arc::new(registry),
-    }
 }
 
 async fn converged(fake: &FakeApiServer, hosts: &[&str]) -> Option<Instant> {
@@ -821,26 +732,11 @@ async fn a_missing_namespace_is_one_clear_error_naming_it() {
     );
 }
 
-/// An Ingress in `namespace` with one rule per host, on the first load balancer.
-fn ingress_hosts(namespace: &str, name: &str, hosts: &[&str]) -> Value {
-    let rules: Vec<Value> = hosts.iter().map(|h| json!({ "host": h })).collect();
-    object(
-        "networking.k8s.io/v1",
-        "Ingress",
-        Some(namespace),
-        name,
-        json!({
-            "spec": {"rules": rules},
-            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
-        }),
-    )
-}
-
 #[tokio::test]
 async fn a_refused_hostname_gets_a_warning_event_on_its_ingress_and_is_counted_once() {
     let fake = FakeApiServer::start().await;
     seed(&fake);
-    fake.apply(ingress_hosts(
+    fake.apply(fixtures::ingress(
         "tenant",
         "evil",
         &[
@@ -848,6 +744,7 @@ async fn a_refused_hostname_gets_a_warning_event_on_its_ingress_and_is_counted_o
             "kubernetes.default.svc.cluster.local",
             "*.co.uk",
         ],
+        "203.0.113.10",
     ));
     let running = start(&fake, config("pod-a", false));
     let reported = fake
@@ -1425,19 +1322,6 @@ async fn a_dual_stack_load_balancer_gets_a_dual_stack_hairpin_service() {
     running.stop().await;
 }
 
-fn hairpin_crd(fake: &FakeApiServer) {
-    fake.register(
-        hairpin_fake_apiserver::ResourceType::new(
-            "hairpin.io",
-            "v1alpha1",
-            "hairpins",
-            "Hairpin",
-            true,
-        )
-        .with_status_subresource(),
-    );
-}
-
 /// A Service in hairpin's namespace with `metadata` (labels, annotations).
 fn service_in_hairpin(name: &str, metadata: Value) -> Value {
     object(
@@ -1465,7 +1349,7 @@ fn a_hairpin(namespace: &str, name: &str, metadata: Value) -> Value {
 #[tokio::test]
 async fn objects_carrying_only_the_managed_by_label_survive_reconcile_and_uninstall() {
     let fake = FakeApiServer::start().await;
-    hairpin_crd(&fake);
+    fake.install_hairpin_crd();
     seed(&fake);
     let label = json!({"app.kubernetes.io/managed-by": "hairpin"});
     // Look-alikes: the label, not hairpin's annotation (a user's manifest, another tool).
@@ -1622,7 +1506,7 @@ async fn event_notes_over_the_api_limit_list_whole_hostnames_and_count_the_rest(
         .map(|i| format!("storefront-{i:03}.checkout.example.com"))
         .collect();
     let refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
-    fake.apply(ingress_hosts("shop", "many", &refs));
+    fake.apply(fixtures::ingress("shop", "many", &refs, "203.0.113.10"));
     let running = start(&fake, config("pod-a", false));
     let configured = fake
         .wait_until(Duration::from_secs(10), |f| {

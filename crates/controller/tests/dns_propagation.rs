@@ -11,12 +11,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use hairpin_controller::status::PropagationParams;
-use hairpin_controller::{ControllerConfig, Metrics};
-use hairpin_fake_apiserver::{FakeApiServer, ResourceType, object};
-use hairpin_planner::PlannerConfig;
-use hairpin_runtime::{Readiness, Shutdown};
-use prometheus_client::registry::Registry;
+use hairpin_fake_apiserver::{FakeApiServer, fixtures, object};
 use serde_json::{Value, json};
+use support::controller::Running;
 use support::dns::TestDns;
 
 const SINGLE_BLOCK: &str = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
@@ -38,42 +35,20 @@ fn ip(s: &str) -> IpAddr {
 /// range, one per test (they run in parallel and listen on the ClusterIPs).
 fn cluster(fake: &FakeApiServer, corefile: &str, cidr: &str) {
     fake.service_cidr(cidr);
-    fake.register(
-        ResourceType::new("hairpin.io", "v1alpha1", "hairpins", "Hairpin", true)
-            .with_status_subresource(),
-    );
+    fake.install_hairpin_crd();
     fake.create_namespace("hairpin");
-    fake.apply(object(
-        "v1",
-        "Service",
-        Some("ingress-nginx"),
-        "ingress-nginx-controller",
-        json!({
-            "metadata": {"annotations": {"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}},
-            "spec": {
-                "type": "LoadBalancer",
-                "ports": [{"name": "https", "port": PORT, "protocol": "TCP", "targetPort": 443}]
-            },
-            "status": {"loadBalancer": {"ingress": [{"ip": OLD, "ipMode": "VIP"}]}}
-        }),
+    fake.apply(fixtures::proxy_load_balancer(
+        "load-balancer.hetzner.cloud/uses-proxyprotocol",
+        OLD,
+        json!([{"name": "https", "port": PORT, "protocol": "TCP", "targetPort": 443}]),
     ));
-    fake.apply(object(
-        "networking.k8s.io/v1",
-        "Ingress",
-        Some("shop"),
+    fake.apply(fixtures::ingress(
         "shop",
-        json!({
-            "spec": {"rules": [{"host": "shop.example.com"}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": OLD}]}}
-        }),
+        "shop",
+        &["shop.example.com"],
+        OLD,
     ));
-    fake.apply(object(
-        "v1",
-        "ConfigMap",
-        Some("kube-system"),
-        "coredns",
-        json!({"data": {"Corefile": corefile}}),
-    ));
+    fake.apply(fixtures::coredns(corefile));
     fake.apply(object(
         "discovery.k8s.io/v1",
         "EndpointSlice",
@@ -122,18 +97,9 @@ fn cluster_ip(fake: &FakeApiServer) -> Option<IpAddr> {
         .ok()
 }
 
-/// A running controller asking `dns` after each write.
-struct Running {
-    shutdown: Shutdown,
-    task: tokio::task::JoinHandle<()>,
-    registry: Registry,
-}
-
+/// A controller asking `dns` after each write.
 fn start(fake: &FakeApiServer, dns: &TestDns) -> Running {
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let mut config = ControllerConfig::new(PlannerConfig::default(), "pod-a");
-    config.lease = None;
+    let mut config = support::controller::config("pod-a", false);
     config.debounce = Duration::from_millis(20);
     config.propagation = PropagationParams {
         cluster_dns: Some(dns.addr),
@@ -142,47 +108,22 @@ fn start(fake: &FakeApiServer, dns: &TestDns) -> Running {
         query_timeout: Duration::from_millis(300),
         ..PropagationParams::default()
     };
-    let shutdown = Shutdown::new();
-    let ready = Readiness::new().condition("caches synced");
-    let task = tokio::spawn({
-        let (client, shutdown) = (fake.client(), shutdown.clone());
-        async move {
-            hairpin_controller::run(client, config, metrics, ready, shutdown)
-                .await
-                .unwrap();
-        }
-    });
-    Running {
-        shutdown,
-        task,
-        registry,
-    }
+    support::controller::start(fake, config)
 }
 
-impl Running {
-    /// The histogram's `_count` and `_sum`, as Prometheus scrapes them.
-    fn propagation_histogram(&self) -> (u64, f64) {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
-        let value = |suffix: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(&format!("hairpin_dns_propagation_seconds_{suffix} ")))
-                .unwrap_or_else(|| panic!("no _{suffix} in\n{text}"))
-                .to_owned()
-        };
-        (
-            value("count").parse().unwrap(),
-            value("sum").parse().unwrap(),
-        )
-    }
-
-    async fn stop(self) {
-        self.shutdown.trigger();
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+/// The propagation histogram's `_count` and `_sum`, as Prometheus scrapes them.
+fn propagation_histogram(running: &Running) -> (u64, f64) {
+    let text = running.metrics_text();
+    let value = |suffix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("hairpin_dns_propagation_seconds_{suffix} ")))
+            .unwrap_or_else(|| panic!("no _{suffix} in\n{text}"))
+            .to_owned()
+    };
+    (
+        value("count").parse().unwrap(),
+        value("sum").parse().unwrap(),
+    )
 }
 
 async fn wait(fake: &FakeApiServer, what: &str, check: impl FnMut(&FakeApiServer) -> bool) {
@@ -269,7 +210,7 @@ async fn the_controller_measures_propagation_from_its_write_to_the_first_right_a
     assert_eq!(condition(&h, "ProxyReady")["status"], "True");
     assert_eq!(condition(&h, "ProxyReady")["reason"], "Connected");
     assert_eq!(condition(&h, "Ready")["status"], "True", "{h:#}");
-    let (count, sum) = running.propagation_histogram();
+    let (count, sum) = propagation_histogram(&running);
     assert_eq!(count, 1, "one measured propagation");
     assert!(
         (sum - measured).abs() < 0.01,

@@ -3,27 +3,15 @@
 
 use std::time::Duration;
 
-use hairpin_controller::ControllerConfig;
-use hairpin_controller::Metrics;
-use hairpin_fake_apiserver::{FakeApiServer, ResourceType, object};
-use hairpin_planner::PlannerConfig;
-use hairpin_runtime::{Readiness, Shutdown};
-use prometheus_client::registry::Registry;
+mod support;
+
+use hairpin_fake_apiserver::{FakeApiServer, fixtures, object};
 use serde_json::{Value, json};
 
 const COREFILE: &str = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
 
 fn ingress(name: &str, host: &str) -> Value {
-    object(
-        "networking.k8s.io/v1",
-        "Ingress",
-        Some("shop"),
-        name,
-        json!({
-            "spec": {"rules": [{"host": host}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
-        }),
-    )
+    fixtures::ingress("shop", name, &[host], "203.0.113.10")
 }
 
 fn hairpin(fake: &FakeApiServer) -> Option<Value> {
@@ -48,34 +36,15 @@ fn condition(h: &Value, type_: &str) -> Value {
 #[tokio::test]
 async fn a_hairpin_is_created_updated_and_deleted_with_its_service() {
     let fake = FakeApiServer::start().await;
-    fake.register(
-        ResourceType::new("hairpin.io", "v1alpha1", "hairpins", "Hairpin", true)
-            .with_status_subresource(),
-    );
+    fake.install_hairpin_crd();
     fake.create_namespace("hairpin");
-    fake.apply(object(
-        "v1",
-        "Service",
-        Some("ingress-nginx"),
-        "ingress-nginx-controller",
-        json!({
-            "metadata": {"annotations": {"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}},
-            "spec": {
-                "type": "LoadBalancer",
-                "selector": {"app": "ingress-nginx"},
-                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]
-            },
-            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10", "ipMode": "VIP"}]}}
-        }),
+    fake.apply(fixtures::proxy_load_balancer(
+        "load-balancer.hetzner.cloud/uses-proxyprotocol",
+        "203.0.113.10",
+        json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]),
     ));
     fake.apply(ingress("shop", "shop.example.com"));
-    fake.apply(object(
-        "v1",
-        "ConfigMap",
-        Some("kube-system"),
-        "coredns",
-        json!({"data": {"Corefile": COREFILE}}),
-    ));
+    fake.apply(fixtures::coredns(COREFILE));
     let service_uid = fake
         .get(
             "v1",
@@ -86,21 +55,7 @@ async fn a_hairpin_is_created_updated_and_deleted_with_its_service() {
         .unwrap()["metadata"]["uid"]
         .clone();
 
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let mut config = ControllerConfig::new(PlannerConfig::default(), "pod-a");
-    config.lease = None;
-    config.debounce = Duration::from_millis(50);
-    let shutdown = Shutdown::new();
-    let ready = Readiness::new().condition("caches synced");
-    let task = tokio::spawn({
-        let (client, shutdown) = (fake.client(), shutdown.clone());
-        async move {
-            hairpin_controller::run(client, config, metrics, ready, shutdown)
-                .await
-                .unwrap();
-        }
-    });
+    let running = support::controller::start(&fake, support::controller::config("pod-a", false));
 
     // Created, owned by the load balancer Service, with its status.
     assert!(
@@ -183,11 +138,7 @@ async fn a_hairpin_is_created_updated_and_deleted_with_its_service() {
         "ingress-nginx-controller"
     ));
     assert!(hairpin(&fake).is_none());
-    shutdown.trigger();
-    tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .unwrap()
-        .unwrap();
+    running.stop().await;
     assert!(
         hairpin(&fake).is_none(),
         "not recreated without its load balancer"

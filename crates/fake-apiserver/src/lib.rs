@@ -143,6 +143,26 @@ impl FakeApiServer {
         )
     }
 
+    /// Writes [`FakeApiServer::kubeconfig_yaml`] to `dir/kubeconfig` and returns its path,
+    /// for driving a binary with `--kubeconfig`.
+    ///
+    /// # Panics
+    /// When the file cannot be written.
+    pub fn write_kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("kubeconfig");
+        std::fs::write(&path, self.kubeconfig_yaml()).expect("write the kubeconfig");
+        path
+    }
+
+    /// Registers hairpin's `Hairpin` kind (`hairpin.io/v1alpha1`, with its status
+    /// subresource), as if the chart's CRD were installed.
+    pub fn install_hairpin_crd(&self) {
+        self.register(
+            ResourceType::new("hairpin.io", "v1alpha1", "hairpins", "Hairpin", true)
+                .with_status_subresource(),
+        );
+    }
+
     /// Registers the Gateway API kinds hairpin reads (as if the CRDs were installed).
     pub fn install_gateway_api(&self) {
         let mut state = self.shared.lock();
@@ -364,6 +384,57 @@ pub fn object(
         }
     }
     value
+}
+
+/// Objects of the cluster most hairpin tests start from: a PROXY load balancer, Ingresses on
+/// it, CoreDNS.
+pub mod fixtures {
+    use serde_json::{Value, json};
+
+    use super::object;
+
+    /// `ingress-nginx/ingress-nginx-controller`, a `type: LoadBalancer` Service with the
+    /// provider annotation `proxy_annotation` set to `"true"`, `ports`, and `ip` as its
+    /// status address (`ipMode: VIP`, the short-circuited case).
+    pub fn proxy_load_balancer(proxy_annotation: &str, ip: &str, ports: Value) -> Value {
+        object(
+            "v1",
+            "Service",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+            json!({
+                "metadata": {"annotations": {proxy_annotation: "true"}},
+                "spec": {"type": "LoadBalancer", "ports": ports},
+                "status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}}
+            }),
+        )
+    }
+
+    /// An Ingress `namespace/name` with one rule per host, its status holding `ip`.
+    pub fn ingress(namespace: &str, name: &str, hosts: &[&str], ip: &str) -> Value {
+        let rules: Vec<Value> = hosts.iter().map(|h| json!({ "host": h })).collect();
+        object(
+            "networking.k8s.io/v1",
+            "Ingress",
+            Some(namespace),
+            name,
+            json!({
+                "spec": {"rules": rules},
+                "status": {"loadBalancer": {"ingress": [{"ip": ip}]}}
+            }),
+        )
+    }
+
+    /// `kube-system/coredns` with `corefile` as its `Corefile` key.
+    pub fn coredns(corefile: &str) -> Value {
+        object(
+            "v1",
+            "ConfigMap",
+            Some("kube-system"),
+            "coredns",
+            json!({"data": {"Corefile": corefile}}),
+        )
+    }
 }
 
 pub(crate) fn status_body(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {

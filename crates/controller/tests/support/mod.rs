@@ -1,4 +1,5 @@
 //! Test doubles shared by the controller's integration tests.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod controller;
 pub mod dns;
