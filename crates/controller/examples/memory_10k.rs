@@ -9,12 +9,14 @@
 
 use std::time::{Duration, Instant};
 
-use hairpin_controller::{ControllerConfig, Metrics};
-use hairpin_fake_apiserver::{FakeApiServer, object};
+use hairpin_controller::ControllerConfig;
+use hairpin_fake_apiserver::{FakeApiServer, fixtures, object};
 use hairpin_planner::PlannerConfig;
-use hairpin_runtime::{Readiness, Shutdown};
-use prometheus_client::registry::Registry;
 use serde_json::json;
+
+#[path = "../tests/support/controller.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod controller_support;
 
 const INGRESSES: usize = 10_000;
 
@@ -80,51 +82,28 @@ async fn main() {
         .init();
     let fake = FakeApiServer::start().await;
     fake.create_namespace("hairpin");
-    fake.apply(object(
-        "v1",
-        "Service",
-        Some("ingress-nginx"),
-        "ingress-nginx-controller",
-        json!({
-            "metadata": {"annotations": {"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}},
-            "spec": {"type": "LoadBalancer", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
-        }),
+    fake.apply(fixtures::proxy_load_balancer(
+        "load-balancer.hetzner.cloud/uses-proxyprotocol",
+        "203.0.113.10",
+        json!([{"name": "https", "port": 443, "protocol": "TCP"}]),
     ));
-    fake.apply(object(
-        "v1",
-        "ConfigMap",
-        Some("kube-system"),
-        "coredns",
-        json!({"data": {"Corefile": ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    forward . /etc/resolv.conf\n    reload\n}\n"}}),
+    fake.apply(fixtures::coredns(
+        ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    forward . /etc/resolv.conf\n    reload\n}\n",
     ));
     fake.apply_many((0..INGRESSES).map(ingress));
     let before = vm_rss_kib();
 
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let registry = std::sync::Arc::new(registry);
-    let readiness = Readiness::new();
-    let ready = readiness.condition("caches synced");
-    let shutdown = Shutdown::new();
     let mut config = ControllerConfig::new(PlannerConfig::default(), "memory-probe");
     config.lease = None;
     let started = Instant::now();
-    let task = tokio::spawn(hairpin_controller::run(
-        fake.client(),
-        config,
-        metrics.clone(),
-        ready,
-        shutdown.clone(),
-    ));
+    let running = controller_support::start(&fake, config);
     let written = fake
         .wait_until(Duration::from_secs(120), |f| {
             corefile_contains(f, "# BEGIN hairpin")
         })
         .await;
     let Some(written) = written else {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).expect("metrics encode");
+        let text = running.metrics_text();
         let corefile = fake
             .get("v1", "ConfigMap", Some("kube-system"), "coredns")
             .unwrap()["data"]["Corefile"]
@@ -161,7 +140,7 @@ async fn main() {
     let after = vm_rss_kib();
     println!("ingresses cached: {INGRESSES}");
     println!("first sync + plan written: {synced_and_written:?}");
-    println!("reconciles: {}", metrics.reconciles.get());
+    println!("reconciles: {}", running.metrics.reconciles.get());
     println!(
         "change-to-write latency at this scale (debounce 150 ms): min {:?}, median {:?}, max {:?}",
         latencies[0], latencies[2], latencies[4]
@@ -175,6 +154,5 @@ async fn main() {
         "controller share (difference):        {} MiB",
         after.saturating_sub(before) / 1024
     );
-    shutdown.trigger();
-    let _ = task.await;
+    running.stop().await;
 }

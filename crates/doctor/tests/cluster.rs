@@ -45,8 +45,7 @@ fn ingress(name: &str, host: &str, ip: &str) -> serde_json::Value {
 }
 
 async fn options_for(fake: &FakeApiServer, dir: &tempfile::TempDir) -> ClusterOptions {
-    let path = dir.path().join("kubeconfig");
-    std::fs::write(&path, fake.kubeconfig_yaml()).unwrap();
+    let path = fake.write_kubeconfig(dir.path());
     ClusterOptions {
         kubeconfig: Some(path),
         context: None,

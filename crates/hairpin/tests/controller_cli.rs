@@ -1,14 +1,14 @@
 //! `hairpin controller` and `hairpin uninstall` as processes, against the fake API server
 //! through a kubeconfig file (the documented local run).
 
+mod support;
+
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hairpin_fake_apiserver::{FakeApiServer, object};
-use serde_json::json;
-
-const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
+use hairpin_fake_apiserver::FakeApiServer;
+use support::{COREFILE, corefile, hairpin};
 
 fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let (status, body) =
@@ -21,59 +21,13 @@ fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (code, body)
 }
 
-fn corefile(fake: &FakeApiServer) -> String {
-    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
-        .unwrap()["data"]["Corefile"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-fn hairpin(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hairpin"));
-    command.args(args);
-    // Only what the test sets: no ambient kube or hairpin settings.
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HAIRPIN_") || key == "KUBECONFIG" || key == "POD_NAME" {
-            command.env_remove(key);
-        }
-    }
-    command
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_runs_locally_from_a_kubeconfig_and_uninstall_restores_coredns() {
     let fake = FakeApiServer::start().await;
-    fake.create_namespace("hairpin");
-    fake.apply(object(
-        "v1",
-        "Service",
-        Some("ingress-nginx"),
-        "ingress-nginx-controller",
-        json!({
-            "metadata": {"annotations": {"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}},
-            "spec": {"type": "LoadBalancer", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}
-        }),
-    ));
-    fake.apply(object(
-        "networking.k8s.io/v1",
-        "Ingress",
-        Some("web"),
-        "web",
-        json!({"spec": {"rules": [{"host": "web.example.com"}]}, "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}}),
-    ));
-    fake.apply(object(
-        "v1",
-        "ConfigMap",
-        Some("kube-system"),
-        "coredns",
-        json!({"data": {"Corefile": COREFILE}}),
-    ));
+    support::seed(&fake);
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("config");
-    std::fs::write(&kubeconfig, fake.kubeconfig_yaml()).unwrap();
+    let kubeconfig = fake.write_kubeconfig(dir.path());
     let kubeconfig = kubeconfig.to_str().unwrap().to_owned();
     let admin = hairpin_testkit::free_addr();
 

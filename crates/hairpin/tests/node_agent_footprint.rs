@@ -8,24 +8,10 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use hairpin_fake_apiserver::{FakeApiServer, object};
+use hairpin_fake_apiserver::{FakeApiServer, fixtures, object};
 use serde_json::json;
 
 const INGRESSES: usize = 5_000;
-
-fn lb() -> serde_json::Value {
-    object(
-        "v1",
-        "Service",
-        Some("ingress-nginx"),
-        "ingress-nginx-controller",
-        json!({
-            "metadata": {"annotations": {"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"}},
-            "spec": {"type": "LoadBalancer", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}
-        }),
-    )
-}
 
 fn ingress(i: usize) -> serde_json::Value {
     object(
@@ -69,7 +55,11 @@ impl Drop for Killed {
 async fn watches_and_memory_of_one_agent() {
     let fake = FakeApiServer::start().await;
     fake.create_namespace("hairpin");
-    fake.apply(lb());
+    fake.apply(fixtures::proxy_load_balancer(
+        "load-balancer.hetzner.cloud/uses-proxyprotocol",
+        "203.0.113.10",
+        json!([{"name": "https", "port": 443, "protocol": "TCP"}]),
+    ));
     fake.apply_many((0..INGRESSES).map(ingress));
     // What the controller publishes for them: every hostname at the hairpin Service's
     // ClusterIPs.
@@ -89,8 +79,7 @@ async fn watches_and_memory_of_one_agent() {
                "data": {"hosts.json": block.to_string()}}),
     ));
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, fake.kubeconfig_yaml()).unwrap();
+    let kubeconfig = fake.write_kubeconfig(dir.path());
     let hosts = dir.path().join("hosts");
     std::fs::write(&hosts, "127.0.0.1 localhost\n").unwrap();
     let agent = Killed(

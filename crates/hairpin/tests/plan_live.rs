@@ -1,33 +1,18 @@
 //! `hairpin plan` against a cluster (the fake API server, through a kubeconfig file): it only
 //! reads, and what it prints is what the controller then writes.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use hairpin_fake_apiserver::{FakeApiServer, Recorded, ResourceType, object};
+use hairpin_fake_apiserver::{FakeApiServer, Recorded, object};
 use serde_json::{Value, json};
-
-const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
+use support::hairpin;
 
 const LB: (&str, &str) = ("ingress-nginx", "ingress-nginx-controller");
 const HAIRPIN_SERVICE: &str = "hairpin-ingress-nginx-ingress-nginx-controller";
-
-fn hairpin(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hairpin"));
-    command
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // Only what the test sets: no ambient kube or hairpin settings.
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HAIRPIN_") || key == "KUBECONFIG" || key == "POD_NAME" {
-            command.env_remove(key);
-        }
-    }
-    command
-}
 
 async fn run(args: Vec<String>) -> Output {
     tokio::task::spawn_blocking(move || {
@@ -46,36 +31,8 @@ fn text(bytes: &[u8]) -> String {
 /// hairpin Service left over from a load balancer that is gone, and its stale Hairpin.
 async fn cluster() -> FakeApiServer {
     let fake = FakeApiServer::start().await;
-    fake.register(
-        ResourceType::new("hairpin.io", "v1alpha1", "hairpins", "Hairpin", true)
-            .with_status_subresource(),
-    );
-    fake.create_namespace("hairpin");
-    fake.apply(object(
-        "v1",
-        "Service",
-        Some(LB.0),
-        LB.1,
-        json!({
-            "metadata": {"annotations": {"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}},
-            "spec": {"type": "LoadBalancer", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}
-        }),
-    ));
-    fake.apply(object(
-        "networking.k8s.io/v1",
-        "Ingress",
-        Some("web"),
-        "web",
-        json!({"spec": {"rules": [{"host": "web.example.com"}]}, "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}}),
-    ));
-    fake.apply(object(
-        "v1",
-        "ConfigMap",
-        Some("kube-system"),
-        "coredns",
-        json!({"data": {"Corefile": COREFILE}}),
-    ));
+    fake.install_hairpin_crd();
+    support::seed(&fake);
     let managed = json!({"app.kubernetes.io/managed-by": "hairpin"});
     fake.apply(object(
         "v1",
@@ -103,9 +60,7 @@ async fn cluster() -> FakeApiServer {
 }
 
 fn kubeconfig(fake: &FakeApiServer, dir: &Path) -> String {
-    let path = dir.join("config");
-    std::fs::write(&path, fake.kubeconfig_yaml()).unwrap();
-    path.to_str().unwrap().to_owned()
+    fake.write_kubeconfig(dir).to_str().unwrap().to_owned()
 }
 
 /// `(kind, namespace, name)` of a write request, from its path.

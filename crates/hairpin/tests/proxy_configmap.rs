@@ -69,8 +69,7 @@ async fn proxy_follows_the_routes_configmap() {
 
     let fake = FakeApiServer::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = dir.path().join("config");
-    std::fs::write(&kubeconfig, fake.kubeconfig_yaml()).expect("write kubeconfig");
+    let kubeconfig = fake.write_kubeconfig(dir.path());
     let admin = free_addr();
     let (first, second) = (free_addr(), free_addr());
 

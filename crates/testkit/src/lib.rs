@@ -22,6 +22,21 @@ fn handed_out() -> &'static Mutex<HashSet<u16>> {
     PORTS.get_or_init(|| Mutex::new(HashSet::new()))
 }
 
+/// A command for `program` without the ambient settings a test did not choose: every
+/// `HAIRPIN_*` variable, `KUBECONFIG` and `POD_NAME` are removed from its environment.
+pub fn isolated_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(program);
+    for (key, _) in std::env::vars_os() {
+        let ambient = key
+            .to_str()
+            .is_some_and(|k| k.starts_with("HAIRPIN_") || k == "KUBECONFIG" || k == "POD_NAME");
+        if ambient {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
 /// A free TCP port on 127.0.0.1 that this process has not handed out before.
 ///
 /// The kernel picks the port (bind to port 0); the registry keeps two tests in one process from

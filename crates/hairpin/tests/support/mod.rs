@@ -1,0 +1,43 @@
+//! Shared by the tests that run hairpin's binary against the fake API server.
+#![allow(dead_code, unreachable_pub)]
+
+use std::process::Command;
+
+use hairpin_fake_apiserver::{FakeApiServer, fixtures};
+use serde_json::json;
+
+/// A kubeadm-style Corefile.
+pub const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
+
+/// The load balancer's status address.
+pub const LB_IP: &str = "203.0.113.7";
+
+/// The binary, with no ambient kube or hairpin settings.
+pub fn hairpin(args: &[&str]) -> Command {
+    let mut command = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    command.args(args);
+    command
+}
+
+/// hairpin's namespace, a DigitalOcean PROXY load balancer `ingress-nginx/ingress-nginx-controller`
+/// at [`LB_IP`] with port 443, the Ingress `web/web` for `web.example.com` on it, and CoreDNS
+/// with [`COREFILE`].
+pub fn seed(fake: &FakeApiServer) {
+    fake.create_namespace("hairpin");
+    fake.apply(fixtures::proxy_load_balancer(
+        "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol",
+        LB_IP,
+        json!([{"name": "https", "port": 443, "protocol": "TCP"}]),
+    ));
+    fake.apply(fixtures::ingress("web", "web", &["web.example.com"], LB_IP));
+    fake.apply(fixtures::coredns(COREFILE));
+}
+
+/// Reads the Corefile of `kube-system/coredns`.
+pub fn corefile(fake: &FakeApiServer) -> String {
+    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
+        .unwrap()["data"]["Corefile"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
