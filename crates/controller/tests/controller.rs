@@ -66,6 +66,18 @@ fn events(fake: &FakeApiServer, reason: &str) -> Vec<Value> {
         .collect()
 }
 
+/// `hairpin uninstall` with the defaults; every step must succeed.
+async fn uninstall(fake: &FakeApiServer) -> hairpin_controller::UninstallReport {
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    report
+}
+
 async fn converged(fake: &FakeApiServer, hosts: &[&str]) -> Option<Instant> {
     fake.wait_until(Duration::from_secs(10), |f| {
         let cf = corefile(f);
@@ -403,13 +415,7 @@ async fn uninstall_restores_the_exact_corefile_and_removes_everything() {
     running.stop().await;
     assert_ne!(corefile(&fake), original);
 
-    let report = hairpin_controller::uninstall(
-        &fake.client(),
-        &PlannerConfig::default(),
-        "hairpin-controller",
-    )
-    .await;
-    assert!(report.failures.is_empty(), "{report:?}");
+    let report = uninstall(&fake).await;
     assert_eq!(
         corefile(&fake),
         original,
@@ -435,12 +441,7 @@ async fn uninstall_restores_the_exact_corefile_and_removes_everything() {
     );
 
     // Running it again is a no-op, not an error.
-    let again = hairpin_controller::uninstall(
-        &fake.client(),
-        &PlannerConfig::default(),
-        "hairpin-controller",
-    )
-    .await;
+    let again = uninstall(&fake).await;
     assert!(
         again.failures.is_empty() && again.corefiles_restored.is_empty(),
         "{again:?}"
@@ -627,12 +628,7 @@ async fn coredns_custom_mode_creates_the_override_key_and_uninstall_removes_it()
     );
     running.stop().await;
 
-    let report = hairpin_controller::uninstall(
-        &fake.client(),
-        &PlannerConfig::default(),
-        "hairpin-controller",
-    )
-    .await;
+    let report = uninstall(&fake).await;
     assert!(
         report.failures.is_empty() && report.custom_key_removed,
         "{report:?}"
@@ -909,13 +905,7 @@ async fn node_local_dns_gets_the_answers_and_uninstall_restores_it() {
         "in the root block:\n{text}"
     );
 
-    let report = hairpin_controller::uninstall(
-        &fake.client(),
-        &PlannerConfig::default(),
-        "hairpin-controller",
-    )
-    .await;
-    assert!(report.failures.is_empty(), "{report:?}");
+    let report = uninstall(&fake).await;
     assert_eq!(node_local_dns(&fake), original, "restored byte for byte");
     assert!(
         report
@@ -1006,12 +996,7 @@ async fn the_hosts_block_is_published_for_the_node_agents_in_both_families() {
     );
     running.stop().await;
 
-    let report = hairpin_controller::uninstall(
-        &fake.client(),
-        &PlannerConfig::default(),
-        "hairpin-controller",
-    )
-    .await;
+    let report = uninstall(&fake).await;
     assert!(
         report.failures.is_empty() && report.hosts_deleted,
         "{report:?}"
@@ -1127,13 +1112,7 @@ async fn names_under_a_zone_of_an_imported_server_key_are_answered_there() {
     );
     running.stop().await;
 
-    let report = hairpin_controller::uninstall(
-        &fake.client(),
-        &PlannerConfig::default(),
-        "hairpin-controller",
-    )
-    .await;
-    assert!(report.failures.is_empty(), "{report:?}");
+    let report = uninstall(&fake).await;
     assert_eq!(
         custom_key(&fake, "example.server").as_deref(),
         Some(server),
@@ -1407,13 +1386,7 @@ async fn objects_carrying_only_the_managed_by_label_survive_reconcile_and_uninst
     );
     running.stop().await;
 
-    let report = hairpin_controller::uninstall(
-        &fake.client(),
-        &PlannerConfig::default(),
-        "hairpin-controller",
-    )
-    .await;
-    assert!(report.failures.is_empty(), "{report:?}");
+    let report = uninstall(&fake).await;
     assert_eq!(
         report.services_deleted,
         ["hairpin-ingress-nginx-ingress-nginx-controller"]
@@ -1485,13 +1458,7 @@ async fn a_look_alike_at_a_name_hairpin_needs_is_never_overwritten() {
     };
     assert_eq!(routes_data(&fake), Some(json!("the user's")));
 
-    let report = hairpin_controller::uninstall(
-        &fake.client(),
-        &PlannerConfig::default(),
-        "hairpin-controller",
-    )
-    .await;
-    assert!(report.failures.is_empty(), "{report:?}");
+    let report = uninstall(&fake).await;
     assert!(report.services_deleted.is_empty() && !report.routes_deleted);
     assert_eq!(service(&fake)["spec"], before["spec"]);
     assert_eq!(routes_data(&fake), Some(json!("the user's")));
