@@ -725,16 +725,7 @@ fn external_dns_cleanup_edits(snapshot: &ClusterSnapshot, planner: &PlannerConfi
             .and_then(|d| d.get(key))
             .is_some_and(|text| text.contains(hairpin_planner::markers::BEGIN_PREFIX))
     };
-    let corefiles = planner
-        .coredns_config_maps
-        .iter()
-        .map(|name| (&planner.coredns_namespace, name))
-        .chain(
-            planner
-                .node_local_dns_config_maps
-                .iter()
-                .map(|name| (&planner.node_local_dns_namespace, name)),
-        );
+    let corefiles = planner.corefile_config_maps();
     let mut edits: Vec<KeyEdit> = corefiles
         .filter(|(namespace, name)| has_block(namespace, name, &planner.corefile_key))
         .map(|(namespace, name)| remove_block_edit(namespace, name, &planner.corefile_key))

@@ -210,16 +210,7 @@ pub async fn uninstall(
         Err(err) => fail(&mut report, err),
     }
 
-    let corefiles = planner
-        .coredns_config_maps
-        .iter()
-        .map(|name| (&planner.coredns_namespace, name))
-        .chain(
-            planner
-                .node_local_dns_config_maps
-                .iter()
-                .map(|name| (&planner.node_local_dns_namespace, name)),
-        );
+    let corefiles = planner.corefile_config_maps();
     for (namespace, name) in corefiles {
         let edit = remove_block_edit(namespace, name, &planner.corefile_key);
         match retry("restore the Corefile", || write_key(client, &edit)).await {

@@ -161,6 +161,20 @@ impl Default for PlannerConfig {
 }
 
 impl PlannerConfig {
+    /// Every ConfigMap holding a Corefile hairpin edits, as `(namespace, name)`: the CoreDNS
+    /// candidates, then node-local-dns's.
+    pub fn corefile_config_maps(&self) -> impl Iterator<Item = (&str, &str)> {
+        let coredns = self
+            .coredns_config_maps
+            .iter()
+            .map(|name| (self.coredns_namespace.as_str(), name.as_str()));
+        let node_local = self
+            .node_local_dns_config_maps
+            .iter()
+            .map(|name| (self.node_local_dns_namespace.as_str(), name.as_str()));
+        coredns.chain(node_local)
+    }
+
     /// Our annotation `<prefix><name>`, e.g. `hairpin.io/proxy-protocol`.
     pub fn annotation(&self, name: &str) -> String {
         format!("{}{name}", self.annotation_prefix)
