@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use futures::future::Shared;
 use hairpin_planner::corefile;
+use hairpin_planner::external_dns::DnsEndpoints;
 use hairpin_planner::{
     ClusterSnapshot, DnsChange, DnsMode, ObjectRef, Plan, PlannerConfig, RefusalReason, WriteEdit,
 };
@@ -17,6 +18,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::Error;
 use crate::apply::{KeyEdit, KeyOutcome, apply_services, remove_block_edit, write_key};
+use crate::dns_endpoints::{Applied, apply_dns_endpoints};
 use crate::fight::{Decision, FightGuard, FightParams, Observation};
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
@@ -146,6 +148,9 @@ pub async fn run(
         fights: BTreeMap::new(),
         refused: BTreeSet::new(),
         dns_state: DnsState::NotReached,
+        dns_endpoint_crd: None,
+        crd_missing_logged: false,
+        dns_endpoints_cleaned: false,
     };
     let mut retry = config.min_retry;
     let mut next = Instant::now();
@@ -209,6 +214,13 @@ struct Reconciler {
     status: StatusWriter,
     /// Where this reconcile left the DNS change, for the Hairpin statuses.
     dns_state: DnsState,
+    /// Whether external-dns's `DNSEndpoint` CRD is served (`None`: not in that mode).
+    dns_endpoint_crd: Option<bool>,
+    /// The missing CRD was logged (once until it appears).
+    crd_missing_logged: bool,
+    /// Outside external-dns mode, hairpin's DNSEndpoints of an earlier run in that mode were
+    /// looked for (once: the mode is a flag, so it changes only with a restart).
+    dns_endpoints_cleaned: bool,
 }
 
 /// One refused claim: who asked (kind, object), the hostname and the reason.
@@ -228,6 +240,10 @@ impl Reconciler {
             i64::try_from(plan.dns.as_ref().map_or(0, |dns| dns.entries.len())).unwrap_or(i64::MAX),
         );
         self.dns_state = DnsState::NotReached;
+        self.dns_endpoint_crd = caches.dns_endpoints_served();
+        if self.config.planner.dns_mode != DnsMode::ExternalDns && !self.dns_endpoints_cleaned {
+            self.clean_dns_endpoints().await;
+        }
         let result = self.apply(&plan, &snapshot).await;
         self.metrics
             .reconcile_duration
@@ -328,6 +344,9 @@ impl Reconciler {
         for edit in mode_switch_edits(dns, snapshot, planner) {
             write_key(&self.client, &edit).await?;
         }
+        if let Some(endpoints) = &dns.dns_endpoints {
+            return self.apply_dns_endpoints(plan, endpoints, snapshot).await;
+        }
 
         let mut requeue: Option<Instant> = None;
         for (i, write) in dns.writes.iter().enumerate() {
@@ -338,6 +357,118 @@ impl Reconciler {
             };
         }
         Ok(requeue)
+    }
+
+    /// After a switch away from `--dns-mode external-dns`, hairpin's `DNSEndpoint`s would keep
+    /// publishing records at the hairpin Services (and at released addresses once they are
+    /// gone): deleted once, as uninstall does. Tried once per run; a missing CRD or permission
+    /// ends it quietly (the chart grants list and delete in hairpin's namespace in every mode).
+    async fn clean_dns_endpoints(&mut self) {
+        self.dns_endpoints_cleaned = true;
+        let planner = &self.config.planner;
+        let source = planner.annotation("source");
+        match crate::dns_endpoints::delete_dns_endpoints(&self.client, &planner.namespace, &source)
+            .await
+        {
+            Ok(deleted) if !deleted.is_empty() => {
+                self.count_writes(deleted.len());
+                tracing::info!(deleted = ?deleted, mode = planner.dns_mode.as_str(), "DNSEndpoints of an earlier external-dns mode deleted");
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot look for DNSEndpoints of an earlier external-dns mode; skipped");
+            }
+        }
+    }
+
+    /// `--dns-mode external-dns`: hairpin's `DNSEndpoint`s, as planned. Without external-dns's
+    /// CRD nothing is written and every hairpinned load balancer gets a Warning Event saying
+    /// so; the CRD is probed again every minute, and its appearance starts a reconcile.
+    async fn apply_dns_endpoints(
+        &mut self,
+        plan: &Plan,
+        endpoints: &DnsEndpoints,
+        snapshot: &ClusterSnapshot,
+    ) -> Result<Option<Instant>, Error> {
+        let planner = &self.config.planner;
+        let desired: Vec<_> = endpoints.objects.iter().map(|o| o.object.clone()).collect();
+        let applied = if self.dns_endpoint_crd == Some(false) {
+            Applied::CrdMissing
+        } else {
+            let source = planner.annotation("source");
+            match apply_dns_endpoints(&self.client, &planner.namespace, &source, &desired).await {
+                Ok(applied) => applied,
+                Err(err) => {
+                    self.metrics.dns_write_failures.inc();
+                    self.dns_state = DnsState::Refused {
+                        reason: "WriteFailed",
+                        message: format!("cannot write the DNSEndpoints: {err}"),
+                    };
+                    return Err(err);
+                }
+            }
+        };
+        let changes = match applied {
+            Applied::Done(changes) => changes,
+            Applied::CrdMissing => {
+                let message = format!(
+                    "--dns-mode external-dns, but the DNSEndpoint CRD ({}.{}) is not installed: install external-dns's CRD (charts/external-dns/crds/dnsendpoint.yaml in kubernetes-sigs/external-dns); no DNS rule is published until it is (checked again every minute)",
+                    hairpin_planner::external_dns::PLURAL,
+                    hairpin_planner::external_dns::GROUP
+                );
+                if !self.crd_missing_logged {
+                    tracing::warn!("{message}");
+                    self.crd_missing_logged = true;
+                }
+                for lb in &plan.load_balancers {
+                    let svc = &lb.load_balancer.service;
+                    let uid = snapshot
+                        .service(&svc.namespace, &svc.name)
+                        .and_then(|s| s.metadata.uid.clone());
+                    let regarding = object_ref("Service", &svc.namespace, &svc.name, uid);
+                    self.events
+                        .publish(
+                            &regarding,
+                            true,
+                            reason::DNS_ENDPOINT_CRD_MISSING,
+                            message.clone(),
+                        )
+                        .await;
+                }
+                self.dns_state = DnsState::Refused {
+                    reason: "CRDNotInstalled",
+                    message,
+                };
+                return Ok(None);
+            }
+        };
+        self.crd_missing_logged = false;
+        self.count_writes(changes.writes());
+        self.dns_state = DnsState::InPlace {
+            wrote: changes.writes() > 0,
+        };
+        if changes.writes() > 0 {
+            tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "DNSEndpoints applied");
+        }
+        for name in changes.created.iter().chain(&changes.updated) {
+            let Some(o) = endpoints
+                .objects
+                .iter()
+                .find(|o| o.object.metadata.name.as_deref() == Some(name.as_str()))
+            else {
+                continue;
+            };
+            let regarding = object_ref("DNSEndpoint", &planner.namespace, name, None);
+            let note = format!(
+                "hairpin published {} record(s) for the hostnames of {}, pointing at its hairpin Service",
+                o.object.spec.endpoints.len(),
+                o.load_balancer
+            );
+            self.events
+                .publish(&regarding, false, reason::DNS_UPDATED, note)
+                .await;
+        }
+        Ok(None)
     }
 
     /// One DNS key: written when it differs, guarded against a write fight per key. The

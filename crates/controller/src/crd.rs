@@ -95,13 +95,17 @@ pub struct HairpinStatus {
     /// Hostnames claimed for this load balancer that hairpin does not redirect, and why.
     #[serde(default)]
     pub refused: Vec<RefusedHostname>,
-    /// How DNS is changed: `corefile` (a marked block in the Corefile) or `custom` (a key in
-    /// `coredns-custom`).
+    /// How DNS is changed: `corefile` (a marked block in the Corefile), `custom` (a key in
+    /// `coredns-custom`) or `external-dns` (`DNSEndpoint` objects).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_mode: Option<String>,
     /// The ConfigMaps holding the DNS rules, `namespace/name`.
     #[serde(default)]
     pub config_maps: Vec<String>,
+    /// In `external-dns` mode, the `DNSEndpoint` objects holding the hostnames,
+    /// `namespace/name` (external-dns publishes them; no ConfigMap is written).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns_endpoints: Vec<String>,
     /// When hairpin last wrote this load balancer's DNS rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_write_time: Option<Time>,

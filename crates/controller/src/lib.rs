@@ -7,6 +7,7 @@
 //! - [`watch`]: reflector caches of what the planner reads, and the snapshot.
 //! - [`controller`]: the debounced plan-and-apply loop, run only by the leader.
 //! - [`apply`]: writing a plan (Services, ConfigMap keys guarded by resourceVersion).
+//! - [`dns_endpoints`]: the `DNSEndpoint` objects of `--dns-mode external-dns`.
 //! - [`fight`]: detecting another writer reverting our CoreDNS change.
 //! - [`lease`]: leader election on a Lease.
 //! - [`uninstall`]: removing everything hairpin wrote.
@@ -17,6 +18,7 @@ pub mod apply;
 pub mod client;
 pub mod controller;
 pub mod crd;
+pub mod dns_endpoints;
 pub mod error;
 pub mod fight;
 pub mod lease;

@@ -382,6 +382,7 @@ fn hairpin_view(hairpin: &Hairpin, with_metadata: bool) -> Value {
         refused: status.refused,
         dns_mode: status.dns_mode,
         config_maps: status.config_maps,
+        dns_endpoints: status.dns_endpoints,
         ..HairpinStatus::default()
     };
     let mut status = serde_json::to_value(planned).unwrap_or(Value::Null);

@@ -28,6 +28,8 @@ pub mod reason {
     pub const HAIRPIN_EFFECTIVE: &str = "HairpinEffective";
     /// After the deadline the cluster DNS still does not; the note says what it answered.
     pub const DNS_NOT_EFFECTIVE: &str = "DNSNotEffective";
+    /// `--dns-mode external-dns`, but external-dns's `DNSEndpoint` CRD is not installed.
+    pub const DNS_ENDPOINT_CRD_MISSING: &str = "DNSEndpointCRDMissing";
 }
 
 /// (namespace, kind/name, reason) of an Event.
@@ -65,6 +67,7 @@ fn api_version(kind: &str) -> &'static str {
     match kind {
         "Ingress" | "IngressClass" => "networking.k8s.io/v1",
         "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute" => "gateway.networking.k8s.io/v1",
+        "DNSEndpoint" => hairpin_planner::external_dns::API_VERSION,
         _ => "v1",
     }
 }

@@ -160,6 +160,13 @@ pub fn desired_hairpins(
                     .collect(),
                 refused,
                 dns_mode: plan.dns.as_ref().map(|d| d.mode.as_str().to_owned()),
+                dns_endpoints: plan
+                    .dns
+                    .iter()
+                    .filter_map(|d| d.dns_endpoints.as_ref())
+                    .flat_map(|e| e.of(svc))
+                    .map(|o| o.object.object_ref().to_string())
+                    .collect(),
                 config_maps: plan
                     .dns
                     .as_ref()
@@ -305,11 +312,26 @@ impl StatusWriter {
                 .and_then(|p| p.first())
                 .and_then(|p| u16::try_from(p.port).ok());
             self.track_write(&lb_ref, &status, existing, dns);
+            let external = external_dns_progress(plan, &lb_ref);
             if matches!(dns, DnsState::InPlace { .. }) {
-                self.start_check(plan, snapshot, &lb_ref, &status, &cluster_ips, port);
+                self.start_check(
+                    plan,
+                    snapshot,
+                    &lb_ref,
+                    &status,
+                    &cluster_ips,
+                    port,
+                    external.as_ref(),
+                );
             }
             let ready = ready(lb.service.metadata.name.as_deref().unwrap_or_default());
-            self.overlay(&lb_ref, &mut status, existing, dns, ready, &cluster_ips);
+            let probe = Probe {
+                dns,
+                ready,
+                cluster_ips: &cluster_ips,
+                external: external.as_ref(),
+            };
+            self.overlay(&lb_ref, &mut status, existing, &probe);
             keep.push(key.clone());
             self.write(hairpin, status, existing).await?;
         }
@@ -383,6 +405,7 @@ impl StatusWriter {
     }
 
     /// Starts (or restarts) the propagation check when the hostnames or the ClusterIP changed.
+    #[allow(clippy::too_many_arguments)]
     fn start_check(
         &mut self,
         plan: &Plan,
@@ -391,6 +414,7 @@ impl StatusWriter {
         status: &HairpinStatus,
         cluster_ips: &[IpAddr],
         port: Option<u16>,
+        external: Option<&ExternalDnsProgress>,
     ) {
         if cluster_ips.is_empty() || status.hostnames.is_empty() {
             return;
@@ -399,7 +423,20 @@ impl StatusWriter {
             return;
         };
         let ips: Vec<String> = cluster_ips.iter().map(ToString::to_string).collect();
-        let fingerprint = format!("{}@{}", hosts_key(&status.hostnames), ips.join(","));
+        // In external-dns mode, external-dns processing the DNSEndpoints starts a new check:
+        // one that gave up before it did says nothing about the records it published.
+        let processed = external.map_or("", |e| {
+            if e.waiting.is_empty() {
+                "#processed"
+            } else {
+                "#waiting"
+            }
+        });
+        let fingerprint = format!(
+            "{}@{}{processed}",
+            hosts_key(&status.hostnames),
+            ips.join(",")
+        );
         let mut checks = lock(&self.checks);
         if checks.get(lb).is_some_and(|t| t.fingerprint == fingerprint) {
             return;
@@ -424,6 +461,7 @@ impl StatusWriter {
             fingerprint: fingerprint.clone(),
             measured: written.is_some(),
             reload_missing: reload_missing(plan, snapshot, &self.planner),
+            external_dns: external.cloned(),
             coredns_namespace: self.planner.coredns_namespace.clone(),
             client: self.client.clone(),
             events: self.events.clone(),
@@ -496,10 +534,14 @@ impl StatusWriter {
         lb: &ObjectRef,
         status: &mut HairpinStatus,
         existing: Option<&Hairpin>,
-        dns: &DnsState,
-        ready: i32,
-        cluster_ips: &[IpAddr],
+        probe: &Probe<'_>,
     ) {
+        let Probe {
+            dns,
+            ready,
+            cluster_ips,
+            external,
+        } = *probe;
         let generation = existing.and_then(|h| h.metadata.generation);
         let previous = existing
             .and_then(|h| h.status.as_ref())
@@ -537,7 +579,11 @@ impl StatusWriter {
                 last_transition_time,
             }
         };
-        let where_ = status.config_maps.join(", ");
+        let where_ = if status.dns_endpoints.is_empty() {
+            status.config_maps.join(", ")
+        } else {
+            format!("DNSEndpoint {}", status.dns_endpoints.join(", "))
+        };
         let dns_written = match dns {
             DnsState::InPlace { .. } => cond(
                 condition::DNS_WRITTEN,
@@ -584,6 +630,14 @@ impl StatusWriter {
             )
         } else {
             match &outcome {
+                None if external.is_some_and(|e| !e.waiting.is_empty()) => cond(
+                    condition::DNS_EFFECTIVE,
+                    None,
+                    "WaitingForExternalDNS",
+                    external
+                        .map(ExternalDnsProgress::waiting_note)
+                        .unwrap_or_default(),
+                ),
                 None => cond(
                     condition::DNS_EFFECTIVE,
                     None,
@@ -606,7 +660,10 @@ impl StatusWriter {
                     condition::DNS_EFFECTIVE,
                     Some(false),
                     "NotEffective",
-                    wrong_answers(o, cluster_ips),
+                    match external {
+                        Some(e) => format!("{}; {}", wrong_answers(o, cluster_ips), e.cause()),
+                        None => wrong_answers(o, cluster_ips),
+                    },
                 ),
             }
         };
@@ -719,6 +776,76 @@ impl StatusWriter {
     }
 }
 
+/// What the overlay reads besides the plan: the DNS state, the ready endpoints, the hairpin
+/// Service's ClusterIPs and, in external-dns mode, how far external-dns has got.
+#[derive(Clone, Copy)]
+struct Probe<'a> {
+    dns: &'a DnsState,
+    ready: i32,
+    cluster_ips: &'a [IpAddr],
+    external: Option<&'a ExternalDnsProgress>,
+}
+
+/// In external-dns mode, how far external-dns has got with a load balancer's DNSEndpoints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ExternalDnsProgress {
+    /// The objects, `namespace/name`.
+    objects: Vec<String>,
+    /// Those external-dns has not processed yet (`status.observedGeneration` below
+    /// `metadata.generation`, or just written), each with its generations.
+    waiting: Vec<String>,
+}
+
+impl ExternalDnsProgress {
+    fn waiting_note(&self) -> String {
+        format!(
+            "no external-dns instance has processed DNSEndpoint {} yet (status.observedGeneration below metadata.generation); the private instance must run with --source=crd --crd-source-apiversion=externaldns.k8s.io/v1alpha1 --crd-source-kind=DNSEndpoint --label-filter={}=true",
+            self.waiting.join(", "),
+            hairpin_planner::external_dns::DNS_ENDPOINT_LABEL
+        )
+    }
+
+    /// Why the cluster DNS does not answer yet, from what external-dns has done.
+    fn cause(&self) -> String {
+        if self.waiting.is_empty() {
+            format!(
+                "external-dns has processed DNSEndpoint {} (status.observedGeneration), so the records are published, but the cluster DNS does not answer them from the private zone: the zone must be visible to the cluster (a Cloud DNS private zone bound to its VPC, a Route 53 private hosted zone associated with it, or a kube-dns stubDomains entry for the zone's nameserver), or the provider has not propagated them yet",
+                self.objects.join(", ")
+            )
+        } else {
+            self.waiting_note()
+        }
+    }
+}
+
+/// The external-dns progress of `lb`'s DNSEndpoints; `None` outside external-dns mode or
+/// when it has none (its names wait for a ClusterIP).
+fn external_dns_progress(plan: &Plan, lb: &ObjectRef) -> Option<ExternalDnsProgress> {
+    let endpoints = plan.dns.as_ref()?.dns_endpoints.as_ref()?;
+    let mut objects = Vec::new();
+    let mut waiting = Vec::new();
+    for o in endpoints.of(lb) {
+        let name = o.object.object_ref().to_string();
+        let current = o.current.as_ref().filter(|_| !o.changed);
+        match current.map(|c| (c.processed(), c)) {
+            Some((Some(true), _)) => {}
+            Some((_, c)) => waiting.push(format!(
+                "{name} (generation {}, observed {})",
+                c.metadata
+                    .generation
+                    .map_or_else(|| "unknown".to_owned(), |g| g.to_string()),
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.observed_generation)
+                    .map_or_else(|| "none".to_owned(), |g| g.to_string())
+            )),
+            None => waiting.push(format!("{name} (just written)")),
+        }
+        objects.push(name);
+    }
+    (!objects.is_empty()).then_some(ExternalDnsProgress { objects, waiting })
+}
+
 fn join(ips: &[IpAddr]) -> String {
     ips.iter()
         .map(ToString::to_string)
@@ -787,6 +914,8 @@ struct CheckContext {
     fingerprint: String,
     measured: bool,
     reload_missing: bool,
+    /// In external-dns mode, what external-dns had done when the check started.
+    external_dns: Option<ExternalDnsProgress>,
     coredns_namespace: String,
     client: kube::Client,
     events: Events,
@@ -857,6 +986,9 @@ impl CheckContext {
     }
 
     async fn likely_cause(&self, outcome: &CheckOutcome) -> String {
+        if let Some(external) = &self.external_dns {
+            return external.cause();
+        }
         let cluster_ok = !outcome.wrong.keys().any(|(role, _)| role == "cluster DNS");
         if cluster_ok {
             return "node-local-dns answers these names itself (it forwards only the cluster domain to CoreDNS): add the stanza `hairpin plan` suggests to its Corefile, or run the node agent".into();

@@ -1,6 +1,7 @@
 //! `hairpin uninstall`: remove everything hairpin wrote.
 //!
-//! Our `Hairpin` objects and Services (the managed-by label AND hairpin's annotation), the
+//! Our `Hairpin` objects, Services and external-dns `DNSEndpoint`s (the managed-by label AND
+//! hairpin's annotation; none when the `DNSEndpoint` CRD is not installed), the
 //! routes and hosts ConfigMaps (the label AND `hairpin.io/created-by`), the leader Lease, our
 //! marked blocks in every candidate CoreDNS and node-local-dns ConfigMap (removed with the
 //! Corefile editor, which gives back the original bytes, and refuses damaged markers rather
@@ -25,6 +26,7 @@ use crate::apply::{
     remove_block_edit, write_key,
 };
 use crate::crd::Hairpin;
+use crate::dns_endpoints::delete_dns_endpoints;
 use crate::error::is_not_found;
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
@@ -33,6 +35,8 @@ use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 pub struct UninstallReport {
     /// hairpin Services deleted.
     pub services_deleted: Vec<String>,
+    /// hairpin's `DNSEndpoint`s deleted (`--dns-mode external-dns`), by name.
+    pub dns_endpoints_deleted: Vec<String>,
     /// The routes ConfigMap was deleted.
     pub routes_deleted: bool,
     /// The node agents' hosts ConfigMap was deleted.
@@ -168,6 +172,16 @@ pub async fn uninstall(
     .await
     {
         Ok(deleted) => report.services_deleted = deleted,
+        Err(err) => fail(&mut report, err),
+    }
+
+    // Whatever the current mode: an earlier run may have been in `external-dns` mode.
+    match retry("delete hairpin DNSEndpoints", || {
+        delete_dns_endpoints(client, &planner.namespace, &source_annotation)
+    })
+    .await
+    {
+        Ok(deleted) => report.dns_endpoints_deleted = deleted,
         Err(err) => fail(&mut report, err),
     }
 

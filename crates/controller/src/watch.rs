@@ -17,6 +17,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::tlsroutes::TlsRoute;
+use hairpin_planner::DnsMode;
 use hairpin_planner::config::PlannerConfig;
 use hairpin_planner::snapshot::ClusterSnapshot;
 use hairpin_planner::sources::{CustomSource, SourceKind};
@@ -145,6 +146,10 @@ pub struct Caches {
     /// Our Hairpin objects, in every namespace. Their changes do not trigger a re-plan:
     /// the controller is their only writer.
     hairpins: Cache<Hairpin>,
+    /// `DNSEndpoint`s in our namespace, watched only in `--dns-mode external-dns` and while
+    /// external-dns's CRD is installed. Their changes re-plan: external-dns writing their
+    /// status, or someone changing or deleting one.
+    dns_endpoints: Option<Cache<DynamicObject>>,
 }
 
 impl Caches {
@@ -242,6 +247,16 @@ impl Caches {
                 },
                 stop.clone(),
             ),
+            dns_endpoints: (config.dns_mode == DnsMode::ExternalDns).then(|| {
+                let resource = crate::dns_endpoints::api_resource();
+                optional_versions(
+                    vec![crate::dns_endpoints::api(client, &config.namespace)],
+                    reflector::store::Writer::new(resource),
+                    "DNSEndpoint",
+                    &ctx,
+                    stop.clone(),
+                )
+            }),
             custom_sources: custom_sources(client, &ctx, &stop),
             tls_routes: tls_routes(client, &ctx, stop),
             config_maps,
@@ -262,6 +277,7 @@ impl Caches {
             && self.namespaces.as_ref().is_none_or(Cache::is_synced)
             && self.endpoint_slices.is_synced()
             && self.hairpins.is_synced()
+            && self.dns_endpoints.as_ref().is_none_or(Cache::is_synced)
     }
 
     /// The caches that have not listed yet (empty once synced), each with its last error.
@@ -277,6 +293,7 @@ impl Caches {
             self.namespaces.as_ref().and_then(Cache::unsynced),
             self.endpoint_slices.unsynced(),
             self.hairpins.unsynced(),
+            self.dns_endpoints.as_ref().and_then(Cache::unsynced),
         ]
         .into_iter()
         .chain(self.config_maps.iter().map(Cache::unsynced))
@@ -305,6 +322,17 @@ impl Caches {
         }
         self.endpoint_slices.wait_synced().await;
         self.hairpins.wait_synced().await;
+        if let Some(endpoints) = &self.dns_endpoints {
+            endpoints.wait_synced().await;
+        }
+    }
+
+    /// Whether external-dns's `DNSEndpoint` CRD is served: `None` outside `--dns-mode
+    /// external-dns` (not watched).
+    pub fn dns_endpoints_served(&self) -> Option<bool> {
+        self.dns_endpoints
+            .as_ref()
+            .map(|c| c.served.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The Gateway API kinds whose CRD was not installed when the caches synced (an absent
@@ -378,7 +406,12 @@ impl Caches {
                     ..Namespace::default()
                 })
                 .collect(),
-            dns_endpoints: Vec::new(),
+            dns_endpoints: self
+                .dns_endpoints
+                .iter()
+                .flat_map(|cache| cache.store.state())
+                .filter_map(|object| crate::dns_endpoints::typed(&object))
+                .collect(),
         }
     }
 
@@ -695,15 +728,16 @@ where
     K::DynamicType: Clone,
 {
     let url = api.resource_url();
-    let Some((group_version, plural)) = url
-        .strip_prefix("/apis/")
-        .and_then(|rest| rest.rsplit_once('/'))
-    else {
-        return Ok(true);
+    // `/apis/<group>/<version>[/namespaces/<ns>]/<plural>`.
+    let parts: Vec<&str> = url.trim_start_matches('/').split('/').collect();
+    let (group, version, plural) = match parts.as_slice() {
+        ["apis", group, version, plural] | ["apis", group, version, "namespaces", _, plural] => {
+            (*group, *version, *plural)
+        }
+        _ => return Ok(true),
     };
-    let Some((group, version)) = group_version.split_once('/') else {
-        return Ok(true);
-    };
+    let group_version = format!("{group}/{version}");
+    let group_version = group_version.as_str();
     let client = api.clone().into_client();
     let groups = client.list_api_groups().await?;
     let listed = groups

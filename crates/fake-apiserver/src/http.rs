@@ -435,6 +435,7 @@ fn dispatch(
                 fields.remove("status");
             }
             state.stamp_created(&mut object);
+            ty.stamp_generation(&mut object, None);
             state.store(target.index, key.clone(), object, "ADDED");
             let stored = state.resources[target.index].objects[&key].clone();
             reply(201, stored)
@@ -478,6 +479,7 @@ fn dispatch(
                 object["metadata"]["namespace"] = key.0.clone().into();
             }
             split_status(&ty, target.status, &current, &mut object);
+            ty.stamp_generation(&mut object, Some(&current));
             if let Err(status) = admit(state, &ty, &key, &mut object, Some(&current)) {
                 return reply(422, status);
             }
@@ -528,6 +530,7 @@ fn dispatch(
                 return reply(422, invalid_status(&ty, name, &[cause]));
             }
             split_status(&ty, target.status, &current, &mut object);
+            ty.stamp_generation(&mut object, Some(&current));
             if let Err(status) = admit(state, &ty, &key, &mut object, Some(&current)) {
                 return reply(422, status);
             }

@@ -182,6 +182,24 @@ impl FakeApiServer {
         }
     }
 
+    /// Installs external-dns's `DNSEndpoint` CRD (`externaldns.k8s.io/v1alpha1`, plural
+    /// `dnsendpoints`, namespaced, with the `status` subresource and `metadata.generation`, as
+    /// `charts/external-dns/crds/dnsendpoint.yaml` defines it). Without it the kind is not
+    /// served: discovery does not list it and its paths answer `404 page not found`.
+    pub fn install_external_dns_crd(&self) {
+        self.register(
+            ResourceType::new(
+                "externaldns.k8s.io",
+                "v1alpha1",
+                "dnsendpoints",
+                "DNSEndpoint",
+                true,
+            )
+            .with_status_subresource()
+            .with_generation(),
+        );
+    }
+
     /// Makes the cluster dual-stack, IPv4 primary: Services may ask for IPv4 and IPv6
     /// ClusterIPs (from `10.96.0.0/12` and `fd00:10:96::/108`), and `PreferDualStack` or
     /// `RequireDualStack` ones get both. By default it is IPv4 only.

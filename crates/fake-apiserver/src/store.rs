@@ -32,6 +32,9 @@ pub struct ResourceType {
     /// Served with a `status` subresource, as a CRD with `subresources.status`: writes to
     /// the object leave `status` alone, writes to `/status` change nothing else.
     pub status_subresource: bool,
+    /// Objects carry `metadata.generation`, as every custom resource does: 1 on create, one
+    /// more on each write that changes anything but `metadata` and `status`.
+    pub generation: bool,
 }
 
 impl ResourceType {
@@ -44,6 +47,7 @@ impl ResourceType {
             kind: kind.into(),
             namespaced,
             status_subresource: false,
+            generation: false,
         }
     }
 
@@ -51,6 +55,44 @@ impl ResourceType {
     pub fn with_status_subresource(mut self) -> Self {
         self.status_subresource = true;
         self
+    }
+
+    /// The same type, keeping `metadata.generation` as the server does for custom resources.
+    pub fn with_generation(mut self) -> Self {
+        self.generation = true;
+        self
+    }
+
+    /// Sets `metadata.generation` of `object` as the server does: 1 when created, the
+    /// current one plus one when anything but `metadata` and `status` changed, else the
+    /// current one (a client cannot set it).
+    pub(crate) fn stamp_generation(&self, object: &mut Value, current: Option<&Value>) {
+        if !self.generation {
+            return;
+        }
+        let generation = match current {
+            None => 1,
+            Some(current) => {
+                let previous = current["metadata"]["generation"].as_i64().unwrap_or(1);
+                let spec = |o: &Value| {
+                    o.as_object().map(|fields| {
+                        fields
+                            .iter()
+                            .filter(|(k, _)| {
+                                !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                            })
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect::<serde_json::Map<_, _>>()
+                    })
+                };
+                if spec(object) == spec(current) {
+                    previous
+                } else {
+                    previous + 1
+                }
+            }
+        };
+        object["metadata"]["generation"] = generation.into();
     }
 
     pub(crate) fn api_version(&self) -> String {
@@ -373,6 +415,8 @@ impl State {
             // Fixtures get the server's defaults too; what it would refuse is theirs to avoid.
             let _ = self.admit_service(&mut object, &key, existing.as_ref());
         }
+        let ty = self.resources[index].ty.clone();
+        ty.stamp_generation(&mut object, existing.as_ref());
         match &existing {
             Some(old) => {
                 object["metadata"]["uid"] = old["metadata"]["uid"].clone();

@@ -738,3 +738,91 @@ async fn absent_resources_answer_plain_text_and_discovery_lists_what_is_served()
             .any(|r| r.name == "configmaps" && r.namespaced)
     );
 }
+
+/// external-dns's DNSEndpoint CRD: absent until installed (404 page not found, not in
+/// discovery), then namespaced, with `metadata.generation` bumped only by spec changes, a
+/// status subresource, and resourceVersion conflicts.
+#[tokio::test]
+async fn the_dns_endpoint_crd_is_served_as_a_custom_resource() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let fake = FakeApiServer::start().await;
+    let client = fake.client();
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("externaldns.k8s.io", "v1alpha1", "DNSEndpoint"),
+        "dnsendpoints",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let err = api.list(&ListParams::default()).await.unwrap_err();
+    assert_eq!(api_status(err).code, 404);
+    let groups = client.list_api_groups().await.unwrap();
+    assert!(!groups.groups.iter().any(|g| g.name == "externaldns.k8s.io"));
+
+    fake.install_external_dns_crd();
+    let resources = client
+        .list_api_group_resources("externaldns.k8s.io/v1alpha1")
+        .await
+        .unwrap();
+    let listed = &resources.resources[0];
+    assert_eq!(
+        (listed.name.as_str(), listed.namespaced),
+        ("dnsendpoints", true)
+    );
+
+    let record = |target: &str| json!({"endpoints": [{"dnsName": "a.example.com", "recordType": "A", "targets": [target]}]});
+    let mut object: DynamicObject = serde_json::from_value(object(
+        "externaldns.k8s.io/v1alpha1",
+        "DNSEndpoint",
+        Some("default"),
+        "a",
+        json!({"spec": record("10.96.0.1"), "status": {"observedGeneration": 9}}),
+    ))
+    .unwrap();
+    // A client cannot set the generation.
+    object.metadata.generation = Some(7);
+    let created = api.create(&PostParams::default(), &object).await.unwrap();
+    assert_eq!(created.metadata.generation, Some(1));
+    assert!(
+        created.data.get("status").is_none(),
+        "status is the subresource's"
+    );
+
+    // external-dns writes its status through the subresource: the generation stays.
+    let status = json!({"status": {"observedGeneration": 1}});
+    let seen = api
+        .patch_status("a", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    assert_eq!(seen.metadata.generation, Some(1));
+    assert_eq!(seen.data["status"]["observedGeneration"], 1);
+
+    // A label change is metadata: same generation; a new target is a spec change: one more.
+    let mut relabelled = seen.clone();
+    relabelled
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("x".into(), "y".into());
+    let relabelled = api
+        .replace("a", &PostParams::default(), &relabelled)
+        .await
+        .unwrap();
+    assert_eq!(relabelled.metadata.generation, Some(1));
+    let mut retargeted = relabelled.clone();
+    retargeted.data["spec"] = record("10.96.0.2");
+    let retargeted = api
+        .replace("a", &PostParams::default(), &retargeted)
+        .await
+        .unwrap();
+    assert_eq!(retargeted.metadata.generation, Some(2));
+    // The status is kept by an update of the object, and now lags the generation.
+    assert_eq!(retargeted.data["status"]["observedGeneration"], 1);
+
+    // A write with the resourceVersion read before is a conflict.
+    let mut stale = relabelled.clone();
+    stale.data["spec"] = record("10.96.0.3");
+    let err = api
+        .replace("a", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
+    assert_eq!(api_status(err).code, 409);
+}

@@ -41,6 +41,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         for name in &report.services_deleted {
             println!("deleted Service {ns}/{name}");
         }
+        for name in &report.dns_endpoints_deleted {
+            println!("deleted DNSEndpoint {ns}/{name}");
+        }
         if report.routes_deleted {
             println!("deleted ConfigMap {ns}/{}", planner.routes_config_map);
         }
