@@ -64,6 +64,7 @@ COMBINATIONS = {
         ],
         {"DaemonSet", "NetworkPolicy", "ServiceMonitor", "PodMonitor", "PrometheusRule"},
     ),
+    "external-dns mode": (["coredns.dnsMode=external-dns"], {"Role", "Deployment"}),
     "everything off": (
         [
             "uninstallHook.enabled=false",
@@ -271,6 +272,7 @@ def check_render(chart, name, sets, expected_kinds, metrics):
                 except kubernetes_validate.SchemaNotFoundError:
                     fail("%s: kubernetes-validate has no schema for it (Kubernetes %s)" % (where, version))
     check_node_agent_rbac(docs, name)
+    check_dns_endpoint_rbac(docs, name, values)
     missing = expected_kinds - kinds
     if missing:
         fail("[%s] expected %s among the rendered kinds %s" % (name, sorted(missing), sorted(kinds)))
@@ -312,6 +314,28 @@ def check_node_agent_rbac(docs, name):
                         or not set(rule.get("verbs") or []) <= {"get", "list", "watch"}
                     ):
                         fail("[%s] the node agent may only read ConfigMap %s/hairpin-hosts, not %r in %s" % (name, NAMESPACE, rule, namespace))
+
+
+def check_dns_endpoint_rbac(docs, name, values):
+    """external-dns's DNSEndpoints: only through a namespaced Role in the release namespace,
+    list and delete in every mode (uninstall, cleanup after a mode switch), get, watch,
+    create and update only with coredns.dnsMode external-dns; never the status, never a
+    ClusterRole."""
+    external = values.get("coredns", {}).get("dnsMode") == "external-dns"
+    verbs = set()
+    for doc in docs:
+        for rule in doc.get("rules") or [] if doc["kind"] in ("Role", "ClusterRole") else []:
+            if "externaldns.k8s.io" not in (rule.get("apiGroups") or []):
+                continue
+            where = "%s %s" % (doc["kind"], doc["metadata"]["name"])
+            if doc["kind"] == "ClusterRole" or doc["metadata"].get("namespace") != NAMESPACE:
+                fail("[%s] %s grants DNSEndpoints outside the release namespace" % (name, where))
+            if rule.get("resources") != ["dnsendpoints"]:
+                fail("[%s] %s grants %r of externaldns.k8s.io" % (name, where, rule.get("resources")))
+            verbs.update(rule.get("verbs") or [])
+    wanted = {"list", "delete"} | ({"get", "watch", "create", "update"} if external else set())
+    if verbs != wanted:
+        fail("[%s] DNSEndpoint verbs %s, wanted %s" % (name, sorted(verbs), sorted(wanted)))
 
 
 def check_crds(chart_dir):

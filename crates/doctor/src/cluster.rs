@@ -519,6 +519,11 @@ fn uneditable_dns(
     if corefile(read, config).is_none() && read.kube_dns {
         return Some(UneditableDns::KubeDns);
     }
+    // Nothing at all: Cloud DNS for GKE. Only when the ConfigMaps could be read (a read that
+    // failed is a gap, not an absence).
+    if corefile(read, config).is_none() && !read.gaps.iter().any(|gap| gap.contains("ConfigMap")) {
+        return Some(UneditableDns::NoDnsConfig);
+    }
     let written: Vec<String> = plan
         .dns
         .iter()

@@ -203,6 +203,9 @@ pub enum UneditableDns {
     /// kube-dns (GKE's default): no Corefile; it reads only `stubDomains` and
     /// `upstreamNameservers` from `kube-system/kube-dns`.
     KubeDns,
+    /// No cluster DNS configuration at all in kube-system (no CoreDNS Corefile, no kube-dns):
+    /// Cloud DNS for GKE (GKE Autopilot's default) answers the cluster's queries itself.
+    NoDnsConfig,
     /// A CoreDNS ConfigMap that an add-on manager puts back as it was.
     ReconciledCoreDns {
         /// `namespace/name`.
@@ -219,6 +222,10 @@ impl UneditableDns {
             UneditableDns::KubeDns => "the cluster DNS is kube-dns (GKE's default), not CoreDNS: \
                  it has no Corefile hairpin could add rules to (kube-dns reads only `stubDomains` \
                  and `upstreamNameservers` from ConfigMap kube-system/kube-dns)"
+                .to_owned(),
+            UneditableDns::NoDnsConfig => "kube-system holds no cluster DNS configuration (no \
+                 CoreDNS Corefile, no kube-dns): the cluster's DNS is managed outside it, as \
+                 with Cloud DNS for GKE"
                 .to_owned(),
             UneditableDns::ReconciledCoreDns { config_map, label } => format!(
                 "the CoreDNS ConfigMap {config_map} is managed by an add-on manager ({label}), \
@@ -718,16 +725,25 @@ pub fn fixes(cluster: &ClusterView) -> Vec<String> {
                  clients such as the kubelet pulling from a registry behind the ingress)"
             .to_owned(),
         Some(uneditable) => format!(
-            "hairpin's proxy, with its DNS rules published elsewhere: {}, so hairpin's \
-             default DNS modes (a Corefile block, a `coredns-custom` key) cannot work here. \
-             Serve the hostnames from a private zone the cluster resolves, pointing at the \
-             hairpin Service's ClusterIP (external-dns with its DNSEndpoint source, an \
-             external-dns DNS mode for hairpin is planned){}",
+            "hairpin in its external-dns DNS mode: {}, so hairpin's default DNS modes (a \
+             Corefile block, a `coredns-custom` key) cannot work here. Run it with \
+             `--dns-mode external-dns` (Helm: `--set coredns.dnsMode=external-dns`): it \
+             publishes the hostnames as DNSEndpoint objects pointing at the hairpin Services' \
+             ClusterIPs, for an external-dns instance serving a PRIVATE zone the cluster \
+             resolves (`--source=crd --label-filter=hairpin.io/dns-endpoint=true`; a public \
+             instance must exclude them){}",
             uneditable.describe(),
-            if *uneditable == UneditableDns::KubeDns {
-                ", and forward that zone to it with a kube-dns `stubDomains` entry"
-            } else {
-                ""
+            match uneditable {
+                UneditableDns::KubeDns => {
+                    ". On kube-dns, forward each hostname to the DNS server of that zone with a \
+                     `stubDomains` entry in ConfigMap kube-system/kube-dns (a stub domain also \
+                     captures the names under it; docs/compatibility.md)"
+                }
+                UneditableDns::NoDnsConfig => {
+                    ". With Cloud DNS for GKE, a Cloud DNS private zone visible to the cluster's \
+                     VPC is that zone"
+                }
+                UneditableDns::ReconciledCoreDns { .. } => "",
             }
         ),
     };

@@ -619,7 +619,10 @@ async fn dns_that_hairpin_cannot_edit_is_recognised_and_named() {
     let hairpin_fix = verdict.fixes.last().unwrap();
     assert!(hairpin_fix.contains("kube-dns"), "{hairpin_fix}");
     assert!(hairpin_fix.contains("stubDomains"), "{hairpin_fix}");
-    assert!(hairpin_fix.contains("external-dns"), "{hairpin_fix}");
+    assert!(
+        hairpin_fix.contains("--dns-mode external-dns"),
+        "{hairpin_fix}"
+    );
     assert!(!hairpin_fix.contains("helm install"), "{hairpin_fix}");
 
     // A CoreDNS ConfigMap an add-on manager reconciles: hairpin's edit would be reverted.
@@ -655,4 +658,28 @@ async fn dns_that_hairpin_cannot_edit_is_recognised_and_named() {
     ]);
     let editable = facts(&fake, "shop.example.com", "198.51.100.10").await;
     assert_eq!(editable.dns.uneditable, None);
+
+    // No cluster DNS configuration at all (Cloud DNS for GKE): the external-dns mode is named.
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+    ]);
+    let cloud_dns = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    assert_eq!(
+        cloud_dns.dns.uneditable,
+        Some(verdict::UneditableDns::NoDnsConfig)
+    );
+    let verdict = verdict::diagnose(
+        &signature(),
+        &ClusterView::Checked(Box::new(cloud_dns)),
+        Vantage::Pod,
+    );
+    let hairpin_fix = verdict.fixes.last().unwrap();
+    assert!(
+        hairpin_fix.contains("--dns-mode external-dns"),
+        "{hairpin_fix}"
+    );
+    assert!(hairpin_fix.contains("Cloud DNS"), "{hairpin_fix}");
+    assert!(!hairpin_fix.contains("stubDomains"), "{hairpin_fix}");
 }

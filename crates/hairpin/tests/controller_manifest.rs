@@ -345,6 +345,22 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         ("hairpin", "", "configmaps", "delete", Some("hairpin-hosts")),
         ("hairpin", "", "configmaps", "create", None),
         ("hairpin", "coordination.k8s.io", "leases", "create", None),
+        // hairpin's DNSEndpoints are deleted in every mode (uninstall, after a switch away
+        // from external-dns); written only with `coredns.dnsMode: external-dns`.
+        (
+            "hairpin",
+            "externaldns.k8s.io",
+            "dnsendpoints",
+            "list",
+            None,
+        ),
+        (
+            "hairpin",
+            "externaldns.k8s.io",
+            "dnsendpoints",
+            "delete",
+            None,
+        ),
         (
             "hairpin",
             "coordination.k8s.io",
@@ -409,6 +425,21 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         ("", "", "pods", "list", None),
         ("kube-system", "", "pods", "delete", None),
         ("", "discovery.k8s.io", "endpointslices", "list", None),
+        (
+            "hairpin",
+            "externaldns.k8s.io",
+            "dnsendpoints",
+            "create",
+            None,
+        ),
+        (
+            "default",
+            "externaldns.k8s.io",
+            "dnsendpoints",
+            "delete",
+            None,
+        ),
+        ("", "externaldns.k8s.io", "dnsendpoints", "list", None),
         (
             "hairpin",
             "coordination.k8s.io",
