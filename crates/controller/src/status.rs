@@ -504,7 +504,7 @@ impl StatusWriter {
             .iter()
             .find_map(|name| {
                 let text = snapshot
-                    .config_map(&self.planner.coredns_namespace, name)?
+                    .config_map(&self.planner.node_local_dns_namespace, name)?
                     .data
                     .as_ref()?
                     .get(&self.planner.corefile_key)?
