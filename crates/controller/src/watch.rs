@@ -889,3 +889,91 @@ where
         error,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use hairpin_planner::{ClusterSnapshot, PlannerConfig, desired, load};
+
+    use super::slim_ingress;
+
+    /// Ingresses that use every field the planner reads of one: TLS hosts, a wildcard, no
+    /// status (matched through its class), the legacy class annotation, external-dns and
+    /// ignore annotations; each with paths, backends, labels and managedFields.
+    const MORE_INGRESSES: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: legacy
+  namespace: shop
+  uid: 6f1c0d1e-0000-4000-8000-000000000001
+  labels: {app: legacy}
+  annotations:
+    kubernetes.io/ingress.class: nginx
+    external-dns.alpha.kubernetes.io/hostname: extra.example.com
+    kubectl.kubernetes.io/last-applied-configuration: "{}"
+  managedFields:
+    - {manager: kubectl, operation: Apply, apiVersion: networking.k8s.io/v1, fieldsType: FieldsV1, fieldsV1: {}}
+spec:
+  defaultBackend: {service: {name: legacy, port: {number: 80}}}
+  tls: [{hosts: [legacy.example.com], secretName: legacy-tls}]
+  rules:
+    - host: legacy.example.com
+      http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: legacy, port: {number: 80}}}}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: ignored
+  namespace: shop
+  annotations: {hairpin.io/ignore: "true"}
+spec:
+  ingressClassName: nginx
+  rules:
+    - host: ignored.example.com
+      http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: x, port: {number: 80}}}}]}
+status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}
+"#;
+
+    #[test]
+    fn a_slimmed_ingress_plans_exactly_as_the_whole_one() {
+        let mut full = ClusterSnapshot::default();
+        load::load_yaml(
+            &mut full,
+            "cluster.yaml",
+            include_str!("../../../examples/cluster.yaml"),
+        )
+        .expect("the example cluster loads");
+        load::load_yaml(&mut full, "more.yaml", MORE_INGRESSES).expect("the Ingresses load");
+        assert!(full.ingresses.len() >= 4, "{}", full.ingresses.len());
+        let mut slimmed = full.clone();
+        slimmed.ingresses.iter_mut().for_each(slim_ingress);
+
+        let legacy = slimmed
+            .ingresses
+            .iter()
+            .find(|i| i.metadata.name.as_deref() == Some("legacy"))
+            .expect("the legacy Ingress");
+        let spec = legacy.spec.as_ref().expect("a spec");
+        assert!(legacy.metadata.labels.is_none() && legacy.metadata.managed_fields.is_none());
+        assert!(spec.default_backend.is_none());
+        assert!(spec.rules.iter().flatten().all(|r| r.http.is_none()));
+        assert!(spec.tls.iter().flatten().all(|t| t.secret_name.is_none()));
+        let annotations = legacy.metadata.annotations.as_ref().expect("annotations");
+        assert!(!annotations.contains_key("kubectl.kubernetes.io/last-applied-configuration"));
+        assert_eq!(annotations.len(), 2, "{annotations:?}");
+        assert!(legacy.metadata.uid.is_some());
+
+        let config = PlannerConfig::default();
+        let plan = desired(&full, &config);
+        let names: Vec<&str> = plan
+            .load_balancers
+            .iter()
+            .flat_map(|lb| lb.hostnames.iter().map(|h| h.name.as_str()))
+            .collect();
+        for host in ["legacy.example.com", "extra.example.com"] {
+            assert!(names.contains(&host), "{host} is planned: {names:?}");
+        }
+        assert!(!names.contains(&"ignored.example.com"), "{names:?}");
+        assert_eq!(desired(&slimmed, &config), plan);
+    }
+}
