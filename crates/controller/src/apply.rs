@@ -218,6 +218,43 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
     })
 }
 
+/// Deletes the objects of `existing` (hairpin's, as listed) whose names `wanted` no longer
+/// holds, and records their names in `deleted`.
+///
+/// Only the object as listed is deleted: if someone replaced it since, the precondition
+/// fails with 409 and it is left for the next reconcile to judge; one already gone is fine.
+///
+/// # Errors
+/// API errors other than 404 and 409.
+pub(crate) async fn delete_unwanted<K>(
+    api: &Api<K>,
+    existing: &BTreeMap<String, K>,
+    wanted: &[&str],
+    kind: &str,
+    namespace: &str,
+    deleted: &mut Vec<String>,
+) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for (name, object) in existing {
+        if wanted.contains(&name.as_str()) {
+            continue;
+        }
+        match api.delete(name, &delete_as_read(object)).await {
+            Ok(_) => deleted.push(name.clone()),
+            Err(err) if is_not_found(&err) || is_conflict(&err) => {}
+            Err(err) => {
+                return Err(Error::kube(
+                    format!("delete {kind} {namespace}/{name}"),
+                    err,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Delete options that hold only for the object as it was read (its uid and resourceVersion):
 /// one replaced or changed since fails with 409 Conflict instead of being deleted.
 pub(crate) fn delete_as_read<K: kube::Resource>(object: &K) -> DeleteParams {
@@ -379,26 +416,19 @@ pub async fn apply_services(
             }
         }
     }
-    for (name, svc) in &existing {
-        if desired
-            .iter()
-            .any(|svc| svc.metadata.name.as_deref() == Some(name.as_str()))
-        {
-            continue;
-        }
-        // Only the object as listed (hairpin's) is deleted: if someone replaced it since,
-        // the precondition fails with 409 and it is left for the next reconcile to judge.
-        match api.delete(name, &delete_as_read(svc)).await {
-            Ok(_) => changes.deleted.push(name.clone()),
-            Err(err) if is_not_found(&err) || is_conflict(&err) => {}
-            Err(err) => {
-                return Err(Error::kube(
-                    format!("delete Service {namespace}/{name}"),
-                    err,
-                ));
-            }
-        }
-    }
+    let wanted: Vec<&str> = desired
+        .iter()
+        .filter_map(|s| s.metadata.name.as_deref())
+        .collect();
+    delete_unwanted(
+        &api,
+        &existing,
+        &wanted,
+        "Service",
+        namespace,
+        &mut changes.deleted,
+    )
+    .await?;
     match refused {
         Some(err) => Err(err),
         None => Ok(changes),

@@ -14,7 +14,7 @@ use hairpin_planner::external_dns::{self, DnsEndpoint};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 
-use crate::apply::{CONFLICT_RETRIES, delete_as_read};
+use crate::apply::{CONFLICT_RETRIES, delete_unwanted};
 use crate::error::{is_conflict, is_not_found};
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
@@ -160,25 +160,19 @@ pub async fn apply_dns_endpoints(
             }
         }
     }
-    for (name, object) in &existing {
-        if desired
-            .iter()
-            .any(|d| d.metadata.name.as_deref() == Some(name.as_str()))
-        {
-            continue;
-        }
-        // Deleted only as listed: replaced by someone since, it is left for the next round.
-        match api.delete(name, &delete_as_read(object)).await {
-            Ok(_) => changes.deleted.push(name.clone()),
-            Err(err) if is_not_found(&err) || is_conflict(&err) => {}
-            Err(err) => {
-                return Err(Error::kube(
-                    format!("delete DNSEndpoint {namespace}/{name}"),
-                    err,
-                ));
-            }
-        }
-    }
+    let wanted: Vec<&str> = desired
+        .iter()
+        .filter_map(|d| d.metadata.name.as_deref())
+        .collect();
+    delete_unwanted(
+        &api,
+        &existing,
+        &wanted,
+        "DNSEndpoint",
+        namespace,
+        &mut changes.deleted,
+    )
+    .await?;
     match refused {
         Some(err) => Err(err),
         None => Ok(Applied::Done(changes)),
