@@ -267,18 +267,18 @@ pub(crate) fn delete_as_read<K: kube::Resource>(object: &K) -> DeleteParams {
     }
 }
 
-/// What [`apply_services`] did.
+/// What [`apply_services`] (or `apply_dns_endpoints`) did to the objects hairpin owns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServiceChanges {
+pub struct ObjectChanges {
     /// Names created.
     pub created: Vec<String>,
     /// Names updated.
     pub updated: Vec<String>,
-    /// Names deleted (orphans).
+    /// Names deleted (hairpin's, no longer wanted).
     pub deleted: Vec<String>,
 }
 
-impl ServiceChanges {
+impl ObjectChanges {
     /// Number of writes made.
     pub fn writes(&self) -> usize {
         self.created.len() + self.updated.len() + self.deleted.len()
@@ -347,7 +347,7 @@ pub async fn apply_services(
     namespace: &str,
     source_annotation: &str,
     desired: &[Service],
-) -> Result<ServiceChanges, Error> {
+) -> Result<ObjectChanges, Error> {
     let api: Api<Service> = Api::namespaced(client.clone(), namespace);
     let existing = api
         .list(&kube::api::ListParams::default().labels(&managed_selector()))
@@ -365,7 +365,7 @@ pub async fn apply_services(
         label: MANAGED_BY_LABEL,
         annotation: source_annotation.to_owned(),
     };
-    let mut changes = ServiceChanges::default();
+    let mut changes = ObjectChanges::default();
     let mut refused = None;
     for want in desired {
         let name = want.name_any();

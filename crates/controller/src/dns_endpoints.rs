@@ -14,7 +14,7 @@ use hairpin_planner::external_dns::{self, DnsEndpoint};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 
-use crate::apply::{CONFLICT_RETRIES, delete_unwanted};
+use crate::apply::{CONFLICT_RETRIES, ObjectChanges, delete_unwanted};
 use crate::error::{is_conflict, is_not_found};
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
@@ -54,29 +54,11 @@ fn encode(source: serde_json::Error) -> Error {
     }
 }
 
-/// What [`apply_dns_endpoints`] did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EndpointChanges {
-    /// Names created.
-    pub created: Vec<String>,
-    /// Names replaced.
-    pub updated: Vec<String>,
-    /// Names deleted (hairpin's, no longer wanted).
-    pub deleted: Vec<String>,
-}
-
-impl EndpointChanges {
-    /// Number of writes made.
-    pub fn writes(&self) -> usize {
-        self.created.len() + self.updated.len() + self.deleted.len()
-    }
-}
-
 /// The outcome of [`apply_dns_endpoints`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Applied {
     /// The objects are as planned.
-    Done(EndpointChanges),
+    Done(ObjectChanges),
     /// The API server does not serve `DNSEndpoint` (external-dns's CRD is not installed):
     /// nothing was written.
     CrdMissing,
@@ -111,7 +93,7 @@ pub async fn apply_dns_endpoints(
         .filter(|o| is_managed(&o.metadata, source_annotation))
         .filter_map(|o| Some((o.metadata.name.clone()?, o)))
         .collect();
-    let mut changes = EndpointChanges::default();
+    let mut changes = ObjectChanges::default();
     let mut refused = None;
     for want in desired {
         let name = want.metadata.name.clone().unwrap_or_default();
