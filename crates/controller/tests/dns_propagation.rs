@@ -13,7 +13,7 @@ use std::time::Duration;
 use hairpin_controller::status::PropagationParams;
 use hairpin_fake_apiserver::{FakeApiServer, fixtures, object};
 use serde_json::{Value, json};
-use support::controller::Running;
+use support::controller::{Running, condition};
 use support::dns::TestDns;
 
 const SINGLE_BLOCK: &str = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
@@ -70,16 +70,6 @@ fn hairpin(fake: &FakeApiServer) -> Value {
         "ingress-nginx-controller",
     )
     .unwrap_or(Value::Null)
-}
-
-fn condition(h: &Value, type_: &str) -> Value {
-    h["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == type_)
-        .cloned()
-        .unwrap_or(Value::Null)
 }
 
 fn corefile(fake: &FakeApiServer) -> String {

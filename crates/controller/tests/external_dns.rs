@@ -169,14 +169,9 @@ fn dns_effective(fake: &FakeApiServer) -> Value {
         Some("ingress-nginx"),
         "ingress-nginx-controller",
     )
-    .and_then(|h| {
-        h["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "DNSEffective")
-            .cloned()
+    .map_or(Value::Null, |h| {
+        support::controller::condition(&h, "DNSEffective")
     })
-    .unwrap_or(Value::Null)
 }
 
 fn kube_system_config_map_writes(fake: &FakeApiServer) -> usize {

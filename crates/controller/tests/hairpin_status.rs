@@ -7,6 +7,7 @@ mod support;
 
 use hairpin_fake_apiserver::{FakeApiServer, fixtures, object};
 use serde_json::{Value, json};
+use support::controller::condition;
 
 const COREFILE: &str = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
 
@@ -21,16 +22,6 @@ fn hairpin(fake: &FakeApiServer) -> Option<Value> {
         Some("ingress-nginx"),
         "ingress-nginx-controller",
     )
-}
-
-fn condition(h: &Value, type_: &str) -> Value {
-    h["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == type_)
-        .cloned()
-        .unwrap_or(Value::Null)
 }
 
 #[tokio::test]

@@ -5,7 +5,6 @@
 //! `-o diff` show every DNSEndpoint created, replaced or deleted.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -14,13 +13,10 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn plan(name: &str, extra: &[&str]) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
     cmd.args(["plan", "--dns-mode", "external-dns", "-f"])
         .arg(fixture(name))
         .args(extra);
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
-        cmd.env_remove(k);
-    }
     let out = cmd.output().unwrap();
     assert_eq!(
         out.status.code(),
@@ -161,7 +157,7 @@ fn a_mode_switch_removes_the_earlier_modes_blocks() {
     let input = dir.join("cluster.yaml");
     std::fs::write(&input, &cluster).unwrap();
     let run = |args: &[&str]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+        let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
         cmd.arg("plan").arg("-f").arg(&input).args(args);
         for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
             cmd.env_remove(k);

@@ -6,7 +6,6 @@
 //! plan_golden` rewrites them, and CI runs without it, so any difference fails.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const SHAPES: [&str; 2] = ["dual-stack", "ipv6-only"];
 
@@ -23,11 +22,8 @@ fn golden(name: &str) -> PathBuf {
 }
 
 fn plan(fixture: &Path, extra: &[&str]) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
     cmd.arg("plan").arg("-f").arg(fixture).args(extra);
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
-        cmd.env_remove(k);
-    }
     let out = cmd.output().unwrap();
     assert_eq!(
         out.status.code(),

@@ -10,6 +10,7 @@ use hairpin_fake_apiserver::FakeApiServer;
 use hairpin_planner::PlannerConfig;
 use hairpin_runtime::{Readiness, Shutdown};
 use prometheus_client::registry::Registry;
+use serde_json::Value;
 
 /// A controller running on a task.
 pub struct Running {
@@ -76,4 +77,15 @@ pub fn start(fake: &FakeApiServer, config: ControllerConfig) -> Running {
         metrics,
         registry: Arc::new(registry),
     }
+}
+
+/// The condition `type_` of a `Hairpin` object as JSON, `Null` when absent.
+pub fn condition(h: &Value, type_: &str) -> Value {
+    h["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or(Value::Null)
 }
