@@ -315,54 +315,34 @@ fn hairpin_lab_in_network_namespaces() {
     );
 
     // kube-proxy's short-circuit: traffic for the LB's external IP never leaves the node.
-    for chain in ["OUTPUT", "PREROUTING"] {
-        lab.exec_ok(
-            &node,
-            &[
-                "iptables",
-                "-t",
-                "nat",
-                "-A",
-                chain,
-                "-d",
-                &format!("{LB_IP}/32"),
-                "-p",
-                "tcp",
-                "-m",
-                "multiport",
-                "--dports",
-                "80,81",
-                "-j",
-                "DNAT",
-                "--to-destination",
-                NODE_IP,
-            ],
-        );
-    }
-
-    for chain in ["OUTPUT", "PREROUTING"] {
-        lab.exec_ok(
-            &node,
-            &[
-                "ip6tables",
-                "-t",
-                "nat",
-                "-A",
-                chain,
-                "-d",
-                &format!("{LB_IP6}/128"),
-                "-p",
-                "tcp",
-                "-m",
-                "multiport",
-                "--dports",
-                "80,81",
-                "-j",
-                "DNAT",
-                "--to-destination",
-                NODE_IP6,
-            ],
-        );
+    for (tool, lb, node_ip) in [
+        ("iptables", format!("{LB_IP}/32"), NODE_IP),
+        ("ip6tables", format!("{LB_IP6}/128"), NODE_IP6),
+    ] {
+        for chain in ["OUTPUT", "PREROUTING"] {
+            lab.exec_ok(
+                &node,
+                &[
+                    tool,
+                    "-t",
+                    "nat",
+                    "-A",
+                    chain,
+                    "-d",
+                    &lb,
+                    "-p",
+                    "tcp",
+                    "-m",
+                    "multiport",
+                    "--dports",
+                    "80,81",
+                    "-j",
+                    "DNAT",
+                    "--to-destination",
+                    node_ip,
+                ],
+            );
+        }
     }
 
     // The node's resolver: its own hosts file (the node agent's target) and a "public DNS"
