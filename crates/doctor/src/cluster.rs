@@ -25,8 +25,8 @@ use serde::de::DeserializeOwned;
 
 use crate::providers::Provider;
 use crate::verdict::{
-    CiliumFacts, ClusterFacts, CniFacts, DnsFacts, HairpinFacts, HairpinStatusFacts, LbIngress,
-    LoadBalancerFacts, UneditableDns,
+    CiliumFacts, ClusterFacts, CniFacts, DnsFacts, EksAddOn, HairpinFacts, HairpinStatusFacts,
+    LbIngress, LoadBalancerFacts, UneditableDns,
 };
 
 /// How to reach the API.
@@ -80,6 +80,9 @@ const KUBE_SYSTEM: &str = "kube-system";
 /// The label an add-on manager (GKE, AKS, kube-up's addon-manager) puts on objects it keeps as
 /// shipped: with `Reconcile` it reverts every edit.
 const ADDON_MODE_LABEL: &str = "addonmanager.kubernetes.io/mode";
+
+/// The field manager EKS applies its managed add-ons with (server-side apply).
+const EKS_FIELD_MANAGER: &str = "eks";
 
 /// Builds a client with short timeouts.
 ///
@@ -473,6 +476,7 @@ pub fn facts_for(
                     .is_some_and(|name| config.node_local_dns_config_maps.contains(name))
         }),
         uneditable: uneditable_dns(read, plan, config),
+        eks_add_on: eks_add_on(read, plan),
     };
     let hairpin = HairpinFacts {
         services: read
@@ -540,6 +544,31 @@ fn uneditable_dns(
             label: format!("{ADDON_MODE_LABEL}={mode}"),
         })
     })
+}
+
+/// The first ConfigMap key hairpin writes that the EKS CoreDNS add-on manages: a
+/// `managedFields` entry of field manager `eks` owns it (`f:data` with `f:<key>`, or the whole
+/// `f:data`). An entry that owns other fields only does not put hairpin's block at risk.
+fn eks_add_on(read: &ClusterRead, plan: &Plan) -> Option<EksAddOn> {
+    plan.dns
+        .iter()
+        .flat_map(|dns| &dns.writes)
+        .find_map(|write| {
+            let target = &write.config_map;
+            let cm = config_map(read, &target.namespace, &target.name)?;
+            let owned = cm
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter(|entry| entry.manager.as_deref() == Some(EKS_FIELD_MANAGER))
+                .filter_map(|entry| entry.fields_v1.as_ref()?.0.get("f:data")?.as_object())
+                .any(|data| data.is_empty() || data.contains_key(&format!("f:{}", write.key)));
+            owned.then(|| EksAddOn {
+                config_map: format!("{}/{}", target.namespace, target.name),
+                key: write.key.clone(),
+            })
+        })
 }
 
 fn lb_facts(

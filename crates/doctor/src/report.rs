@@ -197,6 +197,14 @@ fn render_host(out: &mut String, host: &HostReport) {
             if let Some(uneditable) = &dns.uneditable {
                 let _ = writeln!(out, "  dns editable    no: {}", uneditable.describe());
             }
+            if let Some(eks) = &dns.eks_add_on {
+                let _ = writeln!(
+                    out,
+                    "  dns add-on      EKS CoreDNS add-on: field manager `eks` owns {} data.{} \
+                     (see the note)",
+                    eks.config_map, eks.key
+                );
+            }
             let _ = writeln!(out, "  services by     {}", ip_mode_support(facts));
             let _ = writeln!(
                 out,

@@ -194,6 +194,30 @@ pub struct DnsFacts {
     pub node_local_dns: bool,
     /// Why hairpin cannot edit this cluster's DNS, when it cannot.
     pub uneditable: Option<UneditableDns>,
+    /// The EKS CoreDNS add-on manages the key hairpin writes, when it does.
+    pub eks_add_on: Option<EksAddOn>,
+}
+
+/// A CoreDNS ConfigMap key hairpin writes that the EKS CoreDNS add-on manages. EKS installs
+/// its add-ons by server-side apply, so the fields it manages are owned by the field manager
+/// `eks` in `metadata.managedFields`; the `eks.amazonaws.com/component` label is on a
+/// self-managed CoreDNS too and proves nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EksAddOn {
+    /// `namespace/name`.
+    pub config_map: String,
+    /// The key hairpin writes there (`Corefile`).
+    pub key: String,
+}
+
+impl EksAddOn {
+    /// What it means for hairpin, and the documented ways to keep hairpin's block.
+    pub fn describe(&self) -> String {
+        let EksAddOn { config_map, key } = self;
+        format!(
+            "ConfigMap {config_map} belongs to the EKS CoreDNS add-on (its managedFields give              `data.{key}` to field manager `eks`), so hairpin's marked block lives in an              EKS-managed field: an add-on update with `aws eks update-addon              --resolve-conflicts OVERWRITE` puts EKS's {key} back and removes the block, and              hairpin's controller, which watches this ConfigMap, writes it again on that              change (in-cluster clients bypass the load balancer until it has and CoreDNS has              reloaded). Update the add-on with `--resolve-conflicts PRESERVE`, which keeps              the block, or run hairpin with `--dns-mode external-dns`, which writes no              kube-system ConfigMap"
+        )
+    }
 }
 
 /// A cluster DNS hairpin cannot edit.
@@ -377,6 +401,9 @@ pub fn diagnose(network: &NetworkChecks, cluster: &ClusterView, vantage: Vantage
     let lb = match cluster {
         ClusterView::Checked(facts) => {
             notes.extend(facts.gaps.iter().map(|gap| format!("not checked: {gap}")));
+            if let Some(eks) = &facts.dns.eks_add_on {
+                notes.push(format!("{}.", eks.describe()));
+            }
             facts.load_balancer.as_ref()
         }
         ClusterView::NotChecked { reason } => {

@@ -683,3 +683,122 @@ async fn dns_that_hairpin_cannot_edit_is_recognised_and_named() {
     assert!(hairpin_fix.contains("Cloud DNS"), "{hairpin_fix}");
     assert!(!hairpin_fix.contains("stubDomains"), "{hairpin_fix}");
 }
+
+/// `kube-system/coredns` with the EKS label and these `managedFields`.
+fn eks_coredns(managed_fields: serde_json::Value) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {
+            "name": "coredns", "namespace": "kube-system",
+            "labels": {"eks.amazonaws.com/component": "coredns", "k8s-app": "kube-dns"},
+            "managedFields": managed_fields
+        },
+        "data": {"Corefile": COREFILE}
+    })
+}
+
+fn managed_fields_entry(
+    manager: &str,
+    operation: &str,
+    fields: serde_json::Value,
+) -> serde_json::Value {
+    json!({
+        "manager": manager, "operation": operation, "apiVersion": "v1",
+        "time": "2026-11-02T09:14:07Z", "fieldsType": "FieldsV1", "fieldsV1": fields
+    })
+}
+
+#[tokio::test]
+async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label() {
+    let labels =
+        json!({"f:labels": {".": {}, "f:eks.amazonaws.com/component": {}, "f:k8s-app": {}}});
+    // The add-on: EKS applied the ConfigMap server-side, its Corefile included.
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        eks_coredns(json!([managed_fields_entry(
+            "eks",
+            "Apply",
+            json!({"f:data": {".": {}, "f:Corefile": {}}, "f:metadata": labels}),
+        )])),
+    ]);
+    let add_on = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    assert_eq!(
+        add_on.dns.eks_add_on,
+        Some(verdict::EksAddOn {
+            config_map: "kube-system/coredns".into(),
+            key: "Corefile".into(),
+        })
+    );
+    // hairpin can still write there: it is a warning about add-on updates, not a refusal.
+    assert_eq!(add_on.dns.uneditable, None);
+    let verdict = verdict::diagnose(
+        &signature(),
+        &ClusterView::Checked(Box::new(add_on)),
+        Vantage::Pod,
+    );
+    let note = verdict
+        .notes
+        .iter()
+        .find(|note| note.contains("EKS CoreDNS add-on"))
+        .unwrap_or_else(|| panic!("no EKS note in {:?}", verdict.notes));
+    for words in [
+        "kube-system/coredns",
+        "--resolve-conflicts OVERWRITE",
+        "--resolve-conflicts PRESERVE",
+        "--dns-mode external-dns",
+        "writes it again",
+    ] {
+        assert!(note.contains(words), "{words:?} missing from {note}");
+    }
+    assert!(
+        verdict
+            .fixes
+            .iter()
+            .any(|fix| fix.contains("install hairpin")),
+        "{:?}",
+        verdict.fixes
+    );
+
+    // A self-managed CoreDNS on EKS carries the same label, edited by kubectl: no finding.
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        eks_coredns(json!([managed_fields_entry(
+            "kubectl-client-side-apply",
+            "Update",
+            json!({"f:data": {".": {}, "f:Corefile": {}}, "f:metadata": labels}),
+        )])),
+    ]);
+    let self_managed = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    assert_eq!(self_managed.dns.eks_add_on, None);
+    let verdict = verdict::diagnose(
+        &signature(),
+        &ClusterView::Checked(Box::new(self_managed)),
+        Vantage::Pod,
+    );
+    assert!(
+        verdict.notes.iter().all(|note| !note.contains("EKS")),
+        "{:?}",
+        verdict.notes
+    );
+
+    // An `eks` entry that owns the labels only leaves the Corefile to whoever edits it.
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        eks_coredns(json!([
+            managed_fields_entry("eks", "Apply", json!({"f:metadata": labels})),
+            managed_fields_entry(
+                "kubectl-edit",
+                "Update",
+                json!({"f:data": {".": {}, "f:Corefile": {}}}),
+            ),
+        ])),
+    ]);
+    let labels_only = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    assert_eq!(labels_only.dns.eks_add_on, None);
+}
