@@ -79,12 +79,37 @@ impl KeyEdit {
 /// True when hairpin created the ConfigMap: the managed-by label AND
 /// [`CREATED_BY_ANNOTATION`] (see [`is_managed`]).
 pub fn config_map_is_ours(cm: &ConfigMap) -> bool {
-    is_managed(&cm.metadata, CREATED_BY_ANNOTATION)
-        && cm
-            .annotations()
-            .get(CREATED_BY_ANNOTATION)
+    created_by_hairpin(&cm.metadata)
+}
+
+/// True when `meta` carries the marks hairpin puts on the objects it creates for itself (its
+/// routes and hosts ConfigMaps, its leader Lease): the managed-by label AND
+/// [`CREATED_BY_ANNOTATION`]`=hairpin`.
+pub fn created_by_hairpin(meta: &ObjectMeta) -> bool {
+    is_managed(meta, CREATED_BY_ANNOTATION)
+        && meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CREATED_BY_ANNOTATION))
             .map(String::as_str)
             == Some("hairpin")
+}
+
+/// The marks of [`created_by_hairpin`], for an object hairpin creates.
+pub fn created_by_hairpin_meta(namespace: &str, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(namespace.into()),
+        labels: Some(BTreeMap::from([(
+            MANAGED_BY_LABEL.into(),
+            MANAGED_BY_VALUE.into(),
+        )])),
+        annotations: Some(BTreeMap::from([(
+            CREATED_BY_ANNOTATION.into(),
+            "hairpin".into(),
+        )])),
+        ..ObjectMeta::default()
+    }
 }
 
 /// Outcome of a [`write_key`].
@@ -106,7 +131,8 @@ pub enum KeyOutcome {
     ConfigMapMissing,
 }
 
-/// Annotation marking a ConfigMap hairpin created (so uninstall may delete it once empty).
+/// Annotation marking an object hairpin created for itself (a ConfigMap, so uninstall may
+/// delete it once empty; the leader Lease).
 pub const CREATED_BY_ANNOTATION: &str = "hairpin.io/created-by";
 
 /// Reads the ConfigMap, applies the edit to the key, and writes it back with the
@@ -159,19 +185,7 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
                     return Ok(KeyOutcome::ConfigMapMissing);
                 }
                 let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(edit.name.clone()),
-                        namespace: Some(edit.namespace.clone()),
-                        labels: Some(BTreeMap::from([(
-                            MANAGED_BY_LABEL.into(),
-                            MANAGED_BY_VALUE.into(),
-                        )])),
-                        annotations: Some(BTreeMap::from([(
-                            CREATED_BY_ANNOTATION.into(),
-                            "hairpin".into(),
-                        )])),
-                        ..ObjectMeta::default()
-                    },
+                    metadata: created_by_hairpin_meta(&edit.namespace, &edit.name),
                     data: Some(BTreeMap::from([(edit.key.clone(), value)])),
                     ..ConfigMap::default()
                 };

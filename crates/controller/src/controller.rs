@@ -96,10 +96,11 @@ pub async fn run(
         stop.clone(),
     );
 
+    let events = Events::new(client.clone(), &config.identity, metrics.clone());
     let (leader_tx, mut leader_rx) = watch::channel(Leadership::Follower(None));
     let lease_task = match config.lease.clone() {
         Some(params) => {
-            let manager = LeaseManager::new(client.clone(), params);
+            let manager = LeaseManager::new(client.clone(), params).with_events(events.clone());
             let metrics = metrics.clone();
             Some(tokio::spawn(manager.run(
                 leader_tx,
@@ -131,7 +132,6 @@ pub async fn run(
         );
     }
 
-    let events = Events::new(client.clone(), &config.identity, metrics.clone());
     let mut state = Reconciler {
         client: client.clone(),
         config: config.clone(),

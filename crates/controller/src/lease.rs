@@ -8,17 +8,28 @@
 //! local clock from the moment this instance last saw the Lease change (like client-go), so
 //! clock skew between nodes does not matter. On shutdown the holder vacates the Lease (clears
 //! `holderIdentity`), so a standby takes over at its next poll instead of waiting for expiry.
+//!
+//! The Lease hairpin creates carries its marks (the managed-by label AND
+//! `hairpin.io/created-by: hairpin`, as its own ConfigMaps do). A Lease at that name without
+//! them belongs to someone else (another program's leader election, a name clash): it is
+//! never claimed, renewed or vacated, whatever its holder or expiry, because taking it over
+//! would silently stop its owner from leading. This instance stays a follower, logs an error
+//! and publishes a Warning Event on the Lease until the name is freed or changed
+//! (`--lease-name`).
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::watch;
 
+use crate::apply::{CREATED_BY_ANNOTATION, created_by_hairpin, created_by_hairpin_meta};
 use crate::error::{is_conflict, is_not_found};
+use crate::report::{Events, object_ref, reason};
+use crate::{Error, MANAGED_BY_LABEL};
 
 /// Lease settings.
 #[derive(Clone, Debug)]
@@ -72,10 +83,14 @@ impl Leadership {
 pub struct LeaseManager {
     api: Api<Lease>,
     params: LeaseParams,
+    /// Where a Lease that is not hairpin's is reported.
+    events: Option<Events>,
     /// (holder, renewTime) as last seen, and when this instance saw it change.
     observed: Option<(Option<String>, Option<MicroTime>, Instant)>,
     /// When this instance last renewed successfully (as leader).
     renewed_at: Option<Instant>,
+    /// The refusal last reported for a Lease that is not hairpin's.
+    foreign_reported: Option<String>,
 }
 
 /// Outcome of one claim attempt.
@@ -90,9 +105,18 @@ impl LeaseManager {
         Self {
             api: Api::namespaced(client, &params.namespace),
             params,
+            events: None,
             observed: None,
             renewed_at: None,
+            foreign_reported: None,
         }
+    }
+
+    /// Reports a Lease at our name that is not hairpin's as a Warning Event on it.
+    #[must_use]
+    pub fn with_events(mut self, events: Events) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// Runs until `stop` resolves, publishing leadership changes on `tx`, then vacates the
@@ -114,6 +138,13 @@ impl LeaseManager {
                 Ok(Step::NotHeld(holder)) => {
                     self.renewed_at = None;
                     Leadership::Follower(holder)
+                }
+                Err(err @ Error::NotOwned { .. }) => {
+                    // Not ours to take or to keep: stop leading at once.
+                    self.renewed_at = None;
+                    self.report_foreign(&err).await;
+                    on_error(&err);
+                    Leadership::Follower(None)
                 }
                 Err(err) => {
                     tracing::warn!(error = %err, lease = %self.params.name, "leader election: lease update failed; retrying");
@@ -161,6 +192,25 @@ impl LeaseManager {
         }
     }
 
+    /// Logs (once per change of the Lease) and reports a Lease that is not hairpin's.
+    async fn report_foreign(&mut self, err: &Error) {
+        let message = err.to_string();
+        if self.foreign_reported.as_deref() == Some(message.as_str()) {
+            return;
+        }
+        tracing::error!(error = %err, lease = %self.params.name, "leader election: the Lease is not hairpin's; not leading");
+        if let Some(events) = &self.events {
+            let regarding = object_ref("Lease", &self.params.namespace, &self.params.name, None);
+            let note = format!(
+                "{message}. This instance does not lead (nothing is reconciled) until the Lease is removed by its owner or hairpin is given another name (--lease-name)."
+            );
+            events
+                .publish(&regarding, true, reason::LEASE_NOT_OWNED, note)
+                .await;
+        }
+        self.foreign_reported = Some(message);
+    }
+
     fn now() -> MicroTime {
         MicroTime(Timestamp::now())
     }
@@ -189,11 +239,7 @@ impl LeaseManager {
             Ok(lease) => lease,
             Err(err) if is_not_found(&err) => {
                 let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(self.params.namespace.clone()),
-                        ..ObjectMeta::default()
-                    },
+                    metadata: created_by_hairpin_meta(&self.params.namespace, &name),
                     spec: Some(self.fresh_spec(0)),
                 };
                 return match self.api.create(&PostParams::default(), &lease).await {
@@ -204,6 +250,10 @@ impl LeaseManager {
             }
             Err(err) => return Err(crate::Error::kube(format!("get Lease {name}"), err)),
         };
+        if !created_by_hairpin(&lease.metadata) {
+            return Err(self.not_owned());
+        }
+        self.foreign_reported = None;
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
 
@@ -241,6 +291,15 @@ impl LeaseManager {
         }
     }
 
+    fn not_owned(&self) -> Error {
+        Error::NotOwned {
+            kind: "Lease",
+            object: format!("{}/{}", self.params.namespace, self.params.name),
+            label: MANAGED_BY_LABEL,
+            annotation: format!("{CREATED_BY_ANNOTATION}=hairpin"),
+        }
+    }
+
     /// Updates the Lease with its resourceVersion set: a concurrent change makes it fail with
     /// 409 and we stay (or become) a follower until the next attempt.
     async fn replace(&self, lease: &Lease) -> Result<Step, crate::Error> {
@@ -260,6 +319,9 @@ impl LeaseManager {
             .get(name)
             .await
             .map_err(|err| crate::Error::kube(format!("get Lease {name}"), err))?;
+        if !created_by_hairpin(&lease.metadata) {
+            return Err(self.not_owned());
+        }
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         if spec.holder_identity.as_deref() != Some(self.params.identity.as_str()) {
             return Ok(());

@@ -30,6 +30,8 @@ pub mod reason {
     pub const DNS_NOT_EFFECTIVE: &str = "DNSNotEffective";
     /// `--dns-mode external-dns`, but external-dns's `DNSEndpoint` CRD is not installed.
     pub const DNS_ENDPOINT_CRD_MISSING: &str = "DNSEndpointCRDMissing";
+    /// The leader Lease's name is taken by a Lease that is not hairpin's: nobody leads.
+    pub const LEASE_NOT_OWNED: &str = "LeaseNotOwned";
 }
 
 /// (namespace, kind/name, reason) of an Event.
@@ -68,6 +70,7 @@ fn api_version(kind: &str) -> &'static str {
         "Ingress" | "IngressClass" => "networking.k8s.io/v1",
         "Gateway" | "HTTPRoute" | "GRPCRoute" | "TLSRoute" => "gateway.networking.k8s.io/v1",
         "DNSEndpoint" => hairpin_planner::external_dns::API_VERSION,
+        "Lease" => "coordination.k8s.io/v1",
         _ => "v1",
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Our `Hairpin` objects, Services and external-dns `DNSEndpoint`s (the managed-by label AND
 //! hairpin's annotation; none when the `DNSEndpoint` CRD is not installed), the
-//! routes and hosts ConfigMaps (the label AND `hairpin.io/created-by`), the leader Lease, our
+//! routes and hosts ConfigMaps and the leader Lease (the label AND `hairpin.io/created-by`), our
 //! marked blocks in every candidate CoreDNS and node-local-dns ConfigMap (removed with the
 //! Corefile editor, which gives back the original bytes, and refuses damaged markers rather
 //! than guess), our blocks in the server-block keys of `coredns-custom` (`*.server`),
@@ -22,8 +22,8 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::apply::{
-    KeyEdit, KeyOutcome, config_map_is_ours, delete_as_read, delete_managed_services,
-    remove_block_edit, write_key,
+    KeyEdit, KeyOutcome, config_map_is_ours, created_by_hairpin, delete_as_read,
+    delete_managed_services, remove_block_edit, write_key,
 };
 use crate::crd::Hairpin;
 use crate::dns_endpoints::delete_dns_endpoints;
@@ -43,6 +43,9 @@ pub struct UninstallReport {
     pub hosts_deleted: bool,
     /// The leader Lease was deleted.
     pub lease_deleted: bool,
+    /// Objects at a name hairpin uses that lack hairpin's marks, left in place
+    /// (`Kind namespace/name`): someone else's.
+    pub left_alone: Vec<String>,
     /// CoreDNS and node-local-dns ConfigMaps whose Corefile had our blocks removed (and
     /// `coredns-custom` keys of imported server blocks, as `namespace/name key KEY`).
     pub corefiles_restored: Vec<String>,
@@ -83,16 +86,26 @@ where
     }
 }
 
-/// Deletes `namespace/name` when it is there and `ours` says hairpin owns it; true when it was
-/// deleted. One that is not hairpin's is left alone with a warning. The delete is
-/// conditional on the uid and resourceVersion read, so an object replaced in between is not
-/// deleted either.
+/// What [`delete_if_ours`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deleted {
+    /// Deleted.
+    Yes,
+    /// Not there (or gone meanwhile).
+    Absent,
+    /// There, without hairpin's marks: left alone.
+    NotOurs,
+}
+
+/// Deletes `namespace/name` when it is there and `ours` says hairpin owns it. One that is
+/// not hairpin's is left alone with a warning. The delete is conditional on the uid and
+/// resourceVersion read, so an object replaced in between is not deleted either.
 async fn delete_if_ours<K>(
     api: &Api<K>,
     namespace: &str,
     name: &str,
     ours: impl Fn(&K) -> bool,
-) -> Result<bool, Error>
+) -> Result<Deleted, Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
@@ -102,15 +115,15 @@ where
         .await
         .map_err(|err| Error::kube(format!("get {what}"), err))?;
     let Some(current) = current else {
-        return Ok(false);
+        return Ok(Deleted::Absent);
     };
     if !ours(&current) {
         tracing::warn!(object = %what, "not hairpin's (no managed-by label and hairpin annotation); left alone");
-        return Ok(false);
+        return Ok(Deleted::NotOurs);
     }
     match api.delete(name, &delete_as_read(&current)).await {
-        Ok(_) => Ok(true),
-        Err(err) if is_not_found(&err) => Ok(false),
+        Ok(_) => Ok(Deleted::Yes),
+        Err(err) if is_not_found(&err) => Ok(Deleted::Absent),
         Err(err) => Err(Error::kube(format!("delete {what}"), err)),
     }
 }
@@ -134,7 +147,7 @@ async fn delete_hairpins(
         let namespace = hairpin.namespace().unwrap_or_default();
         let name = hairpin.name_any();
         let api: Api<Hairpin> = Api::namespaced(client.clone(), &namespace);
-        if delete_if_ours(&api, &namespace, &name, ours).await? {
+        if delete_if_ours(&api, &namespace, &name, ours).await? == Deleted::Yes {
             deleted.push(format!("{namespace}/{name}"));
         }
     }
@@ -185,43 +198,41 @@ pub async fn uninstall(
         Err(err) => fail(&mut report, err),
     }
 
-    let routes: Api<ConfigMap> = Api::namespaced(client.clone(), &planner.namespace);
-    match retry("delete routes ConfigMap", || {
-        delete_if_ours(
-            &routes,
-            &planner.namespace,
-            &planner.routes_config_map,
-            config_map_is_ours,
-        )
-    })
-    .await
-    {
-        Ok(deleted) => report.routes_deleted = deleted,
-        Err(err) => fail(&mut report, err),
-    }
-
-    match retry("delete hosts ConfigMap", || {
-        delete_if_ours(
-            &routes,
-            &planner.namespace,
-            &planner.hosts_config_map,
-            config_map_is_ours,
-        )
-    })
-    .await
-    {
-        Ok(deleted) => report.hosts_deleted = deleted,
-        Err(err) => fail(&mut report, err),
-    }
-
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &planner.namespace);
-    match retry("delete Lease", || {
-        delete_if_ours(&leases, &planner.namespace, lease_name, |_| true)
-    })
-    .await
-    {
-        Ok(deleted) => report.lease_deleted = deleted,
-        Err(err) => fail(&mut report, err),
+    let ns = &planner.namespace;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let own = [
+        ("ConfigMap", planner.routes_config_map.as_str()),
+        ("ConfigMap", planner.hosts_config_map.as_str()),
+        ("Lease", lease_name),
+    ];
+    for (kind, name) in own {
+        // The Lease too only with hairpin's marks: one without them is another program's
+        // leader election (the controller never takes such a Lease either).
+        let result = match kind {
+            "Lease" => {
+                retry("delete Lease", || {
+                    delete_if_ours(&leases, ns, name, |l: &Lease| {
+                        created_by_hairpin(&l.metadata)
+                    })
+                })
+                .await
+            }
+            _ => {
+                retry("delete a ConfigMap of hairpin's", || {
+                    delete_if_ours(&config_maps, ns, name, config_map_is_ours)
+                })
+                .await
+            }
+        };
+        match result {
+            Ok(Deleted::Yes) if kind == "Lease" => report.lease_deleted = true,
+            Ok(Deleted::Yes) if name == planner.routes_config_map => report.routes_deleted = true,
+            Ok(Deleted::Yes) => report.hosts_deleted = true,
+            Ok(Deleted::NotOurs) => report.left_alone.push(format!("{kind} {ns}/{name}")),
+            Ok(Deleted::Absent) => {}
+            Err(err) => fail(&mut report, err),
+        }
     }
 
     let corefiles = planner.corefile_config_maps();

@@ -1509,3 +1509,97 @@ async fn event_notes_over_the_api_limit_list_whole_hostnames_and_count_the_rest(
     assert!(names.len() > 10, "as many as fit: {names:?}");
     assert_eq!(listed.1, format!("{} more", 121 - names.len()), "{note}");
 }
+
+/// A Lease at hairpin's Lease name that another program created (no hairpin marks), held by
+/// `holder` and last renewed long ago (expired by any clock).
+fn foreign_lease(holder: &str) -> Value {
+    object(
+        "coordination.k8s.io/v1",
+        "Lease",
+        Some("hairpin"),
+        "hairpin-controller",
+        json!({"spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 1,
+            "renewTime": "2026-01-01T00:00:00.000000Z"
+        }}),
+    )
+}
+
+#[tokio::test]
+async fn a_lease_that_is_not_hairpins_is_never_taken_over() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    fake.apply(foreign_lease("other-app-0"));
+    let before = fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("hairpin"),
+            "hairpin-controller",
+        )
+        .unwrap();
+    let running = start(&fake, config("pod-a", true));
+    let reported = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            !events(f, "LeaseNotOwned").is_empty()
+        })
+        .await;
+    assert!(reported.is_some(), "a Warning Event says why nobody leads");
+    // Many retry intervals (100 ms) and a whole lease duration of the foreign Lease later.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("hairpin"),
+            "hairpin-controller",
+        )
+        .unwrap();
+    assert_eq!(after, before, "the foreign Lease is untouched");
+    assert_eq!(fake.count("PUT", "/leases/"), 0);
+    assert!(hairpin_services(&fake).is_empty(), "no instance leads");
+    assert!(!corefile(&fake).contains("# BEGIN hairpin"));
+    assert_eq!(running.metrics.leader.get(), 0);
+    let event = &events(&fake, "LeaseNotOwned")[0];
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["regarding"]["kind"], "Lease");
+    assert_eq!(event["regarding"]["name"], "hairpin-controller");
+    let note = event["note"].as_str().unwrap();
+    assert!(note.contains("--lease-name"), "{note}");
+    assert_eq!(
+        events(&fake, "LeaseNotOwned").len(),
+        1,
+        "reported once, not on every retry"
+    );
+
+    // Its owner removes it: hairpin creates its own and leads.
+    assert!(fake.delete(
+        "coordination.k8s.io/v1",
+        "Lease",
+        Some("hairpin"),
+        "hairpin-controller"
+    ));
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn uninstall_leaves_a_lease_that_is_not_hairpins() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    fake.apply(foreign_lease("other-app-0"));
+    let report = uninstall(&fake).await;
+    assert!(!report.lease_deleted);
+    assert_eq!(report.left_alone, ["Lease hairpin/hairpin-controller"]);
+    assert!(
+        fake.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("hairpin"),
+            "hairpin-controller"
+        )
+        .is_some(),
+        "another program's Lease survives uninstall"
+    );
+}

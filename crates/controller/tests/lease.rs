@@ -86,6 +86,12 @@ async fn one_leader_and_a_fast_hand_over_when_it_vacates() {
     );
     assert_eq!(holder(&fake).as_deref(), Some("pod-b"));
     assert_eq!(lease(&fake).unwrap()["spec"]["leaseTransitions"], 1);
+    let meta = &lease(&fake).unwrap()["metadata"];
+    assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "hairpin");
+    assert_eq!(
+        meta["annotations"]["hairpin.io/created-by"], "hairpin",
+        "the Lease hairpin created carries its marks: {meta}"
+    );
     b.stop.take().unwrap().send(()).unwrap();
     b.task.await.unwrap();
 }

@@ -117,6 +117,15 @@ async fn controller_runs_locally_from_a_kubeconfig_and_uninstall_restores_coredn
         "JSON logs: {first}"
     );
 
+    // Another program's Lease at hairpin's Lease name (no hairpin marks): uninstall leaves it
+    // and says why.
+    fake.apply(hairpin_fake_apiserver::object(
+        "coordination.k8s.io/v1",
+        "Lease",
+        Some("hairpin"),
+        "hairpin-controller",
+        serde_json::json!({"spec": {"holderIdentity": "other-app-0"}}),
+    ));
     let uninstall = tokio::task::spawn_blocking(move || {
         hairpin(&["uninstall", "--kubeconfig", &kubeconfig]).output()
     })
@@ -130,6 +139,19 @@ async fn controller_runs_locally_from_a_kubeconfig_and_uninstall_restores_coredn
         String::from_utf8_lossy(&uninstall.stderr)
     );
     assert!(stdout.contains("Corefile restored"), "{stdout}");
+    assert!(
+        stdout.contains("left Lease hairpin/hairpin-controller in place: it is not hairpin's"),
+        "{stdout}"
+    );
+    assert!(
+        fake.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("hairpin"),
+            "hairpin-controller"
+        )
+        .is_some()
+    );
     assert_eq!(corefile(&fake), COREFILE, "byte-for-byte restore");
     assert!(
         fake.list("v1", "Service")

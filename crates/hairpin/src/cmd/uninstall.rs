@@ -16,7 +16,7 @@ pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) client: ClientArgs,
 
-    /// Name of the controller's leader Lease (deleted too).
+    /// Name of the controller's leader Lease (deleted too, when it carries hairpin's marks).
     #[arg(long, env = "HAIRPIN_LEASE_NAME", default_value = "hairpin-controller")]
     pub(crate) lease_name: String,
 
@@ -52,6 +52,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         if report.lease_deleted {
             println!("deleted Lease {ns}/{}", args.lease_name);
+        }
+        for object in &report.left_alone {
+            println!(
+                "left {object} in place: it is not hairpin's (it lacks the label {}={} or the annotation {}=hairpin)",
+                hairpin_controller::MANAGED_BY_LABEL,
+                hairpin_controller::MANAGED_BY_VALUE,
+                hairpin_controller::apply::CREATED_BY_ANNOTATION
+            );
         }
         for cm in &report.corefiles_restored {
             // `namespace/name key KEY`: a server-block key of coredns-custom.
