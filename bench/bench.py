@@ -37,8 +37,15 @@ memory: the release build's loader maps the shared libraries and applies 19,000 
 start (.rela.dyn and the .data.rel.ro it rewrites, about 0.8 MiB), which the static binary has
 none of.
 
+With --profile, after the rounds: where each proxy's CPU goes per request on keep-alive and new
+connections (PROXY v1), from `perf record -e cpu-clock -g` call chains sorted into kernel paths
+(send: the proxy's own TCP transmit, the peer's TCP receive that loopback runs inside the
+sender's syscall, waking the peer; recv; epoll_wait; other syscalls; user space), scaled to the
+CPU time per request measured from /proc over the same run. Needs `perf` and root (or
+kernel.perf_event_paranoid <= 1 with readable kernel symbols).
+
 Usage: bench/run.sh [--smoke] [--rounds N] [--duration S] [--threads N] [--only WORKLOAD]...
-                    [--no-build] [--hairpin PATH | --image] [--no-planner]
+                    [--no-build] [--hairpin PATH | --image] [--no-planner] [--profile]
 """
 
 import argparse
@@ -193,6 +200,59 @@ def run_wrk(port, workload, duration):
     return value, p99, problems, work
 
 
+# Kernel paths a sample's call chain is sorted into (see --profile). On loopback the segment a
+# proxy sends is received by the peer's socket inside the same syscall (the softirq runs when
+# the sender re-enables bottom halves), so a send costs the sender the peer's TCP receive and
+# its wake-up as well as its own transmit.
+def kernel_path(frames):
+    """frames: (symbol, dso) from leaf to root. The path name, e.g. `send: peer's TCP receive`."""
+    names = {sym for sym, _ in frames}
+    if not frames[0][1].startswith("[kernel"):
+        return "user space"
+    syscall = next((sym[len("__x64_sys_"):] for sym, _ in reversed(frames) if sym.startswith("__x64_sys_")), None)
+    switched = bool(names & {"__schedule", "schedule", "finish_task_switch.isra.0", "finish_task_switch"})
+    if syscall in ("sendto", "write", "sendmsg"):
+        if names & {"process_backlog", "net_rx_action"}:
+            if names & {"sock_def_readable", "ep_poll_callback", "try_to_wake_up"}:
+                return "send: waking the peer"
+            return "send: peer's TCP receive"
+        return "send: preempted after" if switched else "send: own TCP transmit"
+    if syscall in ("recvfrom", "read", "recvmsg"):
+        return "recv"
+    if syscall in ("epoll_wait", "epoll_pwait"):
+        return "epoll_wait: sleeping" if switched else "epoll_wait: events"
+    if syscall is None:
+        return "kernel, no syscall (interrupts, faults)"
+    return f"{syscall}"
+
+
+def profile_costs(pid, port, workload, duration, work_dir):
+    """Runs one wrk run under `perf record` of `pid`: {path: µs per request}, CPU µs per request."""
+    data = os.path.join(work_dir, f"perf-{pid}-{workload}.data")
+    before = cpu_times(pid)
+    recorder = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "2000", "-g", "-p", str(pid),
+                                 "-o", data, "--", "sleep", str(duration)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, _, _, requests = run_wrk(port, workload, duration)
+    after = cpu_times(pid)
+    recorder.wait()
+    per_request = (sum(after) - sum(before)) * 1e6 / requests
+    script = subprocess.run(["perf", "script", "-i", data, "-F", "ip,sym,dso"], capture_output=True, text=True).stdout
+    counts, frames = {}, []
+    for line in script.splitlines() + [""]:
+        if line.strip():
+            # "ADDRESS SYMBOL+OFFSET (DSO)"; demangled user-space symbols may contain spaces.
+            match = re.match(r"\s*[0-9a-f]+ (.*?)(?:\+0x[0-9a-f]+)? \((.*)\)$", line)
+            frames.append((match.group(1), match.group(2)) if match else ("?", "?"))
+        elif frames:
+            path = kernel_path(frames)
+            counts[path] = counts.get(path, 0) + 1
+            frames = []
+    total = sum(counts.values()) or 1
+    # perf's samples give the shares; /proc's CPU time gives the total they are shares of.
+    return {path: n / total * per_request for path, n in counts.items()}, per_request, total
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="one short round: checks the harness, measures nothing")
@@ -209,6 +269,8 @@ def main():
                         help="run only this workload (repeatable; default: all)")
     parser.add_argument("--no-planner", action="store_true",
                         help="leave out the planner figures (scale and memory_10k examples)")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the rounds, where each proxy's CPU per request goes (perf record; needs perf)")
     parser.add_argument("--threads", type=int, default=2,
                         help="threads for each proxy: HAProxy `nbthread`, hairpin `--workers` (default 2)")
     args = parser.parse_args()
@@ -222,6 +284,8 @@ def main():
     for tool in ("wrk", "nginx", "haproxy"):
         if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
             raise SystemExit(f"`{tool}` is missing: run scripts/install-test-deps.sh")
+    if args.profile and not shutil.which("perf"):
+        raise SystemExit("--profile needs `perf` (linux-perf)")
     os.environ["PATH"] += ":/usr/sbin:/sbin"
 
     target_dir = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -352,15 +416,15 @@ listen hap_v2
                     duration = args.duration + (1 if workload == "bulk" else 0)
                     proc = procs[owner[name]] if owner[name] else None
                     before = cpu_times(proc.pid) if proc else (0.0, 0.0)
-                    value, p99, issues, work = run_wrk(targets[name], workload, duration)
-                    if proc and work > 0:
+                    value, p99, issues, done = run_wrk(targets[name], workload, duration)
+                    if proc and done > 0:
                         after = cpu_times(proc.pid)
                         user, system = after[0] - before[0], after[1] - before[1]
                         spent = user + system
                         if spent > 0:
                             kernel_share[(workload, name)].append(system / spent)
-                        # µs per request, or ms per GiB for bulk (work is in MiB there)
-                        cpu_cost[(workload, name)].append(spent * 1e6 / work if WORKLOADS[workload][3] != "MiB/s" else spent * 1e3 * 1024 / work)
+                        # µs per request, or ms per GiB for bulk (`done` is in MiB there)
+                        cpu_cost[(workload, name)].append(spent * 1e6 / done if WORKLOADS[workload][3] != "MiB/s" else spent * 1e3 * 1024 / done)
                     results[(workload, name)].append(value)
                     latencies[(workload, name)].append(p99)
                     if issues:
@@ -407,6 +471,21 @@ listen hap_v2
                     parts.append(f"{proxy} {share * 100:5.1f}% kernel, user {cost * (1 - share):7.2f}")
                 print(f"  {workload:<10} {v}: " + "   ".join(parts))
         print()
+        if args.profile:
+            print("where the CPU per request goes, PROXY v1 (µs per request: perf record call chains, "
+                  "scaled to the CPU time measured over the same run)")
+            for workload in [w for w in ("keepalive", "newconn") if w in WORKLOADS]:
+                profiles = {proxy: profile_costs(procs[proxy].pid, targets[f"{proxy}-v1"], workload,
+                                                 args.duration + 1, work)
+                            for proxy in ("hairpin", "haproxy")}
+                print(f"  {workload}: hairpin {profiles['hairpin'][1]:.2f} µs ({profiles['hairpin'][2]} samples), "
+                      f"haproxy {profiles['haproxy'][1]:.2f} µs ({profiles['haproxy'][2]} samples)")
+                paths = sorted(set(profiles["hairpin"][0]) | set(profiles["haproxy"][0]),
+                               key=lambda p: -profiles["haproxy"][0].get(p, 0) - profiles["hairpin"][0].get(p, 0))
+                for path in paths:
+                    hp, ha = profiles["hairpin"][0].get(path, 0), profiles["haproxy"][0].get(path, 0)
+                    print(f"    {path:<40} hairpin {hp:6.2f}   haproxy {ha:6.2f}")
+            print()
         print("resident memory after the runs (KiB)")
         for proc in ("haproxy", "hairpin", "nginx"):
             rss, hwm = memory(procs[proc].pid)
