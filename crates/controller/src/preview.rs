@@ -524,7 +524,7 @@ pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
         })
         .collect();
     let (hosts, pending) = plan.hosts.hosts_entries(&cluster_ips);
-    json!({
+    let mut document = json!({
         "apiVersion": "hairpin.io/v1alpha1",
         "kind": "Plan",
         "source": source,
@@ -593,5 +593,17 @@ pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
             "message": w.message,
         })).collect::<Vec<_>>(),
         "errors": plan.errors,
-    })
+    });
+    // Only on kube-dns clusters, so that other documents keep their exact shape.
+    if let Some(stub) = &plan.stub_domains {
+        document["kubeDnsStubDomains"] = json!({
+            "configMap": stub.config_map.to_string(),
+            "hostnames": stub.hostnames,
+            "wildcardsLeftOut": stub.wildcards,
+            "nameservers": stub.nameservers,
+            "value": stub.value(),
+            "existing": stub.existing,
+        });
+    }
+    document
 }

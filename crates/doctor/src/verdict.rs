@@ -764,7 +764,8 @@ pub fn fixes(cluster: &ClusterView) -> Vec<String> {
                 UneditableDns::KubeDns => {
                     ". On kube-dns, forward each hostname to the DNS server of that zone with a \
                      `stubDomains` entry in ConfigMap kube-system/kube-dns (a stub domain also \
-                     captures the names under it; docs/compatibility.md)"
+                     captures the names under it; `hairpin plan --stub-domain-nameserver <IP of \
+                     that server>` prints the value; docs/compatibility.md)"
                 }
                 UneditableDns::NoDnsConfig => {
                     ". With Cloud DNS for GKE, a Cloud DNS private zone visible to the cluster's \

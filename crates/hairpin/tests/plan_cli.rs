@@ -507,21 +507,143 @@ fn plan_of_each_fixture_is_its_golden() {
         else {
             continue;
         };
-        // A fixture's `# planner: --dns-mode <mode>` line is the flag it is planned with.
+        // A fixture's `# planner: --<flag> <value>` lines are the flags it is planned with.
         let text = std::fs::read_to_string(&path).unwrap();
         let mut args = vec!["plan", "-f", path.to_str().unwrap()];
-        if let Some(mode) = text
-            .lines()
-            .find_map(|l| l.strip_prefix("# planner: --dns-mode "))
-        {
-            args.extend(["--dns-mode", mode.trim()]);
-        }
+        args.extend(
+            text.lines()
+                .filter_map(|l| l.strip_prefix("# planner: "))
+                .flat_map(str::split_whitespace),
+        );
         let out = hairpin(&args, None);
-        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
         let golden =
             std::fs::read_to_string(format!("{root}/golden/plans/{name}.plan.txt")).unwrap();
+        // A plan with errors (a kube-dns cluster has no Corefile) is partial: exit 3.
+        let partial = golden.contains("\nErrors (nothing is written for these)\n");
+        assert_eq!(
+            out.status.code(),
+            Some(if partial { 3 } else { 0 }),
+            "{name}: {}",
+            stderr(&out)
+        );
         assert_eq!(stdout(&out), golden, "{name}");
         checked += 1;
     }
     assert!(checked > 0);
+}
+
+const KUBE_DNS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../planner/tests/fixtures/plans/dns-kube-dns-stub-domains.yaml"
+);
+
+/// On kube-dns, `--stub-domain-nameserver` (or its environment variable) turns the plan's
+/// hostnames into a `stubDomains` value; without it the plan names the flag. kube-dns's
+/// ConfigMap is never among the objects written.
+#[test]
+fn kube_dns_clusters_get_the_stub_domains_value_for_the_nameserver_given() {
+    let out = hairpin(&["plan", "-f", KUBE_DNS], None);
+    assert_eq!(out.status.code(), Some(3), "no Corefile: a partial plan");
+    let text = stdout(&out);
+    assert!(
+        text.contains("hostnames: api.example.com, shop.example.com\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rerun with --stub-domain-nameserver <IP of that server>"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("data.stubDomains"),
+        "no server, no value:\n{text}"
+    );
+    assert!(text.contains("also captures every name under it"), "{text}");
+
+    let value = r#"{"api.example.com": ["10.96.0.53", "[fd00::53]:5353"], "shop.example.com": ["10.96.0.53", "[fd00::53]:5353"]}"#;
+    let out = hairpin(
+        &[
+            "plan",
+            "-f",
+            KUBE_DNS,
+            "--stub-domain-nameserver",
+            "10.96.0.53",
+            "--stub-domain-nameserver",
+            "[fd00::53]:5353",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("  data.stubDomains:\n    {value}\n")),
+        "{text}"
+    );
+    assert!(
+        text.contains("left out (a stub domain for the parent would take the parent name too): *.apps.example.com"),
+        "{text}"
+    );
+
+    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let out = cmd
+        .args(["plan", "-f", KUBE_DNS, "-o", "json"])
+        .env(
+            "HAIRPIN_STUB_DOMAIN_NAMESERVERS",
+            "10.96.0.53,[fd00::53]:5353",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let document: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stub = &document["kubeDnsStubDomains"];
+    assert_eq!(stub["configMap"], "kube-system/kube-dns");
+    assert_eq!(stub["value"], value);
+    assert_eq!(stub["wildcardsLeftOut"][0], "*.apps.example.com");
+    let parsed: serde_json::Value = serde_json::from_str(value).unwrap();
+    assert_eq!(parsed["shop.example.com"][1], "[fd00::53]:5353");
+
+    let out = hairpin(
+        &[
+            "plan",
+            "-f",
+            KUBE_DNS,
+            "-o",
+            "yaml",
+            "--stub-domain-nameserver",
+            "10.96.0.53",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        !stdout(&out).contains("namespace: kube-system"),
+        "{}",
+        stdout(&out)
+    );
+
+    // A cluster with a Corefile gets no stub domains, whatever the flag says.
+    let out = hairpin(
+        &[
+            "plan",
+            "-f",
+            EXAMPLE,
+            "--stub-domain-nameserver",
+            "10.96.0.53",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("stubDomains"), "{}", stdout(&out));
+
+    for bad in ["dns.example.com", "127.0.0.1", "10.96.0.53:0"] {
+        let out = hairpin(
+            &["plan", "-f", KUBE_DNS, "--stub-domain-nameserver", bad],
+            None,
+        );
+        assert_eq!(out.status.code(), Some(2), "{bad}: a usage error");
+        assert!(
+            stderr(&out).contains("--stub-domain-nameserver"),
+            "{bad}: {}",
+            stderr(&out)
+        );
+    }
 }

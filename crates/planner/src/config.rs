@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::admission::AdmissionConfig;
+use crate::kube_dns::StubNameserver;
 
 /// How the DNS override is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -123,6 +124,9 @@ pub struct PlannerConfig {
     pub cluster_domain: Option<String>,
     /// Which hostnames may be redirected, and on whose word ([`crate::admission`]).
     pub admission: AdmissionConfig,
+    /// `hairpin plan --stub-domain-nameserver`: on a kube-dns cluster, the DNS servers its
+    /// `stubDomains` value points the hostnames at ([`crate::kube_dns`]); empty: none known.
+    pub stub_domain_nameservers: Vec<StubNameserver>,
 }
 
 impl Default for PlannerConfig {
@@ -156,6 +160,7 @@ impl Default for PlannerConfig {
             hosts_key: crate::hosts::HOSTS_KEY.into(),
             cluster_domain: None,
             admission: AdmissionConfig::default(),
+            stub_domain_nameservers: Vec::new(),
         }
     }
 }

@@ -131,6 +131,12 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
         r.sort();
         r
     };
+    let stub_domains = crate::kube_dns::plan(
+        snapshot,
+        analyzed.is_some(),
+        &load_balancers,
+        &config.stub_domain_nameservers,
+    );
     let dns = match analyzed {
         // No DNS ConfigMap is written: a Corefile, when there is one, gave the cluster domain.
         _ if config.dns_mode == DnsMode::ExternalDns => Some(DnsChange {
@@ -147,10 +153,15 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
         }),
         None => {
             errors.push(format!(
-                "no CoreDNS ConfigMap found (looked for {} in namespace {} with key {}); DNS is not planned",
+                "no CoreDNS ConfigMap found (looked for {} in namespace {} with key {}); DNS is not planned{}",
                 config.coredns_config_maps.join(", "),
                 config.coredns_namespace,
-                config.corefile_key
+                config.corefile_key,
+                if stub_domains.is_some() {
+                    ": the cluster DNS is kube-dns, which has no Corefile; use --dns-mode external-dns, or kube-dns's stubDomains (the plan's `kube-dns stubDomains` part)"
+                } else {
+                    ""
+                }
             ));
             None
         }
@@ -229,6 +240,7 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
         routes_config_map,
         dns,
         hosts,
+        stub_domains,
         orphaned_services,
         errors,
         warnings,

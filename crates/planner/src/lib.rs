@@ -14,6 +14,7 @@
 //! - [`plan`]: the plan value; [`desired`] computes it.
 //! - [`corefile`], [`hosts`]: the Corefile and hosts-file editors.
 //! - [`external_dns`]: the `DNSEndpoint` objects of the `external-dns` DNS mode.
+//! - [`kube_dns`]: the `stubDomains` alternative printed on kube-dns clusters.
 //! - [`load`]: cluster objects from YAML text; [`render`]: text, diff and YAML forms of a plan.
 
 pub mod admission;
@@ -24,6 +25,7 @@ pub mod discovery;
 pub mod external_dns;
 pub mod hostnames;
 pub mod hosts;
+pub mod kube_dns;
 pub mod load;
 pub mod markers;
 pub mod name;

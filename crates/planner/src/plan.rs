@@ -12,6 +12,7 @@ use crate::corefile::{BlockInsert, CorefileError, DnsEntry, HostPattern, normali
 use crate::discovery::{LoadBalancer, NotNeeded};
 use crate::external_dns::DnsEndpoints;
 use crate::hostnames::{Conflict, Hostname, WildcardLabels};
+use crate::kube_dns::StubDomains;
 use crate::providers::ProxyVersion;
 use crate::snapshot::ObjectRef;
 use crate::warning::Warning;
@@ -36,6 +37,10 @@ pub struct Plan {
     pub dns: Option<DnsChange>,
     /// The hosts-file entries (rendered with ClusterIPs by [`HostsPlan::resolve`]).
     pub hosts: HostsPlan,
+    /// On a kube-dns cluster, the `stubDomains` alternative for the user to merge into
+    /// kube-dns's ConfigMap (hairpin never writes it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stub_domains: Option<StubDomains>,
     /// Hairpin Services of an earlier plan (labelled as ours, in our namespace) that this
     /// plan no longer has: delete them.
     pub orphaned_services: Vec<ObjectRef>,

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 
 use crate::external_dns::DnsEndpoints;
+use crate::kube_dns::StubDomains;
 use crate::plan::{Plan, ProxyHeader};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 
@@ -219,6 +220,10 @@ pub fn text(plan: &Plan) -> String {
         }
     }
 
+    if let Some(stub) = &plan.stub_domains {
+        stub_domains_text(&mut out, stub);
+    }
+
     let _ = writeln!(out, "\nHosts-file block (node agent)");
     let (entries, missing) = plan.hosts_block();
     let mut rows: Vec<(String, String)> = entries
@@ -267,6 +272,76 @@ pub fn text(plan: &Plan) -> String {
         }
     }
     out
+}
+
+/// The `stubDomains` alternative on a kube-dns cluster: the value when the nameservers are
+/// known, else the hostnames and the flag that prints it.
+fn stub_domains_text(out: &mut String, stub: &StubDomains) {
+    let _ = writeln!(
+        out,
+        "\nkube-dns stubDomains (hairpin does not write ConfigMap {}: merge this yourself)",
+        stub.config_map
+    );
+    match stub.value() {
+        Some(value) => {
+            let servers: Vec<String> = stub.nameservers.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                out,
+                "  kube-dns forwards each hostname to {}, which must answer it with the hairpin \
+                 Service's ClusterIP",
+                servers.join(", ")
+            );
+            let _ = writeln!(
+                out,
+                "  data.{}:\n    {value}",
+                crate::kube_dns::STUB_DOMAINS_KEY
+            );
+            match (&stub.existing, stub.patch_command()) {
+                (Some(existing), _) => {
+                    let _ = writeln!(
+                        out,
+                        "  the ConfigMap already has {} {existing}: add these entries to it (a \
+                         merge patch would replace it)",
+                        crate::kube_dns::STUB_DOMAINS_KEY
+                    );
+                }
+                (None, Some(patch)) => {
+                    let _ = writeln!(out, "  with kubectl: {patch}");
+                }
+                (None, None) => {}
+            }
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  kube-dns can forward each hostname to a DNS server that answers it with the \
+                 hairpin Service's ClusterIP (such as the private zone's server that \
+                 --dns-mode external-dns publishes to); hairpin is not a DNS server, so it \
+                 knows of none"
+            );
+            if !stub.hostnames.is_empty() {
+                let _ = writeln!(out, "  hostnames: {}", stub.hostnames.join(", "));
+                let _ = writeln!(
+                    out,
+                    "  to print the value: rerun with --stub-domain-nameserver <IP of that server>"
+                );
+            }
+        }
+    }
+    if !stub.wildcards.is_empty() {
+        let _ = writeln!(
+            out,
+            "  left out (a stub domain for the parent would take the parent name too): {}",
+            stub.wildcards.join(", ")
+        );
+    }
+    if let Some(example) = stub.hostnames.first() {
+        let _ = writeln!(
+            out,
+            "  caveat: a stub domain also captures every name under it (a.{example} goes to the \
+             same servers), so they must answer or forward those names too"
+        );
+    }
 }
 
 /// The `DNSEndpoint`s of the external-dns mode: each object with its records, the hostnames

@@ -1,7 +1,8 @@
 //! Golden plans: every cluster fixture under `tests/fixtures/plans/` (one per provider,
 //! hostname source and cluster shape), planned with the default settings (or those its
-//! `# planner: --dns-mode <mode>` line asks for) and printed as `hairpin plan -f <fixture>`
-//! prints it, is compared with `tests/golden/plans/<name>.plan.txt`.
+//! `# planner: --dns-mode <mode>` and `# planner: --stub-domain-nameserver <ip>` lines ask
+//! for) and printed as `hairpin plan -f <fixture>` prints it, is compared with
+//! `tests/golden/plans/<name>.plan.txt`.
 //!
 //! `HAIRPIN_BLESS=1 cargo test -p hairpin-planner --test plan_golden` rewrites the goldens.
 
@@ -34,6 +35,11 @@ fn config_for(text: &str) -> PlannerConfig {
     for line in text.lines() {
         if let Some(mode) = line.strip_prefix("# planner: --dns-mode ") {
             config.dns_mode = mode.trim().parse().unwrap();
+        }
+        if let Some(server) = line.strip_prefix("# planner: --stub-domain-nameserver ") {
+            config
+                .stub_domain_nameservers
+                .push(server.trim().parse().unwrap());
         }
     }
     config

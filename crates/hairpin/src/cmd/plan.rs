@@ -13,6 +13,7 @@ use hairpin_controller::client::ClientArgs;
 use crate::cmd::args::HostsConfigMapArgs;
 use hairpin_controller::preview::{self, Observed};
 use hairpin_planner::admission::{AdmissionConfig, NamespacePolicy, parse_host_list};
+use hairpin_planner::kube_dns::StubNameserver;
 use hairpin_planner::name::Host;
 use hairpin_planner::{
     ClusterSnapshot, DnsMode, NodeLocalDns, PlannerConfig, desired, load, render,
@@ -228,6 +229,20 @@ pub(crate) struct Args {
         default_value = "text"
     )]
     output: Output,
+    /// On a kube-dns cluster (GKE Standard: no Corefile to edit), the DNS server that answers
+    /// the hairpinned hostnames with the hairpin Services' ClusterIPs, as `IP` or `IP:port`
+    /// (repeat or comma-separate for several), such as the private zone's server that
+    /// `--dns-mode external-dns` publishes to; hairpin is not a DNS server. The plan then
+    /// prints the `stubDomains` value (each exact hostname -> these servers) to merge into
+    /// ConfigMap kube-system/kube-dns, which hairpin never writes. Without it the plan names
+    /// the hostnames only.
+    #[arg(
+        long = "stub-domain-nameserver",
+        env = "HAIRPIN_STUB_DOMAIN_NAMESERVERS",
+        value_name = "IP[:PORT]",
+        value_delimiter = ','
+    )]
+    stub_domain_nameservers: Vec<StubNameserver>,
     #[command(flatten)]
     planner: PlannerArgs,
 }
@@ -240,7 +255,10 @@ const PARTIAL_PLAN: u8 = 3;
 const USAGE_ERROR: u8 = 2;
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let config = args.planner.config();
+    let config = PlannerConfig {
+        stub_domain_nameservers: args.stub_domain_nameservers.clone(),
+        ..args.planner.config()
+    };
     let (observed, source) = if args.files.is_empty() {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
