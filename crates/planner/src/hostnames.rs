@@ -622,17 +622,7 @@ fn controller_service(lb_services: &[&Service], controller: &str) -> Result<Obje
         .filter(|(prefix, _)| controller.starts_with(prefix))
         .flat_map(|(_, apps)| apps.iter().map(|a| (*a).to_owned()))
         .collect();
-    let matches: Vec<ObjectRef> = lb_services
-        .iter()
-        .filter(|s| {
-            identifies(
-                &s.metadata,
-                s.spec.as_ref().and_then(|s| s.selector.as_ref()),
-                &names,
-            )
-        })
-        .map(|s| ObjectRef::from_meta(&s.metadata))
-        .collect();
+    let matches = services_identified_as(lb_services, &names);
     one_service(matches, || {
         format!("no LoadBalancer Service is labelled as one of {names:?}")
     })
@@ -894,17 +884,7 @@ fn ingress_fallback(
             }
         });
     }
-    let matches: Vec<ObjectRef> = lb_services
-        .iter()
-        .filter(|s| {
-            identifies(
-                &s.metadata,
-                s.spec.as_ref().and_then(|s| s.selector.as_ref()),
-                &names,
-            )
-        })
-        .map(|s| ObjectRef::from_meta(&s.metadata))
-        .collect();
+    let matches = services_identified_as(lb_services, &names);
     match matches.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(format!(
@@ -918,6 +898,22 @@ fn ingress_fallback(
                 .join(", ")
         )),
     }
+}
+
+/// The LoadBalancer Services whose app label, on the Service or in its selector, is one of
+/// `names`.
+fn services_identified_as(lb_services: &[&Service], names: &BTreeSet<String>) -> Vec<ObjectRef> {
+    lb_services
+        .iter()
+        .filter(|s| {
+            identifies(
+                &s.metadata,
+                s.spec.as_ref().and_then(|s| s.selector.as_ref()),
+                names,
+            )
+        })
+        .map(|s| ObjectRef::from_meta(&s.metadata))
+        .collect()
 }
 
 fn identifies(
