@@ -4,7 +4,7 @@
 
 use std::io::Read as _;
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 #[test]
@@ -22,10 +22,7 @@ fn an_unreachable_api_server_is_one_warning_with_its_url_and_backoff() {
         ),
     )
     .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
-        cmd.env_remove(k);
-    }
+    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
     let mut child = cmd
         .args([
             "controller",

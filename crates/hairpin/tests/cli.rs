@@ -1,16 +1,13 @@
 //! The command line's shared conventions, as a user meets them: `hairpin version`,
 //! `hairpin completion <shell>`, and `-n` meaning hairpin's namespace as in kubectl.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster.yaml");
 
 fn hairpin(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
     cmd.args(args).stdin(Stdio::null());
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
-        cmd.env_remove(k);
-    }
     cmd.output().unwrap()
 }
 

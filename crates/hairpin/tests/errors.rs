@@ -4,7 +4,7 @@
 
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// What a failing run printed.
@@ -15,17 +15,14 @@ struct Failure {
 }
 
 fn hairpin(args: &[&str]) -> Failure {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
-        cmd.env_remove(k);
-    }
-    // No cluster to find: `hairpin plan` without `-f` reads the cluster of the kubeconfig.
-    cmd.env_remove("KUBECONFIG")
-        .env_remove("KUBERNETES_SERVICE_HOST")
+    // No cluster to find: `hairpin plan` without `-f` reads the cluster of the kubeconfig
+    // (`isolated_command` already dropped `KUBECONFIG`).
+    cmd.env_remove("KUBERNETES_SERVICE_HOST")
         .env("HOME", "/nonexistent");
     let mut child = cmd.spawn().unwrap();
     // Every case fails before it would serve anything; a run that goes on is a failure too.
@@ -349,7 +346,7 @@ fn an_unknown_context_is_named_with_its_kubeconfig_by_every_command() {
 fn doctor_still_reads_the_deprecated_hairpin_kubeconfig_variable() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("old").display().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+    let out = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
         .args(["doctor", "shop.example.com"])
         .env("HAIRPIN_KUBECONFIG", &kubeconfig)
         .stdin(Stdio::null())

@@ -1,7 +1,7 @@
 //! `hairpin plan` as a user runs it: the built binary on `examples/cluster.yaml`.
 
 use std::io::Write as _;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use hairpin_planner::ClusterSnapshot;
 use hairpin_planner::load::load_yaml;
@@ -14,14 +14,11 @@ const TENANT: &str = concat!(
 );
 
 fn hairpin(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
     cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
-        cmd.env_remove(k);
-    }
     let mut child = cmd.spawn().unwrap();
     let mut pipe = child.stdin.take().unwrap();
     if let Some(input) = stdin {
@@ -311,7 +308,7 @@ fn stdin_input_and_flags_from_the_environment() {
         stdout(&out)
     );
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
     let out = cmd
         .args(["plan", "-f", EXAMPLE, "-o", "yaml"])
         .env("HAIRPIN_NAMESPACE", "net")
@@ -398,7 +395,7 @@ fn admission_flags_and_their_environment_variables() {
         stdout(&out)
     );
     // `HAIRPIN_HOSTNAME_NAMESPACES`: a namespace outside the list claims nothing.
-    let out = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+    let out = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
         .args(["plan", "-f", TENANT])
         .env("HAIRPIN_HOSTNAME_NAMESPACES", "tenant-b")
         .output()

@@ -2,7 +2,7 @@
 //! controller publishes, through a watch on the fake API server, in front of a real nginx.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use hairpin_fake_apiserver::{FakeApiServer, object};
@@ -73,12 +73,7 @@ async fn proxy_follows_the_routes_configmap() {
     let admin = free_addr();
     let (first, second) = (free_addr(), free_addr());
 
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hairpin"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HAIRPIN_") || key == "KUBECONFIG" {
-            command.env_remove(key);
-        }
-    }
+    let mut command = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
     let _proxy = Killed(
         command
             .args([
@@ -146,7 +141,7 @@ async fn proxy_follows_the_routes_configmap() {
 
 #[test]
 fn a_bad_routes_configmap_reference_names_the_flag() {
-    let output = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+    let output = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
         .args(["proxy", "--routes-configmap", "no-namespace"])
         .output()
         .expect("run hairpin");
