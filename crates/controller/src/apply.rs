@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -16,6 +17,7 @@ use hairpin_planner::config::is_managed;
 use hairpin_planner::corefile;
 
 use crate::error::{is_conflict, is_not_found};
+use crate::fight::{Decision, Fights, Observation};
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// How many times a write is retried after a 409 Conflict (each time on a fresh read).
@@ -189,7 +191,7 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
                     data: Some(BTreeMap::from([(edit.key.clone(), value)])),
                     ..ConfigMap::default()
                 };
-                api.create(&PostParams::default(), &cm).await.map(drop)
+                api.create(&post_params(), &cm).await.map(drop)
             }
             Some(mut cm) => {
                 let data = cm.data.get_or_insert_with(BTreeMap::new);
@@ -209,9 +211,7 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
                 } else {
                     // `replace` sends the resourceVersion we read: a concurrent writer makes
                     // this fail with 409 instead of being overwritten.
-                    api.replace(&edit.name, &PostParams::default(), &cm)
-                        .await
-                        .map(drop)
+                    api.replace(&edit.name, &post_params(), &cm).await.map(drop)
                 }
             }
         };
@@ -290,6 +290,158 @@ pub struct ObjectChanges {
     pub updated: Vec<String>,
     /// Names deleted (hairpin's, no longer wanted).
     pub deleted: Vec<String>,
+    /// Objects created or updated again with exactly what hairpin wrote last time: someone
+    /// else changed or deleted them in between.
+    pub reverted: Vec<Reverted>,
+    /// Objects left as another writer made them because a write fight over them is backed
+    /// off, with when the next write may be tried.
+    pub backed_off: Vec<(String, Instant)>,
+}
+
+/// One of hairpin's objects found changed by someone else, and restored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reverted {
+    /// The object's name.
+    pub name: String,
+    /// [`Observation::Reverted`], or [`Observation::Fight`] when this started or prolonged a
+    /// fight.
+    pub observation: Observation,
+    /// The other writer: the manager of the latest change in the object's managedFields
+    /// (`None`: deleted, or no managedFields to say).
+    pub writer: Option<String>,
+}
+
+/// The field manager hairpin's writes carry (so managedFields tell its changes from others').
+pub const FIELD_MANAGER: &str = "hairpin";
+
+/// Create and update options of hairpin's writes.
+pub fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    }
+}
+
+/// The manager of the latest change by someone other than hairpin, from managedFields.
+pub fn last_writer(meta: &ObjectMeta) -> Option<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| {
+            e.manager
+                .as_deref()
+                .is_some_and(|m| !m.is_empty() && m != FIELD_MANAGER)
+        })
+        .max_by_key(|e| e.time.as_ref().map(|t| t.0))
+        .and_then(|e| e.manager.clone())
+}
+
+/// The write-fight bookkeeping of one apply of a kind of hairpin's objects ([`Fights`],
+/// targets `Kind namespace/name`); a no-op without `fights` (uninstall).
+pub(crate) struct ObjectFights<'a> {
+    fights: Option<&'a mut Fights>,
+    kind: &'static str,
+    namespace: &'a str,
+}
+
+impl<'a> ObjectFights<'a> {
+    pub(crate) fn new(
+        fights: Option<&'a mut Fights>,
+        kind: &'static str,
+        namespace: &'a str,
+    ) -> Self {
+        Self {
+            fights,
+            kind,
+            namespace,
+        }
+    }
+
+    fn target(&self, name: &str) -> String {
+        format!("{} {}/{name}", self.kind, self.namespace)
+    }
+
+    /// True (and listed in `changes`) while writes to `name` are backed off.
+    pub(crate) fn backed_off(&mut self, name: &str, changes: &mut ObjectChanges) -> bool {
+        let target = self.target(name);
+        let Some(fights) = self.fights.as_deref_mut() else {
+            return false;
+        };
+        match fights.decide(&target, Instant::now()) {
+            Decision::BackedOff(until) => {
+                changes.backed_off.push((name.to_owned(), until));
+                true
+            }
+            Decision::Write => false,
+        }
+    }
+
+    /// `name` matches what hairpin wants.
+    pub(crate) fn held(&mut self, name: &str) {
+        let target = self.target(name);
+        if let Some(fights) = self.fights.as_deref_mut()
+            && fights.held(&target, Instant::now())
+        {
+            tracing::info!(object = %target, "our object has held for a whole window; the write fight is over");
+        }
+    }
+
+    /// `name` was written with `value`; `before` is the object as found (none: absent).
+    pub(crate) fn written(
+        &mut self,
+        name: &str,
+        value: &impl serde::Serialize,
+        before: Option<&ObjectMeta>,
+        changes: &mut ObjectChanges,
+    ) {
+        let target = self.target(name);
+        let Some(fights) = self.fights.as_deref_mut() else {
+            return;
+        };
+        // What hairpin wants, without what the server keeps or allocates (the desired object
+        // carries the resourceVersion it was planned against, and a Service the ClusterIPs
+        // it already has).
+        let mut value = serde_json::to_value(value).ok();
+        let mut strip = |field: &str, keys: &[&str]| {
+            if let Some(map) = value
+                .as_mut()
+                .and_then(|v| v.get_mut(field))
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                for key in keys {
+                    map.remove(*key);
+                }
+            }
+        };
+        strip(
+            "metadata",
+            &[
+                "resourceVersion",
+                "uid",
+                "generation",
+                "creationTimestamp",
+                "managedFields",
+            ],
+        );
+        strip("spec", &["clusterIP", "clusterIPs"]);
+        let value = value.map(|v| v.to_string());
+        match fights.written(&target, value, Instant::now()) {
+            Observation::Normal => {}
+            observation => changes.reverted.push(Reverted {
+                name: name.to_owned(),
+                observation,
+                writer: before.and_then(last_writer),
+            }),
+        }
+    }
+
+    /// Forgets the objects no longer wanted.
+    pub(crate) fn retain(&mut self, wanted: &[&str]) {
+        let prefix = format!("{} {}/", self.kind, self.namespace);
+        if let Some(fights) = self.fights.as_deref_mut() {
+            fights.retain(&prefix, |target| wanted.contains(&&target[prefix.len()..]));
+        }
+    }
 }
 
 impl ObjectChanges {
@@ -361,7 +513,9 @@ pub async fn apply_services(
     namespace: &str,
     source_annotation: &str,
     desired: &[Service],
+    fights: Option<&mut Fights>,
 ) -> Result<ObjectChanges, Error> {
+    let mut fights = ObjectFights::new(fights, "Service", namespace);
     let api: Api<Service> = Api::namespaced(client.clone(), namespace);
     let existing = api
         .list(&kube::api::ListParams::default().labels(&managed_selector()))
@@ -391,7 +545,11 @@ pub async fn apply_services(
                     refused.get_or_insert_with(|| not_owned(&name));
                     break;
                 }
-                Some(have) if service_matches(have, want) => break,
+                Some(have) if service_matches(have, want) => {
+                    fights.held(&name);
+                    break;
+                }
+                _ if fights.backed_off(&name, &mut changes) => break,
                 Some(have) => {
                     let mut updated = want.clone();
                     updated.metadata.resource_version = have.metadata.resource_version.clone();
@@ -400,18 +558,26 @@ pub async fn apply_services(
                     {
                         keep_allocated(spec, have_spec);
                     }
-                    api.replace(&name, &PostParams::default(), &updated)
+                    api.replace(&name, &post_params(), &updated)
                         .await
                         .map(|_| changes.updated.push(name.clone()))
                 }
                 None => {
                     let mut created = want.clone();
                     created.metadata.resource_version = None;
-                    api.create(&PostParams::default(), &created)
+                    api.create(&post_params(), &created)
                         .await
                         .map(|_| changes.created.push(name.clone()))
                 }
             };
+            if result.is_ok() {
+                fights.written(
+                    &name,
+                    want,
+                    current.as_ref().map(|c| &c.metadata),
+                    &mut changes,
+                );
+            }
             match result {
                 Ok(()) => break,
                 Err(err)
@@ -434,6 +600,7 @@ pub async fn apply_services(
         .iter()
         .filter_map(|s| s.metadata.name.as_deref())
         .collect();
+    fights.retain(&wanted);
     delete_unwanted(
         &api,
         &existing,
@@ -459,7 +626,7 @@ pub async fn delete_managed_services(
     namespace: &str,
     source_annotation: &str,
 ) -> Result<Vec<String>, Error> {
-    apply_services(client, namespace, source_annotation, &[])
+    apply_services(client, namespace, source_annotation, &[], None)
         .await
         .map(|changes| changes.deleted)
 }

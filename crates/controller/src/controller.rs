@@ -17,9 +17,11 @@ use k8s_openapi::api::core::v1::Service;
 use tokio::sync::{Notify, watch};
 
 use crate::Error;
-use crate::apply::{KeyEdit, KeyOutcome, apply_services, remove_block_edit, write_key};
+use crate::apply::{
+    KeyEdit, KeyOutcome, ObjectChanges, apply_services, remove_block_edit, write_key,
+};
 use crate::dns_endpoints::{Applied, apply_dns_endpoints};
-use crate::fight::{Decision, FightGuard, FightParams, Observation};
+use crate::fight::{Decision, FightParams, Fights, Observation};
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
 use crate::report::{Events, list_note, object_ref, reason};
@@ -145,7 +147,7 @@ pub async fn run(
         ),
         events,
         metrics: metrics.clone(),
-        fights: BTreeMap::new(),
+        fights: Fights::new(config.fight.clone()),
         refused: BTreeSet::new(),
         dns_state: DnsState::NotReached,
         dns_endpoint_crd: None,
@@ -189,6 +191,14 @@ pub async fn run(
     }
 }
 
+/// The sooner of two optional instants.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -207,8 +217,9 @@ struct Reconciler {
     config: ControllerConfig,
     events: Events,
     metrics: Metrics,
-    /// Write-fight state per DNS key (`namespace/name/key`).
-    fights: BTreeMap<String, FightGuard>,
+    /// Write-fight state per DNS key (`namespace/name/key`) and per object of hairpin's
+    /// (`Kind namespace/name`).
+    fights: Fights,
     /// The refused hostname claims of the last plan, to count and report each once.
     refused: BTreeSet<RefusedClaim>,
     status: StatusWriter,
@@ -280,13 +291,16 @@ impl Reconciler {
             &planner.namespace,
             &planner.annotation("source"),
             &services,
+            Some(&mut self.fights),
         )
         .await?;
         self.count_writes(changes.writes());
         if changes.writes() > 0 {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "hairpin Services applied");
         }
+        let services_requeue = self.report_reverts("Service", &changes).await;
 
+        let planner = &self.config.planner;
         if let Some(edit) = routes_edit(plan, snapshot, planner)
             && let KeyOutcome::Written { .. } = write_key(&self.client, &edit).await?
         {
@@ -303,7 +317,52 @@ impl Reconciler {
             tracing::info!("node agents' hosts block published");
         }
 
-        self.apply_dns(plan, snapshot).await
+        let dns_requeue = self.apply_dns(plan, snapshot).await?;
+        Ok(earliest(services_requeue, dns_requeue))
+    }
+
+    /// Reports hairpin's objects of `kind` that someone else changed (a log line per
+    /// restore; a Warning Event on the object naming the other writer when that became a
+    /// fight) and sets the fight metrics. Returns when a backed-off object may be written
+    /// again.
+    async fn report_reverts(&mut self, kind: &str, changes: &ObjectChanges) -> Option<Instant> {
+        let namespace = self.config.planner.namespace.clone();
+        let (reverts, fight) = match kind {
+            "Service" => (&self.metrics.service_reverts, &self.metrics.service_fight),
+            _ => (&self.metrics.dns_reverts, &self.metrics.dns_fight),
+        };
+        reverts.inc_by(u64::try_from(changes.reverted.len()).unwrap_or(u64::MAX));
+        fight.set(i64::from(self.fights.in_fight(&format!("{kind} "))));
+        let mut requeue = changes.backed_off.iter().map(|(_, until)| *until).min();
+        for revert in &changes.reverted {
+            let object = format!("{kind} {namespace}/{}", revert.name);
+            let writer = match &revert.writer {
+                Some(manager) => format!("another writer (field manager {manager:?})"),
+                None => "another writer (unnamed: the object was deleted, or its managedFields name no other manager)".to_owned(),
+            };
+            match revert.observation {
+                Observation::Fight { count, backoff } => {
+                    let note = format!(
+                        "{writer} changed hairpin's {object} {count} times within {:?}; hairpin restored it each time and now leaves it for {backoff:?} (doubling while this goes on). Exclude hairpin's objects (label {}={}) from that writer.",
+                        self.config.fight.window,
+                        crate::MANAGED_BY_LABEL,
+                        crate::MANAGED_BY_VALUE,
+                    );
+                    tracing::warn!(object = %object, writer = ?revert.writer, reverts = count, backoff = ?backoff, "write fight over one of hairpin's objects; backing off");
+                    let regarding = object_ref(kind, &namespace, &revert.name, None);
+                    let reason = match kind {
+                        "Service" => reason::SERVICE_FIGHT,
+                        _ => reason::DNS_FIGHT,
+                    };
+                    self.events.publish(&regarding, true, reason, note).await;
+                    requeue = earliest(requeue, Some(Instant::now() + backoff));
+                }
+                _ => {
+                    tracing::warn!(object = %object, writer = ?revert.writer, "{writer} changed one of hairpin's objects; restored it");
+                }
+            }
+        }
+        requeue
     }
 
     async fn apply_dns(
@@ -351,10 +410,7 @@ impl Reconciler {
         let mut requeue: Option<Instant> = None;
         for (i, write) in dns.writes.iter().enumerate() {
             let next = self.apply_write(dns, write, i == 0).await?;
-            requeue = match (requeue, next) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            requeue = earliest(requeue, next);
         }
         Ok(requeue)
     }
@@ -396,7 +452,10 @@ impl Reconciler {
             Applied::CrdMissing
         } else {
             let source = planner.annotation("source");
-            match apply_dns_endpoints(&self.client, &planner.namespace, &source, &desired).await {
+            let fights = Some(&mut self.fights);
+            match apply_dns_endpoints(&self.client, &planner.namespace, &source, &desired, fights)
+                .await
+            {
                 Ok(applied) => applied,
                 Err(err) => {
                     self.metrics.dns_write_failures.inc();
@@ -444,8 +503,23 @@ impl Reconciler {
         };
         self.crd_missing_logged = false;
         self.count_writes(changes.writes());
-        self.dns_state = DnsState::InPlace {
-            wrote: changes.writes() > 0,
+        let requeue = self.report_reverts("DNSEndpoint", &changes).await;
+        let planner = &self.config.planner;
+        self.dns_state = if changes.backed_off.is_empty() {
+            DnsState::InPlace {
+                wrote: changes.writes() > 0,
+            }
+        } else {
+            let names: Vec<&str> = changes.backed_off.iter().map(|(n, _)| n.as_str()).collect();
+            DnsState::Refused {
+                reason: "WriteFight",
+                message: list_note(
+                    "another writer keeps changing hairpin's DNSEndpoint(s) ",
+                    &names,
+                    ", ",
+                    "; writes to them are backed off",
+                ),
+            }
         };
         if changes.writes() > 0 {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "DNSEndpoints applied");
@@ -468,7 +542,7 @@ impl Reconciler {
                 .publish(&regarding, false, reason::DNS_UPDATED, note)
                 .await;
         }
-        Ok(None)
+        Ok(requeue)
     }
 
     /// One DNS key: written when it differs, guarded against a write fight per key. The
@@ -487,21 +561,17 @@ impl Reconciler {
             &write.config_map.name,
             None,
         );
-        let fight = self
-            .fights
-            .entry(target.clone())
-            .or_insert_with(|| FightGuard::new(self.config.fight.clone()));
         if !write.changed {
             if primary {
                 self.dns_state = DnsState::InPlace { wrote: false };
             }
-            if fight.held(&target, Instant::now()) {
+            if self.fights.held(&target, Instant::now()) {
                 self.metrics.dns_fight.set(0);
                 tracing::info!(configmap = %write.config_map, "our DNS change has held for a whole window; the write fight is over");
             }
             return Ok(None);
         }
-        if let Decision::BackedOff(until) = fight.decide(&target, Instant::now()) {
+        if let Decision::BackedOff(until) = self.fights.decide(&target, Instant::now()) {
             if primary {
                 self.dns_state = DnsState::Refused {
                     reason: "WriteFight",
@@ -555,12 +625,7 @@ impl Reconciler {
         }
         self.count_writes(1);
         tracing::info!(configmap = %write.config_map, key = %write.key, entries = dns.entries.len(), "DNS change written");
-        let observation = self
-            .fights
-            .get_mut(&target)
-            .map_or(Observation::Normal, |f| {
-                f.written(&target, after, Instant::now())
-            });
+        let observation = self.fights.written(&target, after, Instant::now());
         match observation {
             Observation::Normal => {
                 self.metrics.dns_fight.set(0);

@@ -6,16 +6,19 @@
 //! objects that are hairpin's (the managed-by label AND the source annotation) but no longer
 //! wanted are deleted only as read, and an object of a needed name that is not hairpin's is
 //! never touched ([`Error::NotOwned`]). A missing CRD is not an error: [`Applied::CrdMissing`].
+//! Another writer that keeps changing them is backed off from like one reverting the CoreDNS
+//! change ([`crate::fight`]).
 
 use std::collections::BTreeMap;
 
 use hairpin_planner::config::is_managed;
 use hairpin_planner::external_dns::{self, DnsEndpoint};
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
-use crate::apply::{CONFLICT_RETRIES, ObjectChanges, delete_unwanted};
+use crate::apply::{CONFLICT_RETRIES, ObjectChanges, ObjectFights, delete_unwanted, post_params};
 use crate::error::{is_conflict, is_not_found};
+use crate::fight::Fights;
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// The `DNSEndpoint` resource.
@@ -75,8 +78,10 @@ pub async fn apply_dns_endpoints(
     namespace: &str,
     source_annotation: &str,
     desired: &[DnsEndpoint],
+    fights: Option<&mut Fights>,
 ) -> Result<Applied, Error> {
     let api = api(client, namespace);
+    let mut fights = ObjectFights::new(fights, "DNSEndpoint", namespace);
     let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
     let listed = match api.list(&ListParams::default().labels(&selector)).await {
         Ok(list) => list.items,
@@ -111,22 +116,34 @@ pub async fn apply_dns_endpoints(
                     });
                     break;
                 }
-                Some(have) if typed(have).is_some_and(|h| h.matches(want)) => break,
+                Some(have) if typed(have).is_some_and(|h| h.matches(want)) => {
+                    fights.held(&name);
+                    break;
+                }
+                _ if fights.backed_off(&name, &mut changes) => break,
                 Some(have) => {
                     let mut updated = dynamic(want).map_err(encode)?;
                     updated.metadata.resource_version = have.metadata.resource_version.clone();
-                    api.replace(&name, &PostParams::default(), &updated)
+                    api.replace(&name, &post_params(), &updated)
                         .await
                         .map(|_| changes.updated.push(name.clone()))
                 }
                 None => {
                     let mut created = dynamic(want).map_err(encode)?;
                     created.metadata.resource_version = None;
-                    api.create(&PostParams::default(), &created)
+                    api.create(&post_params(), &created)
                         .await
                         .map(|_| changes.created.push(name.clone()))
                 }
             };
+            if result.is_ok() {
+                fights.written(
+                    &name,
+                    want,
+                    current.as_ref().map(|c| &c.metadata),
+                    &mut changes,
+                );
+            }
             match result {
                 Ok(()) => break,
                 Err(err)
@@ -146,6 +163,7 @@ pub async fn apply_dns_endpoints(
         .iter()
         .filter_map(|d| d.metadata.name.as_deref())
         .collect();
+    fights.retain(&wanted);
     delete_unwanted(
         &api,
         &existing,
@@ -171,7 +189,7 @@ pub async fn delete_dns_endpoints(
     namespace: &str,
     source_annotation: &str,
 ) -> Result<Vec<String>, Error> {
-    match apply_dns_endpoints(client, namespace, source_annotation, &[]).await? {
+    match apply_dns_endpoints(client, namespace, source_annotation, &[], None).await? {
         Applied::Done(changes) => Ok(changes.deleted),
         Applied::CrdMissing => Ok(Vec::new()),
     }

@@ -1,13 +1,19 @@
-//! Detecting another writer that keeps reverting our CoreDNS change (an addon manager in
-//! Reconcile mode, a distribution re-applying its manifest), and backing off instead of
-//! fighting it in a loop.
+//! Detecting another writer that keeps reverting what hairpin writes (an addon manager in
+//! Reconcile mode reverting the CoreDNS change, a distribution re-applying its manifest, a
+//! GitOps tool or an operator editing hairpin's Services or `DNSEndpoint`s), and backing off
+//! instead of fighting it in a loop.
 //!
 //! A revert is counted when we must write again exactly the value we wrote last time for the
-//! same ConfigMap key: the plan did not change, so someone else changed the key. `threshold`
-//! reverts within `window` start a fight: DNS writes stop for an exponentially growing
-//! backoff (one write is tried when it ends). Our value surviving a whole `window` ends it.
+//! same target (a ConfigMap key, an object): the plan did not change, so someone else changed
+//! it. `threshold` reverts within `window` start a fight: writes to that target stop for an
+//! exponentially growing backoff (one write is tried when it ends). Our value surviving a
+//! whole `window` ends it.
+//!
+//! The backoff is this small state machine rather than `backon` (already in the dependency
+//! tree): `backon` drives the retries of one operation, while a fight's delay must persist
+//! across reconciles, grow only on reverts and reset when our value holds.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// Fight detection settings.
@@ -148,6 +154,67 @@ impl FightGuard {
             self.reverts.clear();
         }
         calm
+    }
+}
+
+/// One [`FightGuard`] per target (a ConfigMap key `namespace/name/key`, an object
+/// `Kind namespace/name`).
+#[derive(Debug)]
+pub struct Fights {
+    params: FightParams,
+    guards: BTreeMap<String, FightGuard>,
+}
+
+impl Fights {
+    /// No fight yet.
+    pub fn new(params: FightParams) -> Self {
+        Self {
+            params,
+            guards: BTreeMap::new(),
+        }
+    }
+
+    /// The settings.
+    pub fn params(&self) -> &FightParams {
+        &self.params
+    }
+
+    fn guard(&mut self, target: &str) -> &mut FightGuard {
+        self.guards
+            .entry(target.to_owned())
+            .or_insert_with(|| FightGuard::new(self.params.clone()))
+    }
+
+    /// May we write `target` now? ([`FightGuard::decide`])
+    pub fn decide(&mut self, target: &str, now: Instant) -> Decision {
+        self.guard(target).decide(target, now)
+    }
+
+    /// Records a write of `target` ([`FightGuard::written`]).
+    pub fn written(&mut self, target: &str, value: Option<String>, now: Instant) -> Observation {
+        self.guard(target).written(target, value, now)
+    }
+
+    /// Records that `target` still holds our value ([`FightGuard::held`]): true when that
+    /// ended its fight.
+    pub fn held(&mut self, target: &str, now: Instant) -> bool {
+        self.guards
+            .get_mut(target)
+            .is_some_and(|g| g.held(target, now))
+    }
+
+    /// True while any target whose name starts with `prefix` is backed off.
+    pub fn in_fight(&self, prefix: &str) -> bool {
+        self.guards
+            .iter()
+            .any(|(target, g)| target.starts_with(prefix) && g.in_fight())
+    }
+
+    /// Forgets the targets starting with `prefix` that `keep` rejects (objects no longer
+    /// planned), so the state does not grow with every object hairpin ever wrote.
+    pub fn retain(&mut self, prefix: &str, keep: impl Fn(&str) -> bool) {
+        self.guards
+            .retain(|target, _| !target.starts_with(prefix) || keep(target));
     }
 }
 

@@ -23,7 +23,6 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::PostParams;
 use tokio::sync::watch;
 
 use crate::apply::{CREATED_BY_ANNOTATION, created_by_hairpin, created_by_hairpin_meta};
@@ -242,7 +241,7 @@ impl LeaseManager {
                     metadata: created_by_hairpin_meta(&self.params.namespace, &name),
                     spec: Some(self.fresh_spec(0)),
                 };
-                return match self.api.create(&PostParams::default(), &lease).await {
+                return match self.api.create(&crate::apply::post_params(), &lease).await {
                     Ok(_) => Ok(Step::Held),
                     Err(err) if is_conflict(&err) => Ok(Step::NotHeld(None)),
                     Err(err) => Err(crate::Error::kube(format!("create Lease {name}"), err)),
@@ -304,7 +303,11 @@ impl LeaseManager {
     /// 409 and we stay (or become) a follower until the next attempt.
     async fn replace(&self, lease: &Lease) -> Result<Step, crate::Error> {
         let name = &self.params.name;
-        match self.api.replace(name, &PostParams::default(), lease).await {
+        match self
+            .api
+            .replace(name, &crate::apply::post_params(), lease)
+            .await
+        {
             Ok(_) => Ok(Step::Held),
             Err(err) if is_conflict(&err) => Ok(Step::NotHeld(None)),
             Err(err) => Err(crate::Error::kube(format!("update Lease {name}"), err)),
@@ -330,7 +333,7 @@ impl LeaseManager {
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(Self::now());
         self.api
-            .replace(name, &PostParams::default(), &lease)
+            .replace(name, &crate::apply::post_params(), &lease)
             .await
             .map(drop)
             .map_err(|err| crate::Error::kube(format!("vacate Lease {name}"), err))

@@ -35,10 +35,15 @@ pub struct Metrics {
     pub managed_load_balancers: Gauge,
     /// Hostnames currently redirected to the proxy.
     pub managed_hostnames: Gauge,
-    /// Times another writer was found to have reverted our CoreDNS change.
+    /// Times another writer was found to have reverted our CoreDNS change (or changed one of
+    /// our `DNSEndpoint`s).
     pub dns_reverts: Counter,
     /// 1 while a CoreDNS write fight is backed off, else 0.
     pub dns_fight: Gauge,
+    /// Times another writer was found to have changed or deleted one of hairpin's Services.
+    pub service_reverts: Counter,
+    /// 1 while writes to one of hairpin's Services are backed off (a write fight), else 0.
+    pub service_fight: Gauge,
     /// Writes made to the cluster (creates, updates, deletes).
     pub writes: Counter,
     /// 1 while this instance holds the leader Lease.
@@ -70,6 +75,8 @@ impl Metrics {
             managed_hostnames: Gauge::default(),
             dns_reverts: Counter::default(),
             dns_fight: Gauge::default(),
+            service_reverts: Counter::default(),
+            service_fight: Gauge::default(),
             writes: Counter::default(),
             leader: Gauge::default(),
             hostnames_refused: Family::default(),
@@ -111,13 +118,23 @@ impl Metrics {
         );
         sub.register(
             "dns_reverts",
-            "Times another writer reverted the CoreDNS change",
+            "Times another writer reverted the CoreDNS change or changed one of hairpin's DNSEndpoints",
             metrics.dns_reverts.clone(),
         );
         sub.register(
             "dns_fight",
             "1 while CoreDNS writes are backed off because another writer keeps reverting them",
             metrics.dns_fight.clone(),
+        );
+        sub.register(
+            "service_reverts",
+            "Times another writer changed or deleted one of hairpin's Services",
+            metrics.service_reverts.clone(),
+        );
+        sub.register(
+            "service_fight",
+            "1 while writes to one of hairpin's Services are backed off because another writer keeps changing it",
+            metrics.service_fight.clone(),
         );
         sub.register(
             "writes",

@@ -18,8 +18,10 @@ pub mod reason {
     pub const HOST_CONFLICT: &str = "HostConflict";
     /// The CoreDNS ConfigMap could not be written (forbidden, refused by the editor...).
     pub const DNS_WRITE_FAILED: &str = "DNSWriteFailed";
-    /// Another writer keeps reverting our CoreDNS change.
+    /// Another writer keeps reverting our CoreDNS change, or changing our `DNSEndpoint`s.
     pub const DNS_FIGHT: &str = "DNSWriteReverted";
+    /// Another writer keeps changing (or deleting) one of hairpin's Services.
+    pub const SERVICE_FIGHT: &str = "ServiceWriteReverted";
     /// The CoreDNS change was written.
     pub const DNS_UPDATED: &str = "DNSUpdated";
     /// A hostname an object asked for was refused by the admission policy.

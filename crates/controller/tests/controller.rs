@@ -716,7 +716,7 @@ async fn a_missing_namespace_is_one_clear_error_naming_it() {
         }),
     ))
     .unwrap();
-    let err = apply_services(&client, "hairpin", "hairpin.io/source", &[service])
+    let err = apply_services(&client, "hairpin", "hairpin.io/source", &[service], None)
         .await
         .unwrap_err();
     assert_eq!(err.metric_label(), "namespace_missing");
@@ -1602,4 +1602,86 @@ async fn uninstall_leaves_a_lease_that_is_not_hairpins() {
         .is_some(),
         "another program's Lease survives uninstall"
     );
+}
+
+#[tokio::test]
+async fn another_writer_that_keeps_changing_a_hairpin_service_is_backed_off_and_named() {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Api, PostParams};
+
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let mut cfg = config("pod-a", false);
+    cfg.fight = FightParams {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        initial_backoff: Duration::from_secs(2),
+        max_backoff: Duration::from_secs(60),
+    };
+    let running = start(&fake, cfg);
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    let name = "hairpin-ingress-nginx-ingress-nginx-controller";
+    let hairpin_writes = |f: &FakeApiServer| {
+        f.requests()
+            .iter()
+            .filter(|r| {
+                r.method == "PUT"
+                    && r.status < 300
+                    && r.uri.contains(&format!("/services/{name}?"))
+                    && r.uri.contains("fieldManager=hairpin")
+            })
+            .count()
+    };
+    let before = hairpin_writes(&fake);
+
+    // Someone keeps pointing hairpin's Service at other pods, for 3 s.
+    let api: Api<Service> = Api::namespaced(fake.client(), "hairpin");
+    let theirs = PostParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PostParams::default()
+    };
+    let stolen = std::collections::BTreeMap::from([("app".to_owned(), "elsewhere".to_owned())]);
+    let mut adversary_writes = 0;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let mut svc = api.get(name).await.unwrap();
+        let spec = svc.spec.as_mut().unwrap();
+        if spec.selector.as_ref() != Some(&stolen) {
+            spec.selector = Some(stolen.clone());
+            if api.replace(name, &theirs, &svc).await.is_ok() {
+                adversary_writes += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let restores = hairpin_writes(&fake) - before;
+    println!("the other writer wrote {adversary_writes} times; hairpin restored {restores} times");
+    // It writes only while the selector is not its own; without the backoff hairpin restored
+    // it after every one of those writes.
+    assert!(
+        adversary_writes >= 4,
+        "the fight happened: {adversary_writes}"
+    );
+    assert!(
+        (3..=4).contains(&restores),
+        "hairpin's writes are bounded by the backoff: {restores}"
+    );
+    let fights = events(&fake, "ServiceWriteReverted");
+    assert_eq!(fights.len(), 1, "{fights:?}");
+    assert_eq!(fights[0]["type"], "Warning");
+    assert_eq!(fights[0]["regarding"]["name"], name);
+    let note = fights[0]["note"].as_str().unwrap();
+    assert!(note.contains("\"kubectl-edit\""), "{note}");
+    assert!(running.metrics.service_reverts.get() >= 3);
+    assert_eq!(running.metrics.service_fight.get(), 1);
+
+    // Once the backoff ends, hairpin's selector is back.
+    let restored = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            f.get("v1", "Service", Some("hairpin"), name)
+                .is_some_and(|s| s["spec"]["selector"]["app"] != "elsewhere")
+        })
+        .await;
+    assert!(restored.is_some());
+    running.stop().await;
 }

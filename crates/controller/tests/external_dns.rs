@@ -10,11 +10,12 @@ mod support;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use hairpin_controller::fight::FightParams;
 use hairpin_controller::{ControllerConfig, Metrics};
 use hairpin_fake_apiserver::{FakeApiServer, ResourceType, object};
 use hairpin_planner::{DnsMode, PlannerConfig};
 use hairpin_runtime::{Readiness, Shutdown};
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use support::dns::TestDns;
@@ -89,6 +90,15 @@ impl Running {
 }
 
 fn start(fake: &FakeApiServer, mode: DnsMode, dns: Option<&TestDns>) -> Running {
+    start_with(fake, mode, dns, FightParams::default())
+}
+
+fn start_with(
+    fake: &FakeApiServer,
+    mode: DnsMode,
+    dns: Option<&TestDns>,
+    fight: FightParams,
+) -> Running {
     let planner = PlannerConfig {
         dns_mode: mode,
         ..PlannerConfig::default()
@@ -102,6 +112,7 @@ fn start(fake: &FakeApiServer, mode: DnsMode, dns: Option<&TestDns>) -> Running 
     config.propagation.deadline = Duration::from_secs(20);
     config.propagation.interval = Duration::from_millis(100);
     config.propagation.query_timeout = Duration::from_millis(300);
+    config.fight = fight;
     let metrics = Metrics::register(&mut Registry::default());
     let ready = Readiness::new().condition("caches synced");
     let shutdown = Shutdown::new();
@@ -391,5 +402,117 @@ async fn without_the_crd_nothing_is_published_and_the_load_balancer_is_told() {
     assert_eq!(kube_system_config_map_writes(&fake), 0);
     assert_eq!(fake.count("GET", "/dnsendpoints"), 0);
     assert!(!running.task.is_finished(), "the controller keeps running");
+    running.stop().await;
+}
+
+/// hairpin's successful writes (creates and updates) of its DNSEndpoint so far.
+fn hairpin_endpoint_writes(fake: &FakeApiServer) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|r| {
+            (r.method == "PUT" || r.method == "POST")
+                && r.status < 300
+                && r.uri.contains("/dnsendpoints")
+                && r.uri.contains("fieldManager=hairpin")
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn another_writer_that_keeps_changing_a_dns_endpoint_is_backed_off_and_named() {
+    let fake = FakeApiServer::start().await;
+    cluster(&fake, "127.33.0.0/24");
+    fake.install_external_dns_crd();
+    let fight = FightParams {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        initial_backoff: Duration::from_secs(2),
+        max_backoff: Duration::from_secs(60),
+    };
+    let running = start_with(&fake, DnsMode::ExternalDns, None, fight);
+    fake.wait_until(Duration::from_secs(10), |f| {
+        let ips = cluster_ips(f);
+        ips.len() == 2
+            && endpoint(f, HAIRPIN_SERVICE).is_some_and(|e| records(&e) == expected_records(&ips))
+    })
+    .await
+    .expect("published");
+    let published = hairpin_endpoint_writes(&fake);
+
+    // The other writer (a GitOps tool, say) points the records elsewhere whenever they are
+    // hairpin's, for 3 s.
+    let api = hairpin_controller::dns_endpoints::api(&fake.client(), "hairpin");
+    let theirs = PostParams {
+        field_manager: Some("gitops-bot".into()),
+        ..PostParams::default()
+    };
+    let mut adversary_writes = 0;
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        let mut object = api.get(HAIRPIN_SERVICE).await.unwrap();
+        let endpoints = object.data["spec"]["endpoints"].as_array_mut().unwrap();
+        let hijacked = json!(["192.0.2.66"]);
+        if endpoints[0]["targets"] != hijacked {
+            endpoints[0]["targets"] = hijacked;
+            if api.replace(HAIRPIN_SERVICE, &theirs, &object).await.is_ok() {
+                adversary_writes += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let restores = hairpin_endpoint_writes(&fake) - published;
+    println!("the other writer wrote {adversary_writes} times; hairpin restored {restores} times");
+    // It writes only while the records are not its own, so about once per restore; without
+    // the backoff hairpin restored them about every 40 ms (some 35 times in the 3 s).
+    assert!(
+        adversary_writes >= 4,
+        "the fight happened: {adversary_writes}"
+    );
+    // Reverts 1 and 2 are restored at once, the 3rd starts a 2 s backoff, and one more
+    // restore fits when it ends (then 4 s): at most 4 within the 3 s.
+    assert!(
+        (3..=4).contains(&restores),
+        "hairpin's writes are bounded by the backoff: {restores} (the other writer's: {adversary_writes})"
+    );
+
+    let events: Vec<Value> = fake
+        .list("events.k8s.io/v1", "Event")
+        .into_iter()
+        .filter(|e| e["reason"] == "DNSWriteReverted")
+        .collect();
+    assert_eq!(events.len(), 1, "one Warning Event: {events:?}");
+    assert_eq!(events[0]["type"], "Warning");
+    assert_eq!(events[0]["regarding"]["kind"], "DNSEndpoint");
+    assert_eq!(events[0]["regarding"]["name"], HAIRPIN_SERVICE);
+    let note = events[0]["note"].as_str().unwrap();
+    assert!(
+        note.contains("\"gitops-bot\""),
+        "names the other writer: {note}"
+    );
+    assert!(note.contains(HAIRPIN_SERVICE), "{note}");
+
+    // While backed off, the status says why the records are not hairpin's.
+    fake.wait_until(Duration::from_secs(5), |f| {
+        f.get(
+            "hairpin.io/v1alpha1",
+            "Hairpin",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+        .is_some_and(|h| {
+            let c = support::controller::condition(&h, "DNSWritten");
+            c["status"] == "False" && c["reason"] == "WriteFight"
+        })
+    })
+    .await
+    .expect("DNSWritten=False WriteFight");
+
+    // The other writer stopped: once the backoff ends, hairpin's records are back.
+    fake.wait_until(Duration::from_secs(10), |f| {
+        let ips = cluster_ips(f);
+        endpoint(f, HAIRPIN_SERVICE).is_some_and(|e| records(&e) == expected_records(&ips))
+    })
+    .await
+    .expect("restored after the backoff");
     running.stop().await;
 }

@@ -1,5 +1,6 @@
 //! The fake server's HTTP side: routing, verbs, watches, fault injection.
 
+use crate::managed;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -245,12 +246,16 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_default();
-    let content_type = request
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
+    let header = |name| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let content_type = header(hyper::header::CONTENT_TYPE);
+    let user_agent = header(hyper::header::USER_AGENT);
     let body = match request.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => Bytes::new(),
@@ -284,6 +289,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
     }
 
     let query = query_map(uri.query());
+    let manager = managed::manager(query.get("fieldManager").map(String::as_str), &user_agent);
     let (status, response) = {
         let mut state = shared.lock();
         let (status, response) = match route(&state, &method, uri.path()) {
@@ -294,7 +300,10 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
                 &method,
                 &target,
                 &query,
-                &content_type,
+                &Sender {
+                    content_type: &content_type,
+                    manager: &manager,
+                },
                 body_json.clone(),
                 &shared,
             ),
@@ -330,15 +339,24 @@ fn record(shared: &Shared, method: &Method, uri: &str, status: u16, body: Option
     });
 }
 
+/// What a request says about its body and its sender.
+struct Sender<'a> {
+    /// The body's `Content-Type`.
+    content_type: &'a str,
+    /// The field manager its writes are recorded under.
+    manager: &'a str,
+}
+
 fn dispatch(
     state: &mut State,
     method: &Method,
     target: &Target,
     query: &HashMap<String, String>,
-    content_type: &str,
+    sender: &Sender<'_>,
     body: Option<Value>,
     shared: &Arc<Shared>,
 ) -> (u16, Response<Body>) {
+    let (content_type, manager) = (sender.content_type, sender.manager);
     let ty = state.resources[target.index].ty.clone();
     let reply = |code: u16, value: Value| (code, json(code, &value));
     let not_found = |name: &str| reply(404, default_status(404, &target.plural, name));
@@ -436,6 +454,7 @@ fn dispatch(
             }
             state.stamp_created(&mut object);
             ty.stamp_generation(&mut object, None);
+            managed::track(None, &mut object, manager, "");
             state.store(target.index, key.clone(), object, "ADDED");
             let stored = state.resources[target.index].objects[&key].clone();
             reply(201, stored)
@@ -483,10 +502,12 @@ fn dispatch(
             if let Err(status) = admit(state, &ty, &key, &mut object, Some(&current)) {
                 return reply(422, status);
             }
+            managed::carry_over(&current, &mut object);
             if object == current_without_rv(&current, &object) {
                 // A no-op update keeps the resourceVersion and emits no event, like the real server.
                 return reply(200, current);
             }
+            managed::track(Some(&current), &mut object, manager, subresource(target));
             state.store(target.index, key.clone(), object, "MODIFIED");
             reply(200, state.resources[target.index].objects[&key].clone())
         }
@@ -537,6 +558,7 @@ fn dispatch(
             if object == current {
                 return reply(200, current);
             }
+            managed::track(Some(&current), &mut object, manager, subresource(target));
             state.store(target.index, key.clone(), object, "MODIFIED");
             reply(200, state.resources[target.index].objects[&key].clone())
         }
@@ -587,6 +609,11 @@ fn dispatch(
             ),
         ),
     }
+}
+
+/// The subresource a write goes to, as managedFields name it.
+fn subresource(target: &Target) -> &'static str {
+    if target.status { "status" } else { "" }
 }
 
 /// With a status subresource, a write to the object keeps the current status and a write to

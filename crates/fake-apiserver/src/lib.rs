@@ -11,12 +11,15 @@
 //! (404 `NotFound`), with the real server's `Status` bodies. Writes are defaulted and
 //! validated as the real server does (Service ClusterIP allocation and immutability, names,
 //! labels, ports, ConfigMap keys and size, Lease and Event limits: 422 `Invalid` with causes).
+//! Writes through the API keep `metadata.managedFields` (the writer from `fieldManager` or the
+//! User-Agent, see `managed.rs`); objects put in the store directly have none.
 //! Discovery (`/api`, `/apis`) lists the registered types; anything else, such as an absent
 //! CRD, answers a plain-text `404 page not found`.
 //! Faults can be injected: the next N requests matching a method and path fail with a given
 //! code, or are delayed; open watches can be dropped and history compacted.
 
 mod http;
+mod managed;
 mod service;
 mod store;
 mod validation;

@@ -1,6 +1,6 @@
 //! Where the fake once differed from kube-apiserver 1.31, it now answers as the real server
 //! does: missing namespaces, Service defaulting, validation, consistent paged lists, body
-//! versus URL, and absent resources.
+//! versus URL, absent resources, and the managedFields of writes.
 
 use std::time::Duration;
 
@@ -825,4 +825,87 @@ async fn the_dns_endpoint_crd_is_served_as_a_custom_resource() {
         .await
         .unwrap_err();
     assert_eq!(api_status(err).code, 409);
+}
+
+#[tokio::test]
+async fn writes_keep_managed_fields_naming_who_changed_what() {
+    let fake = FakeApiServer::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "default");
+    let by = |manager: &str| PostParams {
+        field_manager: Some(manager.into()),
+        ..PostParams::default()
+    };
+    let created = api
+        .create(
+            &by("hairpin"),
+            &config_map("default", "cm", json!({"a": "1", "b": "2"})),
+        )
+        .await
+        .unwrap();
+    let entries = created.metadata.managed_fields.clone().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].manager.as_deref(), Some("hairpin"));
+    assert_eq!(entries[0].operation.as_deref(), Some("Update"));
+    assert_eq!(entries[0].fields_type.as_deref(), Some("FieldsV1"));
+    assert!(entries[0].time.is_some());
+
+    // Another manager changes one key: it owns that key, hairpin keeps the other. The update
+    // sends no managedFields, and the stored ones are kept.
+    let mut changed = created.clone();
+    changed.metadata.managed_fields = None;
+    changed
+        .data
+        .as_mut()
+        .unwrap()
+        .insert("a".into(), "9".into());
+    let changed = api
+        .replace("cm", &by("kubectl-edit"), &changed)
+        .await
+        .unwrap();
+    let entries = changed.metadata.managed_fields.clone().unwrap();
+    let fields = |m: &str| {
+        entries
+            .iter()
+            .find(|e| e.manager.as_deref() == Some(m))
+            .and_then(|e| e.fields_v1.clone())
+            .map(|f| f.0)
+    };
+    assert_eq!(fields("kubectl-edit"), Some(json!({"f:data": {"f:a": {}}})));
+    assert_eq!(fields("hairpin"), Some(json!({"f:data": {"f:b": {}}})));
+
+    // A no-op update changes nothing, managedFields included.
+    let again = api.replace("cm", &by("third"), &changed).await.unwrap();
+    assert_eq!(
+        again.metadata.managed_fields,
+        changed.metadata.managed_fields
+    );
+    assert_eq!(
+        again.metadata.resource_version,
+        changed.metadata.resource_version
+    );
+
+    // Without a fieldManager, the manager is the User-Agent up to its first `/`.
+    let request = hyper::Request::patch("/api/v1/namespaces/default/configmaps/cm")
+        .header("content-type", "application/merge-patch+json")
+        .header(
+            "user-agent",
+            "kubectl/v1.31.0 (linux/amd64) kubernetes/abcdef",
+        )
+        .body(kube::client::Body::from(br#"{"data":{"b":"7"}}"#.to_vec()))
+        .unwrap();
+    let response = fake.client().send(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let patched: Value = serde_json::from_slice(&body).unwrap();
+    let managers: Vec<&str> = patched["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["manager"].as_str().unwrap())
+        .collect();
+    assert!(managers.contains(&"kubectl"), "{managers:?}");
+    assert!(
+        !managers.contains(&"hairpin"),
+        "hairpin owned only b: {managers:?}"
+    );
 }

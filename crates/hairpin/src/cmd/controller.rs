@@ -52,7 +52,8 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_RESYNC", default_value = "5m", value_parser = parse_positive_duration)]
     pub(crate) resync: Duration,
 
-    /// Reverts of our CoreDNS change within `--fight-window` that count as a write fight.
+    /// Reverts of one of hairpin's writes (the CoreDNS change, a hairpin Service, a
+    /// DNSEndpoint) within `--fight-window` that count as a write fight.
     #[arg(long, env = "HAIRPIN_FIGHT_THRESHOLD", default_value_t = 3)]
     pub(crate) fight_threshold: usize,
 
@@ -60,11 +61,11 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_FIGHT_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub(crate) fight_window: Duration,
 
-    /// First pause of CoreDNS writes once a fight is detected (doubles each time).
+    /// First pause of the writes fought over once a fight is detected (doubles each time).
     #[arg(long, env = "HAIRPIN_FIGHT_BACKOFF", default_value = "30s", value_parser = parse_duration)]
     pub(crate) fight_backoff: Duration,
 
-    /// Longest pause of CoreDNS writes during a fight.
+    /// Longest pause of the writes fought over during a fight.
     #[arg(long, env = "HAIRPIN_FIGHT_MAX_BACKOFF", default_value = "30m", value_parser = parse_duration)]
     pub(crate) fight_max_backoff: Duration,
 
