@@ -20,7 +20,9 @@ use gateway_api::tlsroutes::TlsRoute;
 use hairpin_planner::DnsMode;
 use hairpin_planner::config::PlannerConfig;
 use hairpin_planner::snapshot::ClusterSnapshot;
-use hairpin_planner::sources::{CustomSource, SourceKind};
+use hairpin_planner::sources::{
+    CustomSource, SOURCE_APIS, SourceKind, TLS_ROUTE_VERSIONS, tls_route_from_value,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -659,43 +661,13 @@ fn tls_routes(
             "tlsroutes",
         )
     };
-    let apis = ["v1", "v1alpha3", "v1alpha2"]
-        .into_iter()
+    let apis = TLS_ROUTE_VERSIONS
+        .iter()
         .map(|version| Api::all_with(client.clone(), &resource(version)))
         .collect();
     let writer = reflector::store::Writer::new(resource("v1"));
     optional_versions(apis, writer, "TLSRoute", ctx, stop)
 }
-
-/// The CRD hostname sources: group, kind, plural, and the versions to try, newest first.
-const CUSTOM_SOURCES: &[(&str, &str, &str, &[&str])] = &[
-    ("traefik.io", "IngressRoute", "ingressroutes", &["v1alpha1"]),
-    (
-        "traefik.io",
-        "IngressRouteTCP",
-        "ingressroutetcps",
-        &["v1alpha1"],
-    ),
-    (
-        "traefik.containo.us",
-        "IngressRoute",
-        "ingressroutes",
-        &["v1alpha1"],
-    ),
-    (
-        "traefik.containo.us",
-        "IngressRouteTCP",
-        "ingressroutetcps",
-        &["v1alpha1"],
-    ),
-    (
-        "networking.istio.io",
-        "Gateway",
-        "gateways",
-        &["v1", "v1beta1", "v1alpha3"],
-    ),
-    ("projectcontour.io", "HTTPProxy", "httpproxies", &["v1"]),
-];
 
 /// A cache per CRD hostname source. Each is probed through discovery like the Gateway API
 /// kinds: an absent CRD costs no failing watch and no log line, and is probed again later.
@@ -704,25 +676,25 @@ fn custom_sources(
     ctx: &Ctx,
     stop: &(impl Future<Output = ()> + Send + Clone + 'static),
 ) -> Vec<(SourceKind, Cache<DynamicObject>)> {
-    CUSTOM_SOURCES
+    SOURCE_APIS
         .iter()
-        .filter_map(|&(group, kind, plural, versions)| {
-            let source = SourceKind::of(group, kind)?;
+        .map(|api| {
             let resource = |version: &str| {
                 ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk(group, version, kind),
-                    plural,
+                    &GroupVersionKind::gvk(api.group, version, api.kind),
+                    api.plural,
                 )
             };
-            let apis = versions
+            let apis = api
+                .versions
                 .iter()
                 .map(|v| Api::all_with(client.clone(), &resource(v)))
                 .collect();
-            let writer = reflector::store::Writer::new(resource(versions[0]));
-            Some((
-                source,
-                optional_versions(apis, writer, kind, ctx, stop.clone()),
-            ))
+            let writer = reflector::store::Writer::new(resource(api.versions[0]));
+            (
+                api.source,
+                optional_versions(apis, writer, api.kind, ctx, stop.clone()),
+            )
         })
         .collect()
 }
@@ -753,10 +725,8 @@ fn typed_tls_routes(cache: &Cache<DynamicObject>) -> Vec<TlsRoute> {
         .state()
         .iter()
         .filter_map(|route| {
-            let mut value = serde_json::to_value(&**route).ok()?;
-            value["apiVersion"] = "gateway.networking.k8s.io/v1".into();
-            value["kind"] = "TLSRoute".into();
-            match serde_json::from_value(value) {
+            let value = serde_json::to_value(&**route).ok()?;
+            match tls_route_from_value(value) {
                 Ok(route) => Some(route),
                 Err(err) => {
                     tracing::warn!(error = %err, "skipping a TLSRoute that does not parse");

@@ -10,8 +10,10 @@ use std::time::Duration;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
-use gateway_api::tlsroutes::TlsRoute;
 use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hairpin_planner::sources::{
+    CustomSource, SOURCE_APIS, TLS_ROUTE_VERSIONS, tls_route_from_value,
+};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
 use hairpin_runtime::kubeconfig::ConfigError;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -146,9 +148,35 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
         gateways: list_optional::<Gateway>(client, "Gateways", bound, &mut gaps).await,
         http_routes: list_optional::<HttpRoute>(client, "HTTPRoutes", bound, &mut gaps).await,
         grpc_routes: list_optional::<GrpcRoute>(client, "GRPCRoutes", bound, &mut gaps).await,
-        tls_routes: list_optional::<TlsRoute>(client, "TLSRoutes", bound, &mut gaps).await,
+        tls_routes: list_first_served(
+            client,
+            ("gateway.networking.k8s.io", "TLSRoute", "tlsroutes"),
+            TLS_ROUTE_VERSIONS,
+            bound,
+            &mut gaps,
+        )
+        .await
+        .into_iter()
+        .filter_map(|route| tls_route_from_value(serde_json::to_value(route).ok()?).ok())
+        .collect(),
         ..ClusterSnapshot::default()
     };
+    // The CRD hostname sources (Traefik, Istio, Contour), as the controller reads them.
+    for api in SOURCE_APIS {
+        let objects = list_first_served(
+            client,
+            (api.group, api.kind, api.plural),
+            api.versions,
+            bound,
+            &mut gaps,
+        )
+        .await;
+        snapshot
+            .custom_sources
+            .extend(objects.into_iter().filter_map(|object| {
+                CustomSource::from_value(api.source, serde_json::to_value(object).ok()?).ok()
+            }));
+    }
     if config.admission.hostname_namespaces.needs_namespaces() {
         // Metadata only: the planner reads their labels.
         let namespaces: Vec<PartialObjectMeta<Namespace>> =
@@ -161,7 +189,14 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
             })
             .collect();
     }
-    for namespace in [&config.coredns_namespace, &config.namespace] {
+    let mut namespaces = vec![
+        &config.coredns_namespace,
+        &config.node_local_dns_namespace,
+        &config.namespace,
+    ];
+    namespaces.sort();
+    namespaces.dedup();
+    for namespace in namespaces {
         snapshot.config_maps.extend(
             list::<ConfigMap>(
                 Api::namespaced(client.clone(), namespace),
@@ -357,6 +392,29 @@ where
     }
 }
 
+/// The objects of `(group, kind, plural)` at the first of `versions` (newest first) the API
+/// serves; none, and no gap, when it serves none of them (the CRD is not installed).
+async fn list_first_served(
+    client: &Client,
+    (group, kind, plural): (&str, &str, &str),
+    versions: &[&str],
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Vec<DynamicObject> {
+    for version in versions {
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        match tokio::time::timeout(bound, api.list(&ListParams::default())).await {
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => {}
+            listed => {
+                return items_or_gap(listed, &format!("{kind}s ({group}/{version})"), bound, gaps);
+            }
+        }
+    }
+    Vec::new()
+}
+
 /// The listed items, or none and a gap saying why `what` could not be listed within `bound`.
 fn items_or_gap<K>(
     listed: Result<kube::Result<ObjectList<K>>, tokio::time::error::Elapsed>,
@@ -468,7 +526,7 @@ pub fn facts_for(
                 .any(|line| line.trim() == "reload" || line.trim().starts_with("reload "))
         }),
         node_local_dns: read.snapshot.config_maps.iter().any(|cm| {
-            cm.metadata.namespace.as_deref() == Some(config.coredns_namespace.as_str())
+            cm.metadata.namespace.as_deref() == Some(config.node_local_dns_namespace.as_str())
                 && cm
                     .metadata
                     .name

@@ -802,3 +802,130 @@ async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label
     let labels_only = facts(&fake, "shop.example.com", "198.51.100.10").await;
     assert_eq!(labels_only.dns.eks_add_on, None);
 }
+
+/// The doctor reads the hostname sources the controller reads: the CRD sources (here a
+/// Traefik `IngressRoute`) and `TLSRoute`s at the newest version served (here only
+/// `v1alpha2`, an older Gateway API release).
+#[tokio::test]
+async fn hostnames_of_crd_sources_and_older_tls_routes_find_their_load_balancer() {
+    let fake = FakeApiServer::start().await;
+    fake.register(ResourceType::new(
+        "traefik.io",
+        "v1alpha1",
+        "ingressroutes",
+        "IngressRoute",
+        true,
+    ));
+    for (version, plural, kind) in [
+        ("v1", "gateways", "Gateway"),
+        ("v1alpha2", "tlsroutes", "TLSRoute"),
+    ] {
+        fake.register(ResourceType::new(
+            "gateway.networking.k8s.io",
+            version,
+            plural,
+            kind,
+            true,
+        ));
+    }
+    let mut traefik = lb_service(
+        "traefik",
+        json!({"hairpin.io/proxy-protocol": "v2"}),
+        "198.51.100.20",
+        "VIP",
+    );
+    traefik["metadata"]["labels"] = json!({"app.kubernetes.io/name": "traefik"});
+    fake.apply_many([
+        traefik,
+        do_lb("198.51.100.10"),
+        coredns(json!({})),
+        json!({
+            "apiVersion": "traefik.io/v1alpha1", "kind": "IngressRoute",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"entryPoints": ["websecure"], "routes": [{
+                "match": "Host(`shop.example.com`) && PathPrefix(`/api`)",
+                "kind": "Rule", "services": [{"name": "shop", "port": 80}]
+            }]}
+        }),
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "public", "namespace": "ingress-nginx"},
+            "spec": {"gatewayClassName": "nginx", "listeners": [{"name": "tls", "port": 443, "protocol": "TLS"}]},
+            "status": {"addresses": [{"type": "IPAddress", "value": "198.51.100.10"}]}
+        }),
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TLSRoute",
+            "metadata": {"name": "passthrough", "namespace": "ingress-nginx"},
+            "spec": {"hostnames": ["tls.example.com"], "parentRefs": [{"name": "public"}],
+                     "rules": [{"backendRefs": [{"name": "db", "port": 5432}]}]}
+        }),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let options = options_for(&fake, &dir).await;
+    let client = cluster::client(&options).await.unwrap();
+    let read = cluster::read(&client, &options).await.unwrap();
+    // Istio and Contour are not installed, nor TLSRoute v1: absent, not gaps.
+    assert!(
+        read.gaps.iter().all(|gap| gap.contains("/version")),
+        "{:?}",
+        read.gaps
+    );
+    let plan = cluster::plan(&read, &options.planner);
+    assert_eq!(
+        cluster::planned_hostnames(&plan),
+        vec!["shop.example.com", "tls.example.com"]
+    );
+    let shop = cluster::facts_for(
+        &read,
+        &plan,
+        &options.planner,
+        "shop.example.com",
+        &["198.51.100.20".parse().unwrap()],
+    );
+    let lb = shop.load_balancer.expect("Traefik's load balancer");
+    assert_eq!(lb.service, "ingress-nginx/traefik");
+    assert!(lb.needs_hairpin);
+    let tls = facts(&fake, "tls.example.com", "198.51.100.10").await;
+    assert_eq!(
+        tls.load_balancer.map(|lb| lb.service).as_deref(),
+        Some("ingress-nginx/do-lb")
+    );
+}
+
+#[tokio::test]
+async fn node_local_dns_is_looked_for_in_its_own_namespace() {
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        coredns(json!({})),
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "node-local-dns", "namespace": "dns-cache"},
+            "data": {"Corefile": ".:53 {\n    forward . /etc/resolv.conf\n}\n"}
+        }),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = options_for(&fake, &dir).await;
+    let client = cluster::client(&options).await.unwrap();
+    let judged = |options: &ClusterOptions, read: &cluster::ClusterRead| {
+        let plan = cluster::plan(read, &options.planner);
+        cluster::facts_for(
+            read,
+            &plan,
+            &options.planner,
+            "shop.example.com",
+            &["198.51.100.10".parse().unwrap()],
+        )
+        .dns
+        .node_local_dns
+    };
+    let read = cluster::read(&client, &options).await.unwrap();
+    assert!(!judged(&options, &read), "not in kube-system");
+    options.planner.node_local_dns_namespace = "dns-cache".into();
+    let read = cluster::read(&client, &options).await.unwrap();
+    assert!(
+        judged(&options, &read),
+        "found in --node-local-dns-namespace"
+    );
+}

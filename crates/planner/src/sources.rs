@@ -14,6 +14,7 @@
 //! - Contour `HTTPProxy`: its `status.loadBalancer.ingress[]`, as for an Ingress; without a
 //!   status, Contour's Envoy Service, as for an Ingress of the class `projectcontour.io/...`.
 
+use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
@@ -32,43 +33,91 @@ pub enum SourceKind {
     ContourHttpProxy,
 }
 
-/// Every resource hairpin looks for through API discovery: (group, kind, kind).
-pub const SOURCE_RESOURCES: &[(&str, &str, SourceKind)] = &[
-    (
-        "traefik.io",
-        "IngressRoute",
-        SourceKind::TraefikIngressRoute,
-    ),
-    (
-        "traefik.io",
-        "IngressRouteTCP",
-        SourceKind::TraefikIngressRouteTcp,
-    ),
-    (
-        "traefik.containo.us",
-        "IngressRoute",
-        SourceKind::TraefikIngressRoute,
-    ),
-    (
-        "traefik.containo.us",
-        "IngressRouteTCP",
-        SourceKind::TraefikIngressRouteTcp,
-    ),
-    ("networking.istio.io", "Gateway", SourceKind::IstioGateway),
-    (
-        "projectcontour.io",
-        "HTTPProxy",
-        SourceKind::ContourHttpProxy,
-    ),
+/// One CRD hairpin reads hostnames from, and how to ask the API for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceApi {
+    /// API group.
+    pub group: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Resource (plural) name.
+    pub plural: &'static str,
+    /// Versions to read, newest first: the first one served is used.
+    pub versions: &'static [&'static str],
+    /// What hairpin makes of it.
+    pub source: SourceKind,
+}
+
+/// Every CRD hostname source hairpin reads (the controller watches, `hairpin doctor` lists,
+/// each only where the API serves it).
+pub const SOURCE_APIS: &[SourceApi] = &[
+    SourceApi {
+        group: "traefik.io",
+        kind: "IngressRoute",
+        plural: "ingressroutes",
+        versions: &["v1alpha1"],
+        source: SourceKind::TraefikIngressRoute,
+    },
+    SourceApi {
+        group: "traefik.io",
+        kind: "IngressRouteTCP",
+        plural: "ingressroutetcps",
+        versions: &["v1alpha1"],
+        source: SourceKind::TraefikIngressRouteTcp,
+    },
+    SourceApi {
+        group: "traefik.containo.us",
+        kind: "IngressRoute",
+        plural: "ingressroutes",
+        versions: &["v1alpha1"],
+        source: SourceKind::TraefikIngressRoute,
+    },
+    SourceApi {
+        group: "traefik.containo.us",
+        kind: "IngressRouteTCP",
+        plural: "ingressroutetcps",
+        versions: &["v1alpha1"],
+        source: SourceKind::TraefikIngressRouteTcp,
+    },
+    SourceApi {
+        group: "networking.istio.io",
+        kind: "Gateway",
+        plural: "gateways",
+        versions: &["v1", "v1beta1", "v1alpha3"],
+        source: SourceKind::IstioGateway,
+    },
+    SourceApi {
+        group: "projectcontour.io",
+        kind: "HTTPProxy",
+        plural: "httpproxies",
+        versions: &["v1"],
+        source: SourceKind::ContourHttpProxy,
+    },
 ];
+
+/// The Gateway API `TLSRoute` versions read, newest first (`v1` in Gateway API 1.4; the
+/// experimental channel served `v1alpha3` and `v1alpha2` before): the first one served is
+/// used, its objects read into the `v1` type.
+pub const TLS_ROUTE_VERSIONS: &[&str] = &["v1", "v1alpha3", "v1alpha2"];
+
+/// A `TLSRoute` of any of [`TLS_ROUTE_VERSIONS`], as read from the API, in the `v1` type (the
+/// fields hairpin reads are the same in each).
+///
+/// # Errors
+/// When the object does not parse as a `TLSRoute`.
+pub fn tls_route_from_value(mut value: Value) -> Result<TlsRoute, serde_json::Error> {
+    value["apiVersion"] = "gateway.networking.k8s.io/v1".into();
+    value["kind"] = "TLSRoute".into();
+    serde_json::from_value(value)
+}
 
 impl SourceKind {
     /// The kind of `group`/`kind`, if hairpin reads it.
     pub fn of(group: &str, kind: &str) -> Option<SourceKind> {
-        SOURCE_RESOURCES
+        SOURCE_APIS
             .iter()
-            .find(|(g, k, _)| *g == group && *k == kind)
-            .map(|(_, _, s)| *s)
+            .find(|api| api.group == group && api.kind == kind)
+            .map(|api| api.source)
     }
 
     /// The object kind, as people write it (`IngressRoute`...).
