@@ -19,6 +19,7 @@ use hairpin_runtime::kubeconfig::ConfigError;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{
     ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectList, PartialObjectMeta,
 };
@@ -604,29 +605,53 @@ fn uneditable_dns(
     })
 }
 
-/// The first ConfigMap key hairpin writes that the EKS CoreDNS add-on manages: a
-/// `managedFields` entry of field manager `eks` owns it (`f:data` with `f:<key>`, or the whole
-/// `f:data`). An entry that owns other fields only does not put hairpin's block at risk.
+/// The first ConfigMap hairpin writes that the EKS CoreDNS add-on applied: a `managedFields`
+/// entry of field manager `eks`. Whether that entry still owns the key hairpin writes is
+/// reported, not required: an update by another writer (hairpin's own, `kubectl edit`) takes
+/// the field over from `eks`, and the next add-on update with `OVERWRITE` takes it back.
 fn eks_add_on(read: &ClusterRead, plan: &Plan) -> Option<EksAddOn> {
     plan.dns
         .iter()
         .flat_map(|dns| &dns.writes)
         .find_map(|write| {
             let target = &write.config_map;
-            let cm = config_map(read, &target.namespace, &target.name)?;
-            let owned = cm
+            let entries = config_map(read, &target.namespace, &target.name)?
                 .metadata
                 .managed_fields
+                .as_ref()?;
+            let is_eks = |manager: Option<&str>| manager == Some(EKS_FIELD_MANAGER);
+            if !entries.iter().any(|entry| is_eks(entry.manager.as_deref())) {
+                return None;
+            }
+            let owners: Vec<&str> = entries
                 .iter()
-                .flatten()
-                .filter(|entry| entry.manager.as_deref() == Some(EKS_FIELD_MANAGER))
-                .filter_map(|entry| entry.fields_v1.as_ref()?.0.get("f:data")?.as_object())
-                .any(|data| data.is_empty() || data.contains_key(&format!("f:{}", write.key)));
-            owned.then(|| EksAddOn {
+                .filter(|entry| owns_data_key(entry, &write.key))
+                .filter_map(|entry| entry.manager.as_deref())
+                .collect();
+            let mut other_owners: Vec<String> = owners
+                .iter()
+                .filter(|manager| !is_eks(Some(manager)))
+                .map(|manager| (*manager).to_owned())
+                .collect();
+            other_owners.sort();
+            other_owners.dedup();
+            Some(EksAddOn {
                 config_map: format!("{}/{}", target.namespace, target.name),
                 key: write.key.clone(),
+                eks_owns_key: owners.iter().any(|manager| is_eks(Some(manager))),
+                other_owners,
             })
         })
+}
+
+/// Whether a `managedFields` entry owns the ConfigMap key `key` (`f:data` with `f:<key>`, or
+/// the whole `f:data`).
+fn owns_data_key(entry: &ManagedFieldsEntry, key: &str) -> bool {
+    entry
+        .fields_v1
+        .as_ref()
+        .and_then(|fields| fields.0.get("f:data")?.as_object())
+        .is_some_and(|data| data.is_empty() || data.contains_key(&format!("f:{key}")))
 }
 
 fn lb_facts(

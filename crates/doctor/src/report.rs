@@ -200,9 +200,9 @@ fn render_host(out: &mut String, host: &HostReport) {
             if let Some(eks) = &dns.eks_add_on {
                 let _ = writeln!(
                     out,
-                    "  dns add-on      EKS CoreDNS add-on: field manager `eks` owns {} data.{} \
-                     (see the note)",
-                    eks.config_map, eks.key
+                    "  dns add-on      EKS CoreDNS add-on manages {}: {} (see the note)",
+                    eks.config_map,
+                    eks.ownership()
                 );
             }
             let _ = writeln!(out, "  services by     {}", ip_mode_support(facts));

@@ -198,25 +198,69 @@ pub struct DnsFacts {
     pub eks_add_on: Option<EksAddOn>,
 }
 
-/// A CoreDNS ConfigMap key hairpin writes that the EKS CoreDNS add-on manages. EKS installs
-/// its add-ons by server-side apply, so the fields it manages are owned by the field manager
-/// `eks` in `metadata.managedFields`; the `eks.amazonaws.com/component` label is on a
-/// self-managed CoreDNS too and proves nothing.
+/// A CoreDNS ConfigMap hairpin writes that the EKS CoreDNS add-on manages. EKS installs its
+/// add-ons by server-side apply, so the ConfigMap has a `metadata.managedFields` entry of
+/// field manager `eks`; the `eks.amazonaws.com/component` label is on a self-managed CoreDNS
+/// too and proves nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct EksAddOn {
     /// `namespace/name`.
     pub config_map: String,
     /// The key hairpin writes there (`Corefile`).
     pub key: String,
+    /// Whether the `eks` entry owns the key now. Another writer's update (hairpin's
+    /// controller, `kubectl edit`) takes the field over; an add-on update with `OVERWRITE`
+    /// takes it back.
+    pub eks_owns_key: bool,
+    /// The other field managers that own the key now (`hairpin` once its controller wrote).
+    pub other_owners: Vec<String>,
 }
 
 impl EksAddOn {
     /// What it means for hairpin, and the documented ways to keep hairpin's block.
     pub fn describe(&self) -> String {
-        let EksAddOn { config_map, key } = self;
         format!(
-            "ConfigMap {config_map} belongs to the EKS CoreDNS add-on (its managedFields give              `data.{key}` to field manager `eks`), so hairpin's marked block lives in an              EKS-managed field: an add-on update with `aws eks update-addon              --resolve-conflicts OVERWRITE` puts EKS's {key} back and removes the block, and              hairpin's controller, which watches this ConfigMap, writes it again on that              change (in-cluster clients bypass the load balancer until it has and CoreDNS has              reloaded). Update the add-on with `--resolve-conflicts PRESERVE`, which keeps              the block, or run hairpin with `--dns-mode external-dns`, which writes no              kube-system ConfigMap"
+            "ConfigMap {} belongs to the EKS CoreDNS add-on ({}), so hairpin's marked block \
+             lives in an EKS-managed field: an add-on update with `aws eks update-addon \
+             --resolve-conflicts OVERWRITE` puts EKS's {} back and removes the block, and \
+             hairpin's controller, which watches this ConfigMap, writes it again on that \
+             change (in-cluster clients bypass the load balancer until it has and CoreDNS has \
+             reloaded). Update the add-on with `--resolve-conflicts PRESERVE`, which keeps the \
+             block, or run hairpin with `--dns-mode external-dns`, which writes no kube-system \
+             ConfigMap",
+            self.config_map,
+            self.ownership(),
+            self.key
         )
+    }
+
+    /// Who owns the key, in words.
+    pub fn ownership(&self) -> String {
+        let key = &self.key;
+        match (self.eks_owns_key, self.other_owners.as_slice()) {
+            (true, []) => format!("field manager `eks` owns `data.{key}`"),
+            (true, others) => format!(
+                "field manager `eks` owns `data.{key}`, with {}",
+                managers(others)
+            ),
+            (false, []) => format!(
+                "field manager `eks` applied it; an edit has taken `data.{key}` over from it"
+            ),
+            (false, others) => format!(
+                "field manager `eks` applied it; {} took `data.{key}` over from it by an edit",
+                managers(others)
+            ),
+        }
+    }
+}
+
+/// `` `a` ``, `` `a` and `b` ``, `` `a`, `b` and `c` ``.
+fn managers(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|name| format!("`{name}`")).collect();
+    match quoted.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
     }
 }
 

@@ -729,6 +729,8 @@ async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label
         Some(verdict::EksAddOn {
             config_map: "kube-system/coredns".into(),
             key: "Corefile".into(),
+            eks_owns_key: true,
+            other_owners: Vec::new(),
         })
     );
     // hairpin can still write there: it is a warning about add-on updates, not a refusal.
@@ -743,7 +745,12 @@ async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label
         .iter()
         .find(|note| note.contains("EKS CoreDNS add-on"))
         .unwrap_or_else(|| panic!("no EKS note in {:?}", verdict.notes));
+    assert!(
+        !note.contains("  "),
+        "one sentence, no runs of spaces: {note:?}"
+    );
     for words in [
+        "field manager `eks` owns `data.Corefile`",
         "kube-system/coredns",
         "--resolve-conflicts OVERWRITE",
         "--resolve-conflicts PRESERVE",
@@ -785,7 +792,8 @@ async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label
         verdict.notes
     );
 
-    // An `eks` entry that owns the labels only leaves the Corefile to whoever edits it.
+    // After an edit by another writer, `eks` owns the labels only: the ConfigMap is still the
+    // add-on's, and an update with OVERWRITE takes the Corefile back.
     let fake = FakeApiServer::start().await;
     fake.apply_many([
         do_lb("198.51.100.10"),
@@ -800,7 +808,56 @@ async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label
         ])),
     ]);
     let labels_only = facts(&fake, "shop.example.com", "198.51.100.10").await;
-    assert_eq!(labels_only.dns.eks_add_on, None);
+    let eks = labels_only.dns.eks_add_on.expect("still the add-on's");
+    assert!(!eks.eks_owns_key);
+    assert_eq!(eks.other_owners, vec!["kubectl-edit"]);
+    assert!(
+        eks.describe()
+            .contains("`kubectl-edit` took `data.Corefile` over from it by an edit"),
+        "{}",
+        eks.describe()
+    );
+}
+
+/// hairpin's own write takes the Corefile over from `eks` (the fake keeps managedFields as
+/// kube-apiserver does): the doctor still knows the ConfigMap is the add-on's.
+#[tokio::test]
+async fn the_eks_add_on_is_still_recognised_after_hairpin_wrote_the_corefile() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        eks_coredns(json!([managed_fields_entry(
+            "eks",
+            "Apply",
+            json!({"f:data": {".": {}, "f:Corefile": {}},
+                   "f:metadata": {"f:labels": {".": {}, "f:eks.amazonaws.com/component": {}, "f:k8s-app": {}}}}),
+        )])),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let options = options_for(&fake, &dir).await;
+    let client = cluster::client(&options).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+    let mut coredns = api.get("coredns").await.unwrap();
+    coredns.data.as_mut().unwrap().insert(
+        "Corefile".into(),
+        COREFILE.replace(
+            "    reload\n",
+            "    reload\n    # BEGIN hairpin (managed)\n    # END hairpin\n",
+        ),
+    );
+    let params = PostParams {
+        field_manager: Some("hairpin".into()),
+        ..PostParams::default()
+    };
+    api.replace("coredns", &params, &coredns).await.unwrap();
+
+    let written = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let eks = written.dns.eks_add_on.expect("still the add-on's");
+    assert!(!eks.eks_owns_key, "{eks:?}");
+    assert_eq!(eks.other_owners, vec!["hairpin"]);
 }
 
 /// The doctor reads the hostname sources the controller reads: the CRD sources (here a
