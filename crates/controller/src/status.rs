@@ -35,7 +35,9 @@ use hairpin_planner::config::is_managed;
 /// Settings of the propagation check.
 #[derive(Clone, Debug)]
 pub struct PropagationParams {
-    /// The cluster DNS to ask; `None` reads the ClusterIP of `kube-system/kube-dns`.
+    /// The cluster DNS to ask (`--cluster-dns`); `None` reads the ClusterIP of the cluster
+    /// DNS Service ([`hairpin_planner::cluster_dns_service`]: `kube-dns`, RKE2's
+    /// `rke2-coredns-rke2-coredns`, the Helm chart's `coredns`...).
     pub cluster_dns: Option<SocketAddr>,
     /// Give up this long after the write.
     pub deadline: Duration,
@@ -463,6 +465,7 @@ impl StatusWriter {
             reload_missing: reload_missing(plan, snapshot, &self.planner),
             external_dns: external.cloned(),
             coredns_namespace: self.planner.coredns_namespace.clone(),
+            coredns_pods: coredns_pods(snapshot, &self.planner),
             client: self.client.clone(),
             events: self.events.clone(),
             metrics: self.metrics.clone(),
@@ -485,11 +488,11 @@ impl StatusWriter {
         );
     }
 
-    /// The cluster DNS (flag, else the kube-dns Service) and node-local-dns when it runs.
+    /// The cluster DNS (flag, else the cluster DNS Service the planner finds) and
+    /// node-local-dns when it runs.
     fn dns_servers(&self, snapshot: &ClusterSnapshot) -> Option<Vec<DnsServer>> {
         let cluster = self.params.cluster_dns.or_else(|| {
-            snapshot
-                .service("kube-system", "kube-dns")
+            hairpin_planner::cluster_dns_service(snapshot, &self.planner)
                 .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())
                 .map(|ip| SocketAddr::new(ip, 53))
         })?;
@@ -626,7 +629,10 @@ impl StatusWriter {
                 condition::DNS_EFFECTIVE,
                 None,
                 "NoClusterDNS",
-                "no cluster DNS address: kube-system/kube-dns not found; set --cluster-dns".into(),
+                format!(
+                    "no cluster DNS address: no cluster DNS Service with a ClusterIP in {} (kube-dns, one named like a CoreDNS ConfigMap candidate, or one labelled k8s-app=kube-dns or coredns); set --cluster-dns",
+                    self.planner.coredns_namespace
+                ),
             )
         } else {
             match &outcome {
@@ -907,6 +913,24 @@ fn wrong_answers(outcome: &CheckOutcome, expected: &[IpAddr]) -> String {
     )
 }
 
+/// The CoreDNS pods' label selector: the cluster DNS Service's own selector, else the
+/// `k8s-app=kube-dns` most installers use.
+fn coredns_pods(snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> String {
+    hairpin_planner::cluster_dns_service(snapshot, planner)
+        .and_then(|s| s.spec.as_ref()?.selector.as_ref())
+        .filter(|selector| !selector.is_empty())
+        .map_or_else(
+            || "k8s-app=kube-dns".to_owned(),
+            |selector| {
+                selector
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        )
+}
+
 /// What a finished check needs to report.
 struct CheckContext {
     lb: ObjectRef,
@@ -917,6 +941,8 @@ struct CheckContext {
     /// In external-dns mode, what external-dns had done when the check started.
     external_dns: Option<ExternalDnsProgress>,
     coredns_namespace: String,
+    /// Label selector of the CoreDNS pods (the cluster DNS Service's selector).
+    coredns_pods: String,
     client: kube::Client,
     events: Events,
     metrics: Metrics,
@@ -1000,7 +1026,7 @@ impl CheckContext {
         // them needs `list pods` in CoreDNS's namespace; without it this clue is skipped.
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.coredns_namespace);
         if let Ok(list) = pods
-            .list(&ListParams::default().labels("k8s-app=kube-dns"))
+            .list(&ListParams::default().labels(&self.coredns_pods))
             .await
         {
             let total = list.items.len();
@@ -1016,14 +1042,14 @@ impl CheckContext {
                 .count();
             if unready > 0 {
                 return format!(
-                    "{unready} of {total} CoreDNS pods are not ready: CoreDNS probably rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l k8s-app=kube-dns`",
-                    self.coredns_namespace
+                    "{unready} of {total} CoreDNS pods are not ready: CoreDNS probably rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l {}`",
+                    self.coredns_namespace, self.coredns_pods
                 );
             }
         }
         format!(
-            "the kubelet has not synced the ConfigMap into CoreDNS's pods yet (it can take a minute or more), or CoreDNS rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l k8s-app=kube-dns`",
-            self.coredns_namespace
+            "the kubelet has not synced the ConfigMap into CoreDNS's pods yet (it can take a minute or more), or CoreDNS rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l {}`",
+            self.coredns_namespace, self.coredns_pods
         )
     }
 }

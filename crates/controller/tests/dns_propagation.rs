@@ -298,3 +298,55 @@ async fn answers_use_the_allocated_cluster_ip_and_follow_it_when_the_service_is_
     running.stop().await;
     dns.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_cluster_dns_the_check_asks_the_cluster_dns_service_whatever_its_name() {
+    let fake = FakeApiServer::start().await;
+    cluster(&fake, SINGLE_BLOCK, "127.79.0.0/16");
+    // RKE2's cluster DNS Service; there is no kube-system/kube-dns. Its ClusterIP is a
+    // loopback address nothing listens on, so the check's queries stay on this host.
+    fake.apply(object(
+        "v1",
+        "Service",
+        Some("kube-system"),
+        "rke2-coredns-rke2-coredns",
+        json!({
+            "metadata": {"labels": {"k8s-app": "kube-dns"}},
+            "spec": {
+                "clusterIP": "127.79.255.10",
+                "selector": {"k8s-app": "kube-dns"},
+                "ports": [
+                    {"name": "udp-53", "port": 53, "protocol": "UDP", "targetPort": 53},
+                    {"name": "tcp-53", "port": 53, "protocol": "TCP", "targetPort": 53}
+                ]
+            }
+        }),
+    ));
+    let mut config = support::controller::config("pod-a", false);
+    config.propagation = PropagationParams {
+        cluster_dns: None,
+        deadline: Duration::from_secs(30),
+        interval: Duration::from_millis(50),
+        query_timeout: Duration::from_millis(300),
+        ..PropagationParams::default()
+    };
+    let running = support::controller::start(&fake, config);
+    wait(
+        &fake,
+        "the check runs against the cluster DNS Service",
+        |f| {
+            let h = hairpin(f);
+            condition(&h, "DNSWritten")["status"] == "True"
+                && condition(&h, "DNSEffective")["reason"] == "Checking"
+        },
+    )
+    .await;
+    let h = hairpin(&fake);
+    assert!(
+        condition(&h, "DNSEffective")["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("asking the cluster DNS")),
+        "{h:#}"
+    );
+    running.stop().await;
+}

@@ -186,8 +186,10 @@ impl PlannerConfig {
     }
 }
 
-/// The cluster DNS Service (in the CoreDNS namespace): its DNS port's `targetPort` is the port
-/// CoreDNS receives pods' queries on, so the port whose server blocks hairpin writes to.
+/// The conventional name of the cluster DNS Service (in the CoreDNS namespace), tried first;
+/// [`crate::cluster_dns_service`] also finds the names other installers give it. Its DNS
+/// port's `targetPort` is the port CoreDNS receives pods' queries on, so the port whose
+/// server blocks hairpin writes to.
 pub const CLUSTER_DNS_SERVICE: &str = "kube-dns";
 
 /// Label put on everything hairpin writes.

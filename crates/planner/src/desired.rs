@@ -915,6 +915,48 @@ fn dns_change(
     })
 }
 
+/// The cluster DNS Service: the one pods send their queries to (the kubelet's `clusterDNS` is
+/// its ClusterIP). Its name depends on how CoreDNS was installed, so in `coredns_namespace`
+/// it is `kube-dns` (kubeadm, k3s, EKS, AKS, GKE, LKE, DigitalOcean), else a Service named
+/// like one of the CoreDNS ConfigMap candidates (RKE2's `rke2-coredns-rke2-coredns`, the
+/// CoreDNS Helm chart's `coredns`), else the first by name labelled as CoreDNS (`k8s-app` is
+/// `kube-dns` or `coredns`, or `app.kubernetes.io/name=coredns`); each must serve port 53.
+/// `None` when the snapshot holds none.
+pub fn cluster_dns_service<'a>(
+    snapshot: &'a ClusterSnapshot,
+    config: &PlannerConfig,
+) -> Option<&'a Service> {
+    let namespace = config.coredns_namespace.as_str();
+    let serves_dns = |s: &Service| {
+        s.spec
+            .as_ref()
+            .and_then(|spec| spec.ports.as_ref())
+            .is_some_and(|ports| ports.iter().any(|p| p.port == 53))
+    };
+    let by_name = std::iter::once(CLUSTER_DNS_SERVICE)
+        .chain(config.coredns_config_maps.iter().map(String::as_str))
+        .find_map(|name| snapshot.service(namespace, name).filter(|s| serves_dns(s)));
+    by_name.or_else(|| {
+        let labelled = |s: &Service| {
+            let label = |key: &str| {
+                s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(key))
+                    .map(String::as_str)
+            };
+            matches!(label("k8s-app"), Some("kube-dns" | "coredns"))
+                || label("app.kubernetes.io/name") == Some("coredns")
+        };
+        snapshot
+            .services
+            .iter()
+            .filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
+            .filter(|s| labelled(s) && serves_dns(s))
+            .min_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
+    })
+}
+
 /// The port CoreDNS's pods receive cluster DNS queries on: the `targetPort` of the DNS port
 /// (UDP 53, else the port named `dns`) of the cluster DNS Service, when the snapshot holds it.
 /// `None` (placement then decides from the Corefile: 53 when served, else the only port) when
@@ -924,7 +966,8 @@ fn cluster_dns_target_port(
     config: &PlannerConfig,
     warnings: &mut Vec<Warning>,
 ) -> Option<u16> {
-    let service = snapshot.service(&config.coredns_namespace, CLUSTER_DNS_SERVICE)?;
+    let service = cluster_dns_service(snapshot, config)?;
+    let service_name = service.metadata.name.as_deref().unwrap_or_default();
     let ports = service.spec.as_ref()?.ports.as_ref()?;
     let udp = |p: &&ServicePort| p.protocol.as_deref().unwrap_or("TCP") == "UDP";
     let port = ports
@@ -943,7 +986,7 @@ fn cluster_dns_target_port(
         Some(IntOrString::Int(n)) => u16::try_from(*n).ok().filter(|n| *n > 0),
         Some(IntOrString::String(name)) => {
             warnings.push(Warning::new(
-                format!("Service {}/{CLUSTER_DNS_SERVICE}", config.coredns_namespace),
+                format!("Service {}/{service_name}", config.coredns_namespace),
                 format!(
                     "its DNS port targets the named port `{name}`, whose number only the pods know; the Corefile's server blocks on port 53 (else its only port) are assumed to receive the queries"
                 ),

@@ -38,7 +38,7 @@ pub mod warning;
 
 pub use admission::{AdmissionConfig, NamespacePolicy, Refusal, RefusalReason};
 pub use config::{DnsMode, NodeLocalDns, PlannerConfig};
-pub use desired::desired;
+pub use desired::{cluster_dns_service, desired};
 pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};
 pub use hostnames::{Conflict, Hostname, WildcardLabels};
 pub use plan::{

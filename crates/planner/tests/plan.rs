@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use hairpin_planner::load::load_yaml;
 use hairpin_planner::{
-    ClusterSnapshot, DnsMode, ObjectRef, PlannerConfig, ProxyHeader, SkipReason, corefile, desired,
-    render,
+    ClusterSnapshot, DnsMode, ObjectRef, PlannerConfig, ProxyHeader, SkipReason,
+    cluster_dns_service, corefile, desired, render,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -1375,4 +1375,84 @@ fn an_existing_hairpin_service_keeps_its_primary_family() {
     );
     let spec = plan.load_balancers[0].service.spec.as_ref().unwrap();
     assert_eq!(spec.cluster_ips, Some(vec!["fd00:10:96::30".into()]));
+}
+
+/// A Service in kube-system named `name` with `labels` and the cluster DNS ports, its DNS
+/// port targeting 5353.
+fn dns_service(name: &str, labels: serde_json::Value) -> Service {
+    let mut service = kube_dns(json!(5353));
+    service.metadata.name = Some(name.into());
+    service.metadata.labels = serde_json::from_value(labels).unwrap();
+    service
+}
+
+#[test]
+fn the_cluster_dns_service_is_found_whatever_its_installer_named_it() {
+    let config = PlannerConfig::default();
+    let name = |snapshot: &ClusterSnapshot| {
+        cluster_dns_service(snapshot, &config).and_then(|s| s.metadata.name.clone())
+    };
+    let with = |services: Vec<Service>| ClusterSnapshot {
+        services,
+        ..ClusterSnapshot::default()
+    };
+    assert_eq!(name(&with(vec![])), None);
+    // kubeadm, k3s, EKS, AKS...
+    assert_eq!(
+        name(&with(vec![kube_dns(json!(53))])).as_deref(),
+        Some("kube-dns")
+    );
+    // RKE2: the Service is named like its CoreDNS ConfigMap.
+    let rke2 = dns_service("rke2-coredns-rke2-coredns", json!({"k8s-app": "kube-dns"}));
+    assert_eq!(
+        name(&with(vec![rke2.clone()])).as_deref(),
+        Some("rke2-coredns-rke2-coredns")
+    );
+    // The CoreDNS Helm chart with another release name: found by its label.
+    let chart = dns_service("cluster-dns-coredns", json!({"k8s-app": "coredns"}));
+    assert_eq!(
+        name(&with(vec![chart.clone()])).as_deref(),
+        Some("cluster-dns-coredns")
+    );
+    // kube-dns wins over the others; a labelled Service without port 53 (CoreDNS's metrics
+    // Service) or in another namespace is not it.
+    assert_eq!(
+        name(&with(vec![chart.clone(), kube_dns(json!(53))])).as_deref(),
+        Some("kube-dns")
+    );
+    let mut metrics = dns_service("coredns-metrics", json!({"k8s-app": "kube-dns"}));
+    metrics
+        .spec
+        .as_mut()
+        .unwrap()
+        .ports
+        .as_mut()
+        .unwrap()
+        .retain(|p| p.port != 53);
+    let mut elsewhere = chart;
+    elsewhere.metadata.namespace = Some("dns".into());
+    assert_eq!(name(&with(vec![metrics, elsewhere])), None);
+}
+
+#[test]
+fn the_rules_go_to_the_port_rke2s_cluster_dns_service_targets() {
+    let both = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n.:5353 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
+    let snapshot = ClusterSnapshot {
+        services: vec![
+            proxied_lb("ingress", "nginx", "203.0.113.10"),
+            dns_service("rke2-coredns-rke2-coredns", json!({"k8s-app": "kube-dns"})),
+        ],
+        ingresses: vec![ingress(
+            "shop",
+            "web",
+            None,
+            &["shop.example.com"],
+            &[],
+            Some("203.0.113.10"),
+        )],
+        config_maps: vec![coredns(both)],
+        ..ClusterSnapshot::default()
+    };
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    assert_eq!(coredns_blocks(&plan), [".:5353"]);
 }

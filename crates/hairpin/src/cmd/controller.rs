@@ -69,8 +69,10 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_FIGHT_MAX_BACKOFF", default_value = "30m", value_parser = parse_duration)]
     pub(crate) fight_max_backoff: Duration,
 
-    /// The cluster DNS asked after each DNS write, `IP` or `IP:PORT` (default: the ClusterIP
-    /// of `kube-system/kube-dns`, port 53).
+    /// The cluster DNS asked after each DNS write, `IP` or `IP:PORT` (default: port 53 of the
+    /// ClusterIP of the cluster DNS Service in the CoreDNS namespace: `kube-dns`, else one
+    /// named like a CoreDNS ConfigMap candidate such as RKE2's `rke2-coredns-rke2-coredns`,
+    /// else one labelled `k8s-app=kube-dns` or `coredns`).
     #[arg(long, env = "HAIRPIN_CLUSTER_DNS", value_parser = parse_dns_server)]
     pub(crate) cluster_dns: Option<SocketAddr>,
 
