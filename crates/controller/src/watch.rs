@@ -145,8 +145,11 @@ pub struct Caches {
     namespaces: Option<Cache<PartialObjectMeta<Namespace>>>,
     /// EndpointSlices in our namespace: the ready proxy endpoints of each hairpin Service.
     endpoint_slices: Cache<EndpointSlice>,
-    /// Our Hairpin objects, in every namespace. Their changes do not trigger a re-plan:
-    /// the controller is their only writer.
+    /// Our Hairpin objects, in every namespace. Their changes re-plan too: a tenant allowed
+    /// to delete or edit one (they live in the load balancer's namespace) would otherwise
+    /// leave it gone or wrong until the next unrelated event or the resync. hairpin's own
+    /// status writes re-plan once and change nothing (the status is written only when it
+    /// differs).
     hairpins: Cache<Hairpin>,
     /// `DNSEndpoint`s in our namespace, watched only in `--dns-mode external-dns` and while
     /// external-dns's CRD is installed. Their changes re-plan: external-dns writing their
@@ -240,16 +243,7 @@ impl Caches {
                 &ctx,
                 stop.clone(),
             ),
-            hairpins: optional(
-                Api::all(client.clone()),
-                "Hairpin",
-                &Ctx {
-                    changed: Arc::new(Notify::new()),
-                    metrics: ctx.metrics.clone(),
-                    failing: ctx.failing.clone(),
-                },
-                stop.clone(),
-            ),
+            hairpins: optional(Api::all(client.clone()), "Hairpin", &ctx, stop.clone()),
             dns_endpoints: (config.dns_mode == DnsMode::ExternalDns).then(|| {
                 let resource = crate::dns_endpoints::api_resource();
                 optional_versions(

@@ -135,3 +135,96 @@ async fn a_hairpin_is_created_updated_and_deleted_with_its_service() {
         "not recreated without its load balancer"
     );
 }
+
+#[tokio::test]
+async fn a_hairpin_deleted_or_edited_by_someone_else_is_put_back_at_once() {
+    use hairpin_controller::crd::Hairpin;
+    use kube::Api;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+
+    let fake = FakeApiServer::start().await;
+    fake.install_hairpin_crd();
+    fake.create_namespace("hairpin");
+    fake.apply(fixtures::proxy_load_balancer(
+        "load-balancer.hetzner.cloud/uses-proxyprotocol",
+        "203.0.113.10",
+        json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]),
+    ));
+    fake.apply(ingress("shop", "shop.example.com"));
+    fake.apply(fixtures::coredns(COREFILE));
+    // Nothing else changes during the test, and the resync is minutes away: only the
+    // Hairpin's own events can bring it back in time.
+    let config = support::controller::config("pod-a", false);
+    assert!(config.resync >= Duration::from_secs(60));
+    let running = support::controller::start(&fake, config);
+    let correct = |h: &Value| {
+        h["status"]["hostCount"] == 1
+            && h["status"]["hostnames"][0]["name"] == "shop.example.com"
+            && condition(h, "DNSWritten")["status"] == "True"
+    };
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| hairpin(f)
+            .is_some_and(|h| correct(&h)))
+            .await
+            .is_some(),
+        "{:?}",
+        hairpin(&fake)
+    );
+    // Wait until the controller is quiet (the reconciles its own first writes caused are
+    // done), so nothing else is pending when the Hairpin is deleted.
+    let mut reconciles = running.metrics.reconciles.get();
+    loop {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let now = running.metrics.reconciles.get();
+        if now == reconciles {
+            break;
+        }
+        reconciles = now;
+    }
+    let first_uid = hairpin(&fake).unwrap()["metadata"]["uid"].clone();
+
+    // A tenant allowed to delete Hairpins in its namespace deletes it.
+    let api: Api<Hairpin> = Api::namespaced(fake.client(), "ingress-nginx");
+    api.delete("ingress-nginx-controller", &DeleteParams::default())
+        .await
+        .unwrap();
+    let back = fake
+        .wait_until(Duration::from_secs(5), |f| {
+            hairpin(f).is_some_and(|h| h["metadata"]["uid"] != first_uid && correct(&h))
+        })
+        .await;
+    assert!(back.is_some(), "recreated: {:?}", hairpin(&fake));
+    let h = hairpin(&fake).unwrap();
+    assert_eq!(
+        h["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "hairpin"
+    );
+    assert_eq!(h["metadata"]["ownerReferences"][0]["kind"], "Service");
+
+    // One allowed to write its status says something false.
+    api.patch_status(
+        "ingress-nginx-controller",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"hostCount": 7, "hostnames": []}})),
+    )
+    .await
+    .unwrap();
+    let fixed = fake
+        .wait_until(Duration::from_secs(5), |f| {
+            hairpin(f).is_some_and(|h| correct(&h))
+        })
+        .await;
+    assert!(fixed.is_some(), "status restored: {:?}", hairpin(&fake));
+
+    // hairpin's own status writes re-plan once and change nothing: no write loop.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let patches = fake.count("PATCH", "/hairpins/ingress-nginx-controller/status");
+    let reconciles = running.metrics.reconciles.get();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        fake.count("PATCH", "/hairpins/ingress-nginx-controller/status"),
+        patches
+    );
+    assert_eq!(running.metrics.reconciles.get(), reconciles, "quiet");
+    running.stop().await;
+}
