@@ -273,6 +273,7 @@ def check_render(chart, name, sets, expected_kinds, metrics):
                     fail("%s: kubernetes-validate has no schema for it (Kubernetes %s)" % (where, version))
     check_node_agent_rbac(docs, name)
     check_dns_endpoint_rbac(docs, name, values)
+    check_test_pod_rbac(docs, name, doctor_reads(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     missing = expected_kinds - kinds
     if missing:
         fail("[%s] expected %s among the rendered kinds %s" % (name, sorted(missing), sorted(kinds)))
@@ -314,6 +315,60 @@ def check_node_agent_rbac(docs, name):
                         or not set(rule.get("verbs") or []) <= {"get", "list", "watch"}
                     ):
                         fail("[%s] the node agent may only read ConfigMap %s/hairpin-hosts, not %r in %s" % (name, NAMESPACE, rule, namespace))
+
+
+def doctor_reads(repo):
+    """The objects `hairpin doctor` reads by name in kube-system: `(kind, name)` from the
+    `"Kind kube-system/name"` labels of its reads in crates/doctor/src/cluster.rs."""
+    with open(os.path.join(repo, "crates", "doctor", "src", "cluster.rs")) as f:
+        text = f.read()
+    return sorted(set(re.findall(r'"(DaemonSet|Deployment|ConfigMap) kube-system/([a-z0-9.-]+)"', text)))
+
+
+GROUP_RESOURCE = {"DaemonSet": ("apps", "daemonsets"), "Deployment": ("apps", "deployments"), "ConfigMap": ("", "configmaps")}
+
+
+def check_test_pod_rbac(docs, name, reads):
+    """`helm test` runs the doctor with the controller's ServiceAccount: it must be able to get
+    every object the doctor reads by name in kube-system (else the test says "cannot read"
+    instead of what it found), through Roles there; the test's own grants are read-only."""
+    pods = [
+        d for d in docs
+        if d["kind"] == "Pod" and (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
+    ]
+    for pod in pods:
+        account = pod["spec"].get("serviceAccountName", "default")
+        roles = []
+        for binding in docs:
+            if binding["kind"] != "RoleBinding" or binding["metadata"].get("namespace") != "kube-system":
+                continue
+            if not any(
+                s.get("kind") == "ServiceAccount" and s.get("name") == account and s.get("namespace") == NAMESPACE
+                for s in binding.get("subjects") or []
+            ):
+                continue
+            roles += [
+                d for d in docs
+                if d["kind"] == "Role" and d["metadata"]["name"] == binding["roleRef"]["name"]
+                and d["metadata"].get("namespace") == "kube-system"
+            ]
+        for kind, object_name in reads:
+            group, resource = GROUP_RESOURCE[kind]
+            granted = any(
+                group in (rule.get("apiGroups") or [])
+                and resource in (rule.get("resources") or [])
+                and object_name in (rule.get("resourceNames") or [object_name])
+                and "get" in (rule.get("verbs") or [])
+                for role in roles
+                for rule in role.get("rules") or []
+            )
+            if not granted:
+                fail("[%s] the test pod's ServiceAccount %s cannot get %s kube-system/%s, which the doctor reads" % (name, account, kind, object_name))
+    for doc in docs:
+        if doc["kind"] in ("Role", "ClusterRole") and (doc["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test":
+            for rule in doc.get("rules") or []:
+                if set(rule.get("verbs") or []) - {"get"} or not rule.get("resourceNames"):
+                    fail("[%s] %s %s: the test's grants are gets by name, not %r" % (name, doc["kind"], doc["metadata"]["name"], rule))
 
 
 def check_dns_endpoint_rbac(docs, name, values):
