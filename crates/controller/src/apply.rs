@@ -323,10 +323,14 @@ pub fn post_params() -> PostParams {
 }
 
 /// The manager of the latest change by someone other than hairpin, from managedFields.
+/// Entries of a subresource are skipped: a status update (external-dns sets a
+/// `DNSEndpoint`'s `status.observedGeneration` after every change) does not touch what hairpin
+/// compares, and its newer timestamp would blame the wrong writer.
 pub fn last_writer(meta: &ObjectMeta) -> Option<String> {
     meta.managed_fields
         .iter()
         .flatten()
+        .filter(|e| e.subresource.as_deref().is_none_or(str::is_empty))
         .filter(|e| {
             e.manager
                 .as_deref()
@@ -646,5 +650,47 @@ pub fn remove_block_edit(namespace: &str, name: &str, key: &str) -> KeyEdit {
                 .map(|edit| Some(edit.text))
                 .map_err(|err| err.to_string()),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    fn entry(manager: &str, subresource: Option<&str>, second: i64) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.to_owned()),
+            operation: Some("Update".to_owned()),
+            subresource: subresource.map(str::to_owned),
+            time: Some(Time(Timestamp::from_second(second).unwrap())),
+            ..ManagedFieldsEntry::default()
+        }
+    }
+
+    #[test]
+    fn the_last_writer_is_the_newest_other_manager_of_the_object_not_of_its_status() {
+        let meta = |entries: Vec<ManagedFieldsEntry>| ObjectMeta {
+            managed_fields: Some(entries),
+            ..ObjectMeta::default()
+        };
+        // argocd changed the spec; external-dns then only updated the status.
+        let found = meta(vec![
+            entry(FIELD_MANAGER, None, 100),
+            entry("argocd-controller", None, 200),
+            entry("external-dns", Some("status"), 300),
+        ]);
+        assert_eq!(last_writer(&found).as_deref(), Some("argocd-controller"));
+        // Odd entries (no manager, no time, hairpin's own) name nobody and do not panic.
+        let odd = meta(vec![
+            ManagedFieldsEntry::default(),
+            entry("", None, 500),
+            entry(FIELD_MANAGER, None, 400),
+            entry("kubectl-edit", Some(""), 50),
+        ]);
+        assert_eq!(last_writer(&odd).as_deref(), Some("kubectl-edit"));
+        assert_eq!(last_writer(&ObjectMeta::default()), None);
     }
 }
