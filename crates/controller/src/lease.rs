@@ -280,7 +280,10 @@ impl LeaseManager {
             return Ok(Step::NotHeld(holder));
         }
         let mut claimed = lease;
-        claimed.spec = Some(self.fresh_spec(spec.lease_transitions.unwrap_or(0) + 1));
+        // The count as found may be anything (another client's write): a negative one or an
+        // overflow would make the API server refuse the claim (or this panic) forever.
+        let transitions = spec.lease_transitions.unwrap_or(0).max(0).saturating_add(1);
+        claimed.spec = Some(self.fresh_spec(transitions));
         match self.replace(&claimed).await? {
             Step::Held => {
                 tracing::info!(previous = ?holder, "leader election: took over the lease");

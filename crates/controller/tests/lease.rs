@@ -126,3 +126,31 @@ async fn api_errors_do_not_end_the_election() {
     a.stop.take().unwrap().send(()).unwrap();
     a.task.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_vacant_lease_with_an_odd_transition_count_is_still_taken() {
+    let fake = FakeApiServer::start().await;
+    fake.create_namespace("hairpin");
+    for transitions in [i32::MAX, -5] {
+        fake.apply(serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": "hairpin-controller",
+                "namespace": "hairpin",
+                "labels": {"app.kubernetes.io/managed-by": "hairpin"},
+                "annotations": {"hairpin.io/created-by": "hairpin"},
+            },
+            "spec": {"holderIdentity": "", "leaseTransitions": transitions},
+        }));
+        let mut a = start(&fake, "pod-a");
+        wait_leader(&mut a.rx, Duration::from_secs(5)).await;
+        let count = lease(&fake).unwrap()["spec"]["leaseTransitions"].as_i64();
+        assert!(
+            count.is_some_and(|c| c >= 0),
+            "leaseTransitions {count:?} after {transitions}: the API server refuses a negative one"
+        );
+        a.stop.take().unwrap().send(()).unwrap();
+        a.task.await.unwrap();
+    }
+}
