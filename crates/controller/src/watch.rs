@@ -19,6 +19,7 @@ use gateway_api::httproutes::HttpRoute;
 use gateway_api::tlsroutes::TlsRoute;
 use hairpin_planner::DnsMode;
 use hairpin_planner::config::PlannerConfig;
+use hairpin_planner::hostnames;
 use hairpin_planner::snapshot::ClusterSnapshot;
 use hairpin_planner::sources::{
     CustomSource, SOURCE_APIS, SourceKind, TLS_ROUTE_VERSIONS, tls_route_from_value,
@@ -87,6 +88,11 @@ where
 {
     fn objects(&self) -> Vec<K> {
         self.store.state().iter().map(|o| (**o).clone()).collect()
+    }
+
+    /// The cached objects themselves, shared rather than copied.
+    fn shared(&self) -> Vec<Arc<K>> {
+        self.store.state()
     }
 
     fn is_synced(&self) -> bool {
@@ -204,14 +210,17 @@ impl Caches {
                 &ctx,
                 stop.clone(),
             ),
-            ingresses: required_slimmed(
-                Api::all(client.clone()),
-                watcher::Config::default(),
-                "Ingress",
-                &ctx,
-                stop.clone(),
-                slim_ingress,
-            ),
+            ingresses: {
+                let annotations = hostnames::ingress_annotations(config);
+                required_slimmed(
+                    Api::all(client.clone()),
+                    watcher::Config::default(),
+                    "Ingress",
+                    &ctx,
+                    stop.clone(),
+                    move |ingress| slim_ingress(ingress, &annotations),
+                )
+            },
             ingress_classes: required(
                 Api::all(client.clone()),
                 watcher::Config::default(),
@@ -378,11 +387,12 @@ impl Caches {
         i32::try_from(count).unwrap_or(i32::MAX)
     }
 
-    /// A point-in-time copy of everything cached.
+    /// A point-in-time view of everything cached (the Ingresses are the cache's own, shared;
+    /// a store replaces an object on change rather than mutating it).
     pub fn snapshot(&self) -> ClusterSnapshot {
         ClusterSnapshot {
             services: self.services.objects(),
-            ingresses: self.ingresses.objects(),
+            ingresses: self.ingresses.shared(),
             ingress_classes: self.ingress_classes.objects(),
             gateways: self.gateways.objects(),
             http_routes: self.http_routes.objects(),
@@ -486,13 +496,20 @@ fn slim<K: ResourceExt>(object: &mut K) {
 }
 
 /// Keeps of an Ingress only what the planner (`hostnames.rs`) and the controller read: its
-/// name, namespace, uid (Events) and annotations (the ignore, external-dns and legacy class
-/// annotations); `spec.ingressClassName`, `spec.rules[].host`, `spec.tls[].hosts`; and its
-/// status. Its paths and backends, TLS secret names, default backend and labels are most of
-/// an Ingress, and at 10,000 Ingresses most of the controller's memory.
-fn slim_ingress(ingress: &mut Ingress) {
+/// name, namespace, uid (Events), the annotations in `annotations` (the planner's
+/// [`hostnames::ingress_annotations`]); `spec.ingressClassName`, `spec.rules[].host`,
+/// `spec.tls[].hosts`; and its status. Its paths and backends, TLS secret names, default
+/// backend, labels and other annotations (ingress controllers' settings, cert-manager's) are
+/// most of an Ingress, and at 10,000 Ingresses most of the controller's memory.
+fn slim_ingress(ingress: &mut Ingress, annotations: &[String]) {
     slim(ingress);
     ingress.metadata.labels = None;
+    if let Some(kept) = &mut ingress.metadata.annotations {
+        kept.retain(|key, _| annotations.contains(key));
+        if kept.is_empty() {
+            ingress.metadata.annotations = None;
+        }
+    }
     if let Some(spec) = &mut ingress.spec {
         spec.default_backend = None;
         for rule in spec.rules.iter_mut().flatten() {
@@ -525,7 +542,7 @@ fn required_slimmed<K>(
     kind: &'static str,
     ctx: &Ctx,
     stop: impl Future<Output = ()> + Send + 'static,
-    trim: fn(&mut K),
+    trim: impl FnMut(&mut K) + Send + 'static,
 ) -> Cache<K>
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
@@ -580,7 +597,7 @@ async fn feed<K>(
     api: Api<K>,
     wc: watcher::Config,
     writer: reflector::store::Writer<K>,
-    trim: fn(&mut K),
+    trim: impl FnMut(&mut K) + Send + 'static,
     tx: &watch::Sender<SyncState>,
     ctx: &Ctx,
     error: &ErrorSlot,
@@ -856,7 +873,9 @@ where
 
 #[cfg(test)]
 mod tests {
-    use hairpin_planner::{ClusterSnapshot, PlannerConfig, desired, load};
+    use std::sync::Arc;
+
+    use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig, desired, hostnames, load};
 
     use super::slim_ingress;
 
@@ -875,6 +894,8 @@ metadata:
     kubernetes.io/ingress.class: nginx
     external-dns.alpha.kubernetes.io/hostname: extra.example.com
     kubectl.kubernetes.io/last-applied-configuration: "{}"
+    cert-manager.io/cluster-issuer: letsencrypt
+    nginx.ingress.kubernetes.io/proxy-body-size: 16m
   managedFields:
     - {manager: kubectl, operation: Apply, apiVersion: networking.k8s.io/v1, fieldsType: FieldsV1, fieldsV1: {}}
 spec:
@@ -898,19 +919,53 @@ spec:
 status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}
 "#;
 
-    #[test]
-    fn a_slimmed_ingress_plans_exactly_as_the_whole_one() {
-        let mut full = ClusterSnapshot::default();
+    /// `MORE_INGRESSES` again, with the ignore annotation under another prefix.
+    const OTHER_PREFIX: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: ignored-elsewhere
+  namespace: shop
+  annotations: {example.org/ignore: "true", nginx.ingress.kubernetes.io/ssl-redirect: "true"}
+spec:
+  ingressClassName: nginx
+  rules: [{host: elsewhere.example.com}]
+status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}
+"#;
+
+    /// The example cluster, `MORE_INGRESSES` and `OTHER_PREFIX`, whole and slimmed.
+    fn whole_and_slimmed(config: &PlannerConfig) -> (ClusterSnapshot, ClusterSnapshot) {
+        let mut whole = ClusterSnapshot::default();
         load::load_yaml(
-            &mut full,
+            &mut whole,
             "cluster.yaml",
             include_str!("../../../examples/cluster.yaml"),
         )
         .expect("the example cluster loads");
-        load::load_yaml(&mut full, "more.yaml", MORE_INGRESSES).expect("the Ingresses load");
-        assert!(full.ingresses.len() >= 4, "{}", full.ingresses.len());
-        let mut slimmed = full.clone();
-        slimmed.ingresses.iter_mut().for_each(slim_ingress);
+        load::load_yaml(&mut whole, "more.yaml", MORE_INGRESSES).expect("the Ingresses load");
+        load::load_yaml(&mut whole, "other.yaml", OTHER_PREFIX).expect("the Ingress loads");
+        assert!(whole.ingresses.len() >= 5, "{}", whole.ingresses.len());
+        let annotations = hostnames::ingress_annotations(config);
+        let mut slimmed = whole.clone();
+        slimmed
+            .ingresses
+            .iter_mut()
+            .for_each(|i| slim_ingress(Arc::make_mut(i), &annotations));
+        (whole, slimmed)
+    }
+
+    /// The hostnames of a plan.
+    fn planned(plan: &Plan) -> Vec<&str> {
+        plan.load_balancers
+            .iter()
+            .flat_map(|lb| lb.hostnames.iter().map(|h| h.name.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_slimmed_ingress_plans_exactly_as_the_whole_one() {
+        let config = PlannerConfig::default();
+        let (whole, slimmed) = whole_and_slimmed(&config);
 
         let legacy = slimmed
             .ingresses
@@ -922,22 +977,54 @@ status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}
         assert!(spec.default_backend.is_none());
         assert!(spec.rules.iter().flatten().all(|r| r.http.is_none()));
         assert!(spec.tls.iter().flatten().all(|t| t.secret_name.is_none()));
+        // The class and external-dns annotations stay; last-applied, cert-manager's and the
+        // ingress controller's go.
         let annotations = legacy.metadata.annotations.as_ref().expect("annotations");
-        assert!(!annotations.contains_key("kubectl.kubernetes.io/last-applied-configuration"));
-        assert_eq!(annotations.len(), 2, "{annotations:?}");
+        let mut kept: Vec<&str> = annotations.keys().map(String::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(
+            kept,
+            [
+                "external-dns.alpha.kubernetes.io/hostname",
+                "kubernetes.io/ingress.class"
+            ]
+        );
         assert!(legacy.metadata.uid.is_some());
-
-        let config = PlannerConfig::default();
-        let plan = desired(&full, &config);
-        let names: Vec<&str> = plan
-            .load_balancers
+        let elsewhere = slimmed
+            .ingresses
             .iter()
-            .flat_map(|lb| lb.hostnames.iter().map(|h| h.name.as_str()))
-            .collect();
-        for host in ["legacy.example.com", "extra.example.com"] {
+            .find(|i| i.metadata.name.as_deref() == Some("ignored-elsewhere"))
+            .expect("the Ingress with another prefix");
+        assert!(
+            elsewhere.metadata.annotations.is_none(),
+            "no annotation the planner reads: {:?}",
+            elsewhere.metadata.annotations
+        );
+
+        let plan = desired(&whole, &config);
+        let names = planned(&plan);
+        for host in [
+            "legacy.example.com",
+            "extra.example.com",
+            "elsewhere.example.com",
+        ] {
             assert!(names.contains(&host), "{host} is planned: {names:?}");
         }
         assert!(!names.contains(&"ignored.example.com"), "{names:?}");
+        assert_eq!(desired(&slimmed, &config), plan);
+    }
+
+    #[test]
+    fn a_slimmed_ingress_keeps_the_ignore_annotation_of_the_configured_prefix() {
+        let config = PlannerConfig {
+            annotation_prefix: "example.org/".into(),
+            ..PlannerConfig::default()
+        };
+        let (whole, slimmed) = whole_and_slimmed(&config);
+        let plan = desired(&whole, &config);
+        let names = planned(&plan);
+        assert!(names.contains(&"ignored.example.com"), "{names:?}");
+        assert!(!names.contains(&"elsewhere.example.com"), "{names:?}");
         assert_eq!(desired(&slimmed, &config), plan);
     }
 }

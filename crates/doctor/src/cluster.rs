@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use gateway_api::gateways::Gateway;
@@ -144,7 +145,11 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
     let config = &options.planner;
     let mut snapshot = ClusterSnapshot {
         services: list(Api::all(client.clone()), "Services", bound, &mut gaps).await,
-        ingresses: list(Api::all(client.clone()), "Ingresses", bound, &mut gaps).await,
+        ingresses: list(Api::all(client.clone()), "Ingresses", bound, &mut gaps)
+            .await
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
         ingress_classes: list(Api::all(client.clone()), "IngressClasses", bound, &mut gaps).await,
         gateways: list_optional::<Gateway>(client, "Gateways", bound, &mut gaps).await,
         http_routes: list_optional::<HttpRoute>(client, "HTTPRoutes", bound, &mut gaps).await,

@@ -525,6 +525,16 @@ pub fn collect(
     c.finish()
 }
 
+/// The only annotations [`collect`] reads on an Ingress: the `ignore` opt-out (with `config`'s
+/// prefix), external-dns's hostnames and the legacy class. A cache may drop every other one.
+pub fn ingress_annotations(config: &PlannerConfig) -> [String; 3] {
+    [
+        config.annotation("ignore"),
+        EXTERNAL_DNS_ANNOTATION.to_owned(),
+        INGRESS_CLASS_ANNOTATION.to_owned(),
+    ]
+}
+
 /// Whether an object opts out with our `ignore: "true"` annotation.
 fn is_ignored(meta: &ObjectMeta, key: &str) -> bool {
     meta.annotations

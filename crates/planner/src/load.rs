@@ -1,6 +1,8 @@
 //! Reading cluster objects from YAML text (multi-document files, `kind: List`), as
 //! `kubectl get -o yaml` prints them. Pure: the caller reads the files.
 
+use std::sync::Arc;
+
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -134,7 +136,9 @@ fn add_value(
         ("", "Service") => snapshot.services.push(typed(value, &what)?),
         ("", "ConfigMap") => snapshot.config_maps.push(typed(value, &what)?),
         ("", "Namespace") => snapshot.namespaces.push(typed(value, &what)?),
-        ("networking.k8s.io", "Ingress") => snapshot.ingresses.push(typed(value, &what)?),
+        ("networking.k8s.io", "Ingress") => {
+            snapshot.ingresses.push(Arc::new(typed(value, &what)?));
+        }
         ("networking.k8s.io", "IngressClass") => {
             snapshot.ingress_classes.push(typed(value, &what)?)
         }

@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use hairpin_planner::hostnames::intersect;
 use hairpin_planner::name::Host;
 use hairpin_planner::{ClusterSnapshot, PlannerConfig, WildcardLabels, desired};
@@ -96,7 +98,7 @@ fn ingress_matched_by_status_hostname() {
         json!([{ "ip": "192.0.2.1" }, { "hostname": "lb.example.net" }]),
     );
     let mut ing = ingress("shop", "web", None, &["shop.example.com"], &[], None);
-    ing.status = serde_json::from_value(
+    Arc::make_mut(&mut ing).status = serde_json::from_value(
         json!({ "loadBalancer": { "ingress": [{ "hostname": "LB.example.net" }] } }),
     )
     .unwrap();
@@ -150,7 +152,7 @@ fn ingress_without_status_falls_back_to_its_class_controller() {
 #[test]
 fn legacy_class_annotation_without_ingress_class_object() {
     let mut ing = ingress("a", "legacy", None, &["legacy.example.com"], &[], None);
-    ing.metadata.annotations =
+    Arc::make_mut(&mut ing).metadata.annotations =
         Some([("kubernetes.io/ingress.class".to_owned(), "nginx".to_owned())].into());
     let snapshot = ClusterSnapshot {
         services: vec![proxied_lb("ingress-nginx", "ingress-nginx", "192.0.2.1")],
@@ -725,7 +727,7 @@ fn shared_address_is_disambiguated_by_the_ingress_controller() {
     // Without a way to tell them apart it stays a conflict.
     let mut snapshot = snapshot;
     snapshot.ingress_classes.clear();
-    snapshot.ingresses[0]
+    Arc::make_mut(&mut snapshot.ingresses[0])
         .spec
         .as_mut()
         .unwrap()

@@ -52,7 +52,7 @@ pub fn ingress(
     hosts: &[&str],
     tls_hosts: &[&str],
     status_ip: Option<&str>,
-) -> k8s_openapi::api::networking::v1::Ingress {
+) -> std::sync::Arc<k8s_openapi::api::networking::v1::Ingress> {
     let rules: Vec<Value> = hosts.iter().map(|h| json!({ "host": h })).collect();
     let mut spec = json!({ "rules": rules, "tls": [{ "hosts": tls_hosts, "secretName": "tls" }] });
     if let Some(c) = class {
@@ -67,6 +67,7 @@ pub fn ingress(
         "metadata": { "name": name, "namespace": ns },
         "spec": spec, "status": status
     }))
+    .map(std::sync::Arc::new)
     .unwrap()
 }
 

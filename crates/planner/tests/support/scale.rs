@@ -1,6 +1,8 @@
 //! A large synthetic cluster, shared by `examples/scale.rs` and the size test.
 #![allow(dead_code, unreachable_pub)]
 
+use std::sync::Arc;
+
 use hairpin_planner::ClusterSnapshot;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::Ingress;
@@ -26,7 +28,7 @@ pub fn snapshot(ingresses: usize) -> ClusterSnapshot {
             .unwrap()
         })
         .collect();
-    let ingresses: Vec<Ingress> = (0..ingresses)
+    let ingresses: Vec<Arc<Ingress>> = (0..ingresses)
         .map(|n| {
             let host = format!("app-{n}.team-{}.example.com", n % 50);
             let www = format!("www.app-{n}.team-{}.example.com", n % 50);
@@ -36,6 +38,7 @@ pub fn snapshot(ingresses: usize) -> ClusterSnapshot {
                 "spec": { "rules": [{ "host": host }], "tls": [{ "hosts": [host, www], "secretName": "tls" }] },
                 "status": { "loadBalancer": { "ingress": [{ "ip": lbs[n % lbs.len()] }] } }
             }))
+            .map(Arc::new)
             .unwrap()
         })
         .collect();
