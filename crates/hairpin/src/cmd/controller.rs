@@ -135,8 +135,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..LeaseParams::new(&planner.namespace, &args.lease_name, &identity)
     });
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread: the controller waits on the API server, and its CPU work (a plan) is one
+    // task at a time anyway. Every thread that allocates gets its own glibc malloc arena, and
+    // memory freed in one arena is not reused by another: with two workers the process held
+    // 13 MiB more at 10,000 Ingresses (`memory_10k`). The blocking pool (name resolution) is
+    // kept to one thread for the same reason.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(1)
         .enable_all()
         .build()?;
     runtime.block_on(async move {
