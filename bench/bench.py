@@ -10,7 +10,7 @@ runs wrk interleaved over several rounds for three workloads:
   bulk       10 MiB responses (bytes/s)
 
 and prints medians, hairpin/HAProxy and hairpin/direct ratios, p99 latencies, each proxy's CPU
-time per unit of work and resident memory (VmRSS now, VmHWM peak) after the runs, and then
+time per unit of work and resident memory (see below) after the runs, and then
 every target of the proxy as a ratio to HAProxy's with PASS or MISS, followed by the
 planner's figures at 10,000 Ingresses and 20,000 hostnames (`crates/planner/examples/scale.rs`,
 `crates/controller/examples/memory_10k.rs`) against their absolute targets:
@@ -30,22 +30,36 @@ Fairness: both proxies get the same number of threads (HAProxy `nbthread`, hairp
 connect/idle timeouts, no CPU pinning, and HAProxy runs as Debian ships it: no `option splice-*`
 (splicing is off unless configured), default `tune.bufsize` (16 KiB).
 
-Which hairpin: the release build (`cargo build --release`: dynamically linked, position-independent),
-or with --image the binary the container image ships (static glibc, not position-independent,
-cargo profile `image`, built as scripts/image-rootfs.sh builds it). The two differ in resident
-memory: the release build's loader maps the shared libraries and applies 19,000 relocations at
-start (.rela.dyn and the .data.rel.ro it rewrites, about 0.8 MiB), which the static binary has
-none of.
+Which hairpin: by default the binary the container image ships (static glibc, not
+position-independent, cargo profile `image`: fat LTO, opt-level "z" except the data path, built
+as scripts/image-rootfs.sh builds it), because that is what users run; --release benches the
+release build (`cargo build --release`: dynamically linked, position-independent, opt-level 3
+throughout) instead, and --hairpin PATH any binary. --baseline PATH runs a second hairpin in the
+same interleaved rounds and prints hairpin/baseline ratios, to compare two builds under the same
+load (a single run's ratios move with the machine's load, so compare within one run).
+
+Resident memory is printed as VmRSS, VmHWM (the peak, which the target uses), RssAnon (heap and
+stacks: what the process allocated) and RssFile (pages of its binary and shared libraries that
+are mapped; they belong to the page cache, which every process mapping the same file shares).
+Most of hairpin's RssFile is the kernel's fault-around: a page fault on a file mapping maps up
+to 16 pages (64 KiB) around it that are already in the page cache, so 200 faults at start map
+about 8 MiB of the 16 MiB file. The image binary has no dynamic loader, no shared library and no
+relocation to apply at start; the release build maps libc and its loader and rewrites
+.data.rel.ro (19,000 relocations), about 0.9 MiB more (measured at load 8-10: image VmHWM
+8,836 KiB, RssAnon 984, RssFile 7,852; HAProxy 16,312, 5,272 and 11,040).
 
 With --profile, after the rounds: where each proxy's CPU goes per request on keep-alive and new
 connections (PROXY v1), from `perf record -e cpu-clock -g` call chains sorted into kernel paths
 (send: the proxy's own TCP transmit, the peer's TCP receive that loopback runs inside the
 sender's syscall, waking the peer; recv; epoll_wait; other syscalls; user space), scaled to the
-CPU time per request measured from /proc over the same run. Needs `perf` and root (or
-kernel.perf_event_paranoid <= 1 with readable kernel symbols).
+CPU time per request measured from /proc over the same run; then `perf stat` counts per request
+over another run of each: syscalls (in all and by name), context switches, and perf's own
+task-clock. Needs `perf` and root (or kernel.perf_event_paranoid <= 1 with readable kernel
+symbols).
 
 Usage: bench/run.sh [--smoke] [--rounds N] [--duration S] [--threads N] [--only WORKLOAD]...
-                    [--no-build] [--hairpin PATH | --image] [--no-planner] [--profile]
+                    [--no-build] [--hairpin PATH | --release] [--baseline PATH] [--no-planner]
+                    [--profile]
 """
 
 import argparse
@@ -115,19 +129,21 @@ def process_tree(pid):
 
 
 def memory(pid):
-    """VmRSS and VmHWM in KiB, summed over the process and its children (nginx workers)."""
-    rss = hwm = 0
+    """VmRSS, VmHWM, RssAnon and RssFile in KiB, summed over the process and its children (nginx
+    workers). RssAnon is what the process allocated (heap, stacks); RssFile is the pages of its
+    binary and shared libraries that it touched, which the page cache shares with every other
+    process mapping the same file."""
+    fields = {"VmRSS": 0, "VmHWM": 0, "RssAnon": 0, "RssFile": 0}
     for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
-                        rss += int(line.split()[1])
-                    elif line.startswith("VmHWM:"):
-                        hwm += int(line.split()[1])
+                    key = line.split(":", 1)[0]
+                    if key in fields:
+                        fields[key] += int(line.split()[1])
         except OSError:
             pass
-    return rss, hwm
+    return fields["VmRSS"], fields["VmHWM"], fields["RssAnon"], fields["RssFile"]
 
 
 def cpu_times(pid):
@@ -253,6 +269,34 @@ def profile_costs(pid, port, workload, duration, work_dir):
     return {path: n / total * per_request for path, n in counts.items()}, per_request, total
 
 
+# Syscalls counted by --profile's `perf stat` (tracepoints; the ones a proxy makes per request).
+STAT_SYSCALLS = ("sendto", "write", "writev", "sendmsg", "recvfrom", "read", "readv", "recvmsg",
+                 "epoll_wait", "epoll_pwait", "epoll_ctl", "accept4", "connect", "socket", "setsockopt",
+                 "getsockopt", "getsockname", "shutdown", "close", "futex", "splice")
+
+
+def stat_counts(pid, port, workload, duration):
+    """Runs one wrk run under `perf stat` of `pid`: {event: count per request}, requests."""
+    events = ["task-clock", "context-switches", "cpu-migrations", "page-faults", "raw_syscalls:sys_enter",
+              *(f"syscalls:sys_enter_{name}" for name in STAT_SYSCALLS)]
+    counter = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(events), "-p", str(pid),
+                                "--", "sleep", str(duration)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, _, _, requests = run_wrk(port, workload, duration)
+    _, err = counter.communicate()
+    counts = {}
+    for line in err.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2:
+            try:
+                value = float(fields[0])
+            except ValueError:
+                continue
+            name = fields[2].removeprefix("syscalls:sys_enter_").removeprefix("raw_syscalls:sys_enter")
+            counts[name or "all syscalls"] = value / requests
+    return counts, requests
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="one short round: checks the harness, measures nothing")
@@ -261,10 +305,14 @@ def main():
     parser.add_argument("--duration", type=int, default=2, help="seconds per wrk run (bulk gets +1)")
     parser.add_argument("--hairpin-workers", type=int,
                         help="hairpin `--workers` when it should differ from --threads")
-    parser.add_argument("--no-build", action="store_true", help="use the existing release binary")
+    parser.add_argument("--no-build", action="store_true", help="use the binary already built")
     parser.add_argument("--hairpin", help="path of the hairpin binary (implies --no-build)")
-    parser.add_argument("--image", action="store_true",
-                        help="bench the image's static binary (profile `image`) instead of the release build")
+    parser.add_argument("--release", action="store_true",
+                        help="bench the release build (`cargo build --release`) instead of the image's binary")
+    parser.add_argument("--image", action="store_true", help=argparse.SUPPRESS)  # the default; kept for old commands
+    parser.add_argument("--baseline", metavar="PATH",
+                        help="also bench this second hairpin binary, interleaved, and print hairpin/baseline "
+                             "ratios (to compare two builds under the same load)")
     parser.add_argument("--only", choices=list(WORKLOADS), action="append",
                         help="run only this workload (repeatable; default: all)")
     parser.add_argument("--no-planner", action="store_true",
@@ -290,7 +338,7 @@ def main():
 
     target_dir = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     binary = args.hairpin or os.path.join(target_dir, "release", "hairpin")
-    if args.image and not args.hairpin:
+    if not args.release and not args.hairpin:
         host = re.search(r"^host: (\S+)", subprocess.run(["rustc", "-vV"], capture_output=True, text=True,
                                                           check=True).stdout, re.M).group(1)
         binary = os.path.join(target_dir, host, "image", "hairpin")
@@ -307,7 +355,8 @@ def main():
     work = tempfile.mkdtemp(prefix="hairpin-bench-")
     procs = {}
     try:
-        ports = {name: free_port() for name in ("nginx_pp", "nginx_direct", "hap_v1", "hap_v2", "hp_v1", "hp_v2", "hp_admin")}
+        ports = {name: free_port() for name in ("nginx_pp", "nginx_direct", "hap_v1", "hap_v2", "hp_v1", "hp_v2", "hp_admin",
+                                                "base_v1", "base_v2", "base_admin")}
         with open(os.path.join(work, "big.bin"), "wb") as f:
             f.write(os.urandom(BIG_BYTES))
         with open(os.path.join(work, "nginx.conf"), "w") as f:
@@ -352,10 +401,11 @@ listen hap_v2
   bind 127.0.0.1:{ports["hap_v2"]}
   server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy-v2
 """)
-        with open(os.path.join(work, "routes.json"), "w") as f:
-            f.write(f"""[
-  {{"name": "v1", "listen": "127.0.0.1:{ports["hp_v1"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v1"}},
-  {{"name": "v2", "listen": "127.0.0.1:{ports["hp_v2"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v2"}}
+        for prefix in ("hp", "base"):
+            with open(os.path.join(work, f"routes-{prefix}.json"), "w") as f:
+                f.write(f"""[
+  {{"name": "v1", "listen": "127.0.0.1:{ports[prefix + "_v1"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v1"}},
+  {{"name": "v2", "listen": "127.0.0.1:{ports[prefix + "_v2"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v2"}}
 ]""")
 
         def start(name, cmd, port):
@@ -367,11 +417,17 @@ listen hap_v2
         wait_port(ports["nginx_direct"], procs["nginx"], "nginx")
         start("haproxy", ["haproxy", "-db", "-f", os.path.join(work, "haproxy.cfg")], ports["hap_v1"])
         wait_port(ports["hap_v2"], procs["haproxy"], "haproxy")
-        start("hairpin", [binary, "proxy", "--routes-file", os.path.join(work, "routes.json"), "--workers", str(args.hairpin_workers or args.threads),
+        hairpins = {"hairpin": (binary, "hp")}
+        if args.baseline:
+            hairpins["baseline"] = (args.baseline, "base")
+        for proxy, (path, prefix) in hairpins.items():
+            start(proxy, [path, "proxy", "--routes-file", os.path.join(work, f"routes-{prefix}.json"),
+                          "--workers", str(args.hairpin_workers or args.threads),
                           "--connect-timeout", "5s", "--idle-timeout", "600s", "--max-connections", "8000",
                           "--shutdown-delay", "0s",
-                          "--admin-addr", f"127.0.0.1:{ports['hp_admin']}", "--log-level", "warn"], ports["hp_v1"])
-        wait_port(ports["hp_v2"], procs["hairpin"], "hairpin")
+                          "--admin-addr", f"127.0.0.1:{ports[prefix + '_admin']}", "--log-level", "warn"],
+                  ports[prefix + "_v1"])
+            wait_port(ports[prefix + "_v2"], procs[proxy], proxy)
 
         targets = {
             "direct": ports["nginx_direct"],
@@ -380,6 +436,8 @@ listen hap_v2
             "hairpin-v1": ports["hp_v1"],
             "hairpin-v2": ports["hp_v2"],
         }
+        if args.baseline:
+            targets.update({"baseline-v1": ports["base_v1"], "baseline-v2": ports["base_v2"]})
         # Sanity: every proxy delivers a header nginx accepts, and the big body arrives whole.
         for name, port in targets.items():
             if name == "direct":
@@ -392,7 +450,9 @@ listen hap_v2
                 raise SystemExit(f"{name}: /big returned {len(body)} bytes")
 
         load_before = os.getloadavg()
-        print(f"hairpin: {binary} ({'image build, static' if args.image else 'as given' if args.hairpin else 'release build'})")
+        print(f"hairpin: {binary} ({'as given' if args.hairpin else 'release build' if args.release else 'image build, static'})")
+        if args.baseline:
+            print(f"baseline: {args.baseline}")
         print(f"machine: {os.cpu_count()} CPUs, load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
         print(f"rounds: {args.rounds}, {args.duration}s per run (bulk {args.duration + 1}s); wrk -t2; "
               + ", ".join(f"{w} -c{WORKLOADS[w][1]}" for w in WORKLOADS), flush=True)
@@ -405,7 +465,7 @@ listen hap_v2
         cpu_cost = {(w, t): [] for w in WORKLOADS for t in targets}
         kernel_share = {(w, t): [] for w in WORKLOADS for t in targets}
         owner = {"direct": None, "haproxy-v1": "haproxy", "haproxy-v2": "haproxy",
-                 "hairpin-v1": "hairpin", "hairpin-v2": "hairpin"}
+                 "hairpin-v1": "hairpin", "hairpin-v2": "hairpin", "baseline-v1": "baseline", "baseline-v2": "baseline"}
         latencies = {(w, t): [] for w in WORKLOADS for t in targets}
         problems = {}
         names = list(targets)
@@ -458,6 +518,21 @@ listen hap_v2
                 ha = statistics.median(cpu_cost[(workload, "haproxy-" + v)] or [0])
                 print(f"  {workload:<10} {v}: hairpin {hp:8.2f}   haproxy {ha:8.2f}   hairpin/haproxy {hp / max(ha, 1e-9):.3f}")
         print()
+        if args.baseline:
+            print("hairpin/baseline (medians; in brackets the same ratio within each round, min-max)")
+            for workload in WORKLOADS:
+                for v in ("v1", "v2"):
+                    parts = []
+                    for label, series in (("throughput", results), ("CPU per unit", cpu_cost),
+                                          ("p99", latencies)):
+                        hp_runs, base_runs = series[(workload, "hairpin-" + v)], series[(workload, "baseline-" + v)]
+                        if not hp_runs or not base_runs:
+                            continue
+                        per_round = [a / max(b, 1e-9) for a, b in zip(hp_runs, base_runs)]
+                        ratio = statistics.median(hp_runs) / max(statistics.median(base_runs), 1e-9)
+                        parts.append(f"{label} {ratio:.3f} [{min(per_round):.2f}-{max(per_round):.2f}]")
+                    print(f"  {workload:<10} {v}: " + "   ".join(parts))
+            print()
         # /proc/<pid>/stat stime over utime + stime: the share of each proxy's CPU spent in the
         # kernel (TCP, wake-ups, copies) for the same work, which no user-space proxy removes.
         print("kernel share of each proxy's CPU (system / (user + system), median) and user-space CPU per unit")
@@ -486,10 +561,27 @@ listen hap_v2
                     hp, ha = profiles["hairpin"][0].get(path, 0), profiles["haproxy"][0].get(path, 0)
                     print(f"    {path:<40} hairpin {hp:6.2f}   haproxy {ha:6.2f}")
             print()
+            # Counted, not sampled: how many syscalls and context switches each proxy makes per
+            # request (task-clock: CPU µs per request over the same run, in perf's own measure).
+            print("perf stat per request, PROXY v1 (counts per request; task-clock in µs)")
+            for workload in [w for w in ("keepalive", "newconn") if w in WORKLOADS]:
+                stats = {proxy: stat_counts(procs[proxy].pid, targets[f"{proxy}-v1"], workload, args.duration + 1)[0]
+                         for proxy in ("hairpin", "haproxy")}
+                print(f"  {workload}:")
+                ordered = [e for e in ("task-clock", "all syscalls", "context-switches", "cpu-migrations", "page-faults",
+                                       *STAT_SYSCALLS) if e in stats["hairpin"] or e in stats["haproxy"]]
+                for event in ordered:
+                    hp, ha = stats["hairpin"].get(event, 0), stats["haproxy"].get(event, 0)
+                    if event == "task-clock":
+                        hp, ha = hp * 1e3, ha * 1e3  # perf reports msec
+                    if hp or ha:
+                        print(f"    {event:<20} hairpin {hp:8.3f}   haproxy {ha:8.3f}")
+            print()
         print("resident memory after the runs (KiB)")
-        for proc in ("haproxy", "hairpin", "nginx"):
-            rss, hwm = memory(procs[proc].pid)
-            print(f"  {proc:<8} VmRSS {rss:>8}   VmHWM {hwm:>8}" + ("   (master + workers)" if proc == "nginx" else ""))
+        for proc in ("haproxy", "hairpin", *(["baseline"] if args.baseline else []), "nginx"):
+            rss, hwm, anon, file = memory(procs[proc].pid)
+            print(f"  {proc:<8} VmRSS {rss:>8}   VmHWM {hwm:>8}   RssAnon {anon:>8}   RssFile {file:>8}"
+                  + ("   (master + workers)" if proc == "nginx" else ""))
         print()
         planner_checks = []
         if not args.no_planner:
