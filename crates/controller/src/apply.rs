@@ -11,7 +11,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource};
 
 use hairpin_planner::config::is_managed;
 use hairpin_planner::corefile;
@@ -503,11 +503,177 @@ fn keep_allocated(spec: &mut ServiceSpec, have: &ServiceSpec) {
     });
 }
 
+/// One kind of hairpin's own objects in its namespace, as [`apply_owned`] writes them: the
+/// planner's desired object (`Self`) and the API object it is sent as.
+pub(crate) trait Owned: serde::Serialize {
+    /// The API type (`DynamicObject` for a kind without a typed client).
+    type Object: kube::Resource
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug;
+    /// The kind, in errors, logs and the write-fight targets.
+    const KIND: &'static str;
+    /// The desired object's metadata.
+    fn object_meta(&self) -> &ObjectMeta;
+    /// True when `have` already carries everything this sets: nothing to write.
+    fn is_met_by(&self, have: &Self::Object) -> bool;
+    /// The object to create (`have: None`) or to replace `have` with; [`apply_owned`] sets
+    /// its resourceVersion.
+    ///
+    /// # Errors
+    /// JSON encoding (a dynamic object is built from the typed one).
+    fn encode(&self, have: Option<&Self::Object>) -> Result<Self::Object, serde_json::Error>;
+}
+
+impl Owned for Service {
+    type Object = Service;
+    const KIND: &'static str = "Service";
+
+    fn object_meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn is_met_by(&self, have: &Service) -> bool {
+        service_matches(have, self)
+    }
+
+    fn encode(&self, have: Option<&Service>) -> Result<Service, serde_json::Error> {
+        let mut object = self.clone();
+        if let (Some(spec), Some(have_spec)) =
+            (object.spec.as_mut(), have.and_then(|h| h.spec.as_ref()))
+        {
+            keep_allocated(spec, have_spec);
+        }
+        Ok(object)
+    }
+}
+
+/// hairpin's objects of `api`'s kind, by the managed-by label (the caller still checks
+/// [`is_managed`]: the label alone is not proof).
+pub(crate) async fn list_labelled<K>(api: &Api<K>) -> Result<Vec<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(&kube::api::ListParams::default().labels(&managed_selector()))
+        .await
+        .map(|list| list.items)
+}
+
+/// Makes hairpin's objects of one kind in `namespace` exactly `desired`, from `listed` (as
+/// [`list_labelled`] found them).
+///
+/// Each desired object is created, or replaced with the resourceVersion just read (409
+/// Conflict or 404: read again, retry), unless it already matches; one of a desired name that
+/// is not hairpin's ([`is_managed`]: the managed-by label AND `source_annotation`) is never
+/// touched: the others are applied, then [`Error::NotOwned`] is returned (so nothing routes a
+/// hostname to someone else's object). Another writer that keeps changing them is backed off
+/// from ([`ObjectFights`]). hairpin's objects no longer desired are deleted only as listed.
+///
+/// # Errors
+/// The first API error that is not a 404 on delete or a 409 resolved by re-reading, or
+/// [`Error::NotOwned`].
+pub(crate) async fn apply_owned<D: Owned>(
+    api: &Api<D::Object>,
+    listed: Vec<D::Object>,
+    namespace: &str,
+    source_annotation: &str,
+    desired: &[D],
+    fights: Option<&mut Fights>,
+) -> Result<ObjectChanges, Error> {
+    let kind = D::KIND;
+    let mut fights = ObjectFights::new(fights, kind, namespace);
+    let existing: BTreeMap<String, D::Object> = listed
+        .into_iter()
+        .filter(|o| is_managed(o.meta(), source_annotation))
+        .filter_map(|o| Some((o.meta().name.clone()?, o)))
+        .collect();
+    let mut changes = ObjectChanges::default();
+    let mut refused = None;
+    for want in desired {
+        let name = want.object_meta().name.clone().unwrap_or_default();
+        let what = format!("{kind} {namespace}/{name}");
+        let mut current = existing.get(&name).cloned();
+        for attempt in 0..=CONFLICT_RETRIES {
+            match &current {
+                Some(have) if !is_managed(have.meta(), source_annotation) => {
+                    tracing::warn!(object = %what, "an object hairpin needs exists and is not hairpin's; left alone");
+                    refused.get_or_insert_with(|| Error::NotOwned {
+                        kind,
+                        object: format!("{namespace}/{name}"),
+                        label: MANAGED_BY_LABEL,
+                        annotation: source_annotation.to_owned(),
+                    });
+                    break;
+                }
+                Some(have) if want.is_met_by(have) => {
+                    fights.held(&name);
+                    break;
+                }
+                _ if fights.backed_off(&name, &mut changes) => break,
+                _ => {}
+            }
+            let mut object = want
+                .encode(current.as_ref())
+                .map_err(|source| Error::Encode { what: kind, source })?;
+            object.meta_mut().resource_version = current
+                .as_ref()
+                .and_then(|have| have.meta().resource_version.clone());
+            let result = match &current {
+                Some(_) => api
+                    .replace(&name, &post_params(), &object)
+                    .await
+                    .map(|_| changes.updated.push(name.clone())),
+                None => api
+                    .create(&post_params(), &object)
+                    .await
+                    .map(|_| changes.created.push(name.clone())),
+            };
+            match result {
+                Ok(()) => {
+                    let before = current.as_ref().map(|c| c.meta());
+                    fights.written(&name, want, before, &mut changes);
+                    break;
+                }
+                Err(err)
+                    if (is_conflict(&err) || is_not_found(&err)) && attempt < CONFLICT_RETRIES =>
+                {
+                    tracing::debug!(object = %what, "write conflicted; reading again");
+                    current = api
+                        .get_opt(&name)
+                        .await
+                        .map_err(|err| Error::kube(format!("get {what}"), err))?;
+                }
+                Err(err) => return Err(Error::kube(format!("write {what}"), err)),
+            }
+        }
+    }
+    let wanted: Vec<&str> = desired
+        .iter()
+        .filter_map(|d| d.object_meta().name.as_deref())
+        .collect();
+    fights.retain(&wanted);
+    delete_unwanted(
+        api,
+        &existing,
+        &wanted,
+        kind,
+        namespace,
+        &mut changes.deleted,
+    )
+    .await?;
+    match refused {
+        Some(err) => Err(err),
+        None => Ok(changes),
+    }
+}
+
 /// Creates or updates every desired Service in `namespace` and deletes Services there that
 /// are hairpin's ([`is_managed`]: the managed-by label AND `source_annotation`) but are not
 /// desired. `desired` Services must carry both. A Service of a desired name that is not
 /// hairpin's is never replaced: the others are applied, then [`Error::NotOwned`] is returned
-/// (so nothing routes a hostname to someone else's Service).
+/// (so nothing routes a hostname to someone else's Service). A Service update keeps the
+/// ClusterIPs and primary family the server allocated.
 ///
 /// # Errors
 /// The first API error that is not a 404 on delete or a 409 resolved by re-reading, or
@@ -519,105 +685,11 @@ pub async fn apply_services(
     desired: &[Service],
     fights: Option<&mut Fights>,
 ) -> Result<ObjectChanges, Error> {
-    let mut fights = ObjectFights::new(fights, "Service", namespace);
     let api: Api<Service> = Api::namespaced(client.clone(), namespace);
-    let existing = api
-        .list(&kube::api::ListParams::default().labels(&managed_selector()))
+    let listed = list_labelled(&api)
         .await
         .map_err(|err| Error::kube(format!("list hairpin Services in {namespace}"), err))?;
-    let existing: BTreeMap<String, Service> = existing
-        .items
-        .into_iter()
-        .filter(|svc| is_managed(&svc.metadata, source_annotation))
-        .map(|svc| (svc.name_any(), svc))
-        .collect();
-    let not_owned = |name: &str| Error::NotOwned {
-        kind: "Service",
-        object: format!("{namespace}/{name}"),
-        label: MANAGED_BY_LABEL,
-        annotation: source_annotation.to_owned(),
-    };
-    let mut changes = ObjectChanges::default();
-    let mut refused = None;
-    for want in desired {
-        let name = want.name_any();
-        let mut current = existing.get(&name).cloned();
-        for attempt in 0..=CONFLICT_RETRIES {
-            let result = match &current {
-                Some(have) if !is_managed(&have.metadata, source_annotation) => {
-                    tracing::warn!(service = %format!("{namespace}/{name}"), "a Service hairpin needs exists and is not hairpin's; left alone");
-                    refused.get_or_insert_with(|| not_owned(&name));
-                    break;
-                }
-                Some(have) if service_matches(have, want) => {
-                    fights.held(&name);
-                    break;
-                }
-                _ if fights.backed_off(&name, &mut changes) => break,
-                Some(have) => {
-                    let mut updated = want.clone();
-                    updated.metadata.resource_version = have.metadata.resource_version.clone();
-                    if let (Some(spec), Some(have_spec)) =
-                        (updated.spec.as_mut(), have.spec.as_ref())
-                    {
-                        keep_allocated(spec, have_spec);
-                    }
-                    api.replace(&name, &post_params(), &updated)
-                        .await
-                        .map(|_| changes.updated.push(name.clone()))
-                }
-                None => {
-                    let mut created = want.clone();
-                    created.metadata.resource_version = None;
-                    api.create(&post_params(), &created)
-                        .await
-                        .map(|_| changes.created.push(name.clone()))
-                }
-            };
-            if result.is_ok() {
-                fights.written(
-                    &name,
-                    want,
-                    current.as_ref().map(|c| &c.metadata),
-                    &mut changes,
-                );
-            }
-            match result {
-                Ok(()) => break,
-                Err(err)
-                    if (is_conflict(&err) || is_not_found(&err)) && attempt < CONFLICT_RETRIES =>
-                {
-                    current = api.get_opt(&name).await.map_err(|err| {
-                        Error::kube(format!("get Service {namespace}/{name}"), err)
-                    })?;
-                }
-                Err(err) => {
-                    return Err(Error::kube(
-                        format!("write Service {namespace}/{name}"),
-                        err,
-                    ));
-                }
-            }
-        }
-    }
-    let wanted: Vec<&str> = desired
-        .iter()
-        .filter_map(|s| s.metadata.name.as_deref())
-        .collect();
-    fights.retain(&wanted);
-    delete_unwanted(
-        &api,
-        &existing,
-        &wanted,
-        "Service",
-        namespace,
-        &mut changes.deleted,
-    )
-    .await?;
-    match refused {
-        Some(err) => Err(err),
-        None => Ok(changes),
-    }
+    apply_owned(&api, listed, namespace, source_annotation, desired, fights).await
 }
 
 /// Deletes every Service in `namespace` that is hairpin's (the managed-by label AND

@@ -1,25 +1,22 @@
 //! The `external-dns` DNS mode's writes: hairpin's `DNSEndpoint` objects in its namespace
 //! (external-dns's CRD source, read by a private external-dns instance).
 //!
-//! Like the hairpin Services ([`crate::apply::apply_services`]): the desired objects are
-//! created or replaced with the resourceVersion just read (409 Conflict: read again, retry),
-//! objects that are hairpin's (the managed-by label AND the source annotation) but no longer
-//! wanted are deleted only as read, and an object of a needed name that is not hairpin's is
-//! never touched ([`Error::NotOwned`]). A missing CRD is not an error: [`Applied::CrdMissing`].
-//! Another writer that keeps changing them is backed off from like one reverting the CoreDNS
-//! change ([`crate::fight`]).
+//! Written like the hairpin Services, by the same loop ([`crate::apply::apply_owned`]): the
+//! desired objects are created or replaced with the resourceVersion just read, objects that
+//! are hairpin's but no longer wanted are deleted only as read, an object of a needed name
+//! that is not hairpin's is never touched ([`Error::NotOwned`]), and another writer that keeps
+//! changing them is backed off from ([`crate::fight`]). A missing CRD is not an error:
+//! [`Applied::CrdMissing`].
 
-use std::collections::BTreeMap;
-
-use hairpin_planner::config::is_managed;
 use hairpin_planner::external_dns::{self, DnsEndpoint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 
-use crate::apply::{CONFLICT_RETRIES, ObjectChanges, ObjectFights, delete_unwanted, post_params};
-use crate::error::{is_conflict, is_not_found};
+use crate::Error;
+use crate::apply::{ObjectChanges, Owned, apply_owned, list_labelled};
+use crate::error::is_not_found;
 use crate::fight::Fights;
-use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// The `DNSEndpoint` resource.
 pub fn api_resource() -> ApiResource {
@@ -46,14 +43,20 @@ pub fn typed(object: &DynamicObject) -> Option<DnsEndpoint> {
         .and_then(|value| serde_json::from_value(value).ok())
 }
 
-fn dynamic(object: &DnsEndpoint) -> Result<DynamicObject, serde_json::Error> {
-    serde_json::to_value(object).and_then(serde_json::from_value)
-}
+impl Owned for DnsEndpoint {
+    type Object = DynamicObject;
+    const KIND: &'static str = "DNSEndpoint";
 
-fn encode(source: serde_json::Error) -> Error {
-    Error::Encode {
-        what: "DNSEndpoint",
-        source,
+    fn object_meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn is_met_by(&self, have: &DynamicObject) -> bool {
+        typed(have).is_some_and(|h| h.matches(self))
+    }
+
+    fn encode(&self, _have: Option<&DynamicObject>) -> Result<DynamicObject, serde_json::Error> {
+        serde_json::to_value(self).and_then(serde_json::from_value)
     }
 }
 
@@ -67,7 +70,7 @@ pub enum Applied {
     CrdMissing,
 }
 
-/// Makes hairpin's `DNSEndpoint`s in `namespace` exactly `desired`.
+/// Makes hairpin's `DNSEndpoint`s in `namespace` exactly `desired` ([`apply_owned`]).
 ///
 /// # Errors
 /// API errors other than a 404 on the list (the CRD is missing) or on delete, and 409s still
@@ -81,10 +84,8 @@ pub async fn apply_dns_endpoints(
     fights: Option<&mut Fights>,
 ) -> Result<Applied, Error> {
     let api = api(client, namespace);
-    let mut fights = ObjectFights::new(fights, "DNSEndpoint", namespace);
-    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
-    let listed = match api.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => list.items,
+    let listed = match list_labelled(&api).await {
+        Ok(listed) => listed,
         Err(err) if is_not_found(&err) => return Ok(Applied::CrdMissing),
         Err(err) => {
             return Err(Error::kube(
@@ -93,90 +94,9 @@ pub async fn apply_dns_endpoints(
             ));
         }
     };
-    let existing: BTreeMap<String, DynamicObject> = listed
-        .into_iter()
-        .filter(|o| is_managed(&o.metadata, source_annotation))
-        .filter_map(|o| Some((o.metadata.name.clone()?, o)))
-        .collect();
-    let mut changes = ObjectChanges::default();
-    let mut refused = None;
-    for want in desired {
-        let name = want.metadata.name.clone().unwrap_or_default();
-        let what = format!("DNSEndpoint {namespace}/{name}");
-        let mut current = existing.get(&name).cloned();
-        for attempt in 0..=CONFLICT_RETRIES {
-            let result = match &current {
-                Some(have) if !is_managed(&have.metadata, source_annotation) => {
-                    tracing::warn!(dnsendpoint = %what, "a DNSEndpoint hairpin needs exists and is not hairpin's; left alone");
-                    refused.get_or_insert_with(|| Error::NotOwned {
-                        kind: "DNSEndpoint",
-                        object: format!("{namespace}/{name}"),
-                        label: MANAGED_BY_LABEL,
-                        annotation: source_annotation.to_owned(),
-                    });
-                    break;
-                }
-                Some(have) if typed(have).is_some_and(|h| h.matches(want)) => {
-                    fights.held(&name);
-                    break;
-                }
-                _ if fights.backed_off(&name, &mut changes) => break,
-                Some(have) => {
-                    let mut updated = dynamic(want).map_err(encode)?;
-                    updated.metadata.resource_version = have.metadata.resource_version.clone();
-                    api.replace(&name, &post_params(), &updated)
-                        .await
-                        .map(|_| changes.updated.push(name.clone()))
-                }
-                None => {
-                    let mut created = dynamic(want).map_err(encode)?;
-                    created.metadata.resource_version = None;
-                    api.create(&post_params(), &created)
-                        .await
-                        .map(|_| changes.created.push(name.clone()))
-                }
-            };
-            if result.is_ok() {
-                fights.written(
-                    &name,
-                    want,
-                    current.as_ref().map(|c| &c.metadata),
-                    &mut changes,
-                );
-            }
-            match result {
-                Ok(()) => break,
-                Err(err)
-                    if (is_conflict(&err) || is_not_found(&err)) && attempt < CONFLICT_RETRIES =>
-                {
-                    tracing::debug!(dnsendpoint = %what, "write conflicted; reading again");
-                    current = api
-                        .get_opt(&name)
-                        .await
-                        .map_err(|err| Error::kube(format!("get {what}"), err))?;
-                }
-                Err(err) => return Err(Error::kube(format!("write {what}"), err)),
-            }
-        }
-    }
-    let wanted: Vec<&str> = desired
-        .iter()
-        .filter_map(|d| d.metadata.name.as_deref())
-        .collect();
-    fights.retain(&wanted);
-    delete_unwanted(
-        &api,
-        &existing,
-        &wanted,
-        "DNSEndpoint",
-        namespace,
-        &mut changes.deleted,
-    )
-    .await?;
-    match refused {
-        Some(err) => Err(err),
-        None => Ok(Applied::Done(changes)),
-    }
+    apply_owned(&api, listed, namespace, source_annotation, desired, fights)
+        .await
+        .map(Applied::Done)
 }
 
 /// Deletes every `DNSEndpoint` of hairpin's in `namespace` (uninstall); none when the CRD is
