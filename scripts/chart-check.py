@@ -328,42 +328,78 @@ def doctor_reads(repo):
 GROUP_RESOURCE = {"DaemonSet": ("apps", "daemonsets"), "Deployment": ("apps", "deployments"), "ConfigMap": ("", "configmaps")}
 
 
+def doctor_config_map_reads(pod):
+    """The ConfigMaps `hairpin doctor` gets by name, as `(namespace, name)`: the planner's
+    (PlannerConfig::read_config_maps: the CoreDNS candidates and coredns-custom, node-local-dns's,
+    the routes and hosts ConfigMaps), from the planner settings in the test pod's environment
+    (unset ones at the CLI's defaults)."""
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
+
+    def names(key, default):
+        return [n.strip() for n in (env.get(key) or default).split(",") if n.strip()]
+
+    coredns = env.get("HAIRPIN_COREDNS_NAMESPACE") or "kube-system"
+    node_local = env.get("HAIRPIN_NODE_LOCAL_DNS_NAMESPACE") or "kube-system"
+    reads = [(coredns, n) for n in names("HAIRPIN_COREDNS_CONFIGMAPS", "coredns,rke2-coredns-rke2-coredns,coredns-base,kube-dns")]
+    reads += [(coredns, n) for n in names("HAIRPIN_COREDNS_CUSTOM_CONFIGMAP", "coredns-custom")]
+    reads += [(node_local, n) for n in names("HAIRPIN_NODE_LOCAL_DNS_CONFIGMAPS", "node-local-dns,nodelocaldns")]
+    reads += [(NAMESPACE, n) for n in names("HAIRPIN_ROUTES_CONFIGMAP", "hairpin-routes")]
+    reads += [(NAMESPACE, n) for n in names("HAIRPIN_HOSTS_CONFIGMAP", "hairpin-hosts")]
+    return sorted(set(reads))
+
+
+def bound_rules(docs, account, namespace):
+    """The rules ServiceAccount `account` (of the release namespace) holds in `namespace`: its
+    Roles there, and its ClusterRoles bound cluster-wide."""
+    def binds(binding):
+        return any(
+            s.get("kind") == "ServiceAccount" and s.get("name") == account and s.get("namespace") == NAMESPACE
+            for s in binding.get("subjects") or []
+        )
+    rules = []
+    for binding in docs:
+        if not binds(binding):
+            continue
+        if binding["kind"] == "RoleBinding" and binding["metadata"].get("namespace") == namespace:
+            kind, role_namespace = "Role", namespace
+        elif binding["kind"] == "ClusterRoleBinding":
+            kind, role_namespace = "ClusterRole", None
+        else:
+            continue
+        for role in docs:
+            if (
+                role["kind"] == kind
+                and role["metadata"]["name"] == binding["roleRef"]["name"]
+                and role["metadata"].get("namespace") == role_namespace
+            ):
+                rules += role.get("rules") or []
+    return rules
+
+
 def check_test_pod_rbac(docs, name, reads):
     """`helm test` runs the doctor with the controller's ServiceAccount: it must be able to get
-    every object the doctor reads by name in kube-system (else the test says "cannot read"
-    instead of what it found), through Roles there; the test's own grants are read-only."""
+    every object the doctor reads by name (else the test says "cannot read" instead of what it
+    found): the Cilium and kube-dns objects in kube-system, and the planner's ConfigMaps
+    wherever they are configured. The test's own grants are read-only, by name."""
     pods = [
         d for d in docs
         if d["kind"] == "Pod" and (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
     ]
     for pod in pods:
         account = pod["spec"].get("serviceAccountName", "default")
-        roles = []
-        for binding in docs:
-            if binding["kind"] != "RoleBinding" or binding["metadata"].get("namespace") != "kube-system":
-                continue
-            if not any(
-                s.get("kind") == "ServiceAccount" and s.get("name") == account and s.get("namespace") == NAMESPACE
-                for s in binding.get("subjects") or []
-            ):
-                continue
-            roles += [
-                d for d in docs
-                if d["kind"] == "Role" and d["metadata"]["name"] == binding["roleRef"]["name"]
-                and d["metadata"].get("namespace") == "kube-system"
-            ]
-        for kind, object_name in reads:
+        wanted = [("kube-system", kind, object_name) for kind, object_name in reads]
+        wanted += [(namespace, "ConfigMap", object_name) for namespace, object_name in doctor_config_map_reads(pod)]
+        for namespace, kind, object_name in wanted:
             group, resource = GROUP_RESOURCE[kind]
             granted = any(
                 group in (rule.get("apiGroups") or [])
                 and resource in (rule.get("resources") or [])
                 and object_name in (rule.get("resourceNames") or [object_name])
                 and "get" in (rule.get("verbs") or [])
-                for role in roles
-                for rule in role.get("rules") or []
+                for rule in bound_rules(docs, account, namespace)
             )
             if not granted:
-                fail("[%s] the test pod's ServiceAccount %s cannot get %s kube-system/%s, which the doctor reads" % (name, account, kind, object_name))
+                fail("[%s] the test pod's ServiceAccount %s cannot get %s %s/%s, which the doctor reads" % (name, account, kind, namespace, object_name))
     for doc in docs:
         if doc["kind"] in ("Role", "ClusterRole") and (doc["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test":
             for rule in doc.get("rules") or []:

@@ -74,7 +74,10 @@ pub struct ClusterRead {
     pub cilium: Option<CiliumFacts>,
     /// A `kube-dns` Deployment or ConfigMap in kube-system (GKE's kube-dns).
     pub kube_dns: bool,
-    /// Lists that failed (forbidden...), for the report.
+    /// A CoreDNS, `coredns-custom` or node-local-dns ConfigMap could not be read: its absence
+    /// proves nothing.
+    pub dns_unread: bool,
+    /// Reads that failed (forbidden...), for the report.
     pub gaps: Vec<String>,
 }
 
@@ -195,23 +198,29 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
             })
             .collect();
     }
-    let mut namespaces = vec![
-        &config.coredns_namespace,
-        &config.node_local_dns_namespace,
-        &config.namespace,
-    ];
-    namespaces.sort();
-    namespaces.dedup();
-    for namespace in namespaces {
-        snapshot.config_maps.extend(
-            list::<ConfigMap>(
-                Api::namespaced(client.clone(), namespace),
-                &format!("ConfigMaps in {namespace}"),
-                bound,
-                &mut gaps,
-            )
-            .await,
-        );
+    // By name, as the controller watches them: hairpin's grants name these ConfigMaps (the
+    // chart's Roles list them), and a list of a whole namespace would be forbidden.
+    let config_maps = config.read_config_maps();
+    let mut dns_unread = false;
+    for (namespace, name) in &config_maps {
+        let gaps_before = gaps.len();
+        let found: Option<ConfigMap> = get(
+            Api::namespaced(client.clone(), namespace),
+            name,
+            &format!("ConfigMap {namespace}/{name}"),
+            bound,
+            &mut gaps,
+        )
+        .await;
+        let dns = config
+            .corefile_config_maps()
+            .chain([(
+                config.coredns_namespace.as_str(),
+                config.coredns_custom_config_map.as_str(),
+            )])
+            .any(|dns| dns == (namespace.as_str(), name.as_str()));
+        dns_unread |= dns && gaps.len() > gaps_before;
+        snapshot.config_maps.extend(found);
     }
     let mut hairpin_services = Vec::new();
     let ours: Vec<Service> = list_with(
@@ -291,14 +300,22 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
         &mut gaps,
     )
     .await;
-    let kube_dns_config_map: Option<ConfigMap> = get(
-        Api::namespaced(client.clone(), KUBE_SYSTEM),
-        "kube-dns",
-        "ConfigMap kube-system/kube-dns",
-        bound,
-        &mut gaps,
-    )
-    .await;
+    // Already read when it is one of the CoreDNS candidates (the default).
+    let kube_dns_config_map = if config_maps
+        .iter()
+        .any(|(namespace, name)| namespace == KUBE_SYSTEM && name == "kube-dns")
+    {
+        snapshot.config_map(KUBE_SYSTEM, "kube-dns").cloned()
+    } else {
+        get::<ConfigMap>(
+            Api::namespaced(client.clone(), KUBE_SYSTEM),
+            "kube-dns",
+            "ConfigMap kube-system/kube-dns",
+            bound,
+            &mut gaps,
+        )
+        .await
+    };
     Ok(ClusterRead {
         version,
         snapshot,
@@ -306,6 +323,7 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
         hairpins,
         cilium,
         kube_dns: kube_dns_deployment.is_some() || kube_dns_config_map.is_some(),
+        dns_unread,
         gaps,
     })
 }
@@ -589,7 +607,7 @@ fn uneditable_dns(
     }
     // Nothing at all: Cloud DNS for GKE. Only when the ConfigMaps could be read (a read that
     // failed is a gap, not an absence).
-    if corefile(read, config).is_none() && !read.gaps.iter().any(|gap| gap.contains("ConfigMap")) {
+    if corefile(read, config).is_none() && !read.dns_unread {
         return Some(UneditableDns::NoDnsConfig);
     }
     let written: Vec<String> = plan

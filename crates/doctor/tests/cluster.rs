@@ -6,7 +6,7 @@ use hairpin_doctor::cluster::{self, ClusterError, ClusterOptions};
 use hairpin_doctor::probe::{ProbeOutcome, Probes, Resolution};
 use hairpin_doctor::providers::Provider;
 use hairpin_doctor::verdict::{self, ClusterView, NetworkChecks, Status, Vantage};
-use hairpin_fake_apiserver::{FakeApiServer, ResourceType};
+use hairpin_fake_apiserver::{FakeApiServer, Grant, ResourceType};
 use hairpin_planner::PlannerConfig;
 use serde_json::json;
 
@@ -985,4 +985,181 @@ async fn node_local_dns_is_looked_for_in_its_own_namespace() {
         judged(&options, &read),
         "found in --node-local-dns-namespace"
     );
+}
+
+/// What the chart grants the `helm test` pod's ServiceAccount (the controller's, plus the test
+/// hook's Role): the controller's ClusterRole, its Roles in kube-system (the CoreDNS and
+/// node-local-dns ConfigMaps, by name) and in hairpin's namespace, and the test's gets by name.
+fn chart_grants(coredns_config_maps: &[&str]) -> Vec<Grant> {
+    let read = ["get", "list", "watch"];
+    let mut grants = vec![
+        Grant::cluster_wide("", "services", &read, &[]),
+        Grant::cluster_wide("", "namespaces", &["list", "watch"], &[]),
+        Grant::cluster_wide("networking.k8s.io", "ingresses", &read, &[]),
+        Grant::cluster_wide("networking.k8s.io", "ingressclasses", &read, &[]),
+        Grant::cluster_wide("hairpin.io", "hairpins", &read, &[]),
+        Grant::namespaced("kube-system", "", "configmaps", &read, coredns_config_maps),
+        Grant::namespaced(
+            "kube-system",
+            "",
+            "configmaps",
+            &read,
+            &["node-local-dns", "nodelocaldns"],
+        ),
+        Grant::namespaced("hairpin", "", "services", &read, &[]),
+        Grant::namespaced("hairpin", "discovery.k8s.io", "endpointslices", &read, &[]),
+        Grant::namespaced(
+            "hairpin",
+            "",
+            "configmaps",
+            &read,
+            &["hairpin-routes", "hairpin-hosts"],
+        ),
+        Grant::namespaced("kube-system", "apps", "daemonsets", &["get"], &["cilium"]),
+        Grant::namespaced(
+            "kube-system",
+            "apps",
+            "deployments",
+            &["get"],
+            &["kube-dns"],
+        ),
+        Grant::namespaced(
+            "kube-system",
+            "",
+            "configmaps",
+            &["get"],
+            &["cilium-config", "kube-dns"],
+        ),
+    ];
+    for resource in ["gateways", "httproutes", "grpcroutes", "tlsroutes"] {
+        grants.push(Grant::cluster_wide(
+            "gateway.networking.k8s.io",
+            resource,
+            &read,
+            &[],
+        ));
+    }
+    grants
+}
+
+/// The chart's default CoreDNS ConfigMap names, and `coredns-custom`.
+const CHART_COREDNS_CONFIG_MAPS: [&str; 5] = [
+    "coredns",
+    "rke2-coredns-rke2-coredns",
+    "coredns-base",
+    "kube-dns",
+    "coredns-custom",
+];
+
+/// `helm test` runs the doctor with grants that name every ConfigMap it may read in
+/// kube-system and in hairpin's namespace: it reads each by name, so nothing is forbidden and
+/// the DNS findings are the same as with full access.
+#[tokio::test]
+async fn the_doctor_reads_kube_system_by_name_with_the_charts_grants_only() {
+    let fake = FakeApiServer::start().await;
+    fake.install_hairpin_crd();
+    let written = COREFILE.replace(
+        "    reload\n",
+        "    reload\n    # BEGIN hairpin (managed)\n    rewrite name exact shop.example.com hairpin-ingress-nginx-do-lb.hairpin.svc.cluster.local\n    # END hairpin\n",
+    );
+    fake.apply_many(
+        [
+            do_lb("198.51.100.10"),
+            ingress("shop", "shop.example.com", "198.51.100.10"),
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "coredns", "namespace": "kube-system"},
+                "data": {"Corefile": written}
+            }),
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "nodelocaldns", "namespace": "kube-system"},
+                "data": {"Corefile": ".:53 {\n    forward . /etc/resolv.conf\n}\n"}
+            }),
+            // Not named by any grant: never read, and its list is what was forbidden.
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+                "data": {}
+            }),
+        ]
+        .into_iter()
+        .chain(cilium("v1.17.2", "true")),
+    );
+    fake.authorize_only(chart_grants(&CHART_COREDNS_CONFIG_MAPS));
+    let shop = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    assert!(
+        shop.gaps.iter().all(|gap| gap.contains("/version")),
+        "{:?}",
+        shop.gaps
+    );
+    assert!(shop.dns.coredns_found && shop.dns.markers_present && shop.dns.host_in_block);
+    assert_eq!(shop.dns.reload_plugin, Some(true));
+    assert!(shop.dns.node_local_dns, "kubespray's nodelocaldns is found");
+    assert_eq!(shop.dns.uneditable, None);
+    assert_eq!(
+        shop.cni.cilium.as_ref().and_then(|c| c.version.as_deref()),
+        Some("v1.17.2")
+    );
+    assert_eq!(
+        shop.load_balancer.map(|lb| lb.service).as_deref(),
+        Some("ingress-nginx/do-lb")
+    );
+    let configmap_reads: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.uri.contains("/configmaps"))
+        .collect();
+    assert!(
+        configmap_reads
+            .iter()
+            .all(|r| r.method == "GET" && r.status != 403 && !r.uri.ends_with("/configmaps")),
+        "only gets by name: {configmap_reads:?}"
+    );
+
+    // GKE's kube-dns under the same grants: still named (its ConfigMap is read once, as a
+    // CoreDNS candidate).
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+            "data": {}
+        }),
+    ]);
+    fake.authorize_only(chart_grants(&CHART_COREDNS_CONFIG_MAPS));
+    let kube_dns = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    assert!(
+        kube_dns.gaps.iter().all(|gap| gap.contains("/version")),
+        "{:?}",
+        kube_dns.gaps
+    );
+    assert_eq!(
+        kube_dns.dns.uneditable,
+        Some(verdict::UneditableDns::KubeDns)
+    );
+    assert_eq!(fake.count("GET", "/configmaps/kube-dns"), 1);
+
+    // A CoreDNS ConfigMap the grants do not name: a gap with the apiserver's words, and its
+    // absence is not taken for Cloud DNS.
+    let fake = FakeApiServer::start().await;
+    fake.apply_many([
+        do_lb("198.51.100.10"),
+        ingress("shop", "shop.example.com", "198.51.100.10"),
+        coredns(json!({})),
+    ]);
+    fake.authorize_only(chart_grants(&["coredns-custom"]));
+    let unread = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    assert!(
+        unread.gaps.iter().any(|gap| gap
+            == "ConfigMap kube-system/coredns: forbidden (configmaps \"coredns\" is forbidden: \
+                User \"system:serviceaccount:hairpin:hairpin\" cannot get resource \
+                \"configmaps\" in API group \"\" in the namespace \"kube-system\")"),
+        "{:?}",
+        unread.gaps
+    );
+    assert!(!unread.dns.coredns_found);
+    assert_eq!(unread.dns.uneditable, None);
 }

@@ -1,6 +1,7 @@
 //! The fake server's HTTP side: routing, verbs, watches, fault injection.
 
 use crate::managed;
+use crate::rbac::{self, Attributes};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -295,18 +296,21 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
         let (status, response) = match route(&state, &method, uri.path()) {
             Route::Missing => (404, page_not_found()),
             Route::Discovery(document) => (200, json(200, &document)),
-            Route::Resource(target) => dispatch(
-                &mut state,
-                &method,
-                &target,
-                &query,
-                &Sender {
-                    content_type: &content_type,
-                    manager: &manager,
-                },
-                body_json.clone(),
-                &shared,
-            ),
+            Route::Resource(target) => match denial(&state, &method, &target, &query) {
+                Some(denied) => (403, json(403, &denied)),
+                None => dispatch(
+                    &mut state,
+                    &method,
+                    &target,
+                    &query,
+                    &Sender {
+                        content_type: &content_type,
+                        manager: &manager,
+                    },
+                    body_json.clone(),
+                    &shared,
+                ),
+            },
         };
         // Recorded under the same lock as the change, so a test that sees the change sees
         // its request in the log.
@@ -327,6 +331,26 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
         shared.changed.notify_waiters();
     }
     response
+}
+
+/// The 403 Status for a request the configured grants do not allow, if any.
+fn denial(
+    state: &State,
+    method: &Method,
+    target: &Target,
+    query: &HashMap<String, String>,
+) -> Option<Value> {
+    let grants = state.grants.as_ref()?;
+    let attributes = Attributes::new(
+        method,
+        query.get("watch").is_some_and(|w| w == "true" || w == "1"),
+        &state.resources[target.index].ty.group,
+        (&target.plural, target.status),
+        target.namespace.as_deref(),
+        target.name.as_deref(),
+        query.get("fieldSelector").map(String::as_str),
+    );
+    rbac::denial(grants, &attributes)
 }
 
 fn record(shared: &Shared, method: &Method, uri: &str, status: u16, body: Option<Value>) {

@@ -15,11 +15,14 @@
 //! User-Agent, see `managed.rs`); objects put in the store directly have none.
 //! Discovery (`/api`, `/apis`) lists the registered types; anything else, such as an absent
 //! CRD, answers a plain-text `404 page not found`.
-//! Faults can be injected: the next N requests matching a method and path fail with a given
+//! Authorization is off unless a test limits the client to RBAC-like grants
+//! ([`FakeApiServer::authorize_only`]); then any other request is a 403 `Forbidden` worded as
+//! the real server words it. Faults can be injected: the next N requests matching a method and path fail with a given
 //! code, or are delayed; open watches can be dropped and history compacted.
 
 mod http;
 mod managed;
+mod rbac;
 mod service;
 mod store;
 mod validation;
@@ -32,6 +35,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::Notify;
 
+pub use rbac::Grant;
 pub use store::ResourceType;
 use store::State;
 
@@ -303,6 +307,13 @@ impl FakeApiServer {
         }
         drop(state);
         self.shared.changed.notify_waiters();
+    }
+
+    /// From now on, authorizes every resource request as kube-apiserver's RBAC authorizer
+    /// does for a ServiceAccount bound to exactly `grants`: anything they do not allow is
+    /// answered 403 `Forbidden`. Discovery stays open (every authenticated user may read it).
+    pub fn authorize_only(&self, grants: impl IntoIterator<Item = Grant>) {
+        self.shared.lock().grants = Some(grants.into_iter().collect());
     }
 
     /// Injects a fault.

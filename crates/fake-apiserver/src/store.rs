@@ -6,6 +6,7 @@ use bytes::Bytes;
 use futures::channel::mpsc::UnboundedSender;
 use serde_json::Value;
 
+use super::rbac::Grant;
 use super::service::{self, Allocated, ServiceNet};
 use super::{Fault, Labels, Recorded};
 
@@ -151,6 +152,8 @@ pub(crate) struct State {
     pub(crate) faults: Vec<Fault>,
     pub(crate) log: Vec<Recorded>,
     pub(crate) net: ServiceNet,
+    /// RBAC-like authorization: `None` allows everything.
+    pub(crate) grants: Option<Vec<Grant>>,
 }
 
 /// One equality-based selector requirement (`k=v`, `k==v`, `k!=v`, `k`, `!k`).
@@ -242,6 +245,7 @@ impl State {
             faults: Vec::new(),
             log: Vec::new(),
             net: ServiceNet::default(),
+            grants: None,
         };
         for ty in [
             ResourceType::new("", "v1", "namespaces", "Namespace", false),

@@ -180,6 +180,27 @@ impl PlannerConfig {
         coredns.chain(node_local)
     }
 
+    /// Every ConfigMap the planner reads, as `(namespace, name)`, sorted, once each: the
+    /// CoreDNS candidates and `coredns-custom`, node-local-dns's, and hairpin's routes and
+    /// hosts ConfigMaps. Each is read by name, so that the grants can name them too.
+    pub fn read_config_maps(&self) -> Vec<(String, String)> {
+        let mut names: Vec<(String, String)> = self
+            .corefile_config_maps()
+            .chain([
+                (
+                    self.coredns_namespace.as_str(),
+                    self.coredns_custom_config_map.as_str(),
+                ),
+                (self.namespace.as_str(), self.routes_config_map.as_str()),
+                (self.namespace.as_str(), self.hosts_config_map.as_str()),
+            ])
+            .map(|(namespace, name)| (namespace.to_owned(), name.to_owned()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Our annotation `<prefix><name>`, e.g. `hairpin.io/proxy-protocol`.
     pub fn annotation(&self, name: &str) -> String {
         format!("{}{name}", self.annotation_prefix)
