@@ -391,3 +391,80 @@ async fn a_plan_read_from_a_cluster_has_the_documented_exit_codes() {
         "{document:#}"
     );
 }
+
+/// A kube-dns cluster (GKE Standard) read with the default planner flags: `kube-dns` is one of
+/// the default `--coredns-configmap` candidates, so its ConfigMap is read (by name, as the
+/// controller watches it) and the live plan prints the same `kube-dns stubDomains` part as
+/// the plan of the same objects from a file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_dns_cluster_read_with_the_defaults_gets_the_stub_domains_part() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../planner/tests/fixtures/plans/dns-kube-dns-stub-domains.yaml"
+    );
+    let fake = FakeApiServer::start().await;
+    fake.create_namespace("hairpin");
+    let yaml = std::fs::read_to_string(fixture).unwrap();
+    for document in yaml.split("\n---\n") {
+        fake.apply(serde_saphyr::from_str::<Value>(document).unwrap());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig(&fake, dir.path());
+    let part = |out: &Output| -> String {
+        let stdout = text(&out.stdout);
+        let start = stdout
+            .find("kube-dns stubDomains")
+            .unwrap_or_else(|| panic!("no kube-dns stubDomains part:\n{stdout}"));
+        let end = stdout[start..]
+            .find("\n\n")
+            .map_or(stdout.len(), |e| start + e);
+        stdout[start..end].to_owned()
+    };
+
+    let live = run(vec![
+        "plan".into(),
+        "--kubeconfig".into(),
+        kubeconfig,
+        "--stub-domain-nameserver".into(),
+        "10.96.0.53".into(),
+    ])
+    .await;
+    assert_eq!(
+        live.status.code(),
+        Some(3),
+        "no Corefile: a partial plan; {}",
+        text(&live.stderr)
+    );
+    let from_file = run(vec![
+        "plan".into(),
+        "-f".into(),
+        fixture.into(),
+        "--stub-domain-nameserver".into(),
+        "10.96.0.53".into(),
+    ])
+    .await;
+    assert_eq!(part(&live), part(&from_file));
+    assert!(
+        part(&live).contains(
+            "data.stubDomains:\n    {\"api.example.com\": [\"10.96.0.53\"], \"shop.example.com\": [\"10.96.0.53\"]}"
+        ),
+        "{}",
+        part(&live)
+    );
+    let reads: Vec<String> = fake
+        .requests()
+        .into_iter()
+        .map(|r| r.uri)
+        .filter(|uri| uri.contains("/namespaces/kube-system/configmaps"))
+        .collect();
+    assert!(
+        reads
+            .iter()
+            .all(|uri| uri.contains("fieldSelector=metadata.name")),
+        "kube-system ConfigMaps are read by name only: {reads:?}"
+    );
+    assert!(
+        reads.iter().any(|uri| uri.contains("kube-dns")),
+        "{reads:?}"
+    );
+}

@@ -235,7 +235,9 @@ pub(crate) struct Args {
     /// `--dns-mode external-dns` publishes to; hairpin is not a DNS server. The plan then
     /// prints the `stubDomains` value (each exact hostname -> these servers) to merge into
     /// ConfigMap kube-system/kube-dns, which hairpin never writes. Without it the plan names
-    /// the hostnames only.
+    /// the hostnames only. Read from a cluster, that ConfigMap is read as one of the
+    /// `--coredns-configmap` candidates (`kube-dns` is one by default; keep it in a list of
+    /// your own).
     #[arg(
         long = "stub-domain-nameserver",
         env = "HAIRPIN_STUB_DOMAIN_NAMESERVERS",
