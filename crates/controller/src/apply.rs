@@ -503,6 +503,30 @@ fn keep_allocated(spec: &mut ServiceSpec, have: &ServiceSpec) {
     });
 }
 
+/// Creates or updates every desired Service in `namespace` and deletes Services there that
+/// are hairpin's ([`is_managed`]: the managed-by label AND `source_annotation`) but are not
+/// desired. `desired` Services must carry both. A Service of a desired name that is not
+/// hairpin's is never replaced: the others are applied, then [`Error::NotOwned`] is returned
+/// (so nothing routes a hostname to someone else's Service). A Service update keeps the
+/// ClusterIPs and primary family the server allocated.
+///
+/// # Errors
+/// The first API error that is not a 404 on delete or a 409 resolved by re-reading, or
+/// [`Error::NotOwned`].
+pub async fn apply_services(
+    client: &kube::Client,
+    namespace: &str,
+    source_annotation: &str,
+    desired: &[Service],
+    fights: Option<&mut Fights>,
+) -> Result<ObjectChanges, Error> {
+    let api: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let listed = list_labelled(&api)
+        .await
+        .map_err(|err| Error::kube(format!("list hairpin Services in {namespace}"), err))?;
+    apply_owned(&api, listed, namespace, source_annotation, desired, fights).await
+}
+
 /// One kind of hairpin's own objects in its namespace, as [`apply_owned`] writes them: the
 /// planner's desired object (`Self`) and the API object it is sent as.
 pub(crate) trait Owned: serde::Serialize {
@@ -666,30 +690,6 @@ pub(crate) async fn apply_owned<D: Owned>(
         Some(err) => Err(err),
         None => Ok(changes),
     }
-}
-
-/// Creates or updates every desired Service in `namespace` and deletes Services there that
-/// are hairpin's ([`is_managed`]: the managed-by label AND `source_annotation`) but are not
-/// desired. `desired` Services must carry both. A Service of a desired name that is not
-/// hairpin's is never replaced: the others are applied, then [`Error::NotOwned`] is returned
-/// (so nothing routes a hostname to someone else's Service). A Service update keeps the
-/// ClusterIPs and primary family the server allocated.
-///
-/// # Errors
-/// The first API error that is not a 404 on delete or a 409 resolved by re-reading, or
-/// [`Error::NotOwned`].
-pub async fn apply_services(
-    client: &kube::Client,
-    namespace: &str,
-    source_annotation: &str,
-    desired: &[Service],
-    fights: Option<&mut Fights>,
-) -> Result<ObjectChanges, Error> {
-    let api: Api<Service> = Api::namespaced(client.clone(), namespace);
-    let listed = list_labelled(&api)
-        .await
-        .map_err(|err| Error::kube(format!("list hairpin Services in {namespace}"), err))?;
-    apply_owned(&api, listed, namespace, source_annotation, desired, fights).await
 }
 
 /// Deletes every Service in `namespace` that is hairpin's (the managed-by label AND

@@ -43,20 +43,22 @@ pub fn typed(object: &DynamicObject) -> Option<DnsEndpoint> {
         .and_then(|value| serde_json::from_value(value).ok())
 }
 
+/// Sent as a [`DynamicObject`] (kube has no typed client for a CRD it does not know), and
+/// compared as the planner's type ([`typed`]).
 impl Owned for DnsEndpoint {
     type Object = DynamicObject;
-    const KIND: &'static str = "DNSEndpoint";
+    const KIND: &'static str = external_dns::KIND;
 
-    fn object_meta(&self) -> &ObjectMeta {
-        &self.metadata
+    fn encode(&self, _have: Option<&DynamicObject>) -> Result<DynamicObject, serde_json::Error> {
+        serde_json::to_value(self).and_then(serde_json::from_value)
     }
 
     fn is_met_by(&self, have: &DynamicObject) -> bool {
         typed(have).is_some_and(|h| h.matches(self))
     }
 
-    fn encode(&self, _have: Option<&DynamicObject>) -> Result<DynamicObject, serde_json::Error> {
-        serde_json::to_value(self).and_then(serde_json::from_value)
+    fn object_meta(&self) -> &ObjectMeta {
+        &self.metadata
     }
 }
 
