@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Resource};
 
@@ -115,7 +115,7 @@ pub fn created_by_hairpin_meta(namespace: &str, name: &str) -> ObjectMeta {
 }
 
 /// Outcome of a [`write_key`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum KeyOutcome {
     /// The key already had the desired value: nothing was written.
     Unchanged {
@@ -128,6 +128,9 @@ pub enum KeyOutcome {
         before: Option<String>,
         /// The value now.
         after: Option<String>,
+        /// The ConfigMap's `managedFields` as read before the write (empty when it did not
+        /// exist): who changed it last, for a write fight ([`last_writer`]).
+        managed_fields: Vec<ManagedFieldsEntry>,
     },
     /// The ConfigMap does not exist and was not to be created.
     ConfigMapMissing,
@@ -151,6 +154,10 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
             Ok(current) => current,
             Err(err) => return Err(Error::kube(format!("get ConfigMap {what}"), err)),
         };
+        let managed_fields = current
+            .as_ref()
+            .and_then(|cm| cm.metadata.managed_fields.clone())
+            .unwrap_or_default();
         let before = current
             .as_ref()
             .and_then(|cm| cm.data.as_ref())
@@ -216,7 +223,13 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
             }
         };
         match result {
-            Ok(()) => return Ok(KeyOutcome::Written { before, after }),
+            Ok(()) => {
+                return Ok(KeyOutcome::Written {
+                    before,
+                    after,
+                    managed_fields,
+                });
+            }
             Err(err) if is_conflict(&err) => {
                 tracing::debug!(configmap = %what, "write conflicted with another writer; reading again");
             }
@@ -326,10 +339,9 @@ pub fn post_params() -> PostParams {
 /// Entries of a subresource are skipped: a status update (external-dns sets a
 /// `DNSEndpoint`'s `status.observedGeneration` after every change) does not touch what hairpin
 /// compares, and its newer timestamp would blame the wrong writer.
-pub fn last_writer(meta: &ObjectMeta) -> Option<String> {
-    meta.managed_fields
+pub fn last_writer(managed_fields: &[ManagedFieldsEntry]) -> Option<String> {
+    managed_fields
         .iter()
-        .flatten()
         .filter(|e| e.subresource.as_deref().is_none_or(str::is_empty))
         .filter(|e| {
             e.manager
@@ -434,7 +446,9 @@ impl<'a> ObjectFights<'a> {
             observation => changes.reverted.push(Reverted {
                 name: name.to_owned(),
                 observation,
-                writer: before.and_then(last_writer),
+                writer: before
+                    .and_then(|meta| meta.managed_fields.as_deref())
+                    .and_then(last_writer),
             }),
         }
     }
@@ -727,7 +741,7 @@ pub fn remove_block_edit(namespace: &str, name: &str, key: &str) -> KeyEdit {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
@@ -744,25 +758,21 @@ mod tests {
 
     #[test]
     fn the_last_writer_is_the_newest_other_manager_of_the_object_not_of_its_status() {
-        let meta = |entries: Vec<ManagedFieldsEntry>| ObjectMeta {
-            managed_fields: Some(entries),
-            ..ObjectMeta::default()
-        };
         // argocd changed the spec; external-dns then only updated the status.
-        let found = meta(vec![
+        let found = [
             entry(FIELD_MANAGER, None, 100),
             entry("argocd-controller", None, 200),
             entry("external-dns", Some("status"), 300),
-        ]);
+        ];
         assert_eq!(last_writer(&found).as_deref(), Some("argocd-controller"));
         // Odd entries (no manager, no time, hairpin's own) name nobody and do not panic.
-        let odd = meta(vec![
+        let odd = [
             ManagedFieldsEntry::default(),
             entry("", None, 500),
             entry(FIELD_MANAGER, None, 400),
             entry("kubectl-edit", Some(""), 50),
-        ]);
+        ];
         assert_eq!(last_writer(&odd).as_deref(), Some("kubectl-edit"));
-        assert_eq!(last_writer(&ObjectMeta::default()), None);
+        assert_eq!(last_writer(&[]), None);
     }
 }

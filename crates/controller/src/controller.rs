@@ -9,16 +9,18 @@ use futures::future::Shared;
 use hairpin_planner::corefile;
 use hairpin_planner::external_dns::DnsEndpoints;
 use hairpin_planner::{
-    ClusterSnapshot, DnsChange, DnsMode, ObjectRef, Plan, PlannerConfig, RefusalReason, WriteEdit,
+    ClusterSnapshot, DnsChange, DnsMode, DnsWrite, ObjectRef, Plan, PlannerConfig, RefusalReason,
+    WriteEdit,
 };
 use hairpin_runtime::Shutdown;
 use hairpin_runtime::admin::ReadyCondition;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use tokio::sync::{Notify, watch};
 
 use crate::Error;
 use crate::apply::{
-    KeyEdit, KeyOutcome, ObjectChanges, apply_services, remove_block_edit, write_key,
+    KeyEdit, KeyOutcome, ObjectChanges, apply_services, last_writer, remove_block_edit, write_key,
 };
 use crate::dns_endpoints::{Applied, apply_dns_endpoints};
 use crate::fight::{Decision, FightParams, Fights, Observation};
@@ -336,10 +338,7 @@ impl Reconciler {
         let mut requeue = changes.backed_off.iter().map(|(_, until)| *until).min();
         for revert in &changes.reverted {
             let object = format!("{kind} {namespace}/{}", revert.name);
-            let writer = match &revert.writer {
-                Some(manager) => format!("another writer (field manager {manager:?})"),
-                None => "another writer (unnamed: the object was deleted, or its managedFields name no other manager)".to_owned(),
-            };
+            let writer = other_writer(revert.writer.as_deref());
             match revert.observation {
                 Observation::Fight { count, backoff } => {
                     let note = format!(
@@ -409,7 +408,7 @@ impl Reconciler {
 
         let mut requeue: Option<Instant> = None;
         for (i, write) in dns.writes.iter().enumerate() {
-            let next = self.apply_write(dns, write, i == 0).await?;
+            let next = self.apply_write(dns, write, i == 0, snapshot).await?;
             requeue = earliest(requeue, next);
         }
         Ok(requeue)
@@ -552,6 +551,7 @@ impl Reconciler {
         dns: &hairpin_planner::DnsChange,
         write: &hairpin_planner::DnsWrite,
         primary: bool,
+        snapshot: &ClusterSnapshot,
     ) -> Result<Option<Instant>, Error> {
         let planner = &self.config.planner;
         let target = write.target();
@@ -602,8 +602,12 @@ impl Reconciler {
                 return Err(err);
             }
         };
-        let after = match outcome {
-            KeyOutcome::Written { after, .. } => after,
+        let (after, managed_fields) = match outcome {
+            KeyOutcome::Written {
+                after,
+                managed_fields,
+                ..
+            } => (after, managed_fields),
             KeyOutcome::Unchanged { .. } => {
                 if primary {
                     self.dns_state = DnsState::InPlace { wrote: false };
@@ -646,12 +650,21 @@ impl Reconciler {
             Observation::Fight { count, backoff } => {
                 self.metrics.dns_reverts.inc();
                 self.metrics.dns_fight.set(1);
-                let fix = fight_fix(dns.mode, planner);
-                let note = format!(
-                    "another writer reverted hairpin's change to {} {count} times within {:?}; backing off for {:?}. {fix}",
-                    write.config_map, self.config.fight.window, backoff
+                let fix = fight_fix(
+                    write,
+                    &managed_fields,
+                    coredns_corefile(snapshot, planner),
+                    planner,
                 );
-                tracing::warn!(configmap = %write.config_map, reverts = count, backoff = ?backoff, fix, "DNS write fight detected; backing off");
+                let writer = last_writer(&managed_fields);
+                let note = format!(
+                    "{} reverted hairpin's change to {} {count} times within {:?}; backing off for {:?}. {fix}",
+                    other_writer(writer.as_deref()),
+                    write.config_map,
+                    self.config.fight.window,
+                    backoff
+                );
+                tracing::warn!(configmap = %write.config_map, writer = ?writer, reverts = count, backoff = ?backoff, fix, "DNS write fight detected; backing off");
                 self.events
                     .publish(&cm_ref, true, reason::DNS_FIGHT, note)
                     .await;
@@ -796,16 +809,76 @@ impl Reconciler {
     }
 }
 
-/// The fix to name when another writer keeps reverting our change.
-pub fn fight_fix(mode: DnsMode, planner: &PlannerConfig) -> String {
-    match mode {
-        DnsMode::Custom => format!(
-            "Something also manages {}/{}: exclude it from that tool's reconciliation (e.g. the addon manager's `addonmanager.kubernetes.io/mode: EnsureExists`).",
-            planner.coredns_namespace, planner.coredns_custom_config_map
+/// The other writer of a write fight, as named in its Event: the field manager of its latest
+/// change ([`last_writer`]).
+fn other_writer(manager: Option<&str>) -> String {
+    match manager {
+        Some(manager) => format!("another writer (field manager {manager:?})"),
+        None => "another writer (unnamed: the object was deleted, or its managedFields name no other manager)".to_owned(),
+    }
+}
+
+/// The field manager of EKS's managed add-ons, which EKS installs by server-side apply.
+pub const EKS_FIELD_MANAGER: &str = "eks";
+
+/// The Corefile of the first configured CoreDNS ConfigMap that exists.
+fn coredns_corefile<'a>(snapshot: &'a ClusterSnapshot, planner: &PlannerConfig) -> Option<&'a str> {
+    planner.coredns_config_maps.iter().find_map(|name| {
+        snapshot
+            .config_map(&planner.coredns_namespace, name)?
+            .data
+            .as_ref()?
+            .get(&planner.corefile_key)
+            .map(String::as_str)
+    })
+}
+
+/// The fix to name when another writer keeps reverting hairpin's change to `write`'s
+/// ConfigMap. It depends on that writer: the EKS CoreDNS add-on when a `managedFields` entry
+/// of the ConfigMap (as read before hairpin's write) is field manager `eks`; else on the
+/// ConfigMap (node-local-dns's, `coredns-custom`, CoreDNS's own) and, for CoreDNS's, on
+/// whether `corefile` imports `coredns-custom` keys at all (kubeadm's and EKS's do not, so
+/// `--dns-mode custom` would write a key CoreDNS never reads).
+pub fn fight_fix(
+    write: &DnsWrite,
+    managed_fields: &[ManagedFieldsEntry],
+    corefile: Option<&str>,
+    planner: &PlannerConfig,
+) -> String {
+    let config_map = &write.config_map;
+    let custom = &planner.coredns_custom_config_map;
+    let eks = managed_fields
+        .iter()
+        .any(|entry| entry.manager.as_deref() == Some(EKS_FIELD_MANAGER));
+    if eks {
+        return format!(
+            "ConfigMap {config_map} belongs to the EKS CoreDNS add-on (field manager `{EKS_FIELD_MANAGER}`), which puts its own {key} back: update the add-on with `aws eks update-addon --cluster-name <cluster> --addon-name coredns --resolve-conflicts PRESERVE`, which keeps hairpin's block, or run hairpin with `--dns-mode external-dns`, which writes no kube-system ConfigMap.",
+            key = write.key
+        );
+    }
+    if config_map.namespace == planner.node_local_dns_namespace
+        && planner
+            .node_local_dns_config_maps
+            .contains(&config_map.name)
+    {
+        return format!(
+            "ConfigMap {config_map} is node-local-dns's configuration, and whatever installed node-local-dns puts it back (an addon manager in Reconcile mode, kubespray, RKE): exclude it from that tool's reconciliation (e.g. `addonmanager.kubernetes.io/mode: EnsureExists`), or run hairpin with `--node-local-dns off`, which leaves node-local-dns alone and warns about the names it answers from upstream."
+        );
+    }
+    if config_map.namespace == planner.coredns_namespace && config_map.name == *custom {
+        return format!(
+            "Something also manages {config_map}: exclude it from that tool's reconciliation (e.g. the addon manager's `addonmanager.kubernetes.io/mode: EnsureExists`)."
+        );
+    }
+    let imported = corefile
+        .and_then(|text| corefile::analyze(text).ok())
+        .and_then(|info| info.custom_key_suffix().map(str::to_owned));
+    match imported {
+        Some(suffix) => format!(
+            "The CoreDNS ConfigMap is managed by the distribution or an addon manager, and its Corefile imports `{custom}` keys (`*{suffix}`): run hairpin with `--dns-mode custom`, which writes only `{custom}`, or set the addon's mode to EnsureExists."
         ),
-        _ => format!(
-            "The CoreDNS ConfigMap is managed by the distribution or an addon manager: run with `--dns-mode custom` where CoreDNS imports `{}` (k3s, AKS, LKE, Gardener), or add the rules through the distribution's own CoreDNS customization, or set the addon's mode to EnsureExists.",
-            planner.coredns_custom_config_map
+        None => format!(
+            "The CoreDNS ConfigMap is managed by the distribution or an addon manager, and its Corefile imports no `{custom}` keys: set the addon's mode to EnsureExists (`addonmanager.kubernetes.io/mode`), add hairpin's rules through the distribution's own CoreDNS customization, or run hairpin with `--dns-mode external-dns`, which writes no kube-system ConfigMap."
         ),
     }
 }
@@ -993,5 +1066,59 @@ pub fn dns_edit(write: &hairpin_planner::DnsWrite) -> KeyEdit {
                 }),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_to(namespace: &str, name: &str, key: &str) -> DnsWrite {
+        DnsWrite {
+            config_map: ObjectRef {
+                namespace: namespace.into(),
+                name: name.into(),
+            },
+            key: key.into(),
+            edit: WriteEdit::Key { value: None },
+            current: None,
+            desired: String::new(),
+            changed: true,
+            object: None,
+        }
+    }
+
+    #[test]
+    fn the_fight_fix_depends_on_the_config_map_and_its_writer() {
+        let planner = PlannerConfig::default();
+        let kubeadm = ".:53 {\n    kubernetes cluster.local\n    forward . /etc/resolv.conf\n}\n";
+        let node_local = write_to("kube-system", "nodelocaldns", "Corefile");
+        let fix = fight_fix(&node_local, &[], Some(kubeadm), &planner);
+        assert!(
+            fix.starts_with("ConfigMap kube-system/nodelocaldns is node-local-dns's configuration")
+                && fix.contains("--node-local-dns off"),
+            "{fix}"
+        );
+        assert!(!fix.contains("coredns-custom"), "{fix}");
+
+        let custom = write_to("kube-system", "coredns-custom", "hairpin.override");
+        let fix = fight_fix(&custom, &[], Some(kubeadm), &planner);
+        assert!(
+            fix.starts_with("Something also manages kube-system/coredns-custom"),
+            "{fix}"
+        );
+
+        // EKS's field manager decides, whatever the ConfigMap.
+        let eks = ManagedFieldsEntry {
+            manager: Some(EKS_FIELD_MANAGER.into()),
+            operation: Some("Apply".into()),
+            ..ManagedFieldsEntry::default()
+        };
+        let coredns = write_to("kube-system", "coredns", "Corefile");
+        let fix = fight_fix(&coredns, &[eks], Some(kubeadm), &planner);
+        assert!(fix.contains("--resolve-conflicts PRESERVE"), "{fix}");
+        // A Corefile hairpin cannot read imports nothing it can name.
+        let fix = fight_fix(&coredns, &[], Some("{ unbalanced"), &planner);
+        assert!(fix.contains("imports no `coredns-custom` keys"), "{fix}");
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use hairpin_controller::fight::FightParams;
 use hairpin_fake_apiserver::fixtures::{self, coredns};
 use hairpin_fake_apiserver::{FakeApiServer, object};
-use hairpin_planner::PlannerConfig;
+use hairpin_planner::{DnsMode, PlannerConfig};
 use serde_json::{Value, json};
 use support::controller::{config, start};
 
@@ -252,30 +252,59 @@ async fn a_conflicting_write_is_retried_on_a_fresh_read() {
     running.stop().await;
 }
 
-#[tokio::test]
-async fn a_writer_that_keeps_reverting_coredns_is_detected_and_backed_off() {
-    let fake = FakeApiServer::start().await;
-    seed(&fake);
-    let mut cfg = config("pod-a", false);
-    cfg.fight = FightParams {
+/// [`COREFILE`] importing `coredns-custom` keys into its server block (AKS's, k3s's layout).
+fn importing_corefile() -> String {
+    COREFILE.replace(
+        "    loadbalance\n}",
+        "    loadbalance\n    import custom/*.override\n}",
+    )
+}
+
+/// Quick write-fight settings: 3 reverts in a minute back off for 30 s.
+fn quick_fight() -> FightParams {
+    FightParams {
         threshold: 3,
         window: Duration::from_secs(60),
         initial_backoff: Duration::from_secs(30),
         max_backoff: Duration::from_secs(60),
-    };
-    let running = start(&fake, cfg);
-    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    }
+}
 
-    // An addon manager in Reconcile mode: puts its Corefile back whenever ours appears.
+/// Plays an addon manager in Reconcile mode for `within`, or until `done`: puts `theirs` back
+/// whenever hairpin's block appears in the Corefile. Returns how many times it did.
+async fn revert_coredns(
+    fake: &FakeApiServer,
+    theirs: &Value,
+    within: Duration,
+    done: impl Fn(&FakeApiServer) -> bool,
+) -> usize {
     let mut reverts = 0;
-    let deadline = Instant::now() + Duration::from_secs(8);
-    while Instant::now() < deadline {
-        if corefile(&fake).contains("# BEGIN hairpin") {
-            fake.apply(coredns(COREFILE));
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline && !done(fake) {
+        if corefile(fake).contains("# BEGIN hairpin") {
+            fake.apply(theirs.clone());
             reverts += 1;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    reverts
+}
+
+#[tokio::test]
+async fn a_writer_that_keeps_reverting_coredns_is_detected_and_backed_off() {
+    let fake = FakeApiServer::start().await;
+    let importing = importing_corefile();
+    seed_with(&fake, &importing);
+    let mut cfg = config("pod-a", false);
+    cfg.planner.dns_mode = DnsMode::Corefile;
+    cfg.fight = quick_fight();
+    let running = start(&fake, cfg);
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+
+    let reverts = revert_coredns(&fake, &coredns(&importing), Duration::from_secs(8), |_| {
+        false
+    })
+    .await;
     // Successful writes only: a revert racing a write makes it fail with 409 and retry.
     let coredns_puts = fake
         .requests()
@@ -297,13 +326,74 @@ async fn a_writer_that_keeps_reverting_coredns_is_detected_and_backed_off() {
     );
     let event = &events(&fake, "DNSWriteReverted")[0];
     assert_eq!(event["type"], "Warning");
+    let note = event["note"].as_str().unwrap();
+    // The Corefile imports `coredns-custom`: the distribution's own place for additions.
     assert!(
-        event["note"].as_str().unwrap().contains("coredns-custom"),
-        "names the fix: {event}"
+        note.contains("--dns-mode custom") && note.contains("`coredns-custom` keys (`*.override`)"),
+        "names the fix: {note}"
     );
+    assert!(!note.contains("eks"), "{note}");
     assert_eq!(running.metrics.dns_fight.get(), 1);
     assert!(running.metrics.dns_reverts.get() >= 2);
     running.stop().await;
+}
+
+/// Seeds CoreDNS with `corefile`, runs the controller (default DNS mode) and reverts CoreDNS to
+/// `theirs` until the fight is reported; returns the Event's note.
+async fn coredns_fight_note(corefile: &str, theirs: Value) -> String {
+    let fake = FakeApiServer::start().await;
+    seed_with(&fake, corefile);
+    let mut cfg = config("pod-a", false);
+    cfg.fight = quick_fight();
+    let running = start(&fake, cfg);
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    let reported = |f: &FakeApiServer| !events(f, "DNSWriteReverted").is_empty();
+    revert_coredns(&fake, &theirs, Duration::from_secs(15), reported).await;
+    let events = events(&fake, "DNSWriteReverted");
+    assert_eq!(events.len(), 1, "one fight reported: {events:?}");
+    running.stop().await;
+    events[0]["note"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_coredns_fight_where_the_corefile_imports_no_coredns_custom_does_not_advise_it() {
+    // kubeadm's Corefile: no `import`, so a `coredns-custom` key would never be read.
+    let note = coredns_fight_note(COREFILE, coredns(COREFILE)).await;
+    assert!(
+        note.contains("imports no `coredns-custom` keys"),
+        "says why: {note}"
+    );
+    assert!(!note.contains("--dns-mode custom"), "{note}");
+    assert!(
+        note.contains("EnsureExists") && note.contains("--dns-mode external-dns"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
+async fn a_coredns_fight_with_the_eks_add_on_advises_preserve_or_external_dns() {
+    // The EKS CoreDNS add-on applies the ConfigMap server-side as field manager `eks`.
+    let mut theirs = coredns(COREFILE);
+    theirs["metadata"]["managedFields"] = json!([{
+        "manager": "eks", "operation": "Apply", "apiVersion": "v1",
+        "time": "2026-11-02T09:14:07Z", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:data": {"f:Corefile": {}}}
+    }]);
+    let note = coredns_fight_note(COREFILE, theirs).await;
+    assert!(
+        note.starts_with("another writer (field manager \"eks\")"),
+        "names the writer: {note}"
+    );
+    assert!(
+        note.contains("EKS CoreDNS add-on")
+            && note.contains("--resolve-conflicts PRESERVE")
+            && note.contains("--dns-mode external-dns"),
+        "{note}"
+    );
+    assert!(
+        !note.contains("--dns-mode custom") && !note.contains("EnsureExists"),
+        "{note}"
+    );
 }
 
 #[tokio::test]
