@@ -200,8 +200,12 @@ impl LeaseManager {
         tracing::error!(error = %err, lease = %self.params.name, "leader election: the Lease is not hairpin's; not leading");
         if let Some(events) = &self.events {
             let regarding = object_ref("Lease", &self.params.namespace, &self.params.name, None);
+            // A build of hairpin from before the marks left its Lease unmarked: an upgrade
+            // meets it once, and only its deletion lets the new build lead.
             let note = format!(
-                "{message}. This instance does not lead (nothing is reconciled) until the Lease is removed by its owner or hairpin is given another name (--lease-name)."
+                "{message}. This instance does not lead (nothing is reconciled) until the Lease is removed by its owner or hairpin is given another name (--lease-name). If an earlier build of hairpin left it (those did not mark their Lease), delete it once: `kubectl -n {namespace} delete lease {name}`.",
+                namespace = self.params.namespace,
+                name = self.params.name,
             );
             events
                 .publish(&regarding, true, reason::LEASE_NOT_OWNED, note)

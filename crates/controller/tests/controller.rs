@@ -1657,6 +1657,14 @@ async fn a_lease_that_is_not_hairpins_is_never_taken_over() {
     assert_eq!(event["regarding"]["name"], "hairpin-controller");
     let note = event["note"].as_str().unwrap();
     assert!(note.contains("--lease-name"), "{note}");
+    // The upgrade case: an unmarked Lease of an earlier hairpin build, deleted once.
+    assert!(
+        note.contains(
+            "an earlier build of hairpin left it (those did not mark their Lease), delete it once: `kubectl -n hairpin delete lease hairpin-controller`"
+        ),
+        "{note}"
+    );
+    assert!(!note.contains('\n'), "one line: {note}");
     assert_eq!(
         events(&fake, "LeaseNotOwned").len(),
         1,
