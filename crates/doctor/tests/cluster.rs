@@ -44,6 +44,15 @@ fn ingress(name: &str, host: &str, ip: &str) -> serde_json::Value {
     })
 }
 
+/// ConfigMap `namespace/name` holding `data`.
+fn config_map(namespace: &str, name: &str, data: serde_json::Value) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data
+    })
+}
+
 async fn options_for(fake: &FakeApiServer, dir: &tempfile::TempDir) -> ClusterOptions {
     let path = fake.write_kubeconfig(dir.path());
     ClusterOptions {
@@ -72,13 +81,6 @@ fn network(plain: ProbeOutcome) -> NetworkChecks {
 #[tokio::test]
 async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
     let fake = FakeApiServer::start().await;
-    fake.register(ResourceType::new(
-        "discovery.k8s.io",
-        "v1",
-        "endpointslices",
-        "EndpointSlice",
-        true,
-    ));
     fake.apply_many([
         do_lb("198.51.100.10"),
         lb_service(
@@ -89,28 +91,18 @@ async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
         ),
         ingress("shop", "shop.example.com", "198.51.100.10"),
         ingress("blog", "blog.example.com", "198.51.100.20"),
-        json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "coredns", "namespace": "kube-system"},
-            "data": {"Corefile": ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    forward . /etc/resolv.conf\n    cache 30\n}\n"}
-        }),
+        config_map(
+            "kube-system",
+            "coredns",
+            json!({"Corefile": ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    forward . /etc/resolv.conf\n    cache 30\n}\n"}),
+        ),
     ]);
-    let dir = tempfile::tempdir().unwrap();
-    let options = options_for(&fake, &dir).await;
-    let client = cluster::client(&options).await.unwrap();
-    let read = cluster::read(&client, &options).await.unwrap();
-    let plan = cluster::plan(&read, &options.planner);
+    let planned = Planned::of(&fake).await;
     // Without a HOST the doctor checks every planned hostname: the DigitalOcean one only
     // (the Hetzner load balancer needs no hairpin).
-    assert_eq!(cluster::planned_hostnames(&plan), vec!["shop.example.com"]);
+    assert_eq!(cluster::planned_hostnames(&planned.plan), vec![SHOP]);
 
-    let shop = cluster::facts_for(
-        &read,
-        &plan,
-        &options.planner,
-        "shop.example.com",
-        &["198.51.100.10".parse().unwrap()],
-    );
+    let shop = planned.facts(SHOP, SHOP_IP);
     let lb = shop
         .load_balancer
         .as_ref()
@@ -126,14 +118,7 @@ async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
 
     // From a laptop the request goes through the LB and works, but the cluster view shows
     // that in-cluster clients bypass it; the fix is DigitalOcean's hostname annotation.
-    let view = ClusterView::Checked(Box::new(shop));
-    let verdict = verdict::diagnose(
-        &network(ProbeOutcome::Answered {
-            first_line: "HTTP/1.1 200 OK".into(),
-        }),
-        &view,
-        Vantage::Machine,
-    );
+    let verdict = from_a_machine(shop);
     assert_eq!(verdict.status, Status::Broken, "{verdict:?}");
     assert!(
         verdict.fixes[0].contains("service.beta.kubernetes.io/do-loadbalancer-hostname"),
@@ -142,13 +127,7 @@ async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
     );
 
     // Hetzner with ipMode Proxy: not needed.
-    let blog = cluster::facts_for(
-        &read,
-        &plan,
-        &options.planner,
-        "blog.example.com",
-        &["198.51.100.20".parse().unwrap()],
-    );
+    let blog = planned.facts("blog.example.com", "198.51.100.20");
     let lb = blog.load_balancer.as_ref().unwrap();
     assert!(!lb.needs_hairpin);
     assert!(
@@ -159,9 +138,7 @@ async fn the_load_balancer_behind_a_host_and_its_fixes_are_found() {
         "{lb:?}"
     );
     let verdict = verdict::diagnose(
-        &network(ProbeOutcome::Answered {
-            first_line: "HTTP/1.1 200 OK".into(),
-        }),
+        &network(answered()),
         &ClusterView::Checked(Box::new(blog)),
         Vantage::Pod,
     );
@@ -185,22 +162,10 @@ async fn a_deep_name_under_a_gateway_wildcard_is_found_but_not_under_an_ingress_
         // Ingress: `*.shop.example.com` covers exactly one label.
         ingress("shop", "*.shop.example.com", "198.51.100.10"),
     ]);
-    let dir = tempfile::tempdir().unwrap();
-    let options = options_for(&fake, &dir).await;
-    let client = cluster::client(&options).await.unwrap();
-    let read = cluster::read(&client, &options).await.unwrap();
-    let plan = cluster::plan(&read, &options.planner);
+    let planned = Planned::of(&fake).await;
     // The names resolve to an address that is not the load balancer's, so only the planned
     // hostnames can tie them to it (not the address fallback).
-    let facts = |host: &str| {
-        cluster::facts_for(
-            &read,
-            &plan,
-            &options.planner,
-            host,
-            &["192.0.2.1".parse().unwrap()],
-        )
-    };
+    let facts = |host: &str| planned.facts(host, "192.0.2.1");
     let deep_gateway = facts("a.b.apps.example.com");
     assert_eq!(
         deep_gateway
@@ -328,11 +293,11 @@ async fn a_whole_run_joins_the_probes_and_the_cluster_view() {
 
 fn cilium(version: &str, kube_proxy_replacement: &str) -> [serde_json::Value; 2] {
     [
-        json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "cilium-config", "namespace": "kube-system"},
-            "data": {"kube-proxy-replacement": kube_proxy_replacement, "tunnel-protocol": "vxlan"}
-        }),
+        config_map(
+            "kube-system",
+            "cilium-config",
+            json!({"kube-proxy-replacement": kube_proxy_replacement, "tunnel-protocol": "vxlan"}),
+        ),
         json!({
             "apiVersion": "apps/v1", "kind": "DaemonSet",
             "metadata": {"name": "cilium", "namespace": "kube-system"},
@@ -375,14 +340,92 @@ fn signature() -> NetworkChecks {
     checks
 }
 
+/// One read of a fake API server and its plan, as the doctor makes them.
+struct Planned {
+    options: ClusterOptions,
+    read: cluster::ClusterRead,
+    plan: hairpin_planner::Plan,
+    /// Holds the kubeconfig.
+    _dir: tempfile::TempDir,
+}
+
+impl Planned {
+    async fn of(fake: &FakeApiServer) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let options = options_for(fake, &dir).await;
+        let client = cluster::client(&options).await.unwrap();
+        let read = cluster::read(&client, &options).await.unwrap();
+        let plan = cluster::plan(&read, &options.planner);
+        Self {
+            options,
+            read,
+            plan,
+            _dir: dir,
+        }
+    }
+
+    /// The facts about `host`, which resolved to `ip`.
+    fn facts(&self, host: &str, ip: &str) -> verdict::ClusterFacts {
+        cluster::facts_for(
+            &self.read,
+            &self.plan,
+            &self.options.planner,
+            host,
+            &[ip.parse().unwrap()],
+        )
+    }
+}
+
 /// Reads the fake and returns the facts about `host` at `ip`.
 async fn facts(fake: &FakeApiServer, host: &str, ip: &str) -> verdict::ClusterFacts {
-    let dir = tempfile::tempdir().unwrap();
-    let options = options_for(fake, &dir).await;
-    let client = cluster::client(&options).await.unwrap();
-    let read = cluster::read(&client, &options).await.unwrap();
-    let plan = cluster::plan(&read, &options.planner);
-    cluster::facts_for(&read, &plan, &options.planner, host, &[ip.parse().unwrap()])
+    Planned::of(fake).await.facts(host, ip)
+}
+
+/// The fake serves no `/version`: that gap only, every other read succeeded.
+fn assert_only_the_version_gap(gaps: &[String]) {
+    assert!(gaps.iter().all(|gap| gap.contains("/version")), "{gaps:?}");
+}
+
+/// The host most tests check, and the address of its DigitalOcean load balancer.
+const SHOP: &str = "shop.example.com";
+const SHOP_IP: &str = "198.51.100.10";
+
+/// The DigitalOcean load balancer at [`SHOP_IP`], the Ingress for [`SHOP`] on it, and `more`.
+fn shop_objects(more: impl IntoIterator<Item = serde_json::Value>) -> Vec<serde_json::Value> {
+    [do_lb(SHOP_IP), ingress("shop", SHOP, SHOP_IP)]
+        .into_iter()
+        .chain(more)
+        .collect()
+}
+
+/// A fake API server holding [`shop_objects`].
+async fn shop_cluster(more: impl IntoIterator<Item = serde_json::Value>) -> FakeApiServer {
+    let fake = FakeApiServer::start().await;
+    fake.apply_many(shop_objects(more));
+    fake
+}
+
+/// The facts about [`SHOP`] at [`SHOP_IP`].
+async fn shop_facts(fake: &FakeApiServer) -> verdict::ClusterFacts {
+    facts(fake, SHOP, SHOP_IP).await
+}
+
+/// The verdict from a pod that meets the hairpin signature.
+fn from_a_pod(facts: verdict::ClusterFacts) -> verdict::Verdict {
+    verdict::diagnose(
+        &signature(),
+        &ClusterView::Checked(Box::new(facts)),
+        Vantage::Pod,
+    )
+}
+
+/// The verdict from a machine outside the cluster whose plain request is answered.
+fn from_a_machine(facts: verdict::ClusterFacts) -> verdict::Verdict {
+    verdict::diagnose(
+        &network(answered()),
+        &ClusterView::Checked(Box::new(facts)),
+        Vantage::Machine,
+    )
 }
 
 #[tokio::test]
@@ -403,20 +446,12 @@ async fn a_cilium_that_ignores_ip_mode_turns_not_needed_into_a_forced_hairpin() 
     let plain = facts(&fake, "blog.example.com", "198.51.100.20").await;
     assert_eq!(plain.cni.cilium, None);
     // (The fake serves no /version: that gap only.)
-    assert!(
-        plain.gaps.iter().all(|gap| gap.contains("/version")),
-        "{:?}",
-        plain.gaps
-    );
+    assert_only_the_version_gap(&plain.gaps);
     assert_eq!(plain.hairpin.status, None);
     let support = verdict::ip_mode_support(&plain);
     assert!(support.contains("no Cilium found"), "{support}");
     assert!(support.contains("kube-proxy honours ipMode"), "{support}");
-    let verdict = verdict::diagnose(
-        &network(answered()),
-        &ClusterView::Checked(Box::new(plain)),
-        Vantage::Machine,
-    );
+    let verdict = from_a_machine(plain);
     assert_eq!(verdict.status, Status::NotNeeded, "{verdict:?}");
 
     // Cilium 1.16 replacing kube-proxy ignores ipMode: in-cluster clients still bypass the
@@ -432,11 +467,7 @@ async fn a_cilium_that_ignores_ip_mode_turns_not_needed_into_a_forced_hairpin() 
         "{}",
         verdict::ip_mode_support(&ignored)
     );
-    let verdict = verdict::diagnose(
-        &network(answered()),
-        &ClusterView::Checked(Box::new(ignored)),
-        Vantage::Machine,
-    );
+    let verdict = from_a_machine(ignored);
     assert_eq!(verdict.status, Status::Broken, "{verdict:?}");
     assert!(
         verdict.cause.as_deref().unwrap().contains("Cilium v1.16.5"),
@@ -452,11 +483,7 @@ async fn a_cilium_that_ignores_ip_mode_turns_not_needed_into_a_forced_hairpin() 
     for (version, ignores) in [("v1.18.0", true), ("v1.17.2", false), ("v1.18.1", false)] {
         fake.apply_many(cilium(version, "strict"));
         let facts = facts(&fake, "blog.example.com", "198.51.100.20").await;
-        let verdict = verdict::diagnose(
-            &network(answered()),
-            &ClusterView::Checked(Box::new(facts)),
-            Vantage::Machine,
-        );
+        let verdict = from_a_machine(facts);
         let expected = if ignores {
             Status::Broken
         } else {
@@ -477,11 +504,7 @@ async fn a_cilium_that_ignores_ip_mode_turns_not_needed_into_a_forced_hairpin() 
     ));
     let forced = facts(&fake, "blog.example.com", "198.51.100.20").await;
     assert!(forced.load_balancer.as_ref().unwrap().needs_hairpin);
-    let verdict = verdict::diagnose(
-        &signature(),
-        &ClusterView::Checked(Box::new(forced)),
-        Vantage::Pod,
-    );
+    let verdict = from_a_pod(forced);
     assert_eq!(verdict.status, Status::Broken, "{verdict:?}");
     assert!(
         !verdict.cause.as_deref().unwrap().contains("ignores ipMode"),
@@ -509,11 +532,7 @@ async fn a_cilium_that_ignores_ip_mode_turns_not_needed_into_a_forced_hairpin() 
         kube_proxy.cni.cilium.as_ref().unwrap().replaces_kube_proxy,
         Some(false)
     );
-    let verdict = verdict::diagnose(
-        &network(answered()),
-        &ClusterView::Checked(Box::new(kube_proxy)),
-        Vantage::Machine,
-    );
+    let verdict = from_a_machine(kube_proxy);
     assert_eq!(verdict.status, Status::NotNeeded, "{verdict:?}");
 }
 
@@ -540,20 +559,12 @@ fn hairpin_object(dns: &str, ready: &str, reason: &str) -> serde_json::Value {
 #[tokio::test]
 async fn the_hairpin_status_of_the_load_balancer_says_whether_the_fix_is_effective() {
     let fake = FakeApiServer::start().await;
-    fake.register(ResourceType::new(
-        "hairpin.io",
-        "v1alpha1",
-        "hairpins",
-        "Hairpin",
-        true,
-    ));
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
+    fake.install_hairpin_crd();
+    fake.apply_many(shop_objects([
         coredns(json!({})),
         hairpin_object("Effective", "True", "Effective"),
-    ]);
-    let effective = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    ]));
+    let effective = shop_facts(&fake).await;
     let status = effective.hairpin.status.clone().unwrap();
     assert_eq!(status.name, "ingress-nginx/do-lb");
     assert_eq!(status.dns.as_deref(), Some("Effective"));
@@ -565,7 +576,7 @@ async fn the_hairpin_status_of_the_load_balancer_says_whether_the_fix_is_effecti
     assert!(text.contains("the fix is effective"), "{text}");
 
     fake.apply(hairpin_object("NotEffective", "False", "DNSNotEffective"));
-    let not_effective = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let not_effective = shop_facts(&fake).await;
     let status = not_effective.hairpin.status.unwrap();
     assert!(!status.effective);
     let text = status.describe();
@@ -579,10 +590,7 @@ async fn the_hairpin_status_of_the_load_balancer_says_whether_the_fix_is_effecti
 #[tokio::test]
 async fn dns_that_hairpin_cannot_edit_is_recognised_and_named() {
     // GKE's kube-dns: a kube-dns Deployment and ConfigMap, no coredns ConfigMap.
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
+    let fake = shop_cluster([
         json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "kube-dns", "namespace": "kube-system"},
@@ -594,28 +602,21 @@ async fn dns_that_hairpin_cannot_edit_is_recognised_and_named() {
                 }
             }
         }),
-        json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "kube-dns", "namespace": "kube-system",
-                         "labels": {"addonmanager.kubernetes.io/mode": "EnsureExists"}},
-            "data": {}
-        }),
-    ]);
-    let kube_dns = facts(&fake, "shop.example.com", "198.51.100.10").await;
-    assert!(
-        kube_dns.gaps.iter().all(|gap| gap.contains("/version")),
-        "{:?}",
-        kube_dns.gaps
-    );
+        {
+            let mut kube_dns = config_map("kube-system", "kube-dns", json!({}));
+            kube_dns["metadata"]["labels"] =
+                json!({"addonmanager.kubernetes.io/mode": "EnsureExists"});
+            kube_dns
+        },
+    ])
+    .await;
+    let kube_dns = shop_facts(&fake).await;
+    assert_only_the_version_gap(&kube_dns.gaps);
     assert_eq!(
         kube_dns.dns.uneditable,
         Some(verdict::UneditableDns::KubeDns)
     );
-    let verdict = verdict::diagnose(
-        &signature(),
-        &ClusterView::Checked(Box::new(kube_dns)),
-        Vantage::Pod,
-    );
+    let verdict = from_a_pod(kube_dns);
     let hairpin_fix = verdict.fixes.last().unwrap();
     assert!(hairpin_fix.contains("kube-dns"), "{hairpin_fix}");
     assert!(hairpin_fix.contains("stubDomains"), "{hairpin_fix}");
@@ -626,13 +627,11 @@ async fn dns_that_hairpin_cannot_edit_is_recognised_and_named() {
     assert!(!hairpin_fix.contains("helm install"), "{hairpin_fix}");
 
     // A CoreDNS ConfigMap an add-on manager reconciles: hairpin's edit would be reverted.
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
-        coredns(json!({"addonmanager.kubernetes.io/mode": "Reconcile"})),
-    ]);
-    let reconciled = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let fake = shop_cluster([coredns(
+        json!({"addonmanager.kubernetes.io/mode": "Reconcile"}),
+    )])
+    .await;
+    let reconciled = shop_facts(&fake).await;
     assert_eq!(
         reconciled.dns.uneditable,
         Some(verdict::UneditableDns::ReconciledCoreDns {
@@ -640,41 +639,27 @@ async fn dns_that_hairpin_cannot_edit_is_recognised_and_named() {
             label: "addonmanager.kubernetes.io/mode=Reconcile".into(),
         })
     );
-    let verdict = verdict::diagnose(
-        &signature(),
-        &ClusterView::Checked(Box::new(reconciled)),
-        Vantage::Pod,
-    );
+    let verdict = from_a_pod(reconciled);
     let cause = verdict.cause.unwrap();
     assert!(cause.contains("reverts every edit"), "{cause}");
     assert!(!cause.contains("stubDomains"), "{cause}");
 
     // `EnsureExists` only creates it: edits stay, hairpin can write.
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
-        coredns(json!({"addonmanager.kubernetes.io/mode": "EnsureExists"})),
-    ]);
-    let editable = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let fake = shop_cluster([coredns(
+        json!({"addonmanager.kubernetes.io/mode": "EnsureExists"}),
+    )])
+    .await;
+    let editable = shop_facts(&fake).await;
     assert_eq!(editable.dns.uneditable, None);
 
     // No cluster DNS configuration at all (Cloud DNS for GKE): the external-dns mode is named.
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
-    ]);
-    let cloud_dns = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let fake = shop_cluster([]).await;
+    let cloud_dns = shop_facts(&fake).await;
     assert_eq!(
         cloud_dns.dns.uneditable,
         Some(verdict::UneditableDns::NoDnsConfig)
     );
-    let verdict = verdict::diagnose(
-        &signature(),
-        &ClusterView::Checked(Box::new(cloud_dns)),
-        Vantage::Pod,
-    );
+    let verdict = from_a_pod(cloud_dns);
     let hairpin_fix = verdict.fixes.last().unwrap();
     assert!(
         hairpin_fix.contains("--dns-mode external-dns"),
@@ -713,17 +698,13 @@ async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label
     let labels =
         json!({"f:labels": {".": {}, "f:eks.amazonaws.com/component": {}, "f:k8s-app": {}}});
     // The add-on: EKS applied the ConfigMap server-side, its Corefile included.
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
-        eks_coredns(json!([managed_fields_entry(
-            "eks",
-            "Apply",
-            json!({"f:data": {".": {}, "f:Corefile": {}}, "f:metadata": labels}),
-        )])),
-    ]);
-    let add_on = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let fake = shop_cluster([eks_coredns(json!([managed_fields_entry(
+        "eks",
+        "Apply",
+        json!({"f:data": {".": {}, "f:Corefile": {}}, "f:metadata": labels}),
+    )]))])
+    .await;
+    let add_on = shop_facts(&fake).await;
     assert_eq!(
         add_on.dns.eks_add_on,
         Some(verdict::EksAddOn {
@@ -735,11 +716,7 @@ async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label
     );
     // hairpin can still write there: it is a warning about add-on updates, not a refusal.
     assert_eq!(add_on.dns.uneditable, None);
-    let verdict = verdict::diagnose(
-        &signature(),
-        &ClusterView::Checked(Box::new(add_on)),
-        Vantage::Pod,
-    );
+    let verdict = from_a_pod(add_on);
     let note = verdict
         .notes
         .iter()
@@ -769,23 +746,15 @@ async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label
     );
 
     // A self-managed CoreDNS on EKS carries the same label, edited by kubectl: no finding.
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
-        eks_coredns(json!([managed_fields_entry(
-            "kubectl-client-side-apply",
-            "Update",
-            json!({"f:data": {".": {}, "f:Corefile": {}}, "f:metadata": labels}),
-        )])),
-    ]);
-    let self_managed = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let fake = shop_cluster([eks_coredns(json!([managed_fields_entry(
+        "kubectl-client-side-apply",
+        "Update",
+        json!({"f:data": {".": {}, "f:Corefile": {}}, "f:metadata": labels}),
+    )]))])
+    .await;
+    let self_managed = shop_facts(&fake).await;
     assert_eq!(self_managed.dns.eks_add_on, None);
-    let verdict = verdict::diagnose(
-        &signature(),
-        &ClusterView::Checked(Box::new(self_managed)),
-        Vantage::Pod,
-    );
+    let verdict = from_a_pod(self_managed);
     assert!(
         verdict.notes.iter().all(|note| !note.contains("EKS")),
         "{:?}",
@@ -794,20 +763,16 @@ async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label
 
     // After an edit by another writer, `eks` owns the labels only: the ConfigMap is still the
     // add-on's, and an update with OVERWRITE takes the Corefile back.
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
-        eks_coredns(json!([
-            managed_fields_entry("eks", "Apply", json!({"f:metadata": labels})),
-            managed_fields_entry(
-                "kubectl-edit",
-                "Update",
-                json!({"f:data": {".": {}, "f:Corefile": {}}}),
-            ),
-        ])),
-    ]);
-    let labels_only = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let fake = shop_cluster([eks_coredns(json!([
+        managed_fields_entry("eks", "Apply", json!({"f:metadata": labels})),
+        managed_fields_entry(
+            "kubectl-edit",
+            "Update",
+            json!({"f:data": {".": {}, "f:Corefile": {}}}),
+        ),
+    ]))])
+    .await;
+    let labels_only = shop_facts(&fake).await;
     let eks = labels_only.dns.eks_add_on.expect("still the add-on's");
     assert!(!eks.eks_owns_key);
     assert_eq!(eks.other_owners, vec!["kubectl-edit"]);
@@ -825,17 +790,15 @@ async fn the_eks_coredns_add_on_is_recognised_by_its_field_manager_not_its_label
 async fn the_eks_add_on_is_still_recognised_after_hairpin_wrote_the_corefile() {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Api, PostParams};
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
+    let fake = shop_cluster([
         eks_coredns(json!([managed_fields_entry(
             "eks",
             "Apply",
             json!({"f:data": {".": {}, "f:Corefile": {}},
                    "f:metadata": {"f:labels": {".": {}, "f:eks.amazonaws.com/component": {}, "f:k8s-app": {}}}}),
         )])),
-    ]);
+    ])
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let options = options_for(&fake, &dir).await;
     let client = cluster::client(&options).await.unwrap();
@@ -854,7 +817,7 @@ async fn the_eks_add_on_is_still_recognised_after_hairpin_wrote_the_corefile() {
     };
     api.replace("coredns", &params, &coredns).await.unwrap();
 
-    let written = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let written = shop_facts(&fake).await;
     let eks = written.dns.eks_add_on.expect("still the add-on's");
     assert!(!eks.eks_owns_key, "{eks:?}");
     assert_eq!(eks.other_owners, vec!["hairpin"]);
@@ -873,18 +836,7 @@ async fn hostnames_of_crd_sources_and_older_tls_routes_find_their_load_balancer(
         "IngressRoute",
         true,
     ));
-    for (version, plural, kind) in [
-        ("v1", "gateways", "Gateway"),
-        ("v1alpha2", "tlsroutes", "TLSRoute"),
-    ] {
-        fake.register(ResourceType::new(
-            "gateway.networking.k8s.io",
-            version,
-            plural,
-            kind,
-            true,
-        ));
-    }
+    fake.install_gateway_api_kinds(&[("Gateway", "v1"), ("TLSRoute", "v1alpha2")]);
     let mut traefik = lb_service(
         "traefik",
         json!({"hairpin.io/proxy-protocol": "v2"}),
@@ -917,28 +869,14 @@ async fn hostnames_of_crd_sources_and_older_tls_routes_find_their_load_balancer(
                      "rules": [{"backendRefs": [{"name": "db", "port": 5432}]}]}
         }),
     ]);
-    let dir = tempfile::tempdir().unwrap();
-    let options = options_for(&fake, &dir).await;
-    let client = cluster::client(&options).await.unwrap();
-    let read = cluster::read(&client, &options).await.unwrap();
+    let planned = Planned::of(&fake).await;
     // Istio and Contour are not installed, nor TLSRoute v1: absent, not gaps.
-    assert!(
-        read.gaps.iter().all(|gap| gap.contains("/version")),
-        "{:?}",
-        read.gaps
-    );
-    let plan = cluster::plan(&read, &options.planner);
+    assert_only_the_version_gap(&planned.read.gaps);
     assert_eq!(
-        cluster::planned_hostnames(&plan),
-        vec!["shop.example.com", "tls.example.com"]
+        cluster::planned_hostnames(&planned.plan),
+        vec![SHOP, "tls.example.com"]
     );
-    let shop = cluster::facts_for(
-        &read,
-        &plan,
-        &options.planner,
-        "shop.example.com",
-        &["198.51.100.20".parse().unwrap()],
-    );
+    let shop = planned.facts(SHOP, "198.51.100.20");
     let lb = shop.load_balancer.expect("Traefik's load balancer");
     assert_eq!(lb.service, "ingress-nginx/traefik");
     assert!(lb.needs_hairpin);
@@ -951,17 +889,15 @@ async fn hostnames_of_crd_sources_and_older_tls_routes_find_their_load_balancer(
 
 #[tokio::test]
 async fn node_local_dns_is_looked_for_in_its_own_namespace() {
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
+    let fake = shop_cluster([
         coredns(json!({})),
-        json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "node-local-dns", "namespace": "dns-cache"},
-            "data": {"Corefile": ".:53 {\n    forward . /etc/resolv.conf\n}\n"}
-        }),
-    ]);
+        config_map(
+            "dns-cache",
+            "node-local-dns",
+            json!({"Corefile": ".:53 {\n    forward . /etc/resolv.conf\n}\n"}),
+        ),
+    ])
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let mut options = options_for(&fake, &dir).await;
     let client = cluster::client(&options).await.unwrap();
@@ -1062,37 +998,27 @@ async fn the_doctor_reads_kube_system_by_name_with_the_charts_grants_only() {
         "    reload\n",
         "    reload\n    # BEGIN hairpin (managed)\n    rewrite name exact shop.example.com hairpin-ingress-nginx-do-lb.hairpin.svc.cluster.local\n    # END hairpin\n",
     );
-    fake.apply_many(
+    fake.apply_many(shop_objects(
         [
-            do_lb("198.51.100.10"),
-            ingress("shop", "shop.example.com", "198.51.100.10"),
-            json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "coredns", "namespace": "kube-system"},
-                "data": {"Corefile": written}
-            }),
-            json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "nodelocaldns", "namespace": "kube-system"},
-                "data": {"Corefile": ".:53 {\n    forward . /etc/resolv.conf\n}\n"}
-            }),
+            config_map("kube-system", "coredns", json!({"Corefile": written})),
+            config_map(
+                "kube-system",
+                "nodelocaldns",
+                json!({"Corefile": ".:53 {\n    forward . /etc/resolv.conf\n}\n"}),
+            ),
             // Not named by any grant: never read, and its list is what was forbidden.
-            json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
-                "data": {}
-            }),
+            config_map(
+                "kube-system",
+                "extension-apiserver-authentication",
+                json!({}),
+            ),
         ]
         .into_iter()
         .chain(cilium("v1.17.2", "true")),
-    );
+    ));
     fake.authorize_only(chart_grants(&CHART_COREDNS_CONFIG_MAPS));
-    let shop = facts(&fake, "shop.example.com", "198.51.100.10").await;
-    assert!(
-        shop.gaps.iter().all(|gap| gap.contains("/version")),
-        "{:?}",
-        shop.gaps
-    );
+    let shop = shop_facts(&fake).await;
+    assert_only_the_version_gap(&shop.gaps);
     assert!(shop.dns.coredns_found && shop.dns.markers_present && shop.dns.host_in_block);
     assert_eq!(shop.dns.reload_plugin, Some(true));
     assert!(shop.dns.node_local_dns, "kubespray's nodelocaldns is found");
@@ -1119,23 +1045,10 @@ async fn the_doctor_reads_kube_system_by_name_with_the_charts_grants_only() {
 
     // GKE's kube-dns under the same grants: still named (its ConfigMap is read once, as a
     // CoreDNS candidate).
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
-        json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "kube-dns", "namespace": "kube-system"},
-            "data": {}
-        }),
-    ]);
+    let fake = shop_cluster([config_map("kube-system", "kube-dns", json!({}))]).await;
     fake.authorize_only(chart_grants(&CHART_COREDNS_CONFIG_MAPS));
-    let kube_dns = facts(&fake, "shop.example.com", "198.51.100.10").await;
-    assert!(
-        kube_dns.gaps.iter().all(|gap| gap.contains("/version")),
-        "{:?}",
-        kube_dns.gaps
-    );
+    let kube_dns = shop_facts(&fake).await;
+    assert_only_the_version_gap(&kube_dns.gaps);
     assert_eq!(
         kube_dns.dns.uneditable,
         Some(verdict::UneditableDns::KubeDns)
@@ -1144,14 +1057,9 @@ async fn the_doctor_reads_kube_system_by_name_with_the_charts_grants_only() {
 
     // A CoreDNS ConfigMap the grants do not name: a gap with the apiserver's words, and its
     // absence is not taken for Cloud DNS.
-    let fake = FakeApiServer::start().await;
-    fake.apply_many([
-        do_lb("198.51.100.10"),
-        ingress("shop", "shop.example.com", "198.51.100.10"),
-        coredns(json!({})),
-    ]);
+    let fake = shop_cluster([coredns(json!({}))]).await;
     fake.authorize_only(chart_grants(&["coredns-custom"]));
-    let unread = facts(&fake, "shop.example.com", "198.51.100.10").await;
+    let unread = shop_facts(&fake).await;
     assert!(
         unread.gaps.iter().any(|gap| gap
             == "ConfigMap kube-system/coredns: forbidden (configmaps \"coredns\" is forbidden: \

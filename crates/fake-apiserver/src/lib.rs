@@ -172,16 +172,32 @@ impl FakeApiServer {
 
     /// Registers the Gateway API kinds hairpin reads (as if the CRDs were installed).
     pub fn install_gateway_api(&self) {
+        self.install_gateway_api_kinds(&[
+            ("Gateway", "v1"),
+            ("HTTPRoute", "v1"),
+            ("GRPCRoute", "v1"),
+            ("TLSRoute", "v1"),
+        ]);
+    }
+
+    /// Registers these Gateway API kinds, each at its version only, as an older Gateway API
+    /// release installs them (e.g. `("TLSRoute", "v1alpha2")`).
+    ///
+    /// # Panics
+    /// On a kind that is not `Gateway`, `HTTPRoute`, `GRPCRoute` or `TLSRoute`.
+    pub fn install_gateway_api_kinds(&self, kinds: &[(&str, &str)]) {
         let mut state = self.shared.lock();
-        for (plural, kind) in [
-            ("gateways", "Gateway"),
-            ("httproutes", "HTTPRoute"),
-            ("grpcroutes", "GRPCRoute"),
-            ("tlsroutes", "TLSRoute"),
-        ] {
+        for &(kind, version) in kinds {
+            let plural = match kind {
+                "Gateway" => "gateways",
+                "HTTPRoute" => "httproutes",
+                "GRPCRoute" => "grpcroutes",
+                "TLSRoute" => "tlsroutes",
+                other => panic!("{other} is not a Gateway API kind hairpin reads"),
+            };
             state.register(ResourceType::new(
                 "gateway.networking.k8s.io",
-                "v1",
+                version,
                 plural,
                 kind,
                 true,

@@ -10,7 +10,7 @@ use hairpin_planner::{
     ClusterSnapshot, DnsMode, ObjectRef, PlannerConfig, ProxyHeader, SkipReason,
     cluster_dns_service, corefile, desired, render,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 use support::{KUBEADM_COREFILE, coredns, fixture, ingress, lb_service, proxied_lb};
@@ -1004,6 +1004,11 @@ fn a_load_balancer_whose_proxy_ports_get_no_listener_is_not_planned() {
 }
 
 /// `svc` with UDP ports added (`(name, port)`), as a QUIC or DNS load balancer has them.
+/// The ports of a Service built with a spec and ports.
+fn ports_mut(svc: &mut Service) -> &mut Vec<ServicePort> {
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()
+}
+
 fn with_udp(mut svc: Service, ports: &[(&str, i32)]) -> Service {
     let spec_ports = svc.spec.as_mut().unwrap().ports.as_mut().unwrap();
     for (name, port) in ports {
@@ -1071,17 +1076,10 @@ fn several_non_tcp_ports_are_named_in_one_warning() {
     let mut snapshot = scaleway_mixed();
     let svc = with_udp(snapshot.services.remove(0), &[("dns", 53), ("http3", 443)]);
     snapshot.services.push(svc);
-    snapshot.services[0]
-        .spec
-        .as_mut()
-        .unwrap()
-        .ports
-        .as_mut()
-        .unwrap()
-        .push(
-            serde_json::from_value(json!({ "port": 3868, "protocol": "SCTP", "targetPort": 3868 }))
-                .unwrap(),
-        );
+    ports_mut(&mut snapshot.services[0]).push(
+        serde_json::from_value(json!({ "port": 3868, "protocol": "SCTP", "targetPort": 3868 }))
+            .unwrap(),
+    );
     let plan = desired(&snapshot, &PlannerConfig::default());
     assert_eq!(plan.warnings.len(), 1, "{:#?}", plan.warnings);
     let message = &plan.warnings[0].message;
@@ -1171,13 +1169,14 @@ fn coredns_blocks(plan: &hairpin_planner::Plan) -> Vec<String> {
     inserts.iter().map(|i| i.server.keys.clone()).collect()
 }
 
-#[test]
-fn the_rules_go_to_the_port_the_cluster_dns_service_targets() {
-    // CoreDNS serves the cluster on :53 and on :5353; the kube-dns Service sends pods'
-    // queries to 5353, so only the :5353 block ever sees them.
+/// `shop.example.com` on a PROXY load balancer, CoreDNS serving the cluster on :53 and on
+/// :5353, and `dns_services` (the cluster DNS Service, or none).
+fn cluster_dns_on_two_ports(dns_services: Vec<Service>) -> ClusterSnapshot {
     let both = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n.:5353 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
-    let mut snapshot = ClusterSnapshot {
-        services: vec![proxied_lb("ingress", "nginx", "203.0.113.10")],
+    let mut services = vec![proxied_lb("ingress", "nginx", "203.0.113.10")];
+    services.extend(dns_services);
+    ClusterSnapshot {
+        services,
         ingresses: vec![ingress(
             "shop",
             "web",
@@ -1188,7 +1187,14 @@ fn the_rules_go_to_the_port_the_cluster_dns_service_targets() {
         )],
         config_maps: vec![coredns(both)],
         ..ClusterSnapshot::default()
-    };
+    }
+}
+
+#[test]
+fn the_rules_go_to_the_port_the_cluster_dns_service_targets() {
+    // CoreDNS serves the cluster on :53 and on :5353; the kube-dns Service sends pods'
+    // queries to 5353, so only the :5353 block ever sees them.
+    let mut snapshot = cluster_dns_on_two_ports(Vec::new());
     let config = PlannerConfig::default();
     // Without the Service: 53, served, is assumed.
     assert_eq!(coredns_blocks(&desired(&snapshot, &config)), [".:53"]);
@@ -1421,14 +1427,7 @@ fn the_cluster_dns_service_is_found_whatever_its_installer_named_it() {
         Some("kube-dns")
     );
     let mut metrics = dns_service("coredns-metrics", json!({"k8s-app": "kube-dns"}));
-    metrics
-        .spec
-        .as_mut()
-        .unwrap()
-        .ports
-        .as_mut()
-        .unwrap()
-        .retain(|p| p.port != 53);
+    ports_mut(&mut metrics).retain(|p| p.port != 53);
     let mut elsewhere = chart;
     elsewhere.metadata.namespace = Some("dns".into());
     assert_eq!(name(&with(vec![metrics, elsewhere])), None);
@@ -1436,23 +1435,10 @@ fn the_cluster_dns_service_is_found_whatever_its_installer_named_it() {
 
 #[test]
 fn the_rules_go_to_the_port_rke2s_cluster_dns_service_targets() {
-    let both = ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n.:5353 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
-    let snapshot = ClusterSnapshot {
-        services: vec![
-            proxied_lb("ingress", "nginx", "203.0.113.10"),
-            dns_service("rke2-coredns-rke2-coredns", json!({"k8s-app": "kube-dns"})),
-        ],
-        ingresses: vec![ingress(
-            "shop",
-            "web",
-            None,
-            &["shop.example.com"],
-            &[],
-            Some("203.0.113.10"),
-        )],
-        config_maps: vec![coredns(both)],
-        ..ClusterSnapshot::default()
-    };
+    let snapshot = cluster_dns_on_two_ports(vec![dns_service(
+        "rke2-coredns-rke2-coredns",
+        json!({"k8s-app": "kube-dns"}),
+    )]);
     let plan = desired(&snapshot, &PlannerConfig::default());
     assert_eq!(coredns_blocks(&plan), [".:5353"]);
 }
