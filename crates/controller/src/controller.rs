@@ -193,6 +193,23 @@ pub async fn run(
     }
 }
 
+/// One of hairpin's own ConfigMap keys (the proxies' routes, the node agents' hosts), for
+/// [`Reconciler::write_own_key`].
+struct OwnKey {
+    namespace: String,
+    name: String,
+    key: String,
+    /// Who reads it, in the fight Event.
+    read_by: &'static str,
+}
+
+impl OwnKey {
+    /// `namespace/name/key`, its fight target (as [`hairpin_planner::DnsWrite::target`]).
+    fn target(&self) -> String {
+        format!("{}/{}/{}", self.namespace, self.name, self.key)
+    }
+}
+
 /// The sooner of two optional instants.
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
@@ -303,24 +320,100 @@ impl Reconciler {
         let services_requeue = self.report_reverts("Service", &changes).await;
 
         let planner = &self.config.planner;
-        if let Some(edit) = routes_edit(plan, snapshot, planner)
-            && let KeyOutcome::Written { .. } = write_key(&self.client, &edit).await?
-        {
-            self.count_writes(1);
-            tracing::info!(routes = plan.routes.len(), "proxy routes published");
-        }
+        let routes = OwnKey {
+            namespace: planner.namespace.clone(),
+            name: planner.routes_config_map.clone(),
+            key: planner.routes_key.clone(),
+            read_by: "the hairpin proxies' route table",
+        };
+        let routes_requeue = self
+            .write_own_key(&routes, routes_edit(plan, snapshot, planner))
+            .await?;
 
         // The node agents' hosts block: each agent watches only this object, never the
         // cluster's Ingresses and routes.
-        if let Some(edit) = hosts_edit(plan, snapshot, planner)
-            && let KeyOutcome::Written { .. } = write_key(&self.client, &edit).await?
-        {
-            self.count_writes(1);
-            tracing::info!("node agents' hosts block published");
-        }
+        let planner = &self.config.planner;
+        let hosts = OwnKey {
+            namespace: planner.namespace.clone(),
+            name: planner.hosts_config_map.clone(),
+            key: planner.hosts_key.clone(),
+            read_by: "the node agents' hosts block",
+        };
+        let hosts_requeue = self
+            .write_own_key(&hosts, hosts_edit(plan, snapshot, planner))
+            .await?;
+        let fight = [&routes, &hosts]
+            .iter()
+            .any(|own| self.fights.in_fight(&own.target()));
+        self.metrics.config_map_fight.set(i64::from(fight));
 
         let dns_requeue = self.apply_dns(plan, snapshot).await?;
-        Ok(earliest(services_requeue, dns_requeue))
+        Ok(
+            [services_requeue, routes_requeue, hosts_requeue, dns_requeue]
+                .into_iter()
+                .fold(None, earliest),
+        )
+    }
+
+    /// One of hairpin's own ConfigMap keys: written when the cached copy differs from the plan
+    /// (`edit`), and guarded against a write fight like the DNS keys: another writer that
+    /// keeps changing (or deleting) it is restored `--fight-threshold` times within
+    /// `--fight-window`, then left alone for the backoff, with one Warning Event on the
+    /// ConfigMap naming it. Returns when a backed-off write may be tried again.
+    async fn write_own_key(
+        &mut self,
+        own: &OwnKey,
+        edit: Option<KeyEdit>,
+    ) -> Result<Option<Instant>, Error> {
+        let target = own.target();
+        let config_map = format!("{}/{}", own.namespace, own.name);
+        let Some(edit) = edit else {
+            if self.fights.held(&target, Instant::now()) {
+                tracing::info!(configmap = %config_map, "our ConfigMap has held for a whole window; the write fight is over");
+            }
+            return Ok(None);
+        };
+        if let Decision::BackedOff(until) = self.fights.decide(&target, Instant::now()) {
+            tracing::debug!(configmap = %config_map, "write backed off (write fight)");
+            return Ok(Some(until));
+        }
+        let KeyOutcome::Written {
+            after,
+            managed_fields,
+            ..
+        } = write_key(&self.client, &edit).await?
+        else {
+            return Ok(None);
+        };
+        self.count_writes(1);
+        tracing::info!(configmap = %config_map, "{} published", own.read_by);
+        let writer = last_writer(&managed_fields);
+        match self.fights.written(&target, after, Instant::now()) {
+            Observation::Normal => Ok(None),
+            Observation::Reverted { .. } => {
+                self.metrics.config_map_reverts.inc();
+                tracing::warn!(configmap = %config_map, writer = ?writer, "{} changed {}; restored it", other_writer(writer.as_deref()), own.read_by);
+                Ok(None)
+            }
+            Observation::Fight { count, backoff } => {
+                self.metrics.config_map_reverts.inc();
+                let note = format!(
+                    "{} changed hairpin's ConfigMap {config_map} (key {}, {}) {count} times within {:?}; hairpin restored it each time and now leaves it for {backoff:?} (doubling while this goes on), so what reads it gets the other writer's version meanwhile. Exclude hairpin's objects (label {}={}) from that writer.",
+                    other_writer(writer.as_deref()),
+                    own.key,
+                    own.read_by,
+                    self.config.fight.window,
+                    crate::MANAGED_BY_LABEL,
+                    crate::MANAGED_BY_VALUE,
+                );
+                tracing::warn!(configmap = %config_map, writer = ?writer, reverts = count, backoff = ?backoff, "write fight over one of hairpin's ConfigMaps; backing off");
+                let regarding = object_ref("ConfigMap", &own.namespace, &own.name, None);
+                self.events
+                    .publish(&regarding, true, reason::CONFIG_MAP_FIGHT, note)
+                    .await;
+                Ok(Some(Instant::now() + backoff))
+            }
+        }
     }
 
     /// Reports hairpin's objects of `kind` that someone else changed (a log line per

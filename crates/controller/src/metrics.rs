@@ -44,6 +44,11 @@ pub struct Metrics {
     pub service_reverts: Counter,
     /// 1 while writes to one of hairpin's Services are backed off (a write fight), else 0.
     pub service_fight: Gauge,
+    /// Times another writer was found to have changed or deleted hairpin's routes or hosts
+    /// ConfigMap.
+    pub config_map_reverts: Counter,
+    /// 1 while writes to hairpin's routes or hosts ConfigMap are backed off, else 0.
+    pub config_map_fight: Gauge,
     /// Writes made to the cluster (creates, updates, deletes).
     pub writes: Counter,
     /// 1 while this instance holds the leader Lease.
@@ -77,6 +82,8 @@ impl Metrics {
             dns_fight: Gauge::default(),
             service_reverts: Counter::default(),
             service_fight: Gauge::default(),
+            config_map_reverts: Counter::default(),
+            config_map_fight: Gauge::default(),
             writes: Counter::default(),
             leader: Gauge::default(),
             hostnames_refused: Family::default(),
@@ -135,6 +142,16 @@ impl Metrics {
             "service_fight",
             "1 while writes to one of hairpin's Services are backed off because another writer keeps changing it",
             metrics.service_fight.clone(),
+        );
+        sub.register(
+            "config_map_reverts",
+            "Times another writer changed or deleted hairpin's routes or hosts ConfigMap",
+            metrics.config_map_reverts.clone(),
+        );
+        sub.register(
+            "config_map_fight",
+            "1 while writes to hairpin's routes or hosts ConfigMap are backed off because another writer keeps changing it",
+            metrics.config_map_fight.clone(),
         );
         sub.register(
             "writes",

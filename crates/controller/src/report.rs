@@ -22,6 +22,8 @@ pub mod reason {
     pub const DNS_FIGHT: &str = "DNSWriteReverted";
     /// Another writer keeps changing (or deleting) one of hairpin's Services.
     pub const SERVICE_FIGHT: &str = "ServiceWriteReverted";
+    /// Another writer keeps changing (or deleting) hairpin's routes or hosts ConfigMap.
+    pub const CONFIG_MAP_FIGHT: &str = "ConfigMapWriteReverted";
     /// The CoreDNS change was written.
     pub const DNS_UPDATED: &str = "DNSUpdated";
     /// A hostname an object asked for was refused by the admission policy.

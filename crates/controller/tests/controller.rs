@@ -1783,3 +1783,120 @@ async fn another_writer_that_keeps_changing_a_hairpin_service_is_backed_off_and_
     assert!(restored.is_some());
     running.stop().await;
 }
+
+/// Once hairpin's ConfigMap `name` holds `settled` in `key` (its final value for the seed),
+/// another writer (field manager `gitops-bot`) keeps setting that key to its own value, until hairpin reports the fight and 1.5 s longer (within the 5 s
+/// backoff): hairpin restores it at most `--fight-threshold` times, names the writer in one
+/// Warning Event, and writes its value again once the backoff ends.
+async fn another_writer_keeps_changing_config_map(name: &str, key: &str, settled: &str) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let mut cfg = config("pod-a", false);
+    cfg.fight = FightParams {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        initial_backoff: Duration::from_secs(5),
+        max_backoff: Duration::from_secs(60),
+    };
+    let running = start(&fake, cfg);
+    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    let ours = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            f.get("v1", "ConfigMap", Some("hairpin"), name)
+                .and_then(|cm| cm["data"][key].as_str().map(|v| v.contains(settled)))
+                == Some(true)
+        })
+        .await;
+    assert!(ours.is_some(), "{name} published");
+    let published =
+        fake.get("v1", "ConfigMap", Some("hairpin"), name).unwrap()["data"][key].clone();
+    let hairpin_writes = |f: &FakeApiServer| {
+        f.requests()
+            .iter()
+            .filter(|r| {
+                r.method == "PUT"
+                    && r.status < 300
+                    && r.uri.contains(&format!("/configmaps/{name}?"))
+                    && r.uri.contains("fieldManager=hairpin")
+            })
+            .count()
+    };
+    let before = hairpin_writes(&fake);
+
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "hairpin");
+    let theirs = PostParams {
+        field_manager: Some("gitops-bot".into()),
+        ..PostParams::default()
+    };
+    let hijacked = "[{\"theirs\": true}]".to_owned();
+    let mut adversary_writes = 0;
+    let give_up = Instant::now() + Duration::from_secs(20);
+    let mut until = give_up;
+    while Instant::now() < until {
+        if until == give_up && !events(&fake, "ConfigMapWriteReverted").is_empty() {
+            until = Instant::now() + Duration::from_millis(1500);
+        }
+        let mut cm = api.get(name).await.unwrap();
+        let data = cm.data.get_or_insert_with(Default::default);
+        if data.get(key) != Some(&hijacked) {
+            data.insert(key.to_owned(), hijacked.clone());
+            if api.replace(name, &theirs, &cm).await.is_ok() {
+                adversary_writes += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let restores = hairpin_writes(&fake) - before;
+    println!(
+        "{name}: the other writer wrote {adversary_writes} times; hairpin restored {restores} times"
+    );
+    // Before the guard hairpin restored the key after every one of those writes. Reverts 1
+    // and 2 are restored at once; the 3rd starts the 5 s backoff, so the other writer's last
+    // change stands.
+    assert_eq!(restores, 3, "hairpin's writes are bounded by the backoff");
+    assert_eq!(adversary_writes, 4, "the other writer's last change stands");
+    let fights = events(&fake, "ConfigMapWriteReverted");
+    assert_eq!(fights.len(), 1, "{fights:?}");
+    assert_eq!(fights[0]["type"], "Warning");
+    assert_eq!(fights[0]["regarding"]["kind"], "ConfigMap");
+    assert_eq!(fights[0]["regarding"]["name"], name);
+    let note = fights[0]["note"].as_str().unwrap();
+    assert!(
+        note.starts_with(
+            "another writer (field manager \"gitops-bot\") changed hairpin's ConfigMap"
+        ),
+        "names the other writer: {note}"
+    );
+    assert!(note.contains(&format!("key {key}")), "{note}");
+    assert_eq!(running.metrics.config_map_reverts.get(), 3);
+    assert_eq!(running.metrics.config_map_fight.get(), 1);
+
+    // Once the backoff ends, hairpin's value is back.
+    let restored = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            f.get("v1", "ConfigMap", Some("hairpin"), name)
+                .is_some_and(|cm| cm["data"][key] == published)
+        })
+        .await;
+    assert!(restored.is_some(), "restored after the backoff");
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn another_writer_that_keeps_changing_the_routes_config_map_is_backed_off_and_named() {
+    another_writer_keeps_changing_config_map("hairpin-routes", "routes.json", "203.0.113.10").await;
+}
+
+#[tokio::test]
+async fn another_writer_that_keeps_changing_the_hosts_config_map_is_backed_off_and_named() {
+    // The hosts block is published empty first, then with the hairpin Service's ClusterIP.
+    another_writer_keeps_changing_config_map(
+        "hairpin-hosts",
+        hairpin_planner::hosts::HOSTS_KEY,
+        "shop.example.com",
+    )
+    .await;
+}
