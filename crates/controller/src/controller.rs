@@ -152,6 +152,7 @@ pub async fn run(
         fights: Fights::new(config.fight.clone()),
         refused: BTreeSet::new(),
         dns_state: DnsState::NotReached,
+        services_backed_off: BTreeSet::new(),
         dns_endpoint_crd: None,
         crd_missing_logged: false,
         dns_endpoints_cleaned: false,
@@ -244,6 +245,9 @@ struct Reconciler {
     status: StatusWriter,
     /// Where this reconcile left the DNS change, for the Hairpin statuses.
     dns_state: DnsState,
+    /// The hairpin Services this reconcile left as another writer made them (a write fight),
+    /// for the Hairpin statuses.
+    services_backed_off: BTreeSet<String>,
     /// Whether external-dns's `DNSEndpoint` CRD is served (`None`: not in that mode).
     dns_endpoint_crd: Option<bool>,
     /// The missing CRD was logged (once until it appears).
@@ -287,6 +291,7 @@ impl Reconciler {
                 caches.hairpins(),
                 |name| caches.ready_endpoints(name),
                 &self.dns_state,
+                &self.services_backed_off,
             )
             .await;
         let requeue = result?;
@@ -318,6 +323,11 @@ impl Reconciler {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "hairpin Services applied");
         }
         let services_requeue = self.report_reverts("Service", &changes).await;
+        self.services_backed_off = changes
+            .backed_off
+            .iter()
+            .map(|(name, _)| name.clone())
+            .collect();
 
         let planner = &self.config.planner;
         let routes = OwnKey {

@@ -113,7 +113,7 @@ pub struct HairpinStatus {
     /// measured by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub propagation_seconds: Option<f64>,
-    /// `DNSWritten`, `DNSEffective`, `ProxyReady` and `Ready`.
+    /// `ServiceWritten`, `DNSWritten`, `DNSEffective`, `ProxyReady` and `Ready`.
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -145,6 +145,9 @@ pub struct RefusedHostname {
 
 /// Condition types and the `status.dns` words.
 pub mod condition {
+    /// The hairpin Service is as hairpin wrote it (`False`, reason `WriteFight`, while another
+    /// writer keeps changing it and hairpin's writes are backed off).
+    pub const SERVICE_WRITTEN: &str = "ServiceWritten";
     /// The DNS rules for this load balancer are written.
     pub const DNS_WRITTEN: &str = "DNSWritten";
     /// The cluster DNS answers this load balancer's hostnames with the hairpin Service.

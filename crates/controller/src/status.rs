@@ -9,7 +9,7 @@
 //! hairpin get no object; stale ones are deleted (and the ownerReference on the load balancer
 //! Service lets Kubernetes garbage-collect them with it).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -274,6 +274,7 @@ impl StatusWriter {
         hairpins: Option<Vec<Hairpin>>,
         ready: impl Fn(&str) -> i32,
         dns: &DnsState,
+        services_backed_off: &BTreeSet<String>,
     ) -> Result<(), Error> {
         if *dns == DnsState::NotReached {
             return Ok(());
@@ -326,9 +327,11 @@ impl StatusWriter {
                     external.as_ref(),
                 );
             }
-            let ready = ready(lb.service.metadata.name.as_deref().unwrap_or_default());
+            let service_name = lb.service.metadata.name.as_deref().unwrap_or_default();
+            let ready = ready(service_name);
             let probe = Probe {
                 dns,
+                service_fight: services_backed_off.contains(service_name),
                 ready,
                 cluster_ips: &cluster_ips,
                 external: external.as_ref(),
@@ -541,6 +544,7 @@ impl StatusWriter {
     ) {
         let Probe {
             dns,
+            service_fight,
             ready,
             cluster_ips,
             external,
@@ -581,6 +585,24 @@ impl StatusWriter {
                 observed_generation: generation,
                 last_transition_time,
             }
+        };
+        let service_written = if service_fight {
+            cond(
+                condition::SERVICE_WRITTEN,
+                Some(false),
+                "WriteFight",
+                format!(
+                    "another writer keeps changing the hairpin Service {}; hairpin's writes to it are backed off, so it may not lead to the hairpin proxy",
+                    status.service
+                ),
+            )
+        } else {
+            cond(
+                condition::SERVICE_WRITTEN,
+                Some(true),
+                "Written",
+                format!("the hairpin Service {} is as planned", status.service),
+            )
         };
         let where_ = if status.dns_endpoints.is_empty() {
             status.config_maps.join(", ")
@@ -698,7 +720,7 @@ impl StatusWriter {
                 format!("{n} ready endpoint(s)"),
             ),
         };
-        let parts = [&dns_written, &dns_effective, &proxy_ready];
+        let parts = [&service_written, &dns_written, &dns_effective, &proxy_ready];
         // Ready takes the first False part, else the first Unknown one, with its reason.
         let blocking = [("False", Some(false)), ("Unknown", None)]
             .into_iter()
@@ -730,7 +752,13 @@ impl StatusWriter {
             _ => "Refused",
         }
         .into();
-        status.conditions = vec![dns_written, dns_effective, proxy_ready, ready_cond];
+        status.conditions = vec![
+            service_written,
+            dns_written,
+            dns_effective,
+            proxy_ready,
+            ready_cond,
+        ];
     }
 
     /// Creates the object when missing, then patches its status unless nothing changed.
@@ -782,11 +810,13 @@ impl StatusWriter {
     }
 }
 
-/// What the overlay reads besides the plan: the DNS state, the ready endpoints, the hairpin
-/// Service's ClusterIPs and, in external-dns mode, how far external-dns has got.
+/// What the overlay reads besides the plan: the DNS state, a write fight over the hairpin
+/// Service, the ready endpoints, its ClusterIPs and, in external-dns mode, how far external-dns has got.
 #[derive(Clone, Copy)]
 struct Probe<'a> {
     dns: &'a DnsState,
+    /// Writes to the hairpin Service are backed off (a write fight).
+    service_fight: bool,
     ready: i32,
     cluster_ips: &'a [IpAddr],
     external: Option<&'a ExternalDnsProgress>,

@@ -1708,6 +1708,7 @@ async fn another_writer_that_keeps_changing_a_hairpin_service_is_backed_off_and_
     use kube::api::{Api, PostParams};
 
     let fake = FakeApiServer::start().await;
+    fake.install_hairpin_crd();
     seed(&fake);
     let mut cfg = config("pod-a", false);
     cfg.fight = FightParams {
@@ -1773,6 +1774,35 @@ async fn another_writer_that_keeps_changing_a_hairpin_service_is_backed_off_and_
     assert!(running.metrics.service_reverts.get() >= 3);
     assert_eq!(running.metrics.service_fight.get(), 1);
 
+    // While backed off, the load balancer's Hairpin status says why it may not work.
+    let hairpin = |f: &FakeApiServer| {
+        f.get(
+            "hairpin.io/v1alpha1",
+            "Hairpin",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+    };
+    let fight_condition = fake
+        .wait_until(Duration::from_secs(5), |f| {
+            hairpin(f).is_some_and(|h| {
+                let c = support::controller::condition(&h, "ServiceWritten");
+                c["status"] == "False" && c["reason"] == "WriteFight"
+            })
+        })
+        .await;
+    assert!(fight_condition.is_some(), "ServiceWritten=False WriteFight");
+    let h = hairpin(&fake).unwrap();
+    let ready = support::controller::condition(&h, "Ready");
+    assert_eq!(ready["status"], "False", "{h}");
+    assert_eq!(ready["reason"], "WriteFight", "{h}");
+    assert!(
+        ready["message"].as_str().unwrap().starts_with(&format!(
+            "ServiceWritten: another writer keeps changing the hairpin Service hairpin/{name}"
+        )),
+        "{h}"
+    );
+
     // Once the backoff ends, hairpin's selector is back.
     let restored = fake
         .wait_until(Duration::from_secs(10), |f| {
@@ -1781,6 +1811,14 @@ async fn another_writer_that_keeps_changing_a_hairpin_service_is_backed_off_and_
         })
         .await;
     assert!(restored.is_some());
+    let written = fake
+        .wait_until(Duration::from_secs(5), |f| {
+            hairpin(f).is_some_and(|h| {
+                support::controller::condition(&h, "ServiceWritten")["status"] == "True"
+            })
+        })
+        .await;
+    assert!(written.is_some(), "ServiceWritten=True once restored");
     running.stop().await;
 }
 
