@@ -205,6 +205,16 @@ struct OwnKey {
 }
 
 impl OwnKey {
+    /// Key `key` of ConfigMap `name` in hairpin's namespace.
+    fn new(planner: &PlannerConfig, name: &str, key: &str, read_by: &'static str) -> Self {
+        Self {
+            namespace: planner.namespace.clone(),
+            name: name.to_owned(),
+            key: key.to_owned(),
+            read_by,
+        }
+    }
+
     /// `namespace/name/key`, its fight target (as [`hairpin_planner::DnsWrite::target`]).
     fn target(&self) -> String {
         format!("{}/{}/{}", self.namespace, self.name, self.key)
@@ -329,40 +339,39 @@ impl Reconciler {
             .map(|(name, _)| name.clone())
             .collect();
 
+        // The proxies' route table, and the node agents' hosts block (each agent watches only
+        // that object, never the cluster's Ingresses and routes).
         let planner = &self.config.planner;
-        let routes = OwnKey {
-            namespace: planner.namespace.clone(),
-            name: planner.routes_config_map.clone(),
-            key: planner.routes_key.clone(),
-            read_by: "the hairpin proxies' route table",
-        };
-        let routes_requeue = self
-            .write_own_key(&routes, routes_edit(plan, snapshot, planner))
-            .await?;
-
-        // The node agents' hosts block: each agent watches only this object, never the
-        // cluster's Ingresses and routes.
-        let planner = &self.config.planner;
-        let hosts = OwnKey {
-            namespace: planner.namespace.clone(),
-            name: planner.hosts_config_map.clone(),
-            key: planner.hosts_key.clone(),
-            read_by: "the node agents' hosts block",
-        };
-        let hosts_requeue = self
-            .write_own_key(&hosts, hosts_edit(plan, snapshot, planner))
-            .await?;
-        let fight = [&routes, &hosts]
-            .iter()
-            .any(|own| self.fights.in_fight(&own.target()));
+        let own_keys = [
+            (
+                OwnKey::new(
+                    planner,
+                    &planner.routes_config_map,
+                    &planner.routes_key,
+                    "the hairpin proxies' route table",
+                ),
+                routes_edit(plan, snapshot, planner),
+            ),
+            (
+                OwnKey::new(
+                    planner,
+                    &planner.hosts_config_map,
+                    &planner.hosts_key,
+                    "the node agents' hosts block",
+                ),
+                hosts_edit(plan, snapshot, planner),
+            ),
+        ];
+        let mut requeue = services_requeue;
+        let mut fight = false;
+        for (own, edit) in own_keys {
+            requeue = earliest(requeue, self.write_own_key(&own, edit).await?);
+            fight |= self.fights.in_fight(&own.target());
+        }
         self.metrics.config_map_fight.set(i64::from(fight));
 
         let dns_requeue = self.apply_dns(plan, snapshot).await?;
-        Ok(
-            [services_requeue, routes_requeue, hosts_requeue, dns_requeue]
-                .into_iter()
-                .fold(None, earliest),
-        )
+        Ok(earliest(requeue, dns_requeue))
     }
 
     /// One of hairpin's own ConfigMap keys: written when the cached copy differs from the plan

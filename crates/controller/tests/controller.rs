@@ -260,14 +260,62 @@ fn importing_corefile() -> String {
     )
 }
 
-/// Quick write-fight settings: 3 reverts in a minute back off for 30 s.
-fn quick_fight() -> FightParams {
+/// Quick write-fight settings: 3 reverts in a minute back off for `backoff`.
+fn quick_fight(backoff: Duration) -> FightParams {
     FightParams {
         threshold: 3,
         window: Duration::from_secs(60),
-        initial_backoff: Duration::from_secs(30),
+        initial_backoff: backoff,
         max_backoff: Duration::from_secs(60),
     }
+}
+
+/// The seed with the Hairpin CRD, and the controller converged on it, backing off from a write
+/// fight for 5 s.
+async fn start_for_a_write_fight(fake: &FakeApiServer) -> support::controller::Running {
+    fake.install_hairpin_crd();
+    seed(fake);
+    let mut cfg = config("pod-a", false);
+    cfg.fight = quick_fight(Duration::from_secs(5));
+    let running = start(fake, cfg);
+    assert!(converged(fake, &["shop.example.com"]).await.is_some());
+    running
+}
+
+/// hairpin's successful updates (PUT, as field manager `hairpin`) of the objects `path`
+/// (e.g. `/services/<name>?`).
+fn hairpin_updates(fake: &FakeApiServer, path: &str) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|r| {
+            r.method == "PUT"
+                && r.status < 300
+                && r.uri.contains(path)
+                && r.uri.contains("fieldManager=hairpin")
+        })
+        .count()
+}
+
+/// Plays another writer: `hijack` (one attempt, true when it wrote) every 20 ms until an Event
+/// `reason` reports the fight, and 1.5 s longer (within the 5 s backoff). Returns its writes.
+async fn keep_hijacking(
+    fake: &FakeApiServer,
+    reason: &str,
+    mut hijack: impl AsyncFnMut() -> bool,
+) -> usize {
+    let mut writes = 0;
+    let give_up = Instant::now() + Duration::from_secs(20);
+    let mut until = give_up;
+    while Instant::now() < until {
+        if until == give_up && !events(fake, reason).is_empty() {
+            until = Instant::now() + Duration::from_millis(1500);
+        }
+        if hijack().await {
+            writes += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    writes
 }
 
 /// Plays an addon manager in Reconcile mode for `within`, or until `done`: puts `theirs` back
@@ -297,7 +345,7 @@ async fn a_writer_that_keeps_reverting_coredns_is_detected_and_backed_off() {
     seed_with(&fake, &importing);
     let mut cfg = config("pod-a", false);
     cfg.planner.dns_mode = DnsMode::Corefile;
-    cfg.fight = quick_fight();
+    cfg.fight = quick_fight(Duration::from_secs(30));
     let running = start(&fake, cfg);
     assert!(converged(&fake, &["shop.example.com"]).await.is_some());
 
@@ -344,7 +392,7 @@ async fn coredns_fight_note(corefile: &str, theirs: Value) -> String {
     let fake = FakeApiServer::start().await;
     seed_with(&fake, corefile);
     let mut cfg = config("pod-a", false);
-    cfg.fight = quick_fight();
+    cfg.fight = quick_fight(Duration::from_secs(30));
     let running = start(&fake, cfg);
     assert!(converged(&fake, &["shop.example.com"]).await.is_some());
     let reported = |f: &FakeApiServer| !events(f, "DNSWriteReverted").is_empty();
@@ -1708,30 +1756,10 @@ async fn another_writer_that_keeps_changing_a_hairpin_service_is_backed_off_and_
     use kube::api::{Api, PostParams};
 
     let fake = FakeApiServer::start().await;
-    fake.install_hairpin_crd();
-    seed(&fake);
-    let mut cfg = config("pod-a", false);
-    cfg.fight = FightParams {
-        threshold: 3,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_secs(5),
-        max_backoff: Duration::from_secs(60),
-    };
-    let running = start(&fake, cfg);
-    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    let running = start_for_a_write_fight(&fake).await;
     let name = "hairpin-ingress-nginx-ingress-nginx-controller";
-    let hairpin_writes = |f: &FakeApiServer| {
-        f.requests()
-            .iter()
-            .filter(|r| {
-                r.method == "PUT"
-                    && r.status < 300
-                    && r.uri.contains(&format!("/services/{name}?"))
-                    && r.uri.contains("fieldManager=hairpin")
-            })
-            .count()
-    };
-    let before = hairpin_writes(&fake);
+    let path = format!("/services/{name}?");
+    let before = hairpin_updates(&fake, &path);
 
     // Someone keeps pointing hairpin's Service at other pods: until hairpin reports the
     // fight, and 1.5 s longer (within the 5 s backoff).
@@ -1741,24 +1769,17 @@ async fn another_writer_that_keeps_changing_a_hairpin_service_is_backed_off_and_
         ..PostParams::default()
     };
     let stolen = std::collections::BTreeMap::from([("app".to_owned(), "elsewhere".to_owned())]);
-    let mut adversary_writes = 0;
-    let give_up = Instant::now() + Duration::from_secs(20);
-    let mut until = give_up;
-    while Instant::now() < until {
-        if until == give_up && !events(&fake, "ServiceWriteReverted").is_empty() {
-            until = Instant::now() + Duration::from_millis(1500);
-        }
+    let adversary_writes = keep_hijacking(&fake, "ServiceWriteReverted", async || {
         let mut svc = api.get(name).await.unwrap();
         let spec = svc.spec.as_mut().unwrap();
-        if spec.selector.as_ref() != Some(&stolen) {
-            spec.selector = Some(stolen.clone());
-            if api.replace(name, &theirs, &svc).await.is_ok() {
-                adversary_writes += 1;
-            }
+        if spec.selector.as_ref() == Some(&stolen) {
+            return false;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let restores = hairpin_writes(&fake) - before;
+        spec.selector = Some(stolen.clone());
+        api.replace(name, &theirs, &svc).await.is_ok()
+    })
+    .await;
+    let restores = hairpin_updates(&fake, &path) - before;
     println!("the other writer wrote {adversary_writes} times; hairpin restored {restores} times");
     // It writes only while the selector is not its own; without the backoff hairpin restored
     // it after every one of those writes. Reverts 1 and 2 are restored at once; the 3rd
@@ -1823,24 +1844,15 @@ async fn another_writer_that_keeps_changing_a_hairpin_service_is_backed_off_and_
 }
 
 /// Once hairpin's ConfigMap `name` holds `settled` in `key` (its final value for the seed),
-/// another writer (field manager `gitops-bot`) keeps setting that key to its own value, until hairpin reports the fight and 1.5 s longer (within the 5 s
-/// backoff): hairpin restores it at most `--fight-threshold` times, names the writer in one
+/// another writer (field manager `gitops-bot`) keeps setting that key to its own value
+/// ([`keep_hijacking`]): hairpin restores it at most `--fight-threshold` times, names the writer in one
 /// Warning Event, and writes its value again once the backoff ends.
 async fn another_writer_keeps_changing_config_map(name: &str, key: &str, settled: &str) {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Api, PostParams};
 
     let fake = FakeApiServer::start().await;
-    seed(&fake);
-    let mut cfg = config("pod-a", false);
-    cfg.fight = FightParams {
-        threshold: 3,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_secs(5),
-        max_backoff: Duration::from_secs(60),
-    };
-    let running = start(&fake, cfg);
-    assert!(converged(&fake, &["shop.example.com"]).await.is_some());
+    let running = start_for_a_write_fight(&fake).await;
     let ours = fake
         .wait_until(Duration::from_secs(10), |f| {
             f.get("v1", "ConfigMap", Some("hairpin"), name)
@@ -1851,18 +1863,8 @@ async fn another_writer_keeps_changing_config_map(name: &str, key: &str, settled
     assert!(ours.is_some(), "{name} published");
     let published =
         fake.get("v1", "ConfigMap", Some("hairpin"), name).unwrap()["data"][key].clone();
-    let hairpin_writes = |f: &FakeApiServer| {
-        f.requests()
-            .iter()
-            .filter(|r| {
-                r.method == "PUT"
-                    && r.status < 300
-                    && r.uri.contains(&format!("/configmaps/{name}?"))
-                    && r.uri.contains("fieldManager=hairpin")
-            })
-            .count()
-    };
-    let before = hairpin_writes(&fake);
+    let path = format!("/configmaps/{name}?");
+    let before = hairpin_updates(&fake, &path);
 
     let api: Api<ConfigMap> = Api::namespaced(fake.client(), "hairpin");
     let theirs = PostParams {
@@ -1870,24 +1872,17 @@ async fn another_writer_keeps_changing_config_map(name: &str, key: &str, settled
         ..PostParams::default()
     };
     let hijacked = "[{\"theirs\": true}]".to_owned();
-    let mut adversary_writes = 0;
-    let give_up = Instant::now() + Duration::from_secs(20);
-    let mut until = give_up;
-    while Instant::now() < until {
-        if until == give_up && !events(&fake, "ConfigMapWriteReverted").is_empty() {
-            until = Instant::now() + Duration::from_millis(1500);
-        }
+    let adversary_writes = keep_hijacking(&fake, "ConfigMapWriteReverted", async || {
         let mut cm = api.get(name).await.unwrap();
         let data = cm.data.get_or_insert_with(Default::default);
-        if data.get(key) != Some(&hijacked) {
-            data.insert(key.to_owned(), hijacked.clone());
-            if api.replace(name, &theirs, &cm).await.is_ok() {
-                adversary_writes += 1;
-            }
+        if data.get(key) == Some(&hijacked) {
+            return false;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let restores = hairpin_writes(&fake) - before;
+        data.insert(key.to_owned(), hijacked.clone());
+        api.replace(name, &theirs, &cm).await.is_ok()
+    })
+    .await;
+    let restores = hairpin_updates(&fake, &path) - before;
     println!(
         "{name}: the other writer wrote {adversary_writes} times; hairpin restored {restores} times"
     );
