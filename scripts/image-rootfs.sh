@@ -24,7 +24,7 @@ fi
 
 # Static and not position-independent: a static-pie carries a relocation table (1.5 MB here)
 # that an image's binary, never loaded at a random address by a dynamic loader, does not need.
-# (`bench/run.sh --image` builds the same way, to bench what the image ships: keep them in step.)
+# (`bench/run.sh` builds the same way by default, to bench what the image ships: keep them in step.)
 RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
     cargo build --profile image --locked -p hairpin --target "$target"
 bin="$target_dir/$target/image/hairpin"
