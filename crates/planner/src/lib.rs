@@ -8,6 +8,7 @@
 //! - [`providers`]: PROXY protocol from provider annotations and ours.
 //! - [`discovery`]: which load balancers need a hairpin.
 //! - [`name`]: the hostname type and validator every part shares.
+//! - [`escape`]: untrusted strings made safe to print in every output format.
 //! - [`admission`]: which hostnames may be redirected, on whose word.
 //! - [`hostnames`]: the hostnames of each load balancer, and conflicts.
 //! - [`sources`]: hostname sources defined by CRDs (Traefik, Istio, Contour).
@@ -22,6 +23,7 @@ pub mod config;
 pub mod corefile;
 mod desired;
 pub mod discovery;
+pub mod escape;
 pub mod external_dns;
 pub mod hostnames;
 pub mod hosts;
