@@ -1105,7 +1105,11 @@ fn node_local_dns_warning(
                 return;
             }
         };
-        let patterns: Vec<HostPattern> = entries.iter().map(|e| e.name.clone()).collect();
+        let patterns: Vec<HostPattern> = entries
+            .iter()
+            .filter(|e| !e.is_passthrough())
+            .map(|e| e.name.clone())
+            .collect();
         let bypassed: Vec<HostPattern> = corefile::bypassed(&info, &patterns)
             .into_iter()
             .cloned()

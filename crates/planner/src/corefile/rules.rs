@@ -36,7 +36,7 @@
 //! covers it: `a.b.example.com` goes where `*.b.example.com` says, not `*.example.com`.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -157,6 +157,80 @@ impl DnsEntry {
         let target = normalize_target(target)?;
         Ok(DnsEntry { name, target })
     }
+}
+
+impl DnsEntry {
+    /// An exact name that hairpin does NOT redirect, even where a wildcard of some target
+    /// covers it: CoreDNS answers it exactly as it would without hairpin. Rendered only where
+    /// a wildcard in the same block covers it: as an identity rule
+    /// `rewrite stop name exact NAME NAME` before every wildcard rule (rewrite form), and cut
+    /// out of the covering wildcards' patterns (answer form, where `template` offers no way
+    /// to pass a matched name on). Stored as an entry whose target is its own name.
+    ///
+    /// # Errors
+    /// An invalid name, or a wildcard (a pass-through is one exact name).
+    pub fn passthrough(name: &str) -> Result<Self, CorefileError> {
+        match HostPattern::parse(name)? {
+            HostPattern::Exact(n) => Ok(DnsEntry {
+                target: n.clone(),
+                name: HostPattern::Exact(n),
+            }),
+            _ => Err(CorefileError::InvalidHostname {
+                name: name.to_owned(),
+                reason: "a pass-through name must be exact, not a wildcard",
+            }),
+        }
+    }
+
+    /// Whether this entry is a pass-through ([`DnsEntry::passthrough`]).
+    pub fn is_passthrough(&self) -> bool {
+        matches!(&self.name, HostPattern::Exact(n) if *n == self.target)
+    }
+}
+
+/// The entries worth rendering: every redirect, and the pass-throughs that a wildcard among
+/// `entries` covers (the others would change nothing) or that an exact redirect names too
+/// (a conflict, reported as for two targets).
+fn needed<'a>(entries: &[&'a DnsEntry]) -> Vec<&'a DnsEntry> {
+    if !entries.iter().any(|e| e.is_passthrough()) {
+        return entries.to_vec();
+    }
+    let (one, more) = wildcard_suffixes(entries);
+    let redirected: HashSet<&str> = entries
+        .iter()
+        .filter(|e| !e.is_passthrough() && e.name.wildcard_labels().is_none())
+        .map(|e| e.name.name())
+        .collect();
+    entries
+        .iter()
+        .filter(|e| {
+            let name = e.name.name();
+            !e.is_passthrough() || covered(name, &one, &more) || redirected.contains(name)
+        })
+        .copied()
+        .collect()
+}
+
+/// The suffixes of the one-label wildcards and of the suffix-match wildcards of `entries`.
+fn wildcard_suffixes<'a>(entries: &[&'a DnsEntry]) -> (HashSet<&'a str>, HashSet<&'a str>) {
+    let (mut one, mut more) = (HashSet::new(), HashSet::new());
+    for e in entries {
+        match &e.name {
+            HostPattern::Wildcard(s) => one.insert(s.as_str()),
+            HostPattern::WildcardSuffix(s) => more.insert(s.as_str()),
+            HostPattern::Exact(_) => false,
+        };
+    }
+    (one, more)
+}
+
+/// Whether a wildcard with one of these suffixes covers the exact name `name`.
+fn covered(name: &str, one: &HashSet<&str>, more: &HashSet<&str>) -> bool {
+    let mut parents = name.match_indices('.').map(|(i, _)| &name[i + 1..]);
+    parents
+        .next()
+        .is_some_and(|p| one.contains(p) || more.contains(p))
+        || parents.any(|p| more.contains(p))
 }
 
 /// A validated target, in its normal form (the target half of [`DnsEntry::new`]).
@@ -306,9 +380,12 @@ enum Match<'a> {
 /// then one-label wildcards, then suffix wildcards with the longest suffixes first (CoreDNS
 /// applies the first rule, and the first template, that matches). `group_exact` says whether
 /// a target with that many exact names gets grouped regexes instead of one exact match each.
+/// The wildcard patterns leave out `cut`: exact names (heads by wildcard suffix, see
+/// [`cut_heads`]) that no wildcard may match.
 fn ordered_matches<'a>(
     by_target: &ByTarget<'a>,
     group_exact: impl Fn(usize) -> bool,
+    cut: &HashMap<&str, Vec<&str>>,
 ) -> Vec<(Match<'a>, &'a str)> {
     let mut exact = Vec::new();
     let mut wildcards = Vec::new();
@@ -325,7 +402,7 @@ fn ordered_matches<'a>(
             exact.extend(names.exact.iter().map(|n| (Match::Exact(n), *target)));
         }
         wildcards.extend(
-            wildcard_patterns(&names.wildcards)
+            wildcard_patterns(&names.wildcards, cut)
                 .into_iter()
                 .map(|p| (Match::Regex(p), *target)),
         );
@@ -342,7 +419,7 @@ fn ordered_matches<'a>(
     // of labels never cover the same name, so their order is free (here: by target).
     for ((_, target), suffixes) in &suffix_groups {
         wildcards.extend(
-            suffix_patterns(suffixes)
+            suffix_patterns(suffixes, cut)
                 .into_iter()
                 .map(|p| (Match::Regex(p), *target)),
         );
@@ -366,7 +443,7 @@ pub(super) fn render_rules_of(
     entries: &[&DnsEntry],
     style: RuleStyle,
 ) -> Result<Vec<String>, CorefileError> {
-    let by_target = group(entries)?;
+    let by_target = group(&needed(entries))?;
     if style == RuleStyle::ExactOnly
         && let Some(suffix) = by_target
             .values()
@@ -377,7 +454,8 @@ pub(super) fn render_rules_of(
         });
     }
     let group_exact = |n: usize| n > EXACT_RULES_MAX_PER_TARGET && style != RuleStyle::ExactOnly;
-    Ok(ordered_matches(&by_target, group_exact)
+    // Pass-throughs are identity rules among the exact ones, before every wildcard.
+    Ok(ordered_matches(&by_target, group_exact, &HashMap::new())
         .into_iter()
         .map(|(m, target)| match m {
             Match::Exact(name) => format!("rewrite stop name exact {name} {target}"),
@@ -420,7 +498,13 @@ pub(super) fn render_answers_of(
     entries: &[&DnsEntry],
     addresses: &BTreeMap<String, Vec<IpAddr>>,
 ) -> Result<(Vec<String>, Vec<String>), CorefileError> {
-    let all = group(entries)?;
+    // Pass-throughs are cut out of the wildcard patterns: a matching template always answers.
+    let (passthrough, entries): (Vec<&DnsEntry>, Vec<&DnsEntry>) = needed(entries)
+        .into_iter()
+        .partition(|e| e.is_passthrough());
+    let all = group(&entries)?;
+    let passthrough: Vec<&str> = passthrough.iter().map(|e| e.name.name()).collect();
+    let cut = cut_heads(&passthrough);
     let mut by_target = ByTarget::new();
     let mut unknown = Vec::new();
     for (target, names) in all {
@@ -439,7 +523,7 @@ pub(super) fn render_answers_of(
     }
     unknown.sort();
     let mut lines = Vec::new();
-    for (m, target) in ordered_matches(&by_target, |_| true) {
+    for (m, target) in ordered_matches(&by_target, |_| true, &cut) {
         let pattern = match m {
             Match::Exact(name) => format!("^{}\\.$", escape(name)),
             Match::Regex(p) => p,
@@ -636,16 +720,108 @@ fn alternative(heads: &[(usize, &str)], suffix: &str) -> String {
     out
 }
 
-/// One-label wildcards: `^[^.]+\.(?:a\.com|b\.org)\.$`.
-fn wildcard_patterns(suffixes: &[&str]) -> Vec<String> {
-    let alternatives = suffixes.iter().map(|s| escape(s)).collect();
-    chunked(alternatives, "[^.]+\\.", "\\.")
+/// One-label wildcards: `^[^.]+\.(?:a\.com|b\.org)\.$`. A suffix with heads in `cut` gets
+/// a pattern of its own whose head matches none of them.
+fn wildcard_patterns(suffixes: &[&str], cut: &HashMap<&str, Vec<&str>>) -> Vec<String> {
+    cut_patterns(suffixes, cut, WildcardLabels::One, "[^.]+\\.")
 }
 
-/// Suffix-match wildcards (one or more labels): `^(?:[^.]+\.)+(?:a\.com|b\.org)\.$`.
-fn suffix_patterns(suffixes: &[&str]) -> Vec<String> {
-    let alternatives = suffixes.iter().map(|s| escape(s)).collect();
-    chunked(alternatives, "(?:[^.]+\\.)+", "\\.")
+/// Suffix-match wildcards (one or more labels): `^(?:[^.]+\.)+(?:a\.com|b\.org)\.$`; cut
+/// heads as in [`wildcard_patterns`].
+fn suffix_patterns(suffixes: &[&str], cut: &HashMap<&str, Vec<&str>>) -> Vec<String> {
+    cut_patterns(suffixes, cut, WildcardLabels::OneOrMore, "(?:[^.]+\\.)+")
+}
+
+fn cut_patterns(
+    suffixes: &[&str],
+    cut: &HashMap<&str, Vec<&str>>,
+    labels: WildcardLabels,
+    prefix: &str,
+) -> Vec<String> {
+    let mut plain = Vec::new();
+    let mut own = Vec::new();
+    for s in suffixes {
+        let mut heads: Vec<&str> = cut
+            .get(s)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|h| labels.covers(h))
+            .collect();
+        if heads.is_empty() {
+            plain.push(escape(s));
+        } else {
+            heads.sort_unstable();
+            heads.dedup();
+            let head = head_except(&heads, labels == WildcardLabels::OneOrMore);
+            own.push(format!("^{head}\\.{}\\.$", escape(s)));
+        }
+    }
+    let mut out = chunked(plain, prefix, "\\.");
+    out.append(&mut own);
+    out
+}
+
+/// Per suffix of each of `names` (every parent domain), the head before it: `a.b.c` gives
+/// `b.c -> a` and `c -> a.b`.
+fn cut_heads<'a>(names: &[&'a str]) -> HashMap<&'a str, Vec<&'a str>> {
+    let mut out: HashMap<&str, Vec<&str>> = HashMap::new();
+    for name in names {
+        for (i, _) in name.match_indices('.') {
+            out.entry(&name[i + 1..]).or_default().push(&name[..i]);
+        }
+    }
+    out
+}
+
+/// An RE2 pattern matching every head a wildcard stands for (one label, or with `multi` one
+/// or more labels joined by dots) except `excluded` (sorted, distinct, each such a head).
+/// RE2 has no look-ahead, so the pattern spells the complement out over the trie of the
+/// excluded heads: at each node, either a character that leaves the trie (then any
+/// completion), or one that follows it, or the end where the node is not excluded.
+pub(crate) fn head_except(excluded: &[&str], multi: bool) -> String {
+    let mut out = String::new();
+    except_node(&mut out, excluded, 0, multi);
+    out
+}
+
+/// [`head_except`] after the common prefix of length `depth` of `words`.
+fn except_node(out: &mut String, words: &[&str], depth: usize, multi: bool) {
+    // A label's remaining characters, then (multi) more labels.
+    let rest = if multi { "[^.]*(?:\\.[^.]+)*" } else { "[^.]*" };
+    let prefix = &words[0][..depth];
+    let in_label = depth > 0 && !prefix.ends_with('.');
+    let mut alternatives: Vec<String> = Vec::new();
+    let ends_here = words.iter().any(|w| w.len() == depth);
+    if in_label && !ends_here {
+        alternatives.push(String::new());
+    }
+    let longer: Vec<&str> = words.iter().copied().filter(|w| w.len() > depth).collect();
+    let mut children = String::new();
+    let mut dot_child = false;
+    for same in longer.chunk_by(|a, b| a.as_bytes()[depth] == b.as_bytes()[depth]) {
+        let c = same[0].as_bytes()[depth];
+        let mut alt = String::new();
+        if c == b'.' {
+            dot_child = true;
+            alt.push_str("\\.");
+        } else {
+            children.push_str(if c == b'-' { "\\-" } else { "" });
+            if c != b'-' {
+                children.push(c as char);
+            }
+            alt.push(c as char);
+        }
+        except_node(&mut alt, same, depth + 1, multi);
+        alternatives.push(alt);
+    }
+    alternatives.push(format!("[^.{children}]{rest}"));
+    if multi && in_label && !dot_child {
+        alternatives.push("\\.[^.]+(?:\\.[^.]+)*".to_owned());
+    }
+    out.push_str("(?:");
+    out.push_str(&alternatives.join("|"));
+    out.push(')');
 }
 
 #[cfg(test)]
@@ -1087,5 +1263,171 @@ mod tests {
             exact_patterns(&names),
             ["^(?:a|a-c|a0|a\\.b|ab|b|c|d|e)\\.team\\.x\\.$"]
         );
+    }
+}
+
+#[cfg(test)]
+mod passthrough_tests {
+    use super::*;
+
+    fn e(name: &str, target: &str) -> DnsEntry {
+        DnsEntry::new(name, target).unwrap()
+    }
+
+    fn gw(name: &str, target: &str) -> DnsEntry {
+        DnsEntry::new_with(name, target, WildcardLabels::OneOrMore).unwrap()
+    }
+
+    fn p(name: &str) -> DnsEntry {
+        DnsEntry::passthrough(name).unwrap()
+    }
+
+    #[test]
+    fn passthrough_is_exact_only() {
+        let entry = p("API.Example.com.");
+        assert!(entry.is_passthrough());
+        assert_eq!(entry.name, HostPattern::Exact("api.example.com".into()));
+        assert!(!e("api.example.com", "t.ns.svc.x").is_passthrough());
+        assert!(matches!(
+            DnsEntry::passthrough("*.example.com"),
+            Err(CorefileError::InvalidHostname { .. })
+        ));
+    }
+
+    #[test]
+    fn a_covered_passthrough_is_an_identity_rule_before_the_wildcards() {
+        let rules = render_rules(&[
+            e("*.example.com", "t.ns.svc.cluster.local"),
+            gw("*.example.org", "t.ns.svc.cluster.local"),
+            p("api.example.com"),
+            p("a.b.example.org"),
+            // Not covered (two labels under a one-label wildcard; no wildcard at all): no rule.
+            p("a.b.example.com"),
+            p("other.net"),
+        ])
+        .unwrap();
+        assert_eq!(
+            rules,
+            [
+                "rewrite stop name exact a.b.example.org a.b.example.org",
+                "rewrite stop name exact api.example.com api.example.com",
+                "rewrite stop name regex ^[^.]+\\.example\\.com\\.$ t.ns.svc.cluster.local answer auto",
+                "rewrite stop name regex ^(?:[^.]+\\.)+example\\.org\\.$ t.ns.svc.cluster.local answer auto",
+            ]
+        );
+        // Pass-throughs alone change nothing.
+        assert!(render_rules(&[p("api.example.com")]).unwrap().is_empty());
+        // A redirect and a pass-through of one name conflict, as two targets do.
+        assert!(matches!(
+            render_rules(&[e("api.example.com", "t.ns.svc.x"), p("api.example.com")]),
+            Err(CorefileError::ConflictingTargets { .. })
+        ));
+    }
+
+    fn template_patterns(lines: &[String]) -> Vec<&str> {
+        let mut out: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.trim().strip_prefix("match "))
+            .collect();
+        out.dedup();
+        out
+    }
+
+    #[test]
+    fn answer_form_cuts_passthroughs_out_of_the_wildcards() {
+        let addresses: BTreeMap<String, Vec<IpAddr>> = [(
+            "t.ns.svc.cluster.local".to_owned(),
+            vec!["10.96.0.7".parse().unwrap()],
+        )]
+        .into();
+        let (lines, unknown) = render_answers(
+            &[
+                e("*.example.com", "t.ns.svc.cluster.local"),
+                e("*.example.net", "t.ns.svc.cluster.local"),
+                gw("*.example.org", "t.ns.svc.cluster.local"),
+                p("api.example.com"),
+                p("a.b.example.org"),
+            ],
+            &addresses,
+        )
+        .unwrap();
+        assert!(unknown.is_empty(), "{unknown:?}");
+        let patterns = template_patterns(&lines);
+        assert_eq!(patterns.len(), 3, "{patterns:?}");
+        let compiled: Vec<regex::Regex> = patterns
+            .iter()
+            .map(|p| regex::Regex::new(p).unwrap())
+            .collect();
+        let answered = |name: &str| compiled.iter().any(|r| r.is_match(name));
+        for name in [
+            "x.example.com.",
+            "ap.example.com.",
+            "apix.example.com.",
+            "x.example.net.",
+            "api.example.net.",
+            "a.example.org.",
+            "b.example.org.",
+            "a.b.c.example.org.",
+            "x.a.b.example.org.",
+            "a.bb.example.org.",
+        ] {
+            assert!(answered(name), "{name} must be answered");
+        }
+        for name in [
+            "api.example.com.",
+            "a.b.example.org.",
+            "x.y.example.com.",
+            "example.com.",
+            "other.net.",
+        ] {
+            assert!(!answered(name), "{name} must pass through");
+        }
+    }
+
+    /// Heads of one label (or several with `multi`) over a small alphabet.
+    fn heads(multi: bool) -> Vec<String> {
+        let labels: Vec<String> = ["a", "b", "-", "ab", "ba", "aa", "a-", "abc", "abb"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let mut out = labels.clone();
+        if multi {
+            for x in &labels {
+                for y in &labels {
+                    out.push(format!("{x}.{y}"));
+                    out.push(format!("{x}.{y}.a"));
+                }
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn head_except_matches_every_head_but_the_excluded(
+            picks in proptest::collection::btree_set(0..200usize, 1..6),
+            multi in proptest::bool::ANY,
+        ) {
+            let all = heads(multi);
+            let mut excluded: Vec<&str> =
+                picks.iter().map(|i| all[i % all.len()].as_str()).collect();
+            excluded.sort_unstable();
+            excluded.dedup();
+            let pattern = format!("^{}$", head_except(&excluded, multi));
+            let re = regex::Regex::new(&pattern).unwrap();
+            for h in &all {
+                proptest::prop_assert_eq!(
+                    re.is_match(h),
+                    !excluded.contains(&h.as_str()),
+                    "{} against {}", h, pattern
+                );
+            }
+            for bad in ["", ".", "a.", ".a", "a..b"] {
+                proptest::prop_assert!(!re.is_match(bad), "{} against {}", bad, pattern);
+            }
+            if !multi {
+                proptest::prop_assert!(!re.is_match("a.b"));
+            }
+        }
     }
 }
