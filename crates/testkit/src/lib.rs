@@ -1,9 +1,12 @@
 //! Test support shared by the interop, controller and lab tests: loopback ports that are not
-//! handed out twice, and real nginx / HAProxy processes run from a config string in a temp dir.
+//! handed out twice, and real nginx / HAProxy / CoreDNS ([`coredns`]) processes run from a
+//! config string in a temp dir.
 //!
 //! Everything here binds or connects to loopback only. Processes are killed when their handle is
 //! dropped, so a failing assertion never leaves a server behind.
 #![forbid(unsafe_code)]
+
+pub mod coredns;
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
