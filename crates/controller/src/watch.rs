@@ -419,6 +419,8 @@ impl Caches {
                 .flat_map(|cache| cache.store.state())
                 .filter_map(|object| crate::dns_endpoints::typed(&object))
                 .collect(),
+            // The resolver's answers are not a cache of the API: the control loop adds them.
+            resolutions: Default::default(),
         }
     }
 

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::admission::AdmissionConfig;
 use crate::kube_dns::StubNameserver;
+use crate::verify::VerifyMode;
 
 /// How the DNS override is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -127,6 +128,13 @@ pub struct PlannerConfig {
     /// `hairpin plan --stub-domain-nameserver`: on a kube-dns cluster, the DNS servers its
     /// `stubDomains` value points the hostnames at ([`crate::kube_dns`]); empty: none known.
     pub stub_domain_nameservers: Vec<StubNameserver>,
+    /// Whether a hostname must resolve upstream to its load balancer to be redirected
+    /// ([`crate::verify`]). The value built by `default()` is [`VerifyMode::Off`]: the planner
+    /// alone resolves nothing, and a caller that does not feed
+    /// [`crate::ClusterSnapshot::resolutions`] gets the admitted names planned as before. The
+    /// controller and `hairpin plan` default to [`VerifyMode::Resolve`]
+    /// (`--verify-hostnames`).
+    pub verify_hostnames: VerifyMode,
 }
 
 impl Default for PlannerConfig {
@@ -161,6 +169,7 @@ impl Default for PlannerConfig {
             cluster_domain: None,
             admission: AdmissionConfig::default(),
             stub_domain_nameservers: Vec::new(),
+            verify_hostnames: VerifyMode::Off,
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::plan::{
     ProxyRoute, WriteEdit,
 };
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
+use crate::verify::{self, Verifier};
 use crate::warning::Warning;
 
 /// Computes everything hairpin would write for `snapshot`. Pure and deterministic: the same
@@ -62,6 +63,12 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
     }
     let mut collected = hostnames::collect(snapshot, config, &lbs, &cluster_zones);
     warnings.append(&mut collected.warnings);
+    let lb_addresses: Vec<(&ObjectRef, &[String])> = lbs.iter().map(|(r, a)| (r, *a)).collect();
+    let mut verifier = Verifier::new(
+        config.verify_hostnames,
+        &snapshot.resolutions,
+        &lb_addresses,
+    );
 
     // Hairpin Services, listener ports, routes.
     let names = service_names(&discovery.load_balancers);
@@ -74,8 +81,12 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
     );
     let mut load_balancers = Vec::new();
     for lb in &discovery.load_balancers {
-        let hostnames = collected.per_lb.remove(&lb.service).unwrap_or_default();
-        if hostnames.is_empty() {
+        let claimed = collected
+            .per_lb
+            .get(&lb.service)
+            .cloned()
+            .unwrap_or_default();
+        if claimed.is_empty() {
             warnings.push(Warning::new(
                 format!("Service {}", lb.service),
                 "needs a hairpin but no hostname points at it (no Ingress, Gateway or hostname annotation found)",
@@ -91,6 +102,7 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
             // must not be redirected to a Service that lacks the ports that need the fix.
             continue;
         }
+        let hostnames = verifier.check(&lb.service, &lb.status_addresses, claimed);
         if !hostnames.is_empty() {
             warn_non_tcp_ports(lb, &mut warnings);
         }
@@ -103,6 +115,13 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
             routes,
         });
     }
+
+    let verification = carve_out(
+        &mut load_balancers,
+        verifier.out,
+        &collected,
+        config.dns_mode,
+    );
 
     let mut routes: Vec<ProxyRoute> = load_balancers
         .iter()
@@ -242,9 +261,113 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
         hosts,
         stub_domains,
         orphaned_services,
+        verification,
         errors,
         warnings,
     }
+}
+
+/// A wildcard never takes another load balancer's names ([`verify::carve`]): the claimed names
+/// under each redirected wildcard become pass-throughs, or the wildcard is left out where that
+/// cannot be written. Returns the finished verification part of the plan.
+fn carve_out(
+    load_balancers: &mut [LoadBalancerPlan],
+    mut verification: verify::Verification,
+    collected: &hostnames::Collected,
+    dns_mode: DnsMode,
+) -> verify::Verification {
+    // Exact names cannot be left out of a wildcard in the DNSEndpoints of external-dns mode
+    // (external-dns's own DNS answers the wildcard record for them); nor, until the DNS
+    // rendering can write a pass-through, anywhere.
+    let can_pass_through = PASS_THROUGH_RENDERED && dns_mode != DnsMode::ExternalDns;
+    let carved = {
+        let redirected: Vec<verify::Redirected<'_>> = load_balancers
+            .iter()
+            .enumerate()
+            .flat_map(|(lb, plan)| {
+                plan.hostnames
+                    .iter()
+                    .map(move |hostname| verify::Redirected { lb, hostname })
+            })
+            .collect();
+        let mut claims: Vec<verify::Claim<'_>> = verification
+            .unverified
+            .iter()
+            .map(|u| verify::Claim {
+                name: &u.hostname,
+                labels: wildcard_labels_of(&u.hostname, collected, &u.load_balancer),
+                why: format!("unverified: {}", u.detail),
+            })
+            .collect();
+        for (lb, hostnames) in &collected.per_lb {
+            claims.extend(hostnames.iter().map(|h| verify::Claim {
+                name: &h.name,
+                labels: h.wildcard_labels,
+                why: format!("claimed by load balancer {lb}"),
+            }));
+        }
+        claims.extend(collected.conflicts.iter().map(|c| {
+            verify::Claim {
+                name: &c.hostname,
+                labels: c
+                    .hostname
+                    .starts_with("*.")
+                    .then_some(crate::hostnames::WildcardLabels::OneOrMore),
+                why: "claimed by several load balancers".to_owned(),
+            }
+        }));
+        claims.extend(
+            collected
+                .refused
+                .iter()
+                .filter(|r| crate::name::Host::parse(&r.hostname).is_ok())
+                .map(|r| verify::Claim {
+                    name: &r.hostname,
+                    labels: r
+                        .hostname
+                        .starts_with("*.")
+                        .then_some(crate::hostnames::WildcardLabels::OneOrMore),
+                    why: format!("refused for load balancer {}", r.load_balancer),
+                }),
+        );
+        verify::carve(&redirected, &claims, can_pass_through)
+    };
+    for (lb, name, why) in carved.dropped {
+        let plan = &mut load_balancers[lb];
+        let Some(at) = plan.hostnames.iter().position(|h| h.name == name) else {
+            continue;
+        };
+        let hostname = plan.hostnames.remove(at);
+        verification.unverified.push(verify::Unverified {
+            hostname: hostname.name,
+            load_balancer: plan.load_balancer.service.clone(),
+            reason: verify::UnverifiedReason::CoversOthers,
+            detail: why,
+            sources: hostname.sources,
+        });
+    }
+    verification.passthrough = carved.passthrough;
+    verification
+        .names
+        .sort_by(|a, b| a.hostname.cmp(&b.hostname));
+    verification.unverified.sort();
+    verification
+}
+
+/// Whether the DNS rendering writes pass-through names ([`crate::corefile::DnsEntry`]).
+const PASS_THROUGH_RENDERED: bool = false;
+
+/// The wildcard meaning `lb` claimed `name` with, from the collected hostnames.
+fn wildcard_labels_of(
+    name: &str,
+    collected: &hostnames::Collected,
+    lb: &ObjectRef,
+) -> Option<crate::hostnames::WildcardLabels> {
+    collected
+        .per_lb
+        .get(lb)
+        .and_then(|hs| hs.iter().find(|h| h.name == name))
+        .and_then(|h| h.wildcard_labels)
 }
 
 impl ProxyRoute {

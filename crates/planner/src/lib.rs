@@ -11,6 +11,7 @@
 //! - [`escape`]: untrusted strings made safe to print in every output format.
 //! - [`admission`]: which hostnames may be redirected, on whose word.
 //! - [`hostnames`]: the hostnames of each load balancer, and conflicts.
+//! - [`verify`]: which of them are proven, by resolution, to be their load balancer's.
 //! - [`sources`]: hostname sources defined by CRDs (Traefik, Istio, Contour).
 //! - [`plan`]: the plan value; [`desired`] computes it.
 //! - [`corefile`], [`hosts`]: the Corefile and hosts-file editors.
@@ -36,6 +37,7 @@ pub mod providers;
 pub mod render;
 pub mod snapshot;
 pub mod sources;
+pub mod verify;
 pub mod warning;
 
 pub use admission::{AdmissionConfig, NamespacePolicy, Refusal, RefusalReason};
@@ -49,4 +51,5 @@ pub use plan::{
 };
 pub use providers::ProxyVersion;
 pub use snapshot::{ClusterSnapshot, ObjectRef};
+pub use verify::{Resolution, Unverified, UnverifiedReason, Verification, VerifyMode};
 pub use warning::Warning;

@@ -15,6 +15,7 @@ use crate::hostnames::{Conflict, Hostname, WildcardLabels};
 use crate::kube_dns::StubDomains;
 use crate::providers::ProxyVersion;
 use crate::snapshot::ObjectRef;
+use crate::verify::Verification;
 use crate::warning::Warning;
 
 /// Everything hairpin would write, and everything it found worth reporting.
@@ -44,6 +45,9 @@ pub struct Plan {
     /// Hairpin Services of an earlier plan (labelled as ours, in our namespace) that this
     /// plan no longer has: delete them.
     pub orphaned_services: Vec<ObjectRef>,
+    /// Hostnames checked by resolution ([`crate::verify`]): the names the controller resolves,
+    /// those left out (`Unverified`), and the exact names passed through under a wildcard.
+    pub verification: Verification,
     /// Problems that stop part of the plan from being applied (nothing is written for that
     /// part), e.g. a Corefile without a `kubernetes` block. Non-empty means "exit non-zero".
     pub errors: Vec<String>,

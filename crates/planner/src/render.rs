@@ -170,6 +170,8 @@ pub fn text(plan: &Plan) -> String {
         }
     }
 
+    crate::verify::text(&plan.verification, &mut out);
+
     let _ = writeln!(out, "\nDNS");
     match &plan.dns {
         Some(d) => {

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::external_dns::DnsEndpoint;
 use crate::sources::CustomSource;
+use crate::verify::Resolutions;
 
 /// Every object the planner looks at. The controller fills it from reflector stores, `hairpin
 /// plan` from YAML files; [`crate::desired`] never sees anything else.
@@ -49,6 +50,10 @@ pub struct ClusterSnapshot {
     /// external-dns `DNSEndpoint`s in our namespace (hairpin's own, in `--dns-mode
     /// external-dns`; the controller watches them only in that mode).
     pub dns_endpoints: Vec<DnsEndpoint>,
+    /// What the upstream DNS answered for the hostnames, as the controller's resolver saw it
+    /// ([`crate::verify`]); empty when nothing was resolved (`hairpin plan -f`). A name absent
+    /// here is not resolved yet.
+    pub resolutions: Resolutions,
 }
 
 /// Namespace and name of an object; displayed as `namespace/name`.
