@@ -202,6 +202,7 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
                 corefile,
                 &info,
                 &redirects,
+                &verification.passthrough,
                 &addresses,
                 &mut warnings,
             ) {
@@ -277,9 +278,8 @@ fn carve_out(
     dns_mode: DnsMode,
 ) -> verify::Verification {
     // Exact names cannot be left out of a wildcard in the DNSEndpoints of external-dns mode
-    // (external-dns's own DNS answers the wildcard record for them); nor, until the DNS
-    // rendering can write a pass-through, anywhere.
-    let can_pass_through = PASS_THROUGH_RENDERED && dns_mode != DnsMode::ExternalDns;
+    // (external-dns's own DNS answers the wildcard record for them).
+    let can_pass_through = dns_mode != DnsMode::ExternalDns;
     let carved = {
         let redirected: Vec<verify::Redirected<'_>> = load_balancers
             .iter()
@@ -353,9 +353,6 @@ fn carve_out(
     verification.unverified.sort();
     verification
 }
-
-/// Whether the DNS rendering writes pass-through names ([`crate::corefile::DnsEntry`]).
-const PASS_THROUGH_RENDERED: bool = false;
 
 /// The wildcard meaning `lb` claimed `name` with, from the collected hostnames.
 fn wildcard_labels_of(
@@ -839,6 +836,7 @@ fn dns_change(
     corefile: &str,
     info: &CorefileInfo,
     redirects: &[DnsRedirect],
+    passthrough: &[verify::Passthrough],
     addresses: &BTreeMap<String, Vec<IpAddr>>,
     warnings: &mut Vec<Warning>,
 ) -> Result<DnsChange, String> {
@@ -847,7 +845,7 @@ fn dns_change(
     for w in &info.warnings {
         warnings.push(Warning::new(&subject, w.to_string()));
     }
-    let entries: Vec<DnsEntry> = DnsRedirect::entries(redirects)
+    let mut entries: Vec<DnsEntry> = DnsRedirect::entries(redirects)
         .filter_map(|(r, entry)| match entry {
             Ok(e) => Some(e),
             Err(e) => {
@@ -859,6 +857,12 @@ fn dns_change(
             }
         })
         .collect();
+    // The names a redirected wildcard covers that are someone else's ([`verify::carve`]).
+    entries.extend(
+        passthrough
+            .iter()
+            .filter_map(|p| DnsEntry::passthrough(&p.hostname).ok()),
+    );
     let mode = match config.dns_mode {
         DnsMode::Auto if info.custom_key_suffix().is_some() => DnsMode::Custom,
         DnsMode::Auto => DnsMode::Corefile,

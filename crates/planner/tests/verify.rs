@@ -118,31 +118,54 @@ fn an_ingress_wildcard_on_the_proxy_lb_never_takes_another_teams_names() {
         }
         // The tenant's own names are still redirected (or the wildcard is reported).
         assert!(answered_by_hairpin(&plan, "www.example.org"), "{mode}");
-        let wildcard_kept = redirected(&plan).contains(&"*.example.com".to_owned());
-        if wildcard_kept {
-            let passed: Vec<&str> = plan
-                .verification
-                .passthrough
-                .iter()
-                .map(|p| p.hostname.as_str())
-                .collect();
-            assert_eq!(passed, ["api.example.com", "shop.example.com"]);
-            assert!(
-                plan.verification.passthrough[0]
-                    .why
-                    .contains("load balancer team-a/web")
-            );
-        } else {
-            let u = plan
-                .verification
-                .unverified
-                .iter()
-                .find(|u| u.hostname == "*.example.com")
-                .expect("the left-out wildcard is reported");
-            assert_eq!(u.reason, UnverifiedReason::CoversOthers);
-            assert!(u.detail.contains("shop.example.com"), "{}", u.detail);
-        }
+        assert!(
+            redirected(&plan).contains(&"*.example.com".to_owned()),
+            "{mode}"
+        );
+        let passed: Vec<&str> = plan
+            .verification
+            .passthrough
+            .iter()
+            .map(|p| p.hostname.as_str())
+            .collect();
+        assert_eq!(passed, ["api.example.com", "shop.example.com"], "{mode}");
+        assert!(
+            plan.verification.passthrough[0]
+                .why
+                .contains("load balancer team-a/web")
+        );
+        // The pass-throughs reach the Corefile.
+        let corefile = &plan.dns.as_ref().unwrap().coredns().unwrap().desired;
+        assert!(corefile.contains("shop.example.com"), "{corefile}");
     }
+}
+
+/// external-dns mode publishes records: a name cannot be left out of a wildcard there, so
+/// the wildcard is not published, and the plan says why.
+#[test]
+fn in_external_dns_mode_a_wildcard_over_another_teams_name_is_left_out() {
+    let config = PlannerConfig {
+        dns_mode: hairpin_planner::DnsMode::ExternalDns,
+        ..resolve(VerifyMode::Off)
+    };
+    let plan = desired(&snapshot(TWO_TEAMS), &config);
+    assert!(!answered_by_hairpin(&plan, "shop.example.com"));
+    assert!(!redirected(&plan).contains(&"*.example.com".to_owned()));
+    let u = plan
+        .verification
+        .unverified
+        .iter()
+        .find(|u| u.hostname == "*.example.com")
+        .expect("the left-out wildcard is reported");
+    assert_eq!(u.reason, UnverifiedReason::CoversOthers);
+    assert!(
+        u.detail.contains(
+            "*.example.com covers api.example.com (claimed by load balancer team-a/web), shop.example.com (claimed by load balancer team-a/web)"
+        ),
+        "{}",
+        u.detail
+    );
+    assert!(redirected(&plan).contains(&"www.example.org".to_owned()));
 }
 
 /// A Gateway listener `*.example.com` on the PROXY load balancer, `a.b.example.com` on
