@@ -835,7 +835,7 @@ impl Reconciler {
             let note = list_note(
                 &format!(
                     "hostname {} is claimed by several load balancers (",
-                    conflict.hostname
+                    hairpin_planner::escape::Text(&conflict.hostname)
                 ),
                 &lbs,
                 ", ",
@@ -889,7 +889,12 @@ impl Reconciler {
             by_object
                 .entry((&r.kind, &r.object))
                 .or_default()
-                .push(format!("{} ({}: {})", r.hostname, r.reason, r.detail));
+                .push(format!(
+                    "{} ({}: {})",
+                    hairpin_planner::escape::Text(&r.hostname),
+                    r.reason,
+                    r.detail
+                ));
         }
         for ((kind, object), refusals) in &by_object {
             let head = format!(

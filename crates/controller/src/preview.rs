@@ -181,11 +181,15 @@ pub fn changes(
     for edit in &edits {
         match key_change(edit, snapshot) {
             Ok(change) => out.extend(change),
-            Err(reason) => refused.push(format!(
-                "cannot edit ConfigMap {} key {}: {reason}",
-                edit.config_map(),
-                edit.key
-            )),
+            // The reason may quote the ConfigMap's text: escaped into one line.
+            Err(reason) => refused.push(
+                hairpin_planner::escape::text(&format!(
+                    "cannot edit ConfigMap {} key {}: {reason}",
+                    edit.config_map(),
+                    edit.key
+                ))
+                .into_owned(),
+            ),
         }
     }
     out.extend(service_changes(plan, snapshot, planner, &mut refused));
@@ -490,7 +494,13 @@ pub fn summary(changes: &[Change]) -> String {
     }
     changes
         .iter()
-        .map(|c| format!("  {:<6}  {}\n", c.action.as_str(), c.describe()))
+        .map(|c| {
+            format!(
+                "  {:<6}  {}\n",
+                c.action.as_str(),
+                hairpin_planner::escape::text(&c.describe())
+            )
+        })
         .collect()
 }
 

@@ -103,6 +103,9 @@ impl Events {
         reason: &str,
         note: String,
     ) {
+        // The parts quoting objects were escaped when the note was built; this guard keeps
+        // any control or line-breaking character left out of the Event.
+        let note = hairpin_planner::escape::controls(&note).into_owned();
         let key = event_key(regarding, reason);
         {
             let mut last = self.last.lock().await;

@@ -133,7 +133,9 @@ pub fn desired_hairpins(
                 .iter()
                 .filter(|r| &r.load_balancer == svc)
                 .map(|r| RefusedHostname {
-                    name: r.hostname.clone(),
+                    // As written by the tenant: escaped like every printed value (the reason
+                    // and the source are escaped already).
+                    name: hairpin_planner::escape::text(&r.hostname).into_owned(),
                     reason: format!("{}: {}", r.reason, r.detail),
                     sources: vec![r.source.clone()],
                 })

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
+use hairpin_planner::escape::{Text, controls};
 use serde::Serialize;
 
 use crate::probe::Resolution;
@@ -55,7 +56,8 @@ impl Report {
             .unwrap_or_else(|err| format!("error: \"cannot serialise the report: {err}\"\n"))
     }
 
-    /// Text for people.
+    /// Text for people. Values from the cluster (names, annotations, the Hairpin status) and
+    /// the messages quoting them are escaped ([`hairpin_planner::escape`]): one line each.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         let vantage = match self.vantage {
@@ -101,20 +103,20 @@ fn render_host(out: &mut String, host: &HostReport) {
     let _ = writeln!(
         out,
         "\n{}:{}  {}\n  {}",
-        host.host,
+        Text(&host.host),
         host.port,
         host.verdict.status.as_str(),
-        host.verdict.summary
+        controls(&host.verdict.summary)
     );
     let resolution = match &host.network.resolution {
         Resolution::Resolved { addresses } => join(addresses),
         Resolution::Literal { address } => format!("{address} (an address, not resolved)"),
-        Resolution::Failed { error } => format!("does not resolve: {error}"),
+        Resolution::Failed { error } => format!("does not resolve: {}", controls(error)),
     };
     let _ = writeln!(out, "  resolves to     {resolution} (system resolver)");
     if let Some(hosts) = &host.network.hosts_file {
         let text = if let Some(err) = &hosts.unreadable {
-            format!("unreadable: {err}")
+            format!("unreadable: {}", controls(err))
         } else if hosts.addresses.is_empty() {
             "no entry (DNS decides)".to_owned()
         } else {
@@ -140,7 +142,7 @@ fn render_host(out: &mut String, host: &HostReport) {
     }
     match &host.cluster {
         ClusterView::NotChecked { reason } => {
-            let _ = writeln!(out, "  cluster         not checked: {reason}");
+            let _ = writeln!(out, "  cluster         not checked: {}", controls(reason));
         }
         ClusterView::Checked(facts) => {
             if let Some((major, minor)) = facts.kubernetes_version {
@@ -153,9 +155,12 @@ fn render_host(out: &mut String, host: &HostReport) {
                         .iter()
                         .map(|i| match (&i.ip, &i.hostname) {
                             (Some(ip), _) => {
-                                format!("{ip} ipMode={}", i.ip_mode.as_deref().unwrap_or("unset"))
+                                format!(
+                                    "{ip} ipMode={}",
+                                    Text(i.ip_mode.as_deref().unwrap_or("unset"))
+                                )
                             }
-                            (None, Some(hostname)) => format!("hostname {hostname}"),
+                            (None, Some(hostname)) => format!("hostname {}", Text(hostname)),
                             (None, None) => "empty".into(),
                         })
                         .collect::<Vec<_>>()
@@ -163,10 +168,10 @@ fn render_host(out: &mut String, host: &HostReport) {
                     let _ = writeln!(
                         out,
                         "  load balancer   {} ({}) PROXY {} status [{ingress}] externalTrafficPolicy {}",
-                        lb.service,
+                        Text(&lb.service.to_string()),
                         lb.provider.map_or("unknown provider", |p| p.name()),
-                        lb.proxy_protocol.as_deref().unwrap_or("off"),
-                        lb.external_traffic_policy.as_deref().unwrap_or("Cluster"),
+                        Text(lb.proxy_protocol.as_deref().unwrap_or("off")),
+                        Text(lb.external_traffic_policy.as_deref().unwrap_or("Cluster")),
                     );
                 }
                 None => {
@@ -195,14 +200,18 @@ fn render_host(out: &mut String, host: &HostReport) {
                 },
             );
             if let Some(uneditable) = &dns.uneditable {
-                let _ = writeln!(out, "  dns editable    no: {}", uneditable.describe());
+                let _ = writeln!(
+                    out,
+                    "  dns editable    no: {}",
+                    controls(&uneditable.describe())
+                );
             }
             if let Some(eks) = &dns.eks_add_on {
                 let _ = writeln!(
                     out,
                     "  dns add-on      EKS CoreDNS add-on manages {}: {} (see the note)",
-                    eks.config_map,
-                    eks.ownership()
+                    Text(&eks.config_map.to_string()),
+                    controls(&eks.ownership())
                 );
             }
             let _ = writeln!(out, "  services by     {}", ip_mode_support(facts));
@@ -213,18 +222,18 @@ fn render_host(out: &mut String, host: &HostReport) {
                 facts.hairpin.ready_endpoints
             );
             if let Some(status) = &facts.hairpin.status {
-                let _ = writeln!(out, "  hairpin status  {}", status.describe());
+                let _ = writeln!(out, "  hairpin status  {}", controls(&status.describe()));
             }
         }
     }
     if let Some(cause) = &host.verdict.cause {
-        let _ = writeln!(out, "  cause: {cause}");
+        let _ = writeln!(out, "  cause: {}", controls(cause));
     }
     for (i, fix) in host.verdict.fixes.iter().enumerate() {
-        let _ = writeln!(out, "  fix {}: {fix}", i + 1);
+        let _ = writeln!(out, "  fix {}: {}", i + 1, controls(fix));
     }
     for note in &host.verdict.notes {
-        let _ = writeln!(out, "  note: {note}");
+        let _ = writeln!(out, "  note: {}", controls(note));
     }
 }
 

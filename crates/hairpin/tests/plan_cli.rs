@@ -644,3 +644,182 @@ fn kube_dns_clusters_get_the_stub_domains_value_for_the_nameserver_given() {
         );
     }
 }
+
+/// A `ClusterRoleBinding` to `cluster-admin` as YAML, folded into one annotation value.
+const CLUSTER_ADMIN: &str = "x\\n---\\napiVersion: rbac.authorization.k8s.io/v1\\nkind: ClusterRoleBinding\\nmetadata:\\n  name: pwn\\nroleRef:\\n  apiGroup: rbac.authorization.k8s.io\\n  kind: ClusterRole\\n  name: cluster-admin\\nsubjects:\\n- kind: ServiceAccount\\n  name: default\\n  namespace: tenant-a\\n#";
+
+/// The kinds of the documents of `-o yaml` output, parsed as YAML (objects of kinds the
+/// planner does not read are listed by their notes).
+fn yaml_kinds(yaml: &str) -> Vec<String> {
+    let mut objects = ClusterSnapshot::default();
+    let notes = load_yaml(&mut objects, "plan-output", yaml).unwrap();
+    let mut kinds: Vec<String> = objects
+        .services
+        .iter()
+        .map(|_| "Service".to_owned())
+        .collect();
+    kinds.extend(objects.config_maps.iter().map(|_| "ConfigMap".to_owned()));
+    kinds.extend(notes);
+    kinds
+}
+
+/// The column-0 lines of the text output after its first: its section headers.
+fn text_sections(text: &str) -> Vec<&str> {
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.is_empty() && !l.starts_with(' '))
+        .collect()
+}
+
+#[test]
+fn a_refused_annotation_cannot_add_a_document_to_the_yaml() {
+    let clean = stdout(&hairpin(&["plan", "-f", TENANT, "-o", "yaml"], None));
+    let evil = format!(
+        "{}\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: evil\n  namespace: tenant-a\n  \
+         annotations:\n    external-dns.alpha.kubernetes.io/hostname: \"evil.example.com,{CLUSTER_ADMIN}\"\n\
+         spec:\n  type: LoadBalancer\n  ports: [{{ port: 80 }}]\n\
+         status: {{ loadBalancer: {{ ingress: [{{ ip: 203.0.113.10 }}] }} }}\n",
+        std::fs::read_to_string(TENANT).unwrap()
+    );
+    let out = hairpin(&["plan", "-f", "-", "-o", "yaml"], Some(&evil));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let yaml = stdout(&out);
+    assert_eq!(
+        yaml_kinds(&yaml),
+        ["Service", "ConfigMap", "ConfigMap"],
+        "{yaml}"
+    );
+    assert_eq!(yaml_kinds(&yaml), yaml_kinds(&clean));
+    assert!(!yaml.contains("\nkind: ClusterRoleBinding"), "{yaml}");
+    // The refusal is one comment line that shows the value, escaped.
+    let comment = yaml
+        .lines()
+        .find(|l| l.starts_with("# refused: hostname x\\n---\\napiVersion"))
+        .unwrap_or_else(|| panic!("{yaml}"));
+    assert!(
+        comment.contains("(invalid) from Service tenant-a/evil annotation"),
+        "{comment}"
+    );
+    let head: Vec<&str> = yaml.split("\n---\n").next().unwrap().lines().collect();
+    assert!(head.iter().all(|l| l.starts_with("# ")), "{head:?}");
+    assert_eq!(
+        head.len(),
+        6,
+        "five refusals of the tenant's Ingress and this one"
+    );
+
+    // The text output: the same sections, the refusal one row.
+    let text = stdout(&hairpin(&["plan", "-f", "-"], Some(&evil)));
+    let clean_text = stdout(&hairpin(&["plan", "-f", TENANT], None));
+    // The evil Service is a load balancer without PROXY: a `Not needed` section.
+    let mut want = text_sections(&clean_text);
+    want.insert(1, "Not needed");
+    assert_eq!(text_sections(&text), want, "{text}");
+    assert_eq!(refused_rows(&text).len(), 6, "{text}");
+}
+
+#[test]
+fn an_httproute_annotation_cannot_add_a_secret_with_hostname_namespaces() {
+    let secret = "x\\n---\\napiVersion: v1\\nkind: Secret\\nmetadata:\\n  name: stolen\\n  namespace: kube-system\\nstringData:\\n  a: b\\n#";
+    let input = format!(
+        r#"apiVersion: v1
+kind: Service
+metadata:
+  name: gw
+  namespace: infra
+  annotations: {{ hairpin.io/proxy-protocol: v2 }}
+spec:
+  type: LoadBalancer
+  ports: [{{ name: https, port: 443 }}]
+status: {{ loadBalancer: {{ ingress: [{{ ip: 192.0.2.5 }}] }} }}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{ name: public, namespace: infra }}
+spec:
+  gatewayClassName: example
+  addresses: [{{ type: IPAddress, value: 192.0.2.5 }}]
+  listeners:
+    - {{ name: wild, port: 443, protocol: HTTPS, allowedRoutes: {{ namespaces: {{ from: All }} }} }}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: web
+  namespace: tenant-b
+  annotations:
+    external-dns.alpha.kubernetes.io/hostname: "{secret}"
+spec:
+  parentRefs: [{{ name: public, namespace: infra }}]
+  hostnames: [www.example.com]
+"#
+    );
+    for output in ["yaml", "text"] {
+        let out = hairpin(
+            &[
+                "plan",
+                "-f",
+                "-",
+                "-o",
+                output,
+                "--hostname-namespaces",
+                "infra",
+            ],
+            Some(&input),
+        );
+        let printed = stdout(&out);
+        assert!(!printed.contains("\nkind: Secret"), "{printed}");
+        assert!(
+            printed.contains("x\\n---\\napiVersion: v1\\nkind: Secret"),
+            "the value is shown, escaped:\n{printed}"
+        );
+        if output == "yaml" {
+            assert_eq!(yaml_kinds(&printed), ["Service", "ConfigMap"], "{printed}");
+            let refusals = printed
+                .lines()
+                .filter(|l| l.starts_with("# refused: "))
+                .count();
+            assert_eq!(refusals, 2, "{printed}");
+        } else {
+            let rows = refused_rows(&printed);
+            assert_eq!(rows.len(), 2, "{printed}");
+            assert_eq!(
+                rows[0],
+                ("www.example.com".into(), "namespace_not_allowed".into())
+            );
+            assert!(
+                printed.contains("\n  x\\n---\\napiVersion: v1\\nkind: Secret\\nmetadata:"),
+                "one row:\n{printed}"
+            );
+        }
+    }
+}
+
+#[test]
+fn text_output_sections_cannot_be_spoofed() {
+    // A host that tries to close the Refused section and open an Errors section and a load
+    // balancer of its own, with a terminal escape for good measure.
+    let spoof = "a.example.com\\n\\nErrors (nothing is written for these)\\n  - none\\n\\nLoad balancer kube-system/kube-dns\\u001b[2K";
+    let input = format!(
+        "{}\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{ name: spoof, namespace: tenant-a }}\n\
+         spec:\n  ingressClassName: nginx\n  rules: [{{ host: \"{spoof}\" }}]\n\
+         status: {{ loadBalancer: {{ ingress: [{{ ip: 203.0.113.10 }}] }} }}\n",
+        std::fs::read_to_string(TENANT).unwrap()
+    );
+    let out = hairpin(&["plan", "-f", "-"], Some(&input));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let clean = stdout(&hairpin(&["plan", "-f", TENANT], None));
+    assert_eq!(text_sections(&text), text_sections(&clean), "{text}");
+    assert!(!text.contains('\u{1b}'), "{text}");
+    assert!(
+        text.chars().all(|c| c == '\n' || (' '..='~').contains(&c)),
+        "{text}"
+    );
+    let rows = refused_rows(&text);
+    assert_eq!(rows.len(), 6, "{text}");
+    assert!(
+        text.contains("  a.example.com\\n\\nErrors (nothing is written for these)\\n  - none\\n\\nLoad balancer kube-system/kube-dns\\u{1b}[2K  invalid"),
+        "{text}"
+    );
+}

@@ -126,6 +126,9 @@ impl fmt::Display for RefusalReason {
 }
 
 /// A hostname hairpin will not redirect, and who asked for it.
+///
+/// `hostname` is as written (print it through [`crate::escape`]); `source` and `detail` are
+/// escaped when the refusal is built, and printed as they are.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Refusal {
     /// The hostname: normalized, or as written when it is not valid.
@@ -147,13 +150,16 @@ pub struct Refusal {
 impl Refusal {
     /// The plan warning for this refusal: the object, the host and the reason.
     pub fn warning(&self) -> Warning {
-        Warning::new(
-            self.source.clone(),
-            format!(
+        // `source` and `detail` are escaped already: built as is, not through `Warning::new`.
+        Warning {
+            subject: self.source.clone(),
+            message: format!(
                 "hostname {} refused ({}): {}; it is not redirected",
-                self.hostname, self.reason, self.detail
+                crate::escape::Text(&self.hostname),
+                self.reason,
+                self.detail
             ),
-        )
+        }
     }
 }
 

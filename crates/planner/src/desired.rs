@@ -251,6 +251,12 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
 
     warnings.sort();
     warnings.dedup();
+    // Errors quote Corefile text and object names: one line each, whatever they hold
+    // (their parts are not escaped when built, so this escapes them once).
+    let errors = errors
+        .iter()
+        .map(|e| crate::escape::text(e).into_owned())
+        .collect();
     Plan {
         load_balancers,
         not_needed: discovery.not_needed,
@@ -1249,17 +1255,20 @@ fn node_local_dns_warning(
             "node-local-dns answers {} of the hairpin hostnames from upstream DNS, bypassing CoreDNS's rewrite (pods on nodes with node-local-dns still get the public address), and --node-local-dns is off",
             bypassed.len()
         );
-        match info.suggested_stanza(&zones) {
+        let warning = match info.suggested_stanza(&zones) {
             Some(stanza) if !stanza.is_empty() => {
                 message.push_str(
-                    "; fix: add this server block to its Corefile, or run the node agent:\n",
+                    "; fix: add this server block to its Corefile, or run the node agent:",
                 );
-                message.push_str(&stanza);
+                Warning::new(subject, message).with_block(&stanza)
             }
-            _ => message.push_str(
-                "; fix: forward these zones to kube-dns in its Corefile, or run the node agent",
-            ),
-        }
-        warnings.push(Warning::new(subject, message));
+            _ => {
+                message.push_str(
+                    "; fix: forward these zones to kube-dns in its Corefile, or run the node agent",
+                );
+                Warning::new(subject, message)
+            }
+        };
+        warnings.push(warning);
     }
 }

@@ -69,6 +69,38 @@ pub fn lines(s: &str) -> String {
         .join("\n")
 }
 
+/// Whether `c` may change how a line is split or read on a terminal: a control character,
+/// a Unicode line or paragraph separator, a byte-order mark, a zero-width or bidirectional
+/// formatting character.
+pub(crate) fn invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}'
+        )
+}
+
+/// `s` with only its invisible characters escaped as `\u{..}` (every control character but
+/// the tab, Unicode line separators, a byte-order mark, zero-width and bidirectional
+/// formatting characters); backslashes and printable non-ASCII text are kept. For text shown
+/// as it is, line by line, such as a Corefile in a diff, and as the last guard of a message
+/// already built from [`text`]-escaped parts (applied to those it changes nothing). A line
+/// break is escaped too: split the text into lines first.
+pub fn controls(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c != '\t' && invisible(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c != '\t' && invisible(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 fn push_escaped(out: &mut String, c: char) {
     match c {
         '\\' => out.push_str("\\\\"),
@@ -126,6 +158,21 @@ mod tests {
     #[test]
     fn lines_keeps_only_the_given_breaks() {
         assert_eq!(lines("a {\r\n  b\u{0}\n}"), "a {\n  b\\u{0}\n}");
+    }
+
+    #[test]
+    fn controls_escapes_only_what_is_invisible() {
+        assert_eq!(
+            controls("\tforward . 1.1.1.1 # café \\d"),
+            "\tforward . 1.1.1.1 # café \\d"
+        );
+        assert_eq!(
+            controls("a\rb\u{85}c\u{202e}d\n"),
+            "a\\u{d}b\\u{85}c\\u{202e}d\\u{a}"
+        );
+        // A message of escaped parts is left alone.
+        let message = format!("hostname {} refused …", text("x\ny"));
+        assert_eq!(controls(&message), message);
     }
 
     #[test]

@@ -703,14 +703,15 @@ impl Collector<'_> {
     /// what a wildcard means in `source`.
     fn add(&mut self, lb: &ObjectRef, host: &str, source: &Source, labels: WildcardLabels) {
         let origin = &source.origin;
+        // The hostname is kept as written (a field); the texts are escaped (see `Refusal`).
         let refuse = |hostname: String, (reason, detail): (RefusalReason, String)| Refusal {
             hostname,
-            source: origin.text.clone(),
+            source: crate::escape::text(&origin.text).into_owned(),
             kind: origin.kind.to_owned(),
             object: origin.object.clone(),
             load_balancer: lb.clone(),
             reason,
-            detail,
+            detail: crate::escape::text(&detail).into_owned(),
         };
         let parsed = match Host::parse(host.trim()) {
             Ok(h) => h,

@@ -260,8 +260,10 @@ impl fmt::Display for MarkerDamage {
              (delete the hairpin lines, or restore the missing marker):",
             self.kind.describe()
         )?;
-        for (n, line) in &self.lines {
-            write!(f, "\n  line {n}: {line}")?;
+        // One line (the damaged lines hold no line break; the printer escapes the rest).
+        for (i, (n, line)) in self.lines.iter().enumerate() {
+            let sep = if i == 0 { " " } else { "; " };
+            write!(f, "{sep}line {n}: {line}")?;
         }
         Ok(())
     }

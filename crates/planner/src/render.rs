@@ -1,11 +1,18 @@
 //! Printable forms of a [`Plan`]: a human summary, unified diffs of the ConfigMaps that would
 //! change, and the objects to write as multi-document YAML for `kubectl apply -f -`.
+//!
+//! Every string that comes from a cluster object is printed through [`crate::escape`], so no
+//! name, annotation or Corefile line can add a line, a section or a YAML document: the
+//! values of plan fields that name things (hostnames, object names, Corefile keys and
+//! servers) are escaped here; the free-text fields (warnings, errors, refusal details and
+//! sources) were escaped when they were built.
 
 use std::fmt::Write as _;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 
+use crate::escape::{self, Text};
 use crate::external_dns::DnsEndpoints;
 use crate::kube_dns::StubDomains;
 use crate::plan::{Plan, ProxyHeader};
@@ -18,8 +25,11 @@ fn families(service: &k8s_openapi::api::core::v1::Service) -> String {
     let families = spec.and_then(|s| s.ip_families.as_ref());
     format!(
         "{} {}",
-        policy.unwrap_or("SingleStack"),
-        families.map_or_else(|| "IPv4".to_owned(), |f| f.join(", "))
+        Text(policy.unwrap_or("SingleStack")),
+        families.map_or_else(
+            || "IPv4".to_owned(),
+            |f| escape::text(&f.join(", ")).into_owned()
+        )
     )
 }
 
@@ -40,15 +50,19 @@ pub fn text(plan: &Plan) -> String {
     for lb in &plan.load_balancers {
         let l = &lb.load_balancer;
         let svc = lb.service_ref();
-        let _ = writeln!(out, "\nLoad balancer {}", l.service);
+        let _ = writeln!(out, "\nLoad balancer {}", Text(&l.service.to_string()));
         let ips: Vec<String> = l.ips.iter().map(ToString::to_string).collect();
         let rows = [
             ("addresses", ips.join(", ")),
-            ("PROXY from", l.proxy_sources.join(", ")),
+            (
+                "PROXY from",
+                escape::text(&l.proxy_sources.join(", ")).into_owned(),
+            ),
             (
                 "hairpin Service",
                 format!(
-                    "{svc} ({}; ClusterIP {})",
+                    "{} ({}; ClusterIP {})",
+                    Text(&svc.to_string()),
                     families(&lb.service),
                     cluster_ips.get(&svc).map_or_else(
                         || "assigned when created".to_owned(),
@@ -65,13 +79,13 @@ pub fn text(plan: &Plan) -> String {
             let _ = writeln!(out, "  {k:<16} {v}");
         }
         if let Some(why) = &l.forced {
-            let _ = writeln!(out, "  {:<16} {why}", "forced");
+            let _ = writeln!(out, "  {:<16} {}", "forced", Text(why));
         }
         let _ = writeln!(out, "  routes");
         let width = lb
             .routes
             .iter()
-            .map(|r| r.upstream.len())
+            .map(|r| escape::text(&r.upstream).len())
             .max()
             .unwrap_or(0);
         // `PROXY none`: a port of the load balancer without the PROXY protocol, forwarded as
@@ -85,14 +99,16 @@ pub fn text(plan: &Plan) -> String {
         for r in &lb.routes {
             let tail = match r.proxy_protocol {
                 ProxyHeader::None => "no header, bytes forwarded as they are".to_owned(),
-                _ if r.destinations.is_empty() => format!("destination {}", r.destination),
-                _ => format!("destinations {}", r.destinations.join(", ")),
+                _ if r.destinations.is_empty() => {
+                    format!("destination {}", Text(&r.destination))
+                }
+                _ => format!("destinations {}", Text(&r.destinations.join(", "))),
             };
             let _ = writeln!(
                 out,
                 "    {:<15} -> {:<width$}  PROXY {:<proxy_width$}  {tail}",
-                r.listen,
-                r.upstream,
+                Text(&r.listen),
+                Text(&r.upstream),
                 r.proxy_protocol.as_str(),
             );
         }
@@ -102,13 +118,13 @@ pub fn text(plan: &Plan) -> String {
             .hostnames
             .iter()
             .map(|h| match h.wildcard_labels {
-                Some(labels) => format!("{} ({})", h.name, labels.describe()),
-                None => h.name.clone(),
+                Some(labels) => format!("{} ({})", Text(&h.name), labels.describe()),
+                None => escape::text(&h.name).into_owned(),
             })
             .collect();
         let width = names.iter().map(String::len).max().unwrap_or(0);
         for (name, h) in names.iter().zip(&lb.hostnames) {
-            let _ = writeln!(out, "    {name:<width$}  {}", h.sources.join("; "));
+            let _ = writeln!(out, "    {name:<width$}  {}", Text(&h.sources.join("; ")));
         }
     }
 
@@ -117,14 +133,14 @@ pub fn text(plan: &Plan) -> String {
         let width = plan
             .not_needed
             .iter()
-            .map(|n| n.service.to_string().len())
+            .map(|n| escape::text(&n.service.to_string()).len())
             .max()
             .unwrap_or(0);
         for n in &plan.not_needed {
             let _ = writeln!(
                 out,
                 "  {:<width$}  {}",
-                n.service.to_string(),
+                Text(&n.service.to_string()),
                 n.reason.describe()
             );
         }
@@ -135,12 +151,17 @@ pub fn text(plan: &Plan) -> String {
         let width = plan
             .conflicts
             .iter()
-            .map(|c| c.hostname.len())
+            .map(|c| escape::text(&c.hostname).len())
             .max()
             .unwrap_or(0);
         for c in &plan.conflicts {
             let lbs: Vec<String> = c.load_balancers.iter().map(ToString::to_string).collect();
-            let _ = writeln!(out, "  {:<width$}  {}", c.hostname, lbs.join(", "));
+            let _ = writeln!(
+                out,
+                "  {:<width$}  {}",
+                Text(&c.hostname),
+                Text(&lbs.join(", "))
+            );
         }
     }
 
@@ -149,7 +170,7 @@ pub fn text(plan: &Plan) -> String {
         let width = plan
             .refused
             .iter()
-            .map(|r| r.hostname.len())
+            .map(|r| escape::text(&r.hostname).len())
             .max()
             .unwrap_or(0);
         let reason_width = plan
@@ -162,7 +183,7 @@ pub fn text(plan: &Plan) -> String {
             let _ = writeln!(
                 out,
                 "  {:<width$}  {:<reason_width$}  {}: {}",
-                r.hostname,
+                Text(&r.hostname),
                 r.reason.label(),
                 r.source,
                 r.detail
@@ -179,7 +200,7 @@ pub fn text(plan: &Plan) -> String {
                 out,
                 "  mode {} (cluster domain {}), {} hostname{}",
                 d.mode.as_str(),
-                d.cluster_domain,
+                Text(&d.cluster_domain),
                 d.entries.len(),
                 plural(d.entries.len()),
             );
@@ -196,7 +217,7 @@ pub fn text(plan: &Plan) -> String {
                                 crate::corefile::Form::Rewrite => "rewrite",
                                 crate::corefile::Form::Answer => "answers",
                             };
-                            format!("block in {} ({form})", i.server)
+                            format!("block in {} ({form})", Text(&i.server.to_string()))
                         })
                         .collect::<Vec<_>>()
                         .join(", "),
@@ -204,8 +225,8 @@ pub fn text(plan: &Plan) -> String {
                 let _ = writeln!(
                     out,
                     "  ConfigMap {} key {}: {what}; {}",
-                    w.config_map,
-                    w.key,
+                    Text(&w.config_map.to_string()),
+                    Text(&w.key),
                     if w.changed {
                         "changes (see -o diff)"
                     } else {
@@ -230,17 +251,26 @@ pub fn text(plan: &Plan) -> String {
     let (entries, missing) = plan.hosts_block();
     let mut rows: Vec<(String, String)> = entries
         .iter()
-        .map(|e| (e.ip.to_string(), e.names.join(" ")))
+        .map(|e| {
+            (
+                e.ip.to_string(),
+                escape::text(&e.names.join(" ")).into_owned(),
+            )
+        })
         .collect();
     let mut pending: std::collections::BTreeMap<String, Vec<&str>> =
         std::collections::BTreeMap::new();
     for m in &missing {
         pending
-            .entry(format!("<ClusterIP of {}>", m.service))
+            .entry(format!("<ClusterIP of {}>", Text(&m.service.to_string())))
             .or_default()
             .push(&m.hostname);
     }
-    rows.extend(pending.into_iter().map(|(ip, names)| (ip, names.join(" "))));
+    rows.extend(
+        pending
+            .into_iter()
+            .map(|(ip, names)| (ip, escape::text(&names.join(" ")).into_owned())),
+    );
     if rows.is_empty() {
         let _ = writeln!(out, "  (empty)");
     }
@@ -258,18 +288,20 @@ pub fn text(plan: &Plan) -> String {
     if !plan.orphaned_services.is_empty() {
         let _ = writeln!(out, "\nTo delete (hairpin Services no longer needed)");
         for o in &plan.orphaned_services {
-            let _ = writeln!(out, "  Service {o}");
+            let _ = writeln!(out, "  Service {}", Text(&o.to_string()));
         }
     }
     if !plan.warnings.is_empty() {
         let _ = writeln!(out, "\nWarnings");
         for w in &plan.warnings {
+            // Escaped when built; a line break in it is hairpin's own (a suggested block).
             let _ = writeln!(out, "  - {}", indent_rest(&w.to_string(), "    "));
         }
     }
     if !plan.errors.is_empty() {
         let _ = writeln!(out, "\nErrors (nothing is written for these)");
         for e in &plan.errors {
+            // Escaped when built (one line each).
             let _ = writeln!(out, "  - {e}");
         }
     }
@@ -282,7 +314,7 @@ fn stub_domains_text(out: &mut String, stub: &StubDomains) {
     let _ = writeln!(
         out,
         "\nkube-dns stubDomains (hairpin does not write ConfigMap {}: merge this yourself)",
-        stub.config_map
+        Text(&stub.config_map.to_string())
     );
     match stub.value() {
         Some(value) => {
@@ -295,20 +327,23 @@ fn stub_domains_text(out: &mut String, stub: &StubDomains) {
             );
             let _ = writeln!(
                 out,
-                "  data.{}:\n    {value}",
-                crate::kube_dns::STUB_DOMAINS_KEY
+                "  data.{}:\n    {}",
+                crate::kube_dns::STUB_DOMAINS_KEY,
+                // JSON of admitted hostnames and addresses: its backslashes are meant.
+                escape::controls(&value)
             );
             match (&stub.existing, stub.patch_command()) {
                 (Some(existing), _) => {
                     let _ = writeln!(
                         out,
-                        "  the ConfigMap already has {} {existing}: add these entries to it (a \
+                        "  the ConfigMap already has {} {}: add these entries to it (a \
                          merge patch would replace it)",
-                        crate::kube_dns::STUB_DOMAINS_KEY
+                        crate::kube_dns::STUB_DOMAINS_KEY,
+                        Text(existing)
                     );
                 }
                 (None, Some(patch)) => {
-                    let _ = writeln!(out, "  with kubectl: {patch}");
+                    let _ = writeln!(out, "  with kubectl: {}", escape::controls(&patch));
                 }
                 (None, None) => {}
             }
@@ -322,7 +357,7 @@ fn stub_domains_text(out: &mut String, stub: &StubDomains) {
                  knows of none"
             );
             if !stub.hostnames.is_empty() {
-                let _ = writeln!(out, "  hostnames: {}", stub.hostnames.join(", "));
+                let _ = writeln!(out, "  hostnames: {}", Text(&stub.hostnames.join(", ")));
                 let _ = writeln!(
                     out,
                     "  to print the value: rerun with --stub-domain-nameserver <IP of that server>"
@@ -334,14 +369,15 @@ fn stub_domains_text(out: &mut String, stub: &StubDomains) {
         let _ = writeln!(
             out,
             "  left out (a stub domain for the parent would take the parent name too): {}",
-            stub.wildcards.join(", ")
+            Text(&stub.wildcards.join(", "))
         );
     }
     if let Some(example) = stub.hostnames.first() {
         let _ = writeln!(
             out,
-            "  caveat: a stub domain also captures every name under it (a.{example} goes to the \
-             same servers), so they must answer or forward those names too"
+            "  caveat: a stub domain also captures every name under it (a.{} goes to the \
+             same servers), so they must answer or forward those names too",
+            Text(example)
         );
     }
 }
@@ -359,8 +395,8 @@ fn dns_endpoints_text(out: &mut String, endpoints: &DnsEndpoints) {
         let _ = writeln!(
             out,
             "  DNSEndpoint {} ({}): {} record{}, TTL {}s; {}",
-            o.object.object_ref(),
-            o.load_balancer,
+            Text(&o.object.object_ref().to_string()),
+            Text(&o.load_balancer.to_string()),
             records.len(),
             plural(records.len()),
             crate::external_dns::RECORD_TTL,
@@ -370,14 +406,18 @@ fn dns_endpoints_text(out: &mut String, endpoints: &DnsEndpoints) {
                 Some(_) => "unchanged",
             }
         );
-        let width = records.iter().map(|e| e.dns_name.len()).max().unwrap_or(0);
+        let width = records
+            .iter()
+            .map(|e| escape::text(&e.dns_name).len())
+            .max()
+            .unwrap_or(0);
         for e in records {
             let _ = writeln!(
                 out,
                 "    {:<width$}  {:<4}  {}",
-                e.dns_name,
-                e.record_type,
-                e.targets.join(", ")
+                Text(&e.dns_name),
+                Text(&e.record_type),
+                Text(&e.targets.join(", "))
             );
         }
     }
@@ -390,11 +430,15 @@ fn dns_endpoints_text(out: &mut String, endpoints: &DnsEndpoints) {
         let _ = writeln!(
             out,
             "  waiting for their hairpin Service's ClusterIP (published once it is created): {}",
-            names.join(", ")
+            Text(&names.join(", "))
         );
     }
     for stale in &endpoints.stale {
-        let _ = writeln!(out, "  DNSEndpoint {stale}: deleted (no longer needed)");
+        let _ = writeln!(
+            out,
+            "  DNSEndpoint {}: deleted (no longer needed)",
+            Text(&stale.to_string())
+        );
     }
 }
 
@@ -442,7 +486,12 @@ fn push_diff(out: &mut String, cm: &ObjectRef, key: &str, old: Option<&str>, new
 
 /// A unified diff with `--- a/<path>` / `+++ b/<path>` headers (`/dev/null` for an absent
 /// side), three lines of context; empty when both sides are equal.
+///
+/// The path is escaped ([`escape::text`]); in the lines of the texts compared, only the
+/// characters that could split or hide a line are ([`escape::controls`]; a `\r` that ends a
+/// line is kept), so every line of the diff is one line of the texts.
 pub fn unified_diff(path: &str, old: Option<&str>, new: Option<&str>) -> String {
+    let path = escape::text(path);
     let mut out = String::new();
     let old_header = if old.is_some() {
         format!("a/{path}")
@@ -462,7 +511,26 @@ pub fn unified_diff(path: &str, old: Option<&str>, new: Option<&str>) -> String 
             .context_radius(3)
             .header(&old_header, &new_header)
     );
-    out
+    if out
+        .chars()
+        .all(|c| c == '\n' || c == '\t' || !escape::invisible(c))
+    {
+        return out;
+    }
+    let mut safe = String::with_capacity(out.len() + 16);
+    for line in out.split_inclusive('\n') {
+        let body = line.strip_suffix('\n').unwrap_or(line);
+        let (body, cr) = match body.strip_suffix('\r') {
+            Some(b) if line.ends_with('\n') => (b, "\r"),
+            _ => (body, ""),
+        };
+        safe.push_str(&escape::controls(body));
+        safe.push_str(cr);
+        if line.ends_with('\n') {
+            safe.push('\n');
+        }
+    }
+    safe
 }
 
 /// The objects to write, as multi-document YAML: hairpin Services, the DNS ConfigMaps (those
@@ -486,16 +554,27 @@ pub fn yaml(plan: &Plan) -> Result<String, String> {
     docs.push(to_yaml(&plan.routes_config_map)?);
     let mut out = String::new();
     for o in &plan.orphaned_services {
-        let _ = writeln!(out, "# delete: Service {o} (no longer needed)");
+        let _ = writeln!(
+            out,
+            "# delete: Service {} (no longer needed)",
+            Text(&o.to_string())
+        );
     }
     for stale in endpoints.flat_map(|e| &e.stale) {
-        let _ = writeln!(out, "# delete: DNSEndpoint {stale} (no longer needed)");
+        let _ = writeln!(
+            out,
+            "# delete: DNSEndpoint {} (no longer needed)",
+            Text(&stale.to_string())
+        );
     }
     for r in &plan.refused {
         let _ = writeln!(
             out,
             "# refused: hostname {} ({}) from {}: {}",
-            r.hostname, r.reason, r.source, r.detail
+            Text(&r.hostname),
+            r.reason,
+            r.source,
+            r.detail
         );
     }
     for d in docs {
