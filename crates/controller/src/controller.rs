@@ -24,6 +24,7 @@ use crate::apply::{
 };
 use crate::dns_endpoints::{Applied, apply_dns_endpoints};
 use crate::fight::{Decision, FightParams, Fights, Observation};
+use crate::gate::WriteGate;
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
 use crate::report::{Events, list_note, object_ref, reason};
@@ -100,11 +101,24 @@ pub async fn run(
         stop.clone(),
     );
 
+    // Every write of the reconciler (objects, statuses, Events) goes through the gate, which
+    // only the leader election opens; the Lease itself, and the Events about it, are written
+    // with the plain client.
+    let gate = if config.lease.is_some() {
+        WriteGate::closed()
+    } else {
+        WriteGate::always_open()
+    };
+    let lease_events = Events::new(client.clone(), &config.identity, metrics.clone());
+    let raw_client = client.clone();
+    let client = gate.client(client);
     let events = Events::new(client.clone(), &config.identity, metrics.clone());
     let (leader_tx, mut leader_rx) = watch::channel(Leadership::Follower(None));
     let lease_task = match config.lease.clone() {
         Some(params) => {
-            let manager = LeaseManager::new(client.clone(), params).with_events(events.clone());
+            let manager = LeaseManager::new(raw_client, params)
+                .with_events(lease_events)
+                .with_gate(gate.clone());
             let metrics = metrics.clone();
             Some(tokio::spawn(manager.run(
                 leader_tx,
@@ -159,6 +173,7 @@ pub async fn run(
     };
     let mut retry = config.min_retry;
     let mut next = Instant::now();
+    let mut fenced = false;
     loop {
         tokio::select! {
             () = changed.notified() => {
@@ -172,8 +187,20 @@ pub async fn run(
             () = tokio::time::sleep_until(next.into()) => {}
             () = stop.clone() => return finish(lease_task).await,
         }
-        let leading = leader_rx.borrow().is_leader();
+        let leadership = leader_rx.borrow().clone();
+        let leading = leadership.is_leader();
         metrics.leader.set(i64::from(leading));
+        if leadership == Leadership::Fenced {
+            if !fenced {
+                fenced = true;
+                metrics.fenced.set(1);
+                // Not ready: this instance does nothing any more (the reason is logged by
+                // the lease manager, and published as an Event on the Lease).
+                ready.set(false);
+            }
+            next = Instant::now() + config.resync;
+            continue;
+        }
         if !leading {
             next = Instant::now() + config.resync;
             continue;
@@ -183,6 +210,13 @@ pub async fn run(
                 metrics.last_reconcile_success.set(unix_now());
                 retry = config.min_retry;
                 next = requeue.unwrap_or_else(|| Instant::now() + config.resync);
+            }
+            Err(err) if crate::gate::is_withheld(&err) => {
+                // Leadership ended during the reconcile: the rest of it was not written.
+                tracing::info!(
+                    "leadership lost during a reconcile; its remaining writes were withheld"
+                );
+                next = Instant::now() + config.resync;
             }
             Err(err) => {
                 metrics.error(&err);

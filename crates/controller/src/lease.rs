@@ -1,5 +1,5 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease (after kubert's `lease.rs`; kube-runtime
-//! has none built in).
+//! has none built in), and the uninstall fence on that Lease.
 //!
 //! Every instance runs [`LeaseManager::run`]. A Lease that is absent, vacated (no holder) or
 //! not renewed within its duration is claimed; the holder renews it every `renew_interval`.
@@ -9,6 +9,27 @@
 //! clock skew between nodes does not matter. On shutdown the holder vacates the Lease (clears
 //! `holderIdentity`), so a standby takes over at its next poll instead of waiting for expiry.
 //!
+//! Leading is what opens the [`WriteGate`]: the gate is opened after each successful renewal
+//! up to 4/5 of the Lease's duration counted from when that renewal was *sent* (others count
+//! the duration from when they saw it, later), so no write goes out after the point where
+//! another candidate could have taken the Lease, even while the API server does not answer.
+//! The Lease is also watched: the moment it is deleted, taken by another holder or fenced, the
+//! gate closes (before the next renewal). A Lease deleted under its leader is not re-created
+//! by that instance for one Lease duration (a deletion is someone else's decision, such as an
+//! older `hairpin uninstall`); after that it is claimed through the normal election.
+//!
+//! **The uninstall fence.** `hairpin uninstall` takes the Lease for the reserved holder
+//! [`FENCE_HOLDER`] and marks it with [`FENCE_ANNOTATION`], naming the holder it displaced
+//! ([`FENCE_PREVIOUS_HOLDER_ANNOTATION`]). No instance ever claims a fenced Lease, whatever its
+//! expiry. An instance that sees the fence closes its gate, waits for its writes under way,
+//! and stays idle until it exits (even if the fence goes away: an old pod never writes again);
+//! the displaced holder then acknowledges ([`FENCE_ACKNOWLEDGED_ANNOTATION`]), which is what
+//! `hairpin uninstall` waits for (at most one Lease duration: by then the displaced holder's
+//! gate has closed by itself). A fresh install starts new processes, which claim the Lease once
+//! the fence is gone: it is owned by the controller Deployment, so deleting the Deployment
+//! (`helm uninstall`, `kubectl delete -f deploy/hairpin.yaml`) has the garbage collector
+//! delete it.
+//!
 //! The Lease hairpin creates carries its marks (the managed-by label AND
 //! `hairpin.io/created-by: hairpin`, as its own ConfigMaps do). A Lease at that name without
 //! them belongs to someone else (another program's leader election, a name clash): it is
@@ -17,18 +38,53 @@
 //! and publishes a Warning Event on the Lease until the name is freed or changed
 //! (`--lease-name`).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use tokio::sync::watch;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::{Notify, watch};
 
 use crate::apply::{CREATED_BY_ANNOTATION, created_by_hairpin, created_by_hairpin_meta};
 use crate::error::{is_conflict, is_not_found};
+use crate::gate::WriteGate;
 use crate::report::{Events, object_ref, reason};
 use crate::{Error, MANAGED_BY_LABEL};
+
+/// The holder identity `hairpin uninstall` writes into the Lease it fences. No controller may
+/// use it as its own identity.
+pub const FENCE_HOLDER: &str = "hairpin-uninstall";
+/// Marks a fenced Lease (value: `uninstall`).
+pub const FENCE_ANNOTATION: &str = "hairpin.io/fence";
+/// On a fenced Lease: the holder it displaced (empty when there was none).
+pub const FENCE_PREVIOUS_HOLDER_ANNOTATION: &str = "hairpin.io/fence-previous-holder";
+/// On a fenced Lease: the displaced holder, once it has stopped writing.
+pub const FENCE_ACKNOWLEDGED_ANNOTATION: &str = "hairpin.io/fence-acknowledged-by";
+
+/// The fence on `lease`, if it carries one.
+pub fn fence_of(lease: &Lease) -> Option<Fence> {
+    let annotations = lease.metadata.annotations.as_ref()?;
+    annotations.get(FENCE_ANNOTATION)?;
+    let get = |key: &str| annotations.get(key).filter(|v| !v.is_empty()).cloned();
+    Some(Fence {
+        previous_holder: get(FENCE_PREVIOUS_HOLDER_ANNOTATION),
+        acknowledged_by: get(FENCE_ACKNOWLEDGED_ANNOTATION),
+    })
+}
+
+/// What a fenced Lease says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    /// The holder the fence displaced.
+    pub previous_holder: Option<String>,
+    /// The holder that acknowledged it (stopped writing).
+    pub acknowledged_by: Option<String>,
+}
 
 /// Lease settings.
 #[derive(Clone, Debug)]
@@ -59,6 +115,12 @@ impl LeaseParams {
             retry_interval: Duration::from_secs(2),
         }
     }
+
+    /// How long after sending a renewal this instance may still write: 4/5 of the duration,
+    /// the rest being the margin for writes under way and for the other candidates' clocks.
+    pub fn write_window(&self) -> Duration {
+        self.duration.mul_f32(0.8)
+    }
 }
 
 /// What this instance knows about the Lease.
@@ -68,6 +130,8 @@ pub enum Leadership {
     Leader,
     /// Another instance holds it (its identity), or nobody yet.
     Follower(Option<String>),
+    /// `hairpin uninstall` fenced the Lease: this instance writes nothing until it exits.
+    Fenced,
 }
 
 impl Leadership {
@@ -82,39 +146,61 @@ impl Leadership {
 pub struct LeaseManager {
     api: Api<Lease>,
     params: LeaseParams,
-    /// Where a Lease that is not hairpin's is reported.
+    /// Where a Lease that is not hairpin's, and the fence, are reported.
     events: Option<Events>,
+    /// Opened while this instance leads.
+    gate: WriteGate,
     /// (holder, renewTime) as last seen, and when this instance saw it change.
     observed: Option<(Option<String>, Option<MicroTime>, Instant)>,
-    /// When this instance last renewed successfully (as leader).
-    renewed_at: Option<Instant>,
     /// The refusal last reported for a Lease that is not hairpin's.
     foreign_reported: Option<String>,
+    /// The resourceVersion of this instance's last write of the Lease (0: none, or not a
+    /// number): watch events at or before it are older than our claim.
+    written_rv: Arc<AtomicU64>,
+    /// When this instance, leading, found its Lease deleted.
+    lost_at: Option<Instant>,
+    /// The fence was seen (for good).
+    fenced: bool,
+    /// This instance acknowledged the fence (or did not have to).
+    acknowledged: bool,
 }
 
 /// Outcome of one claim attempt.
 enum Step {
     Held,
     NotHeld(Option<String>),
+    Fenced(Box<Lease>),
 }
 
 impl LeaseManager {
-    /// A manager for the Lease described by `params`.
+    /// A manager for the Lease described by `params`. `client` is used as is: give it the
+    /// plain client, not one behind the gate it opens.
     pub fn new(client: kube::Client, params: LeaseParams) -> Self {
         Self {
             api: Api::namespaced(client, &params.namespace),
             params,
             events: None,
+            gate: WriteGate::closed(),
             observed: None,
-            renewed_at: None,
             foreign_reported: None,
+            written_rv: Arc::default(),
+            lost_at: None,
+            fenced: false,
+            acknowledged: false,
         }
     }
 
-    /// Reports a Lease at our name that is not hairpin's as a Warning Event on it.
+    /// Reports a Lease at our name that is not hairpin's, and the fence, as Warning Events on it.
     #[must_use]
     pub fn with_events(mut self, events: Events) -> Self {
         self.events = Some(events);
+        self
+    }
+
+    /// The gate this manager opens while leading (and closes when it stops).
+    #[must_use]
+    pub fn with_gate(mut self, gate: WriteGate) -> Self {
+        self.gate = gate;
         self
     }
 
@@ -128,19 +214,34 @@ impl LeaseManager {
         on_error: impl Fn(&crate::Error),
     ) {
         tokio::pin!(stop);
+        let poke = Arc::new(Notify::new());
+        let watch_task = tokio::spawn(watch_lease(
+            self.api.clone(),
+            self.params.clone(),
+            self.gate.clone(),
+            self.written_rv.clone(),
+            poke.clone(),
+        ));
         loop {
-            let leadership = match self.step().await {
+            if self.fenced && self.acknowledged {
+                // Idle for good: nothing to claim, renew or vacate.
+                stop.as_mut().await;
+                break;
+            }
+            let leading = tx.borrow().is_leader();
+            let sent_at = Instant::now();
+            let leadership = match self.step(leading).await {
                 Ok(Step::Held) => {
-                    self.renewed_at = Some(Instant::now());
+                    self.gate.open_until(sent_at + self.params.write_window());
                     Leadership::Leader
                 }
-                Ok(Step::NotHeld(holder)) => {
-                    self.renewed_at = None;
-                    Leadership::Follower(holder)
+                Ok(Step::NotHeld(holder)) => Leadership::Follower(holder),
+                Ok(Step::Fenced(lease)) => {
+                    self.on_fence(&lease, &tx).await;
+                    Leadership::Fenced
                 }
                 Err(err @ Error::NotOwned { .. }) => {
                     // Not ours to take or to keep: stop leading at once.
-                    self.renewed_at = None;
                     self.report_foreign(&err).await;
                     on_error(&err);
                     Leadership::Follower(None)
@@ -148,15 +249,20 @@ impl LeaseManager {
                 Err(err) => {
                     tracing::warn!(error = %err, lease = %self.params.name, "leader election: lease update failed; retrying");
                     on_error(&err);
-                    // Keep leading only while the Lease we last renewed cannot have expired yet
-                    // (with a margin), so two leaders never overlap.
-                    let margin = self.params.duration.mul_f32(0.8);
-                    match self.renewed_at {
-                        Some(at) if at.elapsed() < margin => Leadership::Leader,
-                        _ => Leadership::Follower(None),
+                    // Keep leading only while the gate is open: it closes by itself where
+                    // the Lease we last renewed could expire, so two leaders never overlap.
+                    if self.fenced {
+                        Leadership::Fenced
+                    } else if leading && self.gate.is_open() {
+                        Leadership::Leader
+                    } else {
+                        Leadership::Follower(None)
                     }
                 }
             };
+            if !leadership.is_leader() {
+                self.gate.close().await;
+            }
             tx.send_if_modified(|current| {
                 if *current == leadership {
                     return false;
@@ -164,6 +270,7 @@ impl LeaseManager {
                 match &leadership {
                     Leadership::Leader => tracing::info!(identity = %self.params.identity, "leader election: acquired the lease"),
                     Leadership::Follower(holder) => tracing::info!(holder = ?holder, "leader election: following"),
+                    Leadership::Fenced => {}
                 }
                 *current = leadership.clone();
                 true
@@ -175,18 +282,87 @@ impl LeaseManager {
             };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
+                () = poke.notified() => {}
                 () = &mut stop => break,
             }
         }
+        watch_task.abort();
+        self.gate.close().await;
         if tx.borrow().is_leader() {
             tx.send_replace(Leadership::Follower(None));
             match self.vacate().await {
-                Ok(()) => {
+                Ok(true) => {
                     tracing::info!(lease = %self.params.name, "leader election: vacated the lease")
+                }
+                Ok(false) => {
+                    tracing::info!(lease = %self.params.name, "leader election: the lease was no longer ours (deleted or taken); nothing to vacate")
                 }
                 Err(err) => {
                     tracing::warn!(error = %err, "leader election: could not vacate the lease; it expires by itself")
                 }
+            }
+        }
+    }
+
+    /// The fence: stop writing (waiting for writes under way), say so once, and acknowledge
+    /// it when this instance is the holder it displaced.
+    async fn on_fence(&mut self, lease: &Lease, tx: &watch::Sender<Leadership>) {
+        self.gate.close().await;
+        tx.send_replace(Leadership::Fenced);
+        let fence = fence_of(lease).unwrap_or(Fence {
+            previous_holder: None,
+            acknowledged_by: None,
+        });
+        if !self.fenced {
+            self.fenced = true;
+            tracing::warn!(
+                lease = %format!("{}/{}", self.params.namespace, self.params.name),
+                displaced = ?fence.previous_holder,
+                "hairpin uninstall fenced the controller: it writes nothing from now on and stays idle until it exits (delete the controller Deployment to finish the uninstall; a new install starts new pods)"
+            );
+            if let Some(events) = &self.events {
+                let regarding = object_ref(
+                    "Lease",
+                    &self.params.namespace,
+                    &self.params.name,
+                    lease.metadata.uid.clone(),
+                );
+                let note = format!(
+                    "hairpin uninstall is removing hairpin: controller {} stopped writing and stays idle until it exits",
+                    hairpin_planner::escape::text(&self.params.identity)
+                );
+                events.publish(&regarding, true, reason::FENCED, note).await;
+            }
+        }
+        let ours = fence.previous_holder.as_deref() == Some(self.params.identity.as_str());
+        if !ours || fence.acknowledged_by.as_deref() == Some(self.params.identity.as_str()) {
+            self.acknowledged = true;
+            return;
+        }
+        let mut acked = lease.clone();
+        acked
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                FENCE_ACKNOWLEDGED_ANNOTATION.into(),
+                self.params.identity.clone(),
+            );
+        match self
+            .api
+            .replace(&self.params.name, &crate::apply::post_params(), &acked)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(
+                    "acknowledged the uninstall fence: this instance writes nothing any more"
+                );
+                self.acknowledged = true;
+            }
+            // Changed meanwhile (or gone): read again at the next step.
+            Err(err) if is_conflict(&err) || is_not_found(&err) => {}
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot acknowledge the uninstall fence yet; retrying");
             }
         }
     }
@@ -235,30 +411,57 @@ impl LeaseManager {
         }
     }
 
-    /// One claim-or-renew attempt.
-    async fn step(&mut self) -> Result<Step, crate::Error> {
+    /// One claim-or-renew attempt. `leading`: this instance led until now.
+    async fn step(&mut self, leading: bool) -> Result<Step, crate::Error> {
         let name = self.params.name.clone();
         let lease = match self.api.get(&name).await {
             Ok(lease) => lease,
             Err(err) if is_not_found(&err) => {
+                if self.fenced {
+                    // The fence is gone (the Deployment was deleted): still nothing to do.
+                    return Ok(Step::NotHeld(None));
+                }
+                if leading && self.lost_at.is_none() {
+                    self.gate.close_now();
+                    tracing::warn!(lease = %name, hold_off = ?self.params.duration, "leader election: the Lease was deleted under this leader; stopped writing, and claiming it again through the election after one lease duration");
+                    self.lost_at = Some(Instant::now());
+                }
+                if self
+                    .lost_at
+                    .is_some_and(|at| at.elapsed() < self.params.duration)
+                {
+                    return Ok(Step::NotHeld(None));
+                }
+                self.lost_at = None;
                 let lease = Lease {
                     metadata: created_by_hairpin_meta(&self.params.namespace, &name),
                     spec: Some(self.fresh_spec(0)),
                 };
                 return match self.api.create(&crate::apply::post_params(), &lease).await {
-                    Ok(_) => Ok(Step::Held),
+                    Ok(created) => {
+                        self.remember_write(&created);
+                        Ok(Step::Held)
+                    }
                     Err(err) if is_conflict(&err) => Ok(Step::NotHeld(None)),
                     Err(err) => Err(crate::Error::kube(format!("create Lease {name}"), err)),
                 };
             }
             Err(err) => return Err(crate::Error::kube(format!("get Lease {name}"), err)),
         };
+        self.lost_at = None;
         if !created_by_hairpin(&lease.metadata) {
             return Err(self.not_owned());
         }
         self.foreign_reported = None;
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        if fence_of(&lease).is_some() || holder.as_deref() == Some(FENCE_HOLDER) {
+            return Ok(Step::Fenced(Box::new(lease)));
+        }
+        if self.fenced {
+            // Sticky: an instance that saw the fence never leads again.
+            return Ok(Step::NotHeld(holder));
+        }
 
         if holder.as_deref() == Some(self.params.identity.as_str()) {
             let mut renewed = lease;
@@ -266,6 +469,10 @@ impl LeaseManager {
             renewed_spec.renew_time = Some(Self::now());
             renewed_spec.lease_duration_seconds = Some(self.duration_seconds());
             return self.replace(&renewed).await;
+        }
+        if leading {
+            // Taken by another holder: stop writing before anything else.
+            self.gate.close_now();
         }
 
         // Track when the Lease was last seen to change, on our own clock.
@@ -306,6 +513,16 @@ impl LeaseManager {
         }
     }
 
+    fn remember_write(&self, lease: &Lease) {
+        let rv = lease
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or(0);
+        self.written_rv.store(rv, Ordering::SeqCst);
+    }
+
     /// Updates the Lease with its resourceVersion set: a concurrent change makes it fail with
     /// 409 and we stay (or become) a follower until the next attempt.
     async fn replace(&self, lease: &Lease) -> Result<Step, crate::Error> {
@@ -315,34 +532,105 @@ impl LeaseManager {
             .replace(name, &crate::apply::post_params(), lease)
             .await
         {
-            Ok(_) => Ok(Step::Held),
-            Err(err) if is_conflict(&err) => Ok(Step::NotHeld(None)),
+            Ok(written) => {
+                self.remember_write(&written);
+                Ok(Step::Held)
+            }
+            Err(err) if is_conflict(&err) => {
+                self.gate.close_now();
+                Ok(Step::NotHeld(None))
+            }
             Err(err) => Err(crate::Error::kube(format!("update Lease {name}"), err)),
         }
     }
 
-    /// Clears the holder so a standby can claim the Lease at once.
-    async fn vacate(&self) -> Result<(), crate::Error> {
+    /// Clears the holder so a standby can claim the Lease at once. `Ok(false)`: it was no
+    /// longer ours (deleted, taken, fenced).
+    async fn vacate(&self) -> Result<bool, crate::Error> {
         let name = &self.params.name;
-        let mut lease = self
+        let Some(mut lease) = self
             .api
-            .get(name)
+            .get_opt(name)
             .await
-            .map_err(|err| crate::Error::kube(format!("get Lease {name}"), err))?;
+            .map_err(|err| crate::Error::kube(format!("get Lease {name}"), err))?
+        else {
+            return Ok(false);
+        };
         if !created_by_hairpin(&lease.metadata) {
             return Err(self.not_owned());
         }
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-        if spec.holder_identity.as_deref() != Some(self.params.identity.as_str()) {
-            return Ok(());
+        if spec.holder_identity.as_deref() != Some(self.params.identity.as_str())
+            || fence_of(&lease).is_some()
+        {
+            return Ok(false);
         }
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(Self::now());
-        self.api
+        match self
+            .api
             .replace(name, &crate::apply::post_params(), &lease)
             .await
-            .map(drop)
-            .map_err(|err| crate::Error::kube(format!("vacate Lease {name}"), err))
+        {
+            Ok(_) => Ok(true),
+            // Deleted or changed since the read: not ours to vacate any more.
+            Err(err) if is_not_found(&err) || is_conflict(&err) => Ok(false),
+            Err(err) => Err(crate::Error::kube(format!("vacate Lease {name}"), err)),
+        }
     }
+}
+
+/// Watches the Lease: the moment it is deleted, fenced or shows another holder (in a change
+/// newer than our own last write of it), the gate closes, and the manager is poked to look
+/// again at once (also when the Lease is vacated, so a standby claims it without waiting).
+async fn watch_lease(
+    api: Api<Lease>,
+    params: LeaseParams,
+    gate: WriteGate,
+    written_rv: Arc<AtomicU64>,
+    poke: Arc<Notify>,
+) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", params.name));
+    let newer_than_ours = |lease: &Lease| {
+        let ours = written_rv.load(Ordering::SeqCst);
+        lease
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|rv| rv.parse::<u64>().ok())
+            .is_none_or(|rv| ours == 0 || rv > ours)
+    };
+    watcher(api, config)
+        .default_backoff()
+        .for_each(|event| {
+            match event {
+                Ok(watcher::Event::Delete(_)) => {
+                    gate.close_now();
+                    poke.notify_one();
+                }
+                Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
+                    let holder = lease
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.holder_identity.as_deref())
+                        .filter(|h| !h.is_empty());
+                    let fenced = fence_of(&lease).is_some() || holder == Some(FENCE_HOLDER);
+                    let other = holder != Some(params.identity.as_str());
+                    if (fenced || other) && newer_than_ours(&lease) {
+                        gate.close_now();
+                    }
+                    if fenced || holder.is_none() || (other && gate.is_open()) {
+                        poke.notify_one();
+                    }
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::debug!(error = %err, "watch of the leader Lease failed; retrying")
+                }
+            }
+            futures::future::ready(())
+        })
+        .await;
 }

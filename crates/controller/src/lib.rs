@@ -9,7 +9,8 @@
 //! - [`apply`]: writing a plan (Services, ConfigMap keys guarded by resourceVersion).
 //! - [`dns_endpoints`]: the `DNSEndpoint` objects of `--dns-mode external-dns`.
 //! - [`fight`]: detecting another writer reverting our CoreDNS change.
-//! - [`lease`]: leader election on a Lease.
+//! - [`lease`]: leader election on a Lease, and the uninstall fence on it.
+//! - [`gate`]: the write gate every API write of the controller passes.
 //! - [`uninstall`]: removing everything hairpin wrote.
 //! - [`preview`]: `hairpin plan` against a cluster: what the controller would write now.
 #![forbid(unsafe_code)]
@@ -21,6 +22,7 @@ pub mod crd;
 pub mod dns_endpoints;
 pub mod error;
 pub mod fight;
+pub mod gate;
 pub mod lease;
 pub mod metrics;
 pub mod preview;
@@ -34,4 +36,4 @@ pub use controller::{ControllerConfig, run};
 pub use error::Error;
 pub use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 pub use metrics::Metrics;
-pub use uninstall::{UninstallReport, uninstall};
+pub use uninstall::{UninstallParams, UninstallReport, uninstall, uninstall_with};

@@ -53,6 +53,8 @@ pub struct Metrics {
     pub writes: Counter,
     /// 1 while this instance holds the leader Lease.
     pub leader: Gauge,
+    /// 1 once `hairpin uninstall` fenced this instance (it writes nothing until it exits).
+    pub fenced: Gauge,
     /// Hostname claims the admission policy refused, counted once each time a claim
     /// (object, hostname, reason) appears.
     pub hostnames_refused: Family<RefusedLabels, Counter>,
@@ -86,6 +88,7 @@ impl Metrics {
             config_map_fight: Gauge::default(),
             writes: Counter::default(),
             leader: Gauge::default(),
+            fenced: Gauge::default(),
             hostnames_refused: Family::default(),
             dns_write_failures: Counter::default(),
             dns_plan_errors: Gauge::default(),
@@ -162,6 +165,11 @@ impl Metrics {
             "leader",
             "1 while this instance holds the leader Lease",
             metrics.leader.clone(),
+        );
+        sub.register(
+            "fenced",
+            "1 once hairpin uninstall fenced this instance: it writes nothing until it exits",
+            metrics.fenced.clone(),
         );
         sub.register(
             "dns_write_failures",

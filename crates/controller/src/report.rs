@@ -36,6 +36,8 @@ pub mod reason {
     pub const DNS_ENDPOINT_CRD_MISSING: &str = "DNSEndpointCRDMissing";
     /// The leader Lease's name is taken by a Lease that is not hairpin's: nobody leads.
     pub const LEASE_NOT_OWNED: &str = "LeaseNotOwned";
+    /// `hairpin uninstall` fenced the controller: it stays idle until it exits.
+    pub const FENCED: &str = "HairpinUninstalling";
 }
 
 /// (namespace, kind/name, reason) of an Event.

@@ -9,25 +9,41 @@
 //! and our key in `coredns-custom` (the ConfigMap itself too when hairpin created it
 //! and nothing else is left in it). Each step is retried on transient API errors; a step that
 //! still fails is reported and the others still run.
+//!
+//! **The fence comes first.** Before anything is removed, the leader Lease is taken for the
+//! reserved holder [`FENCE_HOLDER`] and marked as fenced (see [`crate::lease`]), owned by the
+//! controller Deployment when there is one. Every controller that sees it stops writing for
+//! good; uninstall waits until the displaced leader acknowledges (or, at most, until its Lease
+//! could have expired, when it has stopped by its own rule), so nothing puts back what is
+//! removed next. The fence is left in place while the controller Deployment exists (its pods
+//! are still running: they stay idle) and goes with it (garbage collection), so a new install
+//! starts unfenced; without a Deployment, uninstall removes it as its last step.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hairpin_planner::PlannerConfig;
 use hairpin_planner::config::is_managed;
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::apply::{
-    KeyEdit, KeyOutcome, config_map_is_ours, created_by_hairpin, delete_as_read,
-    delete_managed_services, remove_block_edit, write_key,
+    KeyEdit, KeyOutcome, config_map_is_ours, created_by_hairpin, created_by_hairpin_meta,
+    delete_as_read, delete_managed_services, post_params, remove_block_edit, write_key,
 };
 use crate::crd::Hairpin;
 use crate::dns_endpoints::delete_dns_endpoints;
 use crate::error::is_not_found;
+use crate::lease::{
+    FENCE_ACKNOWLEDGED_ANNOTATION, FENCE_ANNOTATION, FENCE_HOLDER,
+    FENCE_PREVIOUS_HOLDER_ANNOTATION, fence_of,
+};
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// What uninstall removed.
@@ -55,6 +71,50 @@ pub struct UninstallReport {
     pub hairpins_deleted: Vec<String>,
     /// Steps that failed after retries (the rest still ran).
     pub failures: Vec<String>,
+    /// The fence: who was displaced and whether it stood down.
+    pub fence: FenceReport,
+    /// What is still running (the controller Deployment, fenced and idle), for the user.
+    pub still_running: Vec<String>,
+}
+
+/// What the fence did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FenceReport {
+    /// The Lease was fenced (false: no fence was possible, e.g. a Lease that is not hairpin's
+    /// at the name, which no hairpin controller leads on anyway).
+    pub fenced: bool,
+    /// The leader it displaced, if the Lease had a holder.
+    pub displaced: Option<String>,
+    /// That leader acknowledged (stopped writing), after this long.
+    pub acknowledged_after: Option<Duration>,
+    /// It did not acknowledge: uninstall waited until its Lease could have expired (it has
+    /// stopped writing by its own rule since), this long.
+    pub expired_after: Option<Duration>,
+    /// The controller Deployment the fence is owned by (`namespace/name`): it stays while the
+    /// Deployment exists, and goes with it.
+    pub owned_by: Option<String>,
+}
+
+/// What `hairpin uninstall` needs besides the planner's settings.
+#[derive(Clone, Debug)]
+pub struct UninstallParams {
+    /// The controller's leader Lease (the fence).
+    pub lease_name: String,
+    /// The controller Deployment in hairpin's namespace (owner of the fence).
+    pub controller_deployment: String,
+    /// Longest wait for the displaced leader (default: its Lease duration, plus a second).
+    pub stand_down_timeout: Option<Duration>,
+}
+
+impl UninstallParams {
+    /// The defaults of the chart and the static manifest.
+    pub fn new(lease_name: &str) -> Self {
+        Self {
+            lease_name: lease_name.into(),
+            controller_deployment: "hairpin-controller".into(),
+            stand_down_timeout: None,
+        }
+    }
 }
 
 /// Attempts per step.
@@ -154,7 +214,8 @@ async fn delete_hairpins(
     Ok(deleted)
 }
 
-/// Removes everything hairpin wrote. `lease_name` is the controller's Lease.
+/// Removes everything hairpin wrote. `lease_name` is the controller's Lease; the controller
+/// Deployment is `hairpin-controller` ([`uninstall_with`] names another).
 ///
 /// # Errors
 /// Never for a single failed step (it is listed in [`UninstallReport::failures`]).
@@ -163,11 +224,255 @@ pub async fn uninstall(
     planner: &PlannerConfig,
     lease_name: &str,
 ) -> UninstallReport {
+    uninstall_with(client, planner, &UninstallParams::new(lease_name)).await
+}
+
+/// The outcome of writing the fence.
+enum Fenced {
+    /// Fenced; the holder displaced, if any, and the Lease duration it renewed with.
+    Yes {
+        displaced: Option<String>,
+        duration: Duration,
+        acknowledged: bool,
+    },
+    /// The Lease at that name is not hairpin's: no hairpin controller leads on it.
+    NotOurs,
+}
+
+/// `namespace/name` of the controller Deployment and an owner reference to it, when it exists.
+async fn controller_deployment(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<(Deployment, OwnerReference)>, Error> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let deployment = match api.get_opt(name).await {
+        Ok(found) => found,
+        // Without the permission (an older chart's RBAC), uninstall works as without a
+        // Deployment.
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            let err = kube::Error::Api(status);
+            tracing::warn!(error = %err, "cannot read the controller Deployment; the fence is removed at the end");
+            None
+        }
+        Err(err) => {
+            return Err(Error::kube(
+                format!("get Deployment {namespace}/{name}"),
+                err,
+            ));
+        }
+    };
+    Ok(deployment.and_then(|d| {
+        let uid = d.metadata.uid.clone()?;
+        let owner = OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: name.into(),
+            uid,
+            ..OwnerReference::default()
+        };
+        Some((d, owner))
+    }))
+}
+
+/// Takes the Lease for [`FENCE_HOLDER`], marked as fenced and owned by `owner`.
+async fn write_fence(
+    api: &Api<Lease>,
+    namespace: &str,
+    name: &str,
+    owner: Option<&OwnerReference>,
+) -> Result<Fenced, Error> {
+    let what = format!("Lease {namespace}/{name}");
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let fence_spec = |duration: i32| LeaseSpec {
+        holder_identity: Some(FENCE_HOLDER.into()),
+        lease_duration_seconds: Some(duration),
+        acquire_time: Some(now.clone()),
+        renew_time: Some(now.clone()),
+        ..LeaseSpec::default()
+    };
+    let mark = |lease: &mut Lease, displaced: Option<&str>| {
+        let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(FENCE_ANNOTATION.into(), "uninstall".into());
+        annotations.insert(
+            FENCE_PREVIOUS_HOLDER_ANNOTATION.into(),
+            displaced.unwrap_or_default().into(),
+        );
+        annotations.remove(FENCE_ACKNOWLEDGED_ANNOTATION);
+        if let Some(owner) = owner {
+            let owners = lease.metadata.owner_references.get_or_insert_with(Vec::new);
+            if !owners.iter().any(|o| o.uid == owner.uid) {
+                owners.push(owner.clone());
+            }
+        }
+    };
+    let Some(mut lease) = api
+        .get_opt(name)
+        .await
+        .map_err(|err| Error::kube(format!("get {what}"), err))?
+    else {
+        let mut lease = Lease {
+            metadata: created_by_hairpin_meta(namespace, name),
+            spec: Some(fence_spec(15)),
+        };
+        mark(&mut lease, None);
+        api.create(&post_params(), &lease)
+            .await
+            .map_err(|err| Error::kube(format!("create {what}"), err))?;
+        return Ok(Fenced::Yes {
+            displaced: None,
+            duration: Duration::ZERO,
+            acknowledged: true,
+        });
+    };
+    if !created_by_hairpin(&lease.metadata) {
+        return Ok(Fenced::NotOurs);
+    }
+    let spec = lease.spec.clone().unwrap_or_default();
+    let duration = spec
+        .lease_duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(Duration::from_secs(15), Duration::from_secs);
+    if let Some(fence) = fence_of(&lease) {
+        // An earlier run fenced it already: keep what it recorded, add the owner.
+        let acknowledged = fence.previous_holder.is_none()
+            || fence.acknowledged_by.is_some() && fence.acknowledged_by == fence.previous_holder;
+        if let Some(owner) = owner {
+            let owners = lease.metadata.owner_references.get_or_insert_with(Vec::new);
+            if !owners.iter().any(|o| o.uid == owner.uid) {
+                owners.push(owner.clone());
+                api.replace(name, &post_params(), &lease)
+                    .await
+                    .map_err(|err| Error::kube(format!("update {what}"), err))?;
+            }
+        }
+        return Ok(Fenced::Yes {
+            displaced: fence.previous_holder,
+            duration,
+            acknowledged,
+        });
+    }
+    let displaced = spec
+        .holder_identity
+        .filter(|h| !h.is_empty() && h != FENCE_HOLDER);
+    lease.spec = Some(fence_spec(
+        i32::try_from(duration.as_secs()).unwrap_or(i32::MAX),
+    ));
+    mark(&mut lease, displaced.as_deref());
+    // Guarded by the resourceVersion read: a renewal in between makes this a 409, retried.
+    api.replace(name, &post_params(), &lease)
+        .await
+        .map_err(|err| Error::kube(format!("fence {what}"), err))?;
+    Ok(Fenced::Yes {
+        acknowledged: displaced.is_none(),
+        displaced,
+        duration,
+    })
+}
+
+/// Waits until `displaced` acknowledges the fence, or until `timeout` (by then its Lease could
+/// have expired, and its gate closed by itself). True when it acknowledged.
+async fn wait_stand_down(api: &Api<Lease>, name: &str, displaced: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(lease)) = api.get_opt(name).await
+            && fence_of(&lease).and_then(|f| f.acknowledged_by).as_deref() == Some(displaced)
+        {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Fences the controllers (see the module documentation) and fills `report.fence`. False
+/// when uninstall must not go on (the fence could not be written).
+async fn fence(
+    client: &kube::Client,
+    planner: &PlannerConfig,
+    params: &UninstallParams,
+    report: &mut UninstallReport,
+) -> bool {
+    let ns = &planner.namespace;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let deployment = match retry("read the controller Deployment", || {
+        controller_deployment(client, ns, &params.controller_deployment)
+    })
+    .await
+    {
+        Ok(found) => found,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot read the controller Deployment; the fence is removed at the end");
+            None
+        }
+    };
+    let owner = deployment.as_ref().map(|(_, owner)| owner.clone());
+    let started = Instant::now();
+    let fenced = retry("fence the controller", || {
+        write_fence(&leases, ns, &params.lease_name, owner.as_ref())
+    })
+    .await;
+    match fenced {
+        Ok(Fenced::NotOurs) => {
+            report
+                .left_alone
+                .push(format!("Lease {ns}/{}", params.lease_name));
+            true
+        }
+        Ok(Fenced::Yes {
+            displaced,
+            duration,
+            acknowledged,
+        }) => {
+            report.fence.fenced = true;
+            report.fence.owned_by = deployment
+                .as_ref()
+                .map(|_| format!("{ns}/{}", params.controller_deployment));
+            if let Some(holder) = &displaced
+                && !acknowledged
+            {
+                let timeout = params
+                    .stand_down_timeout
+                    .unwrap_or(duration + Duration::from_secs(1));
+                tracing::info!(controller = %hairpin_planner::escape::text(holder), timeout = ?timeout, "waiting for the leading controller to stop writing");
+                if wait_stand_down(&leases, &params.lease_name, holder, timeout).await {
+                    report.fence.acknowledged_after = Some(started.elapsed());
+                } else {
+                    report.fence.expired_after = Some(started.elapsed());
+                }
+            }
+            report.fence.displaced = displaced;
+            true
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "cannot fence the controller; nothing removed");
+            report.failures.push(format!(
+                "{err} (nothing was removed: a running controller would put it back)"
+            ));
+            false
+        }
+    }
+}
+
+/// Removes everything hairpin wrote, after fencing the controllers.
+///
+/// # Errors
+/// Never for a single failed step (it is listed in [`UninstallReport::failures`]).
+pub async fn uninstall_with(
+    client: &kube::Client,
+    planner: &PlannerConfig,
+    params: &UninstallParams,
+) -> UninstallReport {
     let mut report = UninstallReport::default();
     let fail = |report: &mut UninstallReport, err: Error| {
         tracing::error!(error = %err, "uninstall step failed");
         report.failures.push(err.to_string());
     };
+    if !fence(client, planner, params, &mut report).await {
+        return report;
+    }
 
     let source_annotation = planner.annotation("source");
     match retry("delete Hairpin objects", || {
@@ -202,34 +507,18 @@ pub async fn uninstall(
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let own = [
-        ("ConfigMap", planner.routes_config_map.as_str()),
-        ("ConfigMap", planner.hosts_config_map.as_str()),
-        ("Lease", lease_name),
+        planner.routes_config_map.as_str(),
+        planner.hosts_config_map.as_str(),
     ];
-    for (kind, name) in own {
-        // The Lease too only with hairpin's marks: one without them is another program's
-        // leader election (the controller never takes such a Lease either).
-        let result = match kind {
-            "Lease" => {
-                retry("delete Lease", || {
-                    delete_if_ours(&leases, ns, name, |l: &Lease| {
-                        created_by_hairpin(&l.metadata)
-                    })
-                })
-                .await
-            }
-            _ => {
-                retry("delete a ConfigMap of hairpin's", || {
-                    delete_if_ours(&config_maps, ns, name, config_map_is_ours)
-                })
-                .await
-            }
-        };
+    for name in own {
+        let result = retry("delete a ConfigMap of hairpin's", || {
+            delete_if_ours(&config_maps, ns, name, config_map_is_ours)
+        })
+        .await;
         match result {
-            Ok(Deleted::Yes) if kind == "Lease" => report.lease_deleted = true,
             Ok(Deleted::Yes) if name == planner.routes_config_map => report.routes_deleted = true,
             Ok(Deleted::Yes) => report.hosts_deleted = true,
-            Ok(Deleted::NotOurs) => report.left_alone.push(format!("{kind} {ns}/{name}")),
+            Ok(Deleted::NotOurs) => report.left_alone.push(format!("ConfigMap {ns}/{name}")),
             Ok(Deleted::Absent) => {}
             Err(err) => fail(&mut report, err),
         }
@@ -312,6 +601,41 @@ pub async fn uninstall(
         Ok(KeyOutcome::Written { .. }) => report.custom_key_removed = true,
         Ok(_) => {}
         Err(err) => fail(&mut report, err),
+    }
+
+    // The fence stays while the controller Deployment exists (its pods are idle, and the
+    // garbage collector deletes the fence with it); without one, it is the last thing removed.
+    if report.fence.fenced {
+        match &report.fence.owned_by {
+            Some(deployment) => {
+                let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+                let pods = api
+                    .get_opt(&params.controller_deployment)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|d| d.status)
+                    .and_then(|s| s.replicas)
+                    .unwrap_or(0);
+                report.still_running.push(format!(
+                    "Deployment {deployment} ({pods} pod(s), fenced: they write nothing)"
+                ));
+            }
+            None => {
+                let lease_name = params.lease_name.as_str();
+                match retry("delete the fence", || {
+                    delete_if_ours(&leases, ns, lease_name, |l: &Lease| {
+                        created_by_hairpin(&l.metadata)
+                    })
+                })
+                .await
+                {
+                    Ok(Deleted::Yes) => report.lease_deleted = true,
+                    Ok(_) => {}
+                    Err(err) => fail(&mut report, err),
+                }
+            }
+        }
     }
     report
 }

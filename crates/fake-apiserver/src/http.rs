@@ -29,14 +29,20 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>
             continue;
         };
         let shared = shared.clone();
+        // The connection ends when the server goes down (`go_down` bumps the epoch).
+        let mut epoch = shared.epoch.subscribe();
+        epoch.mark_unchanged();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(handle(shared, request).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::select! {
+                _ = connection => {}
+                _ = epoch.changed() => {}
+            }
         });
     }
 }

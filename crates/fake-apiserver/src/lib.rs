@@ -18,7 +18,9 @@
 //! Authorization is off unless a test limits the client to RBAC-like grants
 //! ([`FakeApiServer::authorize_only`]); then any other request is a 403 `Forbidden` worded as
 //! the real server words it. Faults can be injected: the next N requests matching a method and path fail with a given
-//! code, or are delayed; open watches can be dropped and history compacted.
+//! code, or are delayed; open watches can be dropped and history compacted; the server can go
+//! down (connections refused, open connections and watches cut) and come back on the same
+//! address ([`FakeApiServer::go_down`], [`FakeApiServer::come_back`]).
 
 mod http;
 mod managed;
@@ -83,13 +85,16 @@ pub struct Recorded {
 pub struct FakeApiServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    task: tokio::task::JoinHandle<()>,
+    /// The accept loop, `None` while the server is down.
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 #[derive(Debug)]
 pub(crate) struct Shared {
     state: Mutex<State>,
     changed: Notify,
+    /// Bumped when the server goes down: every open connection ends.
+    pub(crate) epoch: tokio::sync::watch::Sender<u64>,
 }
 
 impl Shared {
@@ -102,9 +107,28 @@ impl Shared {
 
 impl Drop for FakeApiServer {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            task.abort();
+        }
+        self.shared.epoch.send_modify(|e| *e += 1);
         self.shared.lock().close_watches();
     }
+}
+
+/// A listener on `addr` (port 0: a free one), with `SO_REUSEADDR` so the same address can be
+/// bound again after [`FakeApiServer::go_down`].
+fn listen(addr: SocketAddr) -> tokio::net::TcpListener {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+    socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+    socket
+        .bind(addr)
+        .expect("bind a loopback port for the fake API server");
+    socket.listen(1024).expect("listen")
 }
 
 impl FakeApiServer {
@@ -115,15 +139,60 @@ impl FakeApiServer {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::with_builtin_types()),
             changed: Notify::new(),
+            epoch: tokio::sync::watch::Sender::new(0),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind a loopback port for the fake API server");
+        let listener = listen(SocketAddr::from(([127, 0, 0, 1], 0)));
         let addr = listener
             .local_addr()
             .expect("bound listener has an address");
         let task = tokio::spawn(http::serve(listener, shared.clone()));
-        Self { addr, shared, task }
+        Self {
+            addr,
+            shared,
+            task: Mutex::new(Some(task)),
+        }
+    }
+
+    /// Takes the server down, as a stopped kube-apiserver is: new connections are refused,
+    /// open ones (and their watches) end. The store is kept. No-op when already down.
+    pub fn go_down(&self) {
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
+            task.abort();
+        }
+        self.shared.epoch.send_modify(|e| *e += 1);
+        self.shared.lock().close_watches();
+    }
+
+    /// Brings the server back on the same address after [`FakeApiServer::go_down`]. With
+    /// `compacted`, the watch history is gone, as after a restart with a compacted etcd: a
+    /// watch resumed from an earlier resourceVersion gets 410 `Expired` and must list again.
+    /// No-op when it is up.
+    pub fn come_back(&self, compacted: bool) {
+        let mut task = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if task.is_some() {
+            return;
+        }
+        if compacted {
+            self.shared.lock().compact();
+        }
+        let listener = listen(self.addr);
+        *task = Some(tokio::spawn(http::serve(listener, self.shared.clone())));
+    }
+
+    /// Whether the server is up (not taken down by [`FakeApiServer::go_down`]).
+    pub fn is_up(&self) -> bool {
+        self.task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
     }
 
     /// The server's base URL, e.g. `http://127.0.0.1:40123`.

@@ -375,6 +375,22 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
             "delete",
             Some("hairpin-controller"),
         ),
+        // The Lease is watched by name (a lost Lease stops the writes at once; the fence).
+        (
+            "hairpin",
+            "coordination.k8s.io",
+            "leases",
+            "watch",
+            Some("hairpin-controller"),
+        ),
+        // uninstall reads the controller Deployment (the fence's owner).
+        (
+            "hairpin",
+            "apps",
+            "deployments",
+            "get",
+            Some("hairpin-controller"),
+        ),
     ];
     for name in &planner.coredns_config_maps {
         assert!(
@@ -446,6 +462,14 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
             "leases",
             "update",
             Some("someone-elses"),
+        ),
+        ("hairpin", "apps", "deployments", "get", Some("other")),
+        (
+            "hairpin",
+            "apps",
+            "deployments",
+            "update",
+            Some("hairpin-controller"),
         ),
     ];
     for request in denied {
@@ -520,7 +544,22 @@ fn the_uninstall_job_runs_hairpin_uninstall_with_the_controllers_account() {
         .flatten()
         .map(|e| e.name.clone())
         .collect();
-    for name in env {
+    // The one uninstall-only setting: the controller Deployment it fences (the fence is owned
+    // by it), named as the manifest names it.
+    let own = pod
+        .containers
+        .first()
+        .and_then(|c| c.env.as_ref())
+        .and_then(|env| {
+            env.iter()
+                .find(|e| e.name == "HAIRPIN_CONTROLLER_DEPLOYMENT")
+        })
+        .and_then(|e| e.value.clone());
+    assert_eq!(own.as_deref(), controller.metadata.name.as_deref());
+    for name in env
+        .into_iter()
+        .filter(|n| *n != "HAIRPIN_CONTROLLER_DEPLOYMENT")
+    {
         assert!(
             controller_env.iter().any(|e| e == name),
             "uninstall sees the controller's {name}"

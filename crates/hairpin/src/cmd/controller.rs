@@ -112,6 +112,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--lease-duration must be at least 2s");
     }
     let identity = args.identity.clone().unwrap_or_else(default_identity);
+    if identity == hairpin_controller::lease::FENCE_HOLDER {
+        anyhow::bail!(
+            "--identity {identity} is reserved: `hairpin uninstall` holds the Lease under it"
+        );
+    }
     let planner = args.planner.config();
     let mut config = ControllerConfig::new(planner.clone(), &identity);
     config.debounce = args.debounce;

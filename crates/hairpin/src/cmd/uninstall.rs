@@ -1,5 +1,5 @@
-//! `hairpin uninstall`: remove everything hairpin wrote (the Helm chart runs it as a
-//! pre-delete hook Job).
+//! `hairpin uninstall`: fence the controllers, then remove everything hairpin wrote (the Helm
+//! chart runs it as a pre-delete hook Job, while the controller is still running).
 
 use std::process::ExitCode;
 
@@ -16,9 +16,20 @@ pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) client: ClientArgs,
 
-    /// Name of the controller's leader Lease (deleted too, when it carries hairpin's marks).
+    /// Name of the controller's leader Lease. It becomes the fence that stops every
+    /// controller from writing; it is deleted with the controller Deployment (or at the end,
+    /// when there is none).
     #[arg(long, env = "HAIRPIN_LEASE_NAME", default_value = "hairpin-controller")]
     pub(crate) lease_name: String,
+
+    /// Name of the controller Deployment in `--namespace`: the fence is owned by it, so it
+    /// stays while the Deployment's pods run and goes with it.
+    #[arg(
+        long,
+        env = "HAIRPIN_CONTROLLER_DEPLOYMENT",
+        default_value = "hairpin-controller"
+    )]
+    pub(crate) controller_deployment: String,
 
     #[command(flatten)]
     pub(crate) log: LogArgs,
@@ -33,8 +44,34 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         // The error says what it is about, in the words every command uses.
         let client = args.client.client().await?;
-        let report = hairpin_controller::uninstall(&client, &planner, &args.lease_name).await;
+        let params = hairpin_controller::UninstallParams {
+            controller_deployment: args.controller_deployment.clone(),
+            ..hairpin_controller::UninstallParams::new(&args.lease_name)
+        };
+        let report = hairpin_controller::uninstall_with(&client, &planner, &params).await;
         let ns = &planner.namespace;
+        let fence = &report.fence;
+        if fence.fenced {
+            println!(
+                "fenced the controllers: Lease {ns}/{} is held for {} (no controller writes from now on)",
+                args.lease_name,
+                hairpin_controller::lease::FENCE_HOLDER
+            );
+        }
+        if let Some(holder) = &fence.displaced {
+            let holder = hairpin_planner::escape::text(holder);
+            match (fence.acknowledged_after, fence.expired_after) {
+                (Some(after), _) => println!(
+                    "controller {holder} stopped writing (acknowledged after {:.1}s)",
+                    after.as_secs_f64()
+                ),
+                (None, Some(after)) => println!(
+                    "controller {holder} did not acknowledge within {:.1}s; its Lease has expired, so it writes nothing any more",
+                    after.as_secs_f64()
+                ),
+                (None, None) => {}
+            }
+        }
         for hairpin in &report.hairpins_deleted {
             println!("deleted Hairpin {hairpin}");
         }
@@ -51,7 +88,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             println!("deleted ConfigMap {ns}/{}", planner.hosts_config_map);
         }
         if report.lease_deleted {
-            println!("deleted Lease {ns}/{}", args.lease_name);
+            println!("deleted Lease {ns}/{} (the fence)", args.lease_name);
         }
         for object in &report.left_alone {
             println!(
@@ -72,6 +109,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 planner.coredns_custom_key,
                 planner.coredns_namespace,
                 planner.coredns_custom_config_map
+            );
+        }
+        for running in &report.still_running {
+            println!(
+                "still running: {running}. They write nothing; delete them to finish (`helm uninstall` and `kubectl delete -f deploy/hairpin.yaml` do, or `kubectl -n {ns} delete deployment {}`). The fence (Lease {ns}/{}) goes with the Deployment, so a later install starts unfenced.",
+                args.controller_deployment, args.lease_name
             );
         }
         if report.failures.is_empty() {

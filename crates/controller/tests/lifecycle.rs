@@ -1,0 +1,426 @@
+//! Never leave the cluster worse than found: `hairpin uninstall` while the controllers keep
+//! running (the chart's pre-delete hook and the static flow), a leader whose Lease is deleted,
+//! an API server that goes away and comes back with its history compacted.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use hairpin_controller::lease::FENCE_HOLDER;
+use hairpin_controller::{UninstallParams, UninstallReport};
+use hairpin_fake_apiserver::fixtures::{self, coredns};
+use hairpin_fake_apiserver::{FakeApiServer, object};
+use hairpin_planner::PlannerConfig;
+use serde_json::{Value, json};
+use support::controller::{Running, config, start};
+
+/// A Corefile with CRLF line endings and odd spacing, so "byte for byte" means something.
+fn original_corefile() -> String {
+    ".:53 {\n    errors\n    health {\n       lameduck 5s\n    }\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n       ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf\n    cache   30   # tuned\n    loop\n    reload\n    loadbalance\n}\n"
+        .replace('\n', "\r\n")
+}
+
+fn lb_service() -> Value {
+    let mut lb = fixtures::proxy_load_balancer(
+        "load-balancer.hetzner.cloud/uses-proxyprotocol",
+        "203.0.113.10",
+        json!([
+            {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80},
+            {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 443}
+        ]),
+    );
+    lb["spec"]["selector"] = json!({"app": "ingress-nginx"});
+    lb
+}
+
+fn ingress(namespace: &str, name: &str, host: &str) -> Value {
+    fixtures::ingress(namespace, name, &[host], "203.0.113.10")
+}
+
+/// The cluster before hairpin: a PROXY load balancer, an Ingress on it, CoreDNS; the `Hairpin`
+/// CRD installed.
+fn seed(fake: &FakeApiServer) {
+    fake.install_hairpin_crd();
+    fake.create_namespace("hairpin");
+    fake.apply(lb_service());
+    fake.apply(ingress("shop", "shop", "shop.example.com"));
+    fake.apply(coredns(&original_corefile()));
+}
+
+/// The controller Deployment of an install (the chart's and the manifest's name).
+fn install_deployment(fake: &FakeApiServer) {
+    fake.apply(object(
+        "apps/v1",
+        "Deployment",
+        Some("hairpin"),
+        "hairpin-controller",
+        json!({"spec": {"replicas": 2}, "status": {"replicas": 2, "readyReplicas": 2}}),
+    ));
+}
+
+fn delete_deployment(fake: &FakeApiServer) {
+    assert!(fake.delete(
+        "apps/v1",
+        "Deployment",
+        Some("hairpin"),
+        "hairpin-controller"
+    ));
+}
+
+fn corefile(fake: &FakeApiServer) -> String {
+    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
+        .unwrap()["data"]["Corefile"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn lease(fake: &FakeApiServer) -> Option<Value> {
+    fake.get(
+        "coordination.k8s.io/v1",
+        "Lease",
+        Some("hairpin"),
+        "hairpin-controller",
+    )
+}
+
+/// Every object hairpin writes (Events aside), as `Kind namespace/name`.
+fn hairpin_objects(fake: &FakeApiServer) -> Vec<String> {
+    let mut found = Vec::new();
+    for (api_version, kind) in [
+        ("v1", "Service"),
+        ("v1", "ConfigMap"),
+        ("coordination.k8s.io/v1", "Lease"),
+        ("hairpin.io/v1alpha1", "Hairpin"),
+    ] {
+        for o in fake.list(api_version, kind) {
+            let ns = o["metadata"]["namespace"].as_str().unwrap_or_default();
+            let name = o["metadata"]["name"].as_str().unwrap_or_default();
+            let ours = ns == "hairpin" || kind == "Hairpin";
+            if ours {
+                found.push(format!("{kind} {ns}/{name}"));
+            }
+        }
+    }
+    found
+}
+
+/// Writes answered after `since` (anything but GET).
+fn writes_after(fake: &FakeApiServer, since: Instant) -> Vec<String> {
+    fake.requests()
+        .into_iter()
+        .filter(|r| r.at > since && r.method != "GET")
+        .map(|r| format!("{} {} -> {}", r.method, r.uri, r.status))
+        .collect()
+}
+
+async fn converged(fake: &FakeApiServer, host: &str) {
+    let done = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            corefile(f).contains(host)
+                && f.list("hairpin.io/v1alpha1", "Hairpin")
+                    .iter()
+                    .any(|h| !h["status"].is_null())
+                && f.get("v1", "ConfigMap", Some("hairpin"), "hairpin-hosts")
+                    .is_some()
+        })
+        .await;
+    assert!(done.is_some(), "the controller converged on {host}");
+    // The reconcile's last writes (statuses, Events) land; then it is quiet.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+/// [`writes_after`] without the Events (a fenced controller says once why it is idle).
+fn writes_but_events_after(fake: &FakeApiServer, since: Instant) -> Vec<String> {
+    writes_after(fake, since)
+        .into_iter()
+        .filter(|w| !w.contains("/events"))
+        .collect()
+}
+
+/// `hairpin uninstall`, as the Job runs it (its own client), short-waiting for the leader.
+async fn uninstall(fake: &FakeApiServer) -> UninstallReport {
+    let report = hairpin_controller::uninstall_with(
+        &fake.client(),
+        &PlannerConfig::default(),
+        &UninstallParams::new("hairpin-controller"),
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    report
+}
+
+/// Waits until every controller reports the fence (metric, readiness).
+async fn all_fenced(fake: &FakeApiServer, controllers: &[&Running]) {
+    let fenced = fake
+        .wait_until(Duration::from_secs(5), |_| {
+            controllers
+                .iter()
+                .all(|c| c.metrics.fenced.get() == 1 && !c.readiness.is_ready())
+        })
+        .await;
+    assert!(fenced.is_some(), "every controller reports the fence");
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Flow {
+    /// `helm uninstall`: the pre-delete hook runs `hairpin uninstall`, then Helm deletes the
+    /// release's objects (the namespace stays); the old pods linger while they terminate.
+    ChartHook,
+    /// `kubectl apply -f deploy/hairpin-uninstall.yaml`, wait for the Job, then
+    /// `kubectl delete -f deploy/hairpin.yaml` (the namespace goes too).
+    Static,
+}
+
+/// Uninstall with `identities` running throughout, then the flow's deletions, then a new
+/// install.
+async fn uninstall_while_running(identities: &[&str], flow: Flow) {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    install_deployment(&fake);
+    let controllers: Vec<Running> = identities
+        .iter()
+        .map(|id| start(&fake, config(id, true)))
+        .collect();
+    converged(&fake, "shop.example.com").await;
+    if identities.len() > 1 {
+        let warm = fake
+            .wait_until(Duration::from_secs(5), |_| {
+                controllers.iter().all(|c| c.readiness.is_ready())
+            })
+            .await;
+        assert!(warm.is_some(), "the follower is warm");
+    }
+    let leader = lease(&fake).unwrap()["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(corefile(&fake), original_corefile());
+
+    let started = Instant::now();
+    let report = uninstall(&fake).await;
+    println!(
+        "{flow:?}, {} controller(s): uninstall took {:?} (leader stood down after {:?})",
+        identities.len(),
+        started.elapsed(),
+        report.fence.acknowledged_after
+    );
+    assert!(report.fence.fenced, "{report:?}");
+    assert_eq!(report.fence.displaced.as_deref(), Some(leader.as_str()));
+    assert!(
+        report.fence.acknowledged_after.is_some(),
+        "the leader acknowledged the fence: {report:?}"
+    );
+    assert_eq!(
+        report.fence.owned_by.as_deref(),
+        Some("hairpin/hairpin-controller")
+    );
+    assert_eq!(report.still_running.len(), 1, "{report:?}");
+    assert!(report.still_running[0].contains("Deployment hairpin/hairpin-controller"));
+    let done = Instant::now();
+    assert_eq!(
+        corefile(&fake),
+        original_corefile(),
+        "restored byte for byte"
+    );
+    let fence_only = vec!["Lease hairpin/hairpin-controller".to_owned()];
+    assert_eq!(hairpin_objects(&fake), fence_only, "only the fence is left");
+    let fence = lease(&fake).unwrap();
+    assert_eq!(fence["spec"]["holderIdentity"], FENCE_HOLDER);
+    assert_eq!(
+        fence["metadata"]["ownerReferences"][0]["kind"], "Deployment",
+        "the fence is owned by the controller Deployment"
+    );
+    let controller_refs: Vec<&Running> = controllers.iter().collect();
+    all_fenced(&fake, &controller_refs).await;
+    let fenced_events: Vec<Value> = fake
+        .list("events.k8s.io/v1", "Event")
+        .into_iter()
+        .filter(|e| e["reason"] == "HairpinUninstalling")
+        .collect();
+    assert!(!fenced_events.is_empty(), "a Warning Event says why");
+
+    // The controllers keep running (the Deployment is still there) and a change comes in:
+    // for 10 s nothing is written, and the Corefile stays as it was.
+    fake.apply(ingress("shop", "late", "late.example.com"));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(corefile(&fake), original_corefile(), "still the original");
+    assert_eq!(hairpin_objects(&fake), fence_only);
+    assert_eq!(
+        writes_after(&fake, done),
+        Vec::<String>::new(),
+        "no write after uninstall returned"
+    );
+
+    // The flow deletes the Deployment: the garbage collector takes the fence with it, while
+    // the old pods are still terminating. They stay idle.
+    delete_deployment(&fake);
+    assert!(lease(&fake).is_none(), "the fence went with the Deployment");
+    if let Flow::Static = flow {
+        // `kubectl delete -f deploy/hairpin.yaml` deletes the namespace too.
+        fake.delete("v1", "Namespace", None, "hairpin");
+    }
+    let deleted = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        writes_after(&fake, deleted),
+        Vec::<String>::new(),
+        "terminating pods write nothing once the fence is gone"
+    );
+    for c in controllers {
+        c.stop().await;
+    }
+    assert_eq!(corefile(&fake), original_corefile());
+    assert_eq!(hairpin_objects(&fake), Vec::<String>::new(), "nothing left");
+
+    // A new install (`helm install` / `kubectl apply -f deploy/hairpin.yaml`): no manual step.
+    fake.create_namespace("hairpin");
+    install_deployment(&fake);
+    let again = start(&fake, config("pod-new", true));
+    let reinstalled = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            let cf = corefile(f);
+            cf.contains("shop.example.com") && cf.contains("late.example.com")
+        })
+        .await;
+    assert!(reinstalled.is_some(), "the new install works");
+    assert_eq!(again.metrics.fenced.get(), 0);
+    again.stop().await;
+}
+
+#[tokio::test]
+async fn chart_hook_uninstall_with_one_controller_running() {
+    uninstall_while_running(&["pod-a"], Flow::ChartHook).await;
+}
+
+#[tokio::test]
+async fn chart_hook_uninstall_with_a_leader_and_a_follower_running() {
+    uninstall_while_running(&["pod-a", "pod-b"], Flow::ChartHook).await;
+}
+
+#[tokio::test]
+async fn static_uninstall_with_one_controller_running() {
+    uninstall_while_running(&["pod-a"], Flow::Static).await;
+}
+
+#[tokio::test]
+async fn static_uninstall_with_a_leader_and_a_follower_running() {
+    uninstall_while_running(&["pod-a", "pod-b"], Flow::Static).await;
+}
+
+/// `hairpin uninstall` by hand, the Deployment left running: the same safety, a pod that
+/// restarts (a new process of the same Deployment) stays idle too, and the report names what
+/// still runs.
+#[tokio::test]
+async fn manual_uninstall_with_the_deployment_left_running_keeps_it_idle() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    install_deployment(&fake);
+    let a = start(&fake, config("pod-a", true));
+    converged(&fake, "shop.example.com").await;
+    let report = uninstall(&fake).await;
+    assert_eq!(
+        report.still_running,
+        ["Deployment hairpin/hairpin-controller (2 pod(s), fenced: they write nothing)"]
+    );
+    all_fenced(&fake, &[&a]).await;
+    // The pod is replaced (a node drain, a crash): the new process finds the fence.
+    a.stop().await;
+    let done = Instant::now();
+    let b = start(&fake, config("pod-b", true));
+    all_fenced(&fake, &[&b]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(writes_but_events_after(&fake, done), Vec::<String>::new());
+    assert_eq!(corefile(&fake), original_corefile());
+    assert_eq!(b.metrics.leader.get(), 0);
+    b.stop().await;
+    // Running uninstall again is harmless: the fence stays, nothing to remove.
+    let again = uninstall(&fake).await;
+    assert!(again.fence.fenced && again.corefiles_restored.is_empty());
+}
+
+/// Without a controller Deployment (controllers stopped, or run by hand), the fence is the
+/// last thing uninstall removes.
+#[tokio::test]
+async fn without_a_deployment_the_fence_is_removed_at_the_end() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let a = start(&fake, config("pod-a", true));
+    converged(&fake, "shop.example.com").await;
+    a.stop().await;
+    let report = uninstall(&fake).await;
+    assert!(report.fence.fenced && report.lease_deleted, "{report:?}");
+    assert!(report.still_running.is_empty());
+    assert_eq!(corefile(&fake), original_corefile());
+    assert_eq!(hairpin_objects(&fake), Vec::<String>::new());
+}
+
+/// A leader whose Lease is deleted under it makes no write afterwards (not even the Lease),
+/// for one Lease duration; then it claims the Lease again through the election.
+#[tokio::test]
+async fn a_leader_whose_lease_is_deleted_writes_nothing_afterwards() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let a = start(&fake, config("pod-a", true));
+    converged(&fake, "shop.example.com").await;
+    assert!(fake.delete(
+        "coordination.k8s.io/v1",
+        "Lease",
+        Some("hairpin"),
+        "hairpin-controller"
+    ));
+    let deleted = Instant::now();
+    // A change that a leader would write at once.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    fake.apply(ingress("shop", "late", "late.example.com"));
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    assert_eq!(
+        writes_after(&fake, deleted),
+        Vec::<String>::new(),
+        "no write after the Lease was deleted"
+    );
+    assert_eq!(a.metrics.leader.get(), 0);
+    // After the hold-off (the test Lease's 3 s), the normal election: it claims it again.
+    let back = fake
+        .wait_until(Duration::from_secs(5), |f| {
+            corefile(f).contains("late.example.com")
+        })
+        .await;
+    assert!(back.is_some(), "re-acquired and caught up");
+    assert_eq!(
+        lease(&fake).unwrap()["spec"]["holderIdentity"],
+        "pod-a",
+        "through a fresh Lease"
+    );
+    a.stop().await;
+}
+
+/// A Lease taken by another holder: the leader stops writing before its next renewal.
+#[tokio::test]
+async fn a_leader_whose_lease_is_taken_stops_writing_at_once() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let mut params = config("pod-a", true);
+    // A renewal far away: only the watch of the Lease can stop it in time.
+    if let Some(lease) = &mut params.lease {
+        lease.duration = Duration::from_secs(30);
+        lease.renew_interval = Duration::from_secs(10);
+    }
+    let a = start(&fake, params);
+    converged(&fake, "shop.example.com").await;
+    let mut taken = lease(&fake).unwrap();
+    taken["spec"]["holderIdentity"] = json!("pod-z");
+    taken["spec"]["renewTime"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
+    fake.apply(taken);
+    let at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    fake.apply(ingress("shop", "late", "late.example.com"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        writes_after(&fake, at),
+        Vec::<String>::new(),
+        "no write after the takeover"
+    );
+    assert!(!corefile(&fake).contains("late.example.com"));
+    a.stop().await;
+}
