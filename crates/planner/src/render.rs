@@ -587,6 +587,26 @@ pub fn yaml(plan: &Plan) -> Result<String, String> {
     Ok(out)
 }
 
+/// `obj` as one YAML document that parses back to exactly `obj`.
+///
+/// Block scalars keep a Corefile readable, but not every string survives them (a value of
+/// only line breaks, trailing blank lines, some control characters): each document is read
+/// back, and one that differs is written again with every string double-quoted.
 fn to_yaml<T: Serialize>(obj: &T) -> Result<String, String> {
-    serde_saphyr::to_string(obj).map_err(|e| e.to_string())
+    let want = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+    let reads_back =
+        |yaml: &str| serde_saphyr::from_str::<serde_json::Value>(yaml).is_ok_and(|v| v == want);
+    let yaml = serde_saphyr::to_string(obj).map_err(|e| e.to_string())?;
+    if reads_back(&yaml) {
+        return Ok(yaml);
+    }
+    let options = serde_saphyr::ser_options! {
+        prefer_block_scalars: false,
+        quote_all: true,
+    };
+    let quoted = serde_saphyr::to_string_with_options(obj, options).map_err(|e| e.to_string())?;
+    if reads_back(&quoted) {
+        return Ok(quoted);
+    }
+    Err("an object does not survive YAML serialization; use -o json".to_owned())
 }
