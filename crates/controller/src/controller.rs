@@ -212,11 +212,13 @@ pub async fn run(
                 next = requeue.unwrap_or_else(|| Instant::now() + config.resync);
             }
             Err(err) if crate::gate::is_withheld(&err) => {
-                // Leadership ended during the reconcile: the rest of it was not written.
+                // The gate closed during the reconcile (the Lease was lost, or could not be
+                // renewed in time): the rest of it was not written. Tried again soon: the
+                // election says whether this instance still leads.
                 tracing::info!(
-                    "leadership lost during a reconcile; its remaining writes were withheld"
+                    "the write gate closed during a reconcile (leadership lost or not renewed in time); its remaining writes were withheld"
                 );
-                next = Instant::now() + config.resync;
+                next = Instant::now() + config.min_retry;
             }
             Err(err) => {
                 metrics.error(&err);

@@ -222,6 +222,8 @@ impl LeaseManager {
             self.written_rv.clone(),
             poke.clone(),
         ));
+        let mut failing = false;
+        let mut open_until: Option<Instant> = None;
         loop {
             if self.fenced && self.acknowledged {
                 // Idle for good: nothing to claim, renew or vacate.
@@ -230,9 +232,16 @@ impl LeaseManager {
             }
             let leading = tx.borrow().is_leader();
             let sent_at = Instant::now();
-            let leadership = match self.step(leading).await {
+            let result = self.step(leading).await;
+            let failed = result.is_err();
+            if failing && !failed {
+                tracing::info!(lease = %self.params.name, "leader election: the Lease can be read and written again");
+            }
+            let leadership = match result {
                 Ok(Step::Held) => {
-                    self.gate.open_until(sent_at + self.params.write_window());
+                    let until = sent_at + self.params.write_window();
+                    self.gate.open_until(until);
+                    open_until = Some(until);
                     Leadership::Leader
                 }
                 Ok(Step::NotHeld(holder)) => Leadership::Follower(holder),
@@ -247,7 +256,12 @@ impl LeaseManager {
                     Leadership::Follower(None)
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, lease = %self.params.name, "leader election: lease update failed; retrying");
+                    // Once per streak of failures (an API outage fails every attempt).
+                    if failing {
+                        tracing::debug!(error = %err, lease = %self.params.name, "leader election: lease update failed again");
+                    } else {
+                        tracing::warn!(error = %err, lease = %self.params.name, retry_in = ?self.params.retry_interval, "leader election: lease update failed; retrying (logged again when it works)");
+                    }
                     on_error(&err);
                     // Keep leading only while the gate is open: it closes by itself where
                     // the Lease we last renewed could expire, so two leaders never overlap.
@@ -275,11 +289,19 @@ impl LeaseManager {
                 *current = leadership.clone();
                 true
             });
-            let wait = if leadership.is_leader() {
+            failing = failed;
+            // A leader renews every `renew_interval`; after a failed attempt it retries as
+            // often as a standby polls, and it wakes when its gate closes, to say so.
+            let mut wait = if leadership.is_leader() && !failed {
                 self.params.renew_interval
             } else {
                 self.params.retry_interval
             };
+            if leadership.is_leader()
+                && let Some(until) = open_until
+            {
+                wait = wait.min(until.saturating_duration_since(Instant::now()));
+            }
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = poke.notified() => {}
@@ -603,7 +625,7 @@ async fn watch_lease(
             .is_none_or(|rv| ours == 0 || rv > ours)
     };
     watcher(api, config)
-        .default_backoff()
+        .backoff(crate::watch::WatchBackoff::default())
         .for_each(|event| {
             match event {
                 Ok(watcher::Event::Delete(_)) => {

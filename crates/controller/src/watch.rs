@@ -1,7 +1,7 @@
 //! Reflector stores of exactly the objects the planner reads, and the snapshot built from them.
 //!
-//! Every store is fed by `watcher(..).default_backoff()`, so API errors and dropped watches are
-//! retried (and re-listed after 410 Gone) without ever ending the task; each event pokes a
+//! Every store is fed by `watcher(..)` with [`WatchBackoff`], so API errors and dropped watches
+//! are retried (and re-listed after 410 Gone) without ever ending the task; each event pokes a
 //! [`Notify`] that drives the debounced re-plan. The Gateway API is optional: a 404 on its
 //! group means "not installed" (the store stays empty and counts as synced), probed again
 //! every minute so installing the CRDs later is picked up.
@@ -463,7 +463,7 @@ impl Ctx {
                 condition = label,
                 kind,
                 error = %err,
-                backoff = "0.8s doubling to 30s, per watch",
+                backoff = WatchBackoff::DESCRIPTION,
                 "Kubernetes API requests failing; every watch retries with backoff (logged again when they recover)"
             );
         } else {
@@ -581,6 +581,60 @@ where
     }
 }
 
+/// The retry delays of a failed watch: 0.5 s doubling to at most 2 s (with up to 25% jitter),
+/// reset once the watch works again. kube-runtime's default grows to 30 s, so after an API
+/// server outage of a few seconds the watches came back up to 30 s after the server did; at
+/// 2 s the caches follow a change within about 2 s of the server answering again, for a few
+/// requests a second against a server that is down (the failure is logged once, see `Ctx`).
+#[derive(Clone, Debug)]
+pub struct WatchBackoff {
+    next: Duration,
+    /// Varies the jitter between watches and retries.
+    seed: u32,
+}
+
+impl WatchBackoff {
+    /// First delay.
+    pub const MIN: Duration = Duration::from_millis(500);
+    /// Longest delay.
+    pub const MAX: Duration = Duration::from_secs(2);
+    /// For log lines.
+    pub const DESCRIPTION: &'static str = "0.5s doubling to 2s, per watch";
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        Self {
+            next: Self::MIN,
+            seed,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        // A cheap pseudo-random jitter (xorshift), so watches do not retry in lockstep.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 17;
+        self.seed ^= self.seed << 5;
+        let jitter = delay.mul_f64(f64::from(self.seed % 1000) / 4000.0);
+        Some(delay - jitter)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
 /// The `errors_total` label of a watch error: the client error's label where there is one.
 fn watch_error_label(err: &watcher::Error) -> &'static str {
     match err {
@@ -611,7 +665,9 @@ async fn feed<K>(
 {
     let events = reflector::reflector(
         writer,
-        watcher::watcher(api, wc).modify(trim).default_backoff(),
+        watcher::watcher(api, wc)
+            .modify(trim)
+            .backoff(WatchBackoff::default()),
     );
     events
         .for_each(|event| {
@@ -840,7 +896,7 @@ where
                         set_error(&slot, Some(&err));
                         ctx.failed(kube_error_label(&err), kind, &err);
                         tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(60));
+                        delay = (delay * 2).min(WatchBackoff::MAX);
                     }
                 }
             };
