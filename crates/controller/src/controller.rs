@@ -1066,13 +1066,24 @@ pub fn routes_edit(
 }
 
 /// The node agents' hosts block ([`Plan::hosts_block`], both families) as published in our
-/// hosts ConfigMap, when it differs from the cached copy.
+/// hosts ConfigMap, when it differs from the cached copy. Nothing is published while a
+/// hostname still waits for its hairpin Service's ClusterIP (the Service was just created, or
+/// its ClusterIP is not cached yet): the node agents would otherwise get a block without those
+/// names (an empty one on the first reconcile) and the complete one a moment later. The
+/// Service's watch event re-plans once the ClusterIP is known.
 pub fn hosts_edit(
     plan: &Plan,
     snapshot: &ClusterSnapshot,
     planner: &PlannerConfig,
 ) -> Option<KeyEdit> {
-    let (entries, _) = plan.hosts_block();
+    let (entries, waiting) = plan.hosts_block();
+    if !waiting.is_empty() {
+        tracing::debug!(
+            waiting = waiting.len(),
+            "hosts block not published yet: hairpin Services without a ClusterIP"
+        );
+        return None;
+    }
     let hosts = hairpin_planner::hosts::entries_json(&entries);
     let cached = snapshot
         .config_map(&planner.namespace, &planner.hosts_config_map)

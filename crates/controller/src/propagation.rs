@@ -51,10 +51,28 @@ pub struct CheckSpec {
     pub written_at: Instant,
     /// Give up this long after `written_at`.
     pub deadline: Duration,
-    /// Pause between rounds of queries.
+    /// Longest pause between rounds of queries (see [`pause`]).
     pub interval: Duration,
     /// Timeout of one query, and of the TCP connect.
     pub query_timeout: Duration,
+}
+
+/// How long the check waits before its next round, `elapsed` after the write: 100 ms doubling
+/// to 500 ms during the first minute (where a CoreDNS that reloads, and a kubelet that syncs
+/// the ConfigMap, make the answer change), so the figure is within half a second of the moment
+/// the answer changed; then `interval` (`--propagation-interval`), the check being only a
+/// watch for a slow sync by then. Never longer than `interval`.
+pub fn pause(round: u32, elapsed: Duration, interval: Duration) -> Duration {
+    const FAST: Duration = Duration::from_millis(500);
+    const FAST_PHASE: Duration = Duration::from_secs(60);
+    let fast = Duration::from_millis(100)
+        .saturating_mul(1 << round.min(3))
+        .min(FAST);
+    if elapsed < FAST_PHASE {
+        fast.min(interval)
+    } else {
+        interval
+    }
 }
 
 /// One server's answer for one name.
@@ -194,6 +212,7 @@ pub async fn check(spec: &CheckSpec) -> CheckOutcome {
         .flat_map(|i| spec.names.iter().map(move |n| (i, n.clone())))
         .collect();
     let mut first_round = true;
+    let mut round = 0;
     loop {
         let mut still = Vec::new();
         let mut answered = vec![false; servers.len()];
@@ -246,7 +265,9 @@ pub async fn check(spec: &CheckSpec) -> CheckOutcome {
                 connect: None,
             };
         }
-        tokio::time::sleep(spec.interval.min(give_up - now)).await;
+        let wait = pause(round, spec.written_at.elapsed(), spec.interval);
+        round = round.saturating_add(1);
+        tokio::time::sleep(wait.min(give_up - now)).await;
     }
 }
 
@@ -264,6 +285,21 @@ async fn connect(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rounds_are_quick_in_the_first_minute_then_at_the_interval() {
+        use super::pause;
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        let interval = Duration::from_secs(2);
+        let fast: Vec<Duration> = (0..6).map(|r| pause(r, ms(300), interval)).collect();
+        assert_eq!(fast, [ms(100), ms(200), ms(400), ms(500), ms(500), ms(500)]);
+        // Resolution: never more than half a second in the first minute.
+        assert_eq!(pause(40, Duration::from_secs(59), interval), ms(500));
+        assert_eq!(pause(41, Duration::from_secs(61), interval), interval);
+        // A shorter interval is never exceeded.
+        assert_eq!(pause(5, ms(10), ms(50)), ms(50));
+    }
+
     use super::*;
 
     fn names(list: &[&str]) -> Vec<String> {

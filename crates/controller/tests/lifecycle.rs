@@ -512,3 +512,64 @@ async fn after_an_8_s_api_outage_a_change_made_after_it_is_followed() {
     assert_eq!(a.metrics.leader.get(), 1);
     a.stop().await;
 }
+
+/// The node agents' hosts block is first published complete: never as `[]` (or without the
+/// names) while the hairpin Service's ClusterIP is not known yet.
+#[tokio::test]
+async fn the_hosts_block_is_never_published_empty_while_its_names_are_coming() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let a = start(&fake, config("pod-a", true));
+    converged(&fake, "shop.example.com").await;
+    // A second load balancer appears later: its names join the published block at once.
+    let mut second = lb_service();
+    second["metadata"]["namespace"] = json!("other");
+    second["status"]["loadBalancer"]["ingress"][0]["ip"] = json!("203.0.113.20");
+    fake.apply(second);
+    fake.apply(fixtures::ingress(
+        "other",
+        "blog",
+        &["blog.example.com"],
+        "203.0.113.20",
+    ));
+    let both = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            f.get("v1", "ConfigMap", Some("hairpin"), "hairpin-hosts")
+                .and_then(|cm| cm["data"]["hosts.json"].as_str().map(str::to_owned))
+                .is_some_and(|hosts| hosts.contains("blog.example.com"))
+        })
+        .await;
+    assert!(
+        both.is_some(),
+        "the second load balancer's names are published"
+    );
+    a.stop().await;
+    let published: Vec<String> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            matches!(r.method.as_str(), "POST" | "PUT" | "PATCH")
+                && r.uri.contains("/configmaps")
+                && r.body
+                    .as_ref()
+                    .is_some_and(|b| b["metadata"]["name"] == "hairpin-hosts")
+        })
+        .filter_map(|r| r.body?["data"]["hosts.json"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!published.is_empty());
+    assert!(
+        published[0].contains("shop.example.com"),
+        "the first publication is complete: {published:?}"
+    );
+    for (i, hosts) in published.iter().enumerate() {
+        assert!(
+            hosts.contains("shop.example.com"),
+            "publication {i} lost a name that stayed planned: {published:?}"
+        );
+    }
+    assert_eq!(
+        published.len(),
+        2,
+        "once for the first load balancer, once when the second was added: {published:?}"
+    );
+}

@@ -182,3 +182,40 @@ async fn the_proxy_path_is_a_tcp_connect_to_the_hairpin_service() {
     );
     dns.stop().await;
 }
+
+/// With the default `--propagation-interval` (2 s), an answer that changes 2.2 s after the
+/// write is measured to within the fast rounds' half second, not rounded up to the next 2 s
+/// step (4.0 s before). Prints the figure; the bound asserted is the old step, not a goal.
+#[tokio::test]
+async fn the_figure_has_sub_second_resolution_with_the_default_interval() {
+    let dns = TestDns::start().await;
+    dns.set("shop.example.com", &[ip(OLD)]);
+    let mut spec = spec(
+        vec![cluster_dns(dns.addr)],
+        &["shop.example.com"],
+        Duration::from_secs(10),
+    );
+    spec.interval = Duration::from_secs(2);
+    let checking = tokio::spawn({
+        let spec = spec.clone();
+        async move { check(&spec).await }
+    });
+    let switch_after = Duration::from_millis(2200);
+    tokio::time::sleep_until((spec.written_at + switch_after).into()).await;
+    dns.set("shop.example.com", &[ip(HAIRPIN)]);
+    let outcome = checking.await.unwrap();
+    assert!(outcome.effective, "{outcome:?}");
+    let late = outcome.elapsed.saturating_sub(switch_after);
+    println!(
+        "propagation figure: answer changed at {switch_after:?}, measured {:?} ({:.3} s late; resolution goal 0.5 s)",
+        outcome.elapsed,
+        late.as_secs_f64()
+    );
+    assert!(outcome.elapsed >= switch_after);
+    assert!(
+        outcome.elapsed < Duration::from_secs(4),
+        "not rounded up to the next 2 s round: {:?}",
+        outcome.elapsed
+    );
+    dns.stop().await;
+}

@@ -81,7 +81,9 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_PROPAGATION_DEADLINE", default_value = "3m", value_parser = parse_duration)]
     pub(crate) propagation_deadline: Duration,
 
-    /// Pause between rounds of DNS queries while checking propagation.
+    /// Longest pause between rounds of DNS queries while checking propagation: rounds start
+    /// 100 ms apart, doubling to 500 ms during the first minute after the write (so
+    /// `propagationSeconds` is within half a second), then this.
     #[arg(long, env = "HAIRPIN_PROPAGATION_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub(crate) propagation_interval: Duration,
 
