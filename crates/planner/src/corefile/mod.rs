@@ -127,7 +127,9 @@ pub struct CustomImport {
 pub struct CorefileInfo {
     /// First zone of the `kubernetes` plugin (`cluster.local` when none can be read).
     pub cluster_domain: String,
-    /// All zones on the `kubernetes` plugin line.
+    /// Every zone a `kubernetes` plugin serves: those on the chosen block's plugin line
+    /// first, then those of the other server blocks' `kubernetes` plugins (their server
+    /// block's zones when the line names none), lowercased, without trailing dot or port.
     pub kubernetes_zones: Vec<String>,
     /// Keys of the chosen server block, as written (`.:53`).
     pub server_block_keys: Vec<String>,
@@ -177,8 +179,7 @@ fn key_serves_root(key: &str) -> bool {
         .or_else(|| key.strip_prefix("https://"))
         .or_else(|| key.strip_prefix("grpc://"))
         .unwrap_or(key);
-    key.split(',')
-        .any(|k| k == "." || k.starts_with(".:") || k.is_empty())
+    key == "." || key.starts_with(".:")
 }
 
 /// The server block holding `kubernetes`: the first one that serves `.`, else the first.
@@ -229,7 +230,7 @@ fn cluster_domain(
         .kubernetes
         .args
         .iter()
-        .map(|a| a.value(src).to_owned())
+        .map(|a| a.word(src).into_owned())
         .collect();
     let usable = |z: &str| !z.is_empty() && !z.contains(['{', '"']) && !z.ends_with("arpa");
     let from_plugin = zones
@@ -275,15 +276,46 @@ pub fn analyze_with(
         .iter()
         .map(|k| k.text(src).to_owned())
         .collect();
-    let serves_root = keys.iter().any(|k| key_serves_root(k));
+    let serves_root = t.block.keys.iter().any(|k| key_serves_root(&k.word(src)));
     if !serves_root {
         warnings.push(Warning::ServerBlockNotRoot {
             line: t.block.open.line,
             keys: keys.clone(),
         });
     }
-    let (cluster_domain, kubernetes_zones) =
-        cluster_domain(src, &t, &keys, cluster_domain_flag, &mut warnings);
+    let key_words: Vec<String> = t
+        .block
+        .keys
+        .iter()
+        .map(|k| k.word(src).into_owned())
+        .collect();
+    let (cluster_domain, mut kubernetes_zones) =
+        cluster_domain(src, &t, &key_words, cluster_domain_flag, &mut warnings);
+    // Every `kubernetes` plugin serves its zones from the cluster, not only the chosen one's.
+    for (block, k8s) in cf.blocks.iter().filter_map(|b| {
+        b.directives
+            .iter()
+            .find(|d| d.name.text(src) == "kubernetes")
+            .map(|d| (b, d))
+    }) {
+        let zones: Vec<String> = if k8s.args.is_empty() {
+            block
+                .keys
+                .iter()
+                .map(|k| normalize_zone(&k.word(src)))
+                .collect()
+        } else {
+            k8s.args
+                .iter()
+                .map(|a| normalize_zone(&a.word(src)))
+                .collect()
+        };
+        for z in zones {
+            if !z.is_empty() && !z.contains(['{', '"', '/']) && !kubernetes_zones.contains(&z) {
+                kubernetes_zones.push(z);
+            }
+        }
+    }
 
     let has_reload = t
         .block

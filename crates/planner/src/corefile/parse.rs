@@ -1,9 +1,25 @@
 //! A Corefile reader that keeps byte offsets, enough to find server blocks and directives.
 //!
-//! It follows the Caddyfile lexer CoreDNS uses: tokens are separated by whitespace, `#` at the
-//! start of a token comments out the rest of the line, `"` quotes (with `\` escapes) may span
-//! lines, and only a token that is exactly `{` or `}` opens or closes a block (so `{$ENV}` and
-//! `{1}` are ordinary words).
+//! It reads tokens as CoreDNS 1.12's Caddyfile lexer does (checked against the real binary,
+//! see `tests/corefile_reading.rs`):
+//! - tokens are separated by Unicode white space (a non-breaking space too); a `\r` never
+//!   separates tokens (CoreDNS drops it; one that ends a line is left out of the token here);
+//! - a byte-order mark at the start of the file is ignored;
+//! - `#` at the start of a token comments out the rest of the line; a `#` inside a token ends
+//!   the token's value, and the rest of that word is skipped (`cluster.local#primary
+//!   in-addr.arpa` is `cluster.local` and `in-addr.arpa`);
+//! - `"` opens a quoted token only at a token's start; it may span lines, `\"` is a quote,
+//!   and the closing quote ends the token;
+//! - only a token that is exactly `{` or `}` opens or closes a block (so `{$ENV}` and `{1}` are
+//!   ordinary words).
+//!
+//! Server block keys are read as CoreDNS's parser reads them: the keys of a block are the
+//! words of its first line, and a key ending with `,` continues the list (on the next line
+//! too) without the comma: `cluster.local, in-addr.arpa, ip6.arpa {` has three keys. A comma
+//! inside a word does not separate keys (`a.com,b.com` is one key, a zone CoreDNS never
+//! matches).
+
+use std::borrow::Cow;
 
 use super::CorefileError;
 
@@ -39,83 +55,104 @@ impl Tok {
             t
         }
     }
+
+    /// The token exactly as CoreDNS reads it: [`Tok::value`], with `\"` read as `"` in a
+    /// quoted token and a `\r` inside a word left out.
+    pub(super) fn word<'a>(&self, src: &'a str) -> Cow<'a, str> {
+        let t = self.text(src);
+        if t.len() >= 2 && t.starts_with('"') && t.ends_with('"') {
+            let inner = &t[1..t.len() - 1];
+            if inner.contains("\\\"") {
+                return Cow::Owned(inner.replace("\\\"", "\""));
+            }
+            return Cow::Borrowed(inner);
+        }
+        if t.contains('\r') {
+            return Cow::Owned(t.replace('\r', ""));
+        }
+        Cow::Borrowed(t)
+    }
 }
 
 pub(super) fn tokenize(src: &str) -> Result<Vec<Tok>, CorefileError> {
-    let b = src.as_bytes();
     let mut toks = Vec::new();
-    let mut i = 0;
     let mut line = 1;
     let mut newline_seen = true;
-    while i < b.len() {
-        let c = b[i];
-        match c {
-            b'\n' => {
-                line += 1;
-                newline_seen = true;
-                i += 1;
-            }
-            b' ' | b'\t' | b'\r' | b'\x0b' | b'\x0c' => i += 1,
-            b'#' => {
-                while i < b.len() && b[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            _ => {
-                let start = i;
-                let start_line = line;
-                // As in the Caddyfile lexer, a quote only opens at the start of a token, and
-                // the closing quote ends the token.
-                let mut quoted = c == b'"';
-                if quoted {
-                    i += 1;
-                }
-                while i < b.len() {
-                    let c = b[i];
-                    if quoted {
-                        if c == b'\\' && i + 1 < b.len() {
-                            if b[i + 1] == b'\n' {
-                                line += 1;
-                            }
-                            i += 2;
-                            continue;
-                        }
-                        i += 1;
-                        if c == b'"' {
-                            quoted = false;
-                            break;
-                        }
-                        if c == b'\n' {
-                            line += 1;
-                        }
-                        continue;
-                    }
-                    if c.is_ascii_whitespace() {
-                        break;
-                    }
-                    i += 1;
-                }
-                if quoted {
-                    return Err(CorefileError::Syntax {
-                        line: start_line,
-                        message: "unterminated quoted string".into(),
-                    });
-                }
-                let kind = match &src[start..i] {
-                    "{" => TokKind::Open,
-                    "}" => TokKind::Close,
-                    _ => TokKind::Word,
-                };
-                toks.push(Tok {
-                    kind,
-                    start,
-                    end: i,
-                    line: start_line,
-                    first_on_line: newline_seen,
-                });
-                newline_seen = false;
-            }
+    // CoreDNS ignores a byte-order mark at the start of the Corefile.
+    let skip = if src.starts_with('\u{feff}') {
+        '\u{feff}'.len_utf8()
+    } else {
+        0
+    };
+    let mut chars = src[skip..]
+        .char_indices()
+        .map(|(i, c)| (i + skip, c))
+        .peekable();
+    while let Some(&(i, c)) = chars.peek() {
+        if c == '\n' {
+            line += 1;
+            newline_seen = true;
+            chars.next();
+            continue;
         }
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        if c == '#' {
+            while chars.next_if(|&(_, c)| c != '\n').is_some() {}
+            continue;
+        }
+        let start = i;
+        let start_line = line;
+        let end = if c == '"' {
+            chars.next();
+            let mut escaped = false;
+            let mut closed = None;
+            for (j, c) in chars.by_ref() {
+                if c == '\n' {
+                    line += 1;
+                }
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == '"' {
+                    closed = Some(j + 1);
+                    break;
+                }
+            }
+            closed.ok_or_else(|| CorefileError::Syntax {
+                line: start_line,
+                message: "unterminated quoted string".into(),
+            })?
+        } else {
+            // A `\r` does not end a word (CoreDNS drops it); a `#` ends its value.
+            let mut end = i;
+            let mut comment = false;
+            while let Some((j, c)) = chars.next_if(|&(_, c)| c == '\r' || !c.is_whitespace()) {
+                if c == '#' {
+                    comment = true;
+                }
+                if !comment && c != '\r' {
+                    end = j + c.len_utf8();
+                }
+            }
+            end
+        };
+        let kind = match &src[start..end] {
+            "{" => TokKind::Open,
+            "}" => TokKind::Close,
+            _ => TokKind::Word,
+        };
+        toks.push(Tok {
+            kind,
+            start,
+            end,
+            line: start_line,
+            first_on_line: newline_seen,
+        });
+        newline_seen = false;
     }
     Ok(toks)
 }
@@ -148,13 +185,12 @@ pub(super) struct Corefile {
 pub(super) fn parse(src: &str) -> Result<Corefile, CorefileError> {
     let toks = tokenize(src)?;
     let mut out = Corefile::default();
-    let mut pending: Vec<Tok> = Vec::new();
     let mut i = 0;
     while i < toks.len() {
         let t = toks[i];
         match t.kind {
             TokKind::Word => {
-                if pending.is_empty() && t.first_on_line && t.text(src) == "import" {
+                if t.first_on_line && t.text(src) == "import" {
                     // A top-level import: the rest of its line.
                     i += 1;
                     while i < toks.len() && !toks[i].first_on_line {
@@ -165,25 +201,69 @@ pub(super) fn parse(src: &str) -> Result<Corefile, CorefileError> {
                     }
                     continue;
                 }
-                pending.push(t);
-                i += 1;
+                let (keys, next) = if starts_managed_line(src, t) {
+                    // Lines of a hairpin block left outside any server block: read up to the
+                    // next `{` (as before), so that the editor can move that block.
+                    let mut j = i;
+                    while toks.get(j).is_some_and(|t| t.kind == TokKind::Word) {
+                        j += 1;
+                    }
+                    (toks[i..j].to_vec(), j)
+                } else {
+                    read_keys(src, &toks, i)
+                };
+                let listed = || {
+                    keys.iter()
+                        .map(|k| k.text(src))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                match toks.get(next) {
+                    Some(open) if open.kind == TokKind::Open => {
+                        let (directives, close, after) = parse_body(src, &toks, next)?;
+                        out.blocks.push(ServerBlock {
+                            keys,
+                            open: *open,
+                            close,
+                            directives,
+                        });
+                        i = after;
+                    }
+                    Some(close) if close.kind == TokKind::Close => {
+                        return Err(CorefileError::Syntax {
+                            line: close.line,
+                            message: "`}` without a matching `{`".into(),
+                        });
+                    }
+                    Some(_) => {
+                        return Err(CorefileError::UnsupportedLayout {
+                            line: t.line,
+                            message: format!(
+                                "the server block `{}` has no braces: CoreDNS reads such a \
+                                 single-server Corefile (its plugins run to the end of the file), \
+                                 but hairpin edits only server blocks written with braces; put \
+                                 `{{` after the keys and `}}` at the end of the file",
+                                listed()
+                            ),
+                        });
+                    }
+                    None => {
+                        return Err(CorefileError::UnsupportedLayout {
+                            line: t.line,
+                            message: format!(
+                                "the server block `{}` has no plugins and no braces; hairpin \
+                                 edits only server blocks written with braces",
+                                listed()
+                            ),
+                        });
+                    }
+                }
             }
             TokKind::Open => {
-                if pending.is_empty() {
-                    return Err(CorefileError::Syntax {
-                        line: t.line,
-                        message: "`{` without server block keys".into(),
-                    });
-                }
-                let keys = std::mem::take(&mut pending);
-                let (directives, close, next) = parse_body(src, &toks, i)?;
-                out.blocks.push(ServerBlock {
-                    keys,
-                    open: t,
-                    close,
-                    directives,
+                return Err(CorefileError::Syntax {
+                    line: t.line,
+                    message: "`{` without server block keys".into(),
                 });
-                i = next;
             }
             TokKind::Close => {
                 return Err(CorefileError::Syntax {
@@ -193,16 +273,38 @@ pub(super) fn parse(src: &str) -> Result<Corefile, CorefileError> {
             }
         }
     }
-    if let Some(t) = pending.first() {
-        return Err(CorefileError::Syntax {
-            line: t.line,
-            message: format!(
-                "`{}` is not followed by a `{{ ... }}` server block",
-                t.text(src)
-            ),
-        });
-    }
     Ok(out)
+}
+
+/// Whether `t` starts a line the editor writes in its blocks.
+fn starts_managed_line(src: &str, t: Tok) -> bool {
+    let rest = &src[t.start..];
+    let line = rest.split('\n').next().unwrap_or(rest);
+    t.first_on_line && super::rules::is_managed_line(line)
+}
+
+/// The keys of the server block whose first key is `toks[first]`, and the index after them:
+/// the words of that line, and of the next lines while a key ends with `,`. A key's trailing
+/// comma is not part of it (an empty key, a lone `,`, is left out).
+fn read_keys(src: &str, toks: &[Tok], first: usize) -> (Vec<Tok>, usize) {
+    let mut keys = Vec::new();
+    let mut more = false;
+    let mut j = first;
+    while let Some(&t) = toks.get(j) {
+        if t.kind != TokKind::Word || (j > first && t.first_on_line && !more) {
+            break;
+        }
+        let mut key = t;
+        more = key.text(src).ends_with(',') && !key.text(src).starts_with('"');
+        if more {
+            key.end -= 1;
+        }
+        if key.start < key.end {
+            keys.push(key);
+        }
+        j += 1;
+    }
+    (keys, j)
 }
 
 /// Parse the body of a server block whose `{` is `toks[open]`. Returns the directives, the
@@ -366,7 +468,7 @@ mod tests {
         ));
         assert!(matches!(
             parse(".:53\nerrors\n"),
-            Err(CorefileError::Syntax { .. })
+            Err(CorefileError::UnsupportedLayout { line: 1, .. })
         ));
     }
 }

@@ -131,8 +131,14 @@ fn parse_key(key: &str) -> Option<(Zone, Option<u16>)> {
     } else if zone.contains('/') {
         Zone::Reverse
     } else {
-        let z = zone.trim_end_matches('.').to_ascii_lowercase();
-        Zone::Name(if z.is_empty() { ".".into() } else { z })
+        // Not lowercased: CoreDNS matches lowercased query names against the key as written,
+        // so a block keyed `Example.COM.` never receives a query (checked in real CoreDNS).
+        let z = zone.trim_end_matches('.');
+        Zone::Name(if z.is_empty() {
+            ".".into()
+        } else {
+            z.to_owned()
+        })
     };
     Some((zone, port))
 }
@@ -204,9 +210,7 @@ fn dns_port(src: &str, cf: &Corefile, asked: Option<u16>) -> Result<u16, Corefil
         .iter()
         .filter(|b| !with_k8s || kubernetes(src, b).is_some())
         .flat_map(|b| b.keys.iter())
-        .flat_map(|k| k.text(src).split(','))
-        .filter(|k| !k.is_empty())
-        .filter_map(parse_key)
+        .filter_map(|k| parse_key(&k.word(src)))
         .filter_map(|(_, port)| port)
         .collect();
     ports.sort_unstable();
@@ -246,8 +250,8 @@ fn servers<'a>(
         let k8s = kubernetes(src, b);
         let mut zones = Vec::new();
         let mut unknown = false;
-        for key in b.keys.iter().flat_map(|k| k.text(src).split(',')) {
-            let Some((zone, key_port)) = parse_key(key).filter(|_| !key.is_empty()) else {
+        for key in b.keys.iter().map(|k| k.word(src)) {
+            let Some((zone, key_port)) = parse_key(&key).filter(|_| !key.is_empty()) else {
                 continue;
             };
             match key_port {
@@ -412,9 +416,10 @@ mod tests {
         assert_eq!(parse_key(".:53"), Some((name("."), Some(53))));
         assert_eq!(parse_key("."), Some((name("."), Some(53))));
         assert_eq!(parse_key("dns://.:5353"), Some((name("."), Some(5353))));
+        // As written: CoreDNS never sends a (lowercased) query to `Example.COM.`.
         assert_eq!(
             parse_key("Example.COM.:53"),
-            Some((name("example.com"), Some(53)))
+            Some((name("Example.COM"), Some(53)))
         );
         assert_eq!(parse_key("tls://.:853"), None);
         assert_eq!(parse_key("{$ZONE}:53"), Some((Zone::Unknown, Some(53))));
