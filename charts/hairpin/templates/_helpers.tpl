@@ -69,6 +69,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ join "," .Values.admission.denyHostnames | quote }}
 - name: HAIRPIN_HOSTNAME_NAMESPACES
   value: {{ join "," .Values.admission.hostnameNamespaces | quote }}
+- name: HAIRPIN_VERIFY_HOSTNAMES
+  value: {{ .Values.admission.verifyHostnames | quote }}
 - name: HAIRPIN_LOG_FORMAT
   value: {{ .Values.log.format | quote }}
 - name: HAIRPIN_LOG

@@ -29,6 +29,7 @@ use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
 use crate::report::{Events, list_note, object_ref, reason};
 use crate::status::{DnsState, PropagationParams, StatusWriter};
+use crate::verify::{NameVerifier, VerifyParams};
 use crate::watch::Caches;
 
 /// Controller settings.
@@ -52,6 +53,9 @@ pub struct ControllerConfig {
     pub max_retry: Duration,
     /// The check, after each DNS write, that the cluster DNS answers with the hairpin Service.
     pub propagation: PropagationParams,
+    /// The upstream resolver of hostname verification (with `planner.verify_hostnames` set to
+    /// `resolve`).
+    pub verify: VerifyParams,
 }
 
 impl ControllerConfig {
@@ -68,6 +72,7 @@ impl ControllerConfig {
             min_retry: Duration::from_millis(500),
             max_retry: Duration::from_secs(60),
             propagation: PropagationParams::default(),
+            verify: VerifyParams::default(),
         }
     }
 }
@@ -150,7 +155,17 @@ pub async fn run(
         );
     }
 
+    // Hostname verification: the resolver runs on every instance, so that a new leader has
+    // the answers when it takes over.
+    let verifier = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
+        .then(|| NameVerifier::new(config.verify.clone(), changed.clone(), metrics.clone()));
+    if let Some(verifier) = &verifier {
+        tokio::spawn(verifier.clone().run(stop.clone()));
+    }
     let mut state = Reconciler {
+        verifier,
+        verified_once: false,
+        unverified: BTreeMap::new(),
         client: client.clone(),
         config: config.clone(),
         status: StatusWriter::new(
@@ -301,6 +316,14 @@ struct Reconciler {
     /// Outside external-dns mode, hairpin's DNSEndpoints of an earlier run in that mode were
     /// looked for (once: the mode is a flag, so it changes only with a restart).
     dns_endpoints_cleaned: bool,
+    /// The upstream resolver, with `--verify-hostnames=resolve`.
+    verifier: Option<NameVerifier>,
+    /// The first write after the start waited for the names' first answers (or for the
+    /// startup grace to end).
+    verified_once: bool,
+    /// The unverified hostnames reported in Events, per load balancer, to publish each change
+    /// once.
+    unverified: BTreeMap<ObjectRef, String>,
 }
 
 /// One refused claim: who asked (kind, object), the hostname and the reason.
@@ -311,8 +334,27 @@ impl Reconciler {
     async fn reconcile(&mut self, caches: &Caches) -> Result<Option<Instant>, Error> {
         let started = Instant::now();
         self.metrics.reconciles.inc();
-        let snapshot = caches.snapshot();
+        let mut snapshot = caches.snapshot();
+        if let Some(verifier) = &self.verifier {
+            snapshot.resolutions = verifier.resolutions();
+        }
         let plan = hairpin_planner::desired(&snapshot, &self.config.planner);
+        if let Some(verifier) = &self.verifier {
+            let zones = crate::verify::forward_zones(&snapshot, &self.config.planner);
+            verifier.want(&plan.verification.names, &zones);
+            // Do no harm on a start: names not resolved yet are not redirected, so writing
+            // before their answers come would drop working names for a moment. The resolver
+            // wakes the loop as answers arrive.
+            if !self.verified_once && !verifier.settled() {
+                tracing::info!(
+                    names = plan.verification.names.len(),
+                    "waiting for the first upstream answers before writing"
+                );
+                return Ok(Some(Instant::now() + Duration::from_secs(1)));
+            }
+            self.verified_once = true;
+        }
+        self.metrics.set_unverified(&plan.verification);
         self.metrics
             .managed_load_balancers
             .set(i64::try_from(plan.load_balancers.len()).unwrap_or(i64::MAX));
@@ -885,9 +927,48 @@ impl Reconciler {
             }
         }
         self.report_refused(plan, snapshot).await;
+        self.report_unverified(plan, snapshot).await;
         for warning in &plan.warnings {
             tracing::warn!(subject = %warning.subject, "{}", warning.message);
         }
+    }
+
+    /// A Warning Event on each load balancer Service with unverified hostnames, naming each and
+    /// the answer seen, published when that list changes.
+    async fn report_unverified(&mut self, plan: &Plan, snapshot: &ClusterSnapshot) {
+        let mut by_lb: BTreeMap<&ObjectRef, Vec<String>> = BTreeMap::new();
+        // A name not resolved yet is a moment's state, not news.
+        let settled = plan
+            .verification
+            .unverified
+            .iter()
+            .filter(|u| u.reason != hairpin_planner::UnverifiedReason::NotResolved);
+        for u in settled {
+            by_lb
+                .entry(&u.load_balancer)
+                .or_default()
+                .push(hairpin_planner::escape::text(&u.detail).into_owned());
+        }
+        let mut reported = BTreeMap::new();
+        for (lb, details) in by_lb {
+            let note = list_note(
+                "hostnames not redirected (not proven to resolve to this load balancer): ",
+                &details,
+                "; ",
+                "",
+            );
+            if self.unverified.get(lb) != Some(&note) {
+                let uid = snapshot
+                    .service(&lb.namespace, &lb.name)
+                    .and_then(|s| s.metadata.uid.clone());
+                let regarding = object_ref("Service", &lb.namespace, &lb.name, uid);
+                self.events
+                    .publish(&regarding, true, reason::HOSTNAME_UNVERIFIED, note.clone())
+                    .await;
+            }
+            reported.insert(lb.clone(), note);
+        }
+        self.unverified = reported;
     }
 
     /// A Warning Event on each object whose hostnames were refused, naming every refused

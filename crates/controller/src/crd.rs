@@ -95,6 +95,10 @@ pub struct HairpinStatus {
     /// Hostnames claimed for this load balancer that hairpin does not redirect, and why.
     #[serde(default)]
     pub refused: Vec<RefusedHostname>,
+    /// Hostnames claimed for this load balancer that are not redirected because the upstream
+    /// DNS does not resolve them to it (`--verify-hostnames=resolve`), with the answer seen.
+    #[serde(default)]
+    pub unverified: Vec<UnverifiedHostname>,
     /// How DNS is changed: `corefile` (a marked block in the Corefile), `custom` (a key in
     /// `coredns-custom`) or `external-dns` (`DNSEndpoint` objects).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,6 +142,23 @@ pub struct RefusedHostname {
     pub name: String,
     /// Why it is not redirected.
     pub reason: String,
+    /// Where it was claimed.
+    #[serde(default)]
+    pub sources: Vec<String>,
+}
+
+/// One hostname not redirected because it is not proven to be this load balancer's.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnverifiedHostname {
+    /// The hostname as claimed.
+    pub name: String,
+    /// Why, as a stable label: `not-resolved`, `resolves-elsewhere`, `no-address`,
+    /// `nxdomain`, `resolve-failed` or `covers-others`.
+    pub reason: String,
+    /// The answer seen, e.g. `shop.example.com resolves to 198.51.100.9, not this load
+    /// balancer`.
+    pub message: String,
     /// Where it was claimed.
     #[serde(default)]
     pub sources: Vec<String>,

@@ -22,6 +22,20 @@ pub struct RefusedLabels {
     pub reason: String,
 }
 
+/// Label set of `hairpin_controller_hostname_lookups_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LookupLabels {
+    /// `answer`, `nxdomain` or `failed`.
+    pub result: String,
+}
+
+/// Label set of `hairpin_hostnames_unverified`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnverifiedLabels {
+    /// [`hairpin_planner::UnverifiedReason::as_str`].
+    pub reason: String,
+}
+
 /// Metrics the controller updates.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -58,6 +72,10 @@ pub struct Metrics {
     /// Hostname claims the admission policy refused, counted once each time a claim
     /// (object, hostname, reason) appears.
     pub hostnames_refused: Family<RefusedLabels, Counter>,
+    /// Upstream DNS lookups made to verify hostnames, by result.
+    pub hostname_lookups: Family<LookupLabels, Counter>,
+    /// Hostnames left out because they are not proven to be their load balancer's, by reason.
+    pub hostnames_unverified: Family<UnverifiedLabels, Gauge>,
     /// Failed writes of the CoreDNS change (refused by the API server, or it was unreachable).
     pub dns_write_failures: Counter,
     /// Reasons the DNS change could not be planned in the last reconcile (0: it was planned).
@@ -90,6 +108,8 @@ impl Metrics {
             leader: Gauge::default(),
             fenced: Gauge::default(),
             hostnames_refused: Family::default(),
+            hostname_lookups: Family::default(),
+            hostnames_unverified: Family::default(),
             dns_write_failures: Counter::default(),
             dns_plan_errors: Gauge::default(),
             last_reconcile_success: Gauge::default(),
@@ -102,6 +122,11 @@ impl Metrics {
             "hairpin_hostnames_refused",
             "Hostname claims refused by the admission policy, by reason (counted when a claim appears)",
             metrics.hostnames_refused.clone(),
+        );
+        registry.register(
+            "hairpin_hostnames_unverified",
+            "Hostnames not redirected because the upstream DNS does not resolve them to their load balancer, by reason",
+            metrics.hostnames_unverified.clone(),
         );
         registry.register(
             "hairpin_dns_propagation_seconds",
@@ -172,6 +197,11 @@ impl Metrics {
             metrics.fenced.clone(),
         );
         sub.register(
+            "hostname_lookups",
+            "Upstream DNS lookups made to verify hostnames, by result (answer, nxdomain, failed)",
+            metrics.hostname_lookups.clone(),
+        );
+        sub.register(
             "dns_write_failures",
             "Failed writes of the CoreDNS change",
             metrics.dns_write_failures.clone(),
@@ -210,6 +240,48 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts one upstream lookup under its result label.
+    pub fn hostname_lookup(&self, result: &str) {
+        self.hostname_lookups
+            .get_or_create(&LookupLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The count of upstream lookups with one result label (for tests and reports).
+    pub fn hostname_lookup_count(&self, result: &str) -> u64 {
+        self.hostname_lookups
+            .get_or_create(&LookupLabels {
+                result: result.to_owned(),
+            })
+            .get()
+    }
+
+    /// Sets the unverified-hostname gauges from a plan (every reason, 0 where none).
+    pub fn set_unverified(&self, verification: &hairpin_planner::Verification) {
+        use hairpin_planner::UnverifiedReason as R;
+        for reason in [
+            R::NotResolved,
+            R::ResolvesElsewhere,
+            R::NoAddress,
+            R::NxDomain,
+            R::ResolveFailed,
+            R::CoversOthers,
+        ] {
+            let n = verification
+                .unverified
+                .iter()
+                .filter(|u| u.reason == reason)
+                .count();
+            self.hostnames_unverified
+                .get_or_create(&UnverifiedLabels {
+                    reason: reason.as_str().to_owned(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
     }
 
     /// The count of refused claims with one reason label (for tests and reports).

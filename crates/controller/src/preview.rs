@@ -384,6 +384,7 @@ fn hairpin_view(hairpin: &Hairpin, with_metadata: bool) -> Value {
         cluster_ip: status.cluster_ip,
         hostnames: status.hostnames,
         refused: status.refused,
+        unverified: status.unverified,
         dns_mode: status.dns_mode,
         config_maps: status.config_maps,
         dns_endpoints: status.dns_endpoints,
@@ -556,6 +557,21 @@ pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
             "loadBalancer": r.load_balancer.to_string(),
             "message": r.detail,
         })).collect::<Vec<_>>(),
+        "verification": {
+            "mode": plan.verification.mode,
+            "unverified": plan.verification.unverified.iter().map(|u| json!({
+                "hostname": u.hostname,
+                "loadBalancer": u.load_balancer.to_string(),
+                "reason": u.reason,
+                "message": u.detail,
+                "sources": u.sources,
+            })).collect::<Vec<_>>(),
+            "passthrough": plan.verification.passthrough.iter().map(|p| json!({
+                "hostname": p.hostname,
+                "wildcard": p.wildcard,
+                "why": p.why,
+            })).collect::<Vec<_>>(),
+        },
         "dns": plan.dns.as_ref().map(|d| json!({
             "mode": d.mode,
             "clusterDomain": d.cluster_domain,

@@ -28,6 +28,9 @@ pub mod reason {
     pub const DNS_UPDATED: &str = "DNSUpdated";
     /// A hostname an object asked for was refused by the admission policy.
     pub const HOSTNAME_REFUSED: &str = "HostnameRefused";
+    /// Hostnames of a load balancer are not redirected: the upstream DNS does not resolve them
+    /// to it (or they are not resolved yet); the note gives the answer seen for each.
+    pub const HOSTNAME_UNVERIFIED: &str = "HostnameUnverified";
     /// The cluster DNS answers the load balancer's hostnames with the hairpin Service.
     pub const HAIRPIN_EFFECTIVE: &str = "HairpinEffective";
     /// After the deadline the cluster DNS still does not; the note says what it answered.

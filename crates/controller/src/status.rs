@@ -24,7 +24,10 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use tokio::sync::Notify;
 
-use crate::crd::{Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, RefusedHostname, condition};
+use crate::crd::{
+    Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, RefusedHostname, UnverifiedHostname,
+    condition,
+};
 use crate::error::is_not_found;
 use crate::metrics::Metrics;
 use crate::propagation::{self, CheckOutcome, CheckSpec, DnsServer};
@@ -140,6 +143,18 @@ pub fn desired_hairpins(
                     sources: vec![r.source.clone()],
                 })
                 .collect();
+            let unverified = plan
+                .verification
+                .unverified
+                .iter()
+                .filter(|u| &u.load_balancer == svc)
+                .map(|u| UnverifiedHostname {
+                    name: u.hostname.clone(),
+                    reason: u.reason.as_str().to_owned(),
+                    message: hairpin_planner::escape::text(&u.detail).into_owned(),
+                    sources: u.sources.clone(),
+                })
+                .collect();
             let spec = lb.service.spec.as_ref();
             hairpin.status = Some(HairpinStatus {
                 proxy,
@@ -163,6 +178,7 @@ pub fn desired_hairpins(
                     })
                     .collect(),
                 refused,
+                unverified,
                 dns_mode: plan.dns.as_ref().map(|d| d.mode.as_str().to_owned()),
                 dns_endpoints: plan
                     .dns

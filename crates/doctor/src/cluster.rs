@@ -761,14 +761,24 @@ fn hairpin_block(text: &str) -> Option<String> {
 }
 
 /// The exact hostnames of a plan (a wildcard cannot be probed), sorted, once each: what the
-/// doctor checks when given no host.
+/// doctor checks when given no host. The doctor resolves nothing upstream, so the names its
+/// plan could not verify (not resolved) are checked too: the controller redirects those that
+/// resolve to their load balancer.
 pub fn planned_hostnames(plan: &Plan) -> Vec<String> {
+    let unresolved = plan
+        .verification
+        .unverified
+        .iter()
+        .filter(|u| u.reason == hairpin_planner::UnverifiedReason::NotResolved)
+        .map(|u| &u.hostname);
     let mut hosts: Vec<String> = plan
         .load_balancers
         .iter()
         .flat_map(|lb| &lb.hostnames)
-        .filter(|hostname| !hostname.is_wildcard())
-        .map(|hostname| hostname.name.clone())
+        .map(|hostname| &hostname.name)
+        .chain(unresolved)
+        .filter(|name| !name.starts_with("*."))
+        .cloned()
         .collect();
     hosts.sort();
     hosts.dedup();

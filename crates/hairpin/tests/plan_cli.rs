@@ -13,8 +13,13 @@ const TENANT: &str = concat!(
     "/../../examples/tenant-admission.yaml"
 );
 
+/// `hairpin plan` with `args`, planning every admitted name as if it resolved to its load
+/// balancer (`HAIRPIN_VERIFY_HOSTNAMES=off`): an offline plan resolves nothing, and these tests
+/// are about the rest of the plan. `an_offline_plan_lists_the_names_it_did_not_verify` runs the
+/// default.
 fn hairpin(args: &[&str], stdin: Option<&str>) -> Output {
     let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    cmd.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
     cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -72,6 +77,43 @@ fn text_summary_of_the_example() {
         "{}",
         stderr(&out)
     );
+}
+
+/// By default an offline plan resolves nothing: each name is listed as not verified, no rule
+/// is planned for it (what `-o yaml` prints is safe to apply), and the output says how to
+/// plan them anyway.
+#[test]
+fn an_offline_plan_lists_the_names_it_did_not_verify() {
+    let out = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
+        .args(["plan", "-f", EXAMPLE])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "\nUnverified (hostnames not redirected: not proven to resolve to their load balancer)\n"
+        ),
+        "{text}"
+    );
+    for name in ["shop.example.com", "*.apps.example.com", "*.example.org"] {
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{text}"));
+        assert!(row.contains("has not been resolved yet"), "{row}");
+    }
+    assert!(
+        text.contains("`--verify-hostnames=off` plans them"),
+        "{text}"
+    );
+    assert!(text.contains("  hostnames (0)\n"), "{text}");
+    let yaml = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
+        .args(["plan", "-f", EXAMPLE, "-o", "yaml"])
+        .output()
+        .unwrap();
+    let yaml = stdout(&yaml);
+    assert!(!yaml.contains("shop.example.com"), "{yaml}");
 }
 
 #[test]
@@ -312,6 +354,7 @@ fn stdin_input_and_flags_from_the_environment() {
     let out = cmd
         .args(["plan", "-f", EXAMPLE, "-o", "yaml"])
         .env("HAIRPIN_NAMESPACE", "net")
+        .env("HAIRPIN_VERIFY_HOSTNAMES", "off")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -583,6 +626,7 @@ fn kube_dns_clusters_get_the_stub_domains_value_for_the_nameserver_given() {
     let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
     let out = cmd
         .args(["plan", "-f", KUBE_DNS, "-o", "json"])
+        .env("HAIRPIN_VERIFY_HOSTNAMES", "off")
         .env(
             "HAIRPIN_STUB_DOMAIN_NAMESERVERS",
             "10.96.0.53,[fd00::53]:5353",

@@ -12,6 +12,7 @@ use hairpin_controller::client::ClientArgs;
 use hairpin_controller::fight::FightParams;
 use hairpin_controller::lease::LeaseParams;
 use hairpin_controller::status::PropagationParams;
+use hairpin_controller::verify::VerifyParams;
 use hairpin_controller::{ControllerConfig, Metrics};
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
@@ -87,6 +88,20 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_PROPAGATION_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub(crate) propagation_interval: Duration,
 
+    /// With `--verify-hostnames=resolve`: the DNS servers asked about the hostnames, `IP` or
+    /// `IP:PORT` (repeat or comma-separate), instead of the Corefile's `forward` targets (for
+    /// an upstream the Corefile does not name in a form hairpin can ask, such as `tls://`).
+    /// Default: per name, the `forward` targets of the Corefile zone holding it, where
+    /// `/etc/resolv.conf` means the controller pod's own resolv.conf (the chart runs it with
+    /// `dnsPolicy: Default`: the node's resolvers, as CoreDNS's).
+    #[arg(
+        long = "verify-nameserver",
+        env = "HAIRPIN_VERIFY_NAMESERVERS",
+        value_delimiter = ',',
+        value_parser = parse_dns_server
+    )]
+    pub(crate) verify_nameservers: Vec<SocketAddr>,
+
     #[command(flatten)]
     pub(crate) admin: AdminArgs,
 
@@ -134,6 +149,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         deadline: args.propagation_deadline,
         interval: args.propagation_interval,
         ..PropagationParams::default()
+    };
+    config.verify = VerifyParams {
+        servers: (!args.verify_nameservers.is_empty()).then(|| args.verify_nameservers.clone()),
+        ..VerifyParams::default()
     };
     config.lease = args.leader_election.then(|| LeaseParams {
         duration: args.lease_duration,

@@ -16,7 +16,7 @@ use hairpin_planner::admission::{AdmissionConfig, NamespacePolicy, parse_host_li
 use hairpin_planner::kube_dns::StubNameserver;
 use hairpin_planner::name::Host;
 use hairpin_planner::{
-    ClusterSnapshot, DnsMode, NodeLocalDns, PlannerConfig, desired, load, render,
+    ClusterSnapshot, DnsMode, NodeLocalDns, PlannerConfig, VerifyMode, desired, load, render,
 };
 
 /// Planner settings, shared by every command that computes a plan.
@@ -130,6 +130,18 @@ pub(crate) struct PlannerArgs {
         value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<NamespacePolicy>())
     )]
     pub(crate) hostname_namespaces: NamespacePolicy,
+    /// `resolve`: a hostname is redirected only when the cluster's upstream DNS (the
+    /// Corefile's `forward` targets, asked without hairpin's rules) resolves it to its load
+    /// balancer's address; a wildcard is checked through a random name under it. The others
+    /// are reported as unverified with the answer seen, and re-checked. `off`: every admitted
+    /// hostname is redirected without asking, for air-gapped clusters whose upstream cannot
+    /// resolve the public names. `hairpin plan` against a cluster resolves the names as the
+    /// controller does, from the machine it runs on (a `forward . /etc/resolv.conf` then means
+    /// this machine's resolvers). `hairpin plan -f` resolves nothing: with `resolve` it lists
+    /// the names as not resolved and plans no rule for them, with `off` it plans them as if
+    /// they resolved to their load balancers.
+    #[arg(long, env = "HAIRPIN_VERIFY_HOSTNAMES", default_value = "resolve")]
+    pub(crate) verify_hostnames: VerifyMode,
 }
 
 impl PlannerArgs {
@@ -155,6 +167,7 @@ impl PlannerArgs {
                 deny_hostnames: self.deny_hostnames.0.clone(),
                 hostname_namespaces: self.hostname_namespaces.clone(),
             },
+            verify_hostnames: self.verify_hostnames,
             ..PlannerConfig::default()
         }
     }
@@ -278,7 +291,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(USAGE_ERROR));
             }
         };
-        let observed = runtime.block_on(preview::observe(&client, &config, args.timeout))?;
+        let mut observed = runtime.block_on(preview::observe(&client, &config, args.timeout))?;
+        if config.verify_hostnames == VerifyMode::Resolve {
+            // As the controller does, from this machine: the Corefile's forward targets, and
+            // this machine's resolv.conf where the Corefile names one.
+            runtime.block_on(hairpin_controller::verify::resolve_once(
+                &mut observed.snapshot,
+                &config,
+                hairpin_controller::verify::VerifyParams::default(),
+                hairpin_controller::Metrics::register(&mut Default::default()),
+                args.timeout,
+            ));
+        }
         (observed, "cluster")
     } else {
         (

@@ -12,9 +12,12 @@ pub const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes clust
 /// The load balancer's status address.
 pub const LB_IP: &str = "203.0.113.7";
 
-/// The binary, with no ambient kube or hairpin settings.
+/// The binary, with no ambient kube or hairpin settings, and hostname verification off
+/// (`HAIRPIN_VERIFY_HOSTNAMES=off`): the fake cluster's names resolve nowhere, and with
+/// `resolve` the controller would ask the machine's own resolvers, off loopback.
 pub fn hairpin(args: &[&str]) -> Command {
     let mut command = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    command.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
     command.args(args);
     command
 }

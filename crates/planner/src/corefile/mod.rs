@@ -26,6 +26,7 @@ mod nodelocal;
 mod parse;
 mod placement;
 mod rules;
+mod upstream;
 
 pub use imports::{ImportedFile, ImportedPlacement, imported_key_suffixes, place_with_imports};
 pub use nodelocal::{NodeLocalDnsInfo, NodeLocalServer, analyze_node_local_dns, bypassed};
@@ -34,6 +35,7 @@ pub use rules::{
     ANSWER_TTL, DnsEntry, EXACT_RULES_MAX_PER_TARGET, HostPattern, REGEX_PATTERN_BUDGET, RuleStyle,
     render_answers, render_rules, render_rules_with, service_fqdn,
 };
+pub use upstream::{Upstream, ZoneUpstreams, upstreams, upstreams_for};
 
 pub(crate) use rules::normalize_target;
 

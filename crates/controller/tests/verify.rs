@@ -1,0 +1,494 @@
+//! Hostname verification against a real DNS server on loopback (hickory-server): exact,
+//! wildcard, CNAME-chained, elsewhere-resolving, NXDOMAIN and timeout names, through the
+//! controller's resolver and then the planner's verdicts.
+
+mod support;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hairpin_controller::Metrics;
+use hairpin_controller::verify::{NameVerifier, VerifyParams};
+use hairpin_planner::verify::NameCheck;
+use hairpin_planner::{ObjectRef, Resolution};
+use hickory_proto::op::{Metadata, ResponseCode};
+use hickory_proto::rr::{Name, RData, Record, RecordType, rdata};
+use hickory_server::Server;
+use hickory_server::net::runtime::Time;
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::zone_handler::MessageResponseBuilder;
+use tokio::sync::Notify;
+
+/// What the test server holds for a name (a `*.suffix` key answers every name under it).
+#[derive(Clone, Debug)]
+enum Entry {
+    Addresses(Vec<IpAddr>),
+    Cname(String),
+    /// Never answered: the query times out.
+    Silent,
+}
+
+type Zone = Arc<Mutex<HashMap<String, Entry>>>;
+
+#[derive(Clone, Default)]
+struct Handler {
+    zone: Zone,
+    queries: Arc<Mutex<Vec<String>>>,
+}
+
+fn lookup(zone: &HashMap<String, Entry>, name: &str) -> Option<Entry> {
+    if let Some(e) = zone.get(name) {
+        return Some(e.clone());
+    }
+    let mut rest = name;
+    while let Some((_, parent)) = rest.split_once('.') {
+        if let Some(e) = zone.get(&format!("*.{parent}")) {
+            return Some(e.clone());
+        }
+        rest = parent;
+    }
+    None
+}
+
+#[async_trait::async_trait]
+impl RequestHandler for Handler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        mut response_handle: R,
+    ) -> ResponseInfo {
+        let info = request.request_info().expect("one query per request");
+        let mut name = info
+            .query
+            .name()
+            .to_string()
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        let qtype = info.query.query_type();
+        self.queries.lock().unwrap().push(format!("{name} {qtype}"));
+        let mut metadata = Metadata::response_from_request(&request.metadata);
+        metadata.authoritative = true;
+        let builder = MessageResponseBuilder::from_message_request(request);
+        // Follow the CNAME chain here, as a recursive server does: the answer holds every
+        // CNAME and the final addresses.
+        let mut records = Vec::new();
+        let zone = self.zone.lock().unwrap().clone();
+        let mut owner = info.query.original().name().clone();
+        loop {
+            match lookup(&zone, &name) {
+                None if records.is_empty() => {
+                    metadata.response_code = ResponseCode::NXDomain;
+                    let response = builder.build(metadata, &[], &[], &[], &[]);
+                    return response_handle.send_response(response).await.unwrap();
+                }
+                None => break,
+                Some(Entry::Silent) => {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    let response = builder.build(metadata, &[], &[], &[], &[]);
+                    return response_handle.send_response(response).await.unwrap();
+                }
+                Some(Entry::Cname(target)) => {
+                    let target_name = Name::from_ascii(format!("{target}.")).unwrap();
+                    records.push(Record::from_rdata(
+                        owner.clone(),
+                        300,
+                        RData::CNAME(rdata::CNAME(target_name.clone())),
+                    ));
+                    owner = target_name;
+                    name = target;
+                }
+                Some(Entry::Addresses(ips)) => {
+                    records.extend(
+                        ips.into_iter()
+                            .filter_map(|ip| match (ip, qtype) {
+                                (IpAddr::V4(v4), RecordType::A) => Some(RData::A(rdata::A(v4))),
+                                (IpAddr::V6(v6), RecordType::AAAA) => {
+                                    Some(RData::AAAA(rdata::AAAA(v6)))
+                                }
+                                _ => None,
+                            })
+                            .map(|rdata| Record::from_rdata(owner.clone(), 300, rdata)),
+                    );
+                    break;
+                }
+            }
+        }
+        let response = builder.build(metadata, records.iter(), &[], &[], &[]);
+        response_handle.send_response(response).await.unwrap()
+    }
+}
+
+struct TestDns {
+    addr: SocketAddr,
+    zone: Zone,
+    queries: Arc<Mutex<Vec<String>>>,
+    _server: Server<Handler>,
+}
+
+impl TestDns {
+    async fn start() -> Self {
+        let handler = Handler::default();
+        let (zone, queries) = (handler.zone.clone(), handler.queries.clone());
+        let mut server = Server::new(handler);
+        let (tcp, udp) = loop {
+            let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = tcp.local_addr().unwrap().port();
+            if let Ok(udp) = tokio::net::UdpSocket::bind(("127.0.0.1", port)).await {
+                break (tcp, udp);
+            }
+        };
+        let addr = tcp.local_addr().unwrap();
+        server.register_listener(tcp, Duration::from_secs(5), 64);
+        server.register_socket(udp);
+        Self {
+            addr,
+            zone,
+            queries,
+            _server: server,
+        }
+    }
+
+    fn set(&self, name: &str, entry: Entry) {
+        self.zone.lock().unwrap().insert(name.to_owned(), entry);
+    }
+
+    fn query_count(&self) -> usize {
+        self.queries.lock().unwrap().len()
+    }
+}
+
+const LB: &str = "192.0.2.5";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn check(name: &str) -> NameCheck {
+    NameCheck {
+        hostname: name.to_owned(),
+        load_balancer: ObjectRef::new("ingress", "proxy"),
+        addresses: vec![LB.to_owned(), "lb.example.net".to_owned()],
+    }
+}
+
+fn params(server: SocketAddr) -> VerifyParams {
+    VerifyParams {
+        timeout: Duration::from_millis(300),
+        attempts: 1,
+        servers: Some(vec![server]),
+        ..VerifyParams::default()
+    }
+}
+
+fn metrics() -> Metrics {
+    Metrics::register(&mut prometheus_client::registry::Registry::default())
+}
+
+/// Waits until the verifier has an answer for each of `n` names.
+async fn answers(verifier: &NameVerifier, n: usize) -> hairpin_planner::verify::Resolutions {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = verifier.resolutions();
+        if r.len() >= n {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "only {} of {n} answers", r.len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn zone(dns: &TestDns) {
+    dns.set("shop.example.com", Entry::Addresses(vec![ip(LB)]));
+    dns.set("*.apps.example.com", Entry::Addresses(vec![ip(LB)]));
+    dns.set("alias.example.com", Entry::Cname("edge.cdn.example".into()));
+    dns.set("edge.cdn.example", Entry::Cname("lb.example.net".into()));
+    dns.set("lb.example.net", Entry::Addresses(vec![ip("192.0.2.77")]));
+    dns.set("deep.example.com", Entry::Cname("front.example.org".into()));
+    dns.set("front.example.org", Entry::Addresses(vec![ip(LB)]));
+    dns.set(
+        "elsewhere.example.com",
+        Entry::Addresses(vec![ip("198.51.100.9")]),
+    );
+    dns.set("slow.example.com", Entry::Silent);
+}
+
+const NAMES: [&str; 7] = [
+    "shop.example.com",
+    "*.apps.example.com",
+    "alias.example.com",
+    "deep.example.com",
+    "elsewhere.example.com",
+    "gone.example.com",
+    "slow.example.com",
+];
+
+#[tokio::test]
+async fn the_resolver_reports_each_kind_of_answer_from_a_real_dns_server() {
+    let dns = TestDns::start().await;
+    zone(&dns);
+    let changed = Arc::new(Notify::new());
+    let verifier = NameVerifier::new(params(dns.addr), changed.clone(), metrics());
+    let stop = Arc::new(Notify::new());
+    let task = tokio::spawn(verifier.clone().run({
+        let stop = stop.clone();
+        async move { stop.notified().await }
+    }));
+    let names: Vec<NameCheck> = NAMES.iter().map(|n| check(n)).collect();
+    verifier.want(&names, &[]);
+    let r = answers(&verifier, NAMES.len()).await;
+    assert!(verifier.settled());
+
+    let addresses = |name: &str| match &r[name] {
+        Resolution::Addresses { addresses, cnames } => (addresses.clone(), cnames.clone()),
+        other => panic!("{name}: {other:?}"),
+    };
+    assert_eq!(addresses("shop.example.com").0, [ip(LB)]);
+    // The wildcard was asked through a random label under it, which the zone's wildcard
+    // answers.
+    assert_eq!(addresses("*.apps.example.com").0, [ip(LB)]);
+    let asked = dns.queries.lock().unwrap().clone();
+    assert!(
+        asked
+            .iter()
+            .any(|q| q.starts_with("hairpin-") && q.contains(".apps.example.com ")),
+        "{asked:?}"
+    );
+    // CNAME chains are followed, and kept.
+    assert_eq!(
+        addresses("alias.example.com"),
+        (
+            vec![ip("192.0.2.77")],
+            vec!["edge.cdn.example".to_owned(), "lb.example.net".to_owned()]
+        )
+    );
+    assert_eq!(addresses("deep.example.com").0, [ip(LB)]);
+    assert_eq!(addresses("elsewhere.example.com").0, [ip("198.51.100.9")]);
+    assert_eq!(r["gone.example.com"], Resolution::NxDomain);
+    assert!(
+        matches!(&r["slow.example.com"], Resolution::Failed { error } if error == "timeout"),
+        "{:?}",
+        r["slow.example.com"]
+    );
+
+    // The planner's verdicts on these answers: only the names that reach the load balancer
+    // (its IP, or a CNAME to its status hostname) are redirected.
+    let snapshot = snapshot_for(&NAMES, r.clone());
+    let plan = hairpin_planner::desired(
+        &snapshot,
+        &hairpin_planner::PlannerConfig {
+            verify_hostnames: hairpin_planner::VerifyMode::Resolve,
+            ..hairpin_planner::PlannerConfig::default()
+        },
+    );
+    let lb = &plan.load_balancers[0];
+    let redirected: Vec<&str> = lb.hostnames.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(
+        redirected,
+        [
+            "*.apps.example.com",
+            "alias.example.com",
+            "deep.example.com",
+            "shop.example.com"
+        ]
+    );
+    let details: Vec<&str> = plan
+        .verification
+        .unverified
+        .iter()
+        .map(|u| u.detail.as_str())
+        .collect();
+    assert_eq!(
+        details,
+        [
+            "elsewhere.example.com resolves to 198.51.100.9, not this load balancer",
+            "gone.example.com does not exist (NXDOMAIN)",
+            "slow.example.com could not be resolved: timeout",
+        ]
+    );
+    stop.notify_one();
+    task.await.unwrap();
+}
+
+/// A tenant PROXY load balancer at [`LB`] (status hostname `lb.example.net`) whose Ingress
+/// names `names`, with the CoreDNS ConfigMap, and the given answers.
+fn snapshot_for(
+    names: &[&str],
+    resolutions: hairpin_planner::verify::Resolutions,
+) -> hairpin_planner::ClusterSnapshot {
+    let rules: Vec<serde_json::Value> = names
+        .iter()
+        .map(|h| serde_json::json!({ "host": h }))
+        .collect();
+    let svc = serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": { "name": "proxy", "namespace": "ingress",
+                      "annotations": { "hairpin.io/proxy-protocol": "v2" } },
+        "spec": { "type": "LoadBalancer", "ports": [{ "name": "https", "port": 443 }] },
+        "status": { "loadBalancer": { "ingress": [{ "ip": LB, "hostname": "lb.example.net" }] } }
+    });
+    let ing = serde_json::json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": { "name": "web", "namespace": "ingress" },
+        "spec": { "rules": rules },
+        "status": { "loadBalancer": { "ingress": [{ "ip": LB }] } }
+    });
+    let coredns = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": "coredns", "namespace": "kube-system" },
+        "data": { "Corefile": ".:53 {\n    kubernetes cluster.local\n    forward . /etc/resolv.conf\n}\n" }
+    });
+    hairpin_planner::ClusterSnapshot {
+        services: vec![serde_json::from_value(svc).unwrap()],
+        ingresses: vec![Arc::new(serde_json::from_value(ing).unwrap())],
+        config_maps: vec![serde_json::from_value(coredns).unwrap()],
+        resolutions,
+        ..Default::default()
+    }
+}
+
+/// Answers are kept for their TTL (bounded below by `min_ttl`): asking for the same names
+/// again makes no query; and a re-check that fails keeps the last definite answer.
+#[tokio::test]
+async fn answers_are_cached_and_a_failed_recheck_keeps_the_last_answer() {
+    let dns = TestDns::start().await;
+    dns.set("shop.example.com", Entry::Addresses(vec![ip(LB)]));
+    let changed = Arc::new(Notify::new());
+    let mut p = params(dns.addr);
+    // Re-check soon, to see the failure handling within the test.
+    p.min_ttl = Duration::from_millis(400);
+    p.max_ttl = Duration::from_millis(400);
+    p.retry = Duration::from_millis(400);
+    let verifier = NameVerifier::new(p, changed.clone(), metrics());
+    let stop = Arc::new(Notify::new());
+    let task = tokio::spawn(verifier.clone().run({
+        let stop = stop.clone();
+        async move { stop.notified().await }
+    }));
+    verifier.want(&[check("shop.example.com")], &[]);
+    let first = answers(&verifier, 1).await;
+    let asked = dns.query_count();
+    verifier.want(&[check("shop.example.com")], &[]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        dns.query_count(),
+        asked,
+        "a cached answer is not asked again"
+    );
+
+    // The upstream stops answering: the re-check times out, the answer stays.
+    dns.set("shop.example.com", Entry::Silent);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while dns.query_count() == asked {
+        assert!(Instant::now() < deadline, "never re-checked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(verifier.resolutions(), first);
+
+    // A definite new answer replaces it, and wakes the control loop (drain the wake-up of
+    // the first answer first).
+    let _ = tokio::time::timeout(Duration::from_millis(10), changed.notified()).await;
+    dns.set(
+        "shop.example.com",
+        Entry::Addresses(vec![ip("198.51.100.9")]),
+    );
+    tokio::time::timeout(Duration::from_secs(5), changed.notified())
+        .await
+        .expect("the control loop is woken when an answer changes");
+    assert_eq!(
+        verifier.resolutions()["shop.example.com"],
+        Resolution::Addresses {
+            addresses: vec![ip("198.51.100.9")],
+            cnames: Vec::new()
+        }
+    );
+    stop.notify_one();
+    task.await.unwrap();
+}
+
+/// Over the fake API server: a name the upstream resolves elsewhere gets no rule in the
+/// Corefile, and shows in the `Hairpin` status (with the answer seen), a Warning Event and the
+/// metrics; the load balancer's own name is redirected.
+#[tokio::test]
+async fn an_unverified_name_gets_no_rule_and_shows_in_the_hairpin_status() {
+    use hairpin_fake_apiserver::{FakeApiServer, fixtures};
+    let dns = TestDns::start().await;
+    dns.set(
+        "shop.example.com",
+        Entry::Addresses(vec![ip("203.0.113.10")]),
+    );
+    dns.set("github.com", Entry::Addresses(vec![ip("140.82.112.3")]));
+    let fake = FakeApiServer::start().await;
+    fake.install_hairpin_crd();
+    fake.create_namespace("hairpin");
+    fake.apply(fixtures::proxy_load_balancer(
+        "load-balancer.hetzner.cloud/uses-proxyprotocol",
+        "203.0.113.10",
+        serde_json::json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]),
+    ));
+    fake.apply(fixtures::ingress(
+        "shop",
+        "shop",
+        &["shop.example.com", "github.com"],
+        "203.0.113.10",
+    ));
+    fake.apply(fixtures::coredns(
+        ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n",
+    ));
+    let mut config = support::controller::config("pod-a", false);
+    config.planner.verify_hostnames = hairpin_planner::VerifyMode::Resolve;
+    config.verify = params(dns.addr);
+    let running = support::controller::start(&fake, config);
+
+    let hairpin = |f: &FakeApiServer| {
+        f.get(
+            "hairpin.io/v1alpha1",
+            "Hairpin",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+    };
+    let done = |h: &serde_json::Value| {
+        h["status"]["hostCount"] == 1 && h["status"]["unverified"][0]["name"] == "github.com"
+    };
+    fake.wait_until(Duration::from_secs(10), |f| {
+        hairpin(f).is_some_and(|h| done(&h))
+    })
+    .await
+    .unwrap_or_else(|| panic!("{:?}", hairpin(&fake)));
+    let h = hairpin(&fake).unwrap();
+    assert_eq!(h["status"]["hostnames"][0]["name"], "shop.example.com");
+    let u = &h["status"]["unverified"][0];
+    assert_eq!(u["reason"], "resolves-elsewhere");
+    assert_eq!(
+        u["message"],
+        "github.com resolves to 140.82.112.3, not this load balancer"
+    );
+    assert_eq!(u["sources"][0], "Ingress shop/shop");
+    let corefile = fake
+        .get("v1", "ConfigMap", Some("kube-system"), "coredns")
+        .unwrap()["data"]["Corefile"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(corefile.contains("shop.example.com"), "{corefile}");
+    assert!(!corefile.contains("github.com"), "{corefile}");
+    let events = fake.list("events.k8s.io/v1", "Event");
+    assert!(
+        events.iter().any(|e| e["reason"] == "HostnameUnverified"
+            && e["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("github.com resolves to 140.82.112.3"))),
+        "{events:?}"
+    );
+    assert!(
+        running
+            .metrics_text()
+            .contains("hairpin_hostnames_unverified{reason=\"resolves-elsewhere\"} 1"),
+        "{}",
+        running.metrics_text()
+    );
+    running.stop().await;
+}
