@@ -224,6 +224,7 @@ impl Verification {
 /// The verification sections of `hairpin plan`'s text summary: the names left out with the
 /// answer seen, and the names passed through under a wildcard.
 pub fn text(verification: &Verification, out: &mut String) {
+    use crate::escape::Text;
     use std::fmt::Write as _;
     if !verification.unverified.is_empty() {
         let _ = writeln!(
@@ -236,11 +237,14 @@ pub fn text(verification: &Verification, out: &mut String) {
             .map(|u| u.hostname.len())
             .max()
             .unwrap_or(0);
+        // The details name load balancers (any text, from `-f` files): escaped.
         for u in &verification.unverified {
             let _ = writeln!(
                 out,
                 "  {:<width$}  {}: {}",
-                u.hostname, u.load_balancer, u.detail
+                Text(&u.hostname),
+                Text(&u.load_balancer.to_string()),
+                Text(&u.detail)
             );
         }
         let pending = verification.not_resolved();
@@ -266,7 +270,9 @@ pub fn text(verification: &Verification, out: &mut String) {
             let _ = writeln!(
                 out,
                 "  {:<width$}  under {}: {}",
-                p.hostname, p.wildcard, p.why
+                Text(&p.hostname),
+                Text(&p.wildcard),
+                Text(&p.why)
             );
         }
     }
