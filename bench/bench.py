@@ -21,7 +21,7 @@ planner's figures at 10,000 Ingresses and 20,000 hostnames (`crates/planner/exam
   resident memory peak   <= 0.5
   p99 latency            <= 1.0   every workload
   planner desired()      <= 50 ms (thread CPU time, median; the wall time is printed beside)
-  Corefile at 20,000     <= 256 KiB
+  Corefile at 20,000     <= 768 KiB (whole names, docs/dns-cost.md; the ConfigMap limit is 1 MiB)
   controller RSS         <= 64 MiB (memory_10k: the controller process's VmRSS in the steady
                                    state, and its VmHWM peak)
 
@@ -596,7 +596,9 @@ listen hap_v2
             worst = max(times.values(), key=lambda t: t[1])
             # (The trailing True marks an absolute figure, printed with one decimal.)
             planner_checks.append(("planner desired() CPU ms", worst[1], "<=", 50, f"(wall {worst[0]:.1f} ms)", True))
-            planner_checks.append(("planner Corefile KiB", corefile_kib, "<=", 256, "", True))
+            # Whole names since issue 24 (the per-domain groups cost every DNS query 30x at this
+            # scale, docs/dns-cost.md): about 670 KiB here; the ConfigMap limit is 1,024.
+            planner_checks.append(("planner Corefile KiB", corefile_kib, "<=", 768, "", True))
             planner_checks.append(("controller VmRSS MiB", rss_mib, "<=", 64, "(steady state)", True))
             planner_checks.append(("controller VmHWM MiB", hwm_mib, "<=", 64, "(peak)", True))
         print("targets (hairpin/haproxy, from the medians above; spread: the same ratio within each round, min-max)")

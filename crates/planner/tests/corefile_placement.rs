@@ -82,7 +82,7 @@ fn split_domain_names_are_answered_in_the_root_block() {
     );
     assert!(!edit.text.contains("rewrite stop"));
     for want in [
-        "match ^(?:app|www)\\.example\\.com\\.$",
+        "match ^(?:app\\.example\\.com|www\\.example\\.com)\\.$",
         "answer \"{{ .Name }} 30 IN A 10.96.0.20\"",
         "match ^[^.]+\\.apps\\.example\\.org\\.$",
         "answer \"{{ .Name }} 30 IN AAAA fd00::21\"",

@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, RecordType};
+use hickory_proto::rr::Name;
+pub use hickory_proto::rr::RecordType;
 
 use crate::{Process, START_TIMEOUT, free_port, isolated_command};
 
@@ -170,6 +171,8 @@ pub struct Options {
     /// More files in the working directory (name, text), e.g. `custom/hairpin.override` for
     /// `import custom/*.override`.
     pub files: Vec<(String, String)>,
+    /// Environment variables for CoreDNS (the Corefile's `{$NAME}` placeholders).
+    pub env: Vec<(String, String)>,
     /// Run the Corefile as given: no [`localize`], no upstream block. It must listen on
     /// `127.0.0.1:{PORT}` (`{PORT}` is replaced by the chosen port).
     pub verbatim: bool,
@@ -235,6 +238,7 @@ impl CoreDns {
             .current_dir(dir.path())
             .env("HP_RECORDS", dir.path().join("records"))
             .env("GOMAXPROCS", "1")
+            .envs(options.env.iter().map(|(k, v)| (k, v)))
             .arg("-conf")
             .arg(dir.path().join("Corefile"))
             .arg("-quiet");

@@ -1,14 +1,20 @@
-//! Rendering hostnames as CoreDNS `rewrite` rules.
+//! Rendering hostnames as CoreDNS `rewrite` rules (and `template` answers).
+//!
+//! These lines sit in the server block every pod asks, so every query that misses the cache
+//! (cluster names, search-path NXDOMAINs, external names: not only hairpin's) runs through
+//! them. Their layout is chosen so that this cost does not grow with the number of names
+//! (measured in real CoreDNS by `bench/run-dns.sh`, docs/dns-cost.md).
 //!
 //! Layout (CoreDNS `rewrite` plugin syntax, RE2 regular expressions, matched against the
-//! lowercased fully-qualified query name with its trailing dot):
+//! lowercased fully-qualified query name with its trailing dot), in this order:
 //!
+//! * pass-through names ([`DnsEntry::passthrough`]) that a wildcard covers:
+//!   `rewrite stop name exact NAME NAME`, so that no later rule matches them;
 //! * a target with few exact names gets one `rewrite stop name exact NAME TARGET` per name;
 //!   CoreDNS rewrites the answer back to `NAME` by itself for `exact` rules, on every version;
-//! * a target with many exact names gets a few compact rules
-//!   `rewrite stop name regex ^(?:(?:a|b)\.team\.example\.com|c\.example\.org)\.$ TARGET answer auto`
-//!   (first labels grouped by parent domain; a name alone under its parent is grouped one
-//!   level up);
+//! * a target with many exact names gets flat sorted alternations of whole names,
+//!   `rewrite stop name regex ^(?:a\.example\.com|b\.example\.org)\.$ TARGET answer auto`,
+//!   as few rules as [`REGEX_PATTERN_BUDGET`] allows;
 //! * Ingress wildcards ([`HostPattern::Wildcard`]) match exactly one label, as the Ingress API
 //!   specifies:
 //!   `rewrite stop name regex ^[^.]+\.(?:example\.com|example\.org)\.$ TARGET answer auto`;
@@ -19,21 +25,33 @@
 //! `answer auto` maps the answer's owner name back to the question (CoreDNS 1.10 and later);
 //! regex rules need it because the original name cannot be rebuilt from the target.
 //!
-//! Size: the grouped regex form costs about the name's first label plus one `|` per name, so
-//! 20,000 hostnames (10,000 Ingresses with `app-N.team-M.example.com` and its `www.` name, the
-//! `examples/scale.rs` cluster) take 230 KiB of Corefile, under the 256 KiB budget and far
-//! from the 1 MiB ConfigMap limit; one `exact` rule per name would take about 90 bytes per
-//! name (1.7 MiB). The alternatives stay plain lists rather than a factored trie so that a
-//! person can still find a hostname in the block with `grep`. Answer-form blocks
-//! ([`render_answers`]) reuse the same patterns in `template ... { match ... }`, three
-//! templates (A, AAAA, other types) per pattern. Rendering sorts each list once and checks
-//! each target once: at that scale the planner's time goes to sorting and allocating, not to
-//! the Corefile.
+//! Cost. Go's regexp parser factors a sorted list of literal alternatives into one trie, so
+//! matching a name against a flat list costs about the name's length, whatever the number
+//! of names; what each query pays is about one pass of the matcher per rule. The exact names
+//! used to be grouped per parent domain into nested alternations
+//! (`^(?:(?:a|b)\.team\.example\.com|…)`, 8 KiB per rule): Go cannot factor those, its matcher
+//! tried every group's first label on every query, and at 20,000 names (and 5,000
+//! wildcards) every query cost CoreDNS 1.12.2 about 30 times its CPU time without hairpin.
+//! Flat lists in rules of up to 256 KiB cost within a few percent of nothing. (Answering the
+//! exact names from a `hosts` block was measured too: alone it is as cheap, but beside the
+//! wildcard rules it cost external names 20 % more than rewrite rules alone.)
+//!
+//! Size: whole names, about the name's length plus three bytes each (`\.` escapes, `|`):
+//! 20,000 hostnames of 30 characters take about 700 KiB, and about 30,000 such names fit in
+//! the 1 MiB ConfigMap limit (the old grouping took half as much); one `exact` rule per name
+//! would take about 90 bytes per name. A person can still find a hostname in the block with
+//! `grep`. Answer-form blocks ([`render_answers`]) use the same patterns in
+//! `template ... { match ... }`, three templates (A, AAAA, other types) per pattern, with the
+//! pass-throughs cut out of the wildcards' patterns (`head_except`: a matching template
+//! always answers). Rendering sorts each list once and checks each target once: at that
+//! scale the planner's time goes to sorting and allocating, not to the Corefile.
 //!
 //! CoreDNS applies the first rule that matches, so the most specific pattern comes first:
-//! exact rules, then one-label wildcards, then suffix wildcards with the longest suffixes
-//! (most labels) first. A name is thus rewritten by the wildcard with the longest suffix that
-//! covers it: `a.b.example.com` goes where `*.b.example.com` says, not `*.example.com`.
+//! pass-throughs and exact rules, then one-label wildcards, then suffix wildcards with the
+//! longest suffixes (most labels) first. A name is thus rewritten by the wildcard with the
+//! longest suffix that covers it: `a.b.example.com` goes where `*.b.example.com` says, not
+//! `*.example.com`, and a name of one load balancer under another one's wildcard goes to its
+//! own.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -46,8 +64,13 @@ use crate::name::{DnsName, Host, NameError, head};
 
 /// A target with at most this many exact names gets one `exact` rule per name.
 pub const EXACT_RULES_MAX_PER_TARGET: usize = 8;
-/// Upper bound on the length of one regex pattern; longer groups are split over several rules.
-pub const REGEX_PATTERN_BUDGET: usize = 8 * 1024;
+/// Upper bound on the length of one regex pattern; longer lists are split over several rules.
+/// Large: every rule costs every query a pass of Go's regexp machine, whatever its size, so
+/// fewer rules are cheaper (measured in CoreDNS 1.12.2 at 20,000 names and 5,000 wildcards:
+/// a cluster-name query cost 1.60 times its cost without hairpin with 8 KiB rules, 1.20 with
+/// 32 KiB, within noise of 1.0 from 128 KiB; docs/dns-cost.md). Bounded all the same: a
+/// matcher's work queues are sized by its program (about 40 bytes per pattern byte).
+pub const REGEX_PATTERN_BUDGET: usize = 256 * 1024;
 
 /// A hostname the cluster should resolve to a hairpin Service.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -394,7 +417,7 @@ fn ordered_matches<'a>(
     for (target, names) in by_target {
         if group_exact(names.exact.len()) {
             exact.extend(
-                exact_patterns(&names.exact)
+                flat_patterns(&names.exact)
                     .into_iter()
                     .map(|p| (Match::Regex(p), *target)),
             );
@@ -587,137 +610,15 @@ fn join_pattern(alts: &[String], prefix: &str, suffix: &str) -> String {
     }
 }
 
-/// Exact names grouped by parent domain: `(?:a|b)\.team\.example\.com`. Names that are alone
-/// under their parent are grouped one level up instead, so that
-/// `svc-1.customer-1.example.com` and `svc-2.customer-2.example.com` share `\.example\.com`.
-/// `names` are sorted and distinct.
-fn exact_patterns<'a>(names: &[&'a str]) -> Vec<String> {
-    let parent = |name: &'a str| -> &'a str { name.split_once('.').map_or("", |(_, p)| p) };
-    // How many names each parent has decides each name's suffix. Counted in a hash map, and
-    // the suffixes ranked, so that one sort by (suffix rank, head) does the rest: at 20,000
-    // names the sorts are most of the cost.
-    let mut members: HashMap<&str, usize> = HashMap::with_capacity(names.len());
-    for name in names {
-        *members.entry(parent(name)).or_default() += 1;
-    }
-    let split = |name: &'a str| -> (&'a str, &'a str) {
-        let parent = parent(name);
-        let suffix = if members[parent] == 1 {
-            parent.split_once('.').map_or("", |(_, grand)| grand)
-        } else {
-            parent
-        };
-        let head = if suffix.is_empty() {
-            name
-        } else {
-            &name[..name.len() - suffix.len() - 1]
-        };
-        (suffix, head)
-    };
-    let mut suffixes: Vec<&str> = members
-        .keys()
-        .flat_map(|p| [*p, p.split_once('.').map_or("", |(_, grand)| grand)])
-        .collect();
-    suffixes.sort_unstable();
-    suffixes.dedup();
-    let rank: HashMap<&str, usize> = suffixes.iter().enumerate().map(|(i, s)| (*s, i)).collect();
-    let mut heads: Vec<(usize, &str)> = names
-        .iter()
-        .map(|name| {
-            let (suffix, head) = split(name);
-            (rank[suffix], head)
-        })
-        .collect();
-    // Suffixes in order, each one's heads in the order of their escaped forms.
-    heads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| escaped_cmp(a.1, b.1)));
-    let mut alternatives = Vec::new();
-    for group in heads.chunk_by(|a, b| a.0 == b.0) {
-        let suffix = suffixes[group[0].0];
-        let suffix = if suffix.is_empty() {
-            String::new()
-        } else {
-            format!("\\.{}", escape(suffix))
-        };
-        // A group too long for one rule is split so that every alternative fits the budget.
-        let mut start = 0;
-        let mut len = suffix.len() + 8;
-        for (i, (_, head)) in group.iter().enumerate() {
-            let escaped_len = escaped_len(head);
-            if i > start && len + escaped_len + 1 > REGEX_PATTERN_BUDGET {
-                alternatives.push(alternative(&group[start..i], &suffix));
-                start = i;
-                len = suffix.len() + 8;
-            }
-            len += escaped_len + 1;
-        }
-        alternatives.push(alternative(&group[start..], &suffix));
-    }
-    chunked(alternatives, "", "\\.")
-}
-
-/// How two names compare once escaped (`.` becomes `\.`, and `\` sorts after every character
-/// of a name).
-fn escaped_cmp(a: &str, b: &str) -> std::cmp::Ordering {
-    let key = |c: u8| if c == b'.' { b'\\' } else { c };
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let at = mismatch(a, b);
-    match (a.get(at), b.get(at)) {
-        (Some(x), Some(y)) => key(*x).cmp(&key(*y)),
-        _ => a.len().cmp(&b.len()),
-    }
-}
-
-/// The length of the common prefix of `a` and `b`, eight bytes at a time.
-fn mismatch(a: &[u8], b: &[u8]) -> usize {
-    let n = a.len().min(b.len());
-    let mut i = 0;
-    while i + 8 <= n {
-        let word = |s: &[u8]| u64::from_le_bytes(s[i..i + 8].try_into().expect("eight bytes"));
-        let diff = word(a) ^ word(b);
-        if diff != 0 {
-            return i + (diff.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
-    }
-    while i < n && a[i] == b[i] {
-        i += 1;
-    }
-    i
-}
-
-fn escaped_len(name: &str) -> usize {
-    name.len() + name.bytes().filter(|&c| c == b'.').count()
-}
-
-fn push_escaped(out: &mut String, name: &str) {
-    for (i, part) in name.split('.').enumerate() {
-        if i > 0 {
-            out.push_str("\\.");
-        }
-        out.push_str(part);
-    }
-}
-
-/// `(?:a|b)SUFFIX`, or `aSUFFIX` for one head (escaped here).
-fn alternative(heads: &[(usize, &str)], suffix: &str) -> String {
-    let mut out = String::with_capacity(
-        heads.iter().map(|(_, h)| escaped_len(h) + 1).sum::<usize>() + suffix.len() + 4,
-    );
-    let many = heads.len() > 1;
-    if many {
-        out.push_str("(?:");
-    }
-    for (i, (_, head)) in heads.iter().enumerate() {
-        if i > 0 {
-            out.push('|');
-        }
-        push_escaped(&mut out, head);
-    }
-    if many {
-        out.push(')');
-    }
-    out.push_str(suffix);
-    out
+/// Exact names as flat alternations of whole names, `^(?:a\.example\.com|b\.example\.org)\.$`,
+/// sorted (`names` are sorted and distinct) and split within [`REGEX_PATTERN_BUDGET`]. Go's
+/// regexp parser factors a sorted list of literals into a trie, so matching a name costs
+/// about its length whatever the number of names; a list grouped into nested alternations
+/// (one group per parent domain) defeats that factoring, and the matcher then tries every
+/// group's first label at every query (measured: 744 us against 2.9 us per query at 20,000
+/// names, docs/dns-cost.md).
+fn flat_patterns(names: &[&str]) -> Vec<String> {
+    chunked(names.iter().map(|n| escape(n)).collect(), "", "\\.")
 }
 
 /// One-label wildcards: `^[^.]+\.(?:a\.com|b\.org)\.$`. A suffix with heads in `cut` gets
@@ -982,7 +883,7 @@ mod tests {
     }
 
     #[test]
-    fn many_exact_names_are_grouped_by_parent() {
+    fn many_exact_names_are_flat_sorted_alternations() {
         let mut entries: Vec<_> = (0..10)
             .map(|i| {
                 e(
@@ -996,7 +897,7 @@ mod tests {
         assert_eq!(
             rules,
             [
-                "rewrite stop name regex ^(?:solo\\.example\\.org|(?:app-0|app-1|app-2|app-3|app-4|app-5|app-6|app-7|app-8|app-9)\\.team\\.example\\.com)\\.$ t.ns.svc.cluster.local answer auto"
+                "rewrite stop name regex ^(?:app-0\\.team\\.example\\.com|app-1\\.team\\.example\\.com|app-2\\.team\\.example\\.com|app-3\\.team\\.example\\.com|app-4\\.team\\.example\\.com|app-5\\.team\\.example\\.com|app-6\\.team\\.example\\.com|app-7\\.team\\.example\\.com|app-8\\.team\\.example\\.com|app-9\\.team\\.example\\.com|solo\\.example\\.org)\\.$ t.ns.svc.cluster.local answer auto"
             ]
         );
     }
@@ -1045,7 +946,7 @@ mod tests {
 
     #[test]
     fn long_groups_are_split_within_the_budget() {
-        let entries: Vec<_> = (0..3000)
+        let entries: Vec<_> = (0..20_000)
             .map(|i| {
                 e(
                     &format!("host-{i:05}.example.com"),
@@ -1065,64 +966,7 @@ mod tests {
             assert!(pattern.starts_with('^') && pattern.ends_with("\\.$"));
         }
         let names: usize = rules.iter().map(|r| r.matches("host-").count()).sum();
-        assert_eq!(names, 3000);
-    }
-
-    /// The straightforward construction the planner used before it had to be fast: a sorted
-    /// map per step and every head escaped into its own string. The real one must agree.
-    fn exact_patterns_model(names: &[&str]) -> Vec<String> {
-        let mut by_parent: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for name in names {
-            let parent = name.split_once('.').map_or("", |(_, parent)| parent);
-            by_parent.entry(parent).or_default().push(name);
-        }
-        let mut groups: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        for (parent, members) in by_parent {
-            let suffix = if members.len() == 1 {
-                parent.split_once('.').map_or("", |(_, grand)| grand)
-            } else {
-                parent
-            };
-            let heads = groups.entry(suffix).or_default();
-            for name in members {
-                let head = if suffix.is_empty() {
-                    name
-                } else {
-                    &name[..name.len() - suffix.len() - 1]
-                };
-                heads.push(escape(head));
-            }
-        }
-        let mut alternatives = Vec::new();
-        for (suffix, mut heads) in groups {
-            heads.sort_unstable();
-            let suffix = if suffix.is_empty() {
-                String::new()
-            } else {
-                format!("\\.{}", escape(suffix))
-            };
-            let mut group: Vec<String> = Vec::new();
-            let mut len = suffix.len() + 8;
-            for head in heads {
-                if !group.is_empty() && len + head.len() + 1 > REGEX_PATTERN_BUDGET {
-                    alternatives.push(model_alternative(&group, &suffix));
-                    group.clear();
-                    len = suffix.len() + 8;
-                }
-                len += head.len() + 1;
-                group.push(head);
-            }
-            alternatives.push(model_alternative(&group, &suffix));
-        }
-        chunked(alternatives, "", "\\.")
-    }
-
-    fn model_alternative(heads: &[String], suffix: &str) -> String {
-        if heads.len() == 1 {
-            format!("{}{suffix}", heads[0])
-        } else {
-            format!("(?:{}){suffix}", heads.join("|"))
-        }
+        assert_eq!(names, 20_000);
     }
 
     /// The entry-by-entry check and grouping, as a model of [`group`].
@@ -1229,40 +1073,10 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn exact_patterns_agree_with_the_model(
-            names in proptest::collection::btree_set("[a-c0-9]{1,3}(\\.[a-c0-9-]{1,3}){0,3}\\.(x|y)", 0..200)
-        ) {
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            proptest::prop_assert_eq!(exact_patterns(&names), exact_patterns_model(&names));
-        }
-
-        #[test]
         fn grouping_agrees_with_the_model(entries in proptest::collection::vec(entry_strategy(), 0..40)) {
             let refs: Vec<&DnsEntry> = entries.iter().collect();
             proptest::prop_assert_eq!(group(&refs).map(flatten), group_model(&entries));
         }
-    }
-
-    #[test]
-    fn escaped_heads_sort_like_their_escaped_text() {
-        // `.` sorts before digits, but its escape `\.` after them (and before letters).
-        let mut names = [
-            "a.b.team.x",
-            "a0.team.x",
-            "a-c.team.x",
-            "ab.team.x",
-            "a.team.x",
-            "b.team.x",
-            "c.team.x",
-            "d.team.x",
-            "e.team.x",
-        ];
-        names.sort_unstable();
-        assert_eq!(exact_patterns(&names), exact_patterns_model(&names));
-        assert_eq!(
-            exact_patterns(&names),
-            ["^(?:a|a-c|a0|a\\.b|ab|b|c|d|e)\\.team\\.x\\.$"]
-        );
     }
 }
 
@@ -1429,5 +1243,19 @@ mod passthrough_tests {
                 proptest::prop_assert!(!re.is_match("a.b"));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod flat_tests {
+    use super::*;
+
+    #[test]
+    fn flat_patterns_are_sorted_whole_names() {
+        let names = ["a.x.com", "ab.y.org", "b.x.com"];
+        assert_eq!(
+            flat_patterns(&names),
+            ["^(?:a\\.x\\.com|ab\\.y\\.org|b\\.x\\.com)\\.$"]
+        );
     }
 }

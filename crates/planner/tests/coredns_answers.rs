@@ -1,0 +1,281 @@
+//! The planned Corefiles, run in real CoreDNS (the 1.12.2 test peer, `hairpin_testkit::coredns`;
+//! skipped with a message where it is absent), for every real Corefile in
+//! `tests/golden/corefiles/` and the layouts in `tests/golden/layouts/`: in Corefile mode, in
+//! `coredns-custom` mode where the Corefile imports `*.override`, and (node-local-dns) in the
+//! answer form. Each run checks the answers: exact names, wildcards (one label and suffix
+//! match), an exact name of one load balancer under another one's wildcard, a deeper
+//! wildcard under a shallower one, a pass-through under a wildcard, case, trailing dot,
+//! A and AAAA (NODATA, never NXDOMAIN, for a family the hairpin Service lacks), the answer's
+//! owner name, the TTL, PTR for a ClusterIP left alone, an external name untouched, and a
+//! cluster name still answered by the `kubernetes` plugin.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use hairpin_planner::corefile::{self, DnsEntry, PlaceOptions};
+use hairpin_planner::hostnames::WildcardLabels;
+use hairpin_testkit::coredns::{CoreDns, Options, RecordType, UPSTREAM_V4, binary};
+
+fn golden(sub: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(sub)
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// Two load balancers: LB1 IPv4 only, LB2 dual-stack.
+const LB1_IP: &str = "10.96.0.20";
+const LB2_IPS: [&str; 2] = ["10.96.0.21", "fd00::21"];
+const KUBERNETES_IP: &str = "10.96.0.1";
+
+struct Setup {
+    entries: Vec<DnsEntry>,
+    addresses: BTreeMap<String, Vec<IpAddr>>,
+    records: Vec<(String, IpAddr)>,
+}
+
+fn setup(domain: &str) -> Setup {
+    let lb1 = corefile::service_fqdn("hairpin-lb-1", "hairpin", domain);
+    let lb2 = corefile::service_fqdn("hairpin-lb-2", "hairpin", domain);
+    let e = |name: &str, target: &str| DnsEntry::new(name, target).unwrap();
+    let entries = vec![
+        e("www.example.com", &lb1),
+        e("app.example.com", &lb1),
+        e("*.apps.example.org", &lb1),
+        // LB2's own name under LB1's wildcard.
+        e("api.apps.example.org", &lb2),
+        // A Gateway API wildcard (one or more labels) and a deeper Ingress one under it.
+        DnsEntry::new_with("*.example.net", &lb2, WildcardLabels::OneOrMore).unwrap(),
+        e("*.deep.example.net", &lb1),
+        // Not redirected, though LB1's wildcard covers it.
+        DnsEntry::passthrough("skip.apps.example.org").unwrap(),
+    ];
+    let addresses = BTreeMap::from([
+        (lb1.clone(), vec![ip(LB1_IP)]),
+        (lb2.clone(), LB2_IPS.iter().map(|s| ip(s)).collect()),
+    ]);
+    let mut records = vec![
+        (
+            format!("kubernetes.default.svc.{domain}"),
+            ip(KUBERNETES_IP),
+        ),
+        (lb1.clone(), ip(LB1_IP)),
+    ];
+    records.extend(LB2_IPS.iter().map(|s| (lb2.clone(), ip(s))));
+    Setup {
+        entries,
+        addresses,
+        records,
+    }
+}
+
+/// What to check in one run.
+struct Expect<'a> {
+    what: String,
+    domain: &'a str,
+    /// The Corefile has a `kubernetes` plugin for the cluster domain (not node-local-dns).
+    cluster: bool,
+}
+
+fn check(dns: &CoreDns, x: &Expect<'_>, failures: &mut Vec<String>) {
+    let what = &x.what;
+    let mut fail = |msg: String| failures.push(format!("{what}: {msg}"));
+    let lb1 = [ip(LB1_IP)];
+    let lb2_v4 = [ip(LB2_IPS[0])];
+    let lb2_v6 = [ip(LB2_IPS[1])];
+    let upstream = [IpAddr::V4(UPSTREAM_V4)];
+    let a_cases: [(&str, &[IpAddr]); 12] = [
+        ("www.example.com.", &lb1),
+        ("www.example.com", &lb1),
+        ("WWW.Example.COM.", &lb1),
+        ("app.example.com.", &lb1),
+        ("x.apps.example.org.", &lb1),
+        ("X-1.APPS.example.org.", &lb1),
+        ("api.apps.example.org.", &lb2_v4),
+        ("a.example.net.", &lb2_v4),
+        ("a.b.c.example.net.", &lb2_v4),
+        ("x.deep.example.net.", &lb1),
+        ("skip.apps.example.org.", &upstream),
+        ("www.example.io.", &upstream),
+    ];
+    for (name, want) in a_cases {
+        let got = dns.query(name, RecordType::A);
+        if got.addresses() != want {
+            fail(format!("{name} A: want {want:?}, got {got}"));
+            continue;
+        }
+        // The answer is for the name asked (case aside), not for the Service's name.
+        for rr in &got.answers {
+            if !rr
+                .name
+                .eq_ignore_ascii_case(&format!("{}.", name.trim_end_matches('.')))
+            {
+                fail(format!("{name} A: answer owner {}", rr.name));
+            }
+            if want != upstream && rr.ttl > corefile::ANSWER_TTL {
+                fail(format!(
+                    "{name} A: TTL {} over {}",
+                    rr.ttl,
+                    corefile::ANSWER_TTL
+                ));
+            }
+        }
+    }
+    // AAAA: LB1 has no IPv6 ClusterIP: NODATA, never NXDOMAIN.
+    for name in [
+        "www.example.com.",
+        "x.apps.example.org.",
+        "x.deep.example.net.",
+    ] {
+        let got = dns.query(name, RecordType::AAAA);
+        if !got.is_nodata() {
+            fail(format!("{name} AAAA: want NODATA, got {got}"));
+        }
+    }
+    for name in ["api.apps.example.org.", "a.b.example.net."] {
+        let got = dns.query(name, RecordType::AAAA);
+        if got.addresses() != lb2_v6 {
+            fail(format!("{name} AAAA: want {lb2_v6:?}, got {got}"));
+        }
+    }
+    // Names hairpin does not own are untouched: the upstream's NXDOMAIN comes through.
+    let got = dns.query("nothing.invalid.", RecordType::A);
+    if !got.is_nxdomain() {
+        fail(format!("nothing.invalid. A: want NXDOMAIN, got {got}"));
+    }
+    // A name two labels under a one-label wildcard is not covered.
+    let got = dns.query("a.b.apps.example.org.", RecordType::A);
+    if got.addresses() != upstream {
+        fail(format!(
+            "a.b.apps.example.org. A: want the upstream's, got {got}"
+        ));
+    }
+    if x.cluster {
+        let name = format!("kubernetes.default.svc.{}.", x.domain);
+        let got = dns.query(&name, RecordType::A);
+        if got.addresses() != [ip(KUBERNETES_IP)] {
+            fail(format!("{name} A: want {KUBERNETES_IP}, got {got}"));
+        }
+        let name = format!("nothing.default.svc.{}.", x.domain);
+        let got = dns.query(&name, RecordType::A);
+        if !got.is_nxdomain() {
+            fail(format!("{name} A: want NXDOMAIN, got {got}"));
+        }
+        // PTR of a ClusterIP: never one of hairpin's hostnames.
+        let got = dns.query("20.0.96.10.in-addr.arpa.", RecordType::PTR);
+        if got.answers.iter().any(|r| r.data.contains("example")) {
+            fail(format!("PTR of {LB1_IP}: hijacked: {got}"));
+        }
+    }
+}
+
+fn fixtures(sub: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = fs::read_dir(golden(sub))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.ends_with(".Corefile") && name.matches('.').count() == 1
+        })
+        .map(|p| {
+            let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
+            (stem, fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The Corefile as CoreDNS here can read it: absolute `coredns-custom` import paths made
+/// relative to its working directory.
+fn runnable(text: &str) -> String {
+    text.replace("/etc/coredns/custom/", "custom/")
+}
+
+#[test]
+fn planned_corefiles_answer_right_in_real_coredns() {
+    if binary().is_none() {
+        println!("SKIPPED planned_corefiles_answer_right_in_real_coredns: no CoreDNS test peer");
+        return;
+    }
+    let mut failures = Vec::new();
+    let mut ran = Vec::new();
+    let mut all = fixtures("corefiles");
+    all.extend(fixtures("layouts"));
+    for (name, original) in all {
+        let node_local = name.contains("nodelocal");
+        let info = corefile::analyze_with(&original, Some("cluster.local"));
+        let domain = info
+            .as_ref()
+            .map_or("cluster.local".to_owned(), |i| i.cluster_domain.clone());
+        let s = setup(&domain);
+        let opts = PlaceOptions {
+            addresses: s.addresses.clone(),
+            cluster_domain: Some(domain.clone()),
+            without_kubernetes: node_local,
+            ..PlaceOptions::default()
+        };
+        let edit = match corefile::apply_placed(&original, &s.entries, &opts) {
+            Ok(edit) => edit,
+            Err(e) => {
+                // Layouts hairpin refuses (ambiguous ports or zones): nothing to run.
+                assert!(name.starts_with("ambiguous"), "{name}: {e}");
+                continue;
+            }
+        };
+        assert_eq!(
+            corefile::remove(&edit.text).unwrap().text,
+            original,
+            "{name}"
+        );
+        let options = Options {
+            records: s.records.clone(),
+            // placeholder-domain's `kubernetes {$CLUSTER_DOMAIN}`
+            env: vec![("CLUSTER_DOMAIN".into(), domain.clone())],
+            ..Options::default()
+        };
+        let x = Expect {
+            what: format!("{name} (Corefile mode)"),
+            domain: &domain,
+            cluster: !node_local,
+        };
+        let Some(dns) = CoreDns::start_with(&x.what, &runnable(&edit.text), &options) else {
+            return;
+        };
+        check(&dns, &x, &mut failures);
+        ran.push(x.what.clone());
+        drop(dns);
+
+        // coredns-custom mode: the rules in the imported key, the Corefile as it is.
+        let Some(suffix) = info.as_ref().ok().and_then(|i| i.custom_key_suffix()) else {
+            continue;
+        };
+        let key = format!("hairpin{suffix}");
+        let options = Options {
+            records: s.records.clone(),
+            files: vec![(
+                format!("custom/{key}"),
+                corefile::render_override(&s.entries).unwrap(),
+            )],
+            ..Options::default()
+        };
+        let x = Expect {
+            what: format!("{name} (coredns-custom {key})"),
+            domain: &domain,
+            cluster: true,
+        };
+        let Some(dns) = CoreDns::start_with(&x.what, &runnable(&original), &options) else {
+            return;
+        };
+        check(&dns, &x, &mut failures);
+        ran.push(x.what.clone());
+    }
+    println!("ran {} Corefiles in CoreDNS: {ran:?}", ran.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(ran.len() >= 20, "{ran:?}");
+}
