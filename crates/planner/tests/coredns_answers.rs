@@ -279,3 +279,44 @@ fn planned_corefiles_answer_right_in_real_coredns() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(ran.len() >= 20, "{ran:?}");
 }
+
+/// The user's own `rewrite` rules keep their place: one before hairpin's block (in Corefile
+/// order; hairpin's block goes right before `kubernetes`) still wins with `stop`, hairpin's
+/// `stop` rules win over one after it, and a user rule on a name hairpin does not own still
+/// applies.
+#[test]
+fn user_rewrites_keep_their_order_around_hairpins_stop_rules() {
+    let original = ".:53 {\n    errors\n    \
+        rewrite stop name exact app.example.com kubernetes.default.svc.cluster.local\n    \
+        kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       \
+        fallthrough in-addr.arpa ip6.arpa\n    }\n    \
+        rewrite name exact www.example.com kubernetes.default.svc.cluster.local\n    \
+        rewrite name exact user.example.com kubernetes.default.svc.cluster.local\n    \
+        forward . /etc/resolv.conf\n    reload\n}\n";
+    let s = setup("cluster.local");
+    let opts = PlaceOptions {
+        addresses: s.addresses.clone(),
+        ..PlaceOptions::default()
+    };
+    let edit = corefile::apply_placed(original, &s.entries, &opts).unwrap();
+    let at = |needle: &str| edit.text.find(needle).unwrap();
+    assert!(at("rewrite stop name exact app.example.com kube") < at("# BEGIN hairpin"));
+    assert!(at("# END hairpin") < at("rewrite name exact www.example.com"));
+    let options = Options {
+        records: s.records.clone(),
+        ..Options::default()
+    };
+    let test = "user_rewrites_keep_their_order_around_hairpins_stop_rules";
+    let Some(dns) = CoreDns::start_with(test, &edit.text, &options) else {
+        return;
+    };
+    for (name, want) in [
+        ("app.example.com.", KUBERNETES_IP),
+        ("www.example.com.", LB1_IP),
+        ("user.example.com.", KUBERNETES_IP),
+        ("x.apps.example.org.", LB1_IP),
+    ] {
+        let got = dns.query(name, RecordType::A);
+        assert_eq!(got.addresses(), [ip(want)], "{name}: {got}");
+    }
+}
