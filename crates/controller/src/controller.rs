@@ -39,7 +39,8 @@ pub struct ControllerConfig {
     pub planner: PlannerConfig,
     /// This instance's identity (pod name).
     pub identity: String,
-    /// Leader election; `None` runs as the only instance (for local runs).
+    /// Leader election (or, with [`LeaseParams::observe_only`], only the uninstall fence);
+    /// `None` runs as the only instance, fence or not (tests).
     pub lease: Option<LeaseParams>,
     /// Quiet time after a change before re-planning (coalesces bursts).
     pub debounce: Duration,
@@ -646,6 +647,7 @@ impl Reconciler {
                 .await
             {
                 Ok(applied) => applied,
+                Err(err) if crate::gate::is_withheld(&err) => return Err(err),
                 Err(err) => {
                     self.metrics.dns_write_failures.inc();
                     self.dns_state = DnsState::Refused {
@@ -777,6 +779,8 @@ impl Reconciler {
         let edit = dns_edit(write);
         let outcome = match write_key(&self.client, &edit).await {
             Ok(outcome) => outcome,
+            // Not leading any more: not a failure of the DNS write.
+            Err(err) if crate::gate::is_withheld(&err) => return Err(err),
             Err(err) => {
                 self.metrics.dns_write_failures.inc();
                 let warning = format!("cannot write {} key {}: {err}", write.config_map, write.key);

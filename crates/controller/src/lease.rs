@@ -101,6 +101,9 @@ pub struct LeaseParams {
     pub renew_interval: Duration,
     /// How often a standby checks whether it can claim the Lease.
     pub retry_interval: Duration,
+    /// No election (`--leader-election=false`, a single instance): the Lease is only read,
+    /// never claimed, and this instance writes unless the Lease carries the uninstall fence.
+    pub observe_only: bool,
 }
 
 impl LeaseParams {
@@ -113,6 +116,7 @@ impl LeaseParams {
             duration: Duration::from_secs(15),
             renew_interval: Duration::from_secs(5),
             retry_interval: Duration::from_secs(2),
+            observe_only: false,
         }
     }
 
@@ -232,12 +236,20 @@ impl LeaseManager {
             }
             let leading = tx.borrow().is_leader();
             let sent_at = Instant::now();
-            let result = self.step(leading).await;
+            let result = if self.params.observe_only {
+                self.observe().await
+            } else {
+                self.step(leading).await
+            };
             let failed = result.is_err();
             if failing && !failed {
                 tracing::info!(lease = %self.params.name, "leader election: the Lease can be read and written again");
             }
             let leadership = match result {
+                Ok(Step::Held) if self.params.observe_only => {
+                    self.gate.open();
+                    Leadership::Leader
+                }
                 Ok(Step::Held) => {
                     let until = sent_at + self.params.write_window();
                     self.gate.open_until(until);
@@ -310,7 +322,7 @@ impl LeaseManager {
         }
         watch_task.abort();
         self.gate.close().await;
-        if tx.borrow().is_leader() {
+        if tx.borrow().is_leader() && !self.params.observe_only {
             tx.send_replace(Leadership::Follower(None));
             match self.vacate().await {
                 Ok(true) => {
@@ -430,6 +442,17 @@ impl LeaseManager {
             renew_time: Some(now),
             lease_transitions: Some(transitions),
             ..LeaseSpec::default()
+        }
+    }
+
+    /// Without an election: whether the Lease carries the fence (nothing is written).
+    async fn observe(&mut self) -> Result<Step, crate::Error> {
+        let name = &self.params.name;
+        match self.api.get_opt(name).await {
+            Ok(Some(lease)) if fence_of(&lease).is_some() => Ok(Step::Fenced(Box::new(lease))),
+            Ok(_) if self.fenced => Ok(Step::NotHeld(None)),
+            Ok(_) => Ok(Step::Held),
+            Err(err) => Err(crate::Error::kube(format!("get Lease {name}"), err)),
         }
     }
 
@@ -628,7 +651,7 @@ async fn watch_lease(
         .backoff(crate::watch::WatchBackoff::default())
         .for_each(|event| {
             match event {
-                Ok(watcher::Event::Delete(_)) => {
+                Ok(watcher::Event::Delete(_)) if !params.observe_only => {
                     gate.close_now();
                     poke.notify_one();
                 }
@@ -639,7 +662,8 @@ async fn watch_lease(
                         .and_then(|s| s.holder_identity.as_deref())
                         .filter(|h| !h.is_empty());
                     let fenced = fence_of(&lease).is_some() || holder == Some(FENCE_HOLDER);
-                    let other = holder != Some(params.identity.as_str());
+                    // Without an election only the fence matters.
+                    let other = !params.observe_only && holder != Some(params.identity.as_str());
                     if (fenced || other) && newer_than_ours(&lease) {
                         gate.close_now();
                     }

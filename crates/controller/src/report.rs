@@ -132,6 +132,12 @@ impl Events {
         };
         if let Err(err) = self.recorder.publish(&event, regarding).await {
             let err = crate::Error::kube("publish Event", err);
+            if crate::gate::is_withheld(&err) {
+                // Not leading (any more): nothing to report, and nothing failed.
+                tracing::debug!(reason, "Event withheld: this instance does not lead");
+                self.last.lock().await.remove(&key);
+                return;
+            }
             self.metrics.error(&err);
             tracing::warn!(error = %err, reason, "could not publish an Event");
             // Let the next reconcile try again.

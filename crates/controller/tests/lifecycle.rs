@@ -573,3 +573,30 @@ async fn the_hosts_block_is_never_published_empty_while_its_names_are_coming() {
         "once for the first load balancer, once when the second was added: {published:?}"
     );
 }
+
+/// A controller run without leader election (`--leader-election=false`) never claims the
+/// Lease, writes as the only instance, and is fenced by `hairpin uninstall` like the others.
+#[tokio::test]
+async fn a_controller_without_leader_election_is_fenced_too() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let mut params = config("laptop", true);
+    if let Some(lease) = &mut params.lease {
+        lease.observe_only = true;
+    }
+    let a = start(&fake, params);
+    converged(&fake, "shop.example.com").await;
+    assert!(
+        lease(&fake).is_none(),
+        "no election: the Lease is only read"
+    );
+    let report = uninstall(&fake).await;
+    assert!(report.fence.fenced && report.fence.displaced.is_none());
+    all_fenced(&fake, &[&a]).await;
+    let done = Instant::now();
+    fake.apply(ingress("shop", "late", "late.example.com"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(writes_but_events_after(&fake, done), Vec::<String>::new());
+    assert_eq!(corefile(&fake), original_corefile());
+    a.stop().await;
+}

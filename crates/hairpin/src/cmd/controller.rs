@@ -33,7 +33,8 @@ pub(crate) struct Args {
     pub(crate) identity: Option<String>,
 
     /// Elect a leader among replicas on a Lease in `--namespace` (`false` for a single
-    /// instance, e.g. a local run).
+    /// instance, e.g. a local run; it still reads the Lease to obey `hairpin uninstall`'s
+    /// fence).
     #[arg(long, env = "HAIRPIN_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) leader_election: bool,
 
@@ -154,10 +155,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         servers: (!args.verify_nameservers.is_empty()).then(|| args.verify_nameservers.clone()),
         ..VerifyParams::default()
     };
-    config.lease = args.leader_election.then(|| LeaseParams {
+    // Without an election the Lease is still read: `hairpin uninstall` fences every
+    // controller through it.
+    config.lease = Some(LeaseParams {
         duration: args.lease_duration,
         renew_interval: args.lease_duration / 3,
         retry_interval: (args.lease_duration / 7).max(Duration::from_millis(500)),
+        observe_only: !args.leader_election,
         ..LeaseParams::new(&planner.namespace, &args.lease_name, &identity)
     });
 
