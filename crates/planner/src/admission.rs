@@ -4,18 +4,25 @@
 //! annotations that any namespace can create, so every hostname passes this policy before it
 //! is planned. Never redirected, whoever asks:
 //!
-//! - a name in a zone the cluster DNS serves itself: every zone on the `kubernetes` plugin
-//!   line and the cluster domain, with everything under them (`kubernetes.default.svc.cluster.local`);
+//! - a name in a zone the cluster DNS serves itself: every zone of every `kubernetes` plugin
+//!   (in every server block) and the cluster domain, with everything under them
+//!   (`kubernetes.default.svc.cluster.local`);
 //! - the reverse zones `in-addr.arpa` and `ip6.arpa`;
 //! - `localhost` and names under it;
 //! - cloud metadata names ([`CLOUD_METADATA_NAMES`], [`CLOUD_INTERNAL_ZONES`]);
 //! - single-label names (`intranet`): a bare name is resolved through the pods' search list, so
 //!   a redirect would change what every short name means;
+//! - a name the pods' search path completes into a cluster name (`kubernetes.default.svc`,
+//!   `kubernetes.default`, `ingress-nginx-controller.ingress-nginx`): its last label is `svc`,
+//!   `pod`, or a namespace of the cluster that is not a top-level domain;
 //! - a public suffix (`co.uk`, `github.io`), and a wildcard directly under one (`*.co.uk`,
 //!   `*.com`), from the Public Suffix List (the `psl` crate, both its ICANN and private
 //!   sections). A TLD that the list does not know (`internal`, `test`, `corp`) counts as a
 //!   public suffix too, by the list's implicit `*` rule: `*.internal` is refused, while
 //!   `app.example.internal` and `*.example.internal` are admitted like any other name;
+//! - a wildcard over public suffixes: `*.amazonaws.com` covers `s3.amazonaws.com`, and
+//!   `*.compute.amazonaws.com` every `<region>.compute.amazonaws.com` (a Gateway wildcard
+//!   refused for any suffix under its base, an Ingress one for a suffix one label under it);
 //! - anything in a `--deny-hostnames` zone.
 //!
 //! A wildcard is refused when it covers any protected name, counting what its `*` stands for
@@ -85,11 +92,15 @@ pub enum RefusalReason {
     NamespaceNotAllowed,
     /// Not allowed by the load balancer Service's `allowed-hostnames` annotation.
     NotInAllowList,
+    /// A name that the pods' DNS search path completes into a cluster name
+    /// (`kubernetes.default`, `*.default.svc`): its last label is `svc`, `pod`, or a namespace
+    /// of the cluster that is not a top-level domain.
+    SearchPath,
 }
 
 impl RefusalReason {
     /// Every reason, in order.
-    pub const ALL: [RefusalReason; 10] = [
+    pub const ALL: [RefusalReason; 11] = [
         RefusalReason::Invalid,
         RefusalReason::ClusterZone,
         RefusalReason::ReverseZone,
@@ -100,6 +111,7 @@ impl RefusalReason {
         RefusalReason::Denied,
         RefusalReason::NamespaceNotAllowed,
         RefusalReason::NotInAllowList,
+        RefusalReason::SearchPath,
     ];
 
     /// The stable label, e.g. `cluster_zone`.
@@ -115,6 +127,7 @@ impl RefusalReason {
             RefusalReason::Denied => "denied",
             RefusalReason::NamespaceNotAllowed => "namespace_not_allowed",
             RefusalReason::NotInAllowList => "not_in_allow_list",
+            RefusalReason::SearchPath => "search_path",
         }
     }
 }
@@ -373,6 +386,9 @@ pub struct Admission<'a> {
     namespace_labels: BTreeMap<&'a str, Option<&'a BTreeMap<String, String>>>,
     /// Load balancer Service -> the hosts its annotation allows.
     allow_lists: BTreeMap<ObjectRef, Vec<Host>>,
+    /// The cluster's namespaces: Namespace objects, the namespaces of every object seen, and
+    /// the ones every cluster has ([`BUILT_IN_NAMESPACES`]).
+    cluster_namespaces: BTreeSet<&'a str>,
     /// Problems with the policy's inputs (an annotation that does not parse...).
     pub warnings: Vec<Warning>,
 }
@@ -436,8 +452,29 @@ impl<'a> Admission<'a> {
         } else {
             BTreeMap::new()
         };
+        let mut cluster_namespaces: BTreeSet<&'a str> =
+            BUILT_IN_NAMESPACES.iter().copied().collect();
+        let metas = snapshot
+            .services
+            .iter()
+            .map(|o| &o.metadata)
+            .chain(snapshot.ingresses.iter().map(|o| &o.metadata))
+            .chain(snapshot.gateways.iter().map(|o| &o.metadata))
+            .chain(snapshot.http_routes.iter().map(|o| &o.metadata))
+            .chain(snapshot.grpc_routes.iter().map(|o| &o.metadata))
+            .chain(snapshot.tls_routes.iter().map(|o| &o.metadata))
+            .chain(snapshot.config_maps.iter().map(|o| &o.metadata))
+            .chain(snapshot.custom_sources.iter().map(|o| &o.metadata));
+        cluster_namespaces.extend(metas.filter_map(|m| m.namespace.as_deref()));
+        cluster_namespaces.extend(
+            snapshot
+                .namespaces
+                .iter()
+                .filter_map(|n| n.metadata.name.as_deref()),
+        );
         Admission {
             cluster_zones,
+            cluster_namespaces,
             deny: &config.deny_hostnames,
             namespaces: &config.hostname_namespaces,
             namespace_labels,
@@ -456,6 +493,7 @@ impl<'a> Admission<'a> {
         lb: &ObjectRef,
     ) -> Result<(), (RefusalReason, String)> {
         check_name(host, labels, &self.cluster_zones, self.deny)?;
+        self.check_search_path(host)?;
         let namespace = origin.object.namespace.as_str();
         let allowed = match self.namespaces {
             NamespacePolicy::Any => true,
@@ -492,6 +530,46 @@ impl<'a> Admission<'a> {
         }
         Ok(())
     }
+}
+
+impl Admission<'_> {
+    /// Names the pods' search path completes into cluster names: with `ndots` at 2 or less a
+    /// pod asks `kubernetes.default.svc` as it is first, and a rule for it would answer
+    /// instead of the cluster. The search path appends `<namespace>.svc.<domain>`,
+    /// `svc.<domain>` and `<domain>`, so a name ending in `svc` or `pod`, or in a namespace
+    /// (`<service>.<namespace>`), is refused, unless that label is a top-level domain the
+    /// Public Suffix List knows (`shop.dev` stays a public name even with a namespace `dev`).
+    fn check_search_path(&self, host: &Host) -> Result<(), (RefusalReason, String)> {
+        let name = host.name();
+        let name = name.as_str();
+        let last = name.rsplit('.').next().unwrap_or(name);
+        if last == name {
+            return Ok(());
+        }
+        let why = if matches!(last, "svc" | "pod") {
+            format!("`{last}` names Services and Pods of the cluster")
+        } else if self.cluster_namespaces.contains(last) && !known_tld(last) {
+            format!("{last} is a namespace of the cluster")
+        } else {
+            return Ok(());
+        };
+        Err((
+            RefusalReason::SearchPath,
+            format!(
+                "{why}: the pods' DNS search path completes {name} into a cluster name, and a \
+                 pod with ndots 2 or less asks it as it is first"
+            ),
+        ))
+    }
+}
+
+/// Namespaces every cluster has.
+pub const BUILT_IN_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Whether `label` is a top-level domain the Public Suffix List knows (not the implicit `*`).
+fn known_tld(label: &str) -> bool {
+    psl::suffix(label.as_bytes()).is_some_and(|s| s.is_known())
 }
 
 /// The rules about the name itself (everything but who asked).
@@ -550,6 +628,25 @@ fn check_name(
         };
         return Err((RefusalReason::PublicSuffix, what));
     }
+    // A wildcard that covers a public suffix (`*.amazonaws.com` covers `s3.amazonaws.com`;
+    // `*.compute.amazonaws.com` covers every `<region>.compute.amazonaws.com`).
+    if let Host::Wildcard(base) = host
+        && let Some(depth) = suffix_depth_under(base.as_str())
+        && (depth == 1 || labels == WildcardLabels::OneOrMore)
+    {
+        return Err((
+            RefusalReason::PublicSuffix,
+            format!(
+                "a wildcard over public suffixes: the Public Suffix List has suffixes {} {}",
+                if depth == 1 {
+                    "directly under"
+                } else {
+                    "under"
+                },
+                base.as_str()
+            ),
+        ));
+    }
     if let Some(zone) = CLOUD_INTERNAL_ZONES.iter().find(|z| touches(z)) {
         return Err((
             RefusalReason::CloudMetadata,
@@ -589,6 +686,35 @@ fn touches_zone(host: &Host, labels: WildcardLabels, zone: &str) -> bool {
         Host::Exact(n) => within(n.as_str(), zone),
         Host::Wildcard(base) => within(base.as_str(), zone) || covers_name(host, labels, zone),
     }
+}
+
+/// Domains with a public suffix under them, one per line with the fewest labels down to one
+/// (`amazonaws.com 1`: `s3.amazonaws.com` is a suffix). The `psl` crate answers only "what is
+/// the suffix of this name", not "is there a suffix under this one", so this list is
+/// generated from the same Public Suffix List (the rules of the `psl` version in Cargo.lock);
+/// a test regenerates it and fails when it differs.
+const PSL_PARENTS: &str = include_str!("psl_parents.txt");
+
+/// The fewest labels between `name` and a public suffix strictly under it, if there is one.
+fn suffix_depth_under(name: &str) -> Option<usize> {
+    static PARENTS: std::sync::LazyLock<std::collections::HashMap<&'static str, usize>> =
+        std::sync::LazyLock::new(|| {
+            PSL_PARENTS
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter_map(|l| {
+                    let (name, depth) = l.split_once(' ')?;
+                    Some((name, depth.parse().ok()?))
+                })
+                .collect()
+        });
+    PARENTS.get(name).copied()
+}
+
+/// The lines of [`PSL_PARENTS`] (for the test that regenerates them).
+#[doc(hidden)]
+pub fn psl_parents_text() -> &'static str {
+    PSL_PARENTS
 }
 
 /// Whether `host` is `name` or, for a wildcard, covers it (`name` normalized).

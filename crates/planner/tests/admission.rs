@@ -651,3 +651,194 @@ proptest! {
         prop_assert_eq!(got.is_none(), allowed.contains(&ns));
     }
 }
+
+/// Issue 22 item 3: a wildcard is refused when a public suffix lies at or under what it
+/// covers, in its one-label (Ingress) and suffix (Gateway) meanings.
+#[test]
+fn wildcards_over_public_suffixes_are_refused() {
+    let refusal = |host: &str, labels: WildcardLabels| {
+        let h = Host::parse(host).unwrap();
+        let plan_zones: [&str; 0] = [];
+        let config = AdmissionConfig::default();
+        let snapshot = ClusterSnapshot::default();
+        let admission = Admission::new(&config, &snapshot, plan_zones, "a", &BTreeSet::new());
+        let origin = Origin::new("Ingress", ObjectRef::new("t", "i"));
+        admission
+            .check(&h, labels, &origin, &ObjectRef::new("lb", "lb"))
+            .err()
+    };
+    for host in [
+        "*.amazonaws.com",
+        "*.compute.amazonaws.com",
+        "*.elb.amazonaws.com",
+        "*.s3.amazonaws.com",
+        "*.com",
+        "*.co.uk",
+    ] {
+        for labels in [WildcardLabels::One, WildcardLabels::OneOrMore] {
+            let (reason, detail) = refusal(host, labels).unwrap_or_else(|| panic!("{host}"));
+            assert_eq!(reason, RefusalReason::PublicSuffix, "{host}: {detail}");
+        }
+    }
+    assert!(
+        refusal("*.amazonaws.com", WildcardLabels::One)
+            .unwrap()
+            .1
+            .contains("suffixes directly under amazonaws.com")
+    );
+    // Legitimate wildcards stay admitted.
+    for host in [
+        "*.example.com",
+        "*.apps.example.co.uk",
+        "*.shop.example.internal",
+        "*.my-bucket.example.org",
+    ] {
+        for labels in [WildcardLabels::One, WildcardLabels::OneOrMore] {
+            assert_eq!(refusal(host, labels), None, "{host}");
+        }
+    }
+    // Exact names under such a domain are not suffixes themselves: admitted.
+    assert_eq!(refusal("api.example.com", WildcardLabels::One), None);
+}
+
+/// The list of domains with public suffixes under them is the `psl` crate's list: regenerated
+/// from the rules of the version in Cargo.lock (from Cargo's registry sources), compared, and
+/// rewritten with `HAIRPIN_BLESS=1`.
+#[test]
+fn psl_parents_match_the_list() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let lock = fs::read_to_string(root.join("Cargo.lock")).unwrap();
+    let version = lock
+        .split("[[package]]")
+        .find(|p| p.contains("\nname = \"psl\"\n"))
+        .and_then(|p| p.split("version = \"").nth(1))
+        .and_then(|v| v.split('"').next())
+        .expect("psl in Cargo.lock")
+        .to_owned();
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap();
+    let rules = fs::read_dir(cargo_home.join("registry/src"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|d| d.path().join(format!("psl-{version}/data/rules.txt")))
+        .find(|p| p.is_file());
+    let Some(rules) = rules else {
+        println!(
+            "SKIPPED psl_parents_match_the_list: the sources of psl {version} are not in Cargo's registry"
+        );
+        return;
+    };
+    let mut depth: BTreeMap<String, usize> = BTreeMap::new();
+    for rule in fs::read_to_string(rules).unwrap().lines() {
+        let rule = rule.trim().to_ascii_lowercase();
+        if rule.is_empty() || rule.starts_with("//") || rule.starts_with('!') || !rule.is_ascii() {
+            continue;
+        }
+        let labels: Vec<&str> = rule.split('.').collect();
+        for cut in 1..labels.len() {
+            if labels[cut..].contains(&"*") {
+                continue;
+            }
+            let d = depth.entry(labels[cut..].join(".")).or_insert(cut);
+            *d = (*d).min(cut);
+        }
+    }
+    let text = hairpin_planner::admission::psl_parents_text();
+    let header: String = text
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let generated: String = depth.iter().map(|(n, d)| format!("{n} {d}\n")).collect();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/psl_parents.txt");
+    if std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1") {
+        fs::write(&path, format!("{header}{generated}")).unwrap();
+        return;
+    }
+    assert_eq!(
+        &text[header.len()..],
+        generated,
+        "{} is not the list of psl {version}; run with HAIRPIN_BLESS=1",
+        path.display()
+    );
+}
+
+/// Issue 22 item 6: names the pods' search path completes into cluster names are refused;
+/// public names, and private ones under a TLD that is not a namespace, are not.
+#[test]
+fn search_path_names_are_refused() {
+    let yaml = r#"
+apiVersion: v1
+kind: Service
+metadata: { name: ingress-nginx-controller, namespace: ingress-nginx, annotations: { hairpin.io/proxy-protocol: v1 } }
+spec: { type: LoadBalancer, ports: [{ name: http, port: 80 }] }
+status: { loadBalancer: { ingress: [{ ip: 192.0.2.1 }] } }
+---
+apiVersion: v1
+kind: Namespace
+metadata: { name: dev }
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: web, namespace: tenant }
+spec:
+  rules:
+    - host: kubernetes.default.svc
+    - host: kubernetes.default
+    - host: "*.default.svc"
+    - host: ingress-nginx-controller.ingress-nginx
+    - host: x.y.pod
+    - host: metrics.kube-system
+    - host: shop.example.com
+    - host: app.dev
+    - host: app.example.internal
+    - host: "*.apps.example.internal"
+status: { loadBalancer: { ingress: [{ ip: 192.0.2.1 }] } }
+"#;
+    let mut snapshot = ClusterSnapshot::default();
+    load::load_yaml(&mut snapshot, "t.yaml", yaml).unwrap();
+    snapshot.config_maps.push(coredns(KUBEADM_COREFILE));
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let refused: BTreeMap<&str, (RefusalReason, &str)> = plan
+        .refused
+        .iter()
+        .map(|r| (r.hostname.as_str(), (r.reason, r.detail.as_str())))
+        .collect();
+    for host in [
+        "kubernetes.default.svc",
+        "kubernetes.default",
+        "*.default.svc",
+        "ingress-nginx-controller.ingress-nginx",
+        "x.y.pod",
+        "metrics.kube-system",
+    ] {
+        assert_eq!(
+            refused.get(host).map(|r| r.0),
+            Some(RefusalReason::SearchPath),
+            "{host}: {refused:?}"
+        );
+    }
+    assert!(
+        refused["ingress-nginx-controller.ingress-nginx"]
+            .1
+            .starts_with("ingress-nginx is a namespace of the cluster: the pods' DNS search path"),
+        "{refused:?}"
+    );
+    let planned: Vec<&str> = plan.load_balancers[0]
+        .hostnames
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect();
+    assert_eq!(
+        planned,
+        [
+            "*.apps.example.internal",
+            "app.dev",
+            "app.example.internal",
+            "shop.example.com"
+        ]
+    );
+}
