@@ -617,9 +617,9 @@ pub async fn uninstall_with(
                     .and_then(|d| d.status)
                     .and_then(|s| s.replicas)
                     .unwrap_or(0);
-                report.still_running.push(format!(
-                    "Deployment {deployment} ({pods} pod(s), fenced: they write nothing)"
-                ));
+                report
+                    .still_running
+                    .push(format!("Deployment {deployment} ({pods} pod(s))"));
             }
             None => {
                 let lease_name = params.lease_name.as_str();

@@ -321,7 +321,7 @@ async fn manual_uninstall_with_the_deployment_left_running_keeps_it_idle() {
     let report = uninstall(&fake).await;
     assert_eq!(
         report.still_running,
-        ["Deployment hairpin/hairpin-controller (2 pod(s), fenced: they write nothing)"]
+        ["Deployment hairpin/hairpin-controller (2 pod(s))"]
     );
     all_fenced(&fake, &[&a]).await;
     // The pod is replaced (a node drain, a crash): the new process finds the fence.

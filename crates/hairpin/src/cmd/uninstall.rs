@@ -113,7 +113,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         for running in &report.still_running {
             println!(
-                "still running: {running}. They write nothing; delete them to finish (`helm uninstall` and `kubectl delete -f deploy/hairpin.yaml` do, or `kubectl -n {ns} delete deployment {}`). The fence (Lease {ns}/{}) goes with the Deployment, so a later install starts unfenced.",
+                "still running: {running}, fenced: its pods write nothing. Delete it to finish (`helm uninstall` and `kubectl delete -f deploy/hairpin.yaml` do, or `kubectl -n {ns} delete deployment {}`); the fence (Lease {ns}/{}) goes with it, so a later install starts unfenced.",
                 args.controller_deployment, args.lease_name
             );
         }
