@@ -212,11 +212,10 @@ pub(super) fn parse(src: &str) -> Result<Corefile, CorefileError> {
                 } else {
                     read_keys(src, &toks, i)
                 };
+                // Quoted in an error that is logged and published as it is: escaped.
                 let listed = || {
-                    keys.iter()
-                        .map(|k| k.text(src))
-                        .collect::<Vec<_>>()
-                        .join(" ")
+                    let keys = keys.iter().map(|k| k.text(src)).collect::<Vec<_>>();
+                    crate::escape::text(&keys.join(" ")).into_owned()
                 };
                 match toks.get(next) {
                     Some(open) if open.kind == TokKind::Open => {
@@ -470,5 +469,13 @@ mod tests {
             parse(".:53\nerrors\n"),
             Err(CorefileError::UnsupportedLayout { line: 1, .. })
         ));
+        // The keys it quotes are escaped: the error is one line.
+        let err = parse("\".:53\n---\nkind: Secret\"\nerrors\n").unwrap_err();
+        assert!(!err.to_string().contains('\n'), "{err}");
+        assert!(
+            err.to_string()
+                .contains("`\".:53\\n---\\nkind: Secret\"` has no braces"),
+            "{err}"
+        );
     }
 }
