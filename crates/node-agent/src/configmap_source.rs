@@ -111,10 +111,13 @@ impl ConfigMapSource {
                         state.good = Some(entries);
                         state.problem = None;
                     }
+                    // The reason may quote the ConfigMap's text: control characters escaped.
                     Err(reason) if state.good.is_some() => {
+                        let reason = hairpin_planner::escape::controls(&reason);
                         tracing::warn!(configmap = %what, error = %reason, "the published hosts block is malformed; keeping the last good one");
                     }
                     Err(reason) => {
+                        let reason = hairpin_planner::escape::controls(&reason);
                         tracing::warn!(configmap = %what, error = %reason, "the published hosts block is malformed; no hosts block is written until a good one is published");
                         state.problem = Some(format!(
                             "the hosts block in ConfigMap {what} is malformed ({reason}); nothing is written until a good one is published"

@@ -87,6 +87,8 @@ impl HostsFile {
         let text = validate(&current, path)?;
         let edit = change(text)?;
         for warning in &edit.warnings {
+            // It may quote a line of the hosts file: control characters escaped.
+            let warning = hairpin_planner::escape::controls(&warning.to_string()).into_owned();
             tracing::warn!(path = %path.display(), %warning, "hosts file");
         }
         if !edit.changed {
