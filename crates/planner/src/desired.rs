@@ -286,7 +286,12 @@ fn carve_out(
     // Exact names cannot be left out of a wildcard in the DNSEndpoints of external-dns mode
     // (external-dns's own DNS answers the wildcard record for them).
     let can_pass_through = dns_mode != DnsMode::ExternalDns;
-    let carved = {
+    let any_wildcard = load_balancers.iter().any(|lb| {
+        lb.hostnames
+            .iter()
+            .any(crate::hostnames::Hostname::is_wildcard)
+    });
+    let carved = if any_wildcard {
         let redirected: Vec<verify::Redirected<'_>> = load_balancers
             .iter()
             .enumerate()
@@ -337,6 +342,10 @@ fn carve_out(
                 }),
         );
         verify::carve(&redirected, &claims, can_pass_through)
+    } else {
+        // No wildcard is redirected: nothing to carve (and no claim list to build per
+        // reconcile at tens of thousands of names).
+        verify::Carved::default()
     };
     for (lb, name, why) in carved.dropped {
         let plan = &mut load_balancers[lb];

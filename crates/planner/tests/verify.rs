@@ -348,3 +348,46 @@ status: { loadBalancer: { ingress: [{ ip: 192.0.2.5 }] } }
     let plan = desired(&s, &resolve(VerifyMode::Resolve));
     assert_eq!(redirected(&plan), ["shop.example.com"]);
 }
+
+/// Item 2 end to end: the Corefile planned for [`TWO_TEAMS`], run in real CoreDNS (the test
+/// peer; skipped where absent), answers team-a's names from upstream and the tenant's other
+/// names under its wildcard with the tenant's hairpin Service.
+#[test]
+fn real_coredns_answers_another_teams_names_from_upstream_under_the_tenants_wildcard() {
+    use hairpin_testkit::coredns::{CoreDns, RecordType, UPSTREAM_V4, binary};
+    if binary().is_none() {
+        println!("SKIPPED real_coredns_answers_another_teams_names...: no CoreDNS test peer");
+        return;
+    }
+    let plan = desired(&snapshot(TWO_TEAMS), &resolve(VerifyMode::Off));
+    let dns = plan.dns.as_ref().expect("DNS is planned");
+    let target = dns
+        .entries
+        .iter()
+        .find(|e| e.hostname == "*.example.com")
+        .map(|e| e.target.clone())
+        .expect("the tenant's wildcard is redirected");
+    let corefile = &dns.coredns().unwrap().desired;
+    let tenant: std::net::IpAddr = "10.96.0.77".parse().unwrap();
+    let Some(coredns) = CoreDns::start(
+        "real_coredns_answers_another_teams_names",
+        corefile,
+        &[(target.as_str(), tenant)],
+    ) else {
+        return;
+    };
+    for name in ["shop.example.com.", "api.example.com."] {
+        assert_eq!(
+            coredns.query(name, RecordType::A).addresses(),
+            [std::net::IpAddr::V4(UPSTREAM_V4)],
+            "{name} must be answered from upstream:\n{corefile}"
+        );
+    }
+    assert_eq!(
+        coredns
+            .query("blog.example.com.", RecordType::A)
+            .addresses(),
+        [tenant],
+        "{corefile}"
+    );
+}
