@@ -156,8 +156,8 @@ pub async fn run(
         );
     }
 
-    // Hostname verification: the resolver runs on every instance, so that a new leader has
-    // the answers when it takes over.
+    // Hostname verification. Only the leader plans, so only the leader's resolver has names to
+    // ask; a new leader holds its first write until their answers come (`verified_once`).
     let verifier = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
         .then(|| NameVerifier::new(config.verify.clone(), changed.clone(), metrics.clone()));
     if let Some(verifier) = &verifier {
