@@ -301,3 +301,57 @@ async fn a_watcher_lists_large_collections_page_by_page() {
     let pages = fake.count("GET", "/namespaces/big/configmaps?");
     assert!(pages >= 3, "pages of 500: {pages}");
 }
+
+/// The server goes down (connections refused, open watches cut) and comes back on the same
+/// address with its history compacted: a watch resumed from before gets 410 Gone, as after a
+/// kube-apiserver restart over a compacted etcd.
+#[tokio::test]
+async fn the_server_goes_down_and_comes_back_with_compacted_history() {
+    let fake = FakeApiServer::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "kube-system");
+    let created = api
+        .create(&PostParams::default(), &cm("before", "1"))
+        .await
+        .unwrap();
+    let rv = resource_version(&created);
+    let mut stream = api
+        .watch(&kube::api::WatchParams::default(), &rv.to_string())
+        .await
+        .unwrap()
+        .boxed();
+
+    // A change after that resourceVersion, then the outage: history is compacted past it.
+    api.create(&PostParams::default(), &cm("later", "2"))
+        .await
+        .unwrap();
+    fake.go_down();
+    assert!(!fake.is_up());
+    // The open watch ends, and nothing answers.
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(_)) = stream.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the open watch was cut");
+    let refused = api.get("before").await;
+    assert!(
+        matches!(refused, Err(ref err) if !matches!(err, kube::Error::Api(_))),
+        "no API answer while down: {refused:?}"
+    );
+
+    fake.come_back(true);
+    assert!(fake.is_up());
+    assert_eq!(
+        api.get("before").await.unwrap().data,
+        created.data,
+        "the store is kept"
+    );
+    let mut resumed = api
+        .watch(&kube::api::WatchParams::default(), &rv.to_string())
+        .await
+        .unwrap()
+        .boxed();
+    match tokio::time::timeout(Duration::from_secs(5), resumed.next()).await {
+        Ok(Some(Ok(kube::api::WatchEvent::Error(status)))) => assert_eq!(status.code, 410),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+}
