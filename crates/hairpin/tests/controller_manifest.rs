@@ -602,3 +602,25 @@ fn the_checked_in_crd_is_generated_from_the_rust_type() {
         .collect();
     assert_eq!(columns, ["Proxy", "Hosts", "DNS", "Ready", "Age"]);
 }
+
+/// A fenced controller (idle after `hairpin uninstall`) is not ready: its PodDisruptionBudget
+/// must not keep it from being evicted, or a manual uninstall would block node drains.
+#[test]
+fn the_controller_budget_never_protects_a_pod_that_is_not_ready() {
+    let budget = MANIFEST
+        .split("\n---\n")
+        .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
+        .find(|v| {
+            v["kind"] == "PodDisruptionBudget" && v["metadata"]["name"] == "hairpin-controller"
+        })
+        .expect("the controller's PodDisruptionBudget (2 replicas by default)");
+    let budget: PodDisruptionBudget = serde_json::from_value(budget).unwrap();
+    assert_eq!(
+        budget
+            .spec
+            .unwrap()
+            .unhealthy_pod_eviction_policy
+            .as_deref(),
+        Some("AlwaysAllow")
+    );
+}
