@@ -14,9 +14,11 @@
 //! the duration from when they saw it, later), so no write goes out after the point where
 //! another candidate could have taken the Lease, even while the API server does not answer.
 //! The Lease is also watched: the moment it is deleted, taken by another holder or fenced, the
-//! gate closes (before the next renewal). A Lease deleted under its leader is not re-created
-//! by that instance for one Lease duration (a deletion is someone else's decision, such as an
-//! older `hairpin uninstall`); after that it is claimed through the normal election.
+//! gate closes (before the next renewal). A Lease deleted under its leader (or that an
+//! instance saw before) is not re-created by that instance for one Lease duration (a deletion
+//! is someone else's decision, such as an older `hairpin uninstall`, or the fence going with
+//! the Deployment while old pods still terminate); after that it is claimed through the
+//! normal election.
 //!
 //! **The uninstall fence.** `hairpin uninstall` takes the Lease for the reserved holder
 //! [`FENCE_HOLDER`] and marks it with [`FENCE_ANNOTATION`], naming the holder it displaced
@@ -161,8 +163,10 @@ pub struct LeaseManager {
     /// The resourceVersion of this instance's last write of the Lease (0: none, or not a
     /// number): watch events at or before it are older than our claim.
     written_rv: Arc<AtomicU64>,
-    /// When this instance, leading, found its Lease deleted.
+    /// When this instance found the Lease deleted (leading, or after having seen it).
     lost_at: Option<Instant>,
+    /// This instance has seen the Lease exist (since it last created it).
+    seen: bool,
     /// The fence was seen (for good).
     fenced: bool,
     /// This instance acknowledged the fence (or did not have to).
@@ -189,6 +193,7 @@ impl LeaseManager {
             foreign_reported: None,
             written_rv: Arc::default(),
             lost_at: None,
+            seen: false,
             fenced: false,
             acknowledged: false,
         }
@@ -470,6 +475,12 @@ impl LeaseManager {
                     self.gate.close_now();
                     tracing::warn!(lease = %name, hold_off = ?self.params.duration, "leader election: the Lease was deleted under this leader; stopped writing, and claiming it again through the election after one lease duration");
                     self.lost_at = Some(Instant::now());
+                } else if self.seen && self.lost_at.is_none() {
+                    // A Lease this instance saw was deleted (by someone: an older uninstall,
+                    // by hand, or with the Deployment that owned the fence, while this pod
+                    // still terminates): the same hold-off before re-creating it.
+                    tracing::info!(lease = %name, hold_off = ?self.params.duration, "leader election: the Lease was deleted; claiming it again after one lease duration");
+                    self.lost_at = Some(Instant::now());
                 }
                 if self
                     .lost_at
@@ -478,6 +489,7 @@ impl LeaseManager {
                     return Ok(Step::NotHeld(None));
                 }
                 self.lost_at = None;
+                self.seen = false;
                 let lease = Lease {
                     metadata: created_by_hairpin_meta(&self.params.namespace, &name),
                     spec: Some(self.fresh_spec(0)),
@@ -494,6 +506,7 @@ impl LeaseManager {
             Err(err) => return Err(crate::Error::kube(format!("get Lease {name}"), err)),
         };
         self.lost_at = None;
+        self.seen = true;
         if !created_by_hairpin(&lease.metadata) {
             return Err(self.not_owned());
         }
