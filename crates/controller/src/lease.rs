@@ -276,6 +276,10 @@ impl LeaseManager {
                     // Once per streak of failures (an API outage fails every attempt).
                     if failing {
                         tracing::debug!(error = %err, lease = %self.params.name, "leader election: lease update failed again");
+                    } else if err.metric_label() == "api_transport" {
+                        // The API server cannot be reached: the watches already say so in one
+                        // warning with the server's URL; one condition, one warning.
+                        tracing::info!(error = %err, lease = %self.params.name, retry_in = ?self.params.retry_interval, "leader election: lease update failed (API server unreachable); retrying (logged again when it works)");
                     } else {
                         tracing::warn!(error = %err, lease = %self.params.name, retry_in = ?self.params.retry_interval, "leader election: lease update failed; retrying (logged again when it works)");
                     }
