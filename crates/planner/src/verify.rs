@@ -226,55 +226,54 @@ impl Verification {
 pub fn text(verification: &Verification, out: &mut String) {
     use crate::escape::Text;
     use std::fmt::Write as _;
-    if !verification.unverified.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nUnverified (hostnames not redirected: not proven to resolve to their load balancer)"
-        );
-        let width = verification
-            .unverified
-            .iter()
-            .map(|u| u.hostname.len())
-            .max()
-            .unwrap_or(0);
-        // The details name load balancers (any text, from `-f` files): escaped.
-        for u in &verification.unverified {
-            let _ = writeln!(
-                out,
-                "  {:<width$}  {}: {}",
-                Text(&u.hostname),
+    // The details name load balancers (any text, from `-f` files): escaped.
+    section(
+        out,
+        "Unverified (hostnames not redirected: not proven to resolve to their load balancer)",
+        &verification.unverified,
+        |u| &u.hostname,
+        |u| {
+            format!(
+                "{}: {}",
                 Text(&u.load_balancer.to_string()),
                 Text(&u.detail)
-            );
-        }
-        let pending = verification.not_resolved();
-        if pending > 0 {
-            let _ = writeln!(
-                out,
-                "  ({pending} not resolved: `hairpin plan -f` resolves nothing and the controller resolves every name before it writes; `--verify-hostnames=off` plans them as if they resolve to their load balancer)"
-            );
-        }
-    }
-    if !verification.passthrough.is_empty() {
+            )
+        },
+    );
+    let pending = verification.not_resolved();
+    if pending > 0 {
         let _ = writeln!(
             out,
-            "\nPassed through (names a wildcard leaves to the upstream DNS)"
+            "  ({pending} not resolved: `hairpin plan -f` resolves nothing and the controller resolves every name before it writes; `--verify-hostnames=off` plans them as if they resolve to their load balancer)"
         );
-        let width = verification
-            .passthrough
-            .iter()
-            .map(|p| p.hostname.len())
-            .max()
-            .unwrap_or(0);
-        for p in &verification.passthrough {
-            let _ = writeln!(
-                out,
-                "  {:<width$}  under {}: {}",
-                Text(&p.hostname),
-                Text(&p.wildcard),
-                Text(&p.why)
-            );
-        }
+    }
+    section(
+        out,
+        "Passed through (names a wildcard leaves to the upstream DNS)",
+        &verification.passthrough,
+        |p| &p.hostname,
+        |p| format!("under {}: {}", Text(&p.wildcard), Text(&p.why)),
+    );
+}
+
+/// One section of [`text`]: a heading, then one row per item, the hostnames (escaped) padded
+/// to the longest; nothing at all when there are no items.
+fn section<T>(
+    out: &mut String,
+    heading: &str,
+    items: &[T],
+    hostname: impl Fn(&T) -> &String,
+    rest: impl Fn(&T) -> String,
+) {
+    use crate::escape::Text;
+    use std::fmt::Write as _;
+    if items.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n{heading}");
+    let width = items.iter().map(|i| hostname(i).len()).max().unwrap_or(0);
+    for i in items {
+        let _ = writeln!(out, "  {:<width$}  {}", Text(hostname(i)), rest(i));
     }
 }
 
