@@ -579,6 +579,19 @@ mod tests {
         }
     }
 
+    fn redirect(lb: usize, hostname: &Hostname) -> Redirected<'_> {
+        Redirected { lb, hostname }
+    }
+
+    /// The pass-through names [`carve`] decided, in order.
+    fn passed(carved: &Carved) -> Vec<&str> {
+        carved
+            .passthrough
+            .iter()
+            .map(|p| p.hostname.as_str())
+            .collect()
+    }
+
     fn claim(name: &str, labels: Option<WildcardLabels>) -> Claim<'_> {
         Claim {
             name,
@@ -590,10 +603,7 @@ mod tests {
     #[test]
     fn an_ingress_wildcard_passes_through_another_load_balancers_name_of_one_label() {
         let w = host("*.example.com", Some(WildcardLabels::One));
-        let redirected = [Redirected {
-            lb: 0,
-            hostname: &w,
-        }];
+        let redirected = [redirect(0, &w)];
         let claims = [
             claim("shop.example.com", None),
             claim("a.b.example.com", None),
@@ -601,12 +611,7 @@ mod tests {
             claim("shop.example.org", None),
         ];
         let carved = carve(&redirected, &claims, true);
-        let names: Vec<&str> = carved
-            .passthrough
-            .iter()
-            .map(|p| p.hostname.as_str())
-            .collect();
-        assert_eq!(names, ["shop.example.com"]);
+        assert_eq!(passed(&carved), ["shop.example.com"]);
         assert_eq!(carved.passthrough[0].wildcard, "*.example.com");
         assert!(carved.dropped.is_empty());
     }
@@ -614,34 +619,17 @@ mod tests {
     #[test]
     fn a_gateway_wildcard_passes_through_names_of_any_depth_under_it() {
         let w = host("*.example.com", Some(WildcardLabels::OneOrMore));
-        let redirected = [Redirected {
-            lb: 0,
-            hostname: &w,
-        }];
+        let redirected = [redirect(0, &w)];
         let claims = [claim("a.b.example.com", None), claim("x.example.com", None)];
         let carved = carve(&redirected, &claims, true);
-        let names: Vec<&str> = carved
-            .passthrough
-            .iter()
-            .map(|p| p.hostname.as_str())
-            .collect();
-        assert_eq!(names, ["a.b.example.com", "x.example.com"]);
+        assert_eq!(passed(&carved), ["a.b.example.com", "x.example.com"]);
     }
 
     #[test]
     fn a_name_redirected_exactly_needs_no_pass_through() {
         let w = host("*.example.com", Some(WildcardLabels::One));
         let e = host("shop.example.com", None);
-        let redirected = [
-            Redirected {
-                lb: 0,
-                hostname: &w,
-            },
-            Redirected {
-                lb: 1,
-                hostname: &e,
-            },
-        ];
+        let redirected = [redirect(0, &w), redirect(1, &e)];
         let carved = carve(&redirected, &[claim("shop.example.com", None)], true);
         assert!(carved.passthrough.is_empty());
     }
@@ -649,10 +637,7 @@ mod tests {
     #[test]
     fn without_pass_through_the_covering_wildcard_is_left_out() {
         let w = host("*.example.com", Some(WildcardLabels::One));
-        let redirected = [Redirected {
-            lb: 3,
-            hostname: &w,
-        }];
+        let redirected = [redirect(3, &w)];
         let carved = carve(&redirected, &[claim("shop.example.com", None)], false);
         assert!(carved.passthrough.is_empty());
         assert_eq!(carved.dropped.len(), 1);
@@ -664,10 +649,7 @@ mod tests {
     #[test]
     fn a_suffix_wildcard_over_another_wildcard_is_left_out_and_a_one_label_one_is_not() {
         let suffix = host("*.example.com", Some(WildcardLabels::OneOrMore));
-        let redirected = [Redirected {
-            lb: 0,
-            hostname: &suffix,
-        }];
+        let redirected = [redirect(0, &suffix)];
         let claims = [
             claim("*.team.example.com", Some(WildcardLabels::One)),
             claim("shop.example.com", None),
@@ -679,10 +661,7 @@ mod tests {
         assert!(carved.passthrough.is_empty());
 
         let one = host("*.example.com", Some(WildcardLabels::One));
-        let redirected = [Redirected {
-            lb: 0,
-            hostname: &one,
-        }];
+        let redirected = [redirect(0, &one)];
         let carved = carve(&redirected, &claims[..1], true);
         assert!(carved.dropped.is_empty(), "{:?}", carved.dropped);
     }
@@ -690,10 +669,7 @@ mod tests {
     #[test]
     fn a_deeper_wildcard_takes_nothing_from_a_shallower_claim() {
         let deep = host("*.team.example.com", Some(WildcardLabels::OneOrMore));
-        let redirected = [Redirected {
-            lb: 0,
-            hostname: &deep,
-        }];
+        let redirected = [redirect(0, &deep)];
         let claims = [claim("*.example.com", Some(WildcardLabels::OneOrMore))];
         let carved = carve(&redirected, &claims, true);
         assert!(carved.dropped.is_empty());
