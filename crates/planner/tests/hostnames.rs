@@ -356,23 +356,10 @@ fn gateway_api_hostname_intersection_rules() {
     assert_eq!(intersect("*.example.com", "foo.example.net"), None);
 }
 
-const GATEWAY: &str = r#"
-apiVersion: v1
-kind: Service
-metadata: { name: gw, namespace: infra, annotations: { hairpin.io/proxy-protocol: v2 } }
-spec:
-  type: LoadBalancer
-  ports: [{ name: https, port: 443 }]
-status: { loadBalancer: { ingress: [{ ip: 192.0.2.5 }] } }
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: public, namespace: infra }
-spec:
-  gatewayClassName: example
-  addresses: [{ type: IPAddress, value: 192.0.2.5 }]
-  listeners:
-    - { name: wild, port: 443, protocol: HTTPS, hostname: "*.example.com", allowedRoutes: { namespaces: { from: All } } }
+const GATEWAY: &str = concat!(
+    "\n",
+    support::infra_gateway_yaml!(),
+    r#"    - { name: wild, port: 443, protocol: HTTPS, hostname: "*.example.com", allowedRoutes: { namespaces: { from: All } } }
     - { name: exact, port: 8443, protocol: HTTPS, hostname: api.example.org }
     - { name: any, port: 9443, protocol: TLS, allowedRoutes: { namespaces: { from: All } } }
 ---
@@ -410,7 +397,8 @@ metadata: { name: other-gateway, namespace: infra }
 spec:
   parentRefs: [{ name: private }]
   hostnames: [private.example.com]
-"#;
+"#
+);
 
 #[test]
 fn gateway_listeners_and_attached_routes() {

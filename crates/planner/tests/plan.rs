@@ -165,12 +165,7 @@ fn hairpin_services_routes_and_dns() {
     );
 
     // Hosts: wildcards left out; ClusterIPs unknown until the Services exist.
-    let hosts: Vec<&str> = plan
-        .hosts
-        .entries
-        .iter()
-        .map(|e| e.hostname.as_str())
-        .collect();
+    let hosts = support::hosts_names(&plan);
     assert_eq!(hosts, ["shop.example.com", "sso.example.org"]);
     let ips = BTreeMap::from([(
         ObjectRef::new("hairpin", "hairpin-ingress-nginx"),

@@ -15,23 +15,12 @@ use support::{KUBEADM_COREFILE, coredns, snapshot_from_yaml};
 /// A tenant's PROXY load balancer at 192.0.2.5 (its Ingresses in namespace `tenant`), and
 /// team-a's load balancer without the PROXY protocol at 198.51.100.9 with `shop.example.com`
 /// and `api.example.com`.
-const TWO_TEAMS: &str = r#"
-apiVersion: v1
-kind: Service
-metadata: { name: proxy, namespace: tenant, annotations: { hairpin.io/proxy-protocol: v2 } }
-spec:
-  type: LoadBalancer
-  ports: [{ name: https, port: 443 }]
-status: { loadBalancer: { ingress: [{ ip: 192.0.2.5 }] } }
----
-apiVersion: v1
-kind: Service
-metadata: { name: web, namespace: team-a }
-spec:
-  type: LoadBalancer
-  ports: [{ name: https, port: 443 }]
-status: { loadBalancer: { ingress: [{ ip: 198.51.100.9 }] } }
----
+const TWO_TEAMS: &str = concat!(
+    "\n",
+    support::tenant_proxy_lb_yaml!(),
+    "---\n",
+    support::team_a_web_lb_yaml!(),
+    r#"---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: { name: wild, namespace: tenant }
@@ -43,7 +32,8 @@ kind: Ingress
 metadata: { name: shop, namespace: team-a }
 spec: { rules: [{ host: shop.example.com }, { host: api.example.com }] }
 status: { loadBalancer: { ingress: [{ ip: 198.51.100.9 }] } }
-"#;
+"#
+);
 
 fn snapshot(yaml: &str) -> ClusterSnapshot {
     let mut s = snapshot_from_yaml(yaml);
@@ -122,12 +112,7 @@ fn an_ingress_wildcard_on_the_proxy_lb_never_takes_another_teams_names() {
             redirected(&plan).contains(&"*.example.com".to_owned()),
             "{mode}"
         );
-        let passed: Vec<&str> = plan
-            .verification
-            .passthrough
-            .iter()
-            .map(|p| p.hostname.as_str())
-            .collect();
+        let passed = support::passthrough_names(&plan);
         assert_eq!(passed, ["api.example.com", "shop.example.com"], "{mode}");
         assert!(
             plan.verification.passthrough[0]
@@ -172,38 +157,21 @@ fn in_external_dns_mode_a_wildcard_over_another_teams_name_is_left_out() {
 /// another one: the suffix match covers two labels, so the name is compared by coverage.
 #[test]
 fn a_gateway_listener_wildcard_never_takes_a_deeper_name_of_another_lb() {
-    let yaml = r#"
-apiVersion: v1
-kind: Service
-metadata: { name: gw, namespace: infra, annotations: { hairpin.io/proxy-protocol: v2 } }
-spec:
-  type: LoadBalancer
-  ports: [{ name: https, port: 443 }]
-status: { loadBalancer: { ingress: [{ ip: 192.0.2.5 }] } }
+    let yaml = concat!(
+        "\n",
+        support::infra_gateway_yaml!(),
+        r#"    - { name: wild, port: 443, protocol: HTTPS, hostname: "*.example.com" }
 ---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: public, namespace: infra }
-spec:
-  gatewayClassName: example
-  addresses: [{ type: IPAddress, value: 192.0.2.5 }]
-  listeners:
-    - { name: wild, port: 443, protocol: HTTPS, hostname: "*.example.com" }
----
-apiVersion: v1
-kind: Service
-metadata: { name: web, namespace: team-a }
-spec:
-  type: LoadBalancer
-  ports: [{ name: https, port: 443 }]
-status: { loadBalancer: { ingress: [{ ip: 198.51.100.9 }] } }
----
+"#,
+        support::team_a_web_lb_yaml!(),
+        r#"---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: { name: deep, namespace: team-a }
 spec: { rules: [{ host: a.b.example.com }] }
 status: { loadBalancer: { ingress: [{ ip: 198.51.100.9 }] } }
-"#;
+"#
+    );
     let plan = desired(&snapshot(yaml), &resolve(VerifyMode::Off));
     assert!(
         !answered_by_hairpin(&plan, "a.b.example.com"),
@@ -217,21 +185,17 @@ status: { loadBalancer: { ingress: [{ ip: 198.51.100.9 }] } }
 /// answer seen; its own name that resolves to the load balancer is redirected.
 #[test]
 fn a_name_resolving_elsewhere_gets_no_rule_and_says_where_it_resolves() {
-    let yaml = r#"
-apiVersion: v1
-kind: Service
-metadata: { name: proxy, namespace: tenant, annotations: { hairpin.io/proxy-protocol: v2 } }
-spec:
-  type: LoadBalancer
-  ports: [{ name: https, port: 443 }]
-status: { loadBalancer: { ingress: [{ ip: 192.0.2.5 }] } }
----
+    let yaml = concat!(
+        "\n",
+        support::tenant_proxy_lb_yaml!(),
+        r#"---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: { name: grab, namespace: tenant }
 spec: { rules: [{ host: github.com }, { host: shop.example.com }, { host: pypi.org }, { host: new.example.com }] }
 status: { loadBalancer: { ingress: [{ ip: 192.0.2.5 }] } }
-"#;
+"#
+    );
     let mut s = snapshot(yaml);
     s.resolutions = answers(&[
         ("github.com", at(&["140.82.112.3"])),
@@ -240,12 +204,7 @@ status: { loadBalancer: { ingress: [{ ip: 192.0.2.5 }] } }
     ]);
     let plan = desired(&s, &resolve(VerifyMode::Resolve));
     assert_eq!(redirected(&plan), ["shop.example.com"]);
-    let hosts: Vec<&str> = plan
-        .hosts
-        .entries
-        .iter()
-        .map(|e| e.hostname.as_str())
-        .collect();
+    let hosts = support::hosts_names(&plan);
     assert_eq!(hosts, ["shop.example.com"]);
     let why: BTreeMap<&str, (UnverifiedReason, &str)> = plan
         .verification

@@ -1,5 +1,5 @@
 //! Builders for test objects, written as JSON the way the API server returns them.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
 pub mod corefile;
 
@@ -108,3 +108,75 @@ pub fn fixture(name: &str) -> String {
 }
 
 pub const KUBEADM_COREFILE: &str = ".:53 {\n    errors\n    health {\n       lameduck 5s\n    }\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n       ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf {\n       max_concurrent 1000\n    }\n    cache 30\n    loop\n    reload\n    loadbalance\n}\n";
+
+/// The hostnames of the plan's hosts entries, in order.
+pub fn hosts_names(plan: &hairpin_planner::Plan) -> Vec<&str> {
+    plan.hosts
+        .entries
+        .iter()
+        .map(|e| e.hostname.as_str())
+        .collect()
+}
+
+/// The names the plan passes through under a redirected wildcard, in order.
+pub fn passthrough_names(plan: &hairpin_planner::Plan) -> Vec<&str> {
+    plan.verification
+        .passthrough
+        .iter()
+        .map(|p| p.hostname.as_str())
+        .collect()
+}
+
+/// The tenant's PROXY load balancer `tenant/proxy` at 192.0.2.5, as YAML (a `concat!` piece).
+macro_rules! tenant_proxy_lb_yaml {
+    () => {
+        r#"apiVersion: v1
+kind: Service
+metadata: { name: proxy, namespace: tenant, annotations: { hairpin.io/proxy-protocol: v2 } }
+spec:
+  type: LoadBalancer
+  ports: [{ name: https, port: 443 }]
+status: { loadBalancer: { ingress: [{ ip: 192.0.2.5 }] } }
+"#
+    };
+}
+pub(crate) use tenant_proxy_lb_yaml;
+
+/// team-a's load balancer `team-a/web` without the PROXY protocol at 198.51.100.9, as YAML.
+macro_rules! team_a_web_lb_yaml {
+    () => {
+        r#"apiVersion: v1
+kind: Service
+metadata: { name: web, namespace: team-a }
+spec:
+  type: LoadBalancer
+  ports: [{ name: https, port: 443 }]
+status: { loadBalancer: { ingress: [{ ip: 198.51.100.9 }] } }
+"#
+    };
+}
+pub(crate) use team_a_web_lb_yaml;
+
+/// The PROXY load balancer `infra/gw` at 192.0.2.5 and its Gateway `infra/public`, as YAML
+/// ending in `listeners:` (the listeners follow).
+macro_rules! infra_gateway_yaml {
+    () => {
+        r#"apiVersion: v1
+kind: Service
+metadata: { name: gw, namespace: infra, annotations: { hairpin.io/proxy-protocol: v2 } }
+spec:
+  type: LoadBalancer
+  ports: [{ name: https, port: 443 }]
+status: { loadBalancer: { ingress: [{ ip: 192.0.2.5 }] } }
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: public, namespace: infra }
+spec:
+  gatewayClassName: example
+  addresses: [{ type: IPAddress, value: 192.0.2.5 }]
+  listeners:
+"#
+    };
+}
+pub(crate) use infra_gateway_yaml;
