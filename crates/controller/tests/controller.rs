@@ -10,26 +10,10 @@ use hairpin_fake_apiserver::fixtures::{self, coredns};
 use hairpin_fake_apiserver::{FakeApiServer, object};
 use hairpin_planner::{DnsMode, PlannerConfig};
 use serde_json::{Value, json};
+use support::cluster::{corefile, ingress, lb_service};
 use support::controller::{config, start};
 
 const COREFILE: &str = ".:53 {\n    errors\n    health {\n       lameduck 5s\n    }\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n       ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf {\n       max_concurrent 1000\n    }\n    cache 30\n    loop\n    reload\n    loadbalance\n}\n";
-
-fn lb_service() -> Value {
-    let mut lb = fixtures::proxy_load_balancer(
-        "load-balancer.hetzner.cloud/uses-proxyprotocol",
-        "203.0.113.10",
-        json!([
-            {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80},
-            {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 443}
-        ]),
-    );
-    lb["spec"]["selector"] = json!({"app": "ingress-nginx"});
-    lb
-}
-
-fn ingress(namespace: &str, name: &str, host: &str) -> Value {
-    fixtures::ingress(namespace, name, &[host], "203.0.113.10")
-}
 
 /// hairpin's namespace (where its chart installs it), the load balancer, an Ingress on it and
 /// CoreDNS with `corefile`.
@@ -42,14 +26,6 @@ fn seed_with(fake: &FakeApiServer, corefile: &str) {
 
 fn seed(fake: &FakeApiServer) {
     seed_with(fake, COREFILE);
-}
-
-fn corefile(fake: &FakeApiServer) -> String {
-    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
-        .unwrap()["data"]["Corefile"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 fn hairpin_services(fake: &FakeApiServer) -> Vec<Value> {

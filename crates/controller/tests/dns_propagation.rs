@@ -13,6 +13,7 @@ use std::time::Duration;
 use hairpin_controller::status::PropagationParams;
 use hairpin_fake_apiserver::{FakeApiServer, fixtures, object};
 use serde_json::{Value, json};
+use support::cluster::corefile;
 use support::controller::{Running, condition};
 use support::dns::TestDns;
 
@@ -70,14 +71,6 @@ fn hairpin(fake: &FakeApiServer) -> Value {
         "ingress-nginx-controller",
     )
     .unwrap_or(Value::Null)
-}
-
-fn corefile(fake: &FakeApiServer) -> String {
-    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
-        .unwrap()["data"]["Corefile"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 fn cluster_ip(fake: &FakeApiServer) -> Option<IpAddr> {

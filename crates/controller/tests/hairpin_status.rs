@@ -29,11 +29,7 @@ async fn a_hairpin_is_created_updated_and_deleted_with_its_service() {
     let fake = FakeApiServer::start().await;
     fake.install_hairpin_crd();
     fake.create_namespace("hairpin");
-    fake.apply(fixtures::proxy_load_balancer(
-        "load-balancer.hetzner.cloud/uses-proxyprotocol",
-        "203.0.113.10",
-        json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]),
-    ));
+    fake.apply(support::cluster::http_lb());
     fake.apply(ingress("shop", "shop.example.com"));
     fake.apply(fixtures::coredns(COREFILE));
     let service_uid = fake
@@ -145,11 +141,7 @@ async fn a_hairpin_deleted_or_edited_by_someone_else_is_put_back_at_once() {
     let fake = FakeApiServer::start().await;
     fake.install_hairpin_crd();
     fake.create_namespace("hairpin");
-    fake.apply(fixtures::proxy_load_balancer(
-        "load-balancer.hetzner.cloud/uses-proxyprotocol",
-        "203.0.113.10",
-        json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]),
-    ));
+    fake.apply(support::cluster::http_lb());
     fake.apply(ingress("shop", "shop.example.com"));
     fake.apply(fixtures::coredns(COREFILE));
     // Nothing else changes during the test, and the resync is minutes away: only the

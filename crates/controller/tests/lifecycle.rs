@@ -12,29 +12,13 @@ use hairpin_fake_apiserver::fixtures::{self, coredns};
 use hairpin_fake_apiserver::{FakeApiServer, object};
 use hairpin_planner::PlannerConfig;
 use serde_json::{Value, json};
+use support::cluster::{corefile, ingress, lb_service};
 use support::controller::{Running, config, start};
 
 /// A Corefile with CRLF line endings and odd spacing, so "byte for byte" means something.
 fn original_corefile() -> String {
     ".:53 {\n    errors\n    health {\n       lameduck 5s\n    }\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n       ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf\n    cache   30   # tuned\n    loop\n    reload\n    loadbalance\n}\n"
         .replace('\n', "\r\n")
-}
-
-fn lb_service() -> Value {
-    let mut lb = fixtures::proxy_load_balancer(
-        "load-balancer.hetzner.cloud/uses-proxyprotocol",
-        "203.0.113.10",
-        json!([
-            {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80},
-            {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 443}
-        ]),
-    );
-    lb["spec"]["selector"] = json!({"app": "ingress-nginx"});
-    lb
-}
-
-fn ingress(namespace: &str, name: &str, host: &str) -> Value {
-    fixtures::ingress(namespace, name, &[host], "203.0.113.10")
 }
 
 /// The cluster before hairpin: a PROXY load balancer, an Ingress on it, CoreDNS; the `Hairpin`
@@ -65,14 +49,6 @@ fn delete_deployment(fake: &FakeApiServer) {
         Some("hairpin"),
         "hairpin-controller"
     ));
-}
-
-fn corefile(fake: &FakeApiServer) -> String {
-    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
-        .unwrap()["data"]["Corefile"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 fn lease(fake: &FakeApiServer) -> Option<Value> {

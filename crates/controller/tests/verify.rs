@@ -422,12 +422,25 @@ async fn answers_are_cached_and_a_failed_recheck_keeps_the_last_answer() {
     task.await.unwrap();
 }
 
+/// The cluster both fake-API tests start from: the `Hairpin` CRD, hairpin's namespace, the
+/// PROXY load balancer with an Ingress `shop/shop` for `hosts`, and a small Corefile.
+fn seed(fake: &hairpin_fake_apiserver::FakeApiServer, hosts: &[&str]) {
+    use hairpin_fake_apiserver::fixtures;
+    fake.install_hairpin_crd();
+    fake.create_namespace("hairpin");
+    fake.apply(support::cluster::http_lb());
+    fake.apply(fixtures::ingress("shop", "shop", hosts, "203.0.113.10"));
+    fake.apply(fixtures::coredns(
+        ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n",
+    ));
+}
+
 /// Over the fake API server: a name the upstream resolves elsewhere gets no rule in the
 /// Corefile, and shows in the `Hairpin` status (with the answer seen), a Warning Event and the
 /// metrics; the load balancer's own name is redirected.
 #[tokio::test]
 async fn an_unverified_name_gets_no_rule_and_shows_in_the_hairpin_status() {
-    use hairpin_fake_apiserver::{FakeApiServer, fixtures};
+    use hairpin_fake_apiserver::FakeApiServer;
     let dns = TestDns::start().await;
     dns.set(
         "shop.example.com",
@@ -435,22 +448,7 @@ async fn an_unverified_name_gets_no_rule_and_shows_in_the_hairpin_status() {
     );
     dns.set("github.com", Entry::Addresses(vec![ip("140.82.112.3")]));
     let fake = FakeApiServer::start().await;
-    fake.install_hairpin_crd();
-    fake.create_namespace("hairpin");
-    fake.apply(fixtures::proxy_load_balancer(
-        "load-balancer.hetzner.cloud/uses-proxyprotocol",
-        "203.0.113.10",
-        serde_json::json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]),
-    ));
-    fake.apply(fixtures::ingress(
-        "shop",
-        "shop",
-        &["shop.example.com", "github.com"],
-        "203.0.113.10",
-    ));
-    fake.apply(fixtures::coredns(
-        ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n",
-    ));
+    seed(&fake, &["shop.example.com", "github.com"]);
     let mut config = support::controller::config("pod-a", false);
     config.planner.verify_hostnames = hairpin_planner::VerifyMode::Resolve;
     config.verify = params(dns.addr);
@@ -481,12 +479,7 @@ async fn an_unverified_name_gets_no_rule_and_shows_in_the_hairpin_status() {
         "github.com resolves to 140.82.112.3, not this load balancer"
     );
     assert_eq!(u["sources"][0], "Ingress shop/shop");
-    let corefile = fake
-        .get("v1", "ConfigMap", Some("kube-system"), "coredns")
-        .unwrap()["data"]["Corefile"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let corefile = support::cluster::corefile(&fake);
     assert!(corefile.contains("shop.example.com"), "{corefile}");
     assert!(!corefile.contains("github.com"), "{corefile}");
     let events = fake.list("events.k8s.io/v1", "Event");
@@ -511,29 +504,14 @@ async fn an_unverified_name_gets_no_rule_and_shows_in_the_hairpin_status() {
 /// answers come (the upstream is slow here), so no write ever drops a working name.
 #[tokio::test]
 async fn a_restart_waits_for_the_answers_before_writing() {
-    use hairpin_fake_apiserver::{FakeApiServer, fixtures};
+    use hairpin_fake_apiserver::FakeApiServer;
     let dns = TestDns::start().await;
     dns.set(
         "shop.example.com",
         Entry::Addresses(vec![ip("203.0.113.10")]),
     );
     let fake = FakeApiServer::start().await;
-    fake.install_hairpin_crd();
-    fake.create_namespace("hairpin");
-    fake.apply(fixtures::proxy_load_balancer(
-        "load-balancer.hetzner.cloud/uses-proxyprotocol",
-        "203.0.113.10",
-        serde_json::json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]),
-    ));
-    fake.apply(fixtures::ingress(
-        "shop",
-        "shop",
-        &["shop.example.com"],
-        "203.0.113.10",
-    ));
-    fake.apply(fixtures::coredns(
-        ".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n",
-    ));
+    seed(&fake, &["shop.example.com"]);
     let corefile = |f: &FakeApiServer| {
         f.get("v1", "ConfigMap", Some("kube-system"), "coredns")
             .unwrap()["data"]["Corefile"]
