@@ -145,17 +145,7 @@ impl TestDns {
     async fn start() -> Self {
         let handler = Handler::default();
         let (zone, queries) = (handler.zone.clone(), handler.queries.clone());
-        let mut server = Server::new(handler);
-        let (tcp, udp) = loop {
-            let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let port = tcp.local_addr().unwrap().port();
-            if let Ok(udp) = tokio::net::UdpSocket::bind(("127.0.0.1", port)).await {
-                break (tcp, udp);
-            }
-        };
-        let addr = tcp.local_addr().unwrap();
-        server.register_listener(tcp, Duration::from_secs(5), 64);
-        server.register_socket(udp);
+        let (addr, server) = support::dns::serve(handler).await;
         Self {
             addr,
             zone,

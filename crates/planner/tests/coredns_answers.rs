@@ -9,8 +9,9 @@
 //! owner name, the TTL, PTR for a ClusterIP left alone, an external name untouched, and a
 //! cluster name still answered by the `kubernetes` plugin.
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::fs;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -175,20 +176,10 @@ fn check(dns: &CoreDns, x: &Expect<'_>, failures: &mut Vec<String>) {
 }
 
 fn fixtures(sub: &str) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = fs::read_dir(golden(sub))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy();
-            name.ends_with(".Corefile") && name.matches('.').count() == 1
-        })
-        .map(|p| {
-            let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
-            (stem, fs::read_to_string(&p).unwrap())
-        })
-        .collect();
-    out.sort();
-    out
+    support::corefile::read_fixtures(&golden(sub), |p| {
+        let name = p.file_name().unwrap().to_string_lossy();
+        name.ends_with(".Corefile") && name.matches('.').count() == 1
+    })
 }
 
 /// The Corefile as CoreDNS here can read it: absolute `coredns-custom` import paths made

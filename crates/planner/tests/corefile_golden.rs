@@ -6,6 +6,8 @@
 //! original bytes. `HAIRPIN_BLESS=1 cargo test -p hairpin-planner --test corefile_golden`
 //! rewrites the expected files; CI runs without it, so any difference fails.
 
+mod support;
+
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -53,17 +55,9 @@ fn check_golden(name: &str, actual: &str, failures: &mut Vec<String>) {
 }
 
 fn fixtures() -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = fs::read_dir(fixtures_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "Corefile"))
-        .map(|p| {
-            let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
-            (stem, fs::read_to_string(&p).unwrap())
-        })
-        .collect();
-    out.sort();
-    out
+    support::corefile::read_fixtures(&fixtures_dir(), |p| {
+        p.extension().is_some_and(|x| x == "Corefile")
+    })
 }
 
 const LB1: &str = "hairpin-lb-1.hairpin.svc.cluster.local";

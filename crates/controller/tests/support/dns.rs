@@ -61,6 +61,23 @@ impl RequestHandler for Handler {
     }
 }
 
+/// Serves `handler` on 127.0.0.1, UDP and TCP on one free port.
+pub async fn serve<H: RequestHandler>(handler: H) -> (SocketAddr, Server<H>) {
+    let mut server = Server::new(handler);
+    // The same port for both, as a DNS server has: bind TCP first, then UDP on its port.
+    let (tcp, udp) = loop {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if let Ok(udp) = tokio::net::UdpSocket::bind(("127.0.0.1", port)).await {
+            break (tcp, udp);
+        }
+    };
+    let addr = tcp.local_addr().unwrap();
+    server.register_listener(tcp, Duration::from_secs(5), 64);
+    server.register_socket(udp);
+    (addr, server)
+}
+
 /// A running test DNS server.
 pub struct TestDns {
     pub addr: SocketAddr,
@@ -74,18 +91,7 @@ impl TestDns {
     pub async fn start() -> Self {
         let handler = Handler::default();
         let (zone, queries) = (handler.zone.clone(), handler.queries.clone());
-        let mut server = Server::new(handler);
-        // The same port for both, as a DNS server has: bind TCP first, then UDP on its port.
-        let (tcp, udp) = loop {
-            let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let port = tcp.local_addr().unwrap().port();
-            if let Ok(udp) = tokio::net::UdpSocket::bind(("127.0.0.1", port)).await {
-                break (tcp, udp);
-            }
-        };
-        let addr = tcp.local_addr().unwrap();
-        server.register_listener(tcp, Duration::from_secs(5), 64);
-        server.register_socket(udp);
+        let (addr, server) = serve(handler).await;
         Self {
             addr,
             zone,

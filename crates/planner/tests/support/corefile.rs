@@ -21,6 +21,21 @@ pub fn golden_dir(sub: &str) -> PathBuf {
         .join(sub)
 }
 
+/// The files in `dir` that `keep` takes, as (file stem, text), sorted.
+pub fn read_fixtures(dir: &Path, keep: impl Fn(&Path) -> bool) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| keep(p))
+        .map(|p| {
+            let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
+            (stem, fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Compares `actual` with the file at `path`; `HAIRPIN_BLESS=1` rewrites the file instead.
 pub fn check_golden(path: &Path, actual: &str) {
     if std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1") {
