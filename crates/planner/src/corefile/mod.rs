@@ -90,7 +90,12 @@ pub enum CorefileError {
     Damaged(#[from] MarkerDamage),
     #[error("Corefile line {line}: {message}; nothing is written rather than guessing")]
     Ambiguous { line: usize, message: String },
-    #[error("the server block {server} is no longer in the Corefile; planning again")]
+    /// The keys are Corefile text and the controller logs this error as it is: escaped here,
+    /// like the keys quoted by the parser's errors.
+    #[error(
+        "the server block {} is no longer in the Corefile; planning again",
+        crate::escape::text(&.server.to_string())
+    )]
     ServerBlockGone { server: ServerRef },
 }
 

@@ -377,3 +377,17 @@ fn too_large_results_are_refused() {
     // The compact style (whole names, about the name's length each) fits with room to spare.
     assert!(apply(BASIC, &many).unwrap().text.len() < CONFIGMAP_MAX_BYTES / 2);
 }
+
+#[test]
+fn a_gone_server_block_is_named_on_one_escaped_line() {
+    let err = CorefileError::ServerBlockGone {
+        server: ServerRef {
+            keys: ".:53\nforged line".into(),
+            occurrence: 1,
+        },
+    };
+    assert_eq!(
+        err.to_string(),
+        "the server block `.:53\\nforged line` (#2) is no longer in the Corefile; planning again"
+    );
+}
