@@ -148,7 +148,8 @@ pub(super) fn in_zone(name: &str, zone: &str) -> bool {
     zone == "." || name == zone || name.strip_suffix(zone).is_some_and(|h| h.ends_with('.'))
 }
 
-fn labels(zone: &str) -> usize {
+/// How many labels `zone` has (0 for the root).
+pub(super) fn labels(zone: &str) -> usize {
     if zone == "." {
         0
     } else {

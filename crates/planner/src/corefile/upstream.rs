@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::Serialize;
 
+use super::placement::{in_zone, labels};
 use super::{CorefileError, parse};
 
 /// One `forward` target.
@@ -87,14 +88,6 @@ pub fn upstreams_for<'a>(zones: &'a [ZoneUpstreams], name: &str) -> Option<&'a [
         .map(|z| z.upstreams.as_slice())
 }
 
-fn labels(zone: &str) -> usize {
-    if zone == "." {
-        0
-    } else {
-        zone.split('.').count()
-    }
-}
-
 fn normal_zone(zone: &str) -> String {
     let z = zone.trim_end_matches('.').to_ascii_lowercase();
     if z.is_empty() { ".".into() } else { z }
@@ -113,14 +106,6 @@ fn key_zone(key: &str) -> Option<String> {
         _ => rest,
     };
     Some(normal_zone(zone))
-}
-
-fn in_zone(name: &str, zone: &str) -> bool {
-    zone == "."
-        || name == zone
-        || name
-            .strip_suffix(zone)
-            .is_some_and(|head| head.ends_with('.'))
 }
 
 /// One `forward` target as CoreDNS reads it: a path is a resolv.conf, `dns://` or a bare
