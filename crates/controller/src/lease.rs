@@ -79,6 +79,21 @@ pub fn fence_of(lease: &Lease) -> Option<Fence> {
     })
 }
 
+/// Whether `lease` is fenced: it carries the fence, or [`FENCE_HOLDER`] holds it.
+fn is_fenced(lease: &Lease) -> bool {
+    fence_of(lease).is_some() || holder_of(lease) == Some(FENCE_HOLDER)
+}
+
+/// Who holds `lease` (an empty holder is none).
+fn holder_of(lease: &Lease) -> Option<&str> {
+    lease
+        .spec
+        .as_ref()?
+        .holder_identity
+        .as_deref()
+        .filter(|h| !h.is_empty())
+}
+
 /// What a fenced Lease says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
@@ -517,7 +532,7 @@ impl LeaseManager {
         self.foreign_reported = None;
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-        if fence_of(&lease).is_some() || holder.as_deref() == Some(FENCE_HOLDER) {
+        if is_fenced(&lease) {
             return Ok(Step::Fenced(Box::new(lease)));
         }
         if self.fenced {
@@ -673,12 +688,8 @@ async fn watch_lease(
                     poke.notify_one();
                 }
                 Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
-                    let holder = lease
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.holder_identity.as_deref())
-                        .filter(|h| !h.is_empty());
-                    let fenced = fence_of(&lease).is_some() || holder == Some(FENCE_HOLDER);
+                    let holder = holder_of(&lease);
+                    let fenced = is_fenced(&lease);
                     // Without an election only the fence matters.
                     let other = !params.observe_only && holder != Some(params.identity.as_str());
                     if (fenced || other) && newer_than_ours(&lease) {
