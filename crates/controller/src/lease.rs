@@ -94,6 +94,11 @@ fn holder_of(lease: &Lease) -> Option<&str> {
         .filter(|h| !h.is_empty())
 }
 
+/// The resourceVersion of `lease` as a number (`None`: absent, or not a number).
+fn resource_version(lease: &Lease) -> Option<u64> {
+    lease.metadata.resource_version.as_deref()?.parse().ok()
+}
+
 /// What a fenced Lease says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
@@ -591,13 +596,8 @@ impl LeaseManager {
     }
 
     fn remember_write(&self, lease: &Lease) {
-        let rv = lease
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|rv| rv.parse().ok())
-            .unwrap_or(0);
-        self.written_rv.store(rv, Ordering::SeqCst);
+        self.written_rv
+            .store(resource_version(lease).unwrap_or(0), Ordering::SeqCst);
     }
 
     /// Updates the Lease with its resourceVersion set: a concurrent change makes it fail with
@@ -672,12 +672,7 @@ async fn watch_lease(
     let config = watcher::Config::default().fields(&format!("metadata.name={}", params.name));
     let newer_than_ours = |lease: &Lease| {
         let ours = written_rv.load(Ordering::SeqCst);
-        lease
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|rv| rv.parse::<u64>().ok())
-            .is_none_or(|rv| ours == 0 || rv > ours)
+        resource_version(lease).is_none_or(|rv| ours == 0 || rv > ours)
     };
     watcher(api, config)
         .backoff(crate::watch::WatchBackoff::default())
