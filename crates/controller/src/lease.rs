@@ -636,13 +636,13 @@ impl LeaseManager {
         if !created_by_hairpin(&lease.metadata) {
             return Err(self.not_owned());
         }
-        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-        if spec.holder_identity.as_deref() != Some(self.params.identity.as_str())
-            || fence_of(&lease).is_some()
-        {
+        if fence_of(&lease).is_some() {
             return Ok(false);
         }
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(self.params.identity.as_str()) {
+            return Ok(false);
+        }
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(Self::now());
