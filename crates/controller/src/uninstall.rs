@@ -239,12 +239,12 @@ enum Fenced {
     NotOurs,
 }
 
-/// `namespace/name` of the controller Deployment and an owner reference to it, when it exists.
+/// An owner reference to the controller Deployment, when it exists.
 async fn controller_deployment(
     client: &kube::Client,
     namespace: &str,
     name: &str,
-) -> Result<Option<(Deployment, OwnerReference)>, Error> {
+) -> Result<Option<OwnerReference>, Error> {
     let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let deployment = match api.get_opt(name).await {
         Ok(found) => found,
@@ -263,15 +263,13 @@ async fn controller_deployment(
         }
     };
     Ok(deployment.and_then(|d| {
-        let uid = d.metadata.uid.clone()?;
-        let owner = OwnerReference {
+        Some(OwnerReference {
             api_version: "apps/v1".into(),
             kind: "Deployment".into(),
             name: name.into(),
-            uid,
+            uid: d.metadata.uid?,
             ..OwnerReference::default()
-        };
-        Some((d, owner))
+        })
     }))
 }
 
@@ -397,7 +395,7 @@ async fn fence(
 ) -> bool {
     let ns = &planner.namespace;
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let deployment = match retry("read the controller Deployment", || {
+    let owner = match retry("read the controller Deployment", || {
         controller_deployment(client, ns, &params.controller_deployment)
     })
     .await
@@ -408,7 +406,6 @@ async fn fence(
             None
         }
     };
-    let owner = deployment.as_ref().map(|(_, owner)| owner.clone());
     let started = Instant::now();
     let fenced = retry("fence the controller", || {
         write_fence(&leases, ns, &params.lease_name, owner.as_ref())
@@ -427,7 +424,7 @@ async fn fence(
             acknowledged,
         }) => {
             report.fence.fenced = true;
-            report.fence.owned_by = deployment
+            report.fence.owned_by = owner
                 .as_ref()
                 .map(|_| format!("{ns}/{}", params.controller_deployment));
             if let Some(holder) = &displaced
