@@ -273,6 +273,16 @@ async fn controller_deployment(
     }))
 }
 
+/// Adds `owner` to the Lease's owners; false when it was one already.
+fn add_owner(lease: &mut Lease, owner: &OwnerReference) -> bool {
+    let owners = lease.metadata.owner_references.get_or_insert_with(Vec::new);
+    if owners.iter().any(|o| o.uid == owner.uid) {
+        return false;
+    }
+    owners.push(owner.clone());
+    true
+}
+
 /// Takes the Lease for [`FENCE_HOLDER`], marked as fenced and owned by `owner`.
 async fn write_fence(
     api: &Api<Lease>,
@@ -298,10 +308,7 @@ async fn write_fence(
         );
         annotations.remove(FENCE_ACKNOWLEDGED_ANNOTATION);
         if let Some(owner) = owner {
-            let owners = lease.metadata.owner_references.get_or_insert_with(Vec::new);
-            if !owners.iter().any(|o| o.uid == owner.uid) {
-                owners.push(owner.clone());
-            }
+            add_owner(lease, owner);
         }
     };
     let Some(mut lease) = api
@@ -335,14 +342,12 @@ async fn write_fence(
         // An earlier run fenced it already: keep what it recorded, add the owner.
         let acknowledged = fence.previous_holder.is_none()
             || fence.acknowledged_by.is_some() && fence.acknowledged_by == fence.previous_holder;
-        if let Some(owner) = owner {
-            let owners = lease.metadata.owner_references.get_or_insert_with(Vec::new);
-            if !owners.iter().any(|o| o.uid == owner.uid) {
-                owners.push(owner.clone());
-                api.replace(name, &post_params(), &lease)
-                    .await
-                    .map_err(|err| Error::kube(format!("update {what}"), err))?;
-            }
+        if let Some(owner) = owner
+            && add_owner(&mut lease, owner)
+        {
+            api.replace(name, &post_params(), &lease)
+                .await
+                .map_err(|err| Error::kube(format!("update {what}"), err))?;
         }
         return Ok(Fenced::Yes {
             displaced: fence.previous_holder,
