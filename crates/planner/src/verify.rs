@@ -451,21 +451,6 @@ fn wildcard(name: &str, labels: Option<WildcardLabels>) -> Option<(&str, Wildcar
         .map(|suffix| (suffix, labels.unwrap_or_default()))
 }
 
-/// Whether the wildcard `*.suffix` (meaning `labels`) takes the name `host` (exact).
-fn takes(suffix: &str, labels: WildcardLabels, host: &str) -> bool {
-    host.strip_suffix(suffix)
-        .and_then(|h| h.strip_suffix('.'))
-        .is_some_and(|head| !head.is_empty() && labels.covers(head))
-}
-
-/// Whether the wildcard `*.suffix` (meaning `labels`) takes some of the names of the wildcard
-/// `*.other` (deeper; the same wildcard is a conflict, handled before).
-fn takes_wildcard(suffix: &str, labels: WildcardLabels, other: &str) -> bool {
-    // The names of `*.other` are `x.other`; `*.suffix` takes them when `other` is strictly
-    // under `suffix` and its `*` stands for more than one label.
-    labels == WildcardLabels::OneOrMore && takes(suffix, labels, other)
-}
-
 /// The carve-outs: for each redirected wildcard, the claimed names it covers that are not
 /// redirected. `redirected`: every redirected hostname; `claims`: every other claim (names of
 /// other load balancers, unverified, refused and conflicted names). Exact claims become
@@ -508,10 +493,17 @@ pub(crate) fn carve(
                 continue;
             };
             for taker in takers {
-                let labels = taker.hostname.wildcard_labels.unwrap_or_default();
                 let (covered, exact) = match claimed {
-                    None => (takes(parent, labels, claim.name), true),
-                    Some((suffix, _)) => (takes_wildcard(parent, labels, suffix), false),
+                    None => (taker.hostname.matches(claim.name), true),
+                    // The names of `*.suffix` (deeper; the same wildcard is a conflict, handled
+                    // before) are `x.suffix`: the taker takes some of them when it covers
+                    // `suffix` and its `*` stands for more than one label.
+                    Some((suffix, _)) => (
+                        taker.hostname.wildcard_labels.unwrap_or_default()
+                            == WildcardLabels::OneOrMore
+                            && taker.hostname.matches(suffix),
+                        false,
+                    ),
                 };
                 if !covered {
                     continue;
