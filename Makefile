@@ -1,5 +1,5 @@
 # Everyday commands. CI runs `.ci/run`, which is fmt-check + lint + test.
-.PHONY: run test fmt lint ci bench generate fuzz-build
+.PHONY: run test fmt lint ci bench generate fuzz-build fn-lengths
 
 run:  ## the main job on the bundled example, no cluster needed
 	cargo run --release -- plan -f examples/cluster.yaml
@@ -15,6 +15,9 @@ lint:
 
 ci:
 	./.ci/run
+
+fn-lengths: ## the ten longest functions in crates/*/src (`--top N`, `--max L`)
+	python3 scripts/fn-lengths.py
 
 generate: ## the Hairpin CRD from its Rust type, then the static manifest from the chart
 	cargo run -q -- crd > charts/hairpin/crds/hairpin.io_hairpins.yaml
