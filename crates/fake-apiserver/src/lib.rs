@@ -21,6 +21,7 @@
 //! code, or are delayed; open watches can be dropped and history compacted; the server can go
 //! down (connections refused, open connections and watches cut) and come back on the same
 //! address ([`FakeApiServer::go_down`], [`FakeApiServer::come_back`]).
+#![forbid(unsafe_code)]
 
 mod http;
 mod managed;

@@ -1,5 +1,6 @@
 //! `hairpin`: one binary, one subcommand per job. This file only parses the command line and
 //! dispatches; every subcommand's work lives in a library crate that tests drive directly.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
