@@ -2,6 +2,8 @@
 //! the backoff, instead of a line per watch and retry (kube-client's own ERROR line for each
 //! failed request included): the server is a loopback port nothing listens on.
 
+mod support;
+
 use std::io::Read as _;
 use std::net::TcpListener;
 use std::process::Stdio;
@@ -22,7 +24,7 @@ fn an_unreachable_api_server_is_one_warning_with_its_url_and_backoff() {
         ),
     )
     .unwrap();
-    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = support::hairpin_command();
     let mut child = cmd
         .args([
             "controller",

@@ -1,12 +1,14 @@
 //! The command line's shared conventions, as a user meets them: `hairpin version`,
 //! `hairpin completion <shell>`, and `-n` meaning hairpin's namespace as in kubectl.
 
+mod support;
+
 use std::process::{Output, Stdio};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster.yaml");
 
 fn hairpin(args: &[&str]) -> Output {
-    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = support::hairpin_command();
     cmd.args(args).stdin(Stdio::null());
     cmd.output().unwrap()
 }

@@ -1,14 +1,16 @@
 //! `hairpin doctor` as a process against real nginx on loopback: the hairpin signature, a
 //! healthy server, JSON output, exit codes, bad input, and the `kubectl hairpin` plugin name.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use hairpin_testkit::{Nginx, free_addr};
 
 fn hairpin(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hairpin"))
+    support::hairpin_command()
         .args(args)
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env("KUBECONFIG", "/nonexistent/hairpin-test-kubeconfig")
@@ -194,7 +196,7 @@ fn kubectl_plugin_name_is_used_when_linked_as_kubectl_hairpin() {
     let dir = tempfile::tempdir().unwrap();
     let link = dir.path().join("kubectl-hairpin");
     std::os::unix::fs::symlink(Path::new(env!("CARGO_BIN_EXE_hairpin")), &link).unwrap();
-    let out = Command::new(&link)
+    let out = hairpin_testkit::isolated_command(&link)
         .args(["doctor", "--help"])
         .output()
         .unwrap();
@@ -203,7 +205,7 @@ fn kubectl_plugin_name_is_used_when_linked_as_kubectl_hairpin() {
     assert!(help.contains("Usage: kubectl hairpin doctor"), "{help}");
     // The same arguments work through the plugin name.
     let closed = free_addr();
-    let out = Command::new(&link)
+    let out = hairpin_testkit::isolated_command(&link)
         .args([
             "doctor",
             "127.0.0.1",

@@ -1,7 +1,9 @@
 //! `hairpin echo` behind a real HAProxy sending PROXY v1 and v2 (with TLVs).
 
+mod support;
+
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use hairpin_testkit::{Haproxy, exchange, free_addr, http_get, wait_for_port};
@@ -18,7 +20,7 @@ impl Echo {
 
     fn start_with(addr: SocketAddr, mode: &str, args: &[&str]) -> Self {
         let log = tempfile::NamedTempFile::new().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+        let child = support::hairpin_command()
             .args([
                 "echo",
                 "--listen",
@@ -127,7 +129,7 @@ fn optional_mode_reports_a_missing_header_plainly() {
 fn a_busy_address_is_a_clear_error() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+    let out = support::hairpin_command()
         .args(["echo", "--listen", &addr.to_string()])
         .output()
         .unwrap();

@@ -2,6 +2,8 @@
 //! and shows each cause once, whichever library layer the cause comes from. The commands run
 //! as a user runs them: the built binary, failing on purpose, with no cluster and no network.
 
+mod support;
+
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Stdio;
@@ -15,7 +17,7 @@ struct Failure {
 }
 
 fn hairpin(args: &[&str]) -> Failure {
-    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = support::hairpin_command();
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -346,7 +348,7 @@ fn an_unknown_context_is_named_with_its_kubeconfig_by_every_command() {
 fn doctor_still_reads_the_deprecated_hairpin_kubeconfig_variable() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("old").display().to_string();
-    let out = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
+    let out = support::hairpin_command()
         .args(["doctor", "shop.example.com"])
         .env("HAIRPIN_KUBECONFIG", &kubeconfig)
         .stdin(Stdio::null())

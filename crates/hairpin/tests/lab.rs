@@ -27,6 +27,8 @@
 //!
 //! Needs root and `ip netns`; without them it skips loudly (CI runs it as root).
 
+mod support;
+
 use std::net::{IpAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -155,7 +157,7 @@ impl Drop for Lab {
 
 /// `args` run inside the network namespace `ns`.
 fn in_ns(ns: &str, args: &[&str]) -> Command {
-    let mut command = Command::new("ip");
+    let mut command = hairpin_testkit::isolated_command("ip");
     command.args(["netns", "exec", ns]).args(args);
     command
 }
@@ -577,7 +579,7 @@ fn hairpin_lab_in_network_namespaces() {
     )
     .unwrap();
     let out = run_ok(
-        Command::new(hairpin)
+        support::hairpin_command()
             .args(["node-agent", "--once", "--hosts-file"])
             .arg(&hosts_file)
             .arg("--source-file")
@@ -656,7 +658,7 @@ fn hairpin_lab_in_network_namespaces() {
 
     // 5. Uninstall: the node agent removes its block, the hosts file is as before.
     run_ok(
-        Command::new(hairpin)
+        support::hairpin_command()
             .args(["node-agent", "--remove", "--hosts-file"])
             .arg(&hosts_file),
     );

@@ -1,18 +1,17 @@
 //! `hairpin node-agent` as a process: one-shot sync, removal, clear errors, removal on SIGTERM.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use support::hairpin_command;
 
 const ORIGINAL: &str = "127.0.0.1\tlocalhost\n10.0.0.5 node-1 # the node\n";
 
-fn hairpin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hairpin"))
-}
-
 /// `hairpin node-agent --once`: one sync of `hosts` from `source`.
 fn once(hosts: &Path, source: &Path) -> Output {
-    hairpin()
+    hairpin_command()
         .args(["node-agent", "--once", "--hosts-file"])
         .arg(hosts)
         .arg("--source-file")
@@ -48,7 +47,7 @@ fn once_writes_the_block_and_remove_restores_the_file() {
         "{text}"
     );
 
-    let out = hairpin()
+    let out = hairpin_command()
         .args(["node-agent", "--remove", "--hosts-file"])
         .arg(&hosts)
         .output()
@@ -106,7 +105,7 @@ fn the_agent_follows_its_source_and_removes_its_block_on_sigterm() {
         &source,
         "- ip: 10.96.0.20\n  hostnames: [shop.example.com]\n",
     );
-    let mut child = hairpin()
+    let mut child = hairpin_command()
         .args([
             "node-agent",
             "--interval",

@@ -5,7 +5,9 @@
 //!
 //! `cargo test -p hairpin --test node_agent_footprint -- --ignored --nocapture`
 
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use hairpin_fake_apiserver::{FakeApiServer, fixtures, object};
@@ -83,7 +85,7 @@ async fn watches_and_memory_of_one_agent() {
     let hosts = dir.path().join("hosts");
     std::fs::write(&hosts, "127.0.0.1 localhost\n").unwrap();
     let agent = Killed(
-        Command::new(env!("CARGO_BIN_EXE_hairpin"))
+        support::hairpin_command()
             .args([
                 "node-agent",
                 "--admin-addr",

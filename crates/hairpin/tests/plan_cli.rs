@@ -1,5 +1,7 @@
 //! `hairpin plan` as a user runs it: the built binary on `examples/cluster.yaml`.
 
+mod support;
+
 use std::io::Write as _;
 use std::process::{Output, Stdio};
 
@@ -18,7 +20,7 @@ const TENANT: &str = concat!(
 /// are about the rest of the plan. `an_offline_plan_lists_the_names_it_did_not_verify` runs the
 /// default.
 fn hairpin(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = support::hairpin_command();
     cmd.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
     cmd.args(args)
         .stdin(Stdio::piped())
@@ -84,7 +86,7 @@ fn text_summary_of_the_example() {
 /// plan them anyway.
 #[test]
 fn an_offline_plan_lists_the_names_it_did_not_verify() {
-    let out = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
+    let out = support::hairpin_command()
         .args(["plan", "-f", EXAMPLE])
         .output()
         .unwrap();
@@ -108,7 +110,7 @@ fn an_offline_plan_lists_the_names_it_did_not_verify() {
         "{text}"
     );
     assert!(text.contains("  hostnames (0)\n"), "{text}");
-    let yaml = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
+    let yaml = support::hairpin_command()
         .args(["plan", "-f", EXAMPLE, "-o", "yaml"])
         .output()
         .unwrap();
@@ -350,7 +352,7 @@ fn stdin_input_and_flags_from_the_environment() {
         stdout(&out)
     );
 
-    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = support::hairpin_command();
     let out = cmd
         .args(["plan", "-f", EXAMPLE, "-o", "yaml"])
         .env("HAIRPIN_NAMESPACE", "net")
@@ -438,7 +440,7 @@ fn admission_flags_and_their_environment_variables() {
         stdout(&out)
     );
     // `HAIRPIN_HOSTNAME_NAMESPACES`: a namespace outside the list claims nothing.
-    let out = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
+    let out = support::hairpin_command()
         .args(["plan", "-f", TENANT])
         .env("HAIRPIN_HOSTNAME_NAMESPACES", "tenant-b")
         .output()
@@ -623,7 +625,7 @@ fn kube_dns_clusters_get_the_stub_domains_value_for_the_nameserver_given() {
         "{text}"
     );
 
-    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = support::hairpin_command();
     let out = cmd
         .args(["plan", "-f", KUBE_DNS, "-o", "json"])
         .env("HAIRPIN_VERIFY_HOSTNAMES", "off")

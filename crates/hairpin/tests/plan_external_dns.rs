@@ -4,6 +4,8 @@
 //! `tests/golden/plans/<name>.objects.yaml`, `HAIRPIN_BLESS=1` rewrites it), `-o json` and
 //! `-o diff` show every DNSEndpoint created, replaced or deleted.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
@@ -13,7 +15,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn plan(name: &str, extra: &[&str]) -> String {
-    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = support::hairpin_command();
     // Offline, nothing is resolved: plan the names as if they resolve to their load balancers.
     cmd.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
     cmd.args(["plan", "--dns-mode", "external-dns", "-f"])
@@ -159,13 +161,10 @@ fn a_mode_switch_removes_the_earlier_modes_blocks() {
     let input = dir.join("cluster.yaml");
     std::fs::write(&input, &cluster).unwrap();
     let run = |args: &[&str]| {
-        let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+        let mut cmd = support::hairpin_command();
         // Offline, nothing is resolved: plan the names as if they resolve to their load balancers.
         cmd.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
         cmd.arg("plan").arg("-f").arg(&input).args(args);
-        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("HAIRPIN_")) {
-            cmd.env_remove(k);
-        }
         let out = cmd.output().unwrap();
         String::from_utf8(out.stdout).unwrap()
     };

@@ -5,6 +5,8 @@
 //! `tests/golden/plans/<name>.objects.yaml`; `HAIRPIN_BLESS=1 cargo test -p hairpin --test
 //! plan_golden` rewrites them, and CI runs without it, so any difference fails.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 
 const SHAPES: [&str; 2] = ["dual-stack", "ipv6-only"];
@@ -22,7 +24,7 @@ fn golden(name: &str) -> PathBuf {
 }
 
 fn plan(fixture: &Path, extra: &[&str]) -> String {
-    let mut cmd = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let mut cmd = support::hairpin_command();
     // Offline, nothing is resolved: plan the names as if they resolve to their load balancers.
     cmd.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
     cmd.arg("plan").arg("-f").arg(fixture).args(extra);

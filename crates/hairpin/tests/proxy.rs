@@ -1,6 +1,8 @@
 //! `hairpin proxy` as a process: real nginx behind it (the issue's must-show: nginx reports
 //! the client address curl used), flags, admin endpoints, the routes file, signals.
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -8,12 +10,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use hairpin_testkit::{Nginx, free_addr, free_port_on, http_get, require_binary};
+use support::hairpin_command;
 
 const T: Duration = Duration::from_secs(10);
-
-fn hairpin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hairpin"))
-}
 
 /// A running `hairpin proxy`, killed on drop.
 struct ProxyProcess {
@@ -24,12 +23,12 @@ struct ProxyProcess {
 
 impl ProxyProcess {
     fn start(args: &[&str]) -> Self {
-        Self::start_in(hairpin(), args)
+        Self::start_in(hairpin_command(), args)
     }
 
     /// Started by `prlimit`, with this `SOFT:HARD` file descriptor limit.
     fn start_with_nofile(limit: &str, args: &[&str]) -> Self {
-        let mut command = Command::new(require_binary("prlimit"));
+        let mut command = hairpin_testkit::isolated_command(require_binary("prlimit"));
         command
             .arg(format!("--nofile={limit}"))
             .arg(env!("CARGO_BIN_EXE_hairpin"));
@@ -255,7 +254,7 @@ fn bad_flags_exit_2_naming_the_flag() {
             "--routes-file",
         ),
     ] {
-        let output = hairpin().arg("proxy").args(args).output().unwrap();
+        let output = hairpin_command().arg("proxy").args(args).output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(
@@ -264,7 +263,7 @@ fn bad_flags_exit_2_naming_the_flag() {
         );
     }
     // Every flag has an environment variable.
-    let output = hairpin()
+    let output = hairpin_command()
         .args(["proxy", "--upstream", "a:1"])
         .env("HAIRPIN_LISTEN", "nonsense")
         .output()
@@ -277,7 +276,7 @@ fn bad_flags_exit_2_naming_the_flag() {
 fn a_busy_listen_address_is_a_clear_error() {
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap();
-    let output = hairpin()
+    let output = hairpin_command()
         .args([
             "proxy",
             "--listen",
@@ -783,7 +782,7 @@ fn an_unresolvable_upstream_is_a_clear_startup_error() {
          --upstream no-such-upstream.hairpin.test:80 --admin-addr 127.0.0.1:19090",
         env!("CARGO_BIN_EXE_hairpin")
     );
-    let output = Command::new("unshare")
+    let output = hairpin_testkit::isolated_command("unshare")
         .args(["--net", "sh", "-c", &script])
         .output()
         .unwrap();

@@ -1,6 +1,8 @@
 //! `hairpin proxy --routes-configmap`: the in-cluster proxy follows the route table the
 //! controller publishes, through a watch on the fake API server, in front of a real nginx.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -73,7 +75,7 @@ async fn proxy_follows_the_routes_configmap() {
     let admin = free_addr();
     let (first, second) = (free_addr(), free_addr());
 
-    let mut command = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let mut command = support::hairpin_command();
     let _proxy = Killed(
         command
             .args([
@@ -141,7 +143,7 @@ async fn proxy_follows_the_routes_configmap() {
 
 #[test]
 fn a_bad_routes_configmap_reference_names_the_flag() {
-    let output = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
+    let output = support::hairpin_command()
         .args(["proxy", "--routes-configmap", "no-namespace"])
         .output()
         .expect("run hairpin");

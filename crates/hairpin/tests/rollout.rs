@@ -2,6 +2,8 @@
 //! port (`SO_REUSEPORT`), a bounded client keeps connecting through it, and one process is
 //! restarted (SIGTERM, then a new one). Every connection must be answered.
 
+mod support;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -25,7 +27,7 @@ impl Proxy {
     fn start(listen: SocketAddr, upstream: SocketAddr, destination: &str) -> Self {
         let admin = free_addr();
         let log = tempfile::NamedTempFile::new().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+        let child = support::hairpin_command()
             .args(["proxy", "--listen", &listen.to_string()])
             .args(["--upstream", &upstream.to_string()])
             .args(["--destination", destination])

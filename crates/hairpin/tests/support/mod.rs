@@ -1,4 +1,5 @@
-//! Shared by the tests that run hairpin's binary against the fake API server.
+//! Shared by the tests that run hairpin's binary: the command itself, and the fake API
+//! server's cluster for the ones that need one.
 #![allow(dead_code, unreachable_pub)]
 
 use std::process::Command;
@@ -12,11 +13,19 @@ pub const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes clust
 /// The load balancer's status address.
 pub const LB_IP: &str = "203.0.113.7";
 
-/// The binary, with no ambient kube or hairpin settings, and hostname verification off
-/// (`HAIRPIN_VERIFY_HOSTNAMES=off`): the fake cluster's names resolve nowhere, and with
-/// `resolve` the controller would ask the machine's own resolvers, off loopback.
+/// The built binary with a clean environment: no `HAIRPIN_*`, `KUBECONFIG` or `POD_NAME` from
+/// the shell that runs the tests, so a test sees only the flags and variables it sets itself.
+/// Every test that runs hairpin starts here (or from [`hairpin`]); a wrapper that runs it
+/// (`prlimit`, `ip netns exec`) starts from `hairpin_testkit::isolated_command` instead.
+pub fn hairpin_command() -> Command {
+    hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"))
+}
+
+/// [`hairpin_command`] with hostname verification off (`HAIRPIN_VERIFY_HOSTNAMES=off`): the
+/// fake cluster's names resolve nowhere, and with `resolve` the controller would ask the
+/// machine's own resolvers, off loopback.
 pub fn hairpin(args: &[&str]) -> Command {
-    let mut command = hairpin_testkit::isolated_command(env!("CARGO_BIN_EXE_hairpin"));
+    let mut command = hairpin_command();
     command.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
     command.args(args);
     command
