@@ -1,14 +1,13 @@
 //! Planner settings. Every field has a default that fits the common case; `hairpin plan` and
 //! `hairpin controller` expose each one as a flag with an environment variable.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
-use crate::admission::AdmissionConfig;
-use crate::kube_dns::StubNameserver;
-use crate::verify::VerifyMode;
+use crate::name::{DnsName, Host};
 
 /// How the DNS override is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -81,6 +80,261 @@ impl std::str::FromStr for NodeLocalDns {
         }
     }
 }
+
+/// Whether hostnames are checked by resolution before they are redirected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyMode {
+    /// A name is redirected only when the upstream DNS resolves it to its load balancer.
+    #[default]
+    Resolve,
+    /// Every admitted name is redirected without asking (air-gapped clusters, whose upstream
+    /// cannot answer for the public names).
+    Off,
+}
+
+impl VerifyMode {
+    /// `resolve` or `off`, as on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerifyMode::Resolve => "resolve",
+            VerifyMode::Off => "off",
+        }
+    }
+}
+
+impl std::str::FromStr for VerifyMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "resolve" => Ok(VerifyMode::Resolve),
+            "off" => Ok(VerifyMode::Off),
+            other => Err(format!(
+                "unknown hostname verification {other:?} (expected resolve or off)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for VerifyMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One `--stub-domain-nameserver`: what kube-dns accepts in a stub domain's list, an IP or
+/// `ip:port` (`[v6]:port`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StubNameserver {
+    /// Port 53.
+    Ip(IpAddr),
+    /// Another port.
+    IpPort(SocketAddr),
+}
+
+impl std::fmt::Display for StubNameserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StubNameserver::Ip(ip) => ip.fmt(f),
+            StubNameserver::IpPort(address) => address.fmt(f),
+        }
+    }
+}
+
+impl Serialize for StubNameserver {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl std::str::FromStr for StubNameserver {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let parsed = match s.parse::<IpAddr>() {
+            Ok(ip) => StubNameserver::Ip(ip),
+            Err(_) => StubNameserver::IpPort(s.parse::<SocketAddr>().map_err(|_| {
+                format!(
+                    "{s:?} is not a nameserver address: give an IP (10.96.0.53) or IP and \
+                     port (10.96.0.53:5353, [fd00::53]:5353)"
+                )
+            })?),
+        };
+        let ip = match parsed {
+            StubNameserver::Ip(ip) => ip,
+            StubNameserver::IpPort(address) if address.port() == 0 => {
+                return Err(format!("{s:?}: port 0 is not a nameserver port"));
+            }
+            StubNameserver::IpPort(address) => address.ip(),
+        };
+        // kube-dns would send the queries to itself (loopback) or nowhere.
+        if ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() {
+            return Err(format!(
+                "{s:?} is a loopback, unspecified or multicast address: give the address of \
+                 the DNS server kube-dns forwards to, such as its Service's ClusterIP"
+            ));
+        }
+        Ok(parsed)
+    }
+}
+
+/// Who may have their hostnames redirected, by the namespace of the object that states them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NamespacePolicy {
+    /// Any namespace (the default).
+    #[default]
+    Any,
+    /// These namespaces.
+    Names(BTreeSet<String>),
+    /// Namespaces whose labels match (every requirement); needs the Namespace objects.
+    Selector(Vec<LabelRequirement>),
+}
+
+/// One `key=value` or `key!=value` requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LabelRequirement {
+    /// The label key.
+    pub key: String,
+    /// The value compared with.
+    pub value: String,
+    /// `true` for `=`/`==`, `false` for `!=`.
+    pub equals: bool,
+}
+
+impl LabelRequirement {
+    pub(crate) fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        let value = labels.and_then(|l| l.get(&self.key));
+        (value == Some(&self.value)) == self.equals
+    }
+}
+
+impl std::str::FromStr for NamespacePolicy {
+    type Err = String;
+
+    /// Empty: any namespace. `a,b`: those namespaces. `team=web,env!=dev`: a label selector
+    /// (equality requirements only). A list mixing the two forms is an error.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let items: Vec<&str> = s
+            .split(',')
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+            .collect();
+        if items.is_empty() {
+            return Ok(NamespacePolicy::Any);
+        }
+        let is_requirement = |i: &&str| i.contains('=');
+        if items.iter().all(is_requirement) {
+            return items
+                .iter()
+                .map(|item| {
+                    let (key, value, equals) = if let Some((k, v)) = item.split_once("!=") {
+                        (k, v, false)
+                    } else if let Some((k, v)) = item.split_once("==") {
+                        (k, v, true)
+                    } else {
+                        let (k, v) = item.split_once('=').unwrap_or((item, ""));
+                        (k, v, true)
+                    };
+                    let (key, value) = (key.trim(), value.trim());
+                    if key.is_empty()
+                        || !valid_label_part(key, true)
+                        || !valid_label_part(value, false)
+                    {
+                        return Err(format!("invalid label requirement {item:?}"));
+                    }
+                    Ok(LabelRequirement {
+                        key: key.to_owned(),
+                        value: value.to_owned(),
+                        equals,
+                    })
+                })
+                .collect::<Result<_, _>>()
+                .map(NamespacePolicy::Selector);
+        }
+        if items.iter().any(is_requirement) {
+            return Err(format!(
+                "{s:?} mixes namespace names and label requirements; give one or the other"
+            ));
+        }
+        for item in &items {
+            if !DnsName::parse(item).is_ok_and(|n| n.label_count() == 1 && n.as_str() == *item) {
+                return Err(format!("{item:?} is not a namespace name"));
+            }
+        }
+        Ok(NamespacePolicy::Names(
+            items.into_iter().map(str::to_owned).collect(),
+        ))
+    }
+}
+
+/// A label key (`prefix/name`) or value, as Kubernetes accepts them (values may be empty).
+fn valid_label_part(s: &str, key: bool) -> bool {
+    let name = if key {
+        match s.split_once('/') {
+            Some((prefix, name)) => {
+                if DnsName::parse(prefix).is_err() {
+                    return false;
+                }
+                name
+            }
+            None => s,
+        }
+    } else {
+        s
+    };
+    if name.is_empty() {
+        return !key;
+    }
+    name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+}
+
+impl NamespacePolicy {
+    /// `--hostname-namespaces` as written back: empty for any.
+    pub fn describe(&self) -> String {
+        match self {
+            NamespacePolicy::Any => "any namespace".into(),
+            NamespacePolicy::Names(names) => {
+                format!(
+                    "namespaces {}",
+                    names.iter().cloned().collect::<Vec<_>>().join(", ")
+                )
+            }
+            NamespacePolicy::Selector(reqs) => {
+                let reqs: Vec<String> = reqs
+                    .iter()
+                    .map(|r| format!("{}{}{}", r.key, if r.equals { "=" } else { "!=" }, r.value))
+                    .collect();
+                format!("namespaces labelled {}", reqs.join(","))
+            }
+        }
+    }
+
+    /// Whether Namespace objects are needed (to match labels).
+    pub fn needs_namespaces(&self) -> bool {
+        matches!(self, NamespacePolicy::Selector(_))
+    }
+}
+
+/// Admission settings (part of [`crate::PlannerConfig`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AdmissionConfig {
+    /// Zones never redirected, besides the built-in ones (`--deny-hostnames`): a name denies
+    /// itself and every name under it; `*.name` denies only the names under it.
+    pub deny_hostnames: Vec<Host>,
+    /// Which namespaces may claim hostnames (`--hostname-namespaces`).
+    pub hostname_namespaces: NamespacePolicy,
+}
+
+/// Key of the hosts block in the ConfigMap the controller publishes for the node agents.
+pub const HOSTS_KEY: &str = "hosts.json";
 
 /// Planner settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -165,7 +419,7 @@ impl Default for PlannerConfig {
             routes_config_map: "hairpin-routes".into(),
             routes_key: "routes.json".into(),
             hosts_config_map: "hairpin-hosts".into(),
-            hosts_key: crate::hosts::HOSTS_KEY.into(),
+            hosts_key: HOSTS_KEY.into(),
             cluster_domain: None,
             admission: AdmissionConfig::default(),
             stub_domain_nameservers: Vec::new(),

@@ -323,7 +323,7 @@ fn carve_out(
                 labels: c
                     .hostname
                     .starts_with("*.")
-                    .then_some(crate::hostnames::WildcardLabels::OneOrMore),
+                    .then_some(crate::name::WildcardLabels::OneOrMore),
                 why: "claimed by several load balancers".to_owned(),
             }
         }));
@@ -337,7 +337,7 @@ fn carve_out(
                     labels: r
                         .hostname
                         .starts_with("*.")
-                        .then_some(crate::hostnames::WildcardLabels::OneOrMore),
+                        .then_some(crate::name::WildcardLabels::OneOrMore),
                     why: format!("refused for load balancer {}", r.load_balancer),
                 }),
         );
@@ -374,7 +374,7 @@ fn wildcard_labels_of(
     name: &str,
     collected: &hostnames::Collected,
     lb: &ObjectRef,
-) -> Option<crate::hostnames::WildcardLabels> {
+) -> Option<crate::name::WildcardLabels> {
     collected
         .per_lb
         .get(lb)

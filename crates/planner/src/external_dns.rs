@@ -17,11 +17,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+use crate::balancers::{HostsEntry, LoadBalancerPlan, cluster_ips};
 use crate::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig, is_managed};
-use crate::plan::{HostsEntry, LoadBalancerPlan, cluster_ips};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
+pub use crate::snapshot::{
+    DnsEndpoint, DnsEndpointSpec, DnsEndpointStatus, Endpoint, ProviderSpecific,
+};
 use crate::warning::Warning;
 
 /// API group of external-dns's CRD source.
@@ -45,106 +48,6 @@ pub const MAX_ENDPOINTS_PER_OBJECT: usize = 1000;
 /// TTL of the published records: the one hairpin's Corefile answers have, short so that a
 /// recreated hairpin Service (a new ClusterIP) is picked up quickly.
 pub const RECORD_TTL: i64 = crate::corefile::ANSWER_TTL as i64;
-
-/// A `DNSEndpoint` (external-dns's `charts/external-dns/crds/dnsendpoint.yaml`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DnsEndpoint {
-    /// `externaldns.k8s.io/v1alpha1`.
-    pub api_version: String,
-    /// `DNSEndpoint`.
-    pub kind: String,
-    /// Standard metadata.
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    /// The records.
-    #[serde(default)]
-    pub spec: DnsEndpointSpec,
-    /// Written by external-dns.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<DnsEndpointStatus>,
-}
-
-/// `spec` of a `DNSEndpoint`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DnsEndpointSpec {
-    /// The records, one per (name, record type).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub endpoints: Vec<Endpoint>,
-}
-
-/// One record set.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Endpoint {
-    /// The hostname (a wildcard `*.example.com` is published as a DNS wildcard record).
-    pub dns_name: String,
-    /// The addresses; never empty in what hairpin publishes.
-    #[serde(default)]
-    pub targets: Vec<String>,
-    /// `A` or `AAAA`.
-    #[serde(default)]
-    pub record_type: String,
-    /// TTL in seconds.
-    #[serde(default, rename = "recordTTL", skip_serializing_if = "Option::is_none")]
-    pub record_ttl: Option<i64>,
-    /// external-dns's own labels; hairpin sets none.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    /// Provider-specific settings; hairpin sets none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub provider_specific: Vec<ProviderSpecific>,
-}
-
-/// A provider-specific setting of an endpoint.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProviderSpecific {
-    /// Name.
-    pub name: String,
-    /// Value.
-    #[serde(default)]
-    pub value: String,
-}
-
-/// `status` of a `DNSEndpoint`, written by external-dns.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DnsEndpointStatus {
-    /// The `metadata.generation` external-dns last processed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-}
-
-impl DnsEndpoint {
-    /// Namespace and name.
-    pub fn object_ref(&self) -> ObjectRef {
-        ObjectRef::from_meta(&self.metadata)
-    }
-
-    /// Whether external-dns has processed the current spec (`status.observedGeneration >=
-    /// metadata.generation`); `None` when the object carries no generation (not read from an
-    /// API server).
-    pub fn processed(&self) -> Option<bool> {
-        let generation = self.metadata.generation?;
-        let observed = self.status.as_ref().and_then(|s| s.observed_generation);
-        Some(observed.is_some_and(|o| o >= generation))
-    }
-
-    /// True when `self` (live) carries everything `desired` sets: its labels and annotations
-    /// and exactly its endpoints.
-    pub fn matches(&self, desired: &DnsEndpoint) -> bool {
-        let subset = |want: &Option<BTreeMap<String, String>>,
-                      have: &Option<BTreeMap<String, String>>| {
-            want.iter()
-                .flatten()
-                .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
-        };
-        subset(&desired.metadata.labels, &self.metadata.labels)
-            && subset(&desired.metadata.annotations, &self.metadata.annotations)
-            && self.spec == desired.spec
-    }
-}
 
 /// The external-dns mode's part of the plan.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

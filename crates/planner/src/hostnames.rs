@@ -47,6 +47,7 @@ use serde::Serialize;
 use crate::admission::{Admission, Origin, Refusal, RefusalReason};
 use crate::config::PlannerConfig;
 use crate::name::Host;
+pub use crate::name::WildcardLabels;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::sources::{CustomSource, SourceKind};
 use crate::warning::Warning;
@@ -81,40 +82,6 @@ pub const CONTROLLER_APP_NAMES: &[(&str, &[&str])] = &[
 ];
 
 const APP_LABELS: &[&str] = &["app.kubernetes.io/name", "app", "k8s-app"];
-
-/// How many labels the `*` of a wildcard hostname stands for.
-///
-/// Ordered from narrow to broad, so `max` gives the broader of two.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WildcardLabels {
-    /// Exactly one label, as in an Ingress: `*.example.com` covers `a.example.com` but not
-    /// `a.b.example.com`.
-    #[default]
-    One,
-    /// One or more labels, as in the Gateway API (a suffix match): `*.example.com` covers
-    /// `a.example.com` and `a.b.example.com`, but not `example.com`.
-    OneOrMore,
-}
-
-impl WildcardLabels {
-    /// `one label` / `one or more labels`, for people.
-    pub fn describe(self) -> &'static str {
-        match self {
-            WildcardLabels::One => "one label",
-            WildcardLabels::OneOrMore => "one or more labels",
-        }
-    }
-
-    /// Whether a `*` with this meaning stands for `head`, the non-empty part of a name before
-    /// the wildcard's suffix (`a` or `a.b` in `a.b.example.com` against `*.example.com`).
-    pub(crate) fn covers(self, head: &str) -> bool {
-        match self {
-            WildcardLabels::One => !head.contains('.'),
-            WildcardLabels::OneOrMore => head.split('.').all(|l| !l.is_empty()),
-        }
-    }
-}
 
 /// A hostname and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]

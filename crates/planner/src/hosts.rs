@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+pub use crate::config::HOSTS_KEY;
 use crate::markers;
 pub use crate::markers::{BEGIN_MARKER, DamageKind, END_MARKER, Edit, MarkerDamage, Warning};
 use crate::name::DnsName;
@@ -71,9 +72,6 @@ impl HostsEntry {
         }
     }
 }
-
-/// Key of the hosts block in the ConfigMap the controller publishes for the node agents.
-pub const HOSTS_KEY: &str = "hosts.json";
 
 /// The published form of a hosts block, read back by the node agent: a JSON list of
 /// `{"ip": "...", "hostnames": [...]}`, one item per address, in the order given.

@@ -11,11 +11,11 @@
 //! is the cluster's DNS configuration, and the server it would point at is not hairpin's.
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, SocketAddr};
 
 use serde::Serialize;
 
-use crate::plan::LoadBalancerPlan;
+use crate::balancers::LoadBalancerPlan;
+pub use crate::config::StubNameserver;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 
 /// Where kube-dns reads its configuration (fixed by kube-dns).
@@ -24,63 +24,6 @@ pub const KUBE_DNS_NAMESPACE: &str = "kube-system";
 pub const KUBE_DNS_CONFIG_MAP: &str = "kube-dns";
 /// The key of the stub domains in that ConfigMap.
 pub const STUB_DOMAINS_KEY: &str = "stubDomains";
-
-/// One `--stub-domain-nameserver`: what kube-dns accepts in a stub domain's list, an IP or
-/// `ip:port` (`[v6]:port`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum StubNameserver {
-    /// Port 53.
-    Ip(IpAddr),
-    /// Another port.
-    IpPort(SocketAddr),
-}
-
-impl std::fmt::Display for StubNameserver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StubNameserver::Ip(ip) => ip.fmt(f),
-            StubNameserver::IpPort(address) => address.fmt(f),
-        }
-    }
-}
-
-impl Serialize for StubNameserver {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl std::str::FromStr for StubNameserver {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        let parsed = match s.parse::<IpAddr>() {
-            Ok(ip) => StubNameserver::Ip(ip),
-            Err(_) => StubNameserver::IpPort(s.parse::<SocketAddr>().map_err(|_| {
-                format!(
-                    "{s:?} is not a nameserver address: give an IP (10.96.0.53) or IP and \
-                     port (10.96.0.53:5353, [fd00::53]:5353)"
-                )
-            })?),
-        };
-        let ip = match parsed {
-            StubNameserver::Ip(ip) => ip,
-            StubNameserver::IpPort(address) if address.port() == 0 => {
-                return Err(format!("{s:?}: port 0 is not a nameserver port"));
-            }
-            StubNameserver::IpPort(address) => address.ip(),
-        };
-        // kube-dns would send the queries to itself (loopback) or nowhere.
-        if ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() {
-            return Err(format!(
-                "{s:?} is a loopback, unspecified or multicast address: give the address of \
-                 the DNS server kube-dns forwards to, such as its Service's ClusterIP"
-            ));
-        }
-        Ok(parsed)
-    }
-}
 
 /// The `stubDomains` alternative, planned when the cluster DNS is kube-dns.
 #[derive(Clone, Debug, PartialEq, Serialize)]

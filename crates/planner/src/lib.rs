@@ -3,23 +3,38 @@
 //! `desired(&ClusterSnapshot, &PlannerConfig) -> Plan` is the whole job; it does no I/O.
 //! The controller applies the [`Plan`]; `hairpin plan` prints it.
 //!
-//! - [`snapshot`]: the input objects.
-//! - [`config`]: settings, each with a default.
-//! - [`providers`]: PROXY protocol from provider annotations and ours.
-//! - [`discovery`]: which load balancers need a hairpin.
-//! - [`name`]: the hostname type and validator every part shares.
+//! The modules are the stages the data flows through, in this order; each uses only the
+//! stages above it and the shared value types (`scripts/module-graph.py --check` proves there
+//! is no cycle; docs/architecture.md tells the stages):
+//!
+//! Shared value types, used by every stage:
+//! - [`name`]: the hostname type and validator every part shares, and [`WildcardLabels`].
 //! - [`escape`]: untrusted strings made safe to print in every output format.
-//! - [`admission`]: which hostnames may be redirected, on whose word.
-//! - [`hostnames`]: the hostnames of each load balancer, and conflicts.
-//! - [`verify`]: which of them are proven, by resolution, to be their load balancer's.
-//! - [`sources`]: hostname sources defined by CRDs (Traefik, Istio, Contour).
-//! - [`plan`]: the plan value; [`desired`] computes it.
-//! - [`corefile`], [`hosts`]: the Corefile and hosts-file editors.
-//! - [`external_dns`]: the `DNSEndpoint` objects of the `external-dns` DNS mode.
-//! - [`kube_dns`]: the `stubDomains` alternative printed on kube-dns clusters.
-//! - [`load`]: cluster objects from YAML text; [`render`]: text, diff and YAML forms of a plan.
+//! - [`warning`]: the plan's warnings; [`markers`]: hairpin's marked blocks in text files.
+//! - [`config`]: settings, each with a default.
+//!
+//! Stages:
+//! 1. [`snapshot`]: the input objects (with the CRD sources, `DNSEndpoint`s and the
+//!    resolver's answers).
+//! 2. [`discovery`]: which load balancers need a hairpin ([`providers`]: PROXY protocol from
+//!    provider annotations and ours).
+//! 3. [`sources`], [`hostnames`]: the hostnames each load balancer serves, and conflicts; each
+//!    claim passes [`admission`]: which hostnames may be redirected, on whose word.
+//! 4. [`verify`]: which of them are proven, by resolution, to be their load balancer's.
+//! 5. [`balancers`]: the hairpin of each load balancer: its Service, listener ports, routes and
+//!    the names placed on it.
+//! 6. DNS rendering: [`corefile`] (Corefile, `coredns-custom`, node-local-dns), [`hosts`]
+//!    (the node agents' hosts file), [`external_dns`] (`DNSEndpoint`s), [`kube_dns`]
+//!    (`stubDomains`).
+//! 7. [`plan`]: the plan value; [`desired`] runs the stages.
+//!
+//! On top: [`load`] (cluster objects from YAML text) and [`render`] (text, diff and YAML forms
+//! of a plan).
+
+#![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod balancers;
 pub mod config;
 pub mod corefile;
 mod desired;
@@ -44,7 +59,8 @@ pub use admission::{AdmissionConfig, NamespacePolicy, Refusal, RefusalReason};
 pub use config::{DnsMode, NodeLocalDns, PlannerConfig};
 pub use desired::{cluster_dns_service, desired};
 pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};
-pub use hostnames::{Conflict, Hostname, WildcardLabels};
+pub use hostnames::{Conflict, Hostname};
+pub use name::WildcardLabels;
 pub use plan::{
     DnsChange, DnsRedirect, DnsWrite, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyHeader,
     ProxyRoute, WriteEdit,

@@ -295,7 +295,7 @@ impl FromStr for DnsName {
 /// A hostname as a source states it: an exact name, or a wildcard `*.suffix`.
 ///
 /// What a wildcard's `*` stands for (one label or more) depends on the source, not on the
-/// text: see [`crate::hostnames::WildcardLabels`].
+/// text: see [`WildcardLabels`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Host {
     /// `shop.example.com`.
@@ -360,6 +360,40 @@ impl FromStr for Host {
 impl Serialize for Host {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
+    }
+}
+
+/// How many labels the `*` of a wildcard hostname stands for.
+///
+/// Ordered from narrow to broad, so `max` gives the broader of two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WildcardLabels {
+    /// Exactly one label, as in an Ingress: `*.example.com` covers `a.example.com` but not
+    /// `a.b.example.com`.
+    #[default]
+    One,
+    /// One or more labels, as in the Gateway API (a suffix match): `*.example.com` covers
+    /// `a.example.com` and `a.b.example.com`, but not `example.com`.
+    OneOrMore,
+}
+
+impl WildcardLabels {
+    /// `one label` / `one or more labels`, for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            WildcardLabels::One => "one label",
+            WildcardLabels::OneOrMore => "one or more labels",
+        }
+    }
+
+    /// Whether a `*` with this meaning stands for `head`, the non-empty part of a name before
+    /// the wildcard's suffix (`a` or `a.b` in `a.b.example.com` against `*.example.com`).
+    pub(crate) fn covers(self, head: &str) -> bool {
+        match self {
+            WildcardLabels::One => !head.contains('.'),
+            WildcardLabels::OneOrMore => head.split('.').all(|l| !l.is_empty()),
+        }
     }
 }
 

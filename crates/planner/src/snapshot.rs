@@ -1,5 +1,7 @@
 //! The planner's input: a point-in-time copy of the cluster objects it reads.
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use gateway_api::gateways::Gateway;
@@ -9,11 +11,8 @@ use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Serialize;
-
-use crate::external_dns::DnsEndpoint;
-use crate::sources::CustomSource;
-use crate::verify::Resolutions;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// Every object the planner looks at. The controller fills it from reflector stores, `hairpin
 /// plan` from YAML files; [`crate::desired`] never sees anything else.
@@ -92,6 +91,157 @@ impl std::fmt::Display for ObjectRef {
         }
     }
 }
+
+/// A `DNSEndpoint` (external-dns's `charts/external-dns/crds/dnsendpoint.yaml`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsEndpoint {
+    /// `externaldns.k8s.io/v1alpha1`.
+    pub api_version: String,
+    /// `DNSEndpoint`.
+    pub kind: String,
+    /// Standard metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The records.
+    #[serde(default)]
+    pub spec: DnsEndpointSpec,
+    /// Written by external-dns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<DnsEndpointStatus>,
+}
+
+/// `spec` of a `DNSEndpoint`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsEndpointSpec {
+    /// The records, one per (name, record type).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One record set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    /// The hostname (a wildcard `*.example.com` is published as a DNS wildcard record).
+    pub dns_name: String,
+    /// The addresses; never empty in what hairpin publishes.
+    #[serde(default)]
+    pub targets: Vec<String>,
+    /// `A` or `AAAA`.
+    #[serde(default)]
+    pub record_type: String,
+    /// TTL in seconds.
+    #[serde(default, rename = "recordTTL", skip_serializing_if = "Option::is_none")]
+    pub record_ttl: Option<i64>,
+    /// external-dns's own labels; hairpin sets none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Provider-specific settings; hairpin sets none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provider_specific: Vec<ProviderSpecific>,
+}
+
+/// A provider-specific setting of an endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderSpecific {
+    /// Name.
+    pub name: String,
+    /// Value.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// `status` of a `DNSEndpoint`, written by external-dns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsEndpointStatus {
+    /// The `metadata.generation` external-dns last processed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl DnsEndpoint {
+    /// Namespace and name.
+    pub fn object_ref(&self) -> ObjectRef {
+        ObjectRef::from_meta(&self.metadata)
+    }
+
+    /// Whether external-dns has processed the current spec (`status.observedGeneration >=
+    /// metadata.generation`); `None` when the object carries no generation (not read from an
+    /// API server).
+    pub fn processed(&self) -> Option<bool> {
+        let generation = self.metadata.generation?;
+        let observed = self.status.as_ref().and_then(|s| s.observed_generation);
+        Some(observed.is_some_and(|o| o >= generation))
+    }
+
+    /// True when `self` (live) carries everything `desired` sets: its labels and annotations
+    /// and exactly its endpoints.
+    pub fn matches(&self, desired: &DnsEndpoint) -> bool {
+        let subset = |want: &Option<BTreeMap<String, String>>,
+                      have: &Option<BTreeMap<String, String>>| {
+            want.iter()
+                .flatten()
+                .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+        };
+        subset(&desired.metadata.labels, &self.metadata.labels)
+            && subset(&desired.metadata.annotations, &self.metadata.annotations)
+            && self.spec == desired.spec
+    }
+}
+
+/// The CRD kinds hairpin reads hostnames from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SourceKind {
+    /// Traefik `IngressRoute` (`traefik.io` and the legacy `traefik.containo.us`).
+    TraefikIngressRoute,
+    /// Traefik `IngressRouteTCP`.
+    TraefikIngressRouteTcp,
+    /// Istio `Gateway` (`networking.istio.io`).
+    IstioGateway,
+    /// Contour `HTTPProxy` (`projectcontour.io`).
+    ContourHttpProxy,
+}
+
+/// One object of a CRD hostname source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CustomSource {
+    /// Which kind.
+    pub kind: SourceKind,
+    /// Its metadata.
+    pub metadata: ObjectMeta,
+    /// Its `spec` (`Null` when absent).
+    pub spec: Value,
+    /// Its `status` (`Null` when absent).
+    pub status: Value,
+}
+
+/// What the upstream DNS answered for one name (for a wildcard: for a random label under it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "answer", rename_all = "kebab-case")]
+pub enum Resolution {
+    /// The A and AAAA records, after following CNAMEs (empty: the name exists but has none).
+    Addresses {
+        /// Every address of both families, sorted.
+        addresses: Vec<IpAddr>,
+        /// The CNAME targets followed, in chain order (lowercase, no trailing dot).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        cnames: Vec<String>,
+    },
+    /// The name does not exist.
+    NxDomain,
+    /// No answer: a timeout, `SERVFAIL`, a refused query...
+    Failed {
+        /// What went wrong, for people.
+        error: String,
+    },
+}
+
+/// The answers the resolver has, by hostname as planned (`*.example.com` for a wildcard). Shared,
+/// not copied, between the controller's cache and each reconcile's snapshot.
+pub type Resolutions = Arc<BTreeMap<String, Resolution>>;
 
 impl ClusterSnapshot {
     /// The ConfigMap `namespace/name`, if present.

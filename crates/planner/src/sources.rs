@@ -18,20 +18,8 @@ use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use crate::hostnames::WildcardLabels;
-
-/// The CRD kinds hairpin reads hostnames from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum SourceKind {
-    /// Traefik `IngressRoute` (`traefik.io` and the legacy `traefik.containo.us`).
-    TraefikIngressRoute,
-    /// Traefik `IngressRouteTCP`.
-    TraefikIngressRouteTcp,
-    /// Istio `Gateway` (`networking.istio.io`).
-    IstioGateway,
-    /// Contour `HTTPProxy` (`projectcontour.io`).
-    ContourHttpProxy,
-}
+use crate::name::WildcardLabels;
+pub use crate::snapshot::{CustomSource, SourceKind};
 
 /// One CRD hairpin reads hostnames from, and how to ask the API for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,19 +127,6 @@ impl SourceKind {
             _ => WildcardLabels::One,
         }
     }
-}
-
-/// One object of a CRD hostname source.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CustomSource {
-    /// Which kind.
-    pub kind: SourceKind,
-    /// Its metadata.
-    pub metadata: ObjectMeta,
-    /// Its `spec` (`Null` when absent).
-    pub spec: Value,
-    /// Its `status` (`Null` when absent).
-    pub status: Value,
 }
 
 impl CustomSource {

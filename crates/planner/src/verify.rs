@@ -36,79 +36,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::hostnames::{Hostname, WildcardLabels};
+pub use crate::config::VerifyMode;
+use crate::hostnames::Hostname;
+use crate::name::WildcardLabels;
 use crate::snapshot::ObjectRef;
-
-/// Whether hostnames are checked by resolution before they are redirected.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum VerifyMode {
-    /// A name is redirected only when the upstream DNS resolves it to its load balancer.
-    #[default]
-    Resolve,
-    /// Every admitted name is redirected without asking (air-gapped clusters, whose upstream
-    /// cannot answer for the public names).
-    Off,
-}
-
-impl VerifyMode {
-    /// `resolve` or `off`, as on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerifyMode::Resolve => "resolve",
-            VerifyMode::Off => "off",
-        }
-    }
-}
-
-impl std::str::FromStr for VerifyMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "resolve" => Ok(VerifyMode::Resolve),
-            "off" => Ok(VerifyMode::Off),
-            other => Err(format!(
-                "unknown hostname verification {other:?} (expected resolve or off)"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for VerifyMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What the upstream DNS answered for one name (for a wildcard: for a random label under it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "answer", rename_all = "kebab-case")]
-pub enum Resolution {
-    /// The A and AAAA records, after following CNAMEs (empty: the name exists but has none).
-    Addresses {
-        /// Every address of both families, sorted.
-        addresses: Vec<IpAddr>,
-        /// The CNAME targets followed, in chain order (lowercase, no trailing dot).
-        #[serde(skip_serializing_if = "Vec::is_empty")]
-        cnames: Vec<String>,
-    },
-    /// The name does not exist.
-    NxDomain,
-    /// No answer: a timeout, `SERVFAIL`, a refused query...
-    Failed {
-        /// What went wrong, for people.
-        error: String,
-    },
-}
-
-/// The answers the resolver has, by hostname as planned (`*.example.com` for a wildcard). Shared,
-/// not copied, between the controller's cache and each reconcile's snapshot.
-pub type Resolutions = Arc<BTreeMap<String, Resolution>>;
+pub use crate::snapshot::{Resolution, Resolutions};
 
 /// One name the controller must resolve, and the addresses that prove it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
