@@ -560,18 +560,13 @@ impl StatusWriter {
         existing: Option<&Hairpin>,
         probe: &Probe<'_>,
     ) {
-        let Probe {
-            dns,
-            service_fight,
-            ready,
-            cluster_ips,
-            external,
-        } = *probe;
-        let generation = existing.and_then(|h| h.metadata.generation);
-        let previous = existing
-            .and_then(|h| h.status.as_ref())
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default();
+        let stamp = Stamp {
+            generation: existing.and_then(|h| h.metadata.generation),
+            previous: existing
+                .and_then(|h| h.status.as_ref())
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default(),
+        };
         let (outcome, measured) = lock(&self.checks)
             .get(lb)
             .map(|t| (t.outcome.clone(), t.measured))
@@ -580,203 +575,102 @@ impl StatusWriter {
         if let Some(outcome) = outcome.as_ref().filter(|o| o.effective && measured) {
             written.propagation = Some((outcome.elapsed.as_secs_f64() * 1000.0).round() / 1000.0);
         }
-        status.observed_generation = generation;
-        status.ready_endpoints = ready;
+        status.observed_generation = stamp.generation;
+        status.ready_endpoints = probe.ready;
         status.last_write_time = written.time.clone();
         status.propagation_seconds = written.propagation;
 
-        let cond = |type_: &str, value: Option<bool>, reason: &str, message: String| {
-            let status = match value {
-                Some(true) => "True",
-                Some(false) => "False",
-                None => "Unknown",
-            };
-            let last_transition_time = previous
-                .iter()
-                .find(|c| c.type_ == type_ && c.status == status)
-                .map_or_else(now, |c| c.last_transition_time.clone());
-            Condition {
-                type_: type_.into(),
-                status: status.into(),
-                reason: reason.into(),
-                message,
-                observed_generation: generation,
-                last_transition_time,
-            }
-        };
-        let service_written = if service_fight {
-            cond(
-                condition::SERVICE_WRITTEN,
-                Some(false),
-                "WriteFight",
-                format!(
-                    "another writer keeps changing the hairpin Service {}; hairpin's writes to it are backed off, so it may not lead to the hairpin proxy",
-                    status.service
-                ),
-            )
-        } else {
-            cond(
-                condition::SERVICE_WRITTEN,
-                Some(true),
-                "Written",
-                format!("the hairpin Service {} is as planned", status.service),
-            )
-        };
-        let where_ = if status.dns_endpoints.is_empty() {
-            status.config_maps.join(", ")
-        } else {
-            format!("DNSEndpoint {}", status.dns_endpoints.join(", "))
-        };
-        let dns_written = match dns {
-            DnsState::InPlace { .. } => cond(
-                condition::DNS_WRITTEN,
-                Some(true),
-                "Written",
-                format!(
-                    "rules for {} hostname(s) are in {where_}",
-                    status.hostnames.len()
-                ),
-            ),
-            DnsState::Refused { reason, message } => {
-                cond(condition::DNS_WRITTEN, Some(false), reason, message.clone())
-            }
-            DnsState::NotReached => unreachable!("sync returns before"),
-        };
-        let in_place = matches!(dns, DnsState::InPlace { .. });
-        let dns_effective = if !in_place {
-            cond(
-                condition::DNS_EFFECTIVE,
-                None,
-                "NotWritten",
-                "the DNS rules are not written".into(),
-            )
-        } else if status.hostnames.is_empty() {
-            cond(
-                condition::DNS_EFFECTIVE,
-                None,
-                "NoHostnames",
-                "no hostname points at this load balancer".into(),
-            )
-        } else if cluster_ips.is_empty() {
-            cond(
-                condition::DNS_EFFECTIVE,
-                None,
-                "NoClusterIP",
-                "the hairpin Service has no ClusterIP yet".into(),
-            )
-        } else if self.params.cluster_dns.is_none() && !lock(&self.checks).contains_key(lb) {
-            cond(
-                condition::DNS_EFFECTIVE,
-                None,
-                "NoClusterDNS",
-                format!(
-                    "no cluster DNS address: no cluster DNS Service with a ClusterIP in {} (kube-dns, one named like a CoreDNS ConfigMap candidate, or one labelled k8s-app=kube-dns or coredns); set --cluster-dns",
-                    self.planner.coredns_namespace
-                ),
-            )
-        } else {
-            match &outcome {
-                None if external.is_some_and(|e| !e.waiting.is_empty()) => cond(
-                    condition::DNS_EFFECTIVE,
-                    None,
-                    "WaitingForExternalDNS",
-                    external
-                        .map(ExternalDnsProgress::waiting_note)
-                        .unwrap_or_default(),
-                ),
-                None => cond(
-                    condition::DNS_EFFECTIVE,
-                    None,
-                    "Checking",
-                    format!(
-                        "asking the cluster DNS until the hostnames answer with {}",
-                        join(cluster_ips)
-                    ),
-                ),
-                Some(o) if o.effective => cond(
-                    condition::DNS_EFFECTIVE,
-                    Some(true),
-                    "Answered",
-                    format!(
-                        "the cluster DNS answers the hostnames with the hairpin Service ({})",
-                        join(cluster_ips)
-                    ),
-                ),
-                Some(o) => cond(
-                    condition::DNS_EFFECTIVE,
-                    Some(false),
-                    "NotEffective",
-                    match external {
-                        Some(e) => format!("{}; {}", wrong_answers(o, cluster_ips), e.cause()),
-                        None => wrong_answers(o, cluster_ips),
-                    },
-                ),
-            }
-        };
-        let connect = outcome.as_ref().and_then(|o| o.connect.clone());
-        let proxy_ready = match (ready, connect) {
-            (0, _) => cond(
-                condition::PROXY_READY,
-                Some(false),
-                "NoReadyEndpoints",
-                format!(
-                    "the hairpin Service {} has no ready proxy pod",
-                    status.service
-                ),
-            ),
-            (_, Some(Err(err))) => cond(condition::PROXY_READY, Some(false), "ConnectFailed", err),
-            (n, Some(Ok(()))) => cond(
-                condition::PROXY_READY,
-                Some(true),
-                "Connected",
-                format!("{n} ready endpoint(s); a TCP connect to the hairpin Service succeeded"),
-            ),
-            (n, None) => cond(
-                condition::PROXY_READY,
-                Some(true),
-                "EndpointsReady",
-                format!("{n} ready endpoint(s)"),
-            ),
-        };
-        let parts = [&service_written, &dns_written, &dns_effective, &proxy_ready];
-        // Ready takes the first False part, else the first Unknown one, with its reason.
-        let blocking = [("False", Some(false)), ("Unknown", None)]
-            .into_iter()
-            .find_map(|(word, value)| {
-                parts
-                    .iter()
-                    .find(|c| c.status == word)
-                    .map(|part| (value, part))
-            });
-        let ready_cond = if let Some((value, part)) = blocking {
-            cond(
-                condition::READY,
-                value,
-                &part.reason,
-                format!("{}: {}", part.type_, part.message),
-            )
-        } else {
-            cond(
-                condition::READY,
-                Some(true),
-                "Ready",
-                "in-cluster clients of these hostnames reach the load balancer through the hairpin proxy".into(),
-            )
-        };
-        status.dns = match (dns, &outcome) {
+        let parts = [
+            service_written(probe.service_fight, &status.service),
+            dns_written(probe.dns, status),
+            self.dns_effective(lb, status, probe, outcome.as_ref()),
+            proxy_ready(probe.ready, outcome.as_ref(), &status.service),
+        ];
+        let ready = all_ready(&parts);
+        status.dns = match (probe.dns, &outcome) {
             (DnsState::InPlace { .. }, Some(o)) if o.effective => "Effective",
             (DnsState::InPlace { .. }, Some(_)) => "NotEffective",
             (DnsState::InPlace { .. }, None) => "Written",
             _ => "Refused",
         }
         .into();
-        status.conditions = vec![
-            service_written,
-            dns_written,
-            dns_effective,
-            proxy_ready,
-            ready_cond,
-        ];
+        status.conditions = parts
+            .into_iter()
+            .chain([ready])
+            .map(|part| stamp.condition(part))
+            .collect();
+    }
+
+    /// `DNSEffective`: whether the cluster DNS answers the hostnames with the hairpin Service,
+    /// or why that cannot be known yet.
+    fn dns_effective(
+        &self,
+        lb: &ObjectRef,
+        status: &HairpinStatus,
+        probe: &Probe<'_>,
+        outcome: Option<&CheckOutcome>,
+    ) -> Part {
+        let unknown = |reason: &str, message: String| {
+            Part::new(condition::DNS_EFFECTIVE, None, reason, message)
+        };
+        let (cluster_ips, external) = (probe.cluster_ips, probe.external);
+        if !matches!(probe.dns, DnsState::InPlace { .. }) {
+            return unknown("NotWritten", "the DNS rules are not written".into());
+        }
+        if status.hostnames.is_empty() {
+            return unknown(
+                "NoHostnames",
+                "no hostname points at this load balancer".into(),
+            );
+        }
+        if cluster_ips.is_empty() {
+            return unknown(
+                "NoClusterIP",
+                "the hairpin Service has no ClusterIP yet".into(),
+            );
+        }
+        if self.params.cluster_dns.is_none() && !lock(&self.checks).contains_key(lb) {
+            return unknown(
+                "NoClusterDNS",
+                format!(
+                    "no cluster DNS address: no cluster DNS Service with a ClusterIP in {} (kube-dns, one named like a CoreDNS ConfigMap candidate, or one labelled k8s-app=kube-dns or coredns); set --cluster-dns",
+                    self.planner.coredns_namespace
+                ),
+            );
+        }
+        match outcome {
+            None if external.is_some_and(|e| !e.waiting.is_empty()) => unknown(
+                "WaitingForExternalDNS",
+                external
+                    .map(ExternalDnsProgress::waiting_note)
+                    .unwrap_or_default(),
+            ),
+            None => unknown(
+                "Checking",
+                format!(
+                    "asking the cluster DNS until the hostnames answer with {}",
+                    join(cluster_ips)
+                ),
+            ),
+            Some(o) if o.effective => Part::new(
+                condition::DNS_EFFECTIVE,
+                Some(true),
+                "Answered",
+                format!(
+                    "the cluster DNS answers the hostnames with the hairpin Service ({})",
+                    join(cluster_ips)
+                ),
+            ),
+            Some(o) => Part::new(
+                condition::DNS_EFFECTIVE,
+                Some(false),
+                "NotEffective",
+                match external {
+                    Some(e) => format!("{}; {}", wrong_answers(o, cluster_ips), e.cause()),
+                    None => wrong_answers(o, cluster_ips),
+                },
+            ),
+        }
     }
 
     /// Creates the object when missing, then patches its status unless nothing changed.
@@ -838,6 +732,154 @@ struct Probe<'a> {
     ready: i32,
     cluster_ips: &'a [IpAddr],
     external: Option<&'a ExternalDnsProgress>,
+}
+
+/// One condition of a `Hairpin` status before it is stamped with its transition time.
+struct Part {
+    type_: &'static str,
+    /// `True`, `False`, or `Unknown` (None).
+    value: Option<bool>,
+    reason: String,
+    message: String,
+}
+
+impl Part {
+    fn new(type_: &'static str, value: Option<bool>, reason: &str, message: String) -> Self {
+        Self {
+            type_,
+            value,
+            reason: reason.into(),
+            message,
+        }
+    }
+
+    fn word(&self) -> &'static str {
+        match self.value {
+            Some(true) => "True",
+            Some(false) => "False",
+            None => "Unknown",
+        }
+    }
+}
+
+/// What turns a [`Part`] into a condition: the object's generation, and its previous
+/// conditions, whose `lastTransitionTime` stays while a condition keeps its status.
+struct Stamp {
+    generation: Option<i64>,
+    previous: Vec<Condition>,
+}
+
+impl Stamp {
+    fn condition(&self, part: Part) -> Condition {
+        let status = part.word();
+        let last_transition_time = self
+            .previous
+            .iter()
+            .find(|c| c.type_ == part.type_ && c.status == status)
+            .map_or_else(now, |c| c.last_transition_time.clone());
+        Condition {
+            type_: part.type_.into(),
+            status: status.into(),
+            reason: part.reason,
+            message: part.message,
+            observed_generation: self.generation,
+            last_transition_time,
+        }
+    }
+}
+
+/// `ServiceWritten`: `False` while another writer keeps changing the hairpin Service.
+fn service_written(service_fight: bool, service: &str) -> Part {
+    if service_fight {
+        Part::new(
+            condition::SERVICE_WRITTEN,
+            Some(false),
+            "WriteFight",
+            format!(
+                "another writer keeps changing the hairpin Service {service}; hairpin's writes to it are backed off, so it may not lead to the hairpin proxy"
+            ),
+        )
+    } else {
+        Part::new(
+            condition::SERVICE_WRITTEN,
+            Some(true),
+            "Written",
+            format!("the hairpin Service {service} is as planned"),
+        )
+    }
+}
+
+/// `DNSWritten`: where the rules are, or why they could not be written.
+fn dns_written(dns: &DnsState, status: &HairpinStatus) -> Part {
+    match dns {
+        DnsState::InPlace { .. } => {
+            let where_ = if status.dns_endpoints.is_empty() {
+                status.config_maps.join(", ")
+            } else {
+                format!("DNSEndpoint {}", status.dns_endpoints.join(", "))
+            };
+            Part::new(
+                condition::DNS_WRITTEN,
+                Some(true),
+                "Written",
+                format!(
+                    "rules for {} hostname(s) are in {where_}",
+                    status.hostnames.len()
+                ),
+            )
+        }
+        DnsState::Refused { reason, message } => {
+            Part::new(condition::DNS_WRITTEN, Some(false), reason, message.clone())
+        }
+        DnsState::NotReached => unreachable!("sync returns before"),
+    }
+}
+
+/// `ProxyReady`: ready endpoints, and the TCP connect made once DNS was effective.
+fn proxy_ready(ready: i32, outcome: Option<&CheckOutcome>, service: &str) -> Part {
+    let connect = outcome.and_then(|o| o.connect.clone());
+    match (ready, connect) {
+        (0, _) => Part::new(
+            condition::PROXY_READY,
+            Some(false),
+            "NoReadyEndpoints",
+            format!("the hairpin Service {service} has no ready proxy pod"),
+        ),
+        (_, Some(Err(err))) => Part::new(condition::PROXY_READY, Some(false), "ConnectFailed", err),
+        (n, Some(Ok(()))) => Part::new(
+            condition::PROXY_READY,
+            Some(true),
+            "Connected",
+            format!("{n} ready endpoint(s); a TCP connect to the hairpin Service succeeded"),
+        ),
+        (n, None) => Part::new(
+            condition::PROXY_READY,
+            Some(true),
+            "EndpointsReady",
+            format!("{n} ready endpoint(s)"),
+        ),
+    }
+}
+
+/// `Ready` takes the first `False` part, else the first `Unknown` one, with its reason.
+fn all_ready(parts: &[Part]) -> Part {
+    let blocking = [Some(false), None]
+        .into_iter()
+        .find_map(|value| parts.iter().find(|p| p.value == value));
+    match blocking {
+        Some(part) => Part::new(
+            condition::READY,
+            part.value,
+            &part.reason,
+            format!("{}: {}", part.type_, part.message),
+        ),
+        None => Part::new(
+            condition::READY,
+            Some(true),
+            "Ready",
+            "in-cluster clients of these hostnames reach the load balancer through the hairpin proxy".into(),
+        ),
+    }
 }
 
 /// In external-dns mode, how far external-dns has got with a load balancer's DNSEndpoints.

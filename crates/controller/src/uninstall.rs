@@ -468,14 +468,29 @@ pub async fn uninstall_with(
     params: &UninstallParams,
 ) -> UninstallReport {
     let mut report = UninstallReport::default();
-    let fail = |report: &mut UninstallReport, err: Error| {
-        tracing::error!(error = %err, "uninstall step failed");
-        report.failures.push(err.to_string());
-    };
     if !fence(client, planner, params, &mut report).await {
         return report;
     }
+    delete_objects(client, planner, &mut report).await;
+    delete_own_config_maps(client, planner, &mut report).await;
+    restore_corefiles(client, planner, &mut report).await;
+    restore_coredns_custom(client, planner, &mut report).await;
+    remove_fence(client, planner, params, &mut report).await;
+    report
+}
 
+/// A step that failed (after its retries): logged, listed, and the uninstall goes on.
+fn step_failed(report: &mut UninstallReport, err: Error) {
+    tracing::error!(error = %err, "uninstall step failed");
+    report.failures.push(err.to_string());
+}
+
+/// The objects hairpin created whole: `Hairpin` objects, hairpin Services, DNSEndpoints.
+async fn delete_objects(
+    client: &kube::Client,
+    planner: &PlannerConfig,
+    report: &mut UninstallReport,
+) {
     let source_annotation = planner.annotation("source");
     match retry("delete Hairpin objects", || {
         delete_hairpins(client, &source_annotation)
@@ -483,7 +498,7 @@ pub async fn uninstall_with(
     .await
     {
         Ok(deleted) => report.hairpins_deleted = deleted,
-        Err(err) => fail(&mut report, err),
+        Err(err) => step_failed(report, err),
     }
 
     match retry("delete hairpin Services", || {
@@ -492,7 +507,7 @@ pub async fn uninstall_with(
     .await
     {
         Ok(deleted) => report.services_deleted = deleted,
-        Err(err) => fail(&mut report, err),
+        Err(err) => step_failed(report, err),
     }
 
     // Whatever the current mode: an earlier run may have been in `external-dns` mode.
@@ -502,12 +517,18 @@ pub async fn uninstall_with(
     .await
     {
         Ok(deleted) => report.dns_endpoints_deleted = deleted,
-        Err(err) => fail(&mut report, err),
+        Err(err) => step_failed(report, err),
     }
+}
 
+/// The routes and hosts ConfigMaps, when they are hairpin's.
+async fn delete_own_config_maps(
+    client: &kube::Client,
+    planner: &PlannerConfig,
+    report: &mut UninstallReport,
+) {
     let ns = &planner.namespace;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let own = [
         planner.routes_config_map.as_str(),
         planner.hosts_config_map.as_str(),
@@ -522,12 +543,18 @@ pub async fn uninstall_with(
             Ok(Deleted::Yes) => report.hosts_deleted = true,
             Ok(Deleted::NotOurs) => report.left_alone.push(format!("ConfigMap {ns}/{name}")),
             Ok(Deleted::Absent) => {}
-            Err(err) => fail(&mut report, err),
+            Err(err) => step_failed(report, err),
         }
     }
+}
 
-    let corefiles = planner.corefile_config_maps();
-    for (namespace, name) in corefiles {
+/// hairpin's block out of every candidate Corefile.
+async fn restore_corefiles(
+    client: &kube::Client,
+    planner: &PlannerConfig,
+    report: &mut UninstallReport,
+) {
+    for (namespace, name) in planner.corefile_config_maps() {
         let edit = remove_block_edit(namespace, name, &planner.corefile_key);
         match retry("restore the Corefile", || write_key(client, &edit)).await {
             Ok(KeyOutcome::Written { .. }) => {
@@ -536,26 +563,29 @@ pub async fn uninstall_with(
                     .push(format!("{namespace}/{name}"));
             }
             Ok(_) => {}
-            Err(err) => fail(&mut report, err),
+            Err(err) => step_failed(report, err),
         }
     }
+}
 
-    // Server blocks the Corefile imports from `coredns-custom` (`*.server` keys): hairpin's
-    // answer blocks in them are removed the same way, leaving every other byte as it was.
-    let custom_api: Api<ConfigMap> = Api::namespaced(client.clone(), &planner.coredns_namespace);
+/// hairpin's answer blocks out of the server blocks the Corefile imports from
+/// `coredns-custom` (`*.server` keys), leaving every other byte as it was; then hairpin's own
+/// key removed.
+async fn restore_coredns_custom(
+    client: &kube::Client,
+    planner: &PlannerConfig,
+    report: &mut UninstallReport,
+) {
+    let (namespace, name) = (
+        &planner.coredns_namespace,
+        &planner.coredns_custom_config_map,
+    );
+    let custom_api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let custom_cm = retry("read coredns-custom", || async {
         custom_api
-            .get_opt(&planner.coredns_custom_config_map)
+            .get_opt(name)
             .await
-            .map_err(|err| {
-                Error::kube(
-                    format!(
-                        "get ConfigMap {}/{}",
-                        planner.coredns_namespace, planner.coredns_custom_config_map
-                    ),
-                    err,
-                )
-            })
+            .map_err(|err| Error::kube(format!("get ConfigMap {namespace}/{name}"), err))
     })
     .await;
     match custom_cm {
@@ -571,30 +601,20 @@ pub async fn uninstall_with(
                 .map(|(key, _)| key)
                 .collect();
             for key in keys {
-                let edit = remove_block_edit(
-                    &planner.coredns_namespace,
-                    &planner.coredns_custom_config_map,
-                    &key,
-                );
+                let edit = remove_block_edit(namespace, name, &key);
                 match retry("restore a coredns-custom key", || write_key(client, &edit)).await {
-                    Ok(KeyOutcome::Written { .. }) => report.corefiles_restored.push(format!(
-                        "{}/{} key {key}",
-                        planner.coredns_namespace, planner.coredns_custom_config_map
-                    )),
+                    Ok(KeyOutcome::Written { .. }) => report
+                        .corefiles_restored
+                        .push(format!("{namespace}/{name} key {key}")),
                     Ok(_) => {}
-                    Err(err) => fail(&mut report, err),
+                    Err(err) => step_failed(report, err),
                 }
             }
         }
-        Err(err) => fail(&mut report, err),
+        Err(err) => step_failed(report, err),
     }
 
-    let custom = KeyEdit::set(
-        &planner.coredns_namespace,
-        &planner.coredns_custom_config_map,
-        &planner.coredns_custom_key,
-        None,
-    );
+    let custom = KeyEdit::set(namespace, name, &planner.coredns_custom_key, None);
     match retry("remove the coredns-custom key", || {
         write_key(client, &custom)
     })
@@ -602,42 +622,50 @@ pub async fn uninstall_with(
     {
         Ok(KeyOutcome::Written { .. }) => report.custom_key_removed = true,
         Ok(_) => {}
-        Err(err) => fail(&mut report, err),
+        Err(err) => step_failed(report, err),
     }
+}
 
-    // The fence stays while the controller Deployment exists (its pods are idle, and the
-    // garbage collector deletes the fence with it); without one, it is the last thing removed.
-    if report.fence.fenced {
-        match &report.fence.owned_by {
-            Some(deployment) => {
-                let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-                let pods = api
-                    .get_opt(&params.controller_deployment)
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|d| d.status)
-                    .and_then(|s| s.replicas)
-                    .unwrap_or(0);
-                report
-                    .still_running
-                    .push(format!("Deployment {deployment} ({pods} pod(s))"));
-            }
-            None => {
-                let lease_name = params.lease_name.as_str();
-                match retry("delete the fence", || {
-                    delete_if_ours(&leases, ns, lease_name, |l: &Lease| {
-                        created_by_hairpin(&l.metadata)
-                    })
-                })
+/// The fence stays while the controller Deployment exists (its pods are idle, and the
+/// garbage collector deletes the fence with it); without one, it is the last thing removed.
+async fn remove_fence(
+    client: &kube::Client,
+    planner: &PlannerConfig,
+    params: &UninstallParams,
+    report: &mut UninstallReport,
+) {
+    if !report.fence.fenced {
+        return;
+    }
+    let ns = &planner.namespace;
+    match &report.fence.owned_by {
+        Some(deployment) => {
+            let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+            let pods = api
+                .get_opt(&params.controller_deployment)
                 .await
-                {
-                    Ok(Deleted::Yes) => report.lease_deleted = true,
-                    Ok(_) => {}
-                    Err(err) => fail(&mut report, err),
-                }
+                .ok()
+                .flatten()
+                .and_then(|d| d.status)
+                .and_then(|s| s.replicas)
+                .unwrap_or(0);
+            let still_running = format!("Deployment {deployment} ({pods} pod(s))");
+            report.still_running.push(still_running);
+        }
+        None => {
+            let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+            let lease_name = params.lease_name.as_str();
+            match retry("delete the fence", || {
+                delete_if_ours(&leases, ns, lease_name, |l: &Lease| {
+                    created_by_hairpin(&l.metadata)
+                })
+            })
+            .await
+            {
+                Ok(Deleted::Yes) => report.lease_deleted = true,
+                Ok(_) => {}
+                Err(err) => step_failed(report, err),
             }
         }
     }
-    report
 }

@@ -122,70 +122,10 @@ pub async fn client(options: &ClusterOptions) -> Result<Client, ClusterError> {
 /// [`ClusterError::Unavailable`] when the API does not answer.
 pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRead, ClusterError> {
     let bound = options.timeout + Duration::from_secs(1);
-    let mut gaps = Vec::new();
-    // An HTTP error still proves the API answers (a proxy may hide /version); only no answer
-    // at all makes the cluster checks unavailable.
-    let version = match tokio::time::timeout(bound, client.apiserver_version()).await {
-        Err(_) => {
-            return Err(ClusterError::Unavailable(format!(
-                "the API server did not answer within {bound:?}"
-            )));
-        }
-        Ok(Ok(info)) => parse_version(&info.major, &info.minor),
-        Ok(Err(kube::Error::Api(status))) => {
-            gaps.push(format!(
-                "the Kubernetes version (/version: {})",
-                status.message
-            ));
-            None
-        }
-        Ok(Err(err)) => {
-            return Err(ClusterError::Unavailable(format!(
-                "the API server cannot be reached: {err}"
-            )));
-        }
-    };
     let config = &options.planner;
-    let mut snapshot = ClusterSnapshot {
-        services: list(Api::all(client.clone()), "Services", bound, &mut gaps).await,
-        ingresses: list(Api::all(client.clone()), "Ingresses", bound, &mut gaps)
-            .await
-            .into_iter()
-            .map(Arc::new)
-            .collect(),
-        ingress_classes: list(Api::all(client.clone()), "IngressClasses", bound, &mut gaps).await,
-        gateways: list_optional::<Gateway>(client, "Gateways", bound, &mut gaps).await,
-        http_routes: list_optional::<HttpRoute>(client, "HTTPRoutes", bound, &mut gaps).await,
-        grpc_routes: list_optional::<GrpcRoute>(client, "GRPCRoutes", bound, &mut gaps).await,
-        tls_routes: list_first_served(
-            client,
-            ("gateway.networking.k8s.io", "TLSRoute", "tlsroutes"),
-            TLS_ROUTE_VERSIONS,
-            bound,
-            &mut gaps,
-        )
-        .await
-        .into_iter()
-        .filter_map(|route| tls_route_from_value(serde_json::to_value(route).ok()?).ok())
-        .collect(),
-        ..ClusterSnapshot::default()
-    };
-    // The CRD hostname sources (Traefik, Istio, Contour), as the controller reads them.
-    for api in SOURCE_APIS {
-        let objects = list_first_served(
-            client,
-            (api.group, api.kind, api.plural),
-            api.versions,
-            bound,
-            &mut gaps,
-        )
-        .await;
-        snapshot
-            .custom_sources
-            .extend(objects.into_iter().filter_map(|object| {
-                CustomSource::from_value(api.source, serde_json::to_value(object).ok()?).ok()
-            }));
-    }
+    let mut gaps = Vec::new();
+    let version = read_version(client, bound, &mut gaps).await?;
+    let mut snapshot = read_sources(client, bound, &mut gaps).await;
     if config.admission.hostname_namespaces.needs_namespaces() {
         // Metadata only: the planner reads their labels.
         let namespaces: Vec<PartialObjectMeta<Namespace>> =
@@ -198,18 +138,113 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
             })
             .collect();
     }
-    // By name, as the controller watches them: hairpin's grants name these ConfigMaps (the
-    // chart's Roles list them), and a list of a whole namespace would be forbidden.
-    let config_maps = config.read_config_maps();
+    let dns_unread = read_config_maps(client, config, &mut snapshot, bound, &mut gaps).await;
+    let hairpin_services = read_hairpin_services(client, config, bound, &mut gaps).await;
+    let hairpins = list_hairpins(client, bound, &mut gaps).await;
+    let cilium = read_cilium(client, bound, &mut gaps).await;
+    let kube_dns = read_kube_dns(client, config, &snapshot, bound, &mut gaps).await;
+    Ok(ClusterRead {
+        version,
+        snapshot,
+        hairpin_services,
+        hairpins,
+        cilium,
+        kube_dns,
+        dns_unread,
+        gaps,
+    })
+}
+
+/// `major.minor` from `/version`. An HTTP error still proves the API answers (a proxy may hide
+/// /version) and is a gap; only no answer at all makes the cluster checks unavailable.
+async fn read_version(
+    client: &Client,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Result<Option<(u32, u32)>, ClusterError> {
+    match tokio::time::timeout(bound, client.apiserver_version()).await {
+        Err(_) => Err(ClusterError::Unavailable(format!(
+            "the API server did not answer within {bound:?}"
+        ))),
+        Ok(Ok(info)) => Ok(parse_version(&info.major, &info.minor)),
+        Ok(Err(kube::Error::Api(status))) => {
+            gaps.push(format!(
+                "the Kubernetes version (/version: {})",
+                status.message
+            ));
+            Ok(None)
+        }
+        Ok(Err(err)) => Err(ClusterError::Unavailable(format!(
+            "the API server cannot be reached: {err}"
+        ))),
+    }
+}
+
+/// The hostname sources the planner reads: Services, Ingresses and their classes, Gateway API
+/// routes, and the CRD sources (Traefik, Istio, Contour) as the controller reads them.
+async fn read_sources(client: &Client, bound: Duration, gaps: &mut Vec<String>) -> ClusterSnapshot {
+    let mut snapshot = ClusterSnapshot {
+        services: list(Api::all(client.clone()), "Services", bound, gaps).await,
+        ingresses: list(Api::all(client.clone()), "Ingresses", bound, gaps)
+            .await
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
+        ingress_classes: list(Api::all(client.clone()), "IngressClasses", bound, gaps).await,
+        gateways: list_optional::<Gateway>(client, "Gateways", bound, gaps).await,
+        http_routes: list_optional::<HttpRoute>(client, "HTTPRoutes", bound, gaps).await,
+        grpc_routes: list_optional::<GrpcRoute>(client, "GRPCRoutes", bound, gaps).await,
+        tls_routes: list_first_served(
+            client,
+            ("gateway.networking.k8s.io", "TLSRoute", "tlsroutes"),
+            TLS_ROUTE_VERSIONS,
+            bound,
+            gaps,
+        )
+        .await
+        .into_iter()
+        .filter_map(|route| tls_route_from_value(serde_json::to_value(route).ok()?).ok())
+        .collect(),
+        ..ClusterSnapshot::default()
+    };
+    for api in SOURCE_APIS {
+        let objects = list_first_served(
+            client,
+            (api.group, api.kind, api.plural),
+            api.versions,
+            bound,
+            gaps,
+        )
+        .await;
+        snapshot
+            .custom_sources
+            .extend(objects.into_iter().filter_map(|object| {
+                CustomSource::from_value(api.source, serde_json::to_value(object).ok()?).ok()
+            }));
+    }
+    snapshot
+}
+
+/// The ConfigMaps the planner reads, into `snapshot`; true when a DNS one (CoreDNS,
+/// `coredns-custom`, node-local-dns) could not be read. By name, as the controller watches
+/// them: hairpin's grants name these ConfigMaps (the chart's Roles list them), and a list of a
+/// whole namespace would be forbidden.
+async fn read_config_maps(
+    client: &Client,
+    config: &PlannerConfig,
+    snapshot: &mut ClusterSnapshot,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> bool {
     let mut dns_unread = false;
-    for (namespace, name) in &config_maps {
+    for (namespace, name) in &config.read_config_maps() {
         let gaps_before = gaps.len();
         let found: Option<ConfigMap> = get(
             Api::namespaced(client.clone(), namespace),
             name,
             &format!("ConfigMap {namespace}/{name}"),
             bound,
-            &mut gaps,
+            gaps,
         )
         .await;
         let dns = config
@@ -222,13 +257,23 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
         dns_unread |= dns && gaps.len() > gaps_before;
         snapshot.config_maps.extend(found);
     }
+    dns_unread
+}
+
+/// hairpin's own Services (labelled managed-by hairpin) with their ready endpoints.
+async fn read_hairpin_services(
+    client: &Client,
+    config: &PlannerConfig,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Vec<(ObjectRef, usize)> {
     let mut hairpin_services = Vec::new();
     let ours: Vec<Service> = list_with(
         Api::namespaced(client.clone(), &config.namespace),
         &ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")),
         "hairpin Services",
         bound,
-        &mut gaps,
+        gaps,
     )
     .await;
     for service in ours {
@@ -238,7 +283,7 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
             &ListParams::default().labels(&format!("kubernetes.io/service-name={name}")),
             "EndpointSlices",
             bound,
-            &mut gaps,
+            gaps,
         )
         .await;
         let ready = slices
@@ -254,13 +299,22 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
             .count();
         hairpin_services.push((ObjectRef::new(config.namespace.clone(), name), ready));
     }
-    let hairpins = list_hairpins(client, bound, &mut gaps).await;
+    hairpin_services
+}
+
+/// Cilium, from its ConfigMap and DaemonSet in kube-system: the agent's image and its
+/// `kube-proxy-replacement` setting.
+async fn read_cilium(
+    client: &Client,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Option<CiliumFacts> {
     let cilium_config: Option<ConfigMap> = get(
         Api::namespaced(client.clone(), KUBE_SYSTEM),
         "cilium-config",
         "ConfigMap kube-system/cilium-config",
         bound,
-        &mut gaps,
+        gaps,
     )
     .await;
     let cilium_daemon_set: Option<DaemonSet> = get(
@@ -268,40 +322,53 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
         "cilium",
         "DaemonSet kube-system/cilium",
         bound,
-        &mut gaps,
+        gaps,
     )
     .await;
-    let cilium = (cilium_config.is_some() || cilium_daemon_set.is_some()).then(|| {
-        let image = cilium_daemon_set
-            .as_ref()
-            .and_then(|ds| ds.spec.as_ref())
-            .and_then(|spec| spec.template.spec.as_ref())
-            .and_then(|pod| pod.containers.iter().find(|c| c.name == "cilium-agent"))
-            .or_else(|| {
-                cilium_daemon_set
-                    .as_ref()
-                    .and_then(|ds| ds.spec.as_ref())
-                    .and_then(|spec| spec.template.spec.as_ref())
-                    .and_then(|pod| pod.containers.first())
-            })
-            .and_then(|container| container.image.clone());
-        let kube_proxy_replacement = cilium_config
-            .as_ref()
-            .and_then(|cm| cm.data.as_ref())
-            .and_then(|data| data.get("kube-proxy-replacement"))
-            .cloned();
-        CiliumFacts::new(image.as_deref(), kube_proxy_replacement.as_deref())
-    });
-    let kube_dns_deployment: Option<Deployment> = get(
+    if cilium_config.is_none() && cilium_daemon_set.is_none() {
+        return None;
+    }
+    let containers = cilium_daemon_set
+        .as_ref()
+        .and_then(|ds| ds.spec.as_ref())
+        .and_then(|spec| spec.template.spec.as_ref())
+        .map(|pod| pod.containers.as_slice())
+        .unwrap_or_default();
+    let image = containers
+        .iter()
+        .find(|c| c.name == "cilium-agent")
+        .or_else(|| containers.first())
+        .and_then(|container| container.image.clone());
+    let kube_proxy_replacement = cilium_config
+        .as_ref()
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|data| data.get("kube-proxy-replacement"))
+        .cloned();
+    Some(CiliumFacts::new(
+        image.as_deref(),
+        kube_proxy_replacement.as_deref(),
+    ))
+}
+
+/// Whether GKE's kube-dns runs: its Deployment or its ConfigMap in kube-system.
+async fn read_kube_dns(
+    client: &Client,
+    config: &PlannerConfig,
+    snapshot: &ClusterSnapshot,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> bool {
+    let deployment: Option<Deployment> = get(
         Api::namespaced(client.clone(), KUBE_SYSTEM),
         "kube-dns",
         "Deployment kube-system/kube-dns",
         bound,
-        &mut gaps,
+        gaps,
     )
     .await;
     // Already read when it is one of the CoreDNS candidates (the default).
-    let kube_dns_config_map = if config_maps
+    let config_map = if config
+        .read_config_maps()
         .iter()
         .any(|(namespace, name)| namespace == KUBE_SYSTEM && name == "kube-dns")
     {
@@ -312,20 +379,11 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
             "kube-dns",
             "ConfigMap kube-system/kube-dns",
             bound,
-            &mut gaps,
+            gaps,
         )
         .await
     };
-    Ok(ClusterRead {
-        version,
-        snapshot,
-        hairpin_services,
-        hairpins,
-        cilium,
-        kube_dns: kube_dns_deployment.is_some() || kube_dns_config_map.is_some(),
-        dns_unread,
-        gaps,
-    })
+    deployment.is_some() || config_map.is_some()
 }
 
 /// One object by name: None when it does not exist, or (with a gap) when it cannot be read.

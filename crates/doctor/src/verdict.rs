@@ -433,6 +433,44 @@ const LOCAL_POLICY_NOTE: &str = "`externalTrafficPolicy: Local` keeps client add
 
 /// Judges one host from its checks.
 pub fn diagnose(network: &NetworkChecks, cluster: &ClusterView, vantage: Vantage) -> Verdict {
+    let (lb, mut notes) = context(network, cluster);
+    let Some(probes) = &network.probes else {
+        let error = match &network.resolution {
+            Resolution::Failed { error } => error.clone(),
+            _ => "no address to probe".into(),
+        };
+        return Verdict {
+            status: Status::Broken,
+            summary: "the host does not resolve here".into(),
+            cause: Some(format!(
+                "name resolution failed ({error}): clients here cannot reach the host at all; \
+                 this is not the hairpin problem — check DNS (and, in a pod, CoreDNS)"
+            )),
+            fixes: Vec::new(),
+            notes,
+        };
+    };
+    if probes.plain.answered() {
+        if let Some(lb) = lb
+            && let Some(verdict) = answered_but_not_for_all(lb, cluster, vantage, &mut notes)
+        {
+            return verdict;
+        }
+        return answered(network, probes, cluster, notes);
+    }
+    if probes.proxy_answered() {
+        return short_circuit(probes, cluster, lb, notes);
+    }
+    no_answer(probes, notes)
+}
+
+/// The load balancer behind the host, when the cluster was checked, and the notes that hold
+/// whatever the probes say: hairpin's hosts entry, what could not be read, an EKS add-on, the
+/// `Local` traffic policy.
+fn context<'a>(
+    network: &NetworkChecks,
+    cluster: &'a ClusterView,
+) -> (Option<&'a LoadBalancerFacts>, Vec<String>) {
     let mut notes = Vec::new();
     if let Some(hosts) = &network.hosts_file
         && hosts.in_hairpin_block
@@ -464,128 +502,137 @@ pub fn diagnose(network: &NetworkChecks, cluster: &ClusterView, vantage: Vantage
     {
         notes.push(LOCAL_POLICY_NOTE.into());
     }
+    (lb, notes)
+}
 
-    let Some(probes) = &network.probes else {
-        let error = match &network.resolution {
-            Resolution::Failed { error } => error.clone(),
-            _ => "no address to probe".into(),
-        };
-        return Verdict {
-            status: Status::Broken,
-            summary: "the host does not resolve here".into(),
-            cause: Some(format!(
-                "name resolution failed ({error}): clients here cannot reach the host at all; \
-                 this is not the hairpin problem — check DNS (and, in a pod, CoreDNS)"
-            )),
-            fixes: Vec::new(),
-            notes,
-        };
-    };
-
-    if probes.plain.answered() {
-        if let Some(lb) = lb {
-            if let Some(ignored) = ip_mode_ignored(cluster) {
-                notes.push(SOURCE_ADDRESS_NOTE.into());
-                let summary = if vantage == Vantage::Machine {
-                    "answers from here (through the load balancer), but in-cluster clients \
-                     bypass it: the CNI ignores its `ipMode: Proxy`"
-                } else {
-                    "answers, although the CNI ignores the load balancer's `ipMode: Proxy` \
-                     (in-cluster traffic skips the load balancer)"
-                };
-                return Verdict {
-                    status: Status::Broken,
-                    summary: summary.into(),
-                    cause: Some(ignored),
-                    fixes: fixes(cluster),
-                    notes,
-                };
-            }
-            if !lb.needs_hairpin {
-                let reason = lb
-                    .not_needed_reason
-                    .clone()
-                    .unwrap_or_else(|| "in-cluster clients do not bypass it".into());
-                return Verdict {
-                    status: Status::NotNeeded,
-                    summary: format!("answers, and {} needs no hairpin: {reason}", lb.service),
-                    cause: None,
-                    fixes: Vec::new(),
-                    notes,
-                };
-            }
-            if vantage == Vantage::Machine && !covered(cluster) {
-                notes.push(SOURCE_ADDRESS_NOTE.into());
-                return Verdict {
-                    status: Status::Broken,
-                    summary: "answers from here (through the load balancer), but in-cluster \
-                              clients bypass it"
-                        .into(),
-                    cause: Some(bypass_cause(lb)),
-                    fixes: fixes(cluster),
-                    notes,
-                };
-            }
-        }
-        let proxy_rejected = [&probes.proxy_v1, &probes.proxy_v2].iter().any(|outcome| {
-            matches!(outcome, ProbeOutcome::Answered { first_line } if first_line.contains(" 400 "))
-        });
-        if proxy_rejected {
-            notes.push(
-                "the probes that start with a PROXY header get 400: expected when the path adds \
-                 its own header (hairpin's proxy or a load balancer), since ours then arrives \
-                 as the request line"
-                    .into(),
-            );
-        }
-        let summary = if network
-            .hosts_file
-            .as_ref()
-            .is_some_and(|hosts| hosts.in_hairpin_block)
-            || covered(cluster)
-        {
-            "a plain request is answered: hairpin is in place for this host"
+/// A plain request is answered, but what the cluster says about the load balancer decides
+/// otherwise: the CNI ignores its ipMode, it needs no hairpin at all, or (from a machine
+/// outside) in-cluster clients still bypass it. None: the answer stands.
+fn answered_but_not_for_all(
+    lb: &LoadBalancerFacts,
+    cluster: &ClusterView,
+    vantage: Vantage,
+    notes: &mut Vec<String>,
+) -> Option<Verdict> {
+    if let Some(ignored) = ip_mode_ignored(cluster) {
+        notes.push(SOURCE_ADDRESS_NOTE.into());
+        let summary = if vantage == Vantage::Machine {
+            "answers from here (through the load balancer), but in-cluster clients \
+             bypass it: the CNI ignores its `ipMode: Proxy`"
         } else {
-            "a plain request is answered: either nothing here requires a PROXY header, or a \
-             hairpin is in place"
+            "answers, although the CNI ignores the load balancer's `ipMode: Proxy` \
+             (in-cluster traffic skips the load balancer)"
         };
-        return Verdict {
-            status: Status::Ok,
+        return Some(Verdict {
+            status: Status::Broken,
             summary: summary.into(),
+            cause: Some(ignored),
+            fixes: fixes(cluster),
+            notes: std::mem::take(notes),
+        });
+    }
+    if !lb.needs_hairpin {
+        let reason = lb
+            .not_needed_reason
+            .clone()
+            .unwrap_or_else(|| "in-cluster clients do not bypass it".into());
+        return Some(Verdict {
+            status: Status::NotNeeded,
+            summary: format!("answers, and {} needs no hairpin: {reason}", lb.service),
             cause: None,
             fixes: Vec::new(),
-            notes,
-        };
+            notes: std::mem::take(notes),
+        });
     }
-
-    if probes.proxy_answered() {
+    if vantage == Vantage::Machine && !covered(cluster) {
         notes.push(SOURCE_ADDRESS_NOTE.into());
-        let mut cause = format!(
-            "a plain request to {} gets no answer ({}), but the same request after a PROXY \
-             header is answered: the server requires the PROXY protocol, and this connection \
-             did not pass through the load balancer that adds it. That is the hairpin \
-             short-circuit: kube-proxy (or Cilium) delivers traffic for the load balancer's \
-             external IP straight to the ingress.",
-            probes.address,
-            short(&probes.plain.describe()),
-        );
-        if let Some(ignored) = ip_mode_ignored(cluster) {
-            cause.push(' ');
-            cause.push_str(&ignored);
-        } else if let Some(lb) = lb {
-            cause.push(' ');
-            cause.push_str(&bypass_cause(lb));
-        }
-        cause.push_str(&dns_gaps(cluster));
-        return Verdict {
+        return Some(Verdict {
             status: Status::Broken,
-            summary: "in-cluster traffic bypasses the load balancer (no PROXY header)".into(),
-            cause: Some(cause),
+            summary: "answers from here (through the load balancer), but in-cluster \
+                      clients bypass it"
+                .into(),
+            cause: Some(bypass_cause(lb)),
             fixes: fixes(cluster),
-            notes,
-        };
+            notes: std::mem::take(notes),
+        });
     }
+    None
+}
 
+/// A plain request is answered, and nothing says in-cluster clients fare worse: OK.
+fn answered(
+    network: &NetworkChecks,
+    probes: &Probes,
+    cluster: &ClusterView,
+    mut notes: Vec<String>,
+) -> Verdict {
+    let proxy_rejected = [&probes.proxy_v1, &probes.proxy_v2].iter().any(|outcome| {
+        matches!(outcome, ProbeOutcome::Answered { first_line } if first_line.contains(" 400 "))
+    });
+    if proxy_rejected {
+        notes.push(
+            "the probes that start with a PROXY header get 400: expected when the path adds \
+             its own header (hairpin's proxy or a load balancer), since ours then arrives \
+             as the request line"
+                .into(),
+        );
+    }
+    let summary = if network
+        .hosts_file
+        .as_ref()
+        .is_some_and(|hosts| hosts.in_hairpin_block)
+        || covered(cluster)
+    {
+        "a plain request is answered: hairpin is in place for this host"
+    } else {
+        "a plain request is answered: either nothing here requires a PROXY header, or a \
+         hairpin is in place"
+    };
+    Verdict {
+        status: Status::Ok,
+        summary: summary.into(),
+        cause: None,
+        fixes: Vec::new(),
+        notes,
+    }
+}
+
+/// Only a request after a PROXY header is answered: the hairpin short-circuit.
+fn short_circuit(
+    probes: &Probes,
+    cluster: &ClusterView,
+    lb: Option<&LoadBalancerFacts>,
+    mut notes: Vec<String>,
+) -> Verdict {
+    notes.push(SOURCE_ADDRESS_NOTE.into());
+    let mut cause = format!(
+        "a plain request to {} gets no answer ({}), but the same request after a PROXY \
+         header is answered: the server requires the PROXY protocol, and this connection \
+         did not pass through the load balancer that adds it. That is the hairpin \
+         short-circuit: kube-proxy (or Cilium) delivers traffic for the load balancer's \
+         external IP straight to the ingress.",
+        probes.address,
+        short(&probes.plain.describe()),
+    );
+    if let Some(ignored) = ip_mode_ignored(cluster) {
+        cause.push(' ');
+        cause.push_str(&ignored);
+    } else if let Some(lb) = lb {
+        cause.push(' ');
+        cause.push_str(&bypass_cause(lb));
+    }
+    cause.push_str(&dns_gaps(cluster));
+    Verdict {
+        status: Status::Broken,
+        summary: "in-cluster traffic bypasses the load balancer (no PROXY header)".into(),
+        cause: Some(cause),
+        fixes: fixes(cluster),
+        notes,
+    }
+}
+
+/// Neither a plain request nor one with a PROXY header is answered: not the hairpin problem.
+fn no_answer(probes: &Probes, notes: Vec<String>) -> Verdict {
     let cause = if probes.plain.connected() {
         format!(
             "{} accepts connections but answers neither a plain request ({}) nor one with a \
@@ -775,66 +822,20 @@ pub fn ip_mode_support(facts: &ClusterFacts) -> String {
 
 /// The fixes for a hairpin bypass, cleanest first, for what is known of the cluster.
 pub fn fixes(cluster: &ClusterView) -> Vec<String> {
-    let (lb, version) = match cluster {
-        ClusterView::Checked(facts) => (facts.load_balancer.as_ref(), facts.kubernetes_version),
-        ClusterView::NotChecked { .. } => (None, None),
+    let ClusterView::Checked(facts) = cluster else {
+        return without_provider(Vec::new(), install_hairpin(None));
     };
-    let uneditable = match cluster {
-        ClusterView::Checked(facts) => facts.dns.uneditable.as_ref(),
-        ClusterView::NotChecked { .. } => None,
-    };
-    let cilium_ignores = match cluster {
-        ClusterView::Checked(facts) => facts.cni.cilium.as_ref().filter(|cilium| {
-            cilium.replaces_kube_proxy == Some(true) && cilium.ignores_ip_mode == Some(true)
-        }),
-        ClusterView::NotChecked { .. } => None,
-    };
-    let hairpin = match uneditable {
-        None => "install hairpin: it points the cluster's DNS for these hostnames at an \
-                 in-cluster proxy that adds the PROXY header the load balancer would \
-                 (`helm install hairpin charts/hairpin`; enable `nodeAgent` for node-level \
-                 clients such as the kubelet pulling from a registry behind the ingress)"
-            .to_owned(),
-        Some(uneditable) => format!(
-            "hairpin in its external-dns DNS mode: {}, so hairpin's default DNS modes (a \
-             Corefile block, a `coredns-custom` key) cannot work here. Run it with \
-             `--dns-mode external-dns` (Helm: `--set coredns.dnsMode=external-dns`): it \
-             publishes the hostnames as DNSEndpoint objects pointing at the hairpin Services' \
-             ClusterIPs, for an external-dns instance serving a PRIVATE zone the cluster \
-             resolves (`--source=crd --label-filter=hairpin.io/dns-endpoint=true`; a public \
-             instance must exclude them){}",
-            uneditable.describe(),
-            match uneditable {
-                UneditableDns::KubeDns => {
-                    ". On kube-dns, forward each hostname to the DNS server of that zone with a \
-                     `stubDomains` entry in ConfigMap kube-system/kube-dns (a stub domain also \
-                     captures the names under it; `hairpin plan --stub-domain-nameserver <IP of \
-                     that server>` prints the value; docs/compatibility.md)"
-                }
-                UneditableDns::NoDnsConfig => {
-                    ". With Cloud DNS for GKE, a Cloud DNS private zone visible to the cluster's \
-                     VPC is that zone"
-                }
-                UneditableDns::ReconciledCoreDns { .. } => "",
-            }
-        ),
-    };
+    let lb = facts.load_balancer.as_ref();
+    let cilium_ignores = facts.cni.cilium.as_ref().filter(|cilium| {
+        cilium.replaces_kube_proxy == Some(true) && cilium.ignores_ip_mode == Some(true)
+    });
+    let hairpin = install_hairpin(facts.dns.uneditable.as_ref());
     let mut out = Vec::new();
     if let Some(lb) = lb
         && let Some(cilium) = cilium_ignores
         && !forced(lb)
     {
-        let forced = format!(
-            "force the hairpin: annotate Service {} `hairpin.io/proxy-protocol: v1` or `v2` \
-             (the version its load balancer sends{}); hairpin then proxies it whatever its \
-             ipMode says, because Cilium {} ignores ipMode. Or upgrade Cilium to 1.17 or \
-             later (not 1.18.0), which honours it",
-            lb.service,
-            lb.proxy_protocol
-                .as_deref()
-                .map_or(String::new(), |v| format!(": {v}")),
-            cilium.version.as_deref().unwrap_or("(this version)")
-        );
+        let forced = force_the_hairpin(lb, cilium);
         if lb
             .ingress
             .iter()
@@ -845,44 +846,14 @@ pub fn fixes(cluster: &ClusterView) -> Vec<String> {
         out.push(forced);
     }
     let Some(provider) = lb.and_then(|lb| lb.provider) else {
-        out.extend([
-            "native: if your cloud controller sets `status.loadBalancer.ingress[].ipMode: Proxy` \
-             (Kubernetes 1.30+; Hetzner and OpenStack do on their own, Oracle with \
-             `oci.oraclecloud.com/ingress-ip-mode: \"proxy\"`, STACKIT with \
-             `lb.stackit.cloud/ip-mode-proxy: \"true\"`), in-cluster traffic goes through the \
-             load balancer"
-                .into(),
-            "provider hostname annotation, which publishes a hostname instead of the IP: \
-             DigitalOcean `service.beta.kubernetes.io/do-loadbalancer-hostname`, Hetzner \
-             `load-balancer.hetzner.cloud/hostname`, OpenStack `loadbalancer.openstack.org/hostname`, \
-             Scaleway `service.beta.kubernetes.io/scw-loadbalancer-use-hostname: \"true\"`, Linode \
-             `service.beta.kubernetes.io/linode-loadbalancer-hostname-only-ingress: \"true\"`, \
-             cloudscale.ch `k8s.cloudscale.ch/loadbalancer-force-hostname`"
-                .into(),
-            hairpin,
-        ]);
-        return out;
+        return without_provider(out, hairpin);
     };
     if let Some(native) = provider.native_ip_mode() {
-        let native = match cilium_ignores {
-            Some(cilium) => format!(
-                "{native} (effective only once Cilium is 1.17 or later, not 1.18.0: Cilium {} \
-                 ignores ipMode)",
-                cilium.version.as_deref().unwrap_or("(this version)")
-            ),
-            None => native.to_owned(),
-        };
-        match version {
-            Some((major, minor)) if (major, minor) >= (1, 30) => {
-                out.push(format!("native ipMode (Kubernetes {major}.{minor} supports it): {native}"));
-            }
-            Some((major, minor)) => out.push(format!(
-                "native ipMode, after upgrading Kubernetes from {major}.{minor} to 1.30 or later: {native}"
-            )),
-            None => out.push(format!(
-                "native ipMode (needs Kubernetes 1.30 or later): {native}"
-            )),
-        }
+        out.push(native_ip_mode(
+            native,
+            cilium_ignores,
+            facts.kubernetes_version,
+        ));
     }
     if let Some((annotation, value)) = provider.hostname_annotation() {
         out.push(format!(
@@ -893,6 +864,102 @@ pub fn fixes(cluster: &ClusterView) -> Vec<String> {
         ));
     }
     out.push(hairpin);
+    out
+}
+
+/// Installing hairpin, in the DNS mode this cluster's DNS allows.
+fn install_hairpin(uneditable: Option<&UneditableDns>) -> String {
+    let Some(uneditable) = uneditable else {
+        return "install hairpin: it points the cluster's DNS for these hostnames at an \
+                in-cluster proxy that adds the PROXY header the load balancer would \
+                (`helm install hairpin charts/hairpin`; enable `nodeAgent` for node-level \
+                clients such as the kubelet pulling from a registry behind the ingress)"
+            .to_owned();
+    };
+    format!(
+        "hairpin in its external-dns DNS mode: {}, so hairpin's default DNS modes (a \
+         Corefile block, a `coredns-custom` key) cannot work here. Run it with \
+         `--dns-mode external-dns` (Helm: `--set coredns.dnsMode=external-dns`): it \
+         publishes the hostnames as DNSEndpoint objects pointing at the hairpin Services' \
+         ClusterIPs, for an external-dns instance serving a PRIVATE zone the cluster \
+         resolves (`--source=crd --label-filter=hairpin.io/dns-endpoint=true`; a public \
+         instance must exclude them){}",
+        uneditable.describe(),
+        match uneditable {
+            UneditableDns::KubeDns => {
+                ". On kube-dns, forward each hostname to the DNS server of that zone with a \
+                 `stubDomains` entry in ConfigMap kube-system/kube-dns (a stub domain also \
+                 captures the names under it; `hairpin plan --stub-domain-nameserver <IP of \
+                 that server>` prints the value; docs/compatibility.md)"
+            }
+            UneditableDns::NoDnsConfig => {
+                ". With Cloud DNS for GKE, a Cloud DNS private zone visible to the cluster's \
+                 VPC is that zone"
+            }
+            UneditableDns::ReconciledCoreDns { .. } => "",
+        }
+    )
+}
+
+/// Forcing the hairpin with the annotation, when this Cilium ignores ipMode.
+fn force_the_hairpin(lb: &LoadBalancerFacts, cilium: &CiliumFacts) -> String {
+    format!(
+        "force the hairpin: annotate Service {} `hairpin.io/proxy-protocol: v1` or `v2` \
+         (the version its load balancer sends{}); hairpin then proxies it whatever its \
+         ipMode says, because Cilium {} ignores ipMode. Or upgrade Cilium to 1.17 or \
+         later (not 1.18.0), which honours it",
+        lb.service,
+        lb.proxy_protocol
+            .as_deref()
+            .map_or(String::new(), |v| format!(": {v}")),
+        cilium.version.as_deref().unwrap_or("(this version)")
+    )
+}
+
+/// The provider's native `ipMode: Proxy`, with what this cluster still lacks for it.
+fn native_ip_mode(
+    native: &str,
+    cilium_ignores: Option<&CiliumFacts>,
+    version: Option<(u32, u32)>,
+) -> String {
+    let native = match cilium_ignores {
+        Some(cilium) => format!(
+            "{native} (effective only once Cilium is 1.17 or later, not 1.18.0: Cilium {} \
+             ignores ipMode)",
+            cilium.version.as_deref().unwrap_or("(this version)")
+        ),
+        None => native.to_owned(),
+    };
+    match version {
+        Some((major, minor)) if (major, minor) >= (1, 30) => {
+            format!("native ipMode (Kubernetes {major}.{minor} supports it): {native}")
+        }
+        Some((major, minor)) => format!(
+            "native ipMode, after upgrading Kubernetes from {major}.{minor} to 1.30 or later: {native}"
+        ),
+        None => format!("native ipMode (needs Kubernetes 1.30 or later): {native}"),
+    }
+}
+
+/// `out`, then every provider's native and hostname fixes, then hairpin: the provider is
+/// not known.
+fn without_provider(mut out: Vec<String>, hairpin: String) -> Vec<String> {
+    out.extend([
+        "native: if your cloud controller sets `status.loadBalancer.ingress[].ipMode: Proxy` \
+         (Kubernetes 1.30+; Hetzner and OpenStack do on their own, Oracle with \
+         `oci.oraclecloud.com/ingress-ip-mode: \"proxy\"`, STACKIT with \
+         `lb.stackit.cloud/ip-mode-proxy: \"true\"`), in-cluster traffic goes through the \
+         load balancer"
+            .into(),
+        "provider hostname annotation, which publishes a hostname instead of the IP: \
+         DigitalOcean `service.beta.kubernetes.io/do-loadbalancer-hostname`, Hetzner \
+         `load-balancer.hetzner.cloud/hostname`, OpenStack `loadbalancer.openstack.org/hostname`, \
+         Scaleway `service.beta.kubernetes.io/scw-loadbalancer-use-hostname: \"true\"`, Linode \
+         `service.beta.kubernetes.io/linode-loadbalancer-hostname-only-ingress: \"true\"`, \
+         cloudscale.ch `k8s.cloudscale.ch/loadbalancer-force-hostname`"
+            .into(),
+        hairpin,
+    ]);
     out
 }
 

@@ -377,6 +377,43 @@ struct Sender<'a> {
     manager: &'a str,
 }
 
+/// An answer: the status code and the response carrying it.
+type Reply = (u16, Response<Body>);
+
+/// A request refused: the status code and the `Status` body the real server answers with.
+struct Refused(u16, Value);
+
+fn reply(code: u16, value: Value) -> Reply {
+    (code, json(code, &value))
+}
+
+fn not_found(target: &Target, name: &str) -> Refused {
+    Refused(404, default_status(404, &target.plural, name))
+}
+
+fn bad_request(message: &str) -> Refused {
+    Refused(400, status_body(400, "BadRequest", message, None))
+}
+
+/// The body a write needs: a JSON object.
+fn object_body(body: Option<Value>) -> Result<Value, Refused> {
+    match body {
+        Some(object @ Value::Object(_)) => Ok(object),
+        _ => Err(bad_request("the body of the request was not valid JSON")),
+    }
+}
+
+/// The object stored under `key`, or the 404 the real server answers for it.
+fn stored(state: &State, target: &Target, key: &Key, name: &str) -> Result<Value, Refused> {
+    state.resources[target.index]
+        .objects
+        .get(key)
+        .cloned()
+        .ok_or_else(|| not_found(target, name))
+}
+
+/// One request to a resource, by verb. A verb that refuses the request says why with the
+/// `Status` the real server words it with.
 fn dispatch(
     state: &mut State,
     method: &Method,
@@ -385,251 +422,23 @@ fn dispatch(
     sender: &Sender<'_>,
     body: Option<Value>,
     shared: &Arc<Shared>,
-) -> (u16, Response<Body>) {
-    let (content_type, manager) = (sender.content_type, sender.manager);
-    let ty = state.resources[target.index].ty.clone();
-    let reply = |code: u16, value: Value| (code, json(code, &value));
-    let not_found = |name: &str| reply(404, default_status(404, &target.plural, name));
-    let bad_request = |message: &str| reply(400, status_body(400, "BadRequest", message, None));
-    let url_namespace = target.namespace.clone().unwrap_or_default();
-    match (method, &target.name) {
-        (&Method::GET, Some(name)) => {
-            let key = object_key(target.namespace.as_deref(), name);
-            match state.resources[target.index].objects.get(&key) {
-                Some(object) => reply(200, object.clone()),
-                None => not_found(name),
-            }
-        }
+) -> Reply {
+    let answer = match (method, &target.name) {
+        (&Method::GET, Some(name)) => get(state, target, name),
         (&Method::GET, None) => {
             let labels = parse_selector(query.get("labelSelector").map_or("", String::as_str));
             let fields = parse_selector(query.get("fieldSelector").map_or("", String::as_str));
             if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
-                watch(state, target, query, labels, fields, shared)
+                Ok(watch(state, target, query, labels, fields, shared))
             } else {
-                list(state, target, query, &labels, &fields)
+                Ok(list(state, target, query, &labels, &fields))
             }
         }
-        (&Method::POST, None) => {
-            let Some(mut object @ Value::Object(_)) = body else {
-                return bad_request("the body of the request was not valid JSON");
-            };
-            // `EnsureObjectNamespaceMatchesRequestNamespace`: an empty namespace is filled
-            // in, a different one refused.
-            if ty.namespaced {
-                match object["metadata"]["namespace"].as_str() {
-                    Some(ns) if !ns.is_empty() && ns != url_namespace => {
-                        return bad_request(
-                            "the namespace of the provided object does not match the namespace sent on the request",
-                        );
-                    }
-                    _ => object["metadata"]["namespace"] = url_namespace.clone().into(),
-                }
-            } else if let Some(meta) = object["metadata"].as_object_mut() {
-                meta.remove("namespace");
-            }
-            let name = match object["metadata"]["name"].as_str() {
-                Some(name) if !name.is_empty() => name.to_owned(),
-                _ => match object["metadata"]["generateName"].as_str() {
-                    Some(prefix) => format!("{prefix}{:05x}", state.next_id()),
-                    None => {
-                        let cause = Cause {
-                            message: "Required value: name or generateName is required".into(),
-                            ..Cause::required("metadata.name")
-                        };
-                        return reply(422, invalid_status(&ty, "", &[cause]));
-                    }
-                },
-            };
-            object["metadata"]["name"] = name.clone().into();
-            // The NamespaceLifecycle admission plugin: no creating into a missing namespace.
-            if ty.namespaced && !state.namespace_exists(&url_namespace) {
-                return reply(404, default_status(404, "namespaces", &url_namespace));
-            }
-            if object["metadata"]
-                .get("resourceVersion")
-                .is_some_and(|rv| !rv.is_null() && rv != "")
-            {
-                return reply(
-                    500,
-                    status_body(
-                        500,
-                        "InternalError",
-                        "resourceVersion should not be set on objects to be created",
-                        None,
-                    ),
-                );
-            }
-            object["apiVersion"] = ty.api_version().into();
-            object["kind"] = ty.kind.clone().into();
-            let key = object_key(ty.namespaced.then_some(url_namespace.as_str()), &name);
-            if let Err(status) = admit(state, &ty, &key, &mut object, None) {
-                return reply(422, status);
-            }
-            if state.resources[target.index].objects.contains_key(&key) {
-                let message = format!("{} \"{name}\" already exists", target.plural);
-                return reply(
-                    409,
-                    status_body(
-                        409,
-                        "AlreadyExists",
-                        &message,
-                        Some(serde_json::json!({"name": name, "kind": target.plural})),
-                    ),
-                );
-            }
-            if ty.status_subresource
-                && let Some(fields) = object.as_object_mut()
-            {
-                fields.remove("status");
-            }
-            state.stamp_created(&mut object);
-            ty.stamp_generation(&mut object, None);
-            managed::track(None, &mut object, manager, "");
-            state.store(target.index, key.clone(), object, "ADDED");
-            let stored = state.resources[target.index].objects[&key].clone();
-            reply(201, stored)
-        }
-        (&Method::PUT, Some(name)) => {
-            let Some(mut object @ Value::Object(_)) = body else {
-                return bad_request("the body of the request was not valid JSON");
-            };
-            if let Err(message) = check_name(&object, name, &url_namespace) {
-                return bad_request(&message);
-            }
-            let key = object_key(target.namespace.as_deref(), name);
-            let Some(current) = state.resources[target.index].objects.get(&key).cloned() else {
-                return not_found(name);
-            };
-            // The uid a client sends is a precondition (`defaultUpdatedObjectInfo`).
-            if let Some(uid) = object["metadata"]["uid"].as_str().filter(|u| !u.is_empty())
-                && Some(uid) != current["metadata"]["uid"].as_str()
-            {
-                let message = format!(
-                    "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    target.plural,
-                    current["metadata"]["uid"].as_str().unwrap_or_default()
-                );
-                let details = serde_json::json!({"name": name, "kind": target.plural});
-                return reply(409, status_body(409, "Conflict", &message, Some(details)));
-            }
-            if let Some(sent) = object["metadata"]["resourceVersion"]
-                .as_str()
-                .filter(|rv| !rv.is_empty())
-                && Some(sent) != current["metadata"]["resourceVersion"].as_str()
-            {
-                return reply(409, default_status(409, &target.plural, name));
-            }
-            object["apiVersion"] = ty.api_version().into();
-            object["kind"] = ty.kind.clone().into();
-            object["metadata"]["uid"] = current["metadata"]["uid"].clone();
-            object["metadata"]["creationTimestamp"] =
-                current["metadata"]["creationTimestamp"].clone();
-            if ty.namespaced {
-                object["metadata"]["namespace"] = key.0.clone().into();
-            }
-            split_status(&ty, target.status, &current, &mut object);
-            ty.stamp_generation(&mut object, Some(&current));
-            if let Err(status) = admit(state, &ty, &key, &mut object, Some(&current)) {
-                return reply(422, status);
-            }
-            managed::carry_over(&current, &mut object);
-            if object == current_without_rv(&current, &object) {
-                // A no-op update keeps the resourceVersion and emits no event, like the real server.
-                return reply(200, current);
-            }
-            managed::track(Some(&current), &mut object, manager, subresource(target));
-            state.store(target.index, key.clone(), object, "MODIFIED");
-            reply(200, state.resources[target.index].objects[&key].clone())
-        }
-        (&Method::PATCH, Some(name)) => {
-            if !content_type.starts_with("application/merge-patch+json")
-                && !content_type.starts_with("application/strategic-merge-patch+json")
-            {
-                return reply(
-                    415,
-                    status_body(
-                        415,
-                        "UnsupportedMediaType",
-                        &format!("the fake API server does not support patch type {content_type}"),
-                        None,
-                    ),
-                );
-            }
-            let Some(patch) = body else {
-                return bad_request("the body of the request was not valid JSON");
-            };
-            let key = object_key(target.namespace.as_deref(), name);
-            let Some(current) = state.resources[target.index].objects.get(&key).cloned() else {
-                return not_found(name);
-            };
-            if let Some(sent) = patch["metadata"]["resourceVersion"].as_str()
-                && Some(sent) != current["metadata"]["resourceVersion"].as_str()
-            {
-                return reply(409, default_status(409, &target.plural, name));
-            }
-            let mut object = current.clone();
-            merge_patch(&mut object, &patch);
-            if let Err(message) = check_name(&object, name, &url_namespace) {
-                return bad_request(&message);
-            }
-            if object["metadata"]["uid"] != current["metadata"]["uid"] {
-                let cause = Cause::invalid(
-                    "metadata.uid",
-                    &object["metadata"]["uid"],
-                    "field is immutable",
-                );
-                return reply(422, invalid_status(&ty, name, &[cause]));
-            }
-            split_status(&ty, target.status, &current, &mut object);
-            ty.stamp_generation(&mut object, Some(&current));
-            if let Err(status) = admit(state, &ty, &key, &mut object, Some(&current)) {
-                return reply(422, status);
-            }
-            if object == current {
-                return reply(200, current);
-            }
-            managed::track(Some(&current), &mut object, manager, subresource(target));
-            state.store(target.index, key.clone(), object, "MODIFIED");
-            reply(200, state.resources[target.index].objects[&key].clone())
-        }
-        (&Method::DELETE, Some(name)) => {
-            let key = object_key(target.namespace.as_deref(), name);
-            // DeleteOptions.preconditions, checked like the real server (409 on mismatch).
-            if let (Some(options), Some(current)) =
-                (&body, state.resources[target.index].objects.get(&key))
-            {
-                let preconditions = &options["preconditions"];
-                for (field, actual) in [
-                    ("resourceVersion", &current["metadata"]["resourceVersion"]),
-                    ("uid", &current["metadata"]["uid"]),
-                ] {
-                    if let Some(expected) = preconditions[field].as_str()
-                        && actual.as_str() != Some(expected)
-                    {
-                        let message = format!(
-                            "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field}: {expected}, {field} in object meta: {}",
-                            target.plural,
-                            actual.as_str().unwrap_or_default()
-                        );
-                        let details = serde_json::json!({"name": name, "kind": target.plural});
-                        return reply(409, status_body(409, "Conflict", &message, Some(details)));
-                    }
-                }
-            }
-            match state.remove_key(target.index, &key) {
-                Some(object) => {
-                    let orphan = body
-                        .as_ref()
-                        .is_some_and(|o| o["propagationPolicy"] == "Orphan");
-                    if !orphan && let Some(uid) = object["metadata"]["uid"].as_str() {
-                        state.collect_garbage(uid);
-                    }
-                    reply(200, object)
-                }
-                None => not_found(name),
-            }
-        }
-        _ => reply(
+        (&Method::POST, None) => create(state, target, sender.manager, body),
+        (&Method::PUT, Some(name)) => update(state, target, name, sender.manager, body),
+        (&Method::PATCH, Some(name)) => patch(state, target, name, sender, body),
+        (&Method::DELETE, Some(name)) => delete(state, target, name, body.as_ref()),
+        _ => Err(Refused(
             405,
             status_body(
                 405,
@@ -637,8 +446,306 @@ fn dispatch(
                 &format!("{method} is not supported on this path by the fake"),
                 None,
             ),
-        ),
+        )),
+    };
+    answer.unwrap_or_else(|Refused(code, status)| reply(code, status))
+}
+
+fn get(state: &State, target: &Target, name: &str) -> Result<Reply, Refused> {
+    let key = object_key(target.namespace.as_deref(), name);
+    Ok(reply(200, stored(state, target, &key, name)?))
+}
+
+fn create(
+    state: &mut State,
+    target: &Target,
+    manager: &str,
+    body: Option<Value>,
+) -> Result<Reply, Refused> {
+    let ty = state.resources[target.index].ty.clone();
+    let url_namespace = target.namespace.clone().unwrap_or_default();
+    let mut object = object_body(body)?;
+    place_in_namespace(&ty, &mut object, &url_namespace)?;
+    let name = name_to_create(state, &ty, &object)?;
+    object["metadata"]["name"] = name.clone().into();
+    // The NamespaceLifecycle admission plugin: no creating into a missing namespace.
+    if ty.namespaced && !state.namespace_exists(&url_namespace) {
+        return Err(Refused(
+            404,
+            default_status(404, "namespaces", &url_namespace),
+        ));
     }
+    if object["metadata"]
+        .get("resourceVersion")
+        .is_some_and(|rv| !rv.is_null() && rv != "")
+    {
+        return Err(Refused(
+            500,
+            status_body(
+                500,
+                "InternalError",
+                "resourceVersion should not be set on objects to be created",
+                None,
+            ),
+        ));
+    }
+    object["apiVersion"] = ty.api_version().into();
+    object["kind"] = ty.kind.clone().into();
+    let key = object_key(ty.namespaced.then_some(url_namespace.as_str()), &name);
+    admit(state, &ty, &key, &mut object, None).map_err(|status| Refused(422, status))?;
+    if state.resources[target.index].objects.contains_key(&key) {
+        let message = format!("{} \"{name}\" already exists", target.plural);
+        let details = serde_json::json!({"name": name, "kind": target.plural});
+        return Err(Refused(
+            409,
+            status_body(409, "AlreadyExists", &message, Some(details)),
+        ));
+    }
+    if ty.status_subresource
+        && let Some(fields) = object.as_object_mut()
+    {
+        fields.remove("status");
+    }
+    state.stamp_created(&mut object);
+    ty.stamp_generation(&mut object, None);
+    managed::track(None, &mut object, manager, "");
+    Ok(store(state, target, key, object, "ADDED", 201))
+}
+
+/// Stores a created (`ADDED`) or changed (`MODIFIED`) object and answers `code` with it as
+/// stored, with its new resourceVersion.
+fn store(
+    state: &mut State,
+    target: &Target,
+    key: Key,
+    object: Value,
+    event: &'static str,
+    code: u16,
+) -> Reply {
+    state.store(target.index, key.clone(), object, event);
+    reply(code, state.resources[target.index].objects[&key].clone())
+}
+
+/// `EnsureObjectNamespaceMatchesRequestNamespace`: an empty namespace is filled in, a
+/// different one refused; a cluster-scoped object loses any namespace it names.
+fn place_in_namespace(
+    ty: &ResourceType,
+    object: &mut Value,
+    url_namespace: &str,
+) -> Result<(), Refused> {
+    if ty.namespaced {
+        match object["metadata"]["namespace"].as_str() {
+            Some(ns) if !ns.is_empty() && ns != url_namespace => {
+                return Err(bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => object["metadata"]["namespace"] = url_namespace.into(),
+        }
+    } else if let Some(meta) = object["metadata"].as_object_mut() {
+        meta.remove("namespace");
+    }
+    Ok(())
+}
+
+/// The name a created object gets: its own, or one generated from `generateName`.
+fn name_to_create(state: &mut State, ty: &ResourceType, object: &Value) -> Result<String, Refused> {
+    match object["metadata"]["name"].as_str() {
+        Some(name) if !name.is_empty() => Ok(name.to_owned()),
+        _ => match object["metadata"]["generateName"].as_str() {
+            Some(prefix) => Ok(format!("{prefix}{:05x}", state.next_id())),
+            None => {
+                let cause = Cause {
+                    message: "Required value: name or generateName is required".into(),
+                    ..Cause::required("metadata.name")
+                };
+                Err(Refused(422, invalid_status(ty, "", &[cause])))
+            }
+        },
+    }
+}
+
+fn update(
+    state: &mut State,
+    target: &Target,
+    name: &str,
+    manager: &str,
+    body: Option<Value>,
+) -> Result<Reply, Refused> {
+    let ty = state.resources[target.index].ty.clone();
+    let mut object = object_body(body)?;
+    check_name(
+        &object,
+        name,
+        target.namespace.as_deref().unwrap_or_default(),
+    )
+    .map_err(|message| bad_request(&message))?;
+    let key = object_key(target.namespace.as_deref(), name);
+    let current = stored(state, target, &key, name)?;
+    check_update_preconditions(target, name, &object, &current)?;
+    object["apiVersion"] = ty.api_version().into();
+    object["kind"] = ty.kind.clone().into();
+    object["metadata"]["uid"] = current["metadata"]["uid"].clone();
+    object["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
+    if ty.namespaced {
+        object["metadata"]["namespace"] = key.0.clone().into();
+    }
+    split_status(&ty, target.status, &current, &mut object);
+    ty.stamp_generation(&mut object, Some(&current));
+    admit(state, &ty, &key, &mut object, Some(&current)).map_err(|status| Refused(422, status))?;
+    managed::carry_over(&current, &mut object);
+    if object == current_without_rv(&current, &object) {
+        // A no-op update keeps the resourceVersion and emits no event, like the real server.
+        return Ok(reply(200, current));
+    }
+    managed::track(Some(&current), &mut object, manager, subresource(target));
+    Ok(store(state, target, key, object, "MODIFIED", 200))
+}
+
+/// The uid a client sends is a precondition (`defaultUpdatedObjectInfo`), and so is a
+/// resourceVersion: either one differing from the stored object's is a 409 `Conflict`.
+fn check_update_preconditions(
+    target: &Target,
+    name: &str,
+    object: &Value,
+    current: &Value,
+) -> Result<(), Refused> {
+    if let Some(uid) = object["metadata"]["uid"].as_str().filter(|u| !u.is_empty())
+        && Some(uid) != current["metadata"]["uid"].as_str()
+    {
+        let message = format!(
+            "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+            target.plural,
+            current["metadata"]["uid"].as_str().unwrap_or_default()
+        );
+        let details = serde_json::json!({"name": name, "kind": target.plural});
+        return Err(Refused(
+            409,
+            status_body(409, "Conflict", &message, Some(details)),
+        ));
+    }
+    if let Some(sent) = object["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|rv| !rv.is_empty())
+        && Some(sent) != current["metadata"]["resourceVersion"].as_str()
+    {
+        return Err(Refused(409, default_status(409, &target.plural, name)));
+    }
+    Ok(())
+}
+
+fn patch(
+    state: &mut State,
+    target: &Target,
+    name: &str,
+    sender: &Sender<'_>,
+    body: Option<Value>,
+) -> Result<Reply, Refused> {
+    let content_type = sender.content_type;
+    if !content_type.starts_with("application/merge-patch+json")
+        && !content_type.starts_with("application/strategic-merge-patch+json")
+    {
+        return Err(Refused(
+            415,
+            status_body(
+                415,
+                "UnsupportedMediaType",
+                &format!("the fake API server does not support patch type {content_type}"),
+                None,
+            ),
+        ));
+    }
+    let Some(patch) = body else {
+        return Err(bad_request("the body of the request was not valid JSON"));
+    };
+    let ty = state.resources[target.index].ty.clone();
+    let key = object_key(target.namespace.as_deref(), name);
+    let current = stored(state, target, &key, name)?;
+    if let Some(sent) = patch["metadata"]["resourceVersion"].as_str()
+        && Some(sent) != current["metadata"]["resourceVersion"].as_str()
+    {
+        return Err(Refused(409, default_status(409, &target.plural, name)));
+    }
+    let mut object = current.clone();
+    merge_patch(&mut object, &patch);
+    check_name(
+        &object,
+        name,
+        target.namespace.as_deref().unwrap_or_default(),
+    )
+    .map_err(|message| bad_request(&message))?;
+    if object["metadata"]["uid"] != current["metadata"]["uid"] {
+        let cause = Cause::invalid(
+            "metadata.uid",
+            &object["metadata"]["uid"],
+            "field is immutable",
+        );
+        return Err(Refused(422, invalid_status(&ty, name, &[cause])));
+    }
+    split_status(&ty, target.status, &current, &mut object);
+    ty.stamp_generation(&mut object, Some(&current));
+    admit(state, &ty, &key, &mut object, Some(&current)).map_err(|status| Refused(422, status))?;
+    if object == current {
+        return Ok(reply(200, current));
+    }
+    managed::track(
+        Some(&current),
+        &mut object,
+        sender.manager,
+        subresource(target),
+    );
+    Ok(store(state, target, key, object, "MODIFIED", 200))
+}
+
+fn delete(
+    state: &mut State,
+    target: &Target,
+    name: &str,
+    options: Option<&Value>,
+) -> Result<Reply, Refused> {
+    let key = object_key(target.namespace.as_deref(), name);
+    if let (Some(options), Some(current)) =
+        (options, state.resources[target.index].objects.get(&key))
+    {
+        check_delete_preconditions(target, name, &options["preconditions"], current)?;
+    }
+    let object = state
+        .remove_key(target.index, &key)
+        .ok_or_else(|| not_found(target, name))?;
+    let orphan = options.is_some_and(|o| o["propagationPolicy"] == "Orphan");
+    if !orphan && let Some(uid) = object["metadata"]["uid"].as_str() {
+        state.collect_garbage(uid);
+    }
+    Ok(reply(200, object))
+}
+
+/// `DeleteOptions.preconditions`, checked like the real server (409 on a mismatch).
+fn check_delete_preconditions(
+    target: &Target,
+    name: &str,
+    preconditions: &Value,
+    current: &Value,
+) -> Result<(), Refused> {
+    for (field, actual) in [
+        ("resourceVersion", &current["metadata"]["resourceVersion"]),
+        ("uid", &current["metadata"]["uid"]),
+    ] {
+        if let Some(expected) = preconditions[field].as_str()
+            && actual.as_str() != Some(expected)
+        {
+            let message = format!(
+                "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field}: {expected}, {field} in object meta: {}",
+                target.plural,
+                actual.as_str().unwrap_or_default()
+            );
+            let details = serde_json::json!({"name": name, "kind": target.plural});
+            return Err(Refused(
+                409,
+                status_body(409, "Conflict", &message, Some(details)),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The subresource a write goes to, as managedFields name it.
