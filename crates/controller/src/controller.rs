@@ -14,7 +14,7 @@ use hairpin_planner::{
 };
 use hairpin_runtime::Shutdown;
 use hairpin_runtime::admin::ReadyCondition;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use tokio::sync::{Notify, watch};
 
@@ -115,80 +115,32 @@ pub async fn run(
     } else {
         WriteGate::always_open()
     };
-    let lease_events = Events::new(client.clone(), &config.identity, metrics.clone());
-    let raw_client = client.clone();
-    let client = gate.client(client);
-    let events = Events::new(client.clone(), &config.identity, metrics.clone());
     let (leader_tx, mut leader_rx) = watch::channel(Leadership::Follower(None));
     let lease_task = match config.lease.clone() {
-        Some(params) => {
-            let manager = LeaseManager::new(raw_client, params)
-                .with_events(lease_events)
-                .with_gate(gate.clone());
-            let metrics = metrics.clone();
-            Some(tokio::spawn(manager.run(
-                leader_tx,
-                stop.clone(),
-                move |err| metrics.error(err),
-            )))
-        }
+        Some(params) => Some(elect(
+            client.clone(),
+            params,
+            &config,
+            &gate,
+            &metrics,
+            &stop,
+            leader_tx,
+        )),
+        // Leading at once; the sender stays until the end, so `leader_rx` never ends.
         None => {
             leader_tx.send_replace(Leadership::Leader);
             None
         }
     };
+    let client = gate.client(client);
 
-    tokio::select! {
-        () = caches.wait_synced() => {}
-        () = stop.clone() => return finish(lease_task).await,
-    }
-    // A shutdown ends the cache tasks, which also ends `wait_synced`.
-    if !caches.is_synced() {
+    if !synced(&caches, &stop).await {
         return finish(lease_task).await;
     }
     ready.set(true);
-    tracing::info!(ingresses = caches.ingress_count(), "caches synced");
-    let absent = caches.absent_kinds();
-    if !absent.is_empty() {
-        tracing::info!(
-            kinds = ?absent,
-            "kinds not installed (no CRD); skipped (checked again every minute)"
-        );
-    }
 
-    // Hostname verification. Only the leader plans, so only the leader's resolver has names to
-    // ask; a new leader holds its first write until their answers come (`verified_once`).
-    let verifier = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
-        .then(|| NameVerifier::new(config.verify.clone(), changed.clone(), metrics.clone()));
-    if let Some(verifier) = &verifier {
-        tokio::spawn(verifier.clone().run(stop.clone()));
-    }
-    let mut state = Reconciler {
-        verifier,
-        verified_once: false,
-        unverified: BTreeMap::new(),
-        client: client.clone(),
-        config: config.clone(),
-        status: StatusWriter::new(
-            client,
-            events.clone(),
-            metrics.clone(),
-            config.propagation.clone(),
-            config.planner.clone(),
-            changed.clone(),
-        ),
-        events,
-        metrics: metrics.clone(),
-        fights: Fights::new(config.fight.clone()),
-        refused: BTreeSet::new(),
-        dns_state: DnsState::NotReached,
-        services_backed_off: BTreeSet::new(),
-        dns_endpoint_crd: None,
-        crd_missing_logged: false,
-        dns_endpoints_cleaned: false,
-    };
-    let mut retry = config.min_retry;
-    let mut next = Instant::now();
+    let mut state = Reconciler::new(client, &config, &metrics, &changed, &stop);
+    let mut schedule = Schedule::new(&config);
     let mut fenced = false;
     loop {
         tokio::select! {
@@ -200,7 +152,7 @@ pub async fn run(
             res = leader_rx.changed() => {
                 if res.is_err() { return finish(lease_task).await; }
             }
-            () = tokio::time::sleep_until(next.into()) => {}
+            () = tokio::time::sleep_until(schedule.next.into()) => {}
             () = stop.clone() => return finish(lease_task).await,
         }
         let leadership = leader_rx.borrow().clone();
@@ -214,18 +166,91 @@ pub async fn run(
                 // the lease manager, and published as an Event on the Lease).
                 ready.set(false);
             }
-            next = Instant::now() + config.resync;
+            schedule.idle();
             continue;
         }
         if !leading {
-            next = Instant::now() + config.resync;
+            schedule.idle();
             continue;
         }
-        match state.reconcile(&caches).await {
+        let outcome = state.reconcile(&caches).await;
+        schedule.after(outcome, &metrics);
+    }
+}
+
+/// Waits until every cache has synced, and says so (with the kinds not installed); false when
+/// the shutdown came first.
+async fn synced(caches: &Caches, stop: &StopFuture) -> bool {
+    tokio::select! {
+        () = caches.wait_synced() => {}
+        () = stop.clone() => return false,
+    }
+    // A shutdown ends the cache tasks, which also ends `wait_synced`.
+    if !caches.is_synced() {
+        return false;
+    }
+    tracing::info!(ingresses = caches.ingress_count(), "caches synced");
+    let absent = caches.absent_kinds();
+    if !absent.is_empty() {
+        tracing::info!(
+            kinds = ?absent,
+            "kinds not installed (no CRD); skipped (checked again every minute)"
+        );
+    }
+    true
+}
+
+/// Starts the leader election, publishing the leadership on `leader_tx`. The Lease, and the
+/// Events about it, are written with `client`, not through the gate the election opens.
+fn elect(
+    client: kube::Client,
+    params: LeaseParams,
+    config: &ControllerConfig,
+    gate: &WriteGate,
+    metrics: &Metrics,
+    stop: &StopFuture,
+    leader_tx: watch::Sender<Leadership>,
+) -> tokio::task::JoinHandle<()> {
+    let lease_events = Events::new(client.clone(), &config.identity, metrics.clone());
+    let manager = LeaseManager::new(client, params)
+        .with_events(lease_events)
+        .with_gate(gate.clone());
+    let metrics = metrics.clone();
+    tokio::spawn(manager.run(leader_tx, stop.clone(), move |err| metrics.error(err)))
+}
+
+/// When the next reconcile runs: after `resync` when there is nothing to do, when the last
+/// one asked, or with an exponential backoff after a failure.
+struct Schedule {
+    next: Instant,
+    retry: Duration,
+    min_retry: Duration,
+    max_retry: Duration,
+    resync: Duration,
+}
+
+impl Schedule {
+    fn new(config: &ControllerConfig) -> Self {
+        Self {
+            next: Instant::now(),
+            retry: config.min_retry,
+            min_retry: config.min_retry,
+            max_retry: config.max_retry,
+            resync: config.resync,
+        }
+    }
+
+    /// Not leading (or fenced): look again after `resync`, or on a change.
+    fn idle(&mut self) {
+        self.next = Instant::now() + self.resync;
+    }
+
+    fn after(&mut self, outcome: Result<Option<Instant>, Error>, metrics: &Metrics) {
+        match outcome {
             Ok(requeue) => {
                 metrics.last_reconcile_success.set(unix_now());
-                retry = config.min_retry;
-                next = requeue.unwrap_or_else(|| Instant::now() + config.resync);
+                self.retry = self.min_retry;
+                self.next = requeue.unwrap_or_else(|| Instant::now() + self.resync);
             }
             Err(err) if crate::gate::is_withheld(&err) => {
                 // The gate closed during the reconcile (the Lease was lost, or could not be
@@ -234,13 +259,13 @@ pub async fn run(
                 tracing::info!(
                     "the write gate closed during a reconcile (leadership lost or not renewed in time); its remaining writes were withheld"
                 );
-                next = Instant::now() + config.min_retry;
+                self.next = Instant::now() + self.min_retry;
             }
             Err(err) => {
                 metrics.error(&err);
-                tracing::warn!(error = %err, kind = err.metric_label(), retry_in = ?retry, "reconcile failed; retrying");
-                next = Instant::now() + retry;
-                retry = (retry * 2).min(config.max_retry);
+                tracing::warn!(error = %err, kind = err.metric_label(), retry_in = ?self.retry, "reconcile failed; retrying");
+                self.next = Instant::now() + self.retry;
+                self.retry = (self.retry * 2).min(self.max_retry);
             }
         }
     }
@@ -331,6 +356,49 @@ struct Reconciler {
 type RefusedClaim = (String, ObjectRef, String, RefusalReason);
 
 impl Reconciler {
+    /// The reconciler of a controller whose caches have synced, writing with `client` (through
+    /// the gate). With hostname verification on, its resolver starts here: only the leader
+    /// plans, so only the leader's resolver has names to ask; a new leader holds its first
+    /// write until their answers come (`verified_once`).
+    fn new(
+        client: kube::Client,
+        config: &ControllerConfig,
+        metrics: &Metrics,
+        changed: &Arc<Notify>,
+        stop: &StopFuture,
+    ) -> Self {
+        let verifier = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
+            .then(|| NameVerifier::new(config.verify.clone(), changed.clone(), metrics.clone()));
+        if let Some(verifier) = &verifier {
+            tokio::spawn(verifier.clone().run(stop.clone()));
+        }
+        let events = Events::new(client.clone(), &config.identity, metrics.clone());
+        Reconciler {
+            verifier,
+            verified_once: false,
+            unverified: BTreeMap::new(),
+            client: client.clone(),
+            config: config.clone(),
+            status: StatusWriter::new(
+                client,
+                events.clone(),
+                metrics.clone(),
+                config.propagation.clone(),
+                config.planner.clone(),
+                changed.clone(),
+            ),
+            events,
+            metrics: metrics.clone(),
+            fights: Fights::new(config.fight.clone()),
+            refused: BTreeSet::new(),
+            dns_state: DnsState::NotReached,
+            services_backed_off: BTreeSet::new(),
+            dns_endpoint_crd: None,
+            crd_missing_logged: false,
+            dns_endpoints_cleaned: false,
+        }
+    }
+
     /// One plan-and-apply. Returns when to run again, if sooner than the resync.
     async fn reconcile(&mut self, caches: &Caches) -> Result<Option<Instant>, Error> {
         let started = Instant::now();
@@ -661,41 +729,13 @@ impl Reconciler {
         let changes = match applied {
             Applied::Done(changes) => changes,
             Applied::CrdMissing => {
-                let message = format!(
-                    "--dns-mode external-dns, but the DNSEndpoint CRD ({}.{}) is not installed: install external-dns's CRD (charts/external-dns/crds/dnsendpoint.yaml in kubernetes-sigs/external-dns); no DNS rule is published until it is (checked again every minute)",
-                    hairpin_planner::external_dns::PLURAL,
-                    hairpin_planner::external_dns::GROUP
-                );
-                if !self.crd_missing_logged {
-                    tracing::warn!("{message}");
-                    self.crd_missing_logged = true;
-                }
-                for lb in &plan.load_balancers {
-                    let svc = &lb.load_balancer.service;
-                    let uid = snapshot
-                        .service(&svc.namespace, &svc.name)
-                        .and_then(|s| s.metadata.uid.clone());
-                    let regarding = object_ref("Service", &svc.namespace, &svc.name, uid);
-                    self.events
-                        .publish(
-                            &regarding,
-                            true,
-                            reason::DNS_ENDPOINT_CRD_MISSING,
-                            message.clone(),
-                        )
-                        .await;
-                }
-                self.dns_state = DnsState::Refused {
-                    reason: "CRDNotInstalled",
-                    message,
-                };
+                self.dns_endpoint_crd_missing(plan, snapshot).await;
                 return Ok(None);
             }
         };
         self.crd_missing_logged = false;
         self.count_writes(changes.writes());
         let requeue = self.report_reverts("DNSEndpoint", &changes).await;
-        let planner = &self.config.planner;
         self.dns_state = if changes.backed_off.is_empty() {
             DnsState::InPlace {
                 wrote: changes.writes() > 0,
@@ -715,6 +755,47 @@ impl Reconciler {
         if changes.writes() > 0 {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "DNSEndpoints applied");
         }
+        self.announce_dns_endpoints(endpoints, &changes).await;
+        Ok(requeue)
+    }
+
+    /// external-dns's CRD is not installed: logged once, a Warning Event on every hairpinned
+    /// load balancer, and the DNS state says why nothing is published.
+    async fn dns_endpoint_crd_missing(&mut self, plan: &Plan, snapshot: &ClusterSnapshot) {
+        let message = format!(
+            "--dns-mode external-dns, but the DNSEndpoint CRD ({}.{}) is not installed: install external-dns's CRD (charts/external-dns/crds/dnsendpoint.yaml in kubernetes-sigs/external-dns); no DNS rule is published until it is (checked again every minute)",
+            hairpin_planner::external_dns::PLURAL,
+            hairpin_planner::external_dns::GROUP
+        );
+        if !self.crd_missing_logged {
+            tracing::warn!("{message}");
+            self.crd_missing_logged = true;
+        }
+        for lb in &plan.load_balancers {
+            let svc = &lb.load_balancer.service;
+            let uid = snapshot
+                .service(&svc.namespace, &svc.name)
+                .and_then(|s| s.metadata.uid.clone());
+            let regarding = object_ref("Service", &svc.namespace, &svc.name, uid);
+            self.events
+                .publish(
+                    &regarding,
+                    true,
+                    reason::DNS_ENDPOINT_CRD_MISSING,
+                    message.clone(),
+                )
+                .await;
+        }
+        self.dns_state = DnsState::Refused {
+            reason: "CRDNotInstalled",
+            message,
+        };
+    }
+
+    /// An Event on each DNSEndpoint created or updated: how many records, for which load
+    /// balancer.
+    async fn announce_dns_endpoints(&self, endpoints: &DnsEndpoints, changes: &ObjectChanges) {
+        let namespace = &self.config.planner.namespace;
         for name in changes.created.iter().chain(&changes.updated) {
             let Some(o) = endpoints
                 .objects
@@ -723,7 +804,7 @@ impl Reconciler {
             else {
                 continue;
             };
-            let regarding = object_ref("DNSEndpoint", &planner.namespace, name, None);
+            let regarding = object_ref("DNSEndpoint", namespace, name, None);
             let note = format!(
                 "hairpin published {} record(s) for the hostnames of {}, pointing at its hairpin Service",
                 o.object.spec.endpoints.len(),
@@ -733,7 +814,6 @@ impl Reconciler {
                 .publish(&regarding, false, reason::DNS_UPDATED, note)
                 .await;
         }
-        Ok(requeue)
     }
 
     /// One DNS key: written when it differs, guarded against a write fight per key. The
@@ -745,14 +825,7 @@ impl Reconciler {
         primary: bool,
         snapshot: &ClusterSnapshot,
     ) -> Result<Option<Instant>, Error> {
-        let planner = &self.config.planner;
         let target = write.target();
-        let cm_ref = object_ref(
-            "ConfigMap",
-            &write.config_map.namespace,
-            &write.config_map.name,
-            None,
-        );
         if !write.changed {
             if primary {
                 self.dns_state = DnsState::InPlace { wrote: false };
@@ -776,6 +849,28 @@ impl Reconciler {
             tracing::debug!(configmap = %write.config_map, "DNS write backed off (write fight)");
             return Ok(Some(until));
         }
+        let Some((after, managed_fields)) = self.write_dns_key(write, primary).await? else {
+            return Ok(None);
+        };
+        if primary {
+            self.dns_state = DnsState::InPlace { wrote: true };
+        }
+        self.count_writes(1);
+        tracing::info!(configmap = %write.config_map, key = %write.key, entries = dns.entries.len(), "DNS change written");
+        let observation = self.fights.written(&target, after, Instant::now());
+        Ok(self
+            .after_dns_write(dns, write, observation, &managed_fields, snapshot)
+            .await)
+    }
+
+    /// Writes one DNS key: the value written and the `managedFields` read before, or None
+    /// when nothing was written (already in place, or no ConfigMap). A failed write is a
+    /// Warning Event on the ConfigMap (and, for the `primary` write, the DNS state).
+    async fn write_dns_key(
+        &mut self,
+        write: &hairpin_planner::DnsWrite,
+        primary: bool,
+    ) -> Result<Option<(Option<String>, Vec<ManagedFieldsEntry>)>, Error> {
         let edit = dns_edit(write);
         let outcome = match write_key(&self.client, &edit).await {
             Ok(outcome) => outcome,
@@ -791,22 +886,27 @@ impl Reconciler {
                     };
                 }
                 self.events
-                    .publish(&cm_ref, true, reason::DNS_WRITE_FAILED, warning)
+                    .publish(
+                        &config_map_ref(write),
+                        true,
+                        reason::DNS_WRITE_FAILED,
+                        warning,
+                    )
                     .await;
                 return Err(err);
             }
         };
-        let (after, managed_fields) = match outcome {
+        match outcome {
             KeyOutcome::Written {
                 after,
                 managed_fields,
                 ..
-            } => (after, managed_fields),
+            } => Ok(Some((after, managed_fields))),
             KeyOutcome::Unchanged { .. } => {
                 if primary {
                     self.dns_state = DnsState::InPlace { wrote: false };
                 }
-                return Ok(None);
+                Ok(None)
             }
             KeyOutcome::ConfigMapMissing => {
                 if primary {
@@ -815,15 +915,23 @@ impl Reconciler {
                         message: format!("the ConfigMap {} does not exist", write.config_map),
                     };
                 }
-                return Ok(None);
+                Ok(None)
             }
-        };
-        if primary {
-            self.dns_state = DnsState::InPlace { wrote: true };
         }
-        self.count_writes(1);
-        tracing::info!(configmap = %write.config_map, key = %write.key, entries = dns.entries.len(), "DNS change written");
-        let observation = self.fights.written(&target, after, Instant::now());
+    }
+
+    /// After a DNS write, what the fight guard observed: a normal write (an Event), a revert
+    /// by another writer (rewritten), or a fight (backed off, with an Event naming the writer
+    /// and the fix). Some: when to try again.
+    async fn after_dns_write(
+        &mut self,
+        dns: &hairpin_planner::DnsChange,
+        write: &hairpin_planner::DnsWrite,
+        observation: Observation,
+        managed_fields: &[ManagedFieldsEntry],
+        snapshot: &ClusterSnapshot,
+    ) -> Option<Instant> {
+        let planner = &self.config.planner;
         match observation {
             Observation::Normal => {
                 self.metrics.dns_fight.set(0);
@@ -832,25 +940,25 @@ impl Reconciler {
                     dns.entries.len()
                 );
                 self.events
-                    .publish(&cm_ref, false, reason::DNS_UPDATED, note)
+                    .publish(&config_map_ref(write), false, reason::DNS_UPDATED, note)
                     .await;
-                Ok(None)
+                None
             }
             Observation::Reverted { count } => {
                 self.metrics.dns_reverts.inc();
                 tracing::warn!(configmap = %write.config_map, reverts = count, "another writer reverted our DNS change; rewrote it");
-                Ok(None)
+                None
             }
             Observation::Fight { count, backoff } => {
                 self.metrics.dns_reverts.inc();
                 self.metrics.dns_fight.set(1);
                 let fix = fight_fix(
                     write,
-                    &managed_fields,
+                    managed_fields,
                     coredns_corefile(snapshot, planner),
                     planner,
                 );
-                let writer = last_writer(&managed_fields);
+                let writer = last_writer(managed_fields);
                 let note = format!(
                     "{} reverted hairpin's change to {} {count} times within {:?}; backing off for {:?}. {fix}",
                     other_writer(writer.as_deref()),
@@ -860,9 +968,9 @@ impl Reconciler {
                 );
                 tracing::warn!(configmap = %write.config_map, writer = ?writer, reverts = count, backoff = ?backoff, fix, "DNS write fight detected; backing off");
                 self.events
-                    .publish(&cm_ref, true, reason::DNS_FIGHT, note)
+                    .publish(&config_map_ref(write), true, reason::DNS_FIGHT, note)
                     .await;
-                Ok(Some(Instant::now() + backoff))
+                Some(Instant::now() + backoff)
             }
         }
     }
@@ -1054,6 +1162,16 @@ fn other_writer(manager: Option<&str>) -> String {
         Some(manager) => format!("another writer (field manager {manager:?})"),
         None => "another writer (unnamed: the object was deleted, or its managedFields name no other manager)".to_owned(),
     }
+}
+
+/// The ConfigMap a DNS write goes to, as an Event's `regarding`.
+fn config_map_ref(write: &hairpin_planner::DnsWrite) -> ObjectReference {
+    object_ref(
+        "ConfigMap",
+        &write.config_map.namespace,
+        &write.config_map.name,
+        None,
+    )
 }
 
 /// The field manager of EKS's managed add-ons, which EKS installs by server-side apply.

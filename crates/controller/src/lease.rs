@@ -293,56 +293,17 @@ impl LeaseManager {
                     Leadership::Follower(None)
                 }
                 Err(err) => {
-                    // Once per streak of failures (an API outage fails every attempt).
-                    if failing {
-                        tracing::debug!(error = %err, lease = %self.params.name, "leader election: lease update failed again");
-                    } else if err.metric_label() == "api_transport" {
-                        // The API server cannot be reached: the watches already say so in one
-                        // warning with the server's URL; one condition, one warning.
-                        tracing::info!(error = %err, lease = %self.params.name, retry_in = ?self.params.retry_interval, "leader election: lease update failed (API server unreachable); retrying (logged again when it works)");
-                    } else {
-                        tracing::warn!(error = %err, lease = %self.params.name, retry_in = ?self.params.retry_interval, "leader election: lease update failed; retrying (logged again when it works)");
-                    }
+                    self.log_failure(&err, failing);
                     on_error(&err);
-                    // Keep leading only while the gate is open: it closes by itself where
-                    // the Lease we last renewed could expire, so two leaders never overlap.
-                    if self.fenced {
-                        Leadership::Fenced
-                    } else if leading && self.gate.is_open() {
-                        Leadership::Leader
-                    } else {
-                        Leadership::Follower(None)
-                    }
+                    self.leadership_despite_failure(leading)
                 }
             };
             if !leadership.is_leader() {
                 self.gate.close().await;
             }
-            tx.send_if_modified(|current| {
-                if *current == leadership {
-                    return false;
-                }
-                match &leadership {
-                    Leadership::Leader => tracing::info!(identity = %self.params.identity, "leader election: acquired the lease"),
-                    Leadership::Follower(holder) => tracing::info!(holder = ?holder, "leader election: following"),
-                    Leadership::Fenced => {}
-                }
-                *current = leadership.clone();
-                true
-            });
+            self.publish(&tx, &leadership);
             failing = failed;
-            // A leader renews every `renew_interval`; after a failed attempt it retries as
-            // often as a standby polls, and it wakes when its gate closes, to say so.
-            let mut wait = if leadership.is_leader() && !failed {
-                self.params.renew_interval
-            } else {
-                self.params.retry_interval
-            };
-            if leadership.is_leader()
-                && let Some(until) = open_until
-            {
-                wait = wait.min(until.saturating_duration_since(Instant::now()));
-            }
+            let wait = self.wait_after(&leadership, failed, open_until);
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = poke.notified() => {}
@@ -350,19 +311,89 @@ impl LeaseManager {
             }
         }
         watch_task.abort();
+        self.stop_leading(&tx).await;
+    }
+
+    /// A failed claim or renewal, logged once per streak of failures (an API outage fails
+    /// every attempt).
+    fn log_failure(&self, err: &Error, failing: bool) {
+        let (lease, retry_in) = (&self.params.name, self.params.retry_interval);
+        if failing {
+            tracing::debug!(error = %err, lease = %lease, "leader election: lease update failed again");
+        } else if err.metric_label() == "api_transport" {
+            // The API server cannot be reached: the watches already say so in one
+            // warning with the server's URL; one condition, one warning.
+            tracing::info!(error = %err, lease = %lease, retry_in = ?retry_in, "leader election: lease update failed (API server unreachable); retrying (logged again when it works)");
+        } else {
+            tracing::warn!(error = %err, lease = %lease, retry_in = ?retry_in, "leader election: lease update failed; retrying (logged again when it works)");
+        }
+    }
+
+    /// After a failed claim or renewal: keep leading only while the gate is open. It closes by
+    /// itself where the Lease we last renewed could expire, so two leaders never overlap.
+    fn leadership_despite_failure(&self, leading: bool) -> Leadership {
+        if self.fenced {
+            Leadership::Fenced
+        } else if leading && self.gate.is_open() {
+            Leadership::Leader
+        } else {
+            Leadership::Follower(None)
+        }
+    }
+
+    /// Publishes `leadership` when it changed, and logs the change.
+    fn publish(&self, tx: &watch::Sender<Leadership>, leadership: &Leadership) {
+        tx.send_if_modified(|current| {
+            if current == leadership {
+                return false;
+            }
+            match leadership {
+                Leadership::Leader => tracing::info!(identity = %self.params.identity, "leader election: acquired the lease"),
+                Leadership::Follower(holder) => tracing::info!(holder = ?holder, "leader election: following"),
+                Leadership::Fenced => {}
+            }
+            *current = leadership.clone();
+            true
+        });
+    }
+
+    /// A leader renews every `renew_interval`; after a failed attempt it retries as often as a
+    /// standby polls, and it wakes when its gate closes, to say so.
+    fn wait_after(
+        &self,
+        leadership: &Leadership,
+        failed: bool,
+        open_until: Option<Instant>,
+    ) -> Duration {
+        let mut wait = if leadership.is_leader() && !failed {
+            self.params.renew_interval
+        } else {
+            self.params.retry_interval
+        };
+        if leadership.is_leader()
+            && let Some(until) = open_until
+        {
+            wait = wait.min(until.saturating_duration_since(Instant::now()));
+        }
+        wait
+    }
+
+    /// On the way out: no more writes, and the Lease vacated if this instance leads.
+    async fn stop_leading(&self, tx: &watch::Sender<Leadership>) {
         self.gate.close().await;
-        if tx.borrow().is_leader() && !self.params.observe_only {
-            tx.send_replace(Leadership::Follower(None));
-            match self.vacate().await {
-                Ok(true) => {
-                    tracing::info!(lease = %self.params.name, "leader election: vacated the lease")
-                }
-                Ok(false) => {
-                    tracing::info!(lease = %self.params.name, "leader election: the lease was no longer ours (deleted or taken); nothing to vacate")
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "leader election: could not vacate the lease; it expires by itself")
-                }
+        if !tx.borrow().is_leader() || self.params.observe_only {
+            return;
+        }
+        tx.send_replace(Leadership::Follower(None));
+        match self.vacate().await {
+            Ok(true) => {
+                tracing::info!(lease = %self.params.name, "leader election: vacated the lease")
+            }
+            Ok(false) => {
+                tracing::info!(lease = %self.params.name, "leader election: the lease was no longer ours (deleted or taken); nothing to vacate")
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "leader election: could not vacate the lease; it expires by itself")
             }
         }
     }

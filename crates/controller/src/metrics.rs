@@ -90,7 +90,18 @@ pub struct Metrics {
 impl Metrics {
     /// Creates the metrics and registers them under `hairpin_controller_`.
     pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self {
+        let metrics = Self::new();
+        metrics.register_unprefixed(registry);
+        let sub = registry.sub_registry_with_prefix("hairpin_controller");
+        metrics.register_reconciles(sub);
+        metrics.register_fights(sub);
+        metrics.register_writers(sub);
+        metrics.register_outcomes(sub);
+        metrics
+    }
+
+    fn new() -> Self {
+        Self {
             reconciles: Counter::default(),
             errors: Family::default(),
             reconcile_duration: Histogram::new([
@@ -116,107 +127,121 @@ impl Metrics {
             dns_propagation: Histogram::new([
                 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0,
             ]),
-        };
-        // Not under `hairpin_controller_`: the planner's policy refuses, whoever runs it.
+        }
+    }
+
+    /// Not under `hairpin_controller_`: the planner's policy refuses, whoever runs it, and
+    /// the propagation time is the DNS's.
+    fn register_unprefixed(&self, registry: &mut Registry) {
         registry.register(
             "hairpin_hostnames_refused",
             "Hostname claims refused by the admission policy, by reason (counted when a claim appears)",
-            metrics.hostnames_refused.clone(),
+            self.hostnames_refused.clone(),
         );
         registry.register(
             "hairpin_hostnames_unverified",
             "Hostnames not redirected because the upstream DNS does not resolve them to their load balancer, by reason",
-            metrics.hostnames_unverified.clone(),
+            self.hostnames_unverified.clone(),
         );
         registry.register(
             "hairpin_dns_propagation_seconds",
             "Time from a DNS write until the cluster DNS answered with the hairpin Service, measured by the controller",
-            metrics.dns_propagation.clone(),
+            self.dns_propagation.clone(),
         );
-        let sub = registry.sub_registry_with_prefix("hairpin_controller");
-        sub.register("reconciles", "Reconciles run", metrics.reconciles.clone());
-        sub.register("errors", "Errors by kind", metrics.errors.clone());
+    }
+
+    /// What the reconciles do: how many, how long, what they failed on, what they manage.
+    fn register_reconciles(&self, sub: &mut Registry) {
+        sub.register("reconciles", "Reconciles run", self.reconciles.clone());
+        sub.register("errors", "Errors by kind", self.errors.clone());
         sub.register(
             "reconcile_duration_seconds",
             "Time to compute and apply a plan",
-            metrics.reconcile_duration.clone(),
+            self.reconcile_duration.clone(),
         );
         sub.register(
             "managed_load_balancers",
             "Load balancers that currently get a hairpin",
-            metrics.managed_load_balancers.clone(),
+            self.managed_load_balancers.clone(),
         );
         sub.register(
             "managed_hostnames",
             "Hostnames currently redirected to the hairpin proxy",
-            metrics.managed_hostnames.clone(),
+            self.managed_hostnames.clone(),
         );
+    }
+
+    /// Write fights with other writers, per kind of object hairpin writes.
+    fn register_fights(&self, sub: &mut Registry) {
         sub.register(
             "dns_reverts",
             "Times another writer reverted the CoreDNS change or changed one of hairpin's DNSEndpoints",
-            metrics.dns_reverts.clone(),
+            self.dns_reverts.clone(),
         );
         sub.register(
             "dns_fight",
             "1 while CoreDNS writes are backed off because another writer keeps reverting them",
-            metrics.dns_fight.clone(),
+            self.dns_fight.clone(),
         );
         sub.register(
             "service_reverts",
             "Times another writer changed or deleted one of hairpin's Services",
-            metrics.service_reverts.clone(),
+            self.service_reverts.clone(),
         );
         sub.register(
             "service_fight",
             "1 while writes to one of hairpin's Services are backed off because another writer keeps changing it",
-            metrics.service_fight.clone(),
+            self.service_fight.clone(),
         );
         sub.register(
             "config_map_reverts",
             "Times another writer changed or deleted hairpin's routes or hosts ConfigMap",
-            metrics.config_map_reverts.clone(),
+            self.config_map_reverts.clone(),
         );
         sub.register(
             "config_map_fight",
             "1 while writes to hairpin's routes or hosts ConfigMap are backed off because another writer keeps changing it",
-            metrics.config_map_fight.clone(),
+            self.config_map_fight.clone(),
         );
-        sub.register(
-            "writes",
-            "Writes made to the cluster",
-            metrics.writes.clone(),
-        );
+    }
+
+    /// Whether this instance writes: its writes, the leader Lease, the uninstall fence.
+    fn register_writers(&self, sub: &mut Registry) {
+        sub.register("writes", "Writes made to the cluster", self.writes.clone());
         sub.register(
             "leader",
             "1 while this instance holds the leader Lease",
-            metrics.leader.clone(),
+            self.leader.clone(),
         );
         sub.register(
             "fenced",
             "1 once hairpin uninstall fenced this instance: it writes nothing until it exits",
-            metrics.fenced.clone(),
+            self.fenced.clone(),
         );
+    }
+
+    /// How the DNS side went: hostname lookups, DNS writes and plans, the last success.
+    fn register_outcomes(&self, sub: &mut Registry) {
         sub.register(
             "hostname_lookups",
             "Upstream DNS lookups made to verify hostnames, by result (answer, nxdomain, failed)",
-            metrics.hostname_lookups.clone(),
+            self.hostname_lookups.clone(),
         );
         sub.register(
             "dns_write_failures",
             "Failed writes of the CoreDNS change",
-            metrics.dns_write_failures.clone(),
+            self.dns_write_failures.clone(),
         );
         sub.register(
             "dns_plan_errors",
             "Reasons the DNS change could not be planned in the last reconcile (0: planned)",
-            metrics.dns_plan_errors.clone(),
+            self.dns_plan_errors.clone(),
         );
         sub.register(
             "last_reconcile_success_timestamp_seconds",
             "Unix time of the last reconcile that applied the whole plan",
-            metrics.last_reconcile_success.clone(),
+            self.last_reconcile_success.clone(),
         );
-        metrics
     }
 
     /// Counts an error.

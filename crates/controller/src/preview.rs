@@ -14,7 +14,9 @@ use std::time::Duration;
 use futures::FutureExt as _;
 use hairpin_planner::external_dns::{self, DnsEndpoint};
 use hairpin_planner::render::unified_diff;
-use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig};
+use hairpin_planner::{
+    ClusterSnapshot, DnsChange, LoadBalancerPlan, Plan, PlannerConfig, Verification,
+};
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt as _;
@@ -509,38 +511,13 @@ pub fn summary(changes: &[Change]) -> String {
 /// added to it).
 pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
     let cluster_ips = plan.known_cluster_ips();
-    let load_balancers: Vec<Value> = plan
-        .load_balancers
-        .iter()
-        .map(|lb| {
-            let l = &lb.load_balancer;
-            json!({
-                "service": l.service.to_string(),
-                "addresses": l.ips,
-                "proxySources": l.proxy_sources,
-                "hairpinService": lb.service_ref().to_string(),
-                "clusterIPs": hairpin_planner::plan::cluster_ips(&lb.service),
-                "routes": lb.routes.iter().map(|r| json!({
-                    "listen": r.listen,
-                    "upstream": r.upstream,
-                    "proxyProtocol": r.proxy_protocol,
-                    "destination": r.destination,
-                })).collect::<Vec<_>>(),
-                "hostnames": lb.hostnames.iter().map(|h| json!({
-                    "name": h.name,
-                    "wildcardLabels": h.wildcard_labels,
-                    "sources": h.sources,
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
     let (hosts, pending) = plan.hosts.hosts_entries(&cluster_ips);
     let mut document = json!({
         "apiVersion": "hairpin.io/v1alpha1",
         "kind": "Plan",
         "source": source,
         "complete": !plan.has_errors(),
-        "loadBalancers": load_balancers,
+        "loadBalancers": plan.load_balancers.iter().map(load_balancer_json).collect::<Vec<_>>(),
         "notNeeded": plan.not_needed.iter().map(|n| json!({
             "service": n.service.to_string(),
             "reason": n.reason,
@@ -557,47 +534,8 @@ pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
             "loadBalancer": r.load_balancer.to_string(),
             "message": r.detail,
         })).collect::<Vec<_>>(),
-        "verification": {
-            "mode": plan.verification.mode,
-            "unverified": plan.verification.unverified.iter().map(|u| json!({
-                "hostname": u.hostname,
-                "loadBalancer": u.load_balancer.to_string(),
-                "reason": u.reason,
-                "message": u.detail,
-                "sources": u.sources,
-            })).collect::<Vec<_>>(),
-            "passthrough": plan.verification.passthrough.iter().map(|p| json!({
-                "hostname": p.hostname,
-                "wildcard": p.wildcard,
-                "why": p.why,
-            })).collect::<Vec<_>>(),
-        },
-        "dns": plan.dns.as_ref().map(|d| json!({
-            "mode": d.mode,
-            "clusterDomain": d.cluster_domain,
-            "hostnames": d.entries.iter().map(|e| json!({
-                "name": e.hostname,
-                "target": e.target,
-            })).collect::<Vec<_>>(),
-            "writes": d.writes.iter().map(|w| json!({
-                "configMap": w.config_map.to_string(),
-                "key": w.key,
-                "changed": w.changed,
-            })).collect::<Vec<_>>(),
-            "dnsEndpoints": d.dns_endpoints.as_ref().map(|e| json!({
-                "objects": e.objects.iter().map(|o| json!({
-                    "name": o.object.object_ref().to_string(),
-                    "loadBalancer": o.load_balancer.to_string(),
-                    "changed": o.changed,
-                    "endpoints": o.object.spec.endpoints,
-                })).collect::<Vec<_>>(),
-                "pending": e.pending.iter().map(|p| json!({
-                    "hostname": p.hostname,
-                    "service": p.service.to_string(),
-                })).collect::<Vec<_>>(),
-                "stale": e.stale.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            })),
-        })),
+        "verification": verification_json(&plan.verification),
+        "dns": plan.dns.as_ref().map(dns_json),
         "hostsFile": hosts.iter().map(|e| json!({
             "ip": e.ip,
             "names": e.names,
@@ -632,4 +570,76 @@ pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
         });
     }
     document
+}
+
+/// One load balancer of `loadBalancers`: its hairpin Service, routes and hostnames.
+fn load_balancer_json(lb: &LoadBalancerPlan) -> Value {
+    let l = &lb.load_balancer;
+    json!({
+        "service": l.service.to_string(),
+        "addresses": l.ips,
+        "proxySources": l.proxy_sources,
+        "hairpinService": lb.service_ref().to_string(),
+        "clusterIPs": hairpin_planner::plan::cluster_ips(&lb.service),
+        "routes": lb.routes.iter().map(|r| json!({
+            "listen": r.listen,
+            "upstream": r.upstream,
+            "proxyProtocol": r.proxy_protocol,
+            "destination": r.destination,
+        })).collect::<Vec<_>>(),
+        "hostnames": lb.hostnames.iter().map(|h| json!({
+            "name": h.name,
+            "wildcardLabels": h.wildcard_labels,
+            "sources": h.sources,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// `verification`: the mode, the names not verified, the wildcards passed through.
+fn verification_json(verification: &Verification) -> Value {
+    json!({
+        "mode": verification.mode,
+        "unverified": verification.unverified.iter().map(|u| json!({
+            "hostname": u.hostname,
+            "loadBalancer": u.load_balancer.to_string(),
+            "reason": u.reason,
+            "message": u.detail,
+            "sources": u.sources,
+        })).collect::<Vec<_>>(),
+        "passthrough": verification.passthrough.iter().map(|p| json!({
+            "hostname": p.hostname,
+            "wildcard": p.wildcard,
+            "why": p.why,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// `dns`: the records, the ConfigMap keys written, the DNSEndpoints in external-dns mode.
+fn dns_json(dns: &DnsChange) -> Value {
+    json!({
+        "mode": dns.mode,
+        "clusterDomain": dns.cluster_domain,
+        "hostnames": dns.entries.iter().map(|e| json!({
+            "name": e.hostname,
+            "target": e.target,
+        })).collect::<Vec<_>>(),
+        "writes": dns.writes.iter().map(|w| json!({
+            "configMap": w.config_map.to_string(),
+            "key": w.key,
+            "changed": w.changed,
+        })).collect::<Vec<_>>(),
+        "dnsEndpoints": dns.dns_endpoints.as_ref().map(|e| json!({
+            "objects": e.objects.iter().map(|o| json!({
+                "name": o.object.object_ref().to_string(),
+                "loadBalancer": o.load_balancer.to_string(),
+                "changed": o.changed,
+                "endpoints": o.object.spec.endpoints,
+            })).collect::<Vec<_>>(),
+            "pending": e.pending.iter().map(|p| json!({
+                "hostname": p.hostname,
+                "service": p.service.to_string(),
+            })).collect::<Vec<_>>(),
+            "stale": e.stale.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        })),
+    })
 }

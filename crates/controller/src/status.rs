@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use hairpin_planner::corefile;
 use hairpin_planner::snapshot::ObjectRef;
-use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig, ProxyHeader};
+use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, Plan, PlannerConfig, ProxyHeader};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -95,106 +95,128 @@ pub fn desired_hairpins(
         .iter()
         .map(|lb| {
             let svc = &lb.load_balancer.service;
-            let owner = snapshot
-                .service(&svc.namespace, &svc.name)
-                .and_then(|s| s.metadata.uid.clone())
-                .map(|uid| OwnerReference {
-                    api_version: "v1".into(),
-                    kind: "Service".into(),
-                    name: svc.name.clone(),
-                    uid,
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                });
             let mut hairpin = Hairpin::new(&svc.name, HairpinSpec {});
-            hairpin.metadata = ObjectMeta {
-                name: Some(svc.name.clone()),
-                namespace: Some(svc.namespace.clone()),
-                labels: Some(BTreeMap::from([(
-                    MANAGED_BY_LABEL.into(),
-                    MANAGED_BY_VALUE.into(),
-                )])),
-                annotations: Some(BTreeMap::from([(
-                    source_annotation.to_owned(),
-                    svc.to_string(),
-                )])),
-                owner_references: owner.map(|o| vec![o]),
-                ..ObjectMeta::default()
-            };
-            let versions: std::collections::BTreeSet<&str> = lb
-                .routes
-                .iter()
-                .filter(|r| r.proxy_protocol != ProxyHeader::None)
-                .map(|r| r.proxy_protocol.as_str())
-                .collect();
-            let proxy = match versions.len() {
-                1 => versions.into_iter().next().unwrap_or_default().to_owned(),
-                _ => "mixed".to_owned(),
-            };
-            let refused = plan
-                .refused
-                .iter()
-                .filter(|r| &r.load_balancer == svc)
-                .map(|r| RefusedHostname {
-                    // As written by the tenant: escaped like every printed value (the reason
-                    // and the source are escaped already).
-                    name: hairpin_planner::escape::text(&r.hostname).into_owned(),
-                    reason: format!("{}: {}", r.reason, r.detail),
-                    sources: vec![r.source.clone()],
-                })
-                .collect();
-            let unverified = plan
-                .verification
-                .unverified
-                .iter()
-                .filter(|u| &u.load_balancer == svc)
-                .map(|u| UnverifiedHostname {
-                    name: u.hostname.clone(),
-                    reason: u.reason.as_str().to_owned(),
-                    message: hairpin_planner::escape::text(&u.detail).into_owned(),
-                    sources: u.sources.clone(),
-                })
-                .collect();
-            let spec = lb.service.spec.as_ref();
-            hairpin.status = Some(HairpinStatus {
-                proxy,
-                host_count: i32::try_from(lb.hostnames.len()).unwrap_or(i32::MAX),
-                dns: if plan.dns.is_some() {
-                    "Written"
-                } else {
-                    "Refused"
-                }
-                .into(),
-                service: lb.service_ref().to_string(),
-                cluster_ip: spec
-                    .and_then(|s| s.cluster_ip.clone())
-                    .filter(|ip| !ip.is_empty() && ip != "None"),
-                hostnames: lb
-                    .hostnames
-                    .iter()
-                    .map(|h| HostnameStatus {
-                        name: h.name.clone(),
-                        sources: h.sources.clone(),
-                    })
-                    .collect(),
-                refused,
-                unverified,
-                dns_mode: plan.dns.as_ref().map(|d| d.mode.as_str().to_owned()),
-                dns_endpoints: plan
-                    .dns
-                    .iter()
-                    .filter_map(|d| d.dns_endpoints.as_ref())
-                    .flat_map(|e| e.of(svc))
-                    .map(|o| o.object.object_ref().to_string())
-                    .collect(),
-                config_maps: plan
-                    .dns
-                    .as_ref()
-                    .map(|d| d.writes.iter().map(|w| w.config_map.to_string()).collect())
-                    .unwrap_or_default(),
-                ..HairpinStatus::default()
-            });
+            hairpin.metadata = hairpin_meta(svc, snapshot, source_annotation);
+            hairpin.status = Some(planned_status(plan, lb));
             hairpin
+        })
+        .collect()
+}
+
+/// Named after its load balancer, labelled managed-by hairpin, annotated with the load
+/// balancer, and owned by its Service once the Service's uid is known.
+fn hairpin_meta(
+    svc: &ObjectRef,
+    snapshot: &ClusterSnapshot,
+    source_annotation: &str,
+) -> ObjectMeta {
+    let owner = snapshot
+        .service(&svc.namespace, &svc.name)
+        .and_then(|s| s.metadata.uid.clone())
+        .map(|uid| OwnerReference {
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            name: svc.name.clone(),
+            uid,
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        });
+    ObjectMeta {
+        name: Some(svc.name.clone()),
+        namespace: Some(svc.namespace.clone()),
+        labels: Some(BTreeMap::from([(
+            MANAGED_BY_LABEL.into(),
+            MANAGED_BY_VALUE.into(),
+        )])),
+        annotations: Some(BTreeMap::from([(
+            source_annotation.to_owned(),
+            svc.to_string(),
+        )])),
+        owner_references: owner.map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The status fields the plan decides for one load balancer.
+fn planned_status(plan: &Plan, lb: &LoadBalancerPlan) -> HairpinStatus {
+    let svc = &lb.load_balancer.service;
+    let versions: BTreeSet<&str> = lb
+        .routes
+        .iter()
+        .filter(|r| r.proxy_protocol != ProxyHeader::None)
+        .map(|r| r.proxy_protocol.as_str())
+        .collect();
+    let proxy = match versions.len() {
+        1 => versions.into_iter().next().unwrap_or_default().to_owned(),
+        _ => "mixed".to_owned(),
+    };
+    let spec = lb.service.spec.as_ref();
+    HairpinStatus {
+        proxy,
+        host_count: i32::try_from(lb.hostnames.len()).unwrap_or(i32::MAX),
+        dns: if plan.dns.is_some() {
+            "Written"
+        } else {
+            "Refused"
+        }
+        .into(),
+        service: lb.service_ref().to_string(),
+        cluster_ip: spec
+            .and_then(|s| s.cluster_ip.clone())
+            .filter(|ip| !ip.is_empty() && ip != "None"),
+        hostnames: lb
+            .hostnames
+            .iter()
+            .map(|h| HostnameStatus {
+                name: h.name.clone(),
+                sources: h.sources.clone(),
+            })
+            .collect(),
+        refused: refused_of(plan, svc),
+        unverified: unverified_of(plan, svc),
+        dns_mode: plan.dns.as_ref().map(|d| d.mode.as_str().to_owned()),
+        dns_endpoints: plan
+            .dns
+            .iter()
+            .filter_map(|d| d.dns_endpoints.as_ref())
+            .flat_map(|e| e.of(svc))
+            .map(|o| o.object.object_ref().to_string())
+            .collect(),
+        config_maps: plan
+            .dns
+            .as_ref()
+            .map(|d| d.writes.iter().map(|w| w.config_map.to_string()).collect())
+            .unwrap_or_default(),
+        ..HairpinStatus::default()
+    }
+}
+
+/// The hostname claims on load balancer `svc` the admission policy refused.
+fn refused_of(plan: &Plan, svc: &ObjectRef) -> Vec<RefusedHostname> {
+    plan.refused
+        .iter()
+        .filter(|r| &r.load_balancer == svc)
+        .map(|r| RefusedHostname {
+            // As written by the tenant: escaped like every printed value (the reason
+            // and the source are escaped already).
+            name: hairpin_planner::escape::text(&r.hostname).into_owned(),
+            reason: format!("{}: {}", r.reason, r.detail),
+            sources: vec![r.source.clone()],
+        })
+        .collect()
+}
+
+/// The hostnames of load balancer `svc` left out because they are not verified.
+fn unverified_of(plan: &Plan, svc: &ObjectRef) -> Vec<UnverifiedHostname> {
+    plan.verification
+        .unverified
+        .iter()
+        .filter(|u| &u.load_balancer == svc)
+        .map(|u| UnverifiedHostname {
+            name: u.hostname.clone(),
+            reason: u.reason.as_str().to_owned(),
+            message: hairpin_planner::escape::text(&u.detail).into_owned(),
+            sources: u.sources.clone(),
         })
         .collect()
 }
@@ -325,13 +347,6 @@ impl StatusWriter {
             }
             let mut status = hairpin.status.take().unwrap_or_default();
             let cluster_ips = cluster_ips(lb);
-            let port = lb
-                .service
-                .spec
-                .as_ref()
-                .and_then(|s| s.ports.as_ref())
-                .and_then(|p| p.first())
-                .and_then(|p| u16::try_from(p.port).ok());
             self.track_write(&lb_ref, &status, existing, dns);
             let external = external_dns_progress(plan, &lb_ref);
             if matches!(dns, DnsState::InPlace { .. }) {
@@ -341,16 +356,15 @@ impl StatusWriter {
                     &lb_ref,
                     &status,
                     &cluster_ips,
-                    port,
+                    first_port(lb),
                     external.as_ref(),
                 );
             }
             let service_name = lb.service.metadata.name.as_deref().unwrap_or_default();
-            let ready = ready(service_name);
             let probe = Probe {
                 dns,
                 service_fight: services_backed_off.contains(service_name),
-                ready,
+                ready: ready(service_name),
                 cluster_ips: &cluster_ips,
                 external: external.as_ref(),
             };
@@ -358,30 +372,48 @@ impl StatusWriter {
             keep.push(key.clone());
             self.write(hairpin, status, existing).await?;
         }
-        // Stale objects: their load balancer no longer needs a hairpin.
-        for (key, hairpin) in &current {
-            if is_managed(&hairpin.metadata, &source_annotation) && !keep.contains(key) {
-                let api: Api<Hairpin> = Api::namespaced(self.client.clone(), &key.0);
-                // Only the object as cached: one replaced since fails the precondition (409)
-                // and is judged again on the next reconcile.
-                match api
-                    .delete(&key.1, &crate::apply::delete_as_read(hairpin))
-                    .await
-                {
-                    Ok(_) => {
-                        self.metrics.writes.inc();
-                        tracing::info!(hairpin = %format!("{}/{}", key.0, key.1), "stale Hairpin deleted");
-                    }
-                    Err(err) if is_not_found(&err) || crate::error::is_conflict(&err) => {}
-                    Err(err) => {
-                        return Err(Error::kube(
-                            format!("delete Hairpin {}/{}", key.0, key.1),
-                            err,
-                        ));
-                    }
+        self.delete_stale(&current, &keep, &source_annotation)
+            .await?;
+        self.forget_gone(plan);
+        Ok(())
+    }
+
+    /// Deletes hairpin's Hairpin objects whose load balancer no longer needs a hairpin.
+    async fn delete_stale(
+        &self,
+        current: &HashMap<(String, String), Hairpin>,
+        keep: &[(String, String)],
+        source_annotation: &str,
+    ) -> Result<(), Error> {
+        for (key, hairpin) in current {
+            if !is_managed(&hairpin.metadata, source_annotation) || keep.contains(key) {
+                continue;
+            }
+            let api: Api<Hairpin> = Api::namespaced(self.client.clone(), &key.0);
+            // Only the object as cached: one replaced since fails the precondition (409)
+            // and is judged again on the next reconcile.
+            match api
+                .delete(&key.1, &crate::apply::delete_as_read(hairpin))
+                .await
+            {
+                Ok(_) => {
+                    self.metrics.writes.inc();
+                    tracing::info!(hairpin = %format!("{}/{}", key.0, key.1), "stale Hairpin deleted");
+                }
+                Err(err) if is_not_found(&err) || crate::error::is_conflict(&err) => {}
+                Err(err) => {
+                    return Err(Error::kube(
+                        format!("delete Hairpin {}/{}", key.0, key.1),
+                        err,
+                    ));
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Forgets the write history and stops the DNS checks of load balancers no longer planned.
+    fn forget_gone(&mut self, plan: &Plan) {
         let lbs: Vec<ObjectRef> = plan
             .load_balancers
             .iter()
@@ -395,7 +427,6 @@ impl StatusWriter {
             }
             keep
         });
-        Ok(())
     }
 
     /// Records a DNS write that changed this load balancer's hostnames.
@@ -955,6 +986,16 @@ fn hosts_key(hostnames: &[HostnameStatus]) -> String {
         .map(|h| h.name.as_str())
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The hairpin Service's first port: where the DNS check connects once DNS is effective.
+fn first_port(lb: &LoadBalancerPlan) -> Option<u16> {
+    lb.service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p.first())
+        .and_then(|p| u16::try_from(p.port).ok())
 }
 
 /// The hairpin Service's ClusterIPs (both families), once allocated.

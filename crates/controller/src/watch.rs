@@ -178,30 +178,7 @@ impl Caches {
             metrics,
             failing: Arc::default(),
         };
-        let mut config_maps = Vec::new();
-        let mut names: Vec<(String, String)> = config
-            .coredns_config_maps
-            .iter()
-            .chain([&config.coredns_custom_config_map])
-            .map(|name| (config.coredns_namespace.clone(), name.clone()))
-            .collect();
-        names.extend(
-            config
-                .node_local_dns_config_maps
-                .iter()
-                .map(|name| (config.node_local_dns_namespace.clone(), name.clone())),
-        );
-        names.push((config.namespace.clone(), config.routes_config_map.clone()));
-        names.push((config.namespace.clone(), config.hosts_config_map.clone()));
-        names.sort();
-        names.dedup();
-        for (namespace, name) in names {
-            let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-            let wc = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            let mut cache = required(api, wc, "ConfigMap", &ctx, stop.clone());
-            cache.what = format!("ConfigMap {namespace}/{name}");
-            config_maps.push(cache);
-        }
+        let config_maps = config_maps(client, config, &ctx, &stop);
         Self {
             services: required(
                 Api::all(client.clone()),
@@ -736,6 +713,41 @@ fn tls_routes(
         .collect();
     let writer = reflector::store::Writer::new(resource("v1"));
     optional_versions(apis, writer, "TLSRoute", ctx, stop)
+}
+
+/// One watch per ConfigMap the planner reads, each by name: hairpin's grants name these
+/// ConfigMaps, and a watch of a whole namespace would be forbidden.
+fn config_maps(
+    client: &kube::Client,
+    config: &PlannerConfig,
+    ctx: &Ctx,
+    stop: &(impl Future<Output = ()> + Send + Clone + 'static),
+) -> Vec<Cache<ConfigMap>> {
+    let mut config_maps = Vec::new();
+    let mut names: Vec<(String, String)> = config
+        .coredns_config_maps
+        .iter()
+        .chain([&config.coredns_custom_config_map])
+        .map(|name| (config.coredns_namespace.clone(), name.clone()))
+        .collect();
+    names.extend(
+        config
+            .node_local_dns_config_maps
+            .iter()
+            .map(|name| (config.node_local_dns_namespace.clone(), name.clone())),
+    );
+    names.push((config.namespace.clone(), config.routes_config_map.clone()));
+    names.push((config.namespace.clone(), config.hosts_config_map.clone()));
+    names.sort();
+    names.dedup();
+    for (namespace, name) in names {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+        let wc = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut cache = required(api, wc, "ConfigMap", ctx, stop.clone());
+        cache.what = format!("ConfigMap {namespace}/{name}");
+        config_maps.push(cache);
+    }
+    config_maps
 }
 
 /// A cache per CRD hostname source. Each is probed through discovery like the Gateway API

@@ -99,41 +99,15 @@ impl Half {
                 return Poll::Ready(Ok(()));
             }
             if self.written < self.pending.len() {
-                ready!(dst.poll_write_ready(cx))?;
-                match dst.try_write(&self.pending[self.written..]) {
-                    Ok(n) => {
-                        self.written += n;
-                        if self.written == self.pending.len() {
-                            self.pending.clear();
-                            self.written = 0;
-                        }
-                    }
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(err) => return Poll::Ready(Err(err)),
-                }
+                ready!(self.poll_write_pending(cx, dst))?;
                 continue;
             }
-            if let Some(pipe) = self.pipe.as_mut().filter(|pipe| pipe.held > 0) {
-                ready!(dst.poll_write_ready(cx))?;
-                match dst.try_io(tokio::io::Interest::WRITABLE, || pipe.drain_into(dst)) {
-                    Ok(_) => {}
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(err) => return Poll::Ready(Err(err)),
-                }
+            if self.pipe.as_ref().is_some_and(|pipe| pipe.held > 0) {
+                ready!(self.poll_drain_pipe(cx, dst))?;
                 continue;
             }
             if self.read_eof {
-                // Half-close: the peer sent FIN, pass it on and keep the other direction open.
-                // If the other direction is finished too, both sockets are closed right now,
-                // and closing a socket whose input was read to the end sends the FIN: one
-                // syscall less per connection.
-                if !other_done {
-                    match SockRef::from(dst).shutdown(Shutdown::Write) {
-                        Ok(()) => {}
-                        Err(err) if err.kind() == io::ErrorKind::NotConnected => {}
-                        Err(err) => return Poll::Ready(Err(err)),
-                    }
-                }
+                self.pass_on_eof(dst, other_done)?;
                 self.done = true;
                 continue;
             }
@@ -142,45 +116,114 @@ impl Half {
                 self.bulk = false;
                 self.pipe = Pipe::take();
             }
-            if let Some(pipe) = self.pipe.as_mut() {
-                match src.try_io(tokio::io::Interest::READABLE, || pipe.fill_from(src)) {
-                    Ok(0) => self.read_eof = true,
-                    Ok(n) => {
-                        moved += n;
-                        *moved_any = true;
-                        self.count(n, counter);
-                    }
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(err)
-                        if err.raw_os_error().is_some_and(|code| {
-                            code == rustix::io::Errno::INVAL.raw_os_error()
-                                || code == rustix::io::Errno::NOSYS.raw_os_error()
-                        }) =>
-                    {
-                        // No splice for these sockets here: the pipe is empty, copy instead.
-                        self.pipe = None;
-                        self.no_splice = true;
-                    }
-                    Err(err) => return Poll::Ready(Err(err)),
-                }
-                continue;
-            }
-            let read = SCRATCH.with_borrow_mut(|buf| {
-                let read =
-                    read_drained(src, buf).unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()));
-                let n = self.note_read(read)?;
-                if n > 0 {
-                    self.forward(dst, &buf[..n])?;
-                }
-                Ok::<_, io::Error>(n)
-            })?;
-            if read > 0 {
-                moved += read;
+            let n = if self.pipe.is_some() {
+                self.splice_from(src)?
+            } else {
+                self.copy(src, dst)?
+            };
+            if n > 0 {
+                moved += n;
                 *moved_any = true;
-                self.count(read, counter);
-                self.bulk = read == SCRATCH_SIZE;
+                self.count(n, counter);
             }
         }
+    }
+
+    /// Writes what `dst` could not take earlier.
+    fn poll_write_pending(
+        &mut self,
+        cx: &mut Context<'_>,
+        dst: &TcpStream,
+    ) -> Poll<io::Result<()>> {
+        ready!(dst.poll_write_ready(cx))?;
+        match dst.try_write(&self.pending[self.written..]) {
+            Ok(n) => {
+                self.written += n;
+                if self.written == self.pending.len() {
+                    self.pending.clear();
+                    self.written = 0;
+                }
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(err) => return Poll::Ready(Err(err)),
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Splices what the pipe holds on to `dst`.
+    fn poll_drain_pipe(&mut self, cx: &mut Context<'_>, dst: &TcpStream) -> Poll<io::Result<()>> {
+        let Some(pipe) = self.pipe.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        ready!(dst.poll_write_ready(cx))?;
+        match dst.try_io(tokio::io::Interest::WRITABLE, || pipe.drain_into(dst)) {
+            Ok(_) => {}
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(err) => return Poll::Ready(Err(err)),
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Half-close: the peer sent FIN, pass it on and keep the other direction open. If the
+    /// other direction is finished too, both sockets are closed right now, and closing a
+    /// socket whose input was read to the end sends the FIN: one syscall less per connection.
+    fn pass_on_eof(&self, dst: &TcpStream, other_done: bool) -> io::Result<()> {
+        if other_done {
+            return Ok(());
+        }
+        match SockRef::from(dst).shutdown(Shutdown::Write) {
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == io::ErrorKind::NotConnected => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A bulk read: from `src` into the pipe, with `splice(2)`. The bytes moved (0 at EOF,
+    /// when `src` is not readable, or when splice turns out not to work for these sockets:
+    /// then this direction copies for good).
+    fn splice_from(&mut self, src: &TcpStream) -> io::Result<usize> {
+        let Some(pipe) = self.pipe.as_mut() else {
+            return Ok(0);
+        };
+        match src.try_io(tokio::io::Interest::READABLE, || pipe.fill_from(src)) {
+            Ok(0) => {
+                self.read_eof = true;
+                Ok(0)
+            }
+            Ok(n) => Ok(n),
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(err)
+                if err.raw_os_error().is_some_and(|code| {
+                    code == rustix::io::Errno::INVAL.raw_os_error()
+                        || code == rustix::io::Errno::NOSYS.raw_os_error()
+                }) =>
+            {
+                // No splice for these sockets here: the pipe is empty, copy instead.
+                self.pipe = None;
+                self.no_splice = true;
+                Ok(0)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A read into the worker's scratch buffer, written on to `dst` at once (what `dst`
+    /// cannot take is kept). The bytes read; a read that fills the buffer marks a bulk
+    /// transfer.
+    fn copy(&mut self, src: &TcpStream, dst: &TcpStream) -> io::Result<usize> {
+        let read = SCRATCH.with_borrow_mut(|buf| {
+            let read =
+                read_drained(src, buf).unwrap_or_else(|| Err(io::ErrorKind::WouldBlock.into()));
+            let n = self.note_read(read)?;
+            if n > 0 {
+                self.forward(dst, &buf[..n])?;
+            }
+            Ok::<_, io::Error>(n)
+        })?;
+        if read > 0 {
+            self.bulk = read == SCRATCH_SIZE;
+        }
+        Ok(read)
     }
 
     /// Counts bytes moved, reporting them every [`FLUSH_EVERY`].

@@ -8,7 +8,10 @@ use hairpin_planner::escape::{Text, controls};
 use serde::Serialize;
 
 use crate::probe::Resolution;
-use crate::verdict::{ClusterView, NetworkChecks, Status, Vantage, Verdict, ip_mode_support};
+use crate::verdict::{
+    ClusterFacts, ClusterView, DnsFacts, LoadBalancerFacts, NetworkChecks, Status, Vantage,
+    Verdict, ip_mode_support,
+};
 
 /// Everything checked about one host.
 #[derive(Clone, Debug, Serialize)]
@@ -108,13 +111,33 @@ fn render_host(out: &mut String, host: &HostReport) {
         host.verdict.status.as_str(),
         controls(&host.verdict.summary)
     );
-    let resolution = match &host.network.resolution {
+    render_network(out, &host.network);
+    match &host.cluster {
+        ClusterView::NotChecked { reason } => {
+            let _ = writeln!(out, "  cluster         not checked: {}", controls(reason));
+        }
+        ClusterView::Checked(facts) => render_cluster(out, facts),
+    }
+    if let Some(cause) = &host.verdict.cause {
+        let _ = writeln!(out, "  cause: {}", controls(cause));
+    }
+    for (i, fix) in host.verdict.fixes.iter().enumerate() {
+        let _ = writeln!(out, "  fix {}: {}", i + 1, controls(fix));
+    }
+    for note in &host.verdict.notes {
+        let _ = writeln!(out, "  note: {}", controls(note));
+    }
+}
+
+/// What this machine sees: the resolution, the hosts file, the probes.
+fn render_network(out: &mut String, network: &NetworkChecks) {
+    let resolution = match &network.resolution {
         Resolution::Resolved { addresses } => join(addresses),
         Resolution::Literal { address } => format!("{address} (an address, not resolved)"),
         Resolution::Failed { error } => format!("does not resolve: {}", controls(error)),
     };
     let _ = writeln!(out, "  resolves to     {resolution} (system resolver)");
-    if let Some(hosts) = &host.network.hosts_file {
+    if let Some(hosts) = &network.hosts_file {
         let text = if let Some(err) = &hosts.unreadable {
             format!("unreadable: {}", controls(err))
         } else if hosts.addresses.is_empty() {
@@ -129,7 +152,7 @@ fn render_host(out: &mut String, host: &HostReport) {
         };
         let _ = writeln!(out, "  {:<15} {text}", hosts.path);
     }
-    if let Some(probes) = &host.network.probes {
+    if let Some(probes) = &network.probes {
         let _ = writeln!(out, "  probed          {}", probes.address);
         for (label, outcome) in [
             ("plain HTTP", &probes.plain),
@@ -140,100 +163,92 @@ fn render_host(out: &mut String, host: &HostReport) {
             let _ = writeln!(out, "  {label:<15} {mark} {}", outcome.describe());
         }
     }
-    match &host.cluster {
-        ClusterView::NotChecked { reason } => {
-            let _ = writeln!(out, "  cluster         not checked: {}", controls(reason));
-        }
-        ClusterView::Checked(facts) => {
-            if let Some((major, minor)) = facts.kubernetes_version {
-                let _ = writeln!(out, "  kubernetes      {major}.{minor}");
-            }
-            match &facts.load_balancer {
-                Some(lb) => {
-                    let ingress = lb
-                        .ingress
-                        .iter()
-                        .map(|i| match (&i.ip, &i.hostname) {
-                            (Some(ip), _) => {
-                                format!(
-                                    "{ip} ipMode={}",
-                                    Text(i.ip_mode.as_deref().unwrap_or("unset"))
-                                )
-                            }
-                            (None, Some(hostname)) => format!("hostname {}", Text(hostname)),
-                            (None, None) => "empty".into(),
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    let _ = writeln!(
-                        out,
-                        "  load balancer   {} ({}) PROXY {} status [{ingress}] externalTrafficPolicy {}",
-                        Text(&lb.service.to_string()),
-                        lb.provider.map_or("unknown provider", |p| p.name()),
-                        Text(lb.proxy_protocol.as_deref().unwrap_or("off")),
-                        Text(lb.external_traffic_policy.as_deref().unwrap_or("Cluster")),
-                    );
-                }
-                None => {
-                    let _ = writeln!(
-                        out,
-                        "  load balancer   none found for this host (no Ingress/Gateway on a LoadBalancer Service names it)"
-                    );
-                }
-            }
-            let dns = &facts.dns;
-            let _ = writeln!(
-                out,
-                "  coredns         {}; hairpin markers {}; host in block {}; reload plugin {}; node-local-dns {}",
-                if dns.coredns_found {
-                    "found"
-                } else {
-                    "not found"
-                },
-                yes_no(dns.markers_present),
-                yes_no(dns.host_in_block),
-                dns.reload_plugin.map_or("unknown", yes_no),
-                if dns.node_local_dns {
-                    "running"
-                } else {
-                    "not found"
-                },
-            );
-            if let Some(uneditable) = &dns.uneditable {
-                let _ = writeln!(
-                    out,
-                    "  dns editable    no: {}",
-                    controls(&uneditable.describe())
-                );
-            }
-            if let Some(eks) = &dns.eks_add_on {
-                let _ = writeln!(
-                    out,
-                    "  dns add-on      EKS CoreDNS add-on manages {}: {} (see the note)",
-                    Text(&eks.config_map.to_string()),
-                    controls(&eks.ownership())
-                );
-            }
-            let _ = writeln!(out, "  services by     {}", ip_mode_support(facts));
-            let _ = writeln!(
-                out,
-                "  hairpin         {} Service(s), {} ready proxy endpoint(s)",
-                facts.hairpin.services.len(),
-                facts.hairpin.ready_endpoints
-            );
-            if let Some(status) = &facts.hairpin.status {
-                let _ = writeln!(out, "  hairpin status  {}", controls(&status.describe()));
-            }
-        }
+}
+
+/// What the API says: the version, the load balancer, the DNS, hairpin itself.
+fn render_cluster(out: &mut String, facts: &ClusterFacts) {
+    if let Some((major, minor)) = facts.kubernetes_version {
+        let _ = writeln!(out, "  kubernetes      {major}.{minor}");
     }
-    if let Some(cause) = &host.verdict.cause {
-        let _ = writeln!(out, "  cause: {}", controls(cause));
+    render_load_balancer(out, facts.load_balancer.as_ref());
+    render_dns(out, &facts.dns);
+    let _ = writeln!(out, "  services by     {}", ip_mode_support(facts));
+    let _ = writeln!(
+        out,
+        "  hairpin         {} Service(s), {} ready proxy endpoint(s)",
+        facts.hairpin.services.len(),
+        facts.hairpin.ready_endpoints
+    );
+    if let Some(status) = &facts.hairpin.status {
+        let _ = writeln!(out, "  hairpin status  {}", controls(&status.describe()));
     }
-    for (i, fix) in host.verdict.fixes.iter().enumerate() {
-        let _ = writeln!(out, "  fix {}: {}", i + 1, controls(fix));
+}
+
+fn render_load_balancer(out: &mut String, lb: Option<&LoadBalancerFacts>) {
+    let Some(lb) = lb else {
+        let _ = writeln!(
+            out,
+            "  load balancer   none found for this host (no Ingress/Gateway on a LoadBalancer Service names it)"
+        );
+        return;
+    };
+    let ingress = lb
+        .ingress
+        .iter()
+        .map(|i| match (&i.ip, &i.hostname) {
+            (Some(ip), _) => {
+                format!(
+                    "{ip} ipMode={}",
+                    Text(i.ip_mode.as_deref().unwrap_or("unset"))
+                )
+            }
+            (None, Some(hostname)) => format!("hostname {}", Text(hostname)),
+            (None, None) => "empty".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = writeln!(
+        out,
+        "  load balancer   {} ({}) PROXY {} status [{ingress}] externalTrafficPolicy {}",
+        Text(&lb.service.to_string()),
+        lb.provider.map_or("unknown provider", |p| p.name()),
+        Text(lb.proxy_protocol.as_deref().unwrap_or("off")),
+        Text(lb.external_traffic_policy.as_deref().unwrap_or("Cluster")),
+    );
+}
+
+fn render_dns(out: &mut String, dns: &DnsFacts) {
+    let _ = writeln!(
+        out,
+        "  coredns         {}; hairpin markers {}; host in block {}; reload plugin {}; node-local-dns {}",
+        if dns.coredns_found {
+            "found"
+        } else {
+            "not found"
+        },
+        yes_no(dns.markers_present),
+        yes_no(dns.host_in_block),
+        dns.reload_plugin.map_or("unknown", yes_no),
+        if dns.node_local_dns {
+            "running"
+        } else {
+            "not found"
+        },
+    );
+    if let Some(uneditable) = &dns.uneditable {
+        let _ = writeln!(
+            out,
+            "  dns editable    no: {}",
+            controls(&uneditable.describe())
+        );
     }
-    for note in &host.verdict.notes {
-        let _ = writeln!(out, "  note: {}", controls(note));
+    if let Some(eks) = &dns.eks_add_on {
+        let _ = writeln!(
+            out,
+            "  dns add-on      EKS CoreDNS add-on manages {}: {} (see the note)",
+            Text(&eks.config_map.to_string()),
+            controls(&eks.ownership())
+        );
     }
 }
 

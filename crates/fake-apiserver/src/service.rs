@@ -265,36 +265,14 @@ fn cluster_ips(
     let policy = spec["ipFamilyPolicy"].as_str().map(str::to_owned);
     let mut requested = strings(&spec["clusterIPs"]);
     let mut families = strings(&spec["ipFamilies"]);
-    // An update: going single-stack with the ClusterIPs (families) left as they were releases
-    // the secondary one; any other policy may not drop it.
     if let Some(old) = old {
-        let (old_ips, old_families) = (
-            strings(&old["spec"]["clusterIPs"]),
-            strings(&old["spec"]["ipFamilies"]),
+        release_secondary(
+            old,
+            policy.as_deref(),
+            &mut requested,
+            &mut families,
+            &mut causes,
         );
-        if policy.as_deref() == Some("SingleStack") {
-            if requested == old_ips && requested.len() > 1 {
-                requested.truncate(1);
-            }
-            if families == old_families && families.len() > 1 {
-                families.truncate(1);
-            }
-        } else {
-            if requested.len() < old_ips.len() {
-                causes.push(Cause::invalid(
-                    "spec.ipFamilyPolicy",
-                    &policy.as_deref().into(),
-                    "must be 'SingleStack' to release the secondary cluster IP",
-                ));
-            }
-            if families.len() < old_families.len() {
-                causes.push(Cause::invalid(
-                    "spec.ipFamilyPolicy",
-                    &policy.as_deref().into(),
-                    "must be 'SingleStack' to release the secondary IP family",
-                ));
-            }
-        }
     }
     let parsed: Vec<Option<IpAddr>> = requested.iter().map(|ip| ip.parse().ok()).collect();
     for (i, (text, ip)) in requested.iter().zip(&parsed).enumerate() {
@@ -314,61 +292,14 @@ fn cluster_ips(
         }
         .to_owned()
     });
-    const POLICIES: [&str; 3] = ["SingleStack", "PreferDualStack", "RequireDualStack"];
-    if !POLICIES.contains(&policy.as_str()) {
-        causes.push(Cause::invalid(
-            "spec.ipFamilyPolicy",
-            &policy.as_str().into(),
-            "must be one of SingleStack, PreferDualStack, RequireDualStack",
-        ));
+    if !check_policy(&policy, requested.len(), families.len(), &mut causes) {
         return causes;
     }
-    if policy == "SingleStack" {
-        for (what, count) in [
-            ("cluster IPs", requested.len()),
-            ("IP families", families.len()),
-        ] {
-            if count == 2 {
-                causes.push(Cause::invalid(
-                    "spec.ipFamilyPolicy",
-                    &policy.as_str().into(),
-                    &format!("must be 'RequireDualStack' or 'PreferDualStack' when multiple {what} are specified"),
-                ));
-            }
-        }
-    }
-    // Families inferred from the ClusterIPs given beyond the families given.
-    for (i, ip) in parsed.iter().enumerate().skip(families.len()) {
-        let Some(ip) = ip else { break };
-        if net.has(family(ip)) {
-            families.push(family(ip).to_owned());
-        } else {
-            causes.push(Cause::invalid(
-                format!("spec.clusterIPs[{i}]"),
-                &Value::from(requested.clone()),
-                &format!("{} is not configured on this cluster", family(ip)),
-            ));
-        }
-    }
+    infer_families(net, &requested, &parsed, &mut families, &mut causes);
     if !causes.is_empty() {
         return causes;
     }
-    if policy == "RequireDualStack" && !net.dual_stack() {
-        causes.push(Cause::invalid(
-            "spec.ipFamilyPolicy",
-            &policy.as_str().into(),
-            "this cluster is not configured for dual-stack services",
-        ));
-    }
-    for (i, f) in families.iter().enumerate() {
-        if !net.has(f) {
-            causes.push(Cause::invalid(
-                format!("spec.ipFamilies[{i}]"),
-                &f.as_str().into(),
-                "not configured on this cluster",
-            ));
-        }
-    }
+    check_families(net, &policy, &families, &mut causes);
     if !causes.is_empty() {
         return causes;
     }
@@ -388,23 +319,7 @@ fn cluster_ips(
             ips.push(allocate(net, taken, f, &ips).to_string().into());
         }
         if old.is_none() {
-            for ip in parsed.iter().flatten() {
-                let why = if !net.in_range(ip) {
-                    format!(
-                        "failed to allocate IP {ip}: provided IP is not in the valid range. The range of valid IPs is {}",
-                        net.range_of(family(ip))
-                    )
-                } else if taken.ips.contains(ip) {
-                    format!("failed to allocate IP {ip}: provided IP is already allocated")
-                } else {
-                    continue;
-                };
-                causes.push(Cause::invalid(
-                    "spec.clusterIPs",
-                    &Value::from(requested.clone()),
-                    &why,
-                ));
-            }
+            check_requested_free(net, taken, &requested, &parsed, &mut causes);
         }
     }
     spec["clusterIPs"] = Value::from(ips.clone());
@@ -415,22 +330,160 @@ fn cluster_ips(
         && needs_cluster_ip(old)
         && old["spec"]["clusterIP"] != "None"
     {
-        for (i, before) in old["spec"]["clusterIPs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            if spec["clusterIPs"].get(i).is_some_and(|now| now != before) {
+        check_unchanged(old, &spec["clusterIPs"], &mut causes);
+    }
+    causes
+}
+
+/// An update: going single-stack with the ClusterIPs (families) left as they were releases
+/// the secondary one; any other policy may not drop it.
+fn release_secondary(
+    old: &Value,
+    policy: Option<&str>,
+    requested: &mut Vec<String>,
+    families: &mut Vec<String>,
+    causes: &mut Vec<Cause>,
+) {
+    let (old_ips, old_families) = (
+        strings(&old["spec"]["clusterIPs"]),
+        strings(&old["spec"]["ipFamilies"]),
+    );
+    if policy == Some("SingleStack") {
+        if *requested == old_ips && requested.len() > 1 {
+            requested.truncate(1);
+        }
+        if *families == old_families && families.len() > 1 {
+            families.truncate(1);
+        }
+        return;
+    }
+    if requested.len() < old_ips.len() {
+        causes.push(Cause::invalid(
+            "spec.ipFamilyPolicy",
+            &policy.into(),
+            "must be 'SingleStack' to release the secondary cluster IP",
+        ));
+    }
+    if families.len() < old_families.len() {
+        causes.push(Cause::invalid(
+            "spec.ipFamilyPolicy",
+            &policy.into(),
+            "must be 'SingleStack' to release the secondary IP family",
+        ));
+    }
+}
+
+/// The policy is a known one, and a single-stack one asks for one address and one family.
+/// False when the policy is unknown: nothing more can be checked.
+fn check_policy(policy: &str, ips: usize, families: usize, causes: &mut Vec<Cause>) -> bool {
+    const POLICIES: [&str; 3] = ["SingleStack", "PreferDualStack", "RequireDualStack"];
+    if !POLICIES.contains(&policy) {
+        causes.push(Cause::invalid(
+            "spec.ipFamilyPolicy",
+            &policy.into(),
+            "must be one of SingleStack, PreferDualStack, RequireDualStack",
+        ));
+        return false;
+    }
+    if policy == "SingleStack" {
+        for (what, count) in [("cluster IPs", ips), ("IP families", families)] {
+            if count == 2 {
                 causes.push(Cause::invalid(
-                    format!("spec.clusterIPs[{i}]"),
-                    &spec["clusterIPs"],
-                    "may not change once set",
+                    "spec.ipFamilyPolicy",
+                    &policy.into(),
+                    &format!("must be 'RequireDualStack' or 'PreferDualStack' when multiple {what} are specified"),
                 ));
             }
         }
     }
-    causes
+    true
+}
+
+/// Families inferred from the ClusterIPs given beyond the families given.
+fn infer_families(
+    net: ServiceNet,
+    requested: &[String],
+    parsed: &[Option<IpAddr>],
+    families: &mut Vec<String>,
+    causes: &mut Vec<Cause>,
+) {
+    for (i, ip) in parsed.iter().enumerate().skip(families.len()) {
+        let Some(ip) = ip else { break };
+        if net.has(family(ip)) {
+            families.push(family(ip).to_owned());
+        } else {
+            causes.push(Cause::invalid(
+                format!("spec.clusterIPs[{i}]"),
+                &Value::from(requested.to_vec()),
+                &format!("{} is not configured on this cluster", family(ip)),
+            ));
+        }
+    }
+}
+
+/// The families (and dual-stack, when required) are configured on this cluster.
+fn check_families(net: ServiceNet, policy: &str, families: &[String], causes: &mut Vec<Cause>) {
+    if policy == "RequireDualStack" && !net.dual_stack() {
+        causes.push(Cause::invalid(
+            "spec.ipFamilyPolicy",
+            &policy.into(),
+            "this cluster is not configured for dual-stack services",
+        ));
+    }
+    for (i, f) in families.iter().enumerate() {
+        if !net.has(f) {
+            causes.push(Cause::invalid(
+                format!("spec.ipFamilies[{i}]"),
+                &f.as_str().into(),
+                "not configured on this cluster",
+            ));
+        }
+    }
+}
+
+/// On create, each address asked for is in the service range and not allocated yet.
+fn check_requested_free(
+    net: ServiceNet,
+    taken: &Allocated,
+    requested: &[String],
+    parsed: &[Option<IpAddr>],
+    causes: &mut Vec<Cause>,
+) {
+    for ip in parsed.iter().flatten() {
+        let why = if !net.in_range(ip) {
+            format!(
+                "failed to allocate IP {ip}: provided IP is not in the valid range. The range of valid IPs is {}",
+                net.range_of(family(ip))
+            )
+        } else if taken.ips.contains(ip) {
+            format!("failed to allocate IP {ip}: provided IP is already allocated")
+        } else {
+            continue;
+        };
+        causes.push(Cause::invalid(
+            "spec.clusterIPs",
+            &Value::from(requested.to_vec()),
+            &why,
+        ));
+    }
+}
+
+/// On update, an allocated ClusterIP may not change.
+fn check_unchanged(old: &Value, cluster_ips: &Value, causes: &mut Vec<Cause>) {
+    for (i, before) in old["spec"]["clusterIPs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if cluster_ips.get(i).is_some_and(|now| now != before) {
+            causes.push(Cause::invalid(
+                format!("spec.clusterIPs[{i}]"),
+                cluster_ips,
+                "may not change once set",
+            ));
+        }
+    }
 }
 
 /// The lowest free address of `family` (and not among `also`).
