@@ -869,3 +869,67 @@ fn text_output_sections_cannot_be_spoofed() {
         "{text}"
     );
 }
+
+/// `--routes-configmap` takes `NAMESPACE/NAME` here as for `hairpin proxy`; a bare NAME is
+/// in hairpin's namespace, and another namespace is refused with what to write instead.
+#[test]
+fn the_routes_configmap_is_named_namespace_slash_name_in_hairpins_namespace() {
+    let routes_of = |args: &[&str]| {
+        let out = hairpin(
+            &[&["plan", "-f", EXAMPLE, "-o", "yaml"], args].concat(),
+            None,
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let mut objects = ClusterSnapshot::default();
+        load_yaml(&mut objects, "plan-output", &stdout(&out)).unwrap();
+        objects
+            .config_maps
+            .iter()
+            .filter(|cm| {
+                cm.data
+                    .as_ref()
+                    .is_some_and(|d| d.contains_key("routes.json"))
+            })
+            .map(|cm| {
+                let meta = &cm.metadata;
+                format!(
+                    "{}/{}",
+                    meta.namespace.as_deref().unwrap(),
+                    meta.name.as_deref().unwrap()
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(routes_of(&[]), ["hairpin/hairpin-routes"]);
+    assert_eq!(
+        routes_of(&["--routes-configmap", "hairpin/custom-routes"]),
+        ["hairpin/custom-routes"]
+    );
+    assert_eq!(
+        routes_of(&["-n", "net", "--routes-configmap", "net/custom-routes"]),
+        ["net/custom-routes"]
+    );
+    assert_eq!(
+        routes_of(&["--routes-configmap", "custom-routes"]),
+        ["hairpin/custom-routes"]
+    );
+
+    let elsewhere = ["--routes-configmap", "other/custom-routes"];
+    let out = hairpin(&[&["plan", "-f", EXAMPLE][..], &elsewhere].concat(), None);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--routes-configmap \"other/custom-routes\"")
+            && err.contains("hairpin's namespace, \"hairpin\"")
+            && err.contains("use \"hairpin/custom-routes\""),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty(), "nothing planned: {}", stdout(&out));
+
+    let out = hairpin(
+        &["plan", "-f", EXAMPLE, "--routes-configmap", "a/b/c"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    assert!(stderr(&out).contains("NAMESPACE/NAME"), "{}", stderr(&out));
+}

@@ -23,3 +23,57 @@ pub(crate) struct HostsConfigMapArgs {
     )]
     pub(crate) hosts_config_map: String,
 }
+
+/// A ConfigMap named on the command line: `NAMESPACE/NAME`, the form every
+/// `--routes-configmap` takes, or a bare `NAME` where the command has a namespace of its own
+/// to complete it with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConfigMapRef {
+    /// None for a bare `NAME`.
+    pub(crate) namespace: Option<String>,
+    pub(crate) name: String,
+}
+
+/// `NAMESPACE/NAME` or a bare `NAME`.
+pub(crate) fn parse_configmap_ref(value: &str) -> Result<ConfigMapRef, String> {
+    let (namespace, name) = match value.split_once('/') {
+        Some((namespace, name)) => (Some(namespace), name),
+        None => (None, value),
+    };
+    if namespace.is_some_and(str::is_empty) || name.is_empty() || name.contains('/') {
+        return Err(format!(
+            "expected NAMESPACE/NAME, e.g. hairpin/hairpin-routes, not {value:?}"
+        ));
+    }
+    Ok(ConfigMapRef {
+        namespace: namespace.map(str::to_owned),
+        name: name.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configmap_refs_are_namespace_slash_name_or_a_bare_name() {
+        assert_eq!(
+            parse_configmap_ref("hairpin/hairpin-routes"),
+            Ok(ConfigMapRef {
+                namespace: Some("hairpin".into()),
+                name: "hairpin-routes".into()
+            })
+        );
+        assert_eq!(
+            parse_configmap_ref("hairpin-routes"),
+            Ok(ConfigMapRef {
+                namespace: None,
+                name: "hairpin-routes".into()
+            })
+        );
+        for bad in ["", "/name", "ns/", "a/b/c"] {
+            let err = parse_configmap_ref(bad).unwrap_err();
+            assert!(err.contains("NAMESPACE/NAME"), "{bad:?}: {err}");
+        }
+    }
+}

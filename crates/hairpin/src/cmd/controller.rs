@@ -135,7 +135,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             "--identity {identity} is reserved: `hairpin uninstall` holds the Lease under it"
         );
     }
-    let planner = args.planner.config();
+    let planner = args.planner.config()?;
     let mut config = ControllerConfig::new(planner.clone(), &identity);
     config.debounce = args.debounce;
     config.resync = args.resync;

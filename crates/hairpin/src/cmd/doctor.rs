@@ -112,7 +112,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         kubeconfig: args.kubeconfig.clone(),
         context: args.context.clone(),
         timeout: step,
-        planner: args.planner.config(),
+        planner: args.planner.config()?,
     };
     let cluster = (!args.no_cluster).then_some(&cluster_options);
     let report = runtime.block_on(hairpin_doctor::run(&args.hosts, &options, cluster));

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use hairpin_controller::client::ClientArgs;
 
-use crate::cmd::args::HostsConfigMapArgs;
+use crate::cmd::args::{ConfigMapRef, HostsConfigMapArgs, parse_configmap_ref};
 use hairpin_controller::preview::{self, Observed};
 use hairpin_planner::admission::{AdmissionConfig, NamespacePolicy, parse_host_list};
 use hairpin_planner::kube_dns::StubNameserver;
@@ -97,13 +97,17 @@ pub(crate) struct PlannerArgs {
     /// Prefix of hairpin's annotations (`<prefix>proxy-protocol`, `<prefix>hostnames`).
     #[arg(long, env = "HAIRPIN_ANNOTATION_PREFIX", default_value = "hairpin.io/")]
     pub(crate) annotation_prefix: String,
-    /// Name of the proxy routes ConfigMap.
+    /// `NAMESPACE/NAME` of the routes ConfigMap the controller writes and every `hairpin
+    /// proxy` follows (the same value as its `--routes-configmap`). NAMESPACE must be
+    /// hairpin's (`--namespace`), where the controller writes it; a bare NAME means that
+    /// ConfigMap in hairpin's namespace. Default: `<namespace>/hairpin-routes`.
     #[arg(
         long = "routes-configmap",
         env = "HAIRPIN_ROUTES_CONFIGMAP",
-        default_value = "hairpin-routes"
+        value_name = "NAMESPACE/NAME",
+        value_parser = parse_configmap_ref
     )]
-    pub(crate) routes_config_map: String,
+    pub(crate) routes_config_map: Option<ConfigMapRef>,
     /// Cluster domain, used when the Corefile's `kubernetes` plugin names none (no zone, or a
     /// placeholder such as `{$CLUSTER_DOMAIN}`); without it, `cluster.local`.
     #[arg(long, env = "HAIRPIN_CLUSTER_DOMAIN")]
@@ -145,8 +149,10 @@ pub(crate) struct PlannerArgs {
 }
 
 impl PlannerArgs {
-    pub(crate) fn config(&self) -> PlannerConfig {
-        PlannerConfig {
+    /// # Errors
+    /// A `--routes-configmap` outside hairpin's namespace.
+    pub(crate) fn config(&self) -> anyhow::Result<PlannerConfig> {
+        Ok(PlannerConfig {
             namespace: self.hosts.namespace.clone(),
             proxy_selector: self.proxy_selector.clone(),
             coredns_namespace: self.coredns_namespace.clone(),
@@ -160,7 +166,7 @@ impl PlannerArgs {
             dns_mode: self.dns_mode,
             listener_port_base: self.listener_port_base,
             annotation_prefix: self.annotation_prefix.clone(),
-            routes_config_map: self.routes_config_map.clone(),
+            routes_config_map: self.routes_config_map_name()?,
             hosts_config_map: self.hosts.hosts_config_map.clone(),
             cluster_domain: self.cluster_domain.clone(),
             admission: AdmissionConfig {
@@ -169,6 +175,22 @@ impl PlannerArgs {
             },
             verify_hostnames: self.verify_hostnames,
             ..PlannerConfig::default()
+        })
+    }
+
+    /// The routes ConfigMap's name; it lives in hairpin's namespace.
+    fn routes_config_map_name(&self) -> anyhow::Result<String> {
+        let Some(routes) = &self.routes_config_map else {
+            return Ok(PlannerConfig::default().routes_config_map);
+        };
+        let namespace = &self.hosts.namespace;
+        match &routes.namespace {
+            Some(other) if other != namespace => anyhow::bail!(
+                "--routes-configmap {:?}: the controller writes the routes ConfigMap in hairpin's namespace, {namespace:?} (--namespace); use {:?}",
+                format!("{other}/{}", routes.name),
+                format!("{namespace}/{}", routes.name)
+            ),
+            _ => Ok(routes.name.clone()),
         }
     }
 }
@@ -272,7 +294,7 @@ const USAGE_ERROR: u8 = 2;
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = PlannerConfig {
         stub_domain_nameservers: args.stub_domain_nameservers.clone(),
-        ..args.planner.config()
+        ..args.planner.config()?
     };
     let (observed, source) = if args.files.is_empty() {
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -17,6 +17,8 @@ use hairpin_runtime::shutdown::DrainOutcome;
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
 
+use crate::cmd::args::parse_configmap_ref;
+
 /// Routes come from `--listen`/`--upstream` (one route), from `--routes-file` (several,
 /// followed as the file changes) or, in a cluster, from `--routes-configmap` (the table the
 /// controller publishes, followed through a watch).
@@ -74,10 +76,10 @@ pub(crate) struct Args {
     routes_file: Option<PathBuf>,
 
     /// `NAMESPACE/NAME` of the ConfigMap the controller publishes the routes in (key
-    /// `--routes-configmap-key`), followed through a watch. The proxy is ready once it has
-    /// read it; a missing ConfigMap means no routes; an invalid table is logged and the
-    /// current routes stay.
-    #[arg(long, env = "HAIRPIN_ROUTES_CONFIGMAP", value_name = "NAMESPACE/NAME", value_parser = parse_configmap_ref, conflicts_with = "listen")]
+    /// `--routes-configmap-key`; the controller's `--routes-configmap`, same form), followed
+    /// through a watch. The proxy is ready once it has read it; a missing ConfigMap means no
+    /// routes; an invalid table is logged and the current routes stay.
+    #[arg(long, env = "HAIRPIN_ROUTES_CONFIGMAP", value_name = "NAMESPACE/NAME", value_parser = parse_routes_configmap, conflicts_with = "listen")]
     routes_configmap: Option<(String, String)>,
 
     /// Key of the routes table in `--routes-configmap`.
@@ -353,15 +355,15 @@ async fn follow_configmap(
     }
 }
 
-fn parse_configmap_ref(value: &str) -> Result<(String, String), String> {
-    match value.split_once('/') {
-        Some((namespace, name))
-            if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
-        {
-            Ok((namespace.to_owned(), name.to_owned()))
-        }
-        _ => Err(format!(
-            "expected NAMESPACE/NAME, e.g. hairpin/hairpin-routes, not {value:?}"
+/// `NAMESPACE/NAME` ([`parse_configmap_ref`]); the proxy has no namespace of its own to
+/// complete a bare NAME with.
+fn parse_routes_configmap(value: &str) -> Result<(String, String), String> {
+    let routes = parse_configmap_ref(value)?;
+    match routes.namespace {
+        Some(namespace) => Ok((namespace, routes.name)),
+        None => Err(format!(
+            "expected NAMESPACE/NAME, e.g. hairpin/{}, not {value:?}: the proxy has no namespace of its own",
+            routes.name
         )),
     }
 }

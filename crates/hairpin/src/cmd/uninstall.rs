@@ -37,7 +37,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
-    let planner = args.planner.config();
+    let planner = args.planner.config()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
