@@ -19,13 +19,17 @@ mix at a time:
 
 and the script prints, per mix, CoreDNS's CPU time per query (utime + stime from
 /proc/<pid>/stat over the run, divided by the queries answered), the queries per second and
-the p99 latency (dnsperf -v, in a second run at --rate queries/s, 2,000 by default: at
-saturation the latency is the queue's), each as a ratio to N = 0 with the same mix; the hairpinned
-mixes are compared with the `cluster` mix at N = 0 (a kubernetes-plugin answer). Medians of
+the p99 latency (dnsperf -v, in a second run at --rate: by default half the max qps the
+Corefile without hairpin's rules reached with that mix in the same repeat, a load at which the
+queue, and so the latency, grows with the cost per query; at saturation the latency is only the
+queue's, and at a few thousand queries/s only the machine's wakeups), each as a ratio to N = 0
+with the same mix; the hairpinned mixes are compared with the `cluster` mix at N = 0 (a
+kubernetes-plugin answer) and, in a table of their own, with the `cluster` mix at the same N
+(a kubernetes-plugin answer in the same Corefile). Medians of
 --repeats runs; every N runs at once (idle when not asked), and each repeat measures
 them all in turn, so that the machine's load drifts over all of them alike.
 
-Usage: bench/run-dns.sh [--ns 0,100,1000,5000,20000] [--repeats 3] [--duration 3] [--rate 2000]
+Usage: bench/run-dns.sh [--ns 0,100,1000,5000,20000] [--repeats 3] [--duration 3] [--rate 50%]
                         [--mixes cluster,nxdomain,external,exact,wildcard] [--cache off,on]
                         [--corefile PATH] [--keep DIR]
 Run by hand (not in CI). The stand-in kubernetes plugin reads its records file on every
@@ -176,7 +180,8 @@ class CoreDns:
 
 
 def dnsperf(port, queries, duration, pid, rate):
-    """Saturation run (CPU per query, max qps), then a run at `rate` queries/s for the p99."""
+    """Saturation run (CPU per query, max qps), then a run at `rate` queries/s for the p99
+    (`rate`: a function of the saturation run's qps giving the paced rate, 0 for none)."""
     hz = os.sysconf("SC_CLK_TCK")
     cmd = ["taskset", "-c", "0", "dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", queries, "-q", "100"]
     before = cpu_ticks(pid)
@@ -187,9 +192,10 @@ def dnsperf(port, queries, duration, pid, rate):
     codes = re.search(r"Response codes:\s+(.*)", out).group(1)
     cpu_us = (after - before) / hz / max(completed, 1) * 1e6
     p99 = float("nan")
+    rate = rate(qps)
     if rate:
         paced = cmd[:-2] + ["-q", "10"]  # few outstanding: no bursts of 100 at once
-        out = subprocess.run(paced + ["-l", str(max(1.0, duration / 2)), "-Q", str(rate), "-v"],
+        out = subprocess.run(paced + ["-l", str(duration), "-Q", str(int(rate)), "-v"],
                              capture_output=True, text=True).stdout
         lat = sorted(float(l.rsplit(None, 1)[1]) for l in out.splitlines() if l.startswith("> "))
         p99 = lat[int(len(lat) * 0.99)] if lat else float("nan")
@@ -206,7 +212,10 @@ def main():
     ap.add_argument("--ns", default="0,100,1000,5000,20000")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--duration", type=float, default=3)
-    ap.add_argument("--rate", type=int, default=2000, help="queries/s of the p99 run (0: none)")
+    ap.add_argument("--rate", default="50%",
+                    help="queries/s of the p99 run: a number, or a percentage of the max qps the "
+                         "Corefile without hairpin's rules reached with the same mix in the same "
+                         "repeat (the `cluster` mix for the hairpinned ones); 0: no p99 run")
     ap.add_argument("--mixes", default="cluster,nxdomain,external,exact,wildcard")
     ap.add_argument("--cache", default="off,on")
     ap.add_argument("--corefile", default=find_up("shared/fixtures/corefiles/kubeadm.Corefile"))
@@ -218,10 +227,10 @@ def main():
     if not args.coredns or not os.path.exists(args.coredns):
         raise SystemExit("the CoreDNS test peer (../shared/peers/coredns/coredns) is absent")
     ns = [int(n) for n in args.ns.split(",")]
-    if 0 not in ns:
-        ns.insert(0, 0)
+    ns = [0] + [n for n in ns if n != 0]  # N = 0 first: the reference of each repeat
     mixes = args.mixes.split(",")
     caches = args.cache.split(",")
+    load = os.getloadavg()
     work = tempfile.mkdtemp(prefix="hairpin-dns-bench-")
     base = open(args.corefile).read()
 
@@ -293,11 +302,21 @@ def main():
                 for n, (dns, port, paths) in running.items():
                     for path in paths.values():
                         # warm-up (cache fill, lazily built paths)
-                        dnsperf(port, path, 0.5, dns.proc.pid, 0)
+                        dnsperf(port, path, 0.5, dns.proc.pid, lambda _: 0)
                 for r in range(args.repeats):
+                    base_qps = {}  # mix -> max qps at N = 0 in this repeat (N = 0 runs first)
                     for n, (dns, port, paths) in running.items():
                         for mix, path in paths.items():
-                            cpu, qps, p99, codes = dnsperf(port, path, args.duration, dns.proc.pid, args.rate)
+                            ref = mix if mix in queries else "cluster"
+
+                            def rate(qps, n=n, mix=mix, ref=ref):
+                                if n == 0 and mix == ref:
+                                    base_qps[mix] = qps
+                                if args.rate.endswith("%"):
+                                    return float(args.rate[:-1]) / 100 * base_qps.get(ref, qps)
+                                return float(args.rate)
+
+                            cpu, qps, p99, codes = dnsperf(port, path, args.duration, dns.proc.pid, rate)
                             results.setdefault((cache, n, mix), []).append((cpu, qps, p99))
                             print(f"cache {cache} N={n} {mix} run {r + 1}: {cpu:.1f} us/q, {qps:.0f} qps, "
                                   f"p99 {p99:.0f} us [{codes}]", file=sys.stderr)
@@ -313,8 +332,11 @@ def main():
 
     print()
     print(f"CoreDNS 1.12.2 on one core, kubeadm Corefile, {args.repeats} x {args.duration:g} s per cell (medians).")
+    at = (f"{args.rate} of the max qps without hairpin's rules (same mix; `cluster` for exact, wildcard)"
+          if args.rate.endswith("%") else f"{args.rate} queries/s")
     print(f"CPU = CoreDNS CPU time per query (us); qps = max queries/s (dnsperf -q 100); "
-          f"p99 = latency (us) at {args.rate} queries/s.")
+          f"p99 = latency (us) at {at}.")
+    print(f"Load average before the run {load[0]:.2f}, after {os.getloadavg()[0]:.2f}.")
     print("Ratios: against N = 0 with the same mix (exact, wildcard: against `cluster` at N = 0).")
     for cache in caches:
         print()
@@ -332,6 +354,18 @@ def main():
                 rc, rq, rp = med(ref, 0), med(ref, 1), med(ref, 2)
                 print(f"| {n:,} | {len(corefiles[n]) / 1024:.0f} | {mix} | {c:.1f} | {c / rc:.2f} | "
                       f"{q:,.0f} | {q / rq:.2f} | {p:.0f} | {p / rp:.2f} |")
+        hairpinned = [(n, mix) for n in ns for mix in ("exact", "wildcard")
+                      if (cache, n, mix) in results and (cache, n, "cluster") in results]
+        if hairpinned:
+            print()
+            print("Hairpinned names against a `kubernetes`-plugin answer in the same Corefile "
+                  "(the `cluster` mix at the same N):")
+            print()
+            print("| N | mix | CPU us/q | cluster CPU us/q | x cluster |")
+            print("|---|---|---|---|---|")
+            for n, mix in hairpinned:
+                c, rc = med((cache, n, mix), 0), med((cache, n, "cluster"), 0)
+                print(f"| {n:,} | {mix} | {c:.1f} | {rc:.1f} | {c / rc:.2f} |")
 
 
 if __name__ == "__main__":
