@@ -156,26 +156,31 @@ pub async fn run(
             () = stop.clone() => return finish(lease_task).await,
         }
         let leadership = leader_rx.borrow().clone();
-        let leading = leadership.is_leader();
-        metrics.leader.set(i64::from(leading));
-        if leadership == Leadership::Fenced {
-            if !fenced {
-                fenced = true;
-                metrics.fenced.set(1);
-                // Not ready: this instance does nothing any more (the reason is logged by
-                // the lease manager, and published as an Event on the Lease).
-                ready.set(false);
-            }
-            schedule.idle();
-            continue;
-        }
-        if !leading {
+        if !may_reconcile(&leadership, &mut fenced, &metrics, &ready) {
             schedule.idle();
             continue;
         }
         let outcome = state.reconcile(&caches).await;
         schedule.after(outcome, &metrics);
     }
+}
+
+/// Whether this instance reconciles now: only while it leads. The metrics follow the
+/// leadership; once fenced, the instance is not ready any more (it does nothing: the reason is
+/// logged by the lease manager, and published as an Event on the Lease).
+fn may_reconcile(
+    leadership: &Leadership,
+    fenced: &mut bool,
+    metrics: &Metrics,
+    ready: &ReadyCondition,
+) -> bool {
+    metrics.leader.set(i64::from(leadership.is_leader()));
+    if *leadership == Leadership::Fenced && !*fenced {
+        *fenced = true;
+        metrics.fenced.set(1);
+        ready.set(false);
+    }
+    leadership.is_leader()
 }
 
 /// Waits until every cache has synced, and says so (with the kinds not installed); false when

@@ -551,17 +551,50 @@ pub fn facts_for(
 ) -> ClusterFacts {
     let host = hairpin_planner::name::DnsName::parse(host)
         .map_or_else(|_| host.to_ascii_lowercase(), String::from);
+    let load_balancer = load_balancer_of(read, plan, &host, addresses);
+    let dns = dns_facts(read, plan, config, &host);
+    let hairpin = HairpinFacts {
+        services: read
+            .hairpin_services
+            .iter()
+            .map(|(service, _)| format!("{}/{}", service.namespace, service.name))
+            .collect(),
+        ready_endpoints: read.hairpin_services.iter().map(|(_, ready)| ready).sum(),
+        status: load_balancer
+            .as_ref()
+            .and_then(|lb| hairpin_status(read, &lb.service)),
+    };
+    ClusterFacts {
+        kubernetes_version: read.version,
+        load_balancer,
+        dns,
+        hairpin,
+        cni: CniFacts {
+            cilium: read.cilium.clone(),
+        },
+        gaps: read.gaps.clone(),
+    }
+}
+
+/// The load balancer behind `host`: the planned one that has it among its hostnames or
+/// `addresses` among its addresses, else one that needs no hairpin at one of `addresses`.
+fn load_balancer_of(
+    read: &ClusterRead,
+    plan: &Plan,
+    host: &str,
+    addresses: &[IpAddr],
+) -> Option<LoadBalancerFacts> {
     let address_strings: Vec<String> = addresses.iter().map(ToString::to_string).collect();
     let planned = plan
         .load_balancers
         .iter()
-        .find(|lb| lb.hostnames.iter().any(|name| name.matches(&host)));
+        .find(|lb| lb.hostnames.iter().any(|name| name.matches(host)));
     let planned_by_ip = || {
         plan.load_balancers
             .iter()
             .find(|lb| lb.load_balancer.ips.iter().any(|ip| addresses.contains(ip)))
     };
-    let load_balancer = if let Some(lb) = planned.or_else(planned_by_ip) {
+    if let Some(lb) = planned.or_else(planned_by_ip) {
         Some(lb_facts(
             read,
             &lb.load_balancer.service,
@@ -590,8 +623,12 @@ pub fn facts_for(
                     None,
                 )
             })
-    };
+    }
+}
 
+/// What the DNS ConfigMaps say about `host`: hairpin's markers, the host in hairpin's block,
+/// the reload plugin, node-local-dns, whether hairpin can edit them at all.
+fn dns_facts(read: &ClusterRead, plan: &Plan, config: &PlannerConfig, host: &str) -> DnsFacts {
     let dns_text = dns_texts(read, config);
     let block = dns_text
         .iter()
@@ -599,10 +636,10 @@ pub fn facts_for(
         .collect::<Vec<_>>()
         .join("\n");
     let escaped = host.replace('.', "\\.");
-    let dns = DnsFacts {
+    DnsFacts {
         coredns_found: !dns_text.is_empty(),
         markers_present: !block.is_empty(),
-        host_in_block: !block.is_empty() && (block.contains(&host) || block.contains(&escaped)),
+        host_in_block: !block.is_empty() && (block.contains(host) || block.contains(&escaped)),
         reload_plugin: corefile(read, config).map(|text| {
             text.lines()
                 .any(|line| line.trim() == "reload" || line.trim().starts_with("reload "))
@@ -617,27 +654,6 @@ pub fn facts_for(
         }),
         uneditable: uneditable_dns(read, plan, config),
         eks_add_on: eks_add_on(read, plan),
-    };
-    let hairpin = HairpinFacts {
-        services: read
-            .hairpin_services
-            .iter()
-            .map(|(service, _)| format!("{}/{}", service.namespace, service.name))
-            .collect(),
-        ready_endpoints: read.hairpin_services.iter().map(|(_, ready)| ready).sum(),
-        status: load_balancer
-            .as_ref()
-            .and_then(|lb| hairpin_status(read, &lb.service)),
-    };
-    ClusterFacts {
-        kubernetes_version: read.version,
-        load_balancer,
-        dns,
-        hairpin,
-        cni: CniFacts {
-            cilium: read.cilium.clone(),
-        },
-        gaps: read.gaps.clone(),
     }
 }
 

@@ -274,18 +274,11 @@ fn cluster_ips(
             &mut causes,
         );
     }
-    let parsed: Vec<Option<IpAddr>> = requested.iter().map(|ip| ip.parse().ok()).collect();
-    for (i, (text, ip)) in requested.iter().zip(&parsed).enumerate() {
-        if ip.is_none() && !(headless && text == "None") {
-            causes.push(Cause::invalid(
-                format!("spec.clusterIPs[{i}]"),
-                &text.as_str().into(),
-                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
-            ));
-        }
-    }
+    let parsed = parse_requested(&requested, headless, &mut causes);
+    // Without a policy: dual-stack when two addresses or families are asked for.
     let policy = policy.unwrap_or_else(|| {
-        if requested.len() == 2 || families.len() == 2 {
+        let dual = requested.len() == 2 || families.len() == 2;
+        if dual {
             "RequireDualStack"
         } else {
             "SingleStack"
@@ -333,6 +326,26 @@ fn cluster_ips(
         check_unchanged(old, &spec["clusterIPs"], &mut causes);
     }
     causes
+}
+
+/// The ClusterIPs asked for, parsed; each one that is not an address (nor `None` for a
+/// headless Service) is a cause.
+fn parse_requested(
+    requested: &[String],
+    headless: bool,
+    causes: &mut Vec<Cause>,
+) -> Vec<Option<IpAddr>> {
+    let parsed: Vec<Option<IpAddr>> = requested.iter().map(|ip| ip.parse().ok()).collect();
+    for (i, (text, ip)) in requested.iter().zip(&parsed).enumerate() {
+        if ip.is_none() && !(headless && text == "None") {
+            causes.push(Cause::invalid(
+                format!("spec.clusterIPs[{i}]"),
+                &text.as_str().into(),
+                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            ));
+        }
+    }
+    parsed
 }
 
 /// An update: going single-stack with the ClusterIPs (families) left as they were releases

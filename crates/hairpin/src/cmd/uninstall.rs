@@ -3,7 +3,10 @@
 
 use std::process::ExitCode;
 
+use hairpin_controller::UninstallReport;
 use hairpin_controller::client::ClientArgs;
+use hairpin_controller::uninstall::FenceReport;
+use hairpin_planner::PlannerConfig;
 use hairpin_runtime::LogArgs;
 
 use crate::cmd::plan::PlannerArgs;
@@ -49,74 +52,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             ..hairpin_controller::UninstallParams::new(&args.lease_name)
         };
         let report = hairpin_controller::uninstall_with(&client, &planner, &params).await;
-        let ns = &planner.namespace;
-        let fence = &report.fence;
-        if fence.fenced {
-            println!(
-                "fenced the controllers: Lease {ns}/{} is held for {} (no controller writes from now on)",
-                args.lease_name,
-                hairpin_controller::lease::FENCE_HOLDER
-            );
-        }
-        if let Some(holder) = &fence.displaced {
-            let holder = hairpin_planner::escape::text(holder);
-            match (fence.acknowledged_after, fence.expired_after) {
-                (Some(after), _) => println!(
-                    "controller {holder} stopped writing (acknowledged after {:.1}s)",
-                    after.as_secs_f64()
-                ),
-                (None, Some(after)) => println!(
-                    "controller {holder} did not acknowledge within {:.1}s; its Lease has expired, so it writes nothing any more",
-                    after.as_secs_f64()
-                ),
-                (None, None) => {}
-            }
-        }
-        for hairpin in &report.hairpins_deleted {
-            println!("deleted Hairpin {hairpin}");
-        }
-        for name in &report.services_deleted {
-            println!("deleted Service {ns}/{name}");
-        }
-        for name in &report.dns_endpoints_deleted {
-            println!("deleted DNSEndpoint {ns}/{name}");
-        }
-        if report.routes_deleted {
-            println!("deleted ConfigMap {ns}/{}", planner.routes_config_map);
-        }
-        if report.hosts_deleted {
-            println!("deleted ConfigMap {ns}/{}", planner.hosts_config_map);
-        }
-        if report.lease_deleted {
-            println!("deleted Lease {ns}/{} (the fence)", args.lease_name);
-        }
-        for object in &report.left_alone {
-            println!(
-                "left {object} in place: it is not hairpin's (it lacks the label {}={} or the annotation {}=hairpin)",
-                hairpin_controller::MANAGED_BY_LABEL,
-                hairpin_controller::MANAGED_BY_VALUE,
-                hairpin_controller::apply::CREATED_BY_ANNOTATION
-            );
-        }
-        for cm in &report.corefiles_restored {
-            // `namespace/name key KEY`: a server-block key of coredns-custom.
-            let what = if cm.contains(" key ") { "restored" } else { "Corefile restored" };
-            println!("removed the hairpin block from ConfigMap {cm} ({what})");
-        }
-        if report.custom_key_removed {
-            println!(
-                "removed key {} from ConfigMap {}/{}",
-                planner.coredns_custom_key,
-                planner.coredns_namespace,
-                planner.coredns_custom_config_map
-            );
-        }
-        for running in &report.still_running {
-            println!(
-                "still running: {running}, fenced: its pods write nothing. Delete it to finish (`helm uninstall` and `kubectl delete -f deploy/hairpin.yaml` do, or `kubectl -n {ns} delete deployment {}`); the fence (Lease {ns}/{}) goes with it, so a later install starts unfenced.",
-                args.controller_deployment, args.lease_name
-            );
-        }
+        print_fence(&report.fence, &planner.namespace, &args.lease_name);
+        print_deleted(&report, &planner, &args.lease_name);
+        print_left_alone(&report);
+        print_restored(&report, &planner);
+        print_still_running(&report, &planner.namespace, &args);
         if report.failures.is_empty() {
             println!(
                 "hairpin uninstalled (the hairpins.hairpin.io CRD is left in place: `kubectl delete crd hairpins.hairpin.io` removes it)"
@@ -129,4 +69,95 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     })
+}
+
+/// The fence, and what became of the controller it displaced.
+fn print_fence(fence: &FenceReport, ns: &str, lease_name: &str) {
+    if fence.fenced {
+        println!(
+            "fenced the controllers: Lease {ns}/{} is held for {} (no controller writes from now on)",
+            lease_name,
+            hairpin_controller::lease::FENCE_HOLDER
+        );
+    }
+    if let Some(holder) = &fence.displaced {
+        let holder = hairpin_planner::escape::text(holder);
+        match (fence.acknowledged_after, fence.expired_after) {
+            (Some(after), _) => println!(
+                "controller {holder} stopped writing (acknowledged after {:.1}s)",
+                after.as_secs_f64()
+            ),
+            (None, Some(after)) => println!(
+                "controller {holder} did not acknowledge within {:.1}s; its Lease has expired, so it writes nothing any more",
+                after.as_secs_f64()
+            ),
+            (None, None) => {}
+        }
+    }
+}
+
+/// The objects deleted.
+fn print_deleted(report: &UninstallReport, planner: &PlannerConfig, lease_name: &str) {
+    let ns = &planner.namespace;
+    for hairpin in &report.hairpins_deleted {
+        println!("deleted Hairpin {hairpin}");
+    }
+    for name in &report.services_deleted {
+        println!("deleted Service {ns}/{name}");
+    }
+    for name in &report.dns_endpoints_deleted {
+        println!("deleted DNSEndpoint {ns}/{name}");
+    }
+    if report.routes_deleted {
+        println!("deleted ConfigMap {ns}/{}", planner.routes_config_map);
+    }
+    if report.hosts_deleted {
+        println!("deleted ConfigMap {ns}/{}", planner.hosts_config_map);
+    }
+    if report.lease_deleted {
+        println!("deleted Lease {ns}/{} (the fence)", lease_name);
+    }
+}
+
+/// The objects left in place: they are not hairpin's.
+fn print_left_alone(report: &UninstallReport) {
+    for object in &report.left_alone {
+        println!(
+            "left {object} in place: it is not hairpin's (it lacks the label {}={} or the annotation {}=hairpin)",
+            hairpin_controller::MANAGED_BY_LABEL,
+            hairpin_controller::MANAGED_BY_VALUE,
+            hairpin_controller::apply::CREATED_BY_ANNOTATION
+        );
+    }
+}
+
+/// hairpin's blocks and key removed from the DNS ConfigMaps.
+fn print_restored(report: &UninstallReport, planner: &PlannerConfig) {
+    for cm in &report.corefiles_restored {
+        // `namespace/name key KEY`: a server-block key of coredns-custom.
+        let what = if cm.contains(" key ") {
+            "restored"
+        } else {
+            "Corefile restored"
+        };
+        println!("removed the hairpin block from ConfigMap {cm} ({what})");
+    }
+    if report.custom_key_removed {
+        println!(
+            "removed key {} from ConfigMap {}/{}",
+            planner.coredns_custom_key,
+            planner.coredns_namespace,
+            planner.coredns_custom_config_map
+        );
+    }
+}
+
+/// The controller Deployment still running (fenced), and how to finish.
+fn print_still_running(report: &UninstallReport, ns: &str, args: &Args) {
+    for running in &report.still_running {
+        println!(
+            "still running: {running}, fenced: its pods write nothing. Delete it to finish (`helm uninstall` and `kubectl delete -f deploy/hairpin.yaml` do, or `kubectl -n {ns} delete deployment {}`); the fence (Lease {ns}/{}) goes with it, so a later install starts unfenced.",
+            args.controller_deployment, args.lease_name
+        );
+    }
 }
