@@ -23,9 +23,9 @@
 //! 4. [`verify`]: which of them are proven, by resolution, to be their load balancer's.
 //! 5. [`balancers`]: the hairpin of each load balancer: its Service, listener ports, routes and
 //!    the names placed on it.
-//! 6. DNS rendering: [`corefile`] (Corefile, `coredns-custom`, node-local-dns), [`hosts`]
-//!    (the node agents' hosts file), [`external_dns`] (`DNSEndpoint`s), [`kube_dns`]
-//!    (`stubDomains`).
+//! 6. DNS rendering: [`coredns`] (the writes into the CoreDNS ConfigMaps: Corefile,
+//!    `coredns-custom`, node-local-dns) with the [`corefile`] editor, [`hosts`] (the node
+//!    agents' hosts file), [`external_dns`] (`DNSEndpoint`s), [`kube_dns`] (`stubDomains`).
 //! 7. [`plan`]: the plan value; [`desired`] runs the stages.
 //!
 //! On top: [`load`] (cluster objects from YAML text) and [`render`] (text, diff and YAML forms
@@ -36,6 +36,7 @@
 pub mod admission;
 pub mod balancers;
 pub mod config;
+pub mod coredns;
 pub mod corefile;
 mod desired;
 pub mod discovery;
@@ -57,7 +58,8 @@ pub mod warning;
 
 pub use admission::{AdmissionConfig, NamespacePolicy, Refusal, RefusalReason};
 pub use config::{DnsMode, NodeLocalDns, PlannerConfig};
-pub use desired::{cluster_dns_service, desired};
+pub use coredns::cluster_dns_service;
+pub use desired::desired;
 pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};
 pub use hostnames::{Conflict, Hostname};
 pub use name::WildcardLabels;

@@ -1,4 +1,4 @@
-//! Step 3: the plan, a pure value: what hairpin would write for a snapshot.
+//! The last stage: the plan, a pure value: what hairpin would write for a snapshot.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -10,13 +10,10 @@ use crate::admission::Refusal;
 pub use crate::balancers::{
     HostsEntry, HostsPlan, LoadBalancerPlan, ProxyHeader, ProxyRoute, cluster_ips,
 };
-use crate::config::DnsMode;
-use crate::corefile::{BlockInsert, CorefileError, DnsEntry, HostPattern, normalize_target};
+pub use crate::coredns::{DnsChange, DnsRedirect, DnsWrite, WriteEdit};
 use crate::discovery::NotNeeded;
-use crate::external_dns::DnsEndpoints;
 use crate::hostnames::Conflict;
 use crate::kube_dns::StubDomains;
-use crate::name::WildcardLabels;
 use crate::snapshot::ObjectRef;
 use crate::verify::Verification;
 use crate::warning::Warning;
@@ -56,132 +53,6 @@ pub struct Plan {
     pub errors: Vec<String>,
     /// Everything else worth knowing, sorted.
     pub warnings: Vec<Warning>,
-}
-
-/// The DNS change: every ConfigMap key hairpin writes so that the cluster's DNS answers the
-/// redirected hostnames, wherever the queries for them land; in `external-dns` mode, the
-/// `DNSEndpoint` objects instead.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DnsChange {
-    /// The mode actually used (`Corefile`, `Custom` or `ExternalDns`, never `Auto`).
-    pub mode: DnsMode,
-    /// The cluster domain: the Corefile's `kubernetes` zone, `--cluster-domain`, or the default.
-    pub cluster_domain: String,
-    /// Hostname -> the hairpin Service FQDN it is redirected to, sorted by hostname.
-    pub entries: Vec<DnsRedirect>,
-    /// The keys written: CoreDNS's first (the Corefile, or the `coredns-custom` key), then the
-    /// node-local-dns Corefiles. Empty in `external-dns` mode.
-    pub writes: Vec<DnsWrite>,
-    /// The `DNSEndpoint` objects, in `external-dns` mode only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dns_endpoints: Option<DnsEndpoints>,
-}
-
-impl DnsChange {
-    /// The CoreDNS write (the first one); `None` in `external-dns` mode, which writes none.
-    pub fn coredns(&self) -> Option<&DnsWrite> {
-        self.writes.first()
-    }
-
-    /// Whether any key (or `DNSEndpoint`) changes.
-    pub fn changed(&self) -> bool {
-        self.writes.iter().any(|w| w.changed)
-            || self
-                .dns_endpoints
-                .as_ref()
-                .is_some_and(DnsEndpoints::changed)
-    }
-}
-
-/// How a key's new value is made from its current one (recomputed by the controller on a
-/// fresh read, so a concurrent edit outside hairpin's blocks is kept).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WriteEdit {
-    /// The whole key is hairpin's (`coredns-custom`): set it, or remove it when `None`.
-    Key {
-        /// The value.
-        value: Option<String>,
-    },
-    /// Marked blocks in a Corefile: exactly these, in these server blocks
-    /// ([`crate::corefile::write_blocks`]).
-    Blocks {
-        /// One block per server block.
-        inserts: Vec<BlockInsert>,
-    },
-}
-
-/// One ConfigMap key hairpin writes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DnsWrite {
-    /// The ConfigMap written.
-    pub config_map: ObjectRef,
-    /// The key written inside it.
-    pub key: String,
-    /// What hairpin writes there.
-    pub edit: WriteEdit,
-    /// The key's current content (`None`: the key does not exist).
-    pub current: Option<String>,
-    /// The key's new content.
-    pub desired: String,
-    /// `current != desired`.
-    pub changed: bool,
-    /// The full ConfigMap to write (current object with the key replaced; `resourceVersion`
-    /// kept so the write is guarded), present only when `changed`.
-    pub object: Option<ConfigMap>,
-}
-
-impl DnsWrite {
-    /// `namespace/name/key`, the write's identity for fight detection.
-    pub fn target(&self) -> String {
-        format!("{}/{}", self.config_map, self.key)
-    }
-}
-
-/// One DNS redirect: `hostname` (or `*.domain`) answers with the address of `target`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct DnsRedirect {
-    /// Normalized hostname, possibly a wildcard `*.example.com`.
-    pub hostname: String,
-    /// The hairpin Service's FQDN, `<name>.<namespace>.svc.<cluster-domain>`.
-    pub target: String,
-    /// For a wildcard, how many labels its `*` covers ([`Hostname::wildcard_labels`]);
-    /// `None` for an exact name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub wildcard_labels: Option<WildcardLabels>,
-}
-
-impl DnsRedirect {
-    /// The Corefile editor's entry for this redirect, wildcard kind included. Use this rather
-    /// than `DnsEntry::new(&hostname, &target)`, which reads every wildcard as one label.
-    pub fn entry(&self) -> Result<DnsEntry, CorefileError> {
-        DnsEntry::new_with(
-            &self.hostname,
-            &self.target,
-            self.wildcard_labels.unwrap_or_default(),
-        )
-    }
-
-    /// [`DnsRedirect::entry`] of each redirect, with each distinct target checked once (a
-    /// plan has a few targets for up to tens of thousands of hostnames).
-    pub fn entries(
-        redirects: &[DnsRedirect],
-    ) -> impl Iterator<Item = (&DnsRedirect, Result<DnsEntry, CorefileError>)> {
-        let mut targets: Vec<(&str, Result<String, CorefileError>)> = Vec::new();
-        redirects.iter().map(move |r| {
-            let labels = r.wildcard_labels.unwrap_or_default();
-            let entry = HostPattern::parse_with(&r.hostname, labels).and_then(|name| {
-                let known = targets.iter().position(|(t, _)| *t == r.target);
-                let at = known.unwrap_or_else(|| {
-                    targets.push((&r.target, normalize_target(&r.target)));
-                    targets.len() - 1
-                });
-                let target = targets[at].1.clone()?;
-                Ok(DnsEntry { name, target })
-            });
-            (r, entry)
-        })
-    }
 }
 
 impl Plan {
