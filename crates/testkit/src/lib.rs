@@ -42,21 +42,39 @@ pub fn isolated_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
 
 /// A free TCP port on 127.0.0.1 that this process has not handed out before.
 ///
-/// The kernel picks the port (bind to port 0); the registry keeps two tests in one process from
-/// getting the same one between "picked" and "bound by the server under test".
+/// Picked below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`), where the
+/// kernel never puts the local end of an outgoing connection, so the port stays free between
+/// "picked" and "bound by the server under test" whatever connections the tests open
+/// meanwhile (a port from bind-to-0 could be taken by a client's connection in that gap:
+/// `Address already in use`); the registry keeps two tests in one process from getting the
+/// same one. Where that range leaves too little room below it, the kernel picks (port 0).
 pub fn free_port() -> u16 {
     free_port_on(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
-/// A free TCP port on the given loopback address (e.g. `::1`).
+/// A free TCP port on the given loopback address (e.g. `::1`), as [`free_port`] picks it.
 pub fn free_port_on(ip: IpAddr) -> u16 {
     assert!(
         ip.is_loopback(),
         "testkit only hands out loopback ports, not {ip}"
     );
-    for _ in 0..1000 {
-        let listener =
-            TcpListener::bind(SocketAddr::new(ip, 0)).expect("bind an ephemeral loopback port");
+    let (low, high) = below_ephemeral();
+    for i in 0..1000u64 {
+        let port = if high > low {
+            // A random start per process, then a stride through the range.
+            let span = u64::from(high - low);
+            let offset = (start() + i * 7919) % span;
+            low + u16::try_from(offset).expect("offset within a u16 span")
+        } else {
+            0
+        };
+        let Ok(listener) = TcpListener::bind(SocketAddr::new(ip, port)) else {
+            continue;
+        };
+        // A DNS server under test listens on UDP too.
+        if port != 0 && std::net::UdpSocket::bind(SocketAddr::new(ip, port)).is_err() {
+            continue;
+        }
         let port = listener
             .local_addr()
             .expect("local_addr of a bound listener")
@@ -70,6 +88,27 @@ pub fn free_port_on(ip: IpAddr) -> u16 {
         }
     }
     panic!("could not find a free loopback port after 1000 tries");
+}
+
+/// The ports from 10000 up to the first of the kernel's ephemeral range; an empty range when
+/// that leaves fewer than 1000 ports (or the range cannot be read).
+fn below_ephemeral() -> (u16, u16) {
+    const LOW: u16 = 10_000;
+    let first = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok());
+    match first {
+        Some(first) if first >= LOW + 1000 => (LOW, first),
+        _ => (0, 0),
+    }
+}
+
+/// This process's random starting point in the port range.
+fn start() -> u64 {
+    use std::hash::BuildHasher;
+    static START: OnceLock<u64> = OnceLock::new();
+    *START
+        .get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(std::process::id()))
 }
 
 /// `127.0.0.1:<free port>`.
@@ -361,6 +400,30 @@ mod tests {
     fn ports_are_not_handed_out_twice() {
         let ports: HashSet<u16> = (0..50).map(|_| free_port()).collect();
         assert_eq!(ports.len(), 50);
+    }
+
+    #[test]
+    fn ports_come_from_below_the_ephemeral_range_where_clients_never_land() {
+        let (low, high) = below_ephemeral();
+        if high == 0 {
+            println!("SKIPPED: the ephemeral range leaves no room below it");
+            return;
+        }
+        // Hold many outgoing connections open meanwhile: none takes a port handed out.
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let clients: Vec<TcpStream> = (0..100)
+            .map(|_| TcpStream::connect(server.local_addr().unwrap()).unwrap())
+            .collect();
+        for _ in 0..50 {
+            let port = free_port();
+            assert!((low..high).contains(&port), "{port} not in {low}..{high}");
+            assert!(
+                clients
+                    .iter()
+                    .all(|c| c.local_addr().unwrap().port() != port)
+            );
+            TcpListener::bind(("127.0.0.1", port)).expect("still free");
+        }
     }
 
     #[test]
