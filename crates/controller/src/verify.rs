@@ -7,7 +7,8 @@
 //!   pod's resolv.conf, which with CoreDNS's `dnsPolicy: Default` holds the node's resolvers;
 //!   the controller reads its own resolv.conf for it, so the chart runs the controller with
 //!   `dnsPolicy: Default` too (with `ClusterFirst` it would ask CoreDNS, and see hairpin's own
-//!   answers). A name no zone forwards, or whose targets it cannot ask (`tls://`), is asked of
+//!   answers: such a resolv.conf, told by its `svc` search domain, is refused with a message
+//!   saying so). A name no zone forwards, or whose targets it cannot ask (`tls://`), is asked of
 //!   the controller's resolv.conf servers.
 //! - How: A and AAAA, following CNAMEs (the chain is kept: a CNAME to the load balancer's
 //!   status hostname proves the name too), no search list, no hosts file. A wildcard is asked
@@ -512,9 +513,26 @@ fn short_error(error: &str) -> String {
     }
 }
 
-/// The `nameserver` lines of a resolv.conf.
+/// The `nameserver` lines of a resolv.conf. Refused when it is a cluster pod's (dnsPolicy
+/// `ClusterFirst`: its search list holds `<namespace>.svc.<cluster domain>`): its nameserver is
+/// the cluster DNS, which answers hairpin's names with hairpin's own rules, so every name
+/// would look redirected elsewhere one round and be redirected again the next. A failure
+/// keeps the last definite answers, and a name never answered is not redirected.
 fn read_resolv_conf(path: &std::path::Path) -> Servers {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let cluster_search = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("search"))
+        .flat_map(str::split_whitespace)
+        .find(|domain| domain.split('.').any(|label| label == "svc"));
+    if let Some(domain) = cluster_search {
+        return Err(format!(
+            "{} is a cluster pod's (search {domain}): its nameserver is the cluster DNS, which \
+             answers with hairpin's own rules; run the controller with dnsPolicy: Default (as the \
+             chart and manifest do) or name upstream servers with --verify-nameserver",
+            path.display()
+        ));
+    }
     let servers: Vec<SocketAddr> = text
         .lines()
         .filter_map(|l| l.trim().strip_prefix("nameserver"))
@@ -548,7 +566,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hairpin-resolv-{}", std::process::id()));
         std::fs::write(
             &dir,
-            "search svc.cluster.local\nnameserver 10.0.0.2\nnameserver fe80::1%eth0\noptions ndots:5\n",
+            "search example.internal\nnameserver 10.0.0.2\nnameserver fe80::1%eth0\noptions ndots:5\n",
         )
         .unwrap();
         let servers = read_resolv_conf(&dir).unwrap();
@@ -561,5 +579,20 @@ mod tests {
             ]
         );
         assert!(read_resolv_conf(std::path::Path::new("/nonexistent/resolv.conf")).is_err());
+    }
+
+    #[test]
+    fn a_cluster_pods_resolv_conf_is_refused_for_what_it_is() {
+        let path = std::env::temp_dir().join(format!("hairpin-resolv-cf-{}", std::process::id()));
+        std::fs::write(
+            &path,
+            "search hairpin.svc.cluster.local svc.cluster.local cluster.local\n\
+             nameserver 10.96.0.10\noptions ndots:5\n",
+        )
+        .unwrap();
+        let err = read_resolv_conf(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(err.contains("search hairpin.svc.cluster.local"), "{err}");
+        assert!(err.contains("dnsPolicy: Default"), "{err}");
     }
 }
