@@ -38,6 +38,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use gateway_api::gateways::Gateway;
 use gateway_api::gateways::GatewayListenersAllowedRoutesNamespacesFrom;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::Ingress;
@@ -179,79 +180,159 @@ pub fn collect(
     lbs: &[(ObjectRef, &[String])],
     cluster_zones: &[&str],
 ) -> Collected {
-    let mut by_address: HashMap<&str, Vec<&ObjectRef>> = HashMap::new();
-    for (lb, addresses) in lbs {
-        for a in *addresses {
-            by_address.entry(a.as_str()).or_default().push(lb);
-        }
-    }
-    let known: BTreeSet<&ObjectRef> = lbs.iter().map(|(lb, _)| lb).collect();
+    let targets = Targets::new(snapshot, lbs);
     let admission = Admission::new(
         &config.admission,
         snapshot,
         cluster_zones,
         &config.annotation("allowed-hostnames"),
-        &known,
+        &targets.known,
     );
     let mut c = Collector {
-        lbs: known.iter().copied().collect(),
+        lbs: targets.known.iter().copied().collect(),
         claims: Vec::new(),
         sources: Vec::new(),
         refused: Vec::new(),
         warnings: Vec::new(),
         admission,
     };
-
     let ignore_key = config.annotation("ignore");
-    let ignored = |meta: &ObjectMeta| is_ignored(meta, &ignore_key);
-
-    // Annotations on the load balancer Services themselves.
     let own_key = config.annotation("hostnames");
-    for svc in &snapshot.services {
-        let svc_ref = ObjectRef::from_meta(&svc.metadata);
-        if !known.contains(&svc_ref) || ignored(&svc.metadata) {
-            continue;
+    c.service_annotations(snapshot, &targets, &ignore_key, &own_key);
+    c.ingresses(snapshot, &targets, &ignore_key);
+    c.gateways(snapshot, &targets, &ignore_key);
+    c.custom_sources(snapshot, &targets, &ignore_key);
+    c.finish()
+}
+
+/// The load balancers hostnames are collected for, looked up the ways sources name them.
+struct Targets<'a> {
+    /// Status address -> the load balancers that have it.
+    by_address: HashMap<&'a str, Vec<&'a ObjectRef>>,
+    /// Every load balancer.
+    known: BTreeSet<&'a ObjectRef>,
+    /// The `type: LoadBalancer` Services, among which the controller heuristics pick.
+    lb_services: Vec<&'a Service>,
+}
+
+impl<'a> Targets<'a> {
+    fn new(snapshot: &'a ClusterSnapshot, lbs: &'a [(ObjectRef, &'a [String])]) -> Self {
+        let mut by_address: HashMap<&str, Vec<&ObjectRef>> = HashMap::new();
+        for (lb, addresses) in lbs {
+            for a in *addresses {
+                by_address.entry(a.as_str()).or_default().push(lb);
+            }
         }
-        let annotations = svc.metadata.annotations.as_ref();
-        for key in [EXTERNAL_DNS_ANNOTATION, own_key.as_str()] {
-            if let Some(value) = annotations.and_then(|a| a.get(key)) {
-                let origin = c.origin(Origin::with_text(
-                    "Service",
-                    svc_ref.clone(),
-                    format!("Service {svc_ref} annotation {key}"),
-                ));
-                for host in value.split(',').filter(|h| !h.trim().is_empty()) {
-                    c.add(&svc_ref, host, &origin, WildcardLabels::One);
+        let lb_services = snapshot
+            .services
+            .iter()
+            .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+            .collect();
+        Self {
+            by_address,
+            known: lbs.iter().map(|(lb, _)| lb).collect(),
+            lb_services,
+        }
+    }
+
+    /// The load balancers that have one of `addresses` (normalized).
+    fn at<S: AsRef<str>>(&self, addresses: impl IntoIterator<Item = S>) -> BTreeSet<&'a ObjectRef> {
+        addresses
+            .into_iter()
+            .filter_map(|a| self.by_address.get(a.as_ref()))
+            .flatten()
+            .copied()
+            .collect()
+    }
+}
+
+impl Collector<'_> {
+    /// The hostnames annotated on the load balancer Services themselves: external-dns's and
+    /// our `hostnames` annotation (`own_key`).
+    fn service_annotations(
+        &mut self,
+        snapshot: &ClusterSnapshot,
+        targets: &Targets<'_>,
+        ignore_key: &str,
+        own_key: &str,
+    ) {
+        for svc in &snapshot.services {
+            let svc_ref = ObjectRef::from_meta(&svc.metadata);
+            if !targets.known.contains(&svc_ref) || is_ignored(&svc.metadata, ignore_key) {
+                continue;
+            }
+            let annotations = svc.metadata.annotations.as_ref();
+            for key in [EXTERNAL_DNS_ANNOTATION, own_key] {
+                if let Some(value) = annotations.and_then(|a| a.get(key)) {
+                    let origin = self.origin(Origin::with_text(
+                        "Service",
+                        svc_ref.clone(),
+                        format!("Service {svc_ref} annotation {key}"),
+                    ));
+                    for host in value.split(',').filter(|h| !h.trim().is_empty()) {
+                        self.add(&svc_ref, host, &origin, WildcardLabels::One);
+                    }
                 }
             }
         }
     }
 
-    // Ingresses.
-    let lb_services: Vec<&Service> = snapshot
-        .services
-        .iter()
-        .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
-        .collect();
-    // The heuristic depends on an Ingress's class only: worked out once per class.
-    let mut fallback_by_class: HashMap<Option<String>, Result<ObjectRef, String>> = HashMap::new();
-    let mut fallback = |ing: &Ingress| {
-        fallback_by_class
-            .entry(ingress_class_name(ing))
-            .or_insert_with_key(|class| ingress_fallback(snapshot, class.as_deref(), &lb_services))
-            .clone()
-    };
-    for ing in &snapshot.ingresses {
-        if ignored(&ing.metadata) {
-            continue;
+    /// Ingresses: the hosts of their rules and TLS sections and external-dns's annotation, for
+    /// the load balancers [`Collector::ingress_targets`] finds.
+    fn ingresses(&mut self, snapshot: &ClusterSnapshot, targets: &Targets<'_>, ignore_key: &str) {
+        // The heuristic depends on an Ingress's class only: worked out once per class.
+        let mut fallback_by_class: HashMap<Option<String>, Result<ObjectRef, String>> =
+            HashMap::new();
+        let mut fallback = |ing: &Ingress| {
+            fallback_by_class
+                .entry(ingress_class_name(ing))
+                .or_insert_with_key(|class| {
+                    ingress_fallback(snapshot, class.as_deref(), &targets.lb_services)
+                })
+                .clone()
+        };
+        for ing in &snapshot.ingresses {
+            if is_ignored(&ing.metadata, ignore_key) {
+                continue;
+            }
+            let ing_ref = ObjectRef::from_meta(&ing.metadata);
+            let hosts = ingress_hosts(ing);
+            let (annotation_origin, annotated) =
+                external_dns_hosts(&ing.metadata, "Ingress", &ing_ref);
+            if hosts.is_empty() && annotated.is_empty() {
+                continue;
+            }
+            let origin = Origin::new("Ingress", ing_ref);
+            let lbs = self.ingress_targets(ing, &origin, targets, &mut fallback);
+            if lbs.is_empty() {
+                continue;
+            }
+            let origin = self.origin(origin);
+            let annotation_origin = (!annotated.is_empty()).then(|| self.origin(annotation_origin));
+            for lb in lbs {
+                for host in &hosts {
+                    self.add(lb, host, &origin, WildcardLabels::One);
+                }
+                if let Some(annotation_origin) = &annotation_origin {
+                    for host in &annotated {
+                        self.add(lb, host, annotation_origin, WildcardLabels::One);
+                    }
+                }
+            }
         }
-        let ing_ref = ObjectRef::from_meta(&ing.metadata);
-        let hosts = ingress_hosts(ing);
-        let (annotation_origin, annotated) = external_dns_hosts(&ing.metadata, "Ingress", &ing_ref);
-        if hosts.is_empty() && annotated.is_empty() {
-            continue;
-        }
-        let origin = Origin::new("Ingress", ing_ref);
+    }
+
+    /// The load balancers an Ingress is served by: those its status names (when several share
+    /// the address, the one its controller runs behind, if that can be told); without a
+    /// status, the one its class's controller runs behind (`fallback`), or none, with a
+    /// warning.
+    fn ingress_targets<'t>(
+        &mut self,
+        ing: &Ingress,
+        origin: &Origin,
+        targets: &Targets<'t>,
+        fallback: &mut impl FnMut(&Ingress) -> Result<ObjectRef, String>,
+    ) -> BTreeSet<&'t ObjectRef> {
         let entries = ing
             .status
             .as_ref()
@@ -262,11 +343,16 @@ pub fn collect(
         let status = crate::discovery::normalized_addresses(
             entries.map(|e| (e.ip.as_ref(), e.hostname.as_ref())),
         );
-        let targets: BTreeSet<&ObjectRef> = if status.is_empty() {
-            match fallback(ing) {
-                Ok(lb) => known.iter().copied().filter(|k| **k == lb).collect(),
+        if status.is_empty() {
+            return match fallback(ing) {
+                Ok(lb) => targets
+                    .known
+                    .iter()
+                    .copied()
+                    .filter(|k| **k == lb)
+                    .collect(),
                 Err(why) => {
-                    c.warnings.push(Warning::new(
+                    self.warnings.push(Warning::new(
                         origin.text.clone(),
                         format!(
                             "no load balancer address in status and {why}; its hostnames are not planned"
@@ -274,95 +360,67 @@ pub fn collect(
                     ));
                     BTreeSet::new()
                 }
-            }
-        } else {
-            let matched: BTreeSet<&ObjectRef> = status
-                .iter()
-                .filter_map(|a| by_address.get(a.as_str()))
-                .flatten()
-                .copied()
-                .collect();
-            // Several load balancers on one address (MetalLB's shared IPs): the controller
-            // heuristic picks the one this Ingress's controller runs behind, when it can.
-            if matched.len() > 1
-                && let Ok(lb) = fallback(ing)
-                && matched.contains(&lb)
-            {
-                matched.into_iter().filter(|m| **m == lb).collect()
-            } else {
-                matched
-            }
-        };
-        if targets.is_empty() {
-            continue;
+            };
         }
-        let origin = c.origin(origin);
-        let annotation_origin = (!annotated.is_empty()).then(|| c.origin(annotation_origin));
-        for lb in targets {
-            for host in &hosts {
-                c.add(lb, host, &origin, WildcardLabels::One);
+        let matched = targets.at(&status);
+        // Several load balancers on one address (MetalLB's shared IPs): the controller
+        // heuristic picks the one this Ingress's controller runs behind, when it can.
+        if matched.len() > 1
+            && let Ok(lb) = fallback(ing)
+            && matched.contains(&lb)
+        {
+            matched.into_iter().filter(|m| **m == lb).collect()
+        } else {
+            matched
+        }
+    }
+
+    /// Gateways on a load balancer's address: the hostnames of their listeners and of the
+    /// routes attached to them, and external-dns's annotation.
+    fn gateways(&mut self, snapshot: &ClusterSnapshot, targets: &Targets<'_>, ignore_key: &str) {
+        let routes = route_views(snapshot, ignore_key);
+        let routes_by_gateway = routes_by_gateway(&routes);
+        for gw in &snapshot.gateways {
+            if is_ignored(&gw.metadata, ignore_key) {
+                continue;
             }
-            if let Some(annotation_origin) = &annotation_origin {
-                for host in &annotated {
-                    c.add(lb, host, annotation_origin, WildcardLabels::One);
+            let gw_ref = ObjectRef::from_meta(&gw.metadata);
+            let lbs = targets.at(gateway_addresses(gw));
+            if lbs.is_empty() {
+                continue;
+            }
+            let gw_routes = routes_by_gateway
+                .get(&(gw_ref.namespace.as_str(), gw_ref.name.as_str()))
+                .map_or(&[][..], Vec::as_slice);
+            let hosts = self.gateway_hosts(gw, &gw_ref, gw_routes);
+            // external-dns names on the Gateway are exact names, or wildcards in the Ingress
+            // sense.
+            let (annotation_origin, annotated) =
+                external_dns_hosts(&gw.metadata, "Gateway", &gw_ref);
+            let annotation_origin = (!annotated.is_empty()).then(|| self.origin(annotation_origin));
+            for lb in lbs {
+                for (host, origin) in &hosts {
+                    self.add(lb, host, origin, WildcardLabels::OneOrMore);
+                }
+                if let Some(annotation_origin) = &annotation_origin {
+                    for host in &annotated {
+                        self.add(lb, host, annotation_origin, WildcardLabels::One);
+                    }
                 }
             }
         }
     }
 
-    // Gateways and their routes.
-    let routes = route_views(snapshot, &ignore_key);
-    // Gateway (namespace, name) -> the routes with a parent reference naming it, each once, so
-    // that a Gateway's listeners look only at the routes that may attach to it.
-    let mut routes_by_gateway: HashMap<(&str, &str), Vec<&RouteView>> = HashMap::new();
-    for route in &routes {
-        for p in &route.parents {
-            let gw = (
-                p.namespace.as_deref().unwrap_or(&route.namespace),
-                p.name.as_str(),
-            );
-            let named = routes_by_gateway.entry(gw).or_default();
-            // A route's parents are visited together: a second reference to the same Gateway
-            // finds the route last in its list.
-            if !named.last().is_some_and(|r| std::ptr::eq(*r, route)) {
-                named.push(route);
-            }
-        }
-    }
-    for gw in &snapshot.gateways {
-        if ignored(&gw.metadata) {
-            continue;
-        }
-        let gw_ref = ObjectRef::from_meta(&gw.metadata);
-        let mut addresses: Vec<String> = gw
-            .spec
-            .addresses
-            .iter()
-            .flatten()
-            .filter_map(|a| a.value.clone())
-            .collect();
-        addresses.extend(
-            gw.status
-                .iter()
-                .flat_map(|s| s.addresses.iter().flatten())
-                .map(|a| a.value.clone()),
-        );
-        let targets: BTreeSet<&ObjectRef> = addresses
-            .iter()
-            .map(|a| a.trim_end_matches('.').to_ascii_lowercase())
-            .filter_map(|a| by_address.get(a.as_str()))
-            .flatten()
-            .copied()
-            .collect();
-        if targets.is_empty() {
-            continue;
-        }
-        let gw_origin = Origin::new("Gateway", gw_ref.clone());
-        let gw_routes = routes_by_gateway
-            .get(&(gw_ref.namespace.as_str(), gw_ref.name.as_str()))
-            .map_or(&[][..], Vec::as_slice);
+    /// The hostnames of a Gateway's listeners (but UDP ones), each with the hostnames of the
+    /// routes that attach to it.
+    fn gateway_hosts(
+        &mut self,
+        gw: &Gateway,
+        gw_ref: &ObjectRef,
+        gw_routes: &[&RouteView],
+    ) -> Vec<(String, Source)> {
         let mut hosts: Vec<(String, Source)> = Vec::new();
-        let gw_origin = c.origin(gw_origin);
+        let gw_origin = self.origin(Origin::new("Gateway", gw_ref.clone()));
         for listener in &gw.spec.listeners {
             if matches!(listener.protocol.as_str(), "UDP") {
                 continue;
@@ -385,111 +443,156 @@ pub fn collect(
                 if !route
                     .parents
                     .iter()
-                    .any(|p| p.attaches(&route.namespace, &gw_ref, &listener.name, listener.port))
+                    .any(|p| p.attaches(&route.namespace, gw_ref, &listener.name, listener.port))
                 {
                     continue;
                 }
-                let route_ref = ObjectRef::new(&route.namespace, &route.name);
-                let route_source = c.origin(Origin::with_text(
-                    route.kind,
-                    route_ref.clone(),
-                    format!(
-                        "{} {}/{} via Gateway {gw_ref}",
-                        route.kind, route.namespace, route.name
-                    ),
-                ));
-                // external-dns's route sources add the annotation's names to spec.hostnames
-                // and match both against the listener alike.
-                let mut route_hosts: Vec<(&String, Source)> = route
-                    .hostnames
-                    .iter()
-                    .map(|h| (h, route_source.clone()))
-                    .collect();
-                if !route.annotated.is_empty() {
-                    let annotation_source = c.origin(Origin::with_text(
-                        route.kind,
-                        route_ref,
-                        format!(
-                            "{} {}/{} annotation {EXTERNAL_DNS_ANNOTATION} via Gateway {gw_ref}",
-                            route.kind, route.namespace, route.name
-                        ),
-                    ));
-                    route_hosts.extend(
-                        route
-                            .annotated
-                            .iter()
-                            .map(|h| (h, annotation_source.clone())),
-                    );
-                }
-                match (&listener_host, route_hosts.is_empty()) {
-                    (Some(lh), true) => hosts.push((lh.clone(), route_source)),
-                    (Some(lh), false) => {
-                        for (rh, source) in route_hosts {
-                            if let Some(h) = intersect(lh, &rh.to_ascii_lowercase()) {
-                                hosts.push((h, source));
-                            }
-                        }
-                    }
-                    (None, _) => {
-                        for (rh, source) in route_hosts {
-                            hosts.push((rh.clone(), source));
-                        }
-                    }
-                }
+                self.route_hosts(route, gw_ref, listener_host.as_deref(), &mut hosts);
             }
         }
-        // external-dns names on the Gateway are exact names, or wildcards in the Ingress sense.
-        let (annotation_origin, annotated) = external_dns_hosts(&gw.metadata, "Gateway", &gw_ref);
-        let annotation_origin = (!annotated.is_empty()).then(|| c.origin(annotation_origin));
-        for lb in targets {
-            for (host, origin) in &hosts {
-                c.add(lb, host, origin, WildcardLabels::OneOrMore);
+        hosts
+    }
+
+    /// The hostnames a route gives on a listener whose hostname is `listener_host`: its own
+    /// and external-dns's, intersected with the listener's (or the listener's when it names
+    /// none).
+    fn route_hosts(
+        &mut self,
+        route: &RouteView,
+        gw_ref: &ObjectRef,
+        listener_host: Option<&str>,
+        hosts: &mut Vec<(String, Source)>,
+    ) {
+        let route_ref = ObjectRef::new(&route.namespace, &route.name);
+        let route_source = self.origin(Origin::with_text(
+            route.kind,
+            route_ref.clone(),
+            format!(
+                "{} {}/{} via Gateway {gw_ref}",
+                route.kind, route.namespace, route.name
+            ),
+        ));
+        // external-dns's route sources add the annotation's names to spec.hostnames
+        // and match both against the listener alike.
+        let mut route_hosts: Vec<(&String, Source)> = route
+            .hostnames
+            .iter()
+            .map(|h| (h, route_source.clone()))
+            .collect();
+        if !route.annotated.is_empty() {
+            let annotation_source = self.origin(Origin::with_text(
+                route.kind,
+                route_ref,
+                format!(
+                    "{} {}/{} annotation {EXTERNAL_DNS_ANNOTATION} via Gateway {gw_ref}",
+                    route.kind, route.namespace, route.name
+                ),
+            ));
+            route_hosts.extend(
+                route
+                    .annotated
+                    .iter()
+                    .map(|h| (h, annotation_source.clone())),
+            );
+        }
+        match (listener_host, route_hosts.is_empty()) {
+            (Some(lh), true) => hosts.push((lh.to_owned(), route_source)),
+            (Some(lh), false) => {
+                for (rh, source) in route_hosts {
+                    if let Some(h) = intersect(lh, &rh.to_ascii_lowercase()) {
+                        hosts.push((h, source));
+                    }
+                }
             }
-            if let Some(annotation_origin) = &annotation_origin {
-                for host in &annotated {
-                    c.add(lb, host, annotation_origin, WildcardLabels::One);
+            (None, _) => {
+                for (rh, source) in route_hosts {
+                    hosts.push((rh.clone(), source));
                 }
             }
         }
     }
 
-    // CRD sources (Traefik, Istio, Contour).
-    for source in &snapshot.custom_sources {
-        if ignored(&source.metadata) {
-            continue;
-        }
-        let hosts = source.hosts();
-        if hosts.is_empty() {
-            continue;
-        }
-        let src_ref = ObjectRef::from_meta(&source.metadata);
-        let origin = Origin::new(source.kind.kind(), src_ref);
-        let targets: BTreeSet<&ObjectRef> =
-            match custom_source_target(source, &lb_services, &by_address) {
+    /// The CRD sources (Traefik, Istio, Contour), for the load balancers
+    /// [`custom_source_target`] finds.
+    fn custom_sources(
+        &mut self,
+        snapshot: &ClusterSnapshot,
+        targets: &Targets<'_>,
+        ignore_key: &str,
+    ) {
+        for source in &snapshot.custom_sources {
+            if is_ignored(&source.metadata, ignore_key) {
+                continue;
+            }
+            let hosts = source.hosts();
+            if hosts.is_empty() {
+                continue;
+            }
+            let src_ref = ObjectRef::from_meta(&source.metadata);
+            let origin = Origin::new(source.kind.kind(), src_ref);
+            let lbs: BTreeSet<&ObjectRef> = match custom_source_target(source, targets) {
                 Ok(found) => found
                     .into_iter()
-                    .filter_map(|lb| known.get(&lb).copied())
+                    .filter_map(|lb| targets.known.get(&lb).copied())
                     .collect(),
                 Err(why) => {
-                    c.warnings.push(Warning::new(
+                    self.warnings.push(Warning::new(
                         origin.text.clone(),
                         format!("{why}; its hostnames are not planned"),
                     ));
                     BTreeSet::new()
                 }
             };
-        if targets.is_empty() {
-            continue;
-        }
-        let origin = c.origin(origin);
-        for lb in targets {
-            for host in &hosts {
-                c.add(lb, host, &origin, source.kind.wildcard_labels());
+            if lbs.is_empty() {
+                continue;
+            }
+            let origin = self.origin(origin);
+            for lb in lbs {
+                for host in &hosts {
+                    self.add(lb, host, &origin, source.kind.wildcard_labels());
+                }
             }
         }
     }
+}
 
-    c.finish()
+/// A Gateway's addresses (`spec.addresses`, then `status.addresses`), normalized.
+fn gateway_addresses(gw: &Gateway) -> Vec<String> {
+    let spec = gw
+        .spec
+        .addresses
+        .iter()
+        .flatten()
+        .filter_map(|a| a.value.clone());
+    let status = gw
+        .status
+        .iter()
+        .flat_map(|s| s.addresses.iter().flatten())
+        .map(|a| a.value.clone());
+    spec.chain(status)
+        .map(|a| a.trim_end_matches('.').to_ascii_lowercase())
+        .collect()
+}
+
+/// Gateway (namespace, name) -> the routes with a parent reference naming it, each once, so
+/// that a Gateway's listeners look only at the routes that may attach to it.
+fn routes_by_gateway(routes: &[RouteView]) -> HashMap<(&str, &str), Vec<&RouteView>> {
+    let mut by_gateway: HashMap<(&str, &str), Vec<&RouteView>> = HashMap::new();
+    for route in routes {
+        for p in &route.parents {
+            let gw = (
+                p.namespace.as_deref().unwrap_or(&route.namespace),
+                p.name.as_str(),
+            );
+            let named = by_gateway.entry(gw).or_default();
+            // A route's parents are visited together: a second reference to the same Gateway
+            // finds the route last in its list.
+            if !named.last().is_some_and(|r| std::ptr::eq(*r, route)) {
+                named.push(route);
+            }
+        }
+    }
+    by_gateway
 }
 
 /// The only annotations [`collect`] reads on an Ingress: the `ignore` opt-out (with `config`'s
@@ -543,9 +646,9 @@ fn annotated_hosts(meta: &ObjectMeta) -> Vec<String> {
 /// The load balancer Services a CRD source is served by ([`crate::sources`]).
 fn custom_source_target(
     source: &CustomSource,
-    lb_services: &[&Service],
-    by_address: &HashMap<&str, Vec<&ObjectRef>>,
+    targets: &Targets<'_>,
 ) -> Result<Vec<ObjectRef>, String> {
+    let lb_services = &targets.lb_services;
     match source.kind {
         SourceKind::TraefikIngressRoute | SourceKind::TraefikIngressRouteTcp => {
             controller_service(lb_services, "traefik.io/ingress-controller").map(|lb| vec![lb])
@@ -567,55 +670,64 @@ fn custom_source_target(
                 })
                 .map(|s| ObjectRef::from_meta(&s.metadata))
                 .collect();
-            one_service(matches, || {
+            let none = || {
                 let labels: Vec<String> =
                     selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 format!(
                     "no LoadBalancer Service selects its gateway pods ({})",
                     labels.join(",")
                 )
-            })
+            };
+            one_service(matches, none, "")
         }
         SourceKind::ContourHttpProxy => {
             let status = source.status_addresses();
             if status.is_empty() {
                 return controller_service(lb_services, "projectcontour.io/").map(|lb| vec![lb]);
             }
-            let matched: BTreeSet<ObjectRef> = status
-                .iter()
-                .filter_map(|a| by_address.get(a.as_str()))
-                .flatten()
-                .map(|r| (*r).clone())
-                .collect();
-            Ok(matched.into_iter().collect())
+            Ok(targets.at(&status).into_iter().cloned().collect())
         }
     }
 }
 
 /// The one LoadBalancer Service of an ingress controller (`CONTROLLER_APP_NAMES`).
 fn controller_service(lb_services: &[&Service], controller: &str) -> Result<ObjectRef, String> {
-    let names: BTreeSet<String> = CONTROLLER_APP_NAMES
+    labelled_service(lb_services, &controller_app_names(controller), "")
+}
+
+/// The names the Services of an ingress controller carry: [`CONTROLLER_APP_NAMES`] of every
+/// prefix of `controller` (an IngressClass `spec.controller`).
+fn controller_app_names(controller: &str) -> BTreeSet<String> {
+    CONTROLLER_APP_NAMES
         .iter()
         .filter(|(prefix, _)| controller.starts_with(prefix))
         .flat_map(|(_, apps)| apps.iter().map(|a| (*a).to_owned()))
-        .collect();
-    let matches = services_identified_as(lb_services, &names);
-    one_service(matches, || {
-        format!("no LoadBalancer Service is labelled as one of {names:?}")
-    })
-    .map(|mut v| v.remove(0))
+        .collect()
 }
 
-/// Exactly one Service, or why not.
+/// The one LoadBalancer Service labelled as one of `names` ([`services_identified_as`]), or
+/// why not; `whose` tells, when several are, what they match.
+fn labelled_service(
+    lb_services: &[&Service],
+    names: &BTreeSet<String>,
+    whose: &str,
+) -> Result<ObjectRef, String> {
+    let matches = services_identified_as(lb_services, names);
+    let none = || format!("no LoadBalancer Service is labelled as one of {names:?}");
+    one_service(matches, none, whose).map(|mut v| v.remove(0))
+}
+
+/// Exactly one Service, or why not (`whose`: what several match, after "match").
 fn one_service(
     matches: Vec<ObjectRef>,
     none: impl FnOnce() -> String,
+    whose: &str,
 ) -> Result<Vec<ObjectRef>, String> {
     match matches.len() {
         1 => Ok(matches),
         0 => Err(none()),
         _ => Err(format!(
-            "several LoadBalancer Services match ({})",
+            "several LoadBalancer Services match{whose} ({})",
             matches
                 .iter()
                 .map(ToString::to_string)
@@ -837,14 +949,10 @@ fn ingress_fallback(
     let controller = class
         .and_then(|c| c.spec.as_ref())
         .and_then(|s| s.controller.clone());
-    let mut names: BTreeSet<String> = BTreeSet::new();
-    if let Some(ctrl) = &controller {
-        for (prefix, apps) in CONTROLLER_APP_NAMES {
-            if ctrl.starts_with(prefix) {
-                names.extend(apps.iter().map(|a| (*a).to_owned()));
-            }
-        }
-    }
+    let mut names = controller
+        .as_deref()
+        .map(controller_app_names)
+        .unwrap_or_default();
     // Legacy annotation classes without an IngressClass object: the class name itself
     // ("traefik", "haproxy"), and "nginx" for ingress-nginx.
     if let Some(name) = class_name.filter(|_| class.is_none()) {
@@ -862,20 +970,7 @@ fn ingress_fallback(
             }
         });
     }
-    let matches = services_identified_as(lb_services, &names);
-    match matches.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(format!(
-            "no LoadBalancer Service is labelled as one of {names:?}"
-        )),
-        many => Err(format!(
-            "several LoadBalancer Services match its controller ({})",
-            many.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-    }
+    labelled_service(lb_services, &names, " its controller")
 }
 
 /// The LoadBalancer Services whose app label, on the Service or in its selector, is one of

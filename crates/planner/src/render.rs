@@ -7,15 +7,18 @@
 //! servers) are escaped here; the free-text fields (warnings, errors, refusal details and
 //! sources) were escaped when they were built.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 
+use crate::corefile::Form;
 use crate::escape::{self, Text};
 use crate::external_dns::DnsEndpoints;
 use crate::kube_dns::StubDomains;
-use crate::plan::{Plan, ProxyHeader};
+use crate::plan::{DnsChange, DnsWrite, LoadBalancerPlan, Plan, ProxyHeader, WriteEdit};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 
 /// A hairpin Service's families as planned: `SingleStack IPv4`, `PreferDualStack IPv4, IPv6`.
@@ -45,89 +48,121 @@ pub fn text(plan: &Plan) -> String {
         plan.not_needed.len(),
         if plan.not_needed.len() == 1 { "es" } else { "" },
     );
-
     let cluster_ips = plan.known_cluster_ips();
     for lb in &plan.load_balancers {
-        let l = &lb.load_balancer;
-        let svc = lb.service_ref();
-        let _ = writeln!(out, "\nLoad balancer {}", Text(&l.service.to_string()));
-        let ips: Vec<String> = l.ips.iter().map(ToString::to_string).collect();
-        let rows = [
-            ("addresses", ips.join(", ")),
-            (
-                "PROXY from",
-                escape::text(&l.proxy_sources.join(", ")).into_owned(),
-            ),
-            (
-                "hairpin Service",
-                format!(
-                    "{} ({}; ClusterIP {})",
-                    Text(&svc.to_string()),
-                    families(&lb.service),
-                    cluster_ips.get(&svc).map_or_else(
-                        || "assigned when created".to_owned(),
-                        |ips| ips
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                ),
-            ),
-        ];
-        for (k, v) in rows {
-            let _ = writeln!(out, "  {k:<16} {v}");
-        }
-        if let Some(why) = &l.forced {
-            let _ = writeln!(out, "  {:<16} {}", "forced", Text(why));
-        }
-        let _ = writeln!(out, "  routes");
-        let width = lb
-            .routes
-            .iter()
-            .map(|r| escape::text(&r.upstream).len())
-            .max()
-            .unwrap_or(0);
-        // `PROXY none`: a port of the load balancer without the PROXY protocol, forwarded as
-        // is (its hostnames resolve to the hairpin Service, so it is served there too).
-        let proxy_width = lb
-            .routes
-            .iter()
-            .map(|r| r.proxy_protocol.as_str().len())
-            .max()
-            .unwrap_or(0);
-        for r in &lb.routes {
-            let tail = match r.proxy_protocol {
-                ProxyHeader::None => "no header, bytes forwarded as they are".to_owned(),
-                _ if r.destinations.is_empty() => {
-                    format!("destination {}", Text(&r.destination))
-                }
-                _ => format!("destinations {}", Text(&r.destinations.join(", "))),
-            };
-            let _ = writeln!(
-                out,
-                "    {:<15} -> {:<width$}  PROXY {:<proxy_width$}  {tail}",
-                Text(&r.listen),
-                Text(&r.upstream),
-                r.proxy_protocol.as_str(),
-            );
-        }
-        let _ = writeln!(out, "  hostnames ({})", lb.hostnames.len());
-        // A wildcard says how many labels it covers: `*.example.com (one label)`.
-        let names: Vec<String> = lb
-            .hostnames
-            .iter()
-            .map(|h| match h.wildcard_labels {
-                Some(labels) => format!("{} ({})", Text(&h.name), labels.describe()),
-                None => escape::text(&h.name).into_owned(),
-            })
-            .collect();
-        let width = names.iter().map(String::len).max().unwrap_or(0);
-        for (name, h) in names.iter().zip(&lb.hostnames) {
-            let _ = writeln!(out, "    {name:<width$}  {}", Text(&h.sources.join("; ")));
-        }
+        load_balancer_text(&mut out, lb, &cluster_ips);
     }
+    not_needed_text(&mut out, plan);
+    conflicts_text(&mut out, plan);
+    refused_text(&mut out, plan);
+    crate::verify::text(&plan.verification, &mut out);
+    dns_text(&mut out, plan.dns.as_ref());
+    if let Some(stub) = &plan.stub_domains {
+        stub_domains_text(&mut out, stub);
+    }
+    hosts_text(&mut out, plan);
+    closing_text(&mut out, plan);
+    out
+}
 
+/// One load balancer: its addresses, hairpin Service, routes and hostnames.
+fn load_balancer_text(
+    out: &mut String,
+    lb: &LoadBalancerPlan,
+    cluster_ips: &BTreeMap<ObjectRef, Vec<IpAddr>>,
+) {
+    let l = &lb.load_balancer;
+    let svc = lb.service_ref();
+    let _ = writeln!(out, "\nLoad balancer {}", Text(&l.service.to_string()));
+    let ips: Vec<String> = l.ips.iter().map(ToString::to_string).collect();
+    let rows = [
+        ("addresses", ips.join(", ")),
+        (
+            "PROXY from",
+            escape::text(&l.proxy_sources.join(", ")).into_owned(),
+        ),
+        (
+            "hairpin Service",
+            format!(
+                "{} ({}; ClusterIP {})",
+                Text(&svc.to_string()),
+                families(&lb.service),
+                cluster_ips.get(&svc).map_or_else(
+                    || "assigned when created".to_owned(),
+                    |ips| ips
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            ),
+        ),
+    ];
+    for (k, v) in rows {
+        let _ = writeln!(out, "  {k:<16} {v}");
+    }
+    if let Some(why) = &l.forced {
+        let _ = writeln!(out, "  {:<16} {}", "forced", Text(why));
+    }
+    routes_text(out, lb);
+    hostnames_text(out, lb);
+}
+
+/// A load balancer's routes, aligned.
+fn routes_text(out: &mut String, lb: &LoadBalancerPlan) {
+    let _ = writeln!(out, "  routes");
+    let width = lb
+        .routes
+        .iter()
+        .map(|r| escape::text(&r.upstream).len())
+        .max()
+        .unwrap_or(0);
+    // `PROXY none`: a port of the load balancer without the PROXY protocol, forwarded as
+    // is (its hostnames resolve to the hairpin Service, so it is served there too).
+    let proxy_width = lb
+        .routes
+        .iter()
+        .map(|r| r.proxy_protocol.as_str().len())
+        .max()
+        .unwrap_or(0);
+    for r in &lb.routes {
+        let tail = match r.proxy_protocol {
+            ProxyHeader::None => "no header, bytes forwarded as they are".to_owned(),
+            _ if r.destinations.is_empty() => {
+                format!("destination {}", Text(&r.destination))
+            }
+            _ => format!("destinations {}", Text(&r.destinations.join(", "))),
+        };
+        let _ = writeln!(
+            out,
+            "    {:<15} -> {:<width$}  PROXY {:<proxy_width$}  {tail}",
+            Text(&r.listen),
+            Text(&r.upstream),
+            r.proxy_protocol.as_str(),
+        );
+    }
+}
+
+/// A load balancer's hostnames, with their sources.
+fn hostnames_text(out: &mut String, lb: &LoadBalancerPlan) {
+    let _ = writeln!(out, "  hostnames ({})", lb.hostnames.len());
+    // A wildcard says how many labels it covers: `*.example.com (one label)`.
+    let names: Vec<String> = lb
+        .hostnames
+        .iter()
+        .map(|h| match h.wildcard_labels {
+            Some(labels) => format!("{} ({})", Text(&h.name), labels.describe()),
+            None => escape::text(&h.name).into_owned(),
+        })
+        .collect();
+    let width = names.iter().map(String::len).max().unwrap_or(0);
+    for (name, h) in names.iter().zip(&lb.hostnames) {
+        let _ = writeln!(out, "    {name:<width$}  {}", Text(&h.sources.join("; ")));
+    }
+}
+
+/// The load balancers that need no hairpin, and why.
+fn not_needed_text(out: &mut String, plan: &Plan) {
     if !plan.not_needed.is_empty() {
         let _ = writeln!(out, "\nNot needed");
         let width = plan
@@ -145,7 +180,10 @@ pub fn text(plan: &Plan) -> String {
             );
         }
     }
+}
 
+/// The hostnames several load balancers claim.
+fn conflicts_text(out: &mut String, plan: &Plan) {
     if !plan.conflicts.is_empty() {
         let _ = writeln!(out, "\nConflicts (hostnames planned for no load balancer)");
         let width = plan
@@ -164,7 +202,10 @@ pub fn text(plan: &Plan) -> String {
             );
         }
     }
+}
 
+/// The hostnames admission refused, and why.
+fn refused_text(out: &mut String, plan: &Plan) {
     if !plan.refused.is_empty() {
         let _ = writeln!(out, "\nRefused (hostnames hairpin will not redirect)");
         let width = plan
@@ -190,11 +231,12 @@ pub fn text(plan: &Plan) -> String {
             );
         }
     }
+}
 
-    crate::verify::text(&plan.verification, &mut out);
-
+/// The DNS change: the mode, and each key written.
+fn dns_text(out: &mut String, dns: Option<&DnsChange>) {
     let _ = writeln!(out, "\nDNS");
-    match &plan.dns {
+    match dns {
         Some(d) => {
             let _ = writeln!(
                 out,
@@ -205,23 +247,7 @@ pub fn text(plan: &Plan) -> String {
                 plural(d.entries.len()),
             );
             for w in &d.writes {
-                let what = match &w.edit {
-                    crate::plan::WriteEdit::Key { .. } => "the whole key".to_owned(),
-                    crate::plan::WriteEdit::Blocks { inserts } if inserts.is_empty() => {
-                        "no block".to_owned()
-                    }
-                    crate::plan::WriteEdit::Blocks { inserts } => inserts
-                        .iter()
-                        .map(|i| {
-                            let form = match i.form {
-                                crate::corefile::Form::Rewrite => "rewrite",
-                                crate::corefile::Form::Answer => "answers",
-                            };
-                            format!("block in {} ({form})", Text(&i.server.to_string()))
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                };
+                let what = write_text(w);
                 let _ = writeln!(
                     out,
                     "  ConfigMap {} key {}: {what}; {}",
@@ -235,18 +261,37 @@ pub fn text(plan: &Plan) -> String {
                 );
             }
             if let Some(endpoints) = &d.dns_endpoints {
-                dns_endpoints_text(&mut out, endpoints);
+                dns_endpoints_text(out, endpoints);
             }
         }
         None => {
             let _ = writeln!(out, "  not planned (see errors)");
         }
     }
+}
 
-    if let Some(stub) = &plan.stub_domains {
-        stub_domains_text(&mut out, stub);
+/// What a DNS write does to its key.
+fn write_text(w: &DnsWrite) -> String {
+    match &w.edit {
+        WriteEdit::Key { .. } => "the whole key".to_owned(),
+        WriteEdit::Blocks { inserts } if inserts.is_empty() => "no block".to_owned(),
+        WriteEdit::Blocks { inserts } => inserts
+            .iter()
+            .map(|i| {
+                let form = match i.form {
+                    Form::Rewrite => "rewrite",
+                    Form::Answer => "answers",
+                };
+                format!("block in {} ({form})", Text(&i.server.to_string()))
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
     }
+}
 
+/// The hosts-file block the node agents write; names whose hairpin Service has no ClusterIP yet
+/// under a placeholder.
+fn hosts_text(out: &mut String, plan: &Plan) {
     let _ = writeln!(out, "\nHosts-file block (node agent)");
     let (entries, missing) = plan.hosts_block();
     let mut rows: Vec<(String, String)> = entries
@@ -284,7 +329,10 @@ pub fn text(plan: &Plan) -> String {
             "  (a hairpin Service gets its ClusterIP when it is created; the node agent fills it in)"
         );
     }
+}
 
+/// Hairpin Services to delete, warnings and errors.
+fn closing_text(out: &mut String, plan: &Plan) {
     if !plan.orphaned_services.is_empty() {
         let _ = writeln!(out, "\nTo delete (hairpin Services no longer needed)");
         for o in &plan.orphaned_services {
@@ -305,7 +353,6 @@ pub fn text(plan: &Plan) -> String {
             let _ = writeln!(out, "  - {e}");
         }
     }
-    out
 }
 
 /// The `stubDomains` alternative on a kube-dns cluster: the value when the nameservers are
