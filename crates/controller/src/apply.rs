@@ -200,27 +200,7 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
                 };
                 api.create(&post_params(), &cm).await.map(drop)
             }
-            Some(mut cm) => {
-                let data = cm.data.get_or_insert_with(BTreeMap::new);
-                match &after {
-                    Some(value) => {
-                        data.insert(edit.key.clone(), value.clone());
-                    }
-                    None => {
-                        data.remove(&edit.key);
-                    }
-                }
-                let ours = config_map_is_ours(&cm);
-                let empty = cm.data.as_ref().is_none_or(BTreeMap::is_empty)
-                    && cm.binary_data.as_ref().is_none_or(BTreeMap::is_empty);
-                if empty && ours && edit.delete_if_empty_and_ours {
-                    api.delete(&edit.name, &delete_as_read(&cm)).await.map(drop)
-                } else {
-                    // `replace` sends the resourceVersion we read: a concurrent writer makes
-                    // this fail with 409 instead of being overwritten.
-                    api.replace(&edit.name, &post_params(), &cm).await.map(drop)
-                }
-            }
+            Some(cm) => write_back(&api, edit, cm, after.as_deref()).await,
         };
         match result {
             Ok(()) => {
@@ -243,6 +223,36 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
         action: format!("write ConfigMap {what}"),
         attempts: CONFLICT_RETRIES + 1,
     })
+}
+
+/// Writes `cm` back with the key set to `after` (removed when None): replaced with the
+/// resourceVersion it was read with, or deleted when it is hairpin's own, now empty, and the
+/// edit asks for that.
+async fn write_back(
+    api: &Api<ConfigMap>,
+    edit: &KeyEdit,
+    mut cm: ConfigMap,
+    after: Option<&str>,
+) -> kube::Result<()> {
+    let data = cm.data.get_or_insert_with(BTreeMap::new);
+    match after {
+        Some(value) => {
+            data.insert(edit.key.clone(), value.to_owned());
+        }
+        None => {
+            data.remove(&edit.key);
+        }
+    }
+    let ours = config_map_is_ours(&cm);
+    let empty = cm.data.as_ref().is_none_or(BTreeMap::is_empty)
+        && cm.binary_data.as_ref().is_none_or(BTreeMap::is_empty);
+    if empty && ours && edit.delete_if_empty_and_ours {
+        api.delete(&edit.name, &delete_as_read(&cm)).await.map(drop)
+    } else {
+        // `replace` sends the resourceVersion we read: a concurrent writer makes this fail
+        // with 409 instead of being overwritten.
+        api.replace(&edit.name, &post_params(), &cm).await.map(drop)
+    }
 }
 
 /// Deletes the objects of `existing` (hairpin's, as listed) whose names `wanted` no longer

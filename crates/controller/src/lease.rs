@@ -521,43 +521,7 @@ impl LeaseManager {
         let name = self.params.name.clone();
         let lease = match self.api.get(&name).await {
             Ok(lease) => lease,
-            Err(err) if is_not_found(&err) => {
-                if self.fenced {
-                    // The fence is gone (the Deployment was deleted): still nothing to do.
-                    return Ok(Step::NotHeld(None));
-                }
-                if leading && self.lost_at.is_none() {
-                    self.gate.close_now();
-                    tracing::warn!(lease = %name, hold_off = ?self.params.duration, "leader election: the Lease was deleted under this leader; stopped writing, and claiming it again through the election after one lease duration");
-                    self.lost_at = Some(Instant::now());
-                } else if self.seen && self.lost_at.is_none() {
-                    // A Lease this instance saw was deleted (by someone: an older uninstall,
-                    // by hand, or with the Deployment that owned the fence, while this pod
-                    // still terminates): the same hold-off before re-creating it.
-                    tracing::info!(lease = %name, hold_off = ?self.params.duration, "leader election: the Lease was deleted; claiming it again after one lease duration");
-                    self.lost_at = Some(Instant::now());
-                }
-                if self
-                    .lost_at
-                    .is_some_and(|at| at.elapsed() < self.params.duration)
-                {
-                    return Ok(Step::NotHeld(None));
-                }
-                self.lost_at = None;
-                self.seen = false;
-                let lease = Lease {
-                    metadata: created_by_hairpin_meta(&self.params.namespace, &name),
-                    spec: Some(self.fresh_spec(0)),
-                };
-                return match self.api.create(&crate::apply::post_params(), &lease).await {
-                    Ok(created) => {
-                        self.remember_write(&created);
-                        Ok(Step::Held)
-                    }
-                    Err(err) if is_conflict(&err) => Ok(Step::NotHeld(None)),
-                    Err(err) => Err(crate::Error::kube(format!("create Lease {name}"), err)),
-                };
-            }
+            Err(err) if is_not_found(&err) => return self.absent(leading).await,
             Err(err) => return Err(crate::Error::kube(format!("get Lease {name}"), err)),
         };
         self.lost_at = None;
@@ -614,6 +578,48 @@ impl LeaseManager {
                 Ok(Step::Held)
             }
             other => Ok(other),
+        }
+    }
+
+    /// The Lease does not exist. After a deletion this instance saw (as leader: it stops
+    /// writing at once), it waits one lease duration; then it creates the Lease again, held
+    /// by itself (a conflict: another instance was first).
+    async fn absent(&mut self, leading: bool) -> Result<Step, crate::Error> {
+        let name = self.params.name.clone();
+        if self.fenced {
+            // The fence is gone (the Deployment was deleted): still nothing to do.
+            return Ok(Step::NotHeld(None));
+        }
+        if leading && self.lost_at.is_none() {
+            self.gate.close_now();
+            tracing::warn!(lease = %name, hold_off = ?self.params.duration, "leader election: the Lease was deleted under this leader; stopped writing, and claiming it again through the election after one lease duration");
+            self.lost_at = Some(Instant::now());
+        } else if self.seen && self.lost_at.is_none() {
+            // A Lease this instance saw was deleted (by someone: an older uninstall,
+            // by hand, or with the Deployment that owned the fence, while this pod
+            // still terminates): the same hold-off before re-creating it.
+            tracing::info!(lease = %name, hold_off = ?self.params.duration, "leader election: the Lease was deleted; claiming it again after one lease duration");
+            self.lost_at = Some(Instant::now());
+        }
+        if self
+            .lost_at
+            .is_some_and(|at| at.elapsed() < self.params.duration)
+        {
+            return Ok(Step::NotHeld(None));
+        }
+        self.lost_at = None;
+        self.seen = false;
+        let lease = Lease {
+            metadata: created_by_hairpin_meta(&self.params.namespace, &name),
+            spec: Some(self.fresh_spec(0)),
+        };
+        match self.api.create(&crate::apply::post_params(), &lease).await {
+            Ok(created) => {
+                self.remember_write(&created);
+                Ok(Step::Held)
+            }
+            Err(err) if is_conflict(&err) => Ok(Step::NotHeld(None)),
+            Err(err) => Err(crate::Error::kube(format!("create Lease {name}"), err)),
         }
     }
 

@@ -15,7 +15,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::Value;
 
 use super::store::{
-    Key, Requirement, ResourceType, State, Watcher, object_key, parse_selector, selected,
+    Key, Requirement, Resource, ResourceType, State, Watcher, object_key, parse_selector, selected,
     watch_line,
 };
 use super::validation::{Cause, invalid_status, validate};
@@ -270,20 +270,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
     let body_json: Option<Value> = serde_json::from_slice(&body).ok();
 
     // Injected faults come first.
-    let fault = {
-        let mut state = shared.lock();
-        let found = state.faults.iter_mut().find(|f| {
-            f.remaining > 0
-                && f.method.as_deref().is_none_or(|m| m == method.as_str())
-                && path_and_query.contains(&f.path_contains)
-        });
-        let kind = found.map(|f| {
-            f.remaining -= 1;
-            f.kind.clone()
-        });
-        state.faults.retain(|f| f.remaining > 0);
-        kind
-    };
+    let fault = take_fault(&shared, &method, &path_and_query);
     match fault {
         Some(FaultKind::Status(code)) => {
             let name = uri.path().rsplit('/').next().unwrap_or_default().to_owned();
@@ -337,6 +324,22 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
         shared.changed.notify_waiters();
     }
     response
+}
+
+/// The next injected fault matching this request, if any (each is used up after its count).
+fn take_fault(shared: &Shared, method: &Method, path_and_query: &str) -> Option<FaultKind> {
+    let mut state = shared.lock();
+    let found = state.faults.iter_mut().find(|f| {
+        f.remaining > 0
+            && f.method.as_deref().is_none_or(|m| m == method.as_str())
+            && path_and_query.contains(&f.path_contains)
+    });
+    let kind = found.map(|f| {
+        f.remaining -= 1;
+        f.kind.clone()
+    });
+    state.faults.retain(|f| f.remaining > 0);
+    kind
 }
 
 /// The 403 Status for a request the configured grants do not allow, if any.
@@ -926,6 +929,34 @@ fn list(
     (200, json(200, &body))
 }
 
+/// What a watch request asks for, from its query.
+struct WatchQuery {
+    /// Events after this resourceVersion (None: from the current state).
+    since: Option<u64>,
+    bookmarks: bool,
+    initial_events: bool,
+    timeout: Duration,
+}
+
+impl WatchQuery {
+    fn parse(query: &HashMap<String, String>) -> Self {
+        Self {
+            since: query
+                .get("resourceVersion")
+                .filter(|rv| !rv.is_empty() && *rv != "0")
+                .and_then(|rv| rv.parse().ok()),
+            bookmarks: query
+                .get("allowWatchBookmarks")
+                .is_some_and(|b| b == "true"),
+            initial_events: query.get("sendInitialEvents").is_some_and(|b| b == "true"),
+            timeout: query
+                .get("timeoutSeconds")
+                .and_then(|t| t.parse().ok())
+                .map_or(Duration::from_secs(290), Duration::from_secs),
+        }
+    }
+}
+
 fn watch(
     state: &mut State,
     target: &Target,
@@ -935,66 +966,13 @@ fn watch(
     shared: &Arc<Shared>,
 ) -> (u16, Response<Body>) {
     let (tx, rx) = futures::channel::mpsc::unbounded::<Bytes>();
-    let since: Option<u64> = query
-        .get("resourceVersion")
-        .filter(|rv| !rv.is_empty() && *rv != "0")
-        .and_then(|rv| rv.parse().ok());
-    let bookmarks = query
-        .get("allowWatchBookmarks")
-        .is_some_and(|b| b == "true");
-    let initial_events = query.get("sendInitialEvents").is_some_and(|b| b == "true");
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse().ok())
-        .map_or(Duration::from_secs(290), Duration::from_secs);
+    let asked = WatchQuery::parse(query);
     let current_rv = state.rv;
-    let resource = &mut state.resources[target.index];
-
-    match since {
-        Some(rv) if rv + 1 < resource.compacted_below && !initial_events => {
-            let status = status_body(
-                410,
-                "Expired",
-                &format!(
-                    "too old resource version: {rv} ({})",
-                    resource.compacted_below
-                ),
-                None,
-            );
-            let _ = tx.unbounded_send(watch_line("ERROR", &status));
-            drop(tx);
-            return (200, stream_response(rx));
-        }
-        Some(rv) if !initial_events => {
-            for change in &resource.history {
-                if change.rv > rv
-                    && selected(
-                        &change.object,
-                        target.namespace.as_deref(),
-                        &labels,
-                        &fields,
-                    )
-                {
-                    let _ = tx.unbounded_send(watch_line(change.event, &change.object));
-                }
-            }
-        }
-        _ => {
-            for object in resource.objects.values() {
-                if selected(object, target.namespace.as_deref(), &labels, &fields) {
-                    let _ = tx.unbounded_send(watch_line("ADDED", object));
-                }
-            }
-            if initial_events {
-                let bookmark = bookmark(
-                    &resource.ty.api_version(),
-                    &resource.ty.kind,
-                    current_rv,
-                    true,
-                );
-                let _ = tx.unbounded_send(watch_line("BOOKMARK", &bookmark));
-            }
-        }
+    let resource = &state.resources[target.index];
+    let selection = (target.namespace.as_deref(), &labels[..], &fields[..]);
+    if !replay(resource, &asked, selection, current_rv, &tx) {
+        drop(tx);
+        return (200, stream_response(rx));
     }
     let id = state.next_id();
     let resource = &mut state.resources[target.index];
@@ -1010,11 +988,11 @@ fn watch(
     // asked), so clients resume from a resourceVersion.
     let shared = shared.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(timeout).await;
+        tokio::time::sleep(asked.timeout).await;
         let mut state = shared.lock();
         let rv = state.rv;
         if let Some(watcher) = state.remove_watcher(id)
-            && bookmarks
+            && asked.bookmarks
         {
             let _ = watcher.tx.unbounded_send(watch_line(
                 "BOOKMARK",
@@ -1023,6 +1001,57 @@ fn watch(
         }
     });
     (200, stream_response(rx))
+}
+
+/// The events a new watch starts with: the changes since the resourceVersion asked for, or
+/// the current objects as ADDED (then a BOOKMARK when initial events were asked for). False
+/// when that resourceVersion is compacted: the watch gets a 410 `Expired` ERROR event and ends.
+fn replay(
+    resource: &Resource,
+    asked: &WatchQuery,
+    (namespace, labels, fields): (Option<&str>, &[Requirement], &[Requirement]),
+    current_rv: u64,
+    tx: &futures::channel::mpsc::UnboundedSender<Bytes>,
+) -> bool {
+    match asked.since {
+        Some(rv) if rv + 1 < resource.compacted_below && !asked.initial_events => {
+            let status = status_body(
+                410,
+                "Expired",
+                &format!(
+                    "too old resource version: {rv} ({})",
+                    resource.compacted_below
+                ),
+                None,
+            );
+            let _ = tx.unbounded_send(watch_line("ERROR", &status));
+            return false;
+        }
+        Some(rv) if !asked.initial_events => {
+            for change in &resource.history {
+                if change.rv > rv && selected(&change.object, namespace, labels, fields) {
+                    let _ = tx.unbounded_send(watch_line(change.event, &change.object));
+                }
+            }
+        }
+        _ => {
+            for object in resource.objects.values() {
+                if selected(object, namespace, labels, fields) {
+                    let _ = tx.unbounded_send(watch_line("ADDED", object));
+                }
+            }
+            if asked.initial_events {
+                let bookmark = bookmark(
+                    &resource.ty.api_version(),
+                    &resource.ty.kind,
+                    current_rv,
+                    true,
+                );
+                let _ = tx.unbounded_send(watch_line("BOOKMARK", &bookmark));
+            }
+        }
+    }
+    true
 }
 
 fn bookmark(api_version: &str, kind: &str, rv: u64, initial_end: bool) -> Value {

@@ -232,39 +232,7 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
     tracing::info!(addr = %admin.local_addr(), "admin server listening");
     tokio::spawn(admin.serve(Arc::new(registry), readiness, shutdown.clone()));
 
-    let (table, file) = match (&args.routes_file, &args.routes_configmap) {
-        (_, Some(_)) => (RouteTable::new(Vec::new())?, None),
-        (Some(path), None) => {
-            let (file, table) = RoutesFile::load(path)?;
-            for route in table.routes() {
-                if let Err(err) = hairpin_dataplane::resolve(&route.upstream).await {
-                    tracing::warn!(route = %route.name, error = %err, "upstream does not resolve yet; connections to this route fail until it does");
-                }
-            }
-            (table, Some(file))
-        }
-        (None, None) => {
-            let (Some(listen), Some(upstream)) = (args.listen, args.upstream.clone()) else {
-                anyhow::bail!("--listen and --upstream go together (or use --routes-file)");
-            };
-            hairpin_dataplane::resolve(&upstream)
-                .await
-                .map_err(|err| anyhow::anyhow!("check --upstream: {err}"))?;
-            let table = RouteTable::new(vec![Route {
-                name: args.route_name.clone(),
-                listen,
-                upstream,
-                proxy_protocol: args.proxy_protocol,
-                destination: args.destination.first().copied(),
-                destinations: if args.destination.len() > 1 {
-                    args.destination.clone()
-                } else {
-                    Vec::new()
-                },
-            }])?;
-            (table, None)
-        }
-    };
+    let (table, file) = initial_routes(&args).await?;
     let configmap = match &args.routes_configmap {
         Some((namespace, name)) => {
             let client = args.client.client().await?;
@@ -311,6 +279,45 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
         DrainOutcome::Completed | DrainOutcome::TimedOut => ExitCode::SUCCESS,
         DrainOutcome::Forced => ExitCode::FAILURE,
     })
+}
+
+/// The routes to start with: none yet with `--routes-configmap` (the watch brings them), the
+/// routes file's (an upstream that does not resolve yet is a warning), or the one route of
+/// `--listen`/`--upstream` (whose upstream must resolve). The routes file, to follow.
+async fn initial_routes(args: &Args) -> anyhow::Result<(RouteTable, Option<RoutesFile>)> {
+    match (&args.routes_file, &args.routes_configmap) {
+        (_, Some(_)) => Ok((RouteTable::new(Vec::new())?, None)),
+        (Some(path), None) => {
+            let (file, table) = RoutesFile::load(path)?;
+            for route in table.routes() {
+                if let Err(err) = hairpin_dataplane::resolve(&route.upstream).await {
+                    tracing::warn!(route = %route.name, error = %err, "upstream does not resolve yet; connections to this route fail until it does");
+                }
+            }
+            Ok((table, Some(file)))
+        }
+        (None, None) => {
+            let (Some(listen), Some(upstream)) = (args.listen, args.upstream.clone()) else {
+                anyhow::bail!("--listen and --upstream go together (or use --routes-file)");
+            };
+            hairpin_dataplane::resolve(&upstream)
+                .await
+                .map_err(|err| anyhow::anyhow!("check --upstream: {err}"))?;
+            let table = RouteTable::new(vec![Route {
+                name: args.route_name.clone(),
+                listen,
+                upstream,
+                proxy_protocol: args.proxy_protocol,
+                destination: args.destination.first().copied(),
+                destinations: if args.destination.len() > 1 {
+                    args.destination.clone()
+                } else {
+                    Vec::new()
+                },
+            }])?;
+            Ok((table, None))
+        }
+    }
 }
 
 /// Feeds the routes the controller publishes into the proxy. The first update (even "no such
