@@ -261,34 +261,7 @@ impl<'a> Admission<'a> {
         cluster_zones.sort();
         cluster_zones.dedup();
         let mut warnings = Vec::new();
-        let mut allow_lists = BTreeMap::new();
-        for svc in &snapshot.services {
-            let Some(value) = svc
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(allow_key))
-            else {
-                continue;
-            };
-            let svc_ref = ObjectRef::from_meta(&svc.metadata);
-            if !lbs.contains(&svc_ref) {
-                continue;
-            }
-            let mut hosts = Vec::new();
-            for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-                match Host::parse(item) {
-                    Ok(h) => hosts.push(h),
-                    Err(e) => warnings.push(Warning::new(
-                        format!("Service {svc_ref}"),
-                        format!(
-                            "annotation {allow_key}: {item:?} is not a hostname ({e}); it allows nothing"
-                        ),
-                    )),
-                }
-            }
-            allow_lists.insert(svc_ref, hosts);
-        }
+        let allow_lists = allow_lists(snapshot, allow_key, lbs, &mut warnings);
         let namespace_labels = if config.hostname_namespaces.needs_namespaces() {
             snapshot
                 .namespaces
@@ -300,29 +273,9 @@ impl<'a> Admission<'a> {
         } else {
             BTreeMap::new()
         };
-        let mut cluster_namespaces: BTreeSet<&'a str> =
-            BUILT_IN_NAMESPACES.iter().copied().collect();
-        let metas = snapshot
-            .services
-            .iter()
-            .map(|o| &o.metadata)
-            .chain(snapshot.ingresses.iter().map(|o| &o.metadata))
-            .chain(snapshot.gateways.iter().map(|o| &o.metadata))
-            .chain(snapshot.http_routes.iter().map(|o| &o.metadata))
-            .chain(snapshot.grpc_routes.iter().map(|o| &o.metadata))
-            .chain(snapshot.tls_routes.iter().map(|o| &o.metadata))
-            .chain(snapshot.config_maps.iter().map(|o| &o.metadata))
-            .chain(snapshot.custom_sources.iter().map(|o| &o.metadata));
-        cluster_namespaces.extend(metas.filter_map(|m| m.namespace.as_deref()));
-        cluster_namespaces.extend(
-            snapshot
-                .namespaces
-                .iter()
-                .filter_map(|n| n.metadata.name.as_deref()),
-        );
         Admission {
             cluster_zones,
-            cluster_namespaces,
+            cluster_namespaces: cluster_namespaces(snapshot),
             deny: &config.deny_hostnames,
             namespaces: &config.hostname_namespaces,
             namespace_labels,
@@ -411,6 +364,105 @@ impl Admission<'_> {
     }
 }
 
+/// The `allowed-hostnames` annotation (`allow_key`) of each load balancer in `lbs`: the names
+/// it may claim. An item that is not a hostname allows nothing, with a warning.
+fn allow_lists(
+    snapshot: &ClusterSnapshot,
+    allow_key: &str,
+    lbs: &BTreeSet<&ObjectRef>,
+    warnings: &mut Vec<Warning>,
+) -> BTreeMap<ObjectRef, Vec<Host>> {
+    let mut allow_lists = BTreeMap::new();
+    for svc in &snapshot.services {
+        let Some(value) = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(allow_key))
+        else {
+            continue;
+        };
+        let svc_ref = ObjectRef::from_meta(&svc.metadata);
+        if !lbs.contains(&svc_ref) {
+            continue;
+        }
+        let mut hosts = Vec::new();
+        for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            match Host::parse(item) {
+                Ok(h) => hosts.push(h),
+                Err(e) => warnings.push(Warning::new(
+                    format!("Service {svc_ref}"),
+                    format!(
+                        "annotation {allow_key}: {item:?} is not a hostname ({e}); it allows nothing"
+                    ),
+                )),
+            }
+        }
+        allow_lists.insert(svc_ref, hosts);
+    }
+    allow_lists
+}
+
+/// The namespaces the cluster's own objects live in (and the built-in ones): names under
+/// them in the cluster domain are the cluster's.
+fn cluster_namespaces(snapshot: &ClusterSnapshot) -> BTreeSet<&str> {
+    let mut cluster_namespaces: BTreeSet<&str> = BUILT_IN_NAMESPACES.iter().copied().collect();
+    let metas = snapshot
+        .services
+        .iter()
+        .map(|o| &o.metadata)
+        .chain(snapshot.ingresses.iter().map(|o| &o.metadata))
+        .chain(snapshot.gateways.iter().map(|o| &o.metadata))
+        .chain(snapshot.http_routes.iter().map(|o| &o.metadata))
+        .chain(snapshot.grpc_routes.iter().map(|o| &o.metadata))
+        .chain(snapshot.tls_routes.iter().map(|o| &o.metadata))
+        .chain(snapshot.config_maps.iter().map(|o| &o.metadata))
+        .chain(snapshot.custom_sources.iter().map(|o| &o.metadata));
+    cluster_namespaces.extend(metas.filter_map(|m| m.namespace.as_deref()));
+    cluster_namespaces.extend(
+        snapshot
+            .namespaces
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref()),
+    );
+    cluster_namespaces
+}
+
+/// Why `host` is a public suffix, or a wildcard directly under or over one; `None` when it
+/// is neither.
+fn public_suffix(host: &Host, labels: WildcardLabels) -> Option<String> {
+    let name = host.name();
+    // Public suffixes: the name itself, or a wildcard's suffix, is one. `psl` answers for
+    // unknown TLDs too (the implicit `*` rule): the TLD itself is the suffix then.
+    if let Some(suffix) = psl::suffix(name.as_str().as_bytes())
+        && suffix.as_bytes() == name.as_str().as_bytes()
+    {
+        let what = if host.is_wildcard() {
+            format!("a wildcard directly under the public suffix {name}")
+        } else {
+            format!("{name} is a public suffix")
+        };
+        return Some(what);
+    }
+    // A wildcard that covers a public suffix (`*.amazonaws.com` covers `s3.amazonaws.com`;
+    // `*.compute.amazonaws.com` covers every `<region>.compute.amazonaws.com`).
+    if let Host::Wildcard(base) = host
+        && let Some(depth) = suffix_depth_under(base.as_str())
+        && (depth == 1 || labels == WildcardLabels::OneOrMore)
+    {
+        return Some(format!(
+            "a wildcard over public suffixes: the Public Suffix List has suffixes {} {}",
+            if depth == 1 {
+                "directly under"
+            } else {
+                "under"
+            },
+            base.as_str()
+        ));
+    }
+    None
+}
+
 /// Namespaces every cluster has.
 pub const BUILT_IN_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
@@ -455,7 +507,6 @@ fn check_name(
             format!("cloud metadata name {name}"),
         ));
     }
-    let name = host.name();
     if let Host::Exact(n) = host
         && n.label_count() == 1
     {
@@ -464,36 +515,8 @@ fn check_name(
             "a single-label name is resolved through the pods' search list".into(),
         ));
     }
-    // Public suffixes: the name itself, or a wildcard's suffix, is one. `psl` answers for
-    // unknown TLDs too (the implicit `*` rule): the TLD itself is the suffix then.
-    if let Some(suffix) = psl::suffix(name.as_str().as_bytes())
-        && suffix.as_bytes() == name.as_str().as_bytes()
-    {
-        let what = if host.is_wildcard() {
-            format!("a wildcard directly under the public suffix {name}")
-        } else {
-            format!("{name} is a public suffix")
-        };
+    if let Some(what) = public_suffix(host, labels) {
         return Err((RefusalReason::PublicSuffix, what));
-    }
-    // A wildcard that covers a public suffix (`*.amazonaws.com` covers `s3.amazonaws.com`;
-    // `*.compute.amazonaws.com` covers every `<region>.compute.amazonaws.com`).
-    if let Host::Wildcard(base) = host
-        && let Some(depth) = suffix_depth_under(base.as_str())
-        && (depth == 1 || labels == WildcardLabels::OneOrMore)
-    {
-        return Err((
-            RefusalReason::PublicSuffix,
-            format!(
-                "a wildcard over public suffixes: the Public Suffix List has suffixes {} {}",
-                if depth == 1 {
-                    "directly under"
-                } else {
-                    "under"
-                },
-                base.as_str()
-            ),
-        ));
     }
     if let Some(zone) = CLOUD_INTERNAL_ZONES.iter().find(|z| touches(z)) {
         return Err((

@@ -237,10 +237,10 @@ pub(crate) fn change(
         warnings.push(Warning::new(&subject, w.to_string()));
     }
     let entries = entries(redirects, passthrough, warnings);
-    let mode = match config.dns_mode {
-        DnsMode::Auto if info.custom_key_suffix().is_some() => DnsMode::Custom,
-        DnsMode::Auto => DnsMode::Corefile,
-        other => other,
+    // Auto: custom where the Corefile imports coredns-custom keys, else corefile.
+    let custom = match config.dns_mode {
+        DnsMode::Auto => info.custom_key_suffix().is_some(),
+        mode => mode == DnsMode::Custom,
     };
     let imported = imported_server_files(snapshot, config, corefile);
     let opts = corefile::PlaceOptions {
@@ -252,7 +252,7 @@ pub(crate) fn change(
     let corefile_key = format!("ConfigMap {coredns_ref} key {}", config.corefile_key);
     let placed = corefile::place_with_imports(corefile, &imported, &entries, &opts)
         .map_err(|e| fail(&corefile_key, e))?;
-    let coredns_write = if mode == DnsMode::Custom {
+    let coredns_write = if custom {
         custom_write(
             snapshot,
             config,
@@ -263,15 +263,11 @@ pub(crate) fn change(
             warnings,
         )?
     } else {
-        for w in &placed.main.warnings {
-            warnings.push(Warning::new(&subject, w.to_string()));
-        }
-        let inserts = placed.main.inserts.clone();
-        inserts_write(
+        corefile_write(
             coredns,
             &config.corefile_key,
             corefile,
-            inserts,
+            &placed.main,
             &subject,
             warnings,
         )
@@ -301,7 +297,7 @@ pub(crate) fn change(
         warnings,
     ));
     Ok(DnsChange {
-        mode: if mode == DnsMode::Custom {
+        mode: if custom {
             DnsMode::Custom
         } else {
             DnsMode::Corefile
@@ -344,6 +340,28 @@ fn entries(
             .filter_map(|p| DnsEntry::passthrough(&p.hostname).ok()),
     );
     entries
+}
+
+/// Corefile mode: hairpin's blocks in the Corefile's own `key`, where `main` places them.
+fn corefile_write(
+    coredns: &ConfigMap,
+    key: &str,
+    corefile: &str,
+    main: &Placement,
+    subject: &str,
+    warnings: &mut Vec<Warning>,
+) -> Result<DnsWrite, CorefileError> {
+    for w in &main.warnings {
+        warnings.push(Warning::new(subject, w.to_string()));
+    }
+    inserts_write(
+        coredns,
+        key,
+        corefile,
+        main.inserts.clone(),
+        subject,
+        warnings,
+    )
 }
 
 /// Custom mode: hairpin's own key of `coredns-custom`, the whole override rendered from

@@ -2,12 +2,12 @@
 
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service, ServiceSpec};
 use serde::Serialize;
 
 use crate::config::PlannerConfig;
 use crate::providers::{
-    ProxyVersion, huawei_pass_through, provider_without_proxy, proxy_protocol_of,
+    ProxyProtocol, ProxyVersion, huawei_pass_through, provider_without_proxy, proxy_protocol_of,
 };
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::warning::Warning;
@@ -200,102 +200,125 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
         if spec.type_.as_deref() != Some("LoadBalancer") {
             continue;
         }
-        let service = ObjectRef::from_meta(&svc.metadata);
-        let (proxy, unknown) = proxy_protocol_of(svc, &own_key);
-        for u in unknown {
-            out.warnings.push(Warning::new(
-                format!("Service {service}"),
-                format!(
-                    "unknown value {:?} of annotation {} (expected {}); annotation ignored",
-                    u.value, u.key, u.expected
-                ),
-            ));
+        match load_balancer(svc, spec, &own_key, &mut out.warnings) {
+            Ok(lb) => out.load_balancers.push(lb),
+            Err(not_needed) => out.not_needed.push(not_needed),
         }
-        let status_addresses = status_addresses(svc);
-        let skip = |reason| NotNeeded {
-            service: service.clone(),
-            reason,
-            status_addresses: status_addresses.clone(),
-        };
-        if proxy.disabled_by_annotation {
-            out.not_needed.push(skip(SkipReason::DisabledByAnnotation));
-            continue;
-        }
-        let pass_through = huawei_pass_through(svc);
-        if pass_through && !proxy.explicit {
-            out.not_needed.push(skip(SkipReason::PassThrough));
-            continue;
-        }
-        let ports: Vec<LbPort> = spec
-            .ports
-            .iter()
-            .flatten()
-            .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
-            .filter_map(|p| {
-                Some(LbPort {
-                    name: p.name.clone(),
-                    port: u16::try_from(p.port).ok()?,
-                    proxy_protocol: proxy.ports.get(&p.port).copied(),
-                })
-            })
-            .collect();
-        if ports.iter().all(|p| p.proxy_protocol.is_none()) {
-            let reason = provider_without_proxy(svc).map_or(
-                SkipReason::NoProxyProtocol,
-                SkipReason::ProviderSendsNoProxy,
-            );
-            out.not_needed.push(skip(reason));
-            continue;
-        }
-        let entries = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref());
-        let entries = entries.map(Vec::as_slice).unwrap_or_default();
-        // Our explicit annotation takes `ipMode: Proxy` addresses too: the CNI may ignore
-        // ipMode and short-circuit them anyway.
-        let ips: Vec<IpAddr> = entries
-            .iter()
-            .filter(|e| proxy.explicit || e.ip_mode.as_deref() != Some("Proxy"))
-            .filter_map(|e| e.ip.as_deref()?.parse().ok())
-            .collect();
-        let ip_mode_proxy = entries
-            .iter()
-            .any(|e| e.ip.is_some() && e.ip_mode.as_deref() == Some("Proxy"));
-        let forced = (proxy.explicit && (ip_mode_proxy || pass_through)).then(|| {
-            let by = proxy.sources.join(", ");
-            if ip_mode_proxy {
-                format!("status ipMode is Proxy, but forced by {by} ({FORCED_WHY})")
-            } else {
-                format!("kubernetes.io/elb.pass-through is true, but forced by {by}")
-            }
-        });
-        if ips.is_empty() {
-            let reason = if entries.iter().any(|e| e.ip.is_some()) {
-                SkipReason::IpModeProxy
-            } else if entries.iter().any(|e| e.hostname.is_some()) {
-                SkipReason::HostnameOnlyStatus
-            } else {
-                SkipReason::NoAddressYet
-            };
-            out.not_needed.push(skip(reason));
-            continue;
-        }
-        out.load_balancers.push(LoadBalancer {
-            service,
-            ip_families: ip_families(&ips, spec.ip_families.as_ref()),
-            ips,
-            status_addresses,
-            ports,
-            non_tcp_ports: non_tcp_ports(svc),
-            proxy_sources: proxy.sources,
-            forced,
-        });
     }
     out.load_balancers.sort_by(|a, b| a.service.cmp(&b.service));
     out.not_needed.sort_by(|a, b| a.service.cmp(&b.service));
     out
+}
+
+/// A `type: LoadBalancer` Service as a load balancer that needs a hairpin, or why it needs
+/// none. Unknown values of the PROXY annotations are warned about.
+fn load_balancer(
+    svc: &Service,
+    spec: &ServiceSpec,
+    own_key: &str,
+    warnings: &mut Vec<Warning>,
+) -> Result<LoadBalancer, NotNeeded> {
+    let service = ObjectRef::from_meta(&svc.metadata);
+    let (proxy, unknown) = proxy_protocol_of(svc, own_key);
+    for u in unknown {
+        warnings.push(Warning::new(
+            format!("Service {service}"),
+            format!(
+                "unknown value {:?} of annotation {} (expected {}); annotation ignored",
+                u.value, u.key, u.expected
+            ),
+        ));
+    }
+    let status_addresses = status_addresses(svc);
+    let skip = |reason| NotNeeded {
+        service: service.clone(),
+        reason,
+        status_addresses: status_addresses.clone(),
+    };
+    if proxy.disabled_by_annotation {
+        return Err(skip(SkipReason::DisabledByAnnotation));
+    }
+    let pass_through = huawei_pass_through(svc);
+    if pass_through && !proxy.explicit {
+        return Err(skip(SkipReason::PassThrough));
+    }
+    let ports = tcp_ports(spec, &proxy);
+    if ports.iter().all(|p| p.proxy_protocol.is_none()) {
+        let reason = provider_without_proxy(svc).map_or(
+            SkipReason::NoProxyProtocol,
+            SkipReason::ProviderSendsNoProxy,
+        );
+        return Err(skip(reason));
+    }
+    let entries = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref());
+    let entries = entries.map(Vec::as_slice).unwrap_or_default();
+    // Our explicit annotation takes `ipMode: Proxy` addresses too: the CNI may ignore
+    // ipMode and short-circuit them anyway.
+    let ips: Vec<IpAddr> = entries
+        .iter()
+        .filter(|e| proxy.explicit || e.ip_mode.as_deref() != Some("Proxy"))
+        .filter_map(|e| e.ip.as_deref()?.parse().ok())
+        .collect();
+    if ips.is_empty() {
+        let reason = if entries.iter().any(|e| e.ip.is_some()) {
+            SkipReason::IpModeProxy
+        } else if entries.iter().any(|e| e.hostname.is_some()) {
+            SkipReason::HostnameOnlyStatus
+        } else {
+            SkipReason::NoAddressYet
+        };
+        return Err(skip(reason));
+    }
+    Ok(LoadBalancer {
+        service,
+        ip_families: ip_families(&ips, spec.ip_families.as_ref()),
+        ips,
+        status_addresses,
+        ports,
+        non_tcp_ports: non_tcp_ports(svc),
+        forced: forced(&proxy, entries, pass_through),
+        proxy_sources: proxy.sources,
+    })
+}
+
+/// The Service's TCP ports, each with the PROXY version the load balancer sends to it.
+fn tcp_ports(spec: &ServiceSpec, proxy: &ProxyProtocol) -> Vec<LbPort> {
+    spec.ports
+        .iter()
+        .flatten()
+        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+        .filter_map(|p| {
+            Some(LbPort {
+                name: p.name.clone(),
+                port: u16::try_from(p.port).ok()?,
+                proxy_protocol: proxy.ports.get(&p.port).copied(),
+            })
+        })
+        .collect()
+}
+
+/// Why a load balancer is hairpinned although its status (`ipMode: Proxy`) or its provider
+/// annotation (Huawei's pass-through) says it needs none: our explicit annotation forced it.
+fn forced(
+    proxy: &ProxyProtocol,
+    entries: &[LoadBalancerIngress],
+    pass_through: bool,
+) -> Option<String> {
+    let ip_mode_proxy = entries
+        .iter()
+        .any(|e| e.ip.is_some() && e.ip_mode.as_deref() == Some("Proxy"));
+    (proxy.explicit && (ip_mode_proxy || pass_through)).then(|| {
+        let by = proxy.sources.join(", ");
+        if ip_mode_proxy {
+            format!("status ipMode is Proxy, but forced by {by} ({FORCED_WHY})")
+        } else {
+            format!("kubernetes.io/elb.pass-through is true, but forced by {by}")
+        }
+    })
 }
 
 /// The `spec.ports` of a Service that are not TCP (UDP, SCTP), as `port/PROTOCOL` with the

@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::balancers::{HostsEntry, LoadBalancerPlan, cluster_ips};
 use crate::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig, is_managed};
+use crate::hostnames::Hostname;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 pub use crate::snapshot::{
     DnsEndpoint, DnsEndpointSpec, DnsEndpointStatus, Endpoint, ProviderSpecific,
@@ -119,24 +120,13 @@ pub(crate) fn plan(
             }));
             continue;
         }
-        let mut endpoints = Vec::new();
-        for h in &lb.hostnames {
-            if h.wildcard_labels.is_some() {
-                wildcards.push(h.name.clone());
-            }
-            for (record_type, targets) in [("A", &v4), ("AAAA", &v6)] {
-                if targets.is_empty() {
-                    continue;
-                }
-                endpoints.push(Endpoint {
-                    dns_name: h.name.clone(),
-                    targets: targets.clone(),
-                    record_type: record_type.to_owned(),
-                    record_ttl: Some(RECORD_TTL),
-                    ..Endpoint::default()
-                });
-            }
-        }
+        wildcards.extend(
+            lb.hostnames
+                .iter()
+                .filter(|h| h.wildcard_labels.is_some())
+                .map(|h| h.name.clone()),
+        );
+        let endpoints = endpoints(&lb.hostnames, &v4, &v6);
         for (i, chunk) in endpoints.chunks(MAX_ENDPOINTS_PER_OBJECT).enumerate() {
             let name = if i == 0 {
                 service.name.clone()
@@ -193,6 +183,27 @@ fn family(ips: &[IpAddr], of: fn(&IpAddr) -> bool) -> Vec<String> {
         .filter(|ip| of(ip))
         .map(ToString::to_string)
         .collect()
+}
+
+/// One endpoint per hostname and record type: `A` with the `v4` targets, `AAAA` with the `v6`
+/// ones (none for a family without targets).
+fn endpoints(hostnames: &[Hostname], v4: &[String], v6: &[String]) -> Vec<Endpoint> {
+    let mut endpoints = Vec::new();
+    for h in hostnames {
+        for (record_type, targets) in [("A", v4), ("AAAA", v6)] {
+            if targets.is_empty() {
+                continue;
+            }
+            endpoints.push(Endpoint {
+                dns_name: h.name.clone(),
+                targets: targets.to_vec(),
+                record_type: record_type.to_owned(),
+                record_ttl: Some(RECORD_TTL),
+                ..Endpoint::default()
+            });
+        }
+    }
+    endpoints
 }
 
 fn endpoint_object(

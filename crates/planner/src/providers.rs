@@ -383,101 +383,134 @@ pub fn proxy_protocol_of(svc: &Service, own_key: &str) -> (ProxyProtocol, Vec<Un
         .map(|p| p.iter().map(|p| p.port).collect())
         .unwrap_or_default();
     let mut unknown = Vec::new();
-    let mut result = ProxyProtocol::default();
-
     if let Some(value) = annotations.get(own_key) {
-        match norm(value).as_str() {
-            "off" | "false" | "none" => {
-                result.disabled_by_annotation = true;
-                result.sources.push(format!("{own_key}={value}"));
-                return (result, unknown);
-            }
-            "v1" | "true" => {
-                return (
-                    all_ports(&service_ports, ProxyVersion::V1, own_key, value),
-                    unknown,
-                );
-            }
-            "v2" => {
-                return (
-                    all_ports(&service_ports, ProxyVersion::V2, own_key, value),
-                    unknown,
-                );
-            }
-            _ => unknown.push(UnknownValue {
-                key: own_key.to_owned(),
-                value: value.clone(),
-                expected: "v1, v2 or off".into(),
-            }),
+        match own_setting(own_key, value, &service_ports) {
+            Ok(result) => return (result, unknown),
+            Err(u) => unknown.push(u),
         }
     }
-
+    let mut result = ProxyProtocol::default();
     let mut decided: BTreeMap<i32, Option<ProxyVersion>> = BTreeMap::new();
-    for entry in PROVIDER_ANNOTATIONS {
-        let Some(value) = annotations.get(entry.key) else {
-            continue;
-        };
-        // A filter that does not parse leaves the ports unknown: the annotation is ignored,
-        // and the warning names the filter, not the boolean.
-        if let ValueFormat::BoolPortsFilter(_, filter_key) = entry.format
-            && let Some(filter) = annotations.get(filter_key)
-            && port_list(filter).is_none()
-        {
-            unknown.push(UnknownValue {
-                key: filter_key.to_owned(),
-                value: filter.clone(),
-                expected: PORT_LIST.into(),
-            });
-            continue;
-        }
-        match parse_value(entry.format, value, svc) {
-            Ok(setting) => {
-                if apply_setting(&mut decided, &service_ports, &setting, false) {
-                    result.sources.push(format!("{}={value}", entry.key));
-                    if let ValueFormat::BoolPortsFilter(_, filter_key) = entry.format
-                        && let Some(filter) = annotations.get(filter_key)
-                    {
-                        result.sources.push(format!("{filter_key}={filter}"));
-                    }
-                }
-            }
-            Err(expected) => unknown.push(UnknownValue {
-                key: entry.key.to_owned(),
-                value: value.clone(),
-                expected,
-            }),
-        }
-    }
-
+    let mut found = Found {
+        decided: &mut decided,
+        sources: &mut result.sources,
+        unknown: &mut unknown,
+    };
+    found.provider_settings(annotations, svc, &service_ports);
     // Linode per-port settings override the default for their port.
-    for (key, value) in annotations.range(LINODE_PORT_PREFIX.to_owned()..) {
-        let Some(port) = key.strip_prefix(LINODE_PORT_PREFIX) else {
-            break;
-        };
-        let Ok(port) = port.parse::<i32>() else {
-            continue;
-        };
-        match linode_port_setting(value) {
-            Ok(None) => {}
-            Ok(Some(version)) => {
-                if service_ports.contains(&port) {
-                    decided.insert(port, version);
-                    result.sources.push(format!("{key}={value}"));
-                }
-            }
-            Err(expected) => unknown.push(UnknownValue {
-                key: key.clone(),
-                value: value.clone(),
-                expected,
-            }),
-        }
-    }
-
+    found.linode_port_settings(annotations, &service_ports);
     result.ports = decided
         .into_iter()
         .filter_map(|(port, v)| v.map(|v| (port, v)))
         .collect();
     (result, unknown)
+}
+
+/// Our annotation's word: PROXY off, or `v1`/`v2` on every port; `Err` for a value it does not
+/// know (the provider annotations decide then).
+fn own_setting(
+    own_key: &str,
+    value: &str,
+    service_ports: &[i32],
+) -> Result<ProxyProtocol, UnknownValue> {
+    match norm(value).as_str() {
+        "off" | "false" | "none" => Ok(ProxyProtocol {
+            disabled_by_annotation: true,
+            sources: vec![format!("{own_key}={value}")],
+            ..ProxyProtocol::default()
+        }),
+        "v1" | "true" => Ok(all_ports(service_ports, ProxyVersion::V1, own_key, value)),
+        "v2" => Ok(all_ports(service_ports, ProxyVersion::V2, own_key, value)),
+        _ => Err(UnknownValue {
+            key: own_key.to_owned(),
+            value: value.to_owned(),
+            expected: "v1, v2 or off".into(),
+        }),
+    }
+}
+
+/// What the provider annotations decide, as they are read: per port, the version (or none);
+/// the annotations that decided; the values nobody understands.
+struct Found<'a> {
+    decided: &'a mut BTreeMap<i32, Option<ProxyVersion>>,
+    sources: &'a mut Vec<String>,
+    unknown: &'a mut Vec<UnknownValue>,
+}
+
+impl Found<'_> {
+    /// The settings of [`PROVIDER_ANNOTATIONS`], in their order: an earlier one stands.
+    fn provider_settings(
+        &mut self,
+        annotations: &BTreeMap<String, String>,
+        svc: &Service,
+        service_ports: &[i32],
+    ) {
+        for entry in PROVIDER_ANNOTATIONS {
+            let Some(value) = annotations.get(entry.key) else {
+                continue;
+            };
+            // A filter that does not parse leaves the ports unknown: the annotation is
+            // ignored, and the warning names the filter, not the boolean.
+            if let ValueFormat::BoolPortsFilter(_, filter_key) = entry.format
+                && let Some(filter) = annotations.get(filter_key)
+                && port_list(filter).is_none()
+            {
+                self.unknown.push(UnknownValue {
+                    key: filter_key.to_owned(),
+                    value: filter.clone(),
+                    expected: PORT_LIST.into(),
+                });
+                continue;
+            }
+            match parse_value(entry.format, value, svc) {
+                Ok(setting) => {
+                    if apply_setting(self.decided, service_ports, &setting, false) {
+                        self.sources.push(format!("{}={value}", entry.key));
+                        if let ValueFormat::BoolPortsFilter(_, filter_key) = entry.format
+                            && let Some(filter) = annotations.get(filter_key)
+                        {
+                            self.sources.push(format!("{filter_key}={filter}"));
+                        }
+                    }
+                }
+                Err(expected) => self.unknown.push(UnknownValue {
+                    key: entry.key.to_owned(),
+                    value: value.clone(),
+                    expected,
+                }),
+            }
+        }
+    }
+
+    /// Linode's per-port annotations (`LINODE_PORT_PREFIX<port>`), each deciding its port.
+    fn linode_port_settings(
+        &mut self,
+        annotations: &BTreeMap<String, String>,
+        service_ports: &[i32],
+    ) {
+        for (key, value) in annotations.range(LINODE_PORT_PREFIX.to_owned()..) {
+            let Some(port) = key.strip_prefix(LINODE_PORT_PREFIX) else {
+                break;
+            };
+            let Ok(port) = port.parse::<i32>() else {
+                continue;
+            };
+            match linode_port_setting(value) {
+                Ok(None) => {}
+                Ok(Some(version)) => {
+                    if service_ports.contains(&port) {
+                        self.decided.insert(port, version);
+                        self.sources.push(format!("{key}={value}"));
+                    }
+                }
+                Err(expected) => self.unknown.push(UnknownValue {
+                    key: key.clone(),
+                    value: value.clone(),
+                    expected,
+                }),
+            }
+        }
+    }
 }
 
 /// Records what `setting` says for each port; earlier decisions stand unless `overrides`.

@@ -428,19 +428,8 @@ pub(crate) fn carve(
                 continue;
             };
             for taker in takers {
-                let (covered, exact) = match claimed {
-                    None => (taker.hostname.matches(claim.name), true),
-                    // The names of `*.suffix` (deeper; the same wildcard is a conflict, handled
-                    // before) are `x.suffix`: the taker takes some of them when it covers
-                    // `suffix` and its `*` stands for more than one label.
-                    Some((suffix, _)) => (
-                        taker.hostname.wildcard_labels.unwrap_or_default()
-                            == WildcardLabels::OneOrMore
-                            && taker.hostname.matches(suffix),
-                        false,
-                    ),
-                };
-                if !covered {
+                let exact = claimed.is_none();
+                if !takes(taker.hostname, claim.name, claimed) {
                     continue;
                 }
                 if exact && can_pass_through {
@@ -475,23 +464,43 @@ pub(crate) fn carve(
     carved.dropped = dropped
         .into_iter()
         .map(|((lb, name), taken)| {
-            const SHOWN: usize = 5;
-            let mut taken: Vec<String> = taken.into_values().collect();
-            let more = taken.len().saturating_sub(SHOWN);
-            taken.truncate(SHOWN);
-            let mut why = format!("{name} covers {}", taken.join(", "));
-            if more > 0 {
-                why.push_str(&format!(" and {more} more"));
-            }
-            why.push_str(if can_pass_through {
-                "; only exact names can be left out of a wildcard"
-            } else {
-                "; this DNS mode cannot leave a name out of a wildcard"
-            });
+            let why = why_dropped(name, taken.into_values().collect(), can_pass_through);
             (lb, name.to_owned(), why)
         })
         .collect();
     carved
+}
+
+/// Whether the redirected wildcard `taker` takes the claimed `name` (`claimed`: its suffix
+/// and meaning when it is a wildcard itself).
+fn takes(taker: &Hostname, name: &str, claimed: Option<(&str, WildcardLabels)>) -> bool {
+    match claimed {
+        None => taker.matches(name),
+        // The names of `*.suffix` (deeper; the same wildcard is a conflict, handled before)
+        // are `x.suffix`: the taker takes some of them when it covers `suffix` and its `*`
+        // stands for more than one label.
+        Some((suffix, _)) => {
+            taker.wildcard_labels.unwrap_or_default() == WildcardLabels::OneOrMore
+                && taker.matches(suffix)
+        }
+    }
+}
+
+/// Why the wildcard `name` is left out: the first few claims it would take (`taken`).
+fn why_dropped(name: &str, mut taken: Vec<String>, can_pass_through: bool) -> String {
+    const SHOWN: usize = 5;
+    let more = taken.len().saturating_sub(SHOWN);
+    taken.truncate(SHOWN);
+    let mut why = format!("{name} covers {}", taken.join(", "));
+    if more > 0 {
+        why.push_str(&format!(" and {more} more"));
+    }
+    why.push_str(if can_pass_through {
+        "; only exact names can be left out of a wildcard"
+    } else {
+        "; this DNS mode cannot leave a name out of a wildcard"
+    });
+    why
 }
 
 #[cfg(test)]
