@@ -16,6 +16,7 @@ a node.
 Usage: scripts/module-graph.py [--check] [SRC_DIR]
 """
 
+import importlib.util
 import os
 import re
 import sys
@@ -23,72 +24,45 @@ import sys
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
-def strip_code(text):
-    """Blank out comments, string and char literals, keeping line structure."""
-    out = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            i = j
-        elif text.startswith("/*", i):
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if text.startswith("/*", j):
-                    depth, j = depth + 1, j + 2
-                elif text.startswith("*/", j):
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-        elif c == "r" and re.match(r'r#*"', text[i:]) and not re.match(r"\w", text[i - 1 : i] or " "):
-            m = re.match(r'r(#*)"', text[i:])
-            end = '"' + m.group(1)
-            j = text.find(end, i + len(m.group(0)))
-            j = n if j < 0 else j + len(end)
-            out.append('""' + "\n" * text.count("\n", i, j))
-            i = j
-        elif c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            j += 1
-            out.append('""' + "\n" * text.count("\n", i, j))
-            i = j
-        elif c == "'":
-            m = re.match(r"'(\\(x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\}|.)|[^\\'])'", text[i:])
-            if m:
-                out.append("' '")
-                i += len(m.group(0))
-            else:
-                out.append(c)
-                i += 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+def load_lexer():
+    """The Rust tokenizer of scripts/fn-lengths.py (one lexer for both scripts)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fn-lengths.py")
+    spec = importlib.util.spec_from_file_location("fn_lengths", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def drop_test_modules(code):
-    """Remove `#[cfg(test)] mod x { ... }` bodies; return (code, names of `mod x;` tests)."""
-    skipped = set()
-    pattern = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*([{;])")
-    while True:
-        m = pattern.search(code)
-        if not m:
-            return code, skipped
-        if m.group(2) == ";":
-            skipped.add(m.group(1))
-            code = code[: m.start()] + code[m.end() :]
+LEX = load_lexer()
+CFG_TEST = ["#", "[", "cfg", "(", "test", ")", "]"]
+
+
+def non_test_code(text):
+    """The code outside `#[cfg(test)]` modules as one line of tokens (`::` kept whole,
+    literals blanked, comments gone), and the names of `#[cfg(test)] mod x;` files."""
+    toks = list(LEX.tokens(text))
+    skip = set()
+    for start, end in LEX.test_module_ranges(toks, LEX.matching_braces(toks)):
+        skip.update(range(start, end + 1))
+    values = [t[1] for t in toks]
+    test_files = set()
+    for k in range(len(toks)):
+        if values[k : k + 7] == CFG_TEST:
+            j = k + 7
+            if values[j : j + 1] == ["pub"]:
+                j += 1
+            if values[j : j + 1] == ["mod"] and values[j + 2 : j + 3] == [";"]:
+                test_files.add(values[j + 1])
+    parts = []
+    for k, (kind, value, _) in enumerate(toks):
+        if k in skip:
             continue
-        depth, j = 1, m.end()
-        while j < len(code) and depth:
-            depth += {"{": 1, "}": -1}.get(code[j], 0)
-            j += 1
-        code = code[: m.start()] + "\n" * code.count("\n", m.start(), j) + code[j:]
+        if kind == "punct" and value == ":" and parts and parts[-1] == ":":
+            parts[-1] = "::"
+        else:
+            parts.append('""' if kind == "literal" else value)
+    # Paths come out whole (`crate::x::y`), every other token apart.
+    return re.sub(r" ?:: ?", "::", " ".join(parts)), test_files
 
 
 def expand_use(tree):
@@ -187,7 +161,7 @@ def graphs(src):
     codes = {}
     for mod, path in known_files.items():
         with open(path, encoding="utf-8") as fh:
-            code, skipped = drop_test_modules(strip_code(fh.read()))
+            code, skipped = non_test_code(fh.read())
         codes[mod] = code
         tests.update(mod + (name,) for name in skipped)
     known -= {m for m in known if any(m[: len(t)] == t for t in tests)}
