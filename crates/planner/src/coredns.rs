@@ -193,6 +193,12 @@ impl<'a> ClusterDns<'a> {
     }
 }
 
+/// The name the hostnames of `lb` are redirected to: its hairpin Service's.
+fn target(lb: &LoadBalancerPlan, config: &PlannerConfig, cluster_domain: &str) -> String {
+    let name = lb.service.metadata.name.as_deref().unwrap_or_default();
+    corefile::service_fqdn(name, &config.namespace, cluster_domain)
+}
+
 /// Every name placed on a load balancer, redirected to its hairpin Service's name; sorted.
 pub(crate) fn redirects(
     load_balancers: &[LoadBalancerPlan],
@@ -202,11 +208,7 @@ pub(crate) fn redirects(
     let mut redirects: Vec<DnsRedirect> = load_balancers
         .iter()
         .flat_map(|lb| {
-            let target = corefile::service_fqdn(
-                lb.service.metadata.name.as_deref().unwrap_or_default(),
-                &config.namespace,
-                cluster_domain,
-            );
+            let target = target(lb, config, cluster_domain);
             lb.hostnames.iter().map(move |h| DnsRedirect {
                 hostname: h.name.clone(),
                 target: target.clone(),
@@ -544,14 +546,7 @@ pub(crate) fn target_addresses(
 ) -> BTreeMap<String, Vec<IpAddr>> {
     load_balancers
         .iter()
-        .map(|lb| {
-            let target = corefile::service_fqdn(
-                lb.service.metadata.name.as_deref().unwrap_or_default(),
-                &config.namespace,
-                cluster_domain,
-            );
-            (target, cluster_ips(&lb.service))
-        })
+        .map(|lb| (target(lb, config, cluster_domain), cluster_ips(&lb.service)))
         .filter(|(_, ips)| !ips.is_empty())
         .collect()
 }

@@ -93,6 +93,18 @@ fn split_documents(text: &str) -> Vec<(usize, &str)> {
     docs
 }
 
+/// A `TLSRoute` of any version with the fields `v1` requires: `hostnames` became required in
+/// v1, and v1alpha2/v1alpha3 objects may omit it (and `rules`).
+fn v1_tls_route(mut value: Value) -> Value {
+    if let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) {
+        for field in ["hostnames", "rules"] {
+            spec.entry(field)
+                .or_insert_with(|| Value::Array(Vec::new()));
+        }
+    }
+    value
+}
+
 fn add_value(
     snapshot: &mut ClusterSnapshot,
     value: Value,
@@ -150,15 +162,7 @@ fn add_value(
             snapshot.grpc_routes.push(typed(value, &what)?)
         }
         ("gateway.networking.k8s.io", "TLSRoute") => {
-            // `hostnames` became required in v1; v1alpha2/v1alpha3 objects may omit it.
-            let mut value = value;
-            if let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) {
-                for field in ["hostnames", "rules"] {
-                    spec.entry(field)
-                        .or_insert_with(|| Value::Array(Vec::new()));
-                }
-            }
-            snapshot.tls_routes.push(typed(value, &what)?);
+            snapshot.tls_routes.push(typed(v1_tls_route(value), &what)?);
         }
         (crate::external_dns::GROUP, crate::external_dns::KIND) => {
             snapshot.dns_endpoints.push(typed(value, &what)?);

@@ -299,30 +299,7 @@ pub fn analyze_with(
     let (cluster_domain, mut kubernetes_zones) =
         cluster_domain(src, &t, &key_words, cluster_domain_flag, &mut warnings);
     // Every `kubernetes` plugin serves its zones from the cluster, not only the chosen one's.
-    for (block, k8s) in cf.blocks.iter().filter_map(|b| {
-        b.directives
-            .iter()
-            .find(|d| d.name.text(src) == "kubernetes")
-            .map(|d| (b, d))
-    }) {
-        let zones: Vec<String> = if k8s.args.is_empty() {
-            block
-                .keys
-                .iter()
-                .map(|k| normalize_zone(&k.word(src)))
-                .collect()
-        } else {
-            k8s.args
-                .iter()
-                .map(|a| normalize_zone(&a.word(src)))
-                .collect()
-        };
-        for z in zones {
-            if !z.is_empty() && !z.contains(['{', '"', '/']) && !kubernetes_zones.contains(&z) {
-                kubernetes_zones.push(z);
-            }
-        }
-    }
+    add_kubernetes_zones(&cf, src, &mut kubernetes_zones);
 
     let has_reload = t
         .block
@@ -335,24 +312,7 @@ pub fn analyze_with(
         });
     }
 
-    let custom_imports = t
-        .block
-        .directives
-        .iter()
-        .filter(|d| d.name.text(src) == "import")
-        .flat_map(|d| d.args.first())
-        .filter_map(|a| {
-            let path = a.value(src);
-            let file = path.rsplit('/').next().unwrap_or(path);
-            let ext = file.strip_prefix('*')?;
-            (ext.starts_with('.') && ext.len() > 1 && !ext.contains(['*', '?', '['])).then(|| {
-                CustomImport {
-                    path: path.to_owned(),
-                    key_suffix: ext.to_owned(),
-                }
-            })
-        })
-        .collect();
+    let custom_imports = custom_imports(&t, src);
 
     let lines = markers::lines(corefile);
     let blocks = find_blocks(corefile, &lines)?;
@@ -368,6 +328,57 @@ pub fn analyze_with(
         has_hairpin_block: !blocks.is_empty(),
         warnings,
     })
+}
+
+/// Adds to `zones` the zones of every `kubernetes` plugin of `cf` (its arguments, else its
+/// server block's keys), each once.
+fn add_kubernetes_zones(cf: &Corefile, src: &str, zones: &mut Vec<String>) {
+    for (block, k8s) in cf.blocks.iter().filter_map(|b| {
+        b.directives
+            .iter()
+            .find(|d| d.name.text(src) == "kubernetes")
+            .map(|d| (b, d))
+    }) {
+        let found: Vec<String> = if k8s.args.is_empty() {
+            block
+                .keys
+                .iter()
+                .map(|k| normalize_zone(&k.word(src)))
+                .collect()
+        } else {
+            k8s.args
+                .iter()
+                .map(|a| normalize_zone(&a.word(src)))
+                .collect()
+        };
+        for z in found {
+            if !z.is_empty() && !z.contains(['{', '"', '/']) && !zones.contains(&z) {
+                zones.push(z);
+            }
+        }
+    }
+}
+
+/// The `import` lines of the chosen server block that read a glob of `coredns-custom` keys
+/// (`import custom/*.override`), with the key suffix each reads.
+fn custom_imports(t: &Target<'_>, src: &str) -> Vec<CustomImport> {
+    t.block
+        .directives
+        .iter()
+        .filter(|d| d.name.text(src) == "import")
+        .flat_map(|d| d.args.first())
+        .filter_map(|a| {
+            let path = a.value(src);
+            let file = path.rsplit('/').next().unwrap_or(path);
+            let ext = file.strip_prefix('*')?;
+            (ext.starts_with('.') && ext.len() > 1 && !ext.contains(['*', '?', '['])).then(|| {
+                CustomImport {
+                    path: path.to_owned(),
+                    key_suffix: ext.to_owned(),
+                }
+            })
+        })
+        .collect()
 }
 
 /// The hairpin blocks of a Corefile. A marker line inside a quoted string (which may span

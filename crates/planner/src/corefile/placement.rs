@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::parse::{Corefile, Directive, ServerBlock};
 use super::rules::{RuleStyle, render_answers_of, render_rules_of};
 use super::{CorefileError, DnsEntry, HostPattern, Warning};
-use crate::hostnames::WildcardLabels;
+use crate::name::WildcardLabels;
 
 /// The port CoreDNS listens on when a server block key names none.
 pub const DEFAULT_DNS_PORT: u16 = 53;

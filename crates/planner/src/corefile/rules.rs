@@ -59,7 +59,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use super::CorefileError;
-use crate::hostnames::WildcardLabels;
+use crate::name::WildcardLabels;
 use crate::name::{DnsName, Host, NameError, head};
 
 /// A target with at most this many exact names gets one `exact` rule per name.
