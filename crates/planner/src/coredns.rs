@@ -101,6 +101,12 @@ pub struct DnsWrite {
 }
 
 impl DnsWrite {
+    /// `Err` when the ConfigMap written would not fit ([`fits_config_map`]).
+    fn fits(&self) -> Result<(), String> {
+        let what = format!("ConfigMap {}", self.config_map);
+        fits_config_map(self.object.as_ref(), &what, &self.key)
+    }
+
     /// `namespace/name/key`, the write's identity for fight detection.
     pub fn target(&self) -> String {
         format!("{}/{}", self.config_map, self.key)
@@ -240,9 +246,10 @@ pub(crate) fn change(
     }
     let entries = entries(redirects, passthrough, warnings);
     // Auto: custom where the Corefile imports coredns-custom keys, else corefile.
-    let custom = match config.dns_mode {
-        DnsMode::Auto => info.custom_key_suffix().is_some(),
-        mode => mode == DnsMode::Custom,
+    let mode = match config.dns_mode {
+        DnsMode::Auto if info.custom_key_suffix().is_some() => DnsMode::Custom,
+        DnsMode::Custom => DnsMode::Custom,
+        DnsMode::Auto | DnsMode::Corefile | DnsMode::ExternalDns => DnsMode::Corefile,
     };
     let imported = imported_server_files(snapshot, config, corefile);
     let opts = corefile::PlaceOptions {
@@ -254,7 +261,7 @@ pub(crate) fn change(
     let corefile_key = format!("ConfigMap {coredns_ref} key {}", config.corefile_key);
     let placed = corefile::place_with_imports(corefile, &imported, &entries, &opts)
         .map_err(|e| fail(&corefile_key, e))?;
-    let coredns_write = if custom {
+    let coredns_write = if mode == DnsMode::Custom {
         custom_write(
             snapshot,
             config,
@@ -275,11 +282,7 @@ pub(crate) fn change(
         )
         .map_err(|e| fail(&corefile_key, e))?
     };
-    fits_config_map(
-        coredns_write.object.as_ref(),
-        &format!("ConfigMap {}", coredns_write.config_map),
-        &coredns_write.key,
-    )?;
+    coredns_write.fits()?;
     let imported_writes = imported_key_writes(
         snapshot,
         config,
@@ -299,11 +302,7 @@ pub(crate) fn change(
         warnings,
     ));
     Ok(DnsChange {
-        mode: if custom {
-            DnsMode::Custom
-        } else {
-            DnsMode::Corefile
-        },
+        mode,
         cluster_domain: info.cluster_domain.clone(),
         entries: redirects.to_vec(),
         writes,
@@ -393,8 +392,7 @@ fn custom_write(
         .cloned();
     let changed = current.as_deref().unwrap_or_default() != desired;
     let object = changed.then(|| key_object(existing, &target, &key, &desired));
-    fits_config_map(object.as_ref(), &format!("ConfigMap {target}"), &key)?;
-    Ok(DnsWrite {
+    let write = DnsWrite {
         config_map: target,
         key,
         edit: WriteEdit::Key {
@@ -404,7 +402,9 @@ fn custom_write(
         desired,
         changed,
         object,
-    })
+    };
+    write.fits()?;
+    Ok(write)
 }
 
 /// hairpin's key in `coredns-custom`: `--coredns-custom-key`, with the suffix the Corefile
@@ -517,11 +517,7 @@ fn imported_key_writes(
         });
     let writes = imported_writes(custom_base, imported, placed, warnings);
     for write in &writes {
-        fits_config_map(
-            write.object.as_ref(),
-            &format!("ConfigMap {}", write.config_map),
-            &write.key,
-        )?;
+        write.fits()?;
     }
     Ok(writes)
 }

@@ -140,14 +140,7 @@ pub(crate) fn plan(
                     .iter()
                     .any(|e| e.object_ref() == target)
             {
-                // Someone else's object at the name hairpin needs: never overwritten.
-                warnings.push(Warning::new(
-                    format!("DNSEndpoint {target}"),
-                    format!(
-                        "exists and is not hairpin's (it lacks the label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} or the annotation {}): left alone, and the hostnames hairpin would publish in it are not published; delete or rename it",
-                        config.annotation("source")
-                    ),
-                ));
+                warnings.push(foreign(&target, config));
                 continue;
             }
             let current = live.get(&target).map(|e| (*e).clone());
@@ -183,6 +176,17 @@ fn family(ips: &[IpAddr], of: fn(&IpAddr) -> bool) -> Vec<String> {
         .filter(|ip| of(ip))
         .map(ToString::to_string)
         .collect()
+}
+
+/// Someone else's object at the name hairpin needs: never overwritten, and said so.
+fn foreign(target: &ObjectRef, config: &PlannerConfig) -> Warning {
+    Warning::new(
+        format!("DNSEndpoint {target}"),
+        format!(
+            "exists and is not hairpin's (it lacks the label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} or the annotation {}): left alone, and the hostnames hairpin would publish in it are not published; delete or rename it",
+            config.annotation("source")
+        ),
+    )
 }
 
 /// One endpoint per hostname and record type: `A` with the `v4` targets, `AAAA` with the `v6`

@@ -586,39 +586,8 @@ pub fn parse_value(
                 .map(|(_, v)| v.map_or(ProxySetting::Off, ProxySetting::All))
                 .ok_or_else(|| words.iter().map(|(w, _)| *w).collect::<Vec<_>>().join(", "))
         }
-        ValueFormat::PortList(v) => {
-            let n = norm(value);
-            match n.as_str() {
-                "*" | "true" => return Ok(ProxySetting::All(v)),
-                "false" | "" => return Ok(ProxySetting::Off),
-                _ => {}
-            }
-            let mut ports = BTreeMap::new();
-            for part in n.split(',') {
-                let port = part
-                    .trim()
-                    .parse::<i32>()
-                    .map_err(|_| "true, false, * or a comma-separated list of ports".to_owned())?;
-                ports.insert(port, v);
-            }
-            Ok(ProxySetting::Ports(ports))
-        }
-        ValueFormat::BoolPortsFilter(v, filter_key) => {
-            let on = parse_bool(value).ok_or_else(|| "true or false".to_owned())?;
-            let filter = svc
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(filter_key));
-            match (on, filter.map(|f| port_list(f))) {
-                (false, _) => Ok(ProxySetting::Off),
-                (true, None | Some(Some(None))) => Ok(ProxySetting::All(v)),
-                (true, Some(Some(Some(ports)))) => Ok(ProxySetting::Ports(
-                    ports.into_iter().map(|p| (p, v)).collect(),
-                )),
-                (true, Some(None)) => Err(format!("true or false, with {filter_key} {PORT_LIST}")),
-            }
-        }
+        ValueFormat::PortList(v) => port_list_setting(value, v),
+        ValueFormat::BoolPortsFilter(v, filter_key) => filtered_setting(value, v, filter_key, svc),
         ValueFormat::FeatureList(feature, v) => Ok(on_off(
             value
                 .split(',')
@@ -638,28 +607,73 @@ pub fn parse_value(
             }
             Ok(ProxySetting::Off)
         }
-        ValueFormat::AwsProxyProtocol => {
-            if value.trim() != "*" {
-                return Err("*".into());
-            }
-            let annotations = svc.metadata.annotations.as_ref();
-            let lb_type = annotations
-                .and_then(|a| a.get(AWS_LB_TYPE))
-                .map(|t| norm(t))
-                .unwrap_or_default();
-            let class = svc
-                .spec
-                .as_ref()
-                .and_then(|s| s.load_balancer_class.as_deref());
-            let nlb = matches!(lb_type.as_str(), "nlb" | "nlb-ip" | "external")
-                || class == Some(AWS_NLB_CLASS);
-            Ok(ProxySetting::All(if nlb {
-                ProxyVersion::V2
-            } else {
-                ProxyVersion::V1
-            }))
-        }
+        ValueFormat::AwsProxyProtocol => aws_proxy_protocol(value, svc),
     }
+}
+
+/// `*`/`true` (every port), `false`/empty (none) or a comma-separated list of ports.
+fn port_list_setting(value: &str, v: ProxyVersion) -> Result<ProxySetting, String> {
+    let n = norm(value);
+    match n.as_str() {
+        "*" | "true" => return Ok(ProxySetting::All(v)),
+        "false" | "" => return Ok(ProxySetting::Off),
+        _ => {}
+    }
+    let mut ports = BTreeMap::new();
+    for part in n.split(',') {
+        let port = part
+            .trim()
+            .parse::<i32>()
+            .map_err(|_| "true, false, * or a comma-separated list of ports".to_owned())?;
+        ports.insert(port, v);
+    }
+    Ok(ProxySetting::Ports(ports))
+}
+
+/// A boolean whose ports, when it is on, the annotation `filter_key` of `svc` may narrow.
+fn filtered_setting(
+    value: &str,
+    v: ProxyVersion,
+    filter_key: &str,
+    svc: &Service,
+) -> Result<ProxySetting, String> {
+    let on = parse_bool(value).ok_or_else(|| "true or false".to_owned())?;
+    let filter = svc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(filter_key));
+    match (on, filter.map(|f| port_list(f))) {
+        (false, _) => Ok(ProxySetting::Off),
+        (true, None | Some(Some(None))) => Ok(ProxySetting::All(v)),
+        (true, Some(Some(Some(ports)))) => Ok(ProxySetting::Ports(
+            ports.into_iter().map(|p| (p, v)).collect(),
+        )),
+        (true, Some(None)) => Err(format!("true or false, with {filter_key} {PORT_LIST}")),
+    }
+}
+
+/// AWS's `*`: v2 on an NLB (by type annotation or load balancer class), v1 on a classic ELB.
+fn aws_proxy_protocol(value: &str, svc: &Service) -> Result<ProxySetting, String> {
+    if value.trim() != "*" {
+        return Err("*".into());
+    }
+    let annotations = svc.metadata.annotations.as_ref();
+    let lb_type = annotations
+        .and_then(|a| a.get(AWS_LB_TYPE))
+        .map(|t| norm(t))
+        .unwrap_or_default();
+    let class = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_class.as_deref());
+    let nlb =
+        matches!(lb_type.as_str(), "nlb" | "nlb-ip" | "external") || class == Some(AWS_NLB_CLASS);
+    Ok(ProxySetting::All(if nlb {
+        ProxyVersion::V2
+    } else {
+        ProxyVersion::V1
+    }))
 }
 
 const PORT_LIST: &str = "a comma-separated list of ports";

@@ -499,34 +499,15 @@ pub fn write_blocks(corefile: &str, inserts: &[BlockInsert]) -> Result<Edit, Cor
         .map(|i| index_of(&i.server))
         .collect::<Result<_, _>>()?;
 
-    // Per hairpin block: the insert it now holds, or None (removed).
-    let mut fate: Vec<(Block, Option<&BlockInsert>)> = Vec::new();
     let mut warnings = Vec::new();
-    for (insert, &target) in inserts.iter().zip(&targets) {
-        let here: Vec<&Block> = blocks
-            .iter()
-            .filter(|b| owner(corefile, &lines, b, &cf) == Some(target))
-            .collect();
-        if here.len() > 1 {
-            return Err(markers::duplicate(corefile, &lines, &here).into());
-        }
-        if let Some(b) = here.first() {
-            fate.push(((*b).clone(), Some(insert)));
-        }
-    }
-    for b in &blocks {
-        if !fate.iter().any(|(kept, _)| kept == b) {
-            // Worth a word only when hairpin still writes elsewhere: the block moved.
-            if !inserts.is_empty() {
-                warnings.push(Warning::BlockMisplaced {
-                    line: b.line_number(),
-                });
-            }
-            fate.push((b.clone(), None));
-        }
-    }
-    // Last block first, so the byte offsets of the earlier ones stay valid.
-    fate.sort_by_key(|(b, _)| std::cmp::Reverse(b.first));
+    let placed = Placed {
+        corefile,
+        lines: &lines,
+        cf: &cf,
+        inserts,
+        targets: &targets,
+    };
+    let fate = placed.fate(&blocks, &mut warnings)?;
     let eol = markers::line_ending(corefile);
     let mut text = corefile.to_owned();
     for (b, insert) in &fate {
@@ -541,23 +522,7 @@ pub fn write_blocks(corefile: &str, inserts: &[BlockInsert]) -> Result<Edit, Cor
             }
         };
     }
-
-    // Fresh blocks, into the server blocks that have none yet (again from the end).
-    let cf = parse::parse(&text)?;
-    let mut fresh: Vec<(usize, String)> = Vec::new();
-    for (insert, &target) in inserts.iter().zip(&targets) {
-        if fate.iter().any(|(_, i)| *i == Some(insert)) {
-            continue;
-        }
-        let (at, indent) = insertion_point(&text, &cf.blocks[target], insert.form)?;
-        let rendered =
-            markers::render_block(insert.lines.iter().map(String::as_str), &indent, eol, true);
-        fresh.push((at, rendered));
-    }
-    fresh.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
-    for (at, rendered) in fresh {
-        text.insert_str(at, &rendered);
-    }
+    let text = placed.insert_fresh(text, &fate, eol)?;
     check_size(&text)?;
     debug_assert!(
         parse::parse(&text).is_ok(),
@@ -568,6 +533,79 @@ pub fn write_blocks(corefile: &str, inserts: &[BlockInsert]) -> Result<Edit, Cor
         text,
         warnings,
     })
+}
+
+/// A Corefile (its text, lines and parse) and the blocks to write into it, each with the
+/// index of its server block (`targets`).
+struct Placed<'a> {
+    corefile: &'a str,
+    lines: &'a [markers::Line],
+    cf: &'a Corefile,
+    inserts: &'a [BlockInsert],
+    targets: &'a [usize],
+}
+
+impl<'a> Placed<'a> {
+    /// What becomes of each hairpin block already there: the insert it now holds, or `None`
+    /// (removed; warned about when hairpin still writes elsewhere: the block moved). Last
+    /// block first, so that the byte offsets of the earlier ones stay valid while editing.
+    fn fate(
+        &self,
+        blocks: &[Block],
+        warnings: &mut Vec<Warning>,
+    ) -> Result<Vec<(Block, Option<&'a BlockInsert>)>, CorefileError> {
+        let (corefile, lines) = (self.corefile, self.lines);
+        let mut fate: Vec<(Block, Option<&BlockInsert>)> = Vec::new();
+        for (insert, &target) in self.inserts.iter().zip(self.targets) {
+            let here: Vec<&Block> = blocks
+                .iter()
+                .filter(|b| owner(corefile, lines, b, self.cf) == Some(target))
+                .collect();
+            if here.len() > 1 {
+                return Err(markers::duplicate(corefile, lines, &here).into());
+            }
+            if let Some(b) = here.first() {
+                fate.push(((*b).clone(), Some(insert)));
+            }
+        }
+        for b in blocks {
+            if !fate.iter().any(|(kept, _)| kept == b) {
+                if !self.inserts.is_empty() {
+                    warnings.push(Warning::BlockMisplaced {
+                        line: b.line_number(),
+                    });
+                }
+                fate.push((b.clone(), None));
+            }
+        }
+        fate.sort_by_key(|(b, _)| std::cmp::Reverse(b.first));
+        Ok(fate)
+    }
+
+    /// `text` with the fresh blocks: those no block of `fate` holds, into their server blocks
+    /// (from the end, so that earlier offsets stay valid).
+    fn insert_fresh(
+        &self,
+        mut text: String,
+        fate: &[(Block, Option<&BlockInsert>)],
+        eol: &str,
+    ) -> Result<String, CorefileError> {
+        let cf = parse::parse(&text)?;
+        let mut fresh: Vec<(usize, String)> = Vec::new();
+        for (insert, &target) in self.inserts.iter().zip(self.targets) {
+            if fate.iter().any(|(_, i)| *i == Some(insert)) {
+                continue;
+            }
+            let (at, indent) = insertion_point(&text, &cf.blocks[target], insert.form)?;
+            let lines = insert.lines.iter().map(String::as_str);
+            fresh.push((at, markers::render_block(lines, &indent, eol, true)));
+        }
+        fresh.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        for (at, rendered) in fresh {
+            text.insert_str(at, &rendered);
+        }
+        Ok(text)
+    }
 }
 
 /// Where a fresh block goes in server block `sb`, and its indentation: rewrite rules right
