@@ -553,6 +553,16 @@ pub mod fixtures {
             json!({"data": {"Corefile": corefile}}),
         )
     }
+
+    /// The Corefile of `kube-system/coredns` as the server holds it now (what [`coredns`]
+    /// seeded, after the writes under test). Panics when it is absent: a test's setup error.
+    pub fn corefile(fake: &super::FakeApiServer) -> String {
+        fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
+            .expect("kube-system/coredns exists")["data"]["Corefile"]
+            .as_str()
+            .expect("it has a Corefile key")
+            .to_owned()
+    }
 }
 
 pub(crate) fn status_body(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {

@@ -34,9 +34,5 @@ pub fn ingress(namespace: &str, name: &str, host: &str) -> Value {
 
 /// CoreDNS's Corefile as it is now.
 pub fn corefile(fake: &FakeApiServer) -> String {
-    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
-        .unwrap()["data"]["Corefile"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    fixtures::corefile(fake)
 }

@@ -47,9 +47,5 @@ pub fn seed(fake: &FakeApiServer) {
 
 /// Reads the Corefile of `kube-system/coredns`.
 pub fn corefile(fake: &FakeApiServer) -> String {
-    fake.get("v1", "ConfigMap", Some("kube-system"), "coredns")
-        .unwrap()["data"]["Corefile"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    fixtures::corefile(fake)
 }
