@@ -92,15 +92,19 @@ pub fn free_port_on(ip: IpAddr) -> u16 {
 
 /// The ports from 10000 up to the first of the kernel's ephemeral range; an empty range when
 /// that leaves fewer than 1000 ports (or the range cannot be read).
+/// Read once per process.
 fn below_ephemeral() -> (u16, u16) {
     const LOW: u16 = 10_000;
-    let first = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok());
-    match first {
-        Some(first) if first >= LOW + 1000 => (LOW, first),
-        _ => (0, 0),
-    }
+    static RANGE: OnceLock<(u16, u16)> = OnceLock::new();
+    *RANGE.get_or_init(|| {
+        let first = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok());
+        match first {
+            Some(first) if first >= LOW + 1000 => (LOW, first),
+            _ => (0, 0),
+        }
+    })
 }
 
 /// This process's random starting point in the port range.
