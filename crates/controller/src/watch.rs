@@ -715,8 +715,9 @@ fn tls_routes(
     optional_versions(apis, writer, "TLSRoute", ctx, stop)
 }
 
-/// One watch per ConfigMap the planner reads, each by name: hairpin's grants name these
-/// ConfigMaps, and a watch of a whole namespace would be forbidden.
+/// One watch per ConfigMap the planner reads ([`PlannerConfig::read_config_maps`]), each by
+/// name: hairpin's grants name these ConfigMaps, and a watch of a whole namespace would be
+/// forbidden.
 fn config_maps(
     client: &kube::Client,
     config: &PlannerConfig,
@@ -724,23 +725,7 @@ fn config_maps(
     stop: &(impl Future<Output = ()> + Send + Clone + 'static),
 ) -> Vec<Cache<ConfigMap>> {
     let mut config_maps = Vec::new();
-    let mut names: Vec<(String, String)> = config
-        .coredns_config_maps
-        .iter()
-        .chain([&config.coredns_custom_config_map])
-        .map(|name| (config.coredns_namespace.clone(), name.clone()))
-        .collect();
-    names.extend(
-        config
-            .node_local_dns_config_maps
-            .iter()
-            .map(|name| (config.node_local_dns_namespace.clone(), name.clone())),
-    );
-    names.push((config.namespace.clone(), config.routes_config_map.clone()));
-    names.push((config.namespace.clone(), config.hosts_config_map.clone()));
-    names.sort();
-    names.dedup();
-    for (namespace, name) in names {
+    for (namespace, name) in config.read_config_maps() {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
         let wc = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut cache = required(api, wc, "ConfigMap", ctx, stop.clone());
