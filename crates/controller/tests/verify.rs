@@ -502,13 +502,7 @@ async fn a_restart_waits_for_the_answers_before_writing() {
     );
     let fake = FakeApiServer::start().await;
     seed(&fake, &["shop.example.com"]);
-    let corefile = |f: &FakeApiServer| {
-        f.get("v1", "ConfigMap", Some("kube-system"), "coredns")
-            .unwrap()["data"]["Corefile"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let corefile = support::cluster::corefile;
     let config = || {
         let mut config = support::controller::config("pod-a", false);
         config.planner.verify_hostnames = hairpin_planner::VerifyMode::Resolve;

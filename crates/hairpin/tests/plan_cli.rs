@@ -20,10 +20,8 @@ const TENANT: &str = concat!(
 /// are about the rest of the plan. `an_offline_plan_lists_the_names_it_did_not_verify` runs the
 /// default.
 fn hairpin(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut cmd = support::hairpin_command();
-    cmd.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
-    cmd.args(args)
-        .stdin(Stdio::piped())
+    let mut cmd = support::hairpin(args);
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
@@ -352,11 +350,8 @@ fn stdin_input_and_flags_from_the_environment() {
         stdout(&out)
     );
 
-    let mut cmd = support::hairpin_command();
-    let out = cmd
-        .args(["plan", "-f", EXAMPLE, "-o", "yaml"])
+    let out = support::hairpin(&["plan", "-f", EXAMPLE, "-o", "yaml"])
         .env("HAIRPIN_NAMESPACE", "net")
-        .env("HAIRPIN_VERIFY_HOSTNAMES", "off")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -625,10 +620,7 @@ fn kube_dns_clusters_get_the_stub_domains_value_for_the_nameserver_given() {
         "{text}"
     );
 
-    let mut cmd = support::hairpin_command();
-    let out = cmd
-        .args(["plan", "-f", KUBE_DNS, "-o", "json"])
-        .env("HAIRPIN_VERIFY_HOSTNAMES", "off")
+    let out = support::hairpin(&["plan", "-f", KUBE_DNS, "-o", "json"])
         .env(
             "HAIRPIN_STUB_DOMAIN_NAMESERVERS",
             "10.96.0.53,[fd00::53]:5353",

@@ -15,12 +15,9 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn plan(name: &str, extra: &[&str]) -> String {
-    let mut cmd = support::hairpin_command();
     // Offline, nothing is resolved: plan the names as if they resolve to their load balancers.
-    cmd.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
-    cmd.args(["plan", "--dns-mode", "external-dns", "-f"])
-        .arg(fixture(name))
-        .args(extra);
+    let mut cmd = support::hairpin(&["plan", "--dns-mode", "external-dns", "-f"]);
+    cmd.arg(fixture(name)).args(extra);
     let out = cmd.output().unwrap();
     assert_eq!(
         out.status.code(),
@@ -161,10 +158,9 @@ fn a_mode_switch_removes_the_earlier_modes_blocks() {
     let input = dir.join("cluster.yaml");
     std::fs::write(&input, &cluster).unwrap();
     let run = |args: &[&str]| {
-        let mut cmd = support::hairpin_command();
         // Offline, nothing is resolved: plan the names as if they resolve to their load balancers.
-        cmd.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
-        cmd.arg("plan").arg("-f").arg(&input).args(args);
+        let mut cmd = support::hairpin(&["plan", "-f"]);
+        cmd.arg(&input).args(args);
         let out = cmd.output().unwrap();
         String::from_utf8(out.stdout).unwrap()
     };

@@ -24,10 +24,9 @@ fn golden(name: &str) -> PathBuf {
 }
 
 fn plan(fixture: &Path, extra: &[&str]) -> String {
-    let mut cmd = support::hairpin_command();
     // Offline, nothing is resolved: plan the names as if they resolve to their load balancers.
-    cmd.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
-    cmd.arg("plan").arg("-f").arg(fixture).args(extra);
+    let mut cmd = support::hairpin(&["plan", "-f"]);
+    cmd.arg(fixture).args(extra);
     let out = cmd.output().unwrap();
     assert_eq!(
         out.status.code(),
