@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
-use crate::config::{DnsMode, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig, is_managed};
+use crate::config::{DnsMode, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig, is_ours};
 use crate::corefile;
 use crate::discovery::{LbPort, LoadBalancer};
 use crate::hostnames::{self, Hostname};
@@ -297,35 +297,9 @@ impl HostsPlan {
         (resolved, missing)
     }
 
-    /// The entries for [`crate::hosts::apply`] with every ClusterIP of each hairpin Service
-    /// (both families on a dual-stack Service), one entry per address, sorted; and the
-    /// hostnames whose Service has no ClusterIP yet. This is what the controller publishes for
-    /// the node agents.
-    pub fn hosts_entries_all_families(
-        &self,
-        cluster_ips: &BTreeMap<ObjectRef, Vec<IpAddr>>,
-    ) -> (Vec<crate::hosts::HostsEntry>, Vec<&HostsEntry>) {
-        let mut by_ip: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
-        let mut missing = Vec::new();
-        for entry in &self.entries {
-            match cluster_ips.get(&entry.service) {
-                Some(ips) if !ips.is_empty() => {
-                    for ip in ips {
-                        by_ip.entry(*ip).or_default().push(entry.hostname.clone());
-                    }
-                }
-                _ => missing.push(entry),
-            }
-        }
-        let entries = by_ip
-            .into_iter()
-            .map(|(ip, names)| crate::hosts::HostsEntry::new(ip, names))
-            .collect();
-        (entries, missing)
-    }
-
-    /// The entries for [`crate::hosts::apply`], one per ClusterIP, and the hostnames whose
-    /// Service has no known ClusterIP yet.
+    /// The entries for [`crate::hosts::apply`], one per ClusterIP (both families on a
+    /// dual-stack Service), sorted, and the hostnames whose Service has no known ClusterIP
+    /// yet. This is what the controller publishes for the node agents.
     pub fn hosts_entries(
         &self,
         cluster_ips: &BTreeMap<ObjectRef, Vec<IpAddr>>,
@@ -484,11 +458,6 @@ fn wildcard_labels_of(
         .get(lb)
         .and_then(|hs| hs.iter().find(|h| h.name == name))
         .and_then(|h| h.wildcard_labels)
-}
-
-fn is_ours(meta: &ObjectMeta, config: &PlannerConfig) -> bool {
-    meta.namespace.as_deref() == Some(config.namespace.as_str())
-        && is_managed(meta, &config.annotation("source"))
 }
 
 /// `hairpin-<namespace>-<name>`, or, when that is longer than a Service name may be (63) or

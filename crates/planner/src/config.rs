@@ -502,3 +502,11 @@ pub fn is_managed(meta: &ObjectMeta, annotation: &str) -> bool {
             .as_ref()
             .is_some_and(|a| a.contains_key(annotation))
 }
+
+/// Whether `meta` marks one of hairpin's own objects in its namespace (a hairpin Service, a
+/// `DNSEndpoint`): the managed-by label and the source annotation, both (an object someone
+/// else labelled is left alone).
+pub fn is_ours(meta: &ObjectMeta, config: &PlannerConfig) -> bool {
+    meta.namespace.as_deref() == Some(config.namespace.as_str())
+        && is_managed(meta, &config.annotation("source"))
+}

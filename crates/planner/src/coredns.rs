@@ -276,7 +276,7 @@ pub(crate) fn change(
             coredns,
             &config.corefile_key,
             corefile,
-            &placed.main,
+            placed.main,
             &subject,
             warnings,
         )
@@ -348,21 +348,14 @@ fn corefile_write(
     coredns: &ConfigMap,
     key: &str,
     corefile: &str,
-    main: &Placement,
+    main: Placement,
     subject: &str,
     warnings: &mut Vec<Warning>,
 ) -> Result<DnsWrite, CorefileError> {
     for w in &main.warnings {
         warnings.push(Warning::new(subject, w.to_string()));
     }
-    inserts_write(
-        coredns,
-        key,
-        corefile,
-        main.inserts.clone(),
-        subject,
-        warnings,
-    )
+    inserts_write(coredns, key, corefile, main.inserts, subject, warnings)
 }
 
 /// Custom mode: hairpin's own key of `coredns-custom`, the whole override rendered from
@@ -392,7 +385,8 @@ fn custom_write(
         .cloned();
     let changed = current.as_deref().unwrap_or_default() != desired;
     let object = changed.then(|| key_object(existing, &target, &key, &desired));
-    let write = DnsWrite {
+    // Its size is checked by `change`, as every CoreDNS write's.
+    Ok(DnsWrite {
         config_map: target,
         key,
         edit: WriteEdit::Key {
@@ -402,9 +396,7 @@ fn custom_write(
         desired,
         changed,
         object,
-    };
-    write.fits()?;
-    Ok(write)
+    })
 }
 
 /// hairpin's key in `coredns-custom`: `--coredns-custom-key`, with the suffix the Corefile
@@ -838,48 +830,45 @@ fn node_local_dns_warning(
     subject: &str,
     warnings: &mut Vec<Warning>,
 ) {
-    {
-        let info = match corefile::analyze_node_local_dns(corefile, &[]) {
-            Ok(info) => info,
-            Err(e) => {
-                warnings.push(Warning::new(
-                    subject,
-                    format!("node-local-dns Corefile unreadable: {e}"),
-                ));
-                return;
-            }
-        };
-        let patterns: Vec<HostPattern> = entries
-            .iter()
-            .filter(|e| !e.is_passthrough())
-            .map(|e| e.name.clone())
-            .collect();
-        let bypassed: Vec<HostPattern> = corefile::bypassed(&info, &patterns)
-            .into_iter()
-            .cloned()
-            .collect();
-        if bypassed.is_empty() {
+    let info = match corefile::analyze_node_local_dns(corefile, &[]) {
+        Ok(info) => info,
+        Err(e) => {
+            warnings.push(Warning::new(
+                subject,
+                format!("node-local-dns Corefile unreadable: {e}"),
+            ));
             return;
         }
-        let zones = corefile::NodeLocalDnsInfo::zones_for(&bypassed);
-        let mut message = format!(
-            "node-local-dns answers {} of the hairpin hostnames from upstream DNS, bypassing CoreDNS's rewrite (pods on nodes with node-local-dns still get the public address), and --node-local-dns is off",
-            bypassed.len()
-        );
-        let warning = match info.suggested_stanza(&zones) {
-            Some(stanza) if !stanza.is_empty() => {
-                message.push_str(
-                    "; fix: add this server block to its Corefile, or run the node agent:",
-                );
-                Warning::new(subject, message).with_block(&stanza)
-            }
-            _ => {
-                message.push_str(
-                    "; fix: forward these zones to kube-dns in its Corefile, or run the node agent",
-                );
-                Warning::new(subject, message)
-            }
-        };
-        warnings.push(warning);
+    };
+    let patterns: Vec<HostPattern> = entries
+        .iter()
+        .filter(|e| !e.is_passthrough())
+        .map(|e| e.name.clone())
+        .collect();
+    let bypassed: Vec<HostPattern> = corefile::bypassed(&info, &patterns)
+        .into_iter()
+        .cloned()
+        .collect();
+    if bypassed.is_empty() {
+        return;
     }
+    let zones = corefile::NodeLocalDnsInfo::zones_for(&bypassed);
+    let mut message = format!(
+        "node-local-dns answers {} of the hairpin hostnames from upstream DNS, bypassing CoreDNS's rewrite (pods on nodes with node-local-dns still get the public address), and --node-local-dns is off",
+        bypassed.len()
+    );
+    let warning = match info.suggested_stanza(&zones) {
+        Some(stanza) if !stanza.is_empty() => {
+            message
+                .push_str("; fix: add this server block to its Corefile, or run the node agent:");
+            Warning::new(subject, message).with_block(&stanza)
+        }
+        _ => {
+            message.push_str(
+                "; fix: forward these zones to kube-dns in its Corefile, or run the node agent",
+            );
+            Warning::new(subject, message)
+        }
+    };
+    warnings.push(warning);
 }

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service, ServiceSpec};
 use serde::Serialize;
 
 use crate::config::PlannerConfig;
+use crate::name::normalize_address;
 use crate::providers::{
     ProxyProtocol, ProxyVersion, huawei_pass_through, provider_without_proxy, proxy_protocol_of,
 };
@@ -357,6 +358,6 @@ pub(crate) fn normalized_addresses<'a>(
 ) -> Vec<String> {
     entries
         .flat_map(|(ip, hostname)| ip.into_iter().chain(hostname))
-        .map(|a| a.trim_end_matches('.').to_ascii_lowercase())
+        .map(|a| normalize_address(a))
         .collect()
 }

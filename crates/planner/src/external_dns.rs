@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::balancers::{HostsEntry, LoadBalancerPlan, cluster_ips};
-use crate::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig, is_managed};
+use crate::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig};
 use crate::hostnames::Hostname;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 pub use crate::snapshot::{
@@ -86,12 +86,8 @@ pub struct DnsEndpointWrite {
     pub changed: bool,
 }
 
-/// Whether `meta` marks one of hairpin's `DNSEndpoint`s in our namespace: the managed-by label
-/// and the source annotation, both (an object someone else labelled is left alone).
-pub fn is_ours(meta: &ObjectMeta, config: &PlannerConfig) -> bool {
-    meta.namespace.as_deref() == Some(config.namespace.as_str())
-        && is_managed(meta, &config.annotation("source"))
-}
+/// Whether `meta` marks one of hairpin's `DNSEndpoint`s in our namespace.
+pub use crate::config::is_ours;
 
 /// The `DNSEndpoint`s for the planned load balancers.
 pub(crate) fn plan(

@@ -47,8 +47,8 @@ use serde::Serialize;
 
 use crate::admission::{Admission, Origin, Refusal, RefusalReason};
 use crate::config::PlannerConfig;
-use crate::name::Host;
 pub use crate::name::WildcardLabels;
+use crate::name::{Host, normalize_address};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::sources::{CustomSource, SourceKind};
 use crate::warning::Warning;
@@ -345,12 +345,7 @@ impl Collector<'_> {
         );
         if status.is_empty() {
             return match fallback(ing) {
-                Ok(lb) => targets
-                    .known
-                    .iter()
-                    .copied()
-                    .filter(|k| **k == lb)
-                    .collect(),
+                Ok(lb) => targets.known.get(&lb).copied().into_iter().collect(),
                 Err(why) => {
                     self.warnings.push(Warning::new(
                         origin.text.clone(),
@@ -569,9 +564,7 @@ fn gateway_addresses(gw: &Gateway) -> Vec<String> {
         .iter()
         .flat_map(|s| s.addresses.iter().flatten())
         .map(|a| a.value.clone());
-    spec.chain(status)
-        .map(|a| a.trim_end_matches('.').to_ascii_lowercase())
-        .collect()
+    spec.chain(status).map(|a| normalize_address(&a)).collect()
 }
 
 /// Gateway (namespace, name) -> the routes with a parent reference naming it, each once, so

@@ -397,6 +397,13 @@ impl WildcardLabels {
     }
 }
 
+/// A load balancer's address as the planner compares it (a status `ip` or `hostname`, a
+/// Gateway or CRD address): lowercased, without a trailing dot, so `LB.example.com.` and
+/// `lb.example.com` are the same address.
+pub fn normalize_address(address: &str) -> String {
+    address.trim_end_matches('.').to_ascii_lowercase()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,21 +66,10 @@ impl Plan {
             .collect()
     }
 
-    /// Every ClusterIP (both families) of the planned hairpin Services that already exist,
-    /// for [`HostsPlan::hosts_entries_all_families`].
-    pub fn cluster_ips_all_families(&self) -> BTreeMap<ObjectRef, Vec<IpAddr>> {
-        self.load_balancers
-            .iter()
-            .map(|lb| (lb.service_ref(), cluster_ips(&lb.service)))
-            .filter(|(_, ips)| !ips.is_empty())
-            .collect()
-    }
-
     /// The node agents' hosts block, every family: `(entries, hostnames still waiting for
     /// their Service's ClusterIP)`.
     pub fn hosts_block(&self) -> (Vec<crate::hosts::HostsEntry>, Vec<&HostsEntry>) {
-        self.hosts
-            .hosts_entries_all_families(&self.cluster_ips_all_families())
+        self.hosts.hosts_entries(&self.known_cluster_ips())
     }
 
     /// Whether `hairpin plan` should exit non-zero.

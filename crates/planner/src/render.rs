@@ -60,7 +60,7 @@ pub fn text(plan: &Plan) -> String {
     if let Some(stub) = &plan.stub_domains {
         stub_domains_text(&mut out, stub);
     }
-    hosts_text(&mut out, plan);
+    hosts_text(&mut out, plan, &cluster_ips);
     closing_text(&mut out, plan);
     out
 }
@@ -291,9 +291,9 @@ fn write_text(w: &DnsWrite) -> String {
 
 /// The hosts-file block the node agents write; names whose hairpin Service has no ClusterIP yet
 /// under a placeholder.
-fn hosts_text(out: &mut String, plan: &Plan) {
+fn hosts_text(out: &mut String, plan: &Plan, cluster_ips: &BTreeMap<ObjectRef, Vec<IpAddr>>) {
     let _ = writeln!(out, "\nHosts-file block (node agent)");
-    let (entries, missing) = plan.hosts_block();
+    let (entries, missing) = plan.hosts.hosts_entries(cluster_ips);
     let mut rows: Vec<(String, String)> = entries
         .iter()
         .map(|e| {

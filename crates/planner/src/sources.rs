@@ -18,7 +18,7 @@ use gateway_api::tlsroutes::TlsRoute;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use crate::name::WildcardLabels;
+use crate::name::{WildcardLabels, normalize_address};
 pub use crate::snapshot::{CustomSource, SourceKind};
 
 /// One CRD hairpin reads hostnames from, and how to ask the API for it.
@@ -202,7 +202,7 @@ impl CustomSource {
                     .into_iter()
                     .filter_map(|k| e.get(k).and_then(Value::as_str))
             })
-            .map(|a| a.trim_end_matches('.').to_ascii_lowercase())
+            .map(normalize_address)
             .collect()
     }
 

@@ -41,7 +41,7 @@ use serde::Serialize;
 
 pub use crate::config::VerifyMode;
 use crate::hostnames::Hostname;
-use crate::name::WildcardLabels;
+use crate::name::{WildcardLabels, normalize_address};
 use crate::snapshot::ObjectRef;
 pub use crate::snapshot::{Resolution, Resolutions};
 
@@ -228,7 +228,7 @@ impl Owned {
                     ips.insert(ip);
                 }
                 Err(_) => {
-                    hostnames.insert(a.trim_end_matches('.').to_ascii_lowercase());
+                    hostnames.insert(normalize_address(a));
                 }
             }
         }
