@@ -185,26 +185,18 @@ impl Half {
         let Some(pipe) = self.pipe.as_mut() else {
             return Ok(0);
         };
-        match src.try_io(tokio::io::Interest::READABLE, || pipe.fill_from(src)) {
-            Ok(0) => {
-                self.read_eof = true;
-                Ok(0)
-            }
-            Ok(n) => Ok(n),
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(0),
-            Err(err)
-                if err.raw_os_error().is_some_and(|code| {
-                    code == rustix::io::Errno::INVAL.raw_os_error()
-                        || code == rustix::io::Errno::NOSYS.raw_os_error()
-                }) =>
-            {
-                // No splice for these sockets here: the pipe is empty, copy instead.
-                self.pipe = None;
-                self.no_splice = true;
-                Ok(0)
-            }
-            Err(err) => Err(err),
+        let read = src.try_io(tokio::io::Interest::READABLE, || pipe.fill_from(src));
+        let unsupported = matches!(&read, Err(err) if err.raw_os_error().is_some_and(|code| {
+            code == rustix::io::Errno::INVAL.raw_os_error()
+                || code == rustix::io::Errno::NOSYS.raw_os_error()
+        }));
+        if unsupported {
+            // No splice for these sockets here: the pipe is empty, copy instead.
+            self.pipe = None;
+            self.no_splice = true;
+            return Ok(0);
         }
+        self.note_read(read)
     }
 
     /// A read into the worker's scratch buffer, written on to `dst` at once (what `dst`
