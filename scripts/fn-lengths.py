@@ -157,8 +157,15 @@ def skip_attribute(toks, k):
 
 def test_module_ranges(toks, pairs):
     """Token index ranges of `#[cfg(test)] mod name { ... }` bodies."""
+    return [body for _, body in cfg_test_modules(toks, pairs) if body]
+
+
+def cfg_test_modules(toks, pairs):
+    """`#[cfg(test)]` modules: (name, token range of the `{ ... }` body), or (name, None) for a
+    `mod name;` in a file of its own. Attributes after `#[cfg(test)]` and `pub(...)` are
+    skipped."""
     values = [t[1] for t in toks]
-    ranges = []
+    mods = []
     for k in range(len(toks)):
         if values[k : k + 7] != ["#", "[", "cfg", "(", "test", ")", "]"]:
             continue
@@ -171,9 +178,12 @@ def test_module_ranges(toks, pairs):
                 while j < len(toks) and values[j] != ")":
                     j += 1
                 j += 1
-        if values[j : j + 1] == ["mod"] and j + 2 < len(toks) and values[j + 2] == "{":
-            ranges.append((j + 2, pairs[j + 2]))
-    return ranges
+        if values[j : j + 1] == ["mod"] and j + 2 < len(toks):
+            if values[j + 2] == "{":
+                mods.append((values[j + 1], (j + 2, pairs[j + 2])))
+            elif values[j + 2] == ";":
+                mods.append((values[j + 1], None))
+    return mods
 
 
 def functions(text):

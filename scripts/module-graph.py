@@ -34,25 +34,18 @@ def load_lexer():
 
 
 LEX = load_lexer()
-CFG_TEST = ["#", "[", "cfg", "(", "test", ")", "]"]
 
 
 def non_test_code(text):
     """The code outside `#[cfg(test)]` modules as one line of tokens (`::` kept whole,
     literals blanked, comments gone), and the names of `#[cfg(test)] mod x;` files."""
     toks = list(LEX.tokens(text))
+    mods = LEX.cfg_test_modules(toks, LEX.matching_braces(toks))
     skip = set()
-    for start, end in LEX.test_module_ranges(toks, LEX.matching_braces(toks)):
-        skip.update(range(start, end + 1))
-    values = [t[1] for t in toks]
-    test_files = set()
-    for k in range(len(toks)):
-        if values[k : k + 7] == CFG_TEST:
-            j = k + 7
-            if values[j : j + 1] == ["pub"]:
-                j += 1
-            if values[j : j + 1] == ["mod"] and values[j + 2 : j + 3] == [";"]:
-                test_files.add(values[j + 1])
+    for _, body in mods:
+        if body:
+            skip.update(range(body[0], body[1] + 1))
+    test_files = {name for name, body in mods if body is None}
     parts = []
     for k, (kind, value, _) in enumerate(toks):
         if k in skip:
