@@ -14,6 +14,7 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -58,12 +59,16 @@ pub fn free_port_on(ip: IpAddr) -> u16 {
         ip.is_loopback(),
         "testkit only hands out loopback ports, not {ip}"
     );
+    // The stride's position, for the whole process: each call goes on where the last one
+    // stopped instead of trying again the ports already handed out.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let (low, high) = below_ephemeral();
-    for i in 0..1000u64 {
-        let port = if high > low {
+    let span = u64::from(high.saturating_sub(low));
+    for _ in 0..1000 {
+        let port = if span > 0 {
             // A random start per process, then a stride through the range.
-            let span = u64::from(high - low);
-            let offset = (start() + i * 7919) % span;
+            let i = NEXT.fetch_add(1, Ordering::Relaxed);
+            let offset = start().wrapping_add(i.wrapping_mul(7919)) % span;
             low + u16::try_from(offset).expect("offset within a u16 span")
         } else {
             0
