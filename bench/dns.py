@@ -232,6 +232,8 @@ def main():
     ns = [0] + [n for n in ns if n != 0]  # N = 0 first: the reference of each repeat
     mixes = args.mixes.split(",")
     caches = args.cache.split(",")
+    share = float(args.rate[:-1]) / 100 if args.rate.endswith("%") else None
+    fixed = 0 if share else float(args.rate)
     load = os.getloadavg()
     work = tempfile.mkdtemp(prefix="hairpin-dns-bench-")
     base = open(args.corefile).read()
@@ -310,15 +312,11 @@ def main():
                     for n, (dns, port, paths) in running.items():
                         for mix, path in paths.items():
                             ref = mix if mix in queries else "cluster"
-
-                            def rate(qps, n=n, mix=mix, ref=ref):
-                                if n == 0 and mix == ref:
-                                    base_qps[mix] = qps
-                                if args.rate.endswith("%"):
-                                    return float(args.rate[:-1]) / 100 * base_qps.get(ref, qps)
-                                return float(args.rate)
-
+                            # At N = 0 (no base yet in this repeat) the run's own max qps.
+                            rate = (lambda qps: share * base_qps.get(ref, qps)) if share else (lambda _: fixed)
                             cpu, qps, p99, codes = dnsperf(port, path, args.duration, dns.proc.pid, rate)
+                            if n == 0:
+                                base_qps[mix] = qps
                             results.setdefault((cache, n, mix), []).append((cpu, qps, p99))
                             print(f"cache {cache} N={n} {mix} run {r + 1}: {cpu:.1f} us/q, {qps:.0f} qps, "
                                   f"p99 {p99:.0f} us [{codes}]", file=sys.stderr)
