@@ -6,11 +6,8 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::Shared;
-use hairpin_planner::corefile;
-use hairpin_planner::external_dns::DnsEndpoints;
 use hairpin_planner::{
-    ClusterSnapshot, DnsChange, DnsMode, DnsWrite, ObjectRef, Plan, PlannerConfig, RefusalReason,
-    WriteEdit,
+    ClusterSnapshot, CorednsFacts, ObjectRef, Plan, PlannerConfig, RefusalReason,
 };
 use hairpin_runtime::Shutdown;
 use hairpin_runtime::admin::ReadyCondition;
@@ -19,10 +16,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use tokio::sync::{Notify, watch};
 
 use crate::Error;
-use crate::apply::{
-    KeyEdit, KeyOutcome, ObjectChanges, apply_services, last_writer, remove_block_edit, write_key,
-};
-use crate::dns_endpoints::{Applied, apply_dns_endpoints};
+use crate::apply::{KeyEdit, KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
+use crate::dns_endpoints::DnsEndpointWriter;
+use crate::edits::{dns_edit, fight_fix, hosts_edit, mode_switch_edits, routes_edit};
 use crate::fight::{Decision, FightParams, Fights, Observation};
 use crate::gate::WriteGate;
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
@@ -340,13 +336,8 @@ struct Reconciler {
     /// The hairpin Services this reconcile left as another writer made them (a write fight),
     /// for the Hairpin statuses.
     services_backed_off: BTreeSet<String>,
-    /// Whether external-dns's `DNSEndpoint` CRD is served (`None`: not in that mode).
-    dns_endpoint_crd: Option<bool>,
-    /// The missing CRD was logged (once until it appears).
-    crd_missing_logged: bool,
-    /// Outside external-dns mode, hairpin's DNSEndpoints of an earlier run in that mode were
-    /// looked for (once: the mode is a flag, so it changes only with a restart).
-    dns_endpoints_cleaned: bool,
+    /// The `DNSEndpoint`s of `--dns-mode external-dns` (and their clean-up after a switch).
+    dns_endpoints: DnsEndpointWriter,
     /// The upstream resolver, with `--verify-hostnames=resolve`.
     verifier: Option<NameVerifier>,
     /// The first write after the start waited for the names' first answers (or for the
@@ -378,7 +369,14 @@ impl Reconciler {
             tokio::spawn(verifier.clone().run(stop.clone()));
         }
         let events = Events::new(client.clone(), &config.identity, metrics.clone());
+        let dns_endpoints = DnsEndpointWriter::new(
+            client.clone(),
+            events.clone(),
+            metrics.clone(),
+            &config.planner,
+        );
         Reconciler {
+            dns_endpoints,
             verifier,
             verified_once: false,
             unverified: BTreeMap::new(),
@@ -398,9 +396,6 @@ impl Reconciler {
             refused: BTreeSet::new(),
             dns_state: DnsState::NotReached,
             services_backed_off: BTreeSet::new(),
-            dns_endpoint_crd: None,
-            crd_missing_logged: false,
-            dns_endpoints_cleaned: false,
         }
     }
 
@@ -414,8 +409,7 @@ impl Reconciler {
         }
         let plan = hairpin_planner::desired(&snapshot, &self.config.planner);
         if let Some(verifier) = &self.verifier {
-            let zones = crate::verify::forward_zones(&snapshot, &self.config.planner);
-            verifier.want(&plan.verification.names, &zones);
+            verifier.want(&plan.verification.names, &plan.coredns.forward_zones);
             // Do no harm on a start: names not resolved yet are not redirected, so writing
             // before their answers come would drop working names for a moment. The resolver
             // wakes the loop as answers arrive.
@@ -436,10 +430,12 @@ impl Reconciler {
             i64::try_from(plan.dns.as_ref().map_or(0, |dns| dns.entries.len())).unwrap_or(i64::MAX),
         );
         self.dns_state = DnsState::NotReached;
-        self.dns_endpoint_crd = caches.dns_endpoints_served();
-        if self.config.planner.dns_mode != DnsMode::ExternalDns && !self.dns_endpoints_cleaned {
-            self.clean_dns_endpoints().await;
-        }
+        self.dns_endpoints.crd_served(caches.dns_endpoints_served());
+        let deleted = self
+            .dns_endpoints
+            .clean_once(self.config.planner.dns_mode)
+            .await;
+        self.count_writes(deleted);
         let result = self.apply(&plan, &snapshot).await;
         self.metrics
             .reconcile_duration
@@ -646,15 +642,10 @@ impl Reconciler {
                 tracing::warn!(error = %err, "DNS change not planned");
             }
             // Say so on the CoreDNS ConfigMap, when there is one to attach it to.
-            let present = planner.coredns_config_maps.iter().find(|name| {
-                snapshot
-                    .config_map(&planner.coredns_namespace, name)
-                    .is_some()
-            });
-            if let Some(name) = present
+            if let Some(cm) = &plan.coredns.config_map
                 && !plan.errors.is_empty()
             {
-                let cm_ref = object_ref("ConfigMap", &planner.coredns_namespace, name, None);
+                let cm_ref = object_ref("ConfigMap", &cm.namespace, &cm.name, None);
                 let note = list_note("hairpin cannot change DNS: ", &plan.errors, "; ", "");
                 self.events
                     .publish(&cm_ref, true, reason::DNS_WRITE_FAILED, note)
@@ -667,158 +658,29 @@ impl Reconciler {
             write_key(&self.client, &edit).await?;
         }
         if let Some(endpoints) = &dns.dns_endpoints {
-            return self.apply_dns_endpoints(plan, endpoints, snapshot).await;
+            let applied = self
+                .dns_endpoints
+                .apply(
+                    plan,
+                    endpoints,
+                    snapshot,
+                    &mut self.fights,
+                    &mut self.dns_state,
+                )
+                .await?;
+            let Some(changes) = applied else {
+                return Ok(None);
+            };
+            self.count_writes(changes.writes());
+            return Ok(self.report_reverts("DNSEndpoint", &changes).await);
         }
 
         let mut requeue: Option<Instant> = None;
         for (i, write) in dns.writes.iter().enumerate() {
-            let next = self.apply_write(dns, write, i == 0, snapshot).await?;
+            let next = self.apply_write(dns, write, i == 0, &plan.coredns).await?;
             requeue = earliest(requeue, next);
         }
         Ok(requeue)
-    }
-
-    /// After a switch away from `--dns-mode external-dns`, hairpin's `DNSEndpoint`s would keep
-    /// publishing records at the hairpin Services (and at released addresses once they are
-    /// gone): deleted once, as uninstall does. Tried once per run; a missing CRD or permission
-    /// ends it quietly (the chart grants list and delete in hairpin's namespace in every mode).
-    async fn clean_dns_endpoints(&mut self) {
-        self.dns_endpoints_cleaned = true;
-        let planner = &self.config.planner;
-        let source = planner.annotation("source");
-        match crate::dns_endpoints::delete_dns_endpoints(&self.client, &planner.namespace, &source)
-            .await
-        {
-            Ok(deleted) if !deleted.is_empty() => {
-                self.count_writes(deleted.len());
-                tracing::info!(deleted = ?deleted, mode = planner.dns_mode.as_str(), "DNSEndpoints of an earlier external-dns mode deleted");
-            }
-            Ok(_) => {}
-            Err(err) => {
-                tracing::debug!(error = %err, "cannot look for DNSEndpoints of an earlier external-dns mode; skipped");
-            }
-        }
-    }
-
-    /// `--dns-mode external-dns`: hairpin's `DNSEndpoint`s, as planned. Without external-dns's
-    /// CRD nothing is written and every hairpinned load balancer gets a Warning Event saying
-    /// so; the CRD is probed again every minute, and its appearance starts a reconcile.
-    async fn apply_dns_endpoints(
-        &mut self,
-        plan: &Plan,
-        endpoints: &DnsEndpoints,
-        snapshot: &ClusterSnapshot,
-    ) -> Result<Option<Instant>, Error> {
-        let planner = &self.config.planner;
-        let desired: Vec<_> = endpoints.objects.iter().map(|o| o.object.clone()).collect();
-        let applied = if self.dns_endpoint_crd == Some(false) {
-            Applied::CrdMissing
-        } else {
-            let source = planner.annotation("source");
-            let fights = Some(&mut self.fights);
-            match apply_dns_endpoints(&self.client, &planner.namespace, &source, &desired, fights)
-                .await
-            {
-                Ok(applied) => applied,
-                Err(err) if crate::gate::is_withheld(&err) => return Err(err),
-                Err(err) => {
-                    self.metrics.dns_write_failures.inc();
-                    self.dns_state = DnsState::Refused {
-                        reason: "WriteFailed",
-                        message: format!("cannot write the DNSEndpoints: {err}"),
-                    };
-                    return Err(err);
-                }
-            }
-        };
-        let changes = match applied {
-            Applied::Done(changes) => changes,
-            Applied::CrdMissing => {
-                self.dns_endpoint_crd_missing(plan, snapshot).await;
-                return Ok(None);
-            }
-        };
-        self.crd_missing_logged = false;
-        self.count_writes(changes.writes());
-        let requeue = self.report_reverts("DNSEndpoint", &changes).await;
-        self.dns_state = if changes.backed_off.is_empty() {
-            DnsState::InPlace {
-                wrote: changes.writes() > 0,
-            }
-        } else {
-            let names: Vec<&str> = changes.backed_off.iter().map(|(n, _)| n.as_str()).collect();
-            DnsState::Refused {
-                reason: "WriteFight",
-                message: list_note(
-                    "another writer keeps changing hairpin's DNSEndpoint(s) ",
-                    &names,
-                    ", ",
-                    "; writes to them are backed off",
-                ),
-            }
-        };
-        if changes.writes() > 0 {
-            tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "DNSEndpoints applied");
-        }
-        self.announce_dns_endpoints(endpoints, &changes).await;
-        Ok(requeue)
-    }
-
-    /// external-dns's CRD is not installed: logged once, a Warning Event on every hairpinned
-    /// load balancer, and the DNS state says why nothing is published.
-    async fn dns_endpoint_crd_missing(&mut self, plan: &Plan, snapshot: &ClusterSnapshot) {
-        let message = format!(
-            "--dns-mode external-dns, but the DNSEndpoint CRD ({}.{}) is not installed: install external-dns's CRD (charts/external-dns/crds/dnsendpoint.yaml in kubernetes-sigs/external-dns); no DNS rule is published until it is (checked again every minute)",
-            hairpin_planner::external_dns::PLURAL,
-            hairpin_planner::external_dns::GROUP
-        );
-        if !self.crd_missing_logged {
-            tracing::warn!("{message}");
-            self.crd_missing_logged = true;
-        }
-        for lb in &plan.load_balancers {
-            let svc = &lb.load_balancer.service;
-            let uid = snapshot
-                .service(&svc.namespace, &svc.name)
-                .and_then(|s| s.metadata.uid.clone());
-            let regarding = object_ref("Service", &svc.namespace, &svc.name, uid);
-            self.events
-                .publish(
-                    &regarding,
-                    true,
-                    reason::DNS_ENDPOINT_CRD_MISSING,
-                    message.clone(),
-                )
-                .await;
-        }
-        self.dns_state = DnsState::Refused {
-            reason: "CRDNotInstalled",
-            message,
-        };
-    }
-
-    /// An Event on each DNSEndpoint created or updated: how many records, for which load
-    /// balancer.
-    async fn announce_dns_endpoints(&self, endpoints: &DnsEndpoints, changes: &ObjectChanges) {
-        let namespace = &self.config.planner.namespace;
-        for name in changes.created.iter().chain(&changes.updated) {
-            let Some(o) = endpoints
-                .objects
-                .iter()
-                .find(|o| o.object.metadata.name.as_deref() == Some(name.as_str()))
-            else {
-                continue;
-            };
-            let regarding = object_ref("DNSEndpoint", namespace, name, None);
-            let note = format!(
-                "hairpin published {} record(s) for the hostnames of {}, pointing at its hairpin Service",
-                o.object.spec.endpoints.len(),
-                o.load_balancer
-            );
-            self.events
-                .publish(&regarding, false, reason::DNS_UPDATED, note)
-                .await;
-        }
     }
 
     /// One DNS key: written when it differs, guarded against a write fight per key. The
@@ -828,7 +690,7 @@ impl Reconciler {
         dns: &hairpin_planner::DnsChange,
         write: &hairpin_planner::DnsWrite,
         primary: bool,
-        snapshot: &ClusterSnapshot,
+        coredns: &CorednsFacts,
     ) -> Result<Option<Instant>, Error> {
         let target = write.target();
         if !write.changed {
@@ -864,7 +726,7 @@ impl Reconciler {
         tracing::info!(configmap = %write.config_map, key = %write.key, entries = dns.entries.len(), "DNS change written");
         let observation = self.fights.written(&target, after, Instant::now());
         Ok(self
-            .after_dns_write(dns, write, observation, &managed_fields, snapshot)
+            .after_dns_write(dns, write, observation, &managed_fields, coredns)
             .await)
     }
 
@@ -934,7 +796,7 @@ impl Reconciler {
         write: &hairpin_planner::DnsWrite,
         observation: Observation,
         managed_fields: &[ManagedFieldsEntry],
-        snapshot: &ClusterSnapshot,
+        coredns: &CorednsFacts,
     ) -> Option<Instant> {
         let planner = &self.config.planner;
         match observation {
@@ -960,7 +822,7 @@ impl Reconciler {
                 let fix = fight_fix(
                     write,
                     managed_fields,
-                    coredns_corefile(snapshot, planner),
+                    coredns.custom_key_suffix.as_deref(),
                     planner,
                 );
                 let writer = last_writer(managed_fields);
@@ -1177,320 +1039,4 @@ fn config_map_ref(write: &hairpin_planner::DnsWrite) -> ObjectReference {
         &write.config_map.name,
         None,
     )
-}
-
-/// The field manager of EKS's managed add-ons, which EKS installs by server-side apply.
-pub const EKS_FIELD_MANAGER: &str = "eks";
-
-/// The Corefile of the first configured CoreDNS ConfigMap that exists.
-fn coredns_corefile<'a>(snapshot: &'a ClusterSnapshot, planner: &PlannerConfig) -> Option<&'a str> {
-    planner.coredns_config_maps.iter().find_map(|name| {
-        snapshot
-            .config_map(&planner.coredns_namespace, name)?
-            .data
-            .as_ref()?
-            .get(&planner.corefile_key)
-            .map(String::as_str)
-    })
-}
-
-/// The fix to name when another writer keeps reverting hairpin's change to `write`'s
-/// ConfigMap. It depends on that writer: the EKS CoreDNS add-on when a `managedFields` entry
-/// of the ConfigMap (as read before hairpin's write) is field manager `eks`; else on the
-/// ConfigMap (node-local-dns's, `coredns-custom`, CoreDNS's own) and, for CoreDNS's, on
-/// whether `corefile` imports `coredns-custom` keys at all (kubeadm's and EKS's do not, so
-/// `--dns-mode custom` would write a key CoreDNS never reads).
-pub fn fight_fix(
-    write: &DnsWrite,
-    managed_fields: &[ManagedFieldsEntry],
-    corefile: Option<&str>,
-    planner: &PlannerConfig,
-) -> String {
-    let config_map = &write.config_map;
-    let custom = &planner.coredns_custom_config_map;
-    let eks = managed_fields
-        .iter()
-        .any(|entry| entry.manager.as_deref() == Some(EKS_FIELD_MANAGER));
-    if eks {
-        return format!(
-            "ConfigMap {config_map} belongs to the EKS CoreDNS add-on (field manager `{EKS_FIELD_MANAGER}`), which puts its own {key} back: update the add-on with `aws eks update-addon --cluster-name <cluster> --addon-name coredns --resolve-conflicts PRESERVE`, which keeps hairpin's block, or run hairpin with `--dns-mode external-dns`, which writes no kube-system ConfigMap.",
-            key = write.key
-        );
-    }
-    if config_map.namespace == planner.node_local_dns_namespace
-        && planner
-            .node_local_dns_config_maps
-            .contains(&config_map.name)
-    {
-        return format!(
-            "ConfigMap {config_map} is node-local-dns's configuration, and whatever installed node-local-dns puts it back (an addon manager in Reconcile mode, kubespray, RKE): exclude it from that tool's reconciliation (e.g. `addonmanager.kubernetes.io/mode: EnsureExists`), or run hairpin with `--node-local-dns off`, which leaves node-local-dns alone and warns about the names it answers from upstream."
-        );
-    }
-    if config_map.namespace == planner.coredns_namespace && config_map.name == *custom {
-        return format!(
-            "Something also manages {config_map}: exclude it from that tool's reconciliation (e.g. the addon manager's `addonmanager.kubernetes.io/mode: EnsureExists`)."
-        );
-    }
-    let imported = corefile
-        .and_then(|text| corefile::analyze(text).ok())
-        .and_then(|info| info.custom_key_suffix().map(str::to_owned));
-    match imported {
-        Some(suffix) => format!(
-            "The CoreDNS ConfigMap is managed by the distribution or an addon manager, and its Corefile imports `{custom}` keys (`*{suffix}`): run hairpin with `--dns-mode custom`, which writes only `{custom}`, or set the addon's mode to EnsureExists."
-        ),
-        None => format!(
-            "The CoreDNS ConfigMap is managed by the distribution or an addon manager, and its Corefile imports no `{custom}` keys: set the addon's mode to EnsureExists (`addonmanager.kubernetes.io/mode`), add hairpin's rules through the distribution's own CoreDNS customization, or run hairpin with `--dns-mode external-dns`, which writes no kube-system ConfigMap."
-        ),
-    }
-}
-
-/// The proxies' route table, when the plan's differs from the cached copy.
-pub fn routes_edit(
-    plan: &Plan,
-    snapshot: &ClusterSnapshot,
-    planner: &PlannerConfig,
-) -> Option<KeyEdit> {
-    let routes = plan
-        .routes_config_map
-        .data
-        .as_ref()
-        .and_then(|d| d.get(&planner.routes_key))
-        .cloned()
-        .unwrap_or_else(|| "[]".into());
-    let cached_routes = snapshot
-        .config_map(&planner.namespace, &planner.routes_config_map)
-        .and_then(|cm| cm.data.as_ref())
-        .and_then(|d| d.get(&planner.routes_key));
-    (cached_routes != Some(&routes)).then(|| KeyEdit {
-        delete_if_empty_and_ours: false,
-        ours_only: true,
-        ..KeyEdit::set(
-            &planner.namespace,
-            &planner.routes_config_map,
-            &planner.routes_key,
-            Some(routes),
-        )
-    })
-}
-
-/// The node agents' hosts block ([`Plan::hosts_block`], both families) as published in our
-/// hosts ConfigMap, when it differs from the cached copy. Nothing is published while a
-/// hostname still waits for its hairpin Service's ClusterIP (the Service was just created, or
-/// its ClusterIP is not cached yet): the node agents would otherwise get a block without those
-/// names (an empty one on the first reconcile) and the complete one a moment later. The
-/// Service's watch event re-plans once the ClusterIP is known.
-pub fn hosts_edit(
-    plan: &Plan,
-    snapshot: &ClusterSnapshot,
-    planner: &PlannerConfig,
-) -> Option<KeyEdit> {
-    let (entries, waiting) = plan.hosts_block();
-    if !waiting.is_empty() {
-        tracing::debug!(
-            waiting = waiting.len(),
-            "hosts block not published yet: hairpin Services without a ClusterIP"
-        );
-        return None;
-    }
-    let hosts = hairpin_planner::hosts::entries_json(&entries);
-    let cached = snapshot
-        .config_map(&planner.namespace, &planner.hosts_config_map)
-        .and_then(|cm| cm.data.as_ref())
-        .and_then(|d| d.get(&planner.hosts_key));
-    (cached != Some(&hosts)).then(|| KeyEdit {
-        delete_if_empty_and_ours: false,
-        ours_only: true,
-        ..KeyEdit::set(
-            &planner.namespace,
-            &planner.hosts_config_map,
-            &planner.hosts_key,
-            Some(hosts),
-        )
-    })
-}
-
-/// Leaving the other mode's location clean after a mode switch: our `coredns-custom` key in
-/// `corefile` mode, our Corefile block in `custom` mode, and in `external-dns` mode every
-/// DNS ConfigMap key hairpin wrote (the same places `hairpin uninstall` cleans).
-pub fn mode_switch_edits(
-    dns: &DnsChange,
-    snapshot: &ClusterSnapshot,
-    planner: &PlannerConfig,
-) -> Vec<KeyEdit> {
-    if dns.mode == DnsMode::ExternalDns {
-        return external_dns_cleanup_edits(snapshot, planner);
-    }
-    let mut edits = Vec::new();
-    let custom_has_ours = snapshot
-        .config_map(
-            &planner.coredns_namespace,
-            &planner.coredns_custom_config_map,
-        )
-        .and_then(|cm| cm.data.as_ref())
-        .is_some_and(|d| d.contains_key(&planner.coredns_custom_key));
-    if dns.mode == DnsMode::Corefile && custom_has_ours {
-        edits.push(KeyEdit::set(
-            &planner.coredns_namespace,
-            &planner.coredns_custom_config_map,
-            &planner.coredns_custom_key,
-            None,
-        ));
-    }
-    if dns.mode == DnsMode::Custom {
-        for name in &planner.coredns_config_maps {
-            let has_block = snapshot
-                .config_map(&planner.coredns_namespace, name)
-                .and_then(|cm| cm.data.as_ref())
-                .and_then(|d| d.get(&planner.corefile_key))
-                .is_some_and(|text| text.contains(hairpin_planner::markers::BEGIN_PREFIX));
-            if has_block {
-                edits.push(remove_block_edit(
-                    &planner.coredns_namespace,
-                    name,
-                    &planner.corefile_key,
-                ));
-            }
-        }
-    }
-    edits
-}
-
-/// In `external-dns` mode hairpin writes no DNS ConfigMap: the blocks and keys an earlier mode
-/// left are removed (each by the editor that gives back the original bytes), so the cluster
-/// DNS and the DNSEndpoints do not both answer.
-fn external_dns_cleanup_edits(snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> Vec<KeyEdit> {
-    let has_block = |namespace: &str, name: &str, key: &str| {
-        snapshot
-            .config_map(namespace, name)
-            .and_then(|cm| cm.data.as_ref())
-            .and_then(|d| d.get(key))
-            .is_some_and(|text| text.contains(hairpin_planner::markers::BEGIN_PREFIX))
-    };
-    let corefiles = planner.corefile_config_maps();
-    let mut edits: Vec<KeyEdit> = corefiles
-        .filter(|(namespace, name)| has_block(namespace, name, &planner.corefile_key))
-        .map(|(namespace, name)| remove_block_edit(namespace, name, &planner.corefile_key))
-        .collect();
-    let custom = snapshot
-        .config_map(
-            &planner.coredns_namespace,
-            &planner.coredns_custom_config_map,
-        )
-        .and_then(|cm| cm.data.as_ref());
-    for key in custom.iter().flat_map(|d| d.keys()) {
-        if *key == planner.coredns_custom_key {
-            edits.push(KeyEdit::set(
-                &planner.coredns_namespace,
-                &planner.coredns_custom_config_map,
-                key,
-                None,
-            ));
-        } else if has_block(
-            &planner.coredns_namespace,
-            &planner.coredns_custom_config_map,
-            key,
-        ) {
-            edits.push(remove_block_edit(
-                &planner.coredns_namespace,
-                &planner.coredns_custom_config_map,
-                key,
-            ));
-        }
-    }
-    edits
-}
-
-/// The DNS edit, recomputed from a fresh read on every attempt (so a conflict retry edits
-/// what is there now, not what the cache held).
-pub fn dns_edit(write: &hairpin_planner::DnsWrite) -> KeyEdit {
-    let (namespace, name) = (
-        write.config_map.namespace.clone(),
-        write.config_map.name.clone(),
-    );
-    match &write.edit {
-        WriteEdit::Key { value } => {
-            let value = value.clone();
-            KeyEdit {
-                namespace,
-                name,
-                key: write.key.clone(),
-                create_if_missing: value.is_some(),
-                delete_if_empty_and_ours: true,
-                ours_only: false,
-                edit: Arc::new(move |_| Ok(value.clone())),
-            }
-        }
-        WriteEdit::Blocks { inserts } => {
-            let inserts = inserts.clone();
-            KeyEdit {
-                namespace,
-                name,
-                key: write.key.clone(),
-                create_if_missing: false,
-                delete_if_empty_and_ours: false,
-                ours_only: false,
-                edit: Arc::new(move |current| {
-                    let current =
-                        current.ok_or_else(|| "the ConfigMap has no Corefile key".to_owned())?;
-                    corefile::write_blocks(current, &inserts)
-                        .map(|edit| Some(edit.text))
-                        .map_err(|err| err.to_string())
-                }),
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn write_to(namespace: &str, name: &str, key: &str) -> DnsWrite {
-        DnsWrite {
-            config_map: ObjectRef {
-                namespace: namespace.into(),
-                name: name.into(),
-            },
-            key: key.into(),
-            edit: WriteEdit::Key { value: None },
-            current: None,
-            desired: String::new(),
-            changed: true,
-            object: None,
-        }
-    }
-
-    #[test]
-    fn the_fight_fix_depends_on_the_config_map_and_its_writer() {
-        let planner = PlannerConfig::default();
-        let kubeadm = ".:53 {\n    kubernetes cluster.local\n    forward . /etc/resolv.conf\n}\n";
-        let node_local = write_to("kube-system", "nodelocaldns", "Corefile");
-        let fix = fight_fix(&node_local, &[], Some(kubeadm), &planner);
-        assert!(
-            fix.starts_with("ConfigMap kube-system/nodelocaldns is node-local-dns's configuration")
-                && fix.contains("--node-local-dns off"),
-            "{fix}"
-        );
-        assert!(!fix.contains("coredns-custom"), "{fix}");
-
-        let custom = write_to("kube-system", "coredns-custom", "hairpin.override");
-        let fix = fight_fix(&custom, &[], Some(kubeadm), &planner);
-        assert!(
-            fix.starts_with("Something also manages kube-system/coredns-custom"),
-            "{fix}"
-        );
-
-        // EKS's field manager decides, whatever the ConfigMap.
-        let eks = ManagedFieldsEntry {
-            manager: Some(EKS_FIELD_MANAGER.into()),
-            operation: Some("Apply".into()),
-            ..ManagedFieldsEntry::default()
-        };
-        let coredns = write_to("kube-system", "coredns", "Corefile");
-        let fix = fight_fix(&coredns, &[eks], Some(kubeadm), &planner);
-        assert!(fix.contains("--resolve-conflicts PRESERVE"), "{fix}");
-        // A Corefile hairpin cannot read imports nothing it can name.
-        let fix = fight_fix(&coredns, &[], Some("{ unbalanced"), &planner);
-        assert!(fix.contains("imports no `coredns-custom` keys"), "{fix}");
-    }
 }

@@ -8,7 +8,8 @@
 //! changing them is backed off from ([`crate::fight`]). A missing CRD is not an error:
 //! [`Applied::CrdMissing`].
 
-use hairpin_planner::external_dns::{self, DnsEndpoint};
+use hairpin_planner::external_dns::{self, DnsEndpoint, DnsEndpoints};
+use hairpin_planner::{ClusterSnapshot, DnsMode, Plan, PlannerConfig};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -17,6 +18,9 @@ use crate::Error;
 use crate::apply::{ObjectChanges, Owned, apply_owned, list_labelled};
 use crate::error::is_not_found;
 use crate::fight::Fights;
+use crate::metrics::Metrics;
+use crate::report::{Events, list_note, object_ref, reason};
+use crate::status::DnsState;
 
 /// The `DNSEndpoint` resource.
 pub fn api_resource() -> ApiResource {
@@ -114,5 +118,200 @@ pub async fn delete_dns_endpoints(
     match apply_dns_endpoints(client, namespace, source_annotation, &[], None).await? {
         Applied::Done(changes) => Ok(changes.deleted),
         Applied::CrdMissing => Ok(Vec::new()),
+    }
+}
+
+/// The control loop's side of `--dns-mode external-dns`: writes the planned `DNSEndpoint`s
+/// (or says why it cannot), announces them, and after a switch away from that mode removes
+/// the ones an earlier run left. It holds what it learnt between reconciles: whether the CRD
+/// is served, whether its absence was logged, whether the clean-up ran.
+pub(crate) struct DnsEndpointWriter {
+    client: kube::Client,
+    events: Events,
+    metrics: Metrics,
+    /// hairpin's namespace, where its DNSEndpoints live.
+    namespace: String,
+    /// The annotation naming each object's source load balancer.
+    source: String,
+    /// Whether external-dns's `DNSEndpoint` CRD is served (`None`: not in that mode, or not
+    /// known yet).
+    crd: Option<bool>,
+    /// The missing CRD was logged (once until it appears).
+    crd_missing_logged: bool,
+    /// Outside external-dns mode, hairpin's DNSEndpoints of an earlier run in that mode were
+    /// looked for (once: the mode is a flag, so it changes only with a restart).
+    cleaned: bool,
+}
+
+impl DnsEndpointWriter {
+    pub(crate) fn new(
+        client: kube::Client,
+        events: Events,
+        metrics: Metrics,
+        planner: &PlannerConfig,
+    ) -> Self {
+        Self {
+            client,
+            events,
+            metrics,
+            namespace: planner.namespace.clone(),
+            source: planner.annotation("source"),
+            crd: None,
+            crd_missing_logged: false,
+            cleaned: false,
+        }
+    }
+
+    /// What the caches say of the CRD, at the start of each reconcile.
+    pub(crate) fn crd_served(&mut self, served: Option<bool>) {
+        self.crd = served;
+    }
+
+    /// After a switch away from `--dns-mode external-dns`, hairpin's `DNSEndpoint`s would keep
+    /// publishing records at the hairpin Services (and at released addresses once they are
+    /// gone): deleted once, as uninstall does. Tried once per run; a missing CRD or permission
+    /// ends it quietly (the chart grants list and delete in hairpin's namespace in every mode).
+    /// Returns how many were deleted.
+    pub(crate) async fn clean_once(&mut self, mode: DnsMode) -> usize {
+        if mode == DnsMode::ExternalDns || self.cleaned {
+            return 0;
+        }
+        self.cleaned = true;
+        match delete_dns_endpoints(&self.client, &self.namespace, &self.source).await {
+            Ok(deleted) if !deleted.is_empty() => {
+                tracing::info!(deleted = ?deleted, mode = mode.as_str(), "DNSEndpoints of an earlier external-dns mode deleted");
+                deleted.len()
+            }
+            Ok(_) => 0,
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot look for DNSEndpoints of an earlier external-dns mode; skipped");
+                0
+            }
+        }
+    }
+
+    /// `--dns-mode external-dns`: hairpin's `DNSEndpoint`s, as planned. Without external-dns's
+    /// CRD nothing is written and every hairpinned load balancer gets a Warning Event saying
+    /// so; the CRD is probed again every minute, and its appearance starts a reconcile.
+    /// `Some(changes)` when they were applied (the caller counts and reports them); `dns_state`
+    /// says where this left the DNS change.
+    pub(crate) async fn apply(
+        &mut self,
+        plan: &Plan,
+        endpoints: &DnsEndpoints,
+        snapshot: &ClusterSnapshot,
+        fights: &mut Fights,
+        dns_state: &mut DnsState,
+    ) -> Result<Option<ObjectChanges>, Error> {
+        let desired: Vec<_> = endpoints.objects.iter().map(|o| o.object.clone()).collect();
+        let applied = if self.crd == Some(false) {
+            Applied::CrdMissing
+        } else {
+            let written = apply_dns_endpoints(
+                &self.client,
+                &self.namespace,
+                &self.source,
+                &desired,
+                Some(fights),
+            )
+            .await;
+            match written {
+                Ok(applied) => applied,
+                Err(err) if crate::gate::is_withheld(&err) => return Err(err),
+                Err(err) => {
+                    self.metrics.dns_write_failures.inc();
+                    *dns_state = DnsState::Refused {
+                        reason: "WriteFailed",
+                        message: format!("cannot write the DNSEndpoints: {err}"),
+                    };
+                    return Err(err);
+                }
+            }
+        };
+        let changes = match applied {
+            Applied::Done(changes) => changes,
+            Applied::CrdMissing => {
+                *dns_state = self.crd_missing(plan, snapshot).await;
+                return Ok(None);
+            }
+        };
+        self.crd_missing_logged = false;
+        *dns_state = if changes.backed_off.is_empty() {
+            DnsState::InPlace {
+                wrote: changes.writes() > 0,
+            }
+        } else {
+            let names: Vec<&str> = changes.backed_off.iter().map(|(n, _)| n.as_str()).collect();
+            DnsState::Refused {
+                reason: "WriteFight",
+                message: list_note(
+                    "another writer keeps changing hairpin's DNSEndpoint(s) ",
+                    &names,
+                    ", ",
+                    "; writes to them are backed off",
+                ),
+            }
+        };
+        if changes.writes() > 0 {
+            tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "DNSEndpoints applied");
+        }
+        self.announce(endpoints, &changes).await;
+        Ok(Some(changes))
+    }
+
+    /// external-dns's CRD is not installed: logged once, a Warning Event on every hairpinned
+    /// load balancer; the DNS state returned says why nothing is published.
+    async fn crd_missing(&mut self, plan: &Plan, snapshot: &ClusterSnapshot) -> DnsState {
+        let message = format!(
+            "--dns-mode external-dns, but the DNSEndpoint CRD ({}.{}) is not installed: install external-dns's CRD (charts/external-dns/crds/dnsendpoint.yaml in kubernetes-sigs/external-dns); no DNS rule is published until it is (checked again every minute)",
+            external_dns::PLURAL,
+            external_dns::GROUP
+        );
+        if !self.crd_missing_logged {
+            tracing::warn!("{message}");
+            self.crd_missing_logged = true;
+        }
+        for lb in &plan.load_balancers {
+            let svc = &lb.load_balancer.service;
+            let uid = snapshot
+                .service(&svc.namespace, &svc.name)
+                .and_then(|s| s.metadata.uid.clone());
+            let regarding = object_ref("Service", &svc.namespace, &svc.name, uid);
+            self.events
+                .publish(
+                    &regarding,
+                    true,
+                    reason::DNS_ENDPOINT_CRD_MISSING,
+                    message.clone(),
+                )
+                .await;
+        }
+        DnsState::Refused {
+            reason: "CRDNotInstalled",
+            message,
+        }
+    }
+
+    /// An Event on each DNSEndpoint created or updated: how many records, for which load
+    /// balancer.
+    async fn announce(&self, endpoints: &DnsEndpoints, changes: &ObjectChanges) {
+        for name in changes.created.iter().chain(&changes.updated) {
+            let Some(o) = endpoints
+                .objects
+                .iter()
+                .find(|o| o.object.metadata.name.as_deref() == Some(name.as_str()))
+            else {
+                continue;
+            };
+            let regarding = object_ref("DNSEndpoint", &self.namespace, name, None);
+            let note = format!(
+                "hairpin published {} record(s) for the hostnames of {}, pointing at its hairpin Service",
+                o.object.spec.endpoints.len(),
+                o.load_balancer
+            );
+            self.events
+                .publish(&regarding, false, reason::DNS_UPDATED, note)
+                .await;
+        }
     }
 }

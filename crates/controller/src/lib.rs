@@ -6,6 +6,8 @@
 //! - [`propagation`]: asking the cluster DNS whether a write took effect.
 //! - [`watch`]: reflector caches of what the planner reads, and the snapshot.
 //! - [`controller`]: the debounced plan-and-apply loop, run only by the leader.
+//! - [`edits`]: the pure edits the loop and `preview` write (routes, hosts block, DNS keys,
+//!   mode-switch clean-up) and the fix named in a write fight.
 //! - [`apply`]: writing a plan (Services, ConfigMap keys guarded by resourceVersion).
 //! - [`dns_endpoints`]: the `DNSEndpoint` objects of `--dns-mode external-dns`.
 //! - [`fight`]: detecting another writer reverting our CoreDNS change.
@@ -21,6 +23,7 @@ pub mod client;
 pub mod controller;
 pub mod crd;
 pub mod dns_endpoints;
+pub mod edits;
 pub mod error;
 pub mod fight;
 pub mod gate;

@@ -14,7 +14,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hairpin_planner::corefile;
 use hairpin_planner::snapshot::ObjectRef;
 use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, Plan, PlannerConfig, ProxyHeader};
 use k8s_openapi::api::core::v1::Pod;
@@ -473,7 +472,7 @@ impl StatusWriter {
         if cluster_ips.is_empty() || status.hostnames.is_empty() {
             return;
         }
-        let Some(servers) = self.dns_servers(snapshot) else {
+        let Some(servers) = self.dns_servers(plan, snapshot) else {
             return;
         };
         let ips: Vec<String> = cluster_ips.iter().map(ToString::to_string).collect();
@@ -514,7 +513,7 @@ impl StatusWriter {
                 .and_then(|s| s.metadata.uid.clone()),
             fingerprint: fingerprint.clone(),
             measured: written.is_some(),
-            reload_missing: reload_missing(plan, snapshot, &self.planner),
+            reload_missing: reload_missing(plan),
             external_dns: external.cloned(),
             coredns_namespace: self.planner.coredns_namespace.clone(),
             coredns_pods: coredns_pods(snapshot, &self.planner),
@@ -542,7 +541,7 @@ impl StatusWriter {
 
     /// The cluster DNS (flag, else the cluster DNS Service the planner finds) and
     /// node-local-dns when it runs.
-    fn dns_servers(&self, snapshot: &ClusterSnapshot) -> Option<Vec<DnsServer>> {
+    fn dns_servers(&self, plan: &Plan, snapshot: &ClusterSnapshot) -> Option<Vec<DnsServer>> {
         let cluster = self.params.cluster_dns.or_else(|| {
             hairpin_planner::cluster_dns_service(snapshot, &self.planner)
                 .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())
@@ -553,26 +552,14 @@ impl StatusWriter {
             role: "cluster DNS".into(),
             optional: false,
         }];
-        let node_local = self
-            .planner
-            .node_local_dns_config_maps
-            .iter()
-            .find_map(|name| {
-                let text = snapshot
-                    .config_map(&self.planner.node_local_dns_namespace, name)?
-                    .data
-                    .as_ref()?
-                    .get(&self.planner.corefile_key)?
-                    .clone();
-                let info = corefile::analyze_node_local_dns(&text, &[]).ok();
-                let bind = info
-                    .iter()
-                    .flat_map(|i| &i.servers)
-                    .flat_map(|s| &s.binds)
-                    .filter_map(|b| b.parse::<IpAddr>().ok())
-                    .find(|ip| matches!(ip, IpAddr::V4(v4) if v4.is_link_local()));
-                Some(bind.unwrap_or(propagation::NODE_LOCAL_DNS_DEFAULT))
-            });
+        let node_local = plan.coredns.node_local_dns.as_ref().map(|facts| {
+            let bind = facts
+                .binds
+                .iter()
+                .copied()
+                .find(|ip| matches!(ip, IpAddr::V4(v4) if v4.is_link_local()));
+            bind.unwrap_or(propagation::NODE_LOCAL_DNS_DEFAULT)
+        });
         if let Some(ip) = node_local {
             servers.push(DnsServer {
                 addr: SocketAddr::new(ip, 53),
@@ -1016,17 +1003,8 @@ fn cluster_ips(lb: &hairpin_planner::LoadBalancerPlan) -> Vec<IpAddr> {
 }
 
 /// The Corefile hairpin edits lacks `reload` (so CoreDNS reads it only on restart).
-fn reload_missing(plan: &Plan, snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> bool {
-    let Some(coredns) = plan.dns.as_ref().and_then(|dns| dns.coredns()) else {
-        return false;
-    };
-    planner.coredns_config_maps.iter().any(|name| {
-        snapshot
-            .config_map(&coredns.config_map.namespace, name)
-            .and_then(|cm| cm.data.as_ref()?.get(&planner.corefile_key))
-            .and_then(|text| corefile::analyze(text).ok())
-            .is_some_and(|info| !info.has_reload)
-    })
+fn reload_missing(plan: &Plan) -> bool {
+    plan.dns.as_ref().and_then(|dns| dns.coredns()).is_some() && plan.coredns.reload == Some(false)
 }
 
 fn wrong_answers(outcome: &CheckOutcome, expected: &[IpAddr]) -> String {

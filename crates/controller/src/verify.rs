@@ -351,27 +351,6 @@ impl NameVerifier {
     }
 }
 
-/// The Corefile's forward zones ([`hairpin_planner::corefile::upstreams`]), from the first
-/// CoreDNS ConfigMap candidate present in `snapshot`; empty when there is none or it does not
-/// parse (then every name is asked of the resolv.conf servers).
-pub fn forward_zones(
-    snapshot: &hairpin_planner::ClusterSnapshot,
-    planner: &hairpin_planner::PlannerConfig,
-) -> Vec<ZoneUpstreams> {
-    planner
-        .coredns_config_maps
-        .iter()
-        .find_map(|name| {
-            snapshot
-                .config_map(&planner.coredns_namespace, name)?
-                .data
-                .as_ref()?
-                .get(&planner.corefile_key)
-        })
-        .and_then(|corefile| hairpin_planner::corefile::upstreams(corefile).ok())
-        .unwrap_or_default()
-}
-
 /// Resolves the names of `snapshot`'s plan once, for `hairpin plan` against a cluster: the
 /// answers land in `snapshot.resolutions`. Names without an answer within `timeout` stay
 /// unresolved.
@@ -391,7 +370,7 @@ pub async fn resolve_once(
         ..params
     };
     let verifier = NameVerifier::new(params, Arc::new(Notify::new()), metrics);
-    verifier.want(&plan.verification.names, &forward_zones(snapshot, planner));
+    verifier.want(&plan.verification.names, &plan.coredns.forward_zones);
     let run = verifier.clone().run(std::future::pending());
     let done = async {
         while !verifier.settled() {

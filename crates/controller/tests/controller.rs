@@ -1516,7 +1516,7 @@ async fn objects_carrying_only_the_managed_by_label_survive_reconcile_and_uninst
 #[tokio::test]
 async fn a_look_alike_at_a_name_hairpin_needs_is_never_overwritten() {
     use hairpin_controller::apply::write_key;
-    use hairpin_controller::controller::routes_edit;
+    use hairpin_controller::edits::routes_edit;
 
     let fake = FakeApiServer::start().await;
     seed(&fake);

@@ -19,7 +19,7 @@ use crate::balancers::{LoadBalancerPlan, cluster_ips};
 use crate::config::{CLUSTER_DNS_SERVICE, DnsMode, NodeLocalDns, PlannerConfig};
 use crate::corefile::{
     self, BlockInsert, CorefileError, CorefileInfo, DnsEntry, HostPattern, Placement,
-    normalize_target,
+    ZoneUpstreams, normalize_target,
 };
 use crate::external_dns::DnsEndpoints;
 use crate::name::WildcardLabels;
@@ -159,6 +159,34 @@ impl DnsRedirect {
     }
 }
 
+/// What the controller needs to know of the cluster's CoreDNS configuration, read once by the
+/// planner ([`ClusterDns::facts`]) so that nothing downstream parses a Corefile again.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CorednsFacts {
+    /// The first configured CoreDNS ConfigMap present (with a Corefile key or not).
+    pub config_map: Option<ObjectRef>,
+    /// Whether its Corefile's `kubernetes` server block has `reload` (`None`: no Corefile, or
+    /// one hairpin cannot read).
+    pub reload: Option<bool>,
+    /// The key suffix of the `coredns-custom` files the Corefile imports (`.override`,
+    /// `.include`), if it imports any.
+    pub custom_key_suffix: Option<String>,
+    /// Every zone the Corefile forwards, most specific first: where hostname verification
+    /// asks (empty: no Corefile, or one that does not parse).
+    pub forward_zones: Vec<ZoneUpstreams>,
+    /// node-local-dns, when one of its configured ConfigMaps holds a Corefile.
+    pub node_local_dns: Option<NodeLocalDnsFacts>,
+}
+
+/// The node-local-dns configuration found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeLocalDnsFacts {
+    /// Its ConfigMap.
+    pub config_map: ObjectRef,
+    /// The addresses its server blocks `bind` (empty when its Corefile cannot be read).
+    pub binds: Vec<IpAddr>,
+}
+
 /// The cluster's CoreDNS configuration, as the snapshot holds it.
 pub(crate) struct ClusterDns<'a> {
     /// The first configured CoreDNS ConfigMap present, its Corefile, and what the Corefile
@@ -185,6 +213,32 @@ impl<'a> ClusterDns<'a> {
         Self {
             found,
             cluster_domain,
+        }
+    }
+
+    /// The facts the controller needs ([`CorednsFacts`]), from what [`ClusterDns::read`]
+    /// parsed (only a Corefile the analysis refuses is parsed again, for its forward zones).
+    pub(crate) fn facts(&self, snapshot: &ClusterSnapshot, config: &PlannerConfig) -> CorednsFacts {
+        let config_map = config.coredns_config_maps.iter().find_map(|name| {
+            snapshot
+                .config_map(&config.coredns_namespace, name)
+                .map(|cm| ObjectRef::from_meta(&cm.metadata))
+        });
+        let (reload, custom_key_suffix, forward_zones) = match &self.found {
+            Some((_, _, Ok(info))) => (
+                Some(info.has_reload),
+                info.custom_key_suffix().map(str::to_owned),
+                info.forward_zones.clone(),
+            ),
+            Some((_, text, Err(_))) => (None, None, corefile::upstreams(text).unwrap_or_default()),
+            None => (None, None, Vec::new()),
+        };
+        CorednsFacts {
+            config_map,
+            reload,
+            custom_key_suffix,
+            forward_zones,
+            node_local_dns: node_local_dns_facts(snapshot, config),
         }
     }
 
@@ -512,6 +566,27 @@ fn imported_key_writes(
         write.fits()?;
     }
     Ok(writes)
+}
+
+/// node-local-dns's first configured ConfigMap with a Corefile, and the addresses it binds.
+fn node_local_dns_facts(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+) -> Option<NodeLocalDnsFacts> {
+    config.node_local_dns_config_maps.iter().find_map(|name| {
+        let cm = snapshot.config_map(&config.node_local_dns_namespace, name)?;
+        let text = cm.data.as_ref()?.get(&config.corefile_key)?;
+        let binds = corefile::analyze_node_local_dns(text, &[])
+            .iter()
+            .flat_map(|info| &info.servers)
+            .flat_map(|server| &server.binds)
+            .filter_map(|bind| bind.parse().ok())
+            .collect();
+        Some(NodeLocalDnsFacts {
+            config_map: ObjectRef::from_meta(&cm.metadata),
+            binds,
+        })
+    })
 }
 
 /// The first configured CoreDNS ConfigMap present, with its Corefile.

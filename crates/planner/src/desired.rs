@@ -60,6 +60,7 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
         conflicts: collected.conflicts,
         refused: collected.refused,
         routes,
+        coredns: cluster_dns.facts(snapshot, config),
         errors: errors(&dns),
         dns: dns.ok(),
         stub_domains: kube_dns,

@@ -64,8 +64,8 @@ pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, disc
 pub use hostnames::{Conflict, Hostname};
 pub use name::WildcardLabels;
 pub use plan::{
-    DnsChange, DnsRedirect, DnsWrite, HostsEntry, HostsPlan, LoadBalancerPlan, Plan, ProxyHeader,
-    ProxyRoute, WriteEdit,
+    CorednsFacts, DnsChange, DnsRedirect, DnsWrite, HostsEntry, HostsPlan, LoadBalancerPlan,
+    NodeLocalDnsFacts, Plan, ProxyHeader, ProxyRoute, WriteEdit,
 };
 pub use providers::ProxyVersion;
 pub use snapshot::{ClusterSnapshot, ObjectRef};

@@ -10,7 +10,9 @@ use crate::admission::Refusal;
 pub use crate::balancers::{
     HostsEntry, HostsPlan, LoadBalancerPlan, ProxyHeader, ProxyRoute, cluster_ips,
 };
-pub use crate::coredns::{DnsChange, DnsRedirect, DnsWrite, WriteEdit};
+pub use crate::coredns::{
+    CorednsFacts, DnsChange, DnsRedirect, DnsWrite, NodeLocalDnsFacts, WriteEdit,
+};
 use crate::discovery::NotNeeded;
 use crate::hostnames::Conflict;
 use crate::kube_dns::StubDomains;
@@ -36,6 +38,11 @@ pub struct Plan {
     pub routes_config_map: ConfigMap,
     /// The DNS change; `None` when it cannot be made (see [`Plan::errors`]).
     pub dns: Option<DnsChange>,
+    /// What the cluster's CoreDNS configuration says, for the controller (the ConfigMaps
+    /// found, `reload`, the forward zones, the imported key suffix, node-local-dns's binds):
+    /// read once here. Not part of the printed plan.
+    #[serde(skip)]
+    pub coredns: CorednsFacts,
     /// The hosts-file entries (rendered with ClusterIPs by [`HostsPlan::resolve`]).
     pub hosts: HostsPlan,
     /// On a kube-dns cluster, the `stubDomains` alternative for the user to merge into

@@ -25,7 +25,7 @@ fn example() -> ClusterSnapshot {
     let notes = load_yaml(&mut s, "examples/cluster.yaml", &text).unwrap();
     assert_eq!(
         notes,
-        ["skipped apps/v1 Deployment coredns: not read by the planner"]
+        ["skipped v1 ServiceAccount coredns: not read by the planner"]
     );
     s
 }
@@ -1436,4 +1436,57 @@ fn the_rules_go_to_the_port_rke2s_cluster_dns_service_targets() {
     )]);
     let plan = desired(&snapshot, &PlannerConfig::default());
     assert_eq!(coredns_blocks(&plan), [".:5353"]);
+}
+
+/// The CoreDNS facts the controller reads from the plan instead of parsing the Corefile again.
+#[test]
+fn the_plan_carries_the_coredns_facts_the_controller_needs() {
+    let mut snapshot = two_lbs();
+    let aks = KUBEADM_COREFILE.replace(
+        "    reload\n",
+        "    import custom/*.override\n    forward example.org 192.0.2.53\n",
+    );
+    snapshot.config_maps = vec![
+        coredns(&aks),
+        node_local_dns_cm("node-local-dns", &fixture("nodelocaldns.Corefile")),
+    ];
+    let facts = desired(&snapshot, &PlannerConfig::default()).coredns;
+    assert_eq!(
+        facts.config_map,
+        Some(ObjectRef::new("kube-system", "coredns"))
+    );
+    assert_eq!(facts.reload, Some(false));
+    assert_eq!(facts.custom_key_suffix.as_deref(), Some(".override"));
+    let zones: Vec<&str> = facts
+        .forward_zones
+        .iter()
+        .map(|z| z.zone.as_str())
+        .collect();
+    assert_eq!(zones, ["example.org", "."]);
+    let node_local = facts.node_local_dns.expect("node-local-dns found");
+    assert_eq!(
+        node_local.config_map,
+        ObjectRef::new("kube-system", "node-local-dns")
+    );
+    assert!(
+        node_local
+            .binds
+            .contains(&"169.254.20.10".parse::<std::net::IpAddr>().unwrap()),
+        "{:?}",
+        node_local.binds
+    );
+
+    // kubeadm's Corefile: `reload`, no imports; no node-local-dns.
+    snapshot.config_maps = vec![coredns(KUBEADM_COREFILE)];
+    let facts = desired(&snapshot, &PlannerConfig::default()).coredns;
+    assert_eq!(
+        (facts.reload, facts.custom_key_suffix, facts.node_local_dns),
+        (Some(true), None, None)
+    );
+    // No CoreDNS ConfigMap: nothing known.
+    snapshot.config_maps.clear();
+    assert_eq!(
+        desired(&snapshot, &PlannerConfig::default()).coredns,
+        hairpin_planner::CorednsFacts::default()
+    );
 }

@@ -150,6 +150,8 @@ pub struct CorefileInfo {
     pub custom_imports: Vec<CustomImport>,
     /// A hairpin block is present (complete or damaged).
     pub has_hairpin_block: bool,
+    /// Every zone with a `forward`, most specific first ([`upstreams`]).
+    pub forward_zones: Vec<ZoneUpstreams>,
     /// Problems worth reporting: missing `reload`, damaged markers, defaulted domain...
     pub warnings: Vec<Warning>,
 }
@@ -326,6 +328,7 @@ pub fn analyze_with(
         has_reload,
         custom_imports,
         has_hairpin_block: !blocks.is_empty(),
+        forward_zones: upstream::upstreams_in(&cf, corefile),
         warnings,
     })
 }

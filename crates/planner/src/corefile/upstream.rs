@@ -36,7 +36,11 @@ pub struct ZoneUpstreams {
 /// Every zone with a `forward`, most specific first: a name is sent to the first whose zone
 /// holds it.
 pub fn upstreams(corefile: &str) -> Result<Vec<ZoneUpstreams>, CorefileError> {
-    let cf = parse::parse(corefile)?;
+    Ok(upstreams_in(&parse::parse(corefile)?, corefile))
+}
+
+/// [`upstreams`] of a Corefile already parsed (`cf` is `corefile` parsed).
+pub(super) fn upstreams_in(cf: &parse::Corefile, corefile: &str) -> Vec<ZoneUpstreams> {
     let mut out = Vec::new();
     for block in &cf.blocks {
         let zones: Vec<String> = block
@@ -76,7 +80,7 @@ pub fn upstreams(corefile: &str) -> Result<Vec<ZoneUpstreams>, CorefileError> {
     // Most specific first; for one zone, the first block wins (CoreDNS refuses duplicates on
     // one port; other ports are not where pods ask, and come later in the file as a rule).
     out.sort_by_key(|z| std::cmp::Reverse(labels(&z.zone)));
-    Ok(out)
+    out
 }
 
 /// The targets of the most specific zone holding `name`.
