@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the real peers the test suite drives (nginx, HAProxy, wrk), the tools the
-# network-namespace lab needs (iproute2, iptables, curl) and what scripts/image.sh needs
+# Installs the real peers the test suite drives (nginx, HAProxy, wrk, etcd for the real
+# kube-apiserver in ../shared/peers/kubernetes), the tools the network-namespace labs need
+# (iproute2, iptables, nftables, curl, openssl for the apiserver's certificates) and what scripts/image.sh needs
 # (buildah, the CA bundle it copies into the image), but only when something is missing.
 # Debian/Ubuntu only; run as root (or with passwordless sudo).
 set -euo pipefail
@@ -12,6 +13,9 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || need+=(iptables)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || need+=(etcd-server)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 command -v buildah >/dev/null 2>&1 || need+=(buildah)
 [ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 
@@ -25,6 +29,6 @@ export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 # The packages start system services we do not want: the tests run their own instances.
-for svc in nginx haproxy; do
+for svc in nginx haproxy etcd; do
   $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || $sudo service "$svc" stop >/dev/null 2>&1 || true
 done

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod coredns;
+pub mod kube;
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
