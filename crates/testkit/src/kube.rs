@@ -317,7 +317,9 @@ fn random_token() -> String {
 /// etcd and a real kube-apiserver, RBAC on, an admin token (`system:masters`).
 #[derive(Debug)]
 pub struct ApiServer {
-    // Field order is drop order: the apiserver before etcd, the link before its slot.
+    // Field order is drop order: the reaper (not needed then), the apiserver before etcd,
+    // the link before its slot.
+    _reaper: Group,
     apiserver: Group,
     _etcd: Group,
     _link: ApiLink,
@@ -352,7 +354,13 @@ impl ApiServer {
         let mut apiserver = start_apiserver(&bin, dir.path(), &etcd_url, addr)?;
         let url = format!("https://{addr}");
         wait_ready(&url, dir.path(), &token, &mut apiserver, &mut etcd)?;
+        let reaper = spawn_reaper(
+            &[apiserver.pid(), etcd.pid()],
+            &guard,
+            &[dir.path(), &slot.path],
+        )?;
         let api = ApiServer {
+            _reaper: reaper,
             apiserver,
             _etcd: etcd,
             _link: guard,
@@ -366,6 +374,19 @@ impl ApiServer {
         };
         api.write_kubeconfig(&api.admin_kubeconfig(), &api.token)?;
         Ok(api)
+    }
+
+    /// One apiserver for the whole test process, started by the first caller (tests of one
+    /// binary share it; give each scenario its own namespaces, and run scenarios that watch
+    /// cluster-wide one at a time). A static is never dropped: a reaper process removes
+    /// everything once the test process has exited. The error of the start, if any, every
+    /// time.
+    pub fn shared() -> Result<&'static ApiServer, String> {
+        static SHARED: std::sync::OnceLock<Result<ApiServer, String>> = std::sync::OnceLock::new();
+        SHARED
+            .get_or_init(|| ApiServer::start().map_err(|err| err.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// `https://<ip>:<port>`, reachable from the root namespace and every [`KubeNode`].
@@ -540,6 +561,31 @@ impl ApiServer {
 struct ApiLink {
     link: String,
     netns: String,
+}
+
+/// A shell that waits for this process to exit and then removes what `Drop` would have:
+/// the process groups `groups`, the apiserver's link and namespace, `paths`. For a shared
+/// (static) apiserver, and for a test process that is killed. Dropped (killed) first when the
+/// apiserver is dropped normally.
+fn spawn_reaper(groups: &[u32], link: &ApiLink, paths: &[&Path]) -> io::Result<Group> {
+    let kills: Vec<String> = groups.iter().map(|g| format!("-{g}")).collect();
+    let paths: Vec<String> = paths
+        .iter()
+        .map(|p| format!("'{}'", p.display().to_string().replace('\'', "")))
+        .collect();
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.2; done; kill -KILL -- {kills} 2>/dev/null; \
+         sleep 0.2; ip link del {link} 2>/dev/null; ip netns del {netns} 2>/dev/null; \
+         rm -rf {paths}",
+        pid = std::process::id(),
+        kills = kills.join(" "),
+        link = link.link,
+        netns = link.netns,
+        paths = paths.join(" "),
+    );
+    let mut command = Command::new("sh");
+    command.args(["-c", &script]);
+    Group::spawn("reaper", command, PathBuf::from("/dev/null"))
 }
 
 impl ApiLink {

@@ -1,0 +1,587 @@
+//! The controller's main scenarios against the real kube-apiserver v1.31.14
+//! (`../shared/peers/kubernetes`, started by `hairpin_testkit::kube`): the first write, a new
+//! host, a write fight over the Corefile, the uninstall fence, a Lease deleted under the leader.
+//! The fake API server's tests (`controller.rs`, `lifecycle.rs`, `lease.rs`) cover the faults
+//! a real server cannot be made to show; these show the same flows on the real one.
+//!
+//! One apiserver for the binary ([`ApiServer::shared`], about 5 s to start); the scenarios run
+//! one at a time (every controller watches the whole cluster), each with namespaces of its own
+//! (hairpin's, CoreDNS's, the load balancer's and the Ingresses') and its load balancer and
+//! Ingresses deleted at the end. The real server has no garbage collector, namespace
+//! controller or kubelet: what those would do, the test does (a Deployment's status, deleting
+//! the fence the garbage collector would take with the Deployment).
+//!
+//! Needs root, etcd and the test peers; without them each test prints why and passes.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hairpin_controller::fight::FightParams;
+use hairpin_controller::lease::{FENCE_HOLDER, LeaseParams};
+use hairpin_controller::{ControllerConfig, Metrics, UninstallParams, UninstallReport};
+use hairpin_fake_apiserver::fixtures;
+use hairpin_planner::{DnsMode, PlannerConfig};
+use hairpin_runtime::{Readiness, Shutdown};
+use hairpin_testkit::kube::{self as real, ApiServer, object_path};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use support::controller::Running;
+
+const COREFILE: &str = ".:53 {\n    errors\n    health {\n       lameduck 5s\n    }\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n       ttl 30\n    }\n    prometheus :9153\n    forward . /etc/resolv.conf {\n       max_concurrent 1000\n    }\n    cache 30\n    loop\n    reload\n    loadbalance\n}\n";
+const LB_IP: &str = "203.0.113.10";
+
+/// One scenario at a time: each controller watches the whole cluster.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A scenario's part of the shared apiserver: its namespaces, an admin client, and on drop its
+/// load balancer and Ingresses deleted (so the next scenario's controller does not see them).
+struct Cluster {
+    api: &'static ApiServer,
+    client: kube::Client,
+    /// hairpin's namespace (Services, ConfigMaps, the Lease, the Deployment).
+    hairpin: String,
+    /// CoreDNS's namespace.
+    dns: String,
+    /// The load balancer's namespace.
+    lb: String,
+    /// The Ingresses' namespace.
+    shop: String,
+}
+
+impl Cluster {
+    /// The shared apiserver with this scenario's namespaces and the `Hairpin` CRD; `None`
+    /// (after saying why) when the real apiserver cannot run here.
+    async fn new(tag: &str) -> Option<Cluster> {
+        if let Some(reason) = real::skip_reason() {
+            println!("SKIPPED {tag} on the real kube-apiserver: {reason}");
+            return None;
+        }
+        let started = Instant::now();
+        let api = ApiServer::shared().unwrap_or_else(|err| panic!("start kube-apiserver: {err}"));
+        if started.elapsed() > Duration::from_secs(1) {
+            println!("kube-apiserver ready after {:?}", api.started_in());
+        }
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(api.admin_kubeconfig()).expect("read kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("client config");
+        let client = kube::Client::try_from(config).expect("client");
+        let cluster = Cluster {
+            api,
+            client,
+            hairpin: format!("hp-{tag}"),
+            dns: format!("dns-{tag}"),
+            lb: format!("lb-{tag}"),
+            shop: format!("shop-{tag}"),
+        };
+        for ns in [&cluster.hairpin, &cluster.dns, &cluster.lb, &cluster.shop] {
+            api.ensure_namespace(ns);
+        }
+        install_hairpin_crd(api).await;
+        Some(cluster)
+    }
+
+    /// The planner's settings for this scenario's namespaces.
+    fn planner(&self) -> PlannerConfig {
+        PlannerConfig {
+            namespace: self.hairpin.clone(),
+            coredns_namespace: self.dns.clone(),
+            ..PlannerConfig::default()
+        }
+    }
+
+    /// Quick debounce and retries; a 3 s Lease in hairpin's namespace with leader election.
+    fn config(&self, identity: &str, leader_election: bool) -> ControllerConfig {
+        let mut config = ControllerConfig::new(self.planner(), identity);
+        config.debounce = Duration::from_millis(50);
+        config.min_retry = Duration::from_millis(50);
+        config.max_retry = Duration::from_millis(400);
+        config.lease = leader_election.then(|| LeaseParams {
+            duration: Duration::from_secs(3),
+            renew_interval: Duration::from_millis(300),
+            retry_interval: Duration::from_millis(100),
+            ..LeaseParams::new(&self.hairpin, "hairpin-controller", identity)
+        });
+        config
+    }
+
+    /// Runs the controller until [`Running::stop`].
+    fn start(&self, config: ControllerConfig) -> Running {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let readiness = Readiness::new();
+        let ready = readiness.condition("caches synced");
+        let shutdown = Shutdown::new();
+        let task = tokio::spawn({
+            let (client, metrics, shutdown) =
+                (self.client.clone(), metrics.clone(), shutdown.clone());
+            async move {
+                hairpin_controller::run(client, config, metrics, ready, shutdown)
+                    .await
+                    .unwrap();
+            }
+        });
+        Running {
+            shutdown,
+            task,
+            readiness,
+            metrics,
+            registry: Arc::new(registry),
+        }
+    }
+
+    /// Applies `object` and then its `status` (server-side apply leaves status alone).
+    fn apply(&self, object: &Value) -> Value {
+        let stored = self.api.apply(object);
+        if object["status"].is_object() {
+            return self
+                .api
+                .patch_status(&object_path(object), &json!({"status": object["status"]}));
+        }
+        stored
+    }
+
+    /// The PROXY load balancer (Hetzner annotation) at [`LB_IP`], ports 80 and 443.
+    fn seed(&self, corefile: &str) {
+        let mut lb = support::cluster::lb_service();
+        lb["metadata"]["namespace"] = json!(self.lb);
+        self.apply(&lb);
+        self.apply(&self.ingress("shop", "shop.example.com"));
+        self.apply(&self.coredns(corefile));
+    }
+
+    fn coredns(&self, corefile: &str) -> Value {
+        let mut cm = fixtures::coredns(corefile);
+        cm["metadata"]["namespace"] = json!(self.dns);
+        cm
+    }
+
+    fn ingress(&self, name: &str, host: &str) -> Value {
+        fixtures::ingress(&self.shop, name, &[host], LB_IP)
+    }
+
+    fn corefile(&self) -> String {
+        self.api
+            .get(&format!(
+                "/api/v1/namespaces/{}/configmaps/coredns",
+                self.dns
+            ))
+            .expect("the coredns ConfigMap")["data"]["Corefile"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    fn list(&self, path: &str) -> Vec<Value> {
+        self.api.request_ok("GET", path, None)["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn hairpin_services(&self) -> Vec<Value> {
+        self.list(&format!("/api/v1/namespaces/{}/services", self.hairpin))
+    }
+
+    fn config_map(&self, name: &str) -> Option<Value> {
+        self.api.get(&format!(
+            "/api/v1/namespaces/{}/configmaps/{name}",
+            self.hairpin
+        ))
+    }
+
+    fn lease(&self) -> Option<Value> {
+        self.api.get(&format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{}/leases/hairpin-controller",
+            self.hairpin
+        ))
+    }
+
+    fn hairpins(&self) -> Vec<Value> {
+        self.list(&format!(
+            "/apis/hairpin.io/v1alpha1/namespaces/{}/hairpins",
+            self.lb
+        ))
+    }
+
+    /// events.k8s.io Events with `reason` in this scenario's namespaces.
+    fn events(&self, reason: &str) -> Vec<Value> {
+        let mine = [&self.hairpin, &self.dns, &self.lb, &self.shop];
+        self.list("/apis/events.k8s.io/v1/events")
+            .into_iter()
+            .filter(|e| e["reason"] == reason)
+            .filter(|e| {
+                mine.iter()
+                    .any(|ns| e["metadata"]["namespace"] == ns.as_str())
+            })
+            .collect()
+    }
+
+    /// Polls `done` every 20 ms for `within`; when it held.
+    async fn wait_until(
+        &self,
+        within: Duration,
+        done: impl Fn(&Cluster) -> bool,
+    ) -> Option<Instant> {
+        let deadline = Instant::now() + within;
+        loop {
+            if done(self) {
+                return Some(Instant::now());
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The Corefile names every host and there is one hairpin Service.
+    async fn converged(&self, hosts: &[&str]) -> bool {
+        self.wait_until(Duration::from_secs(10), |c| {
+            let cf = c.corefile();
+            hosts.iter().all(|h| cf.contains(h)) && c.hairpin_services().len() == 1
+        })
+        .await
+        .is_some()
+    }
+
+    /// `hairpin uninstall` as the Job runs it; every step must succeed.
+    async fn uninstall(&self) -> UninstallReport {
+        let report = hairpin_controller::uninstall_with(
+            &self.client,
+            &self.planner(),
+            &UninstallParams::new("hairpin-controller"),
+        )
+        .await;
+        assert!(report.failures.is_empty(), "{report:?}");
+        report
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.api.delete(&format!(
+            "/api/v1/namespaces/{}/services/ingress-nginx-controller",
+            self.lb
+        ));
+        for ingress in self.list(&format!(
+            "/apis/networking.k8s.io/v1/namespaces/{}/ingresses",
+            self.shop
+        )) {
+            let name = ingress["metadata"]["name"].as_str().unwrap_or_default();
+            self.api.delete(&format!(
+                "/apis/networking.k8s.io/v1/namespaces/{}/ingresses/{name}",
+                self.shop
+            ));
+        }
+    }
+}
+
+/// The `Hairpin` CRD as the chart ships it (generated from the controller's types), and
+/// waits until it is served.
+async fn install_hairpin_crd(api: &ApiServer) {
+    use kube::CustomResourceExt as _;
+    let crd = serde_json::to_value(hairpin_controller::crd::Hairpin::crd()).expect("CRD JSON");
+    api.apply(&crd);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.get("/apis/hairpin.io/v1alpha1/hairpins").is_none() {
+        assert!(Instant::now() < deadline, "the Hairpin CRD is not served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_write_and_a_new_host() {
+    let _serial = SERIAL.lock().await;
+    let Some(cluster) = Cluster::new("first").await else {
+        return;
+    };
+    cluster.seed(COREFILE);
+    let started = Instant::now();
+    let running = cluster.start(cluster.config("pod-a", false));
+    assert!(
+        cluster.converged(&["shop.example.com"]).await,
+        "first sync wrote the plan: {}",
+        cluster.corefile()
+    );
+    println!(
+        "first write on the real apiserver after {:?}",
+        started.elapsed()
+    );
+    assert!(running.readiness.is_ready(), "ready after the first sync");
+    let services = cluster.hairpin_services();
+    assert_eq!(
+        services[0]["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "hairpin"
+    );
+    let routes = cluster
+        .config_map("hairpin-routes")
+        .expect("routes published");
+    let table: Vec<Value> =
+        serde_json::from_str(routes["data"]["routes.json"].as_str().unwrap()).unwrap();
+    assert_eq!(table.len(), 2, "one route per PROXY port: {table:?}");
+    let cf = cluster.corefile();
+    assert!(cf.contains("# BEGIN hairpin"), "{cf}");
+    assert!(cf.starts_with(".:53 {\n    errors\n"), "{cf}");
+    let status = cluster
+        .wait_until(Duration::from_secs(5), |c| {
+            c.hairpins().iter().any(|h| !h["status"].is_null())
+                && !c.events("HairpinConfigured").is_empty()
+        })
+        .await;
+    assert!(
+        status.is_some(),
+        "a Hairpin status and an Event: {:?}",
+        cluster.hairpins()
+    );
+
+    // A new host.
+    let mut latencies = Vec::new();
+    for i in 0..3 {
+        let host = format!("api{i}.example.com");
+        let changed = Instant::now();
+        cluster.apply(&cluster.ingress(&format!("api{i}"), &host));
+        let written = cluster
+            .wait_until(Duration::from_secs(5), |c| c.corefile().contains(&host))
+            .await
+            .expect("the new host is written");
+        latencies.push(written - changed);
+    }
+    println!("change-to-write latency on the real apiserver (debounce 50 ms): {latencies:?}");
+    let text = running.metrics_text();
+    assert!(
+        text.contains("hairpin_controller_managed_load_balancers 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hairpin_controller_dns_write_failures_total 0"),
+        "{text}"
+    );
+    running.stop().await;
+    let report = cluster.uninstall().await;
+    assert_eq!(
+        cluster.corefile(),
+        COREFILE,
+        "restored byte for byte: {report:?}"
+    );
+    assert!(cluster.hairpin_services().is_empty() && cluster.hairpins().is_empty());
+}
+
+fn importing_corefile() -> String {
+    COREFILE.replace(
+        "    loadbalance\n}",
+        "    loadbalance\n    import custom/*.override\n}",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_keeps_reverting_coredns_is_detected_and_backed_off() {
+    let _serial = SERIAL.lock().await;
+    let Some(cluster) = Cluster::new("fight").await else {
+        return;
+    };
+    let importing = importing_corefile();
+    cluster.seed(&importing);
+    let mut config = cluster.config("pod-a", false);
+    config.planner.dns_mode = DnsMode::Corefile;
+    config.fight = FightParams {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        initial_backoff: Duration::from_secs(30),
+        max_backoff: Duration::from_secs(60),
+    };
+    let running = cluster.start(config);
+    assert!(cluster.converged(&["shop.example.com"]).await);
+
+    // An addon manager in Reconcile mode: puts its Corefile back whenever ours appears, until
+    // the fight is reported (8 s at most).
+    let theirs = cluster.coredns(&importing);
+    let (mut reverts, deadline) = (0, Instant::now() + Duration::from_secs(8));
+    while Instant::now() < deadline && cluster.events("DNSWriteReverted").is_empty() {
+        if cluster.corefile().contains("# BEGIN hairpin") {
+            cluster.apply(&theirs);
+            reverts += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Backed off: hairpin's block does not come back.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    println!("reverts before the fight was reported: {reverts}");
+    assert!(reverts >= 3, "the controller rewrote {reverts} times");
+    assert!(
+        !cluster.corefile().contains("# BEGIN hairpin"),
+        "backed off"
+    );
+    let events = cluster.events("DNSWriteReverted");
+    assert!(!events.is_empty(), "a Warning Event on the ConfigMap");
+    assert_eq!(events[0]["type"], "Warning");
+    let note = events[0]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("--dns-mode custom"), "names the fix: {note}");
+    assert_eq!(running.metrics.dns_fight.get(), 1);
+    running.stop().await;
+    cluster.apply(&cluster.coredns(&importing));
+    cluster.uninstall().await;
+}
+
+/// The controller Deployment of an install, with the status its pods would give it.
+fn deployment(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"namespace": namespace, "name": "hairpin-controller"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "hairpin-controller"}},
+            "template": {
+                "metadata": {"labels": {"app": "hairpin-controller"}},
+                "spec": {"containers": [{"name": "controller", "image": "hairpin:test"}]}
+            }
+        },
+        "status": {"replicas": 2, "readyReplicas": 2}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstall_fences_the_running_controllers_and_restores_the_corefile() {
+    let _serial = SERIAL.lock().await;
+    let Some(cluster) = Cluster::new("fence").await else {
+        return;
+    };
+    cluster.seed(COREFILE);
+    cluster.apply(&deployment(&cluster.hairpin));
+    let a = cluster.start(cluster.config("pod-a", true));
+    let b = cluster.start(cluster.config("pod-b", true));
+    assert!(cluster.converged(&["shop.example.com"]).await);
+    let warm = cluster
+        .wait_until(Duration::from_secs(5), |_| {
+            a.readiness.is_ready() && b.readiness.is_ready()
+        })
+        .await;
+    assert!(warm.is_some(), "the follower is warm");
+    let leader = cluster.lease().unwrap()["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let started = Instant::now();
+    let report = cluster.uninstall().await;
+    println!(
+        "uninstall took {:?} (leader stood down after {:?})",
+        started.elapsed(),
+        report.fence.acknowledged_after
+    );
+    assert!(report.fence.fenced, "{report:?}");
+    assert_eq!(report.fence.displaced.as_deref(), Some(leader.as_str()));
+    assert!(report.fence.acknowledged_after.is_some(), "{report:?}");
+    let deployment_name = format!("{}/hairpin-controller", cluster.hairpin);
+    assert_eq!(
+        report.fence.owned_by.as_deref(),
+        Some(deployment_name.as_str())
+    );
+    assert_eq!(report.still_running.len(), 1, "{report:?}");
+    assert!(report.still_running[0].contains(&format!("Deployment {deployment_name}")));
+    assert_eq!(cluster.corefile(), COREFILE, "restored byte for byte");
+    let fence = cluster.lease().expect("the fence");
+    assert_eq!(fence["spec"]["holderIdentity"], FENCE_HOLDER);
+    assert_eq!(
+        fence["metadata"]["ownerReferences"][0]["kind"],
+        "Deployment"
+    );
+    assert!(cluster.hairpin_services().is_empty() && cluster.hairpins().is_empty());
+    assert!(cluster.config_map("hairpin-routes").is_none());
+    let fenced = cluster
+        .wait_until(Duration::from_secs(5), |_| {
+            [&a, &b]
+                .iter()
+                .all(|c| c.metrics.fenced.get() == 1 && !c.readiness.is_ready())
+        })
+        .await;
+    assert!(fenced.is_some(), "every controller reports the fence");
+    assert!(!cluster.events("HairpinUninstalling").is_empty());
+
+    // A change while the fenced controllers keep running: nothing is written.
+    cluster.apply(&cluster.ingress("late", "late.example.com"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(cluster.corefile(), COREFILE, "still the original");
+    assert!(
+        cluster.hairpin_services().is_empty() && cluster.config_map("hairpin-routes").is_none()
+    );
+    // The Deployment goes; the garbage collector (absent here) would take the fence with it.
+    cluster.api.delete(&format!(
+        "/apis/apps/v1/namespaces/{}/deployments/hairpin-controller",
+        cluster.hairpin
+    ));
+    cluster.api.delete(&format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/hairpin-controller",
+        cluster.hairpin
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(cluster.corefile(), COREFILE, "the old pods stay idle");
+    assert!(cluster.lease().is_none());
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_lease_is_deleted_writes_nothing_until_it_is_claimed_again() {
+    let _serial = SERIAL.lock().await;
+    let Some(cluster) = Cluster::new("lease").await else {
+        return;
+    };
+    cluster.seed(COREFILE);
+    let a = cluster.start(cluster.config("pod-a", true));
+    assert!(cluster.converged(&["shop.example.com"]).await);
+    let b = cluster.start(cluster.config("pod-b", true));
+    let warm = cluster
+        .wait_until(Duration::from_secs(5), |_| b.readiness.is_ready())
+        .await;
+    assert!(warm.is_some(), "the standby is warm");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let hosts_version = cluster
+        .config_map("hairpin-hosts")
+        .map(|cm| cm["metadata"]["resourceVersion"].clone());
+    assert!(cluster.api.delete(&format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/hairpin-controller",
+        cluster.hairpin
+    )));
+    let deleted = Instant::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.apply(&cluster.ingress("late", "late.example.com"));
+    // For the hold-off (the Lease duration, 3 s, less a margin): no Lease, no write.
+    while deleted.elapsed() < Duration::from_millis(2500) {
+        assert!(
+            cluster.lease().is_none(),
+            "the Lease was not claimed during the hold-off"
+        );
+        assert!(
+            !cluster.corefile().contains("late.example.com"),
+            "no write after the Lease went"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        cluster
+            .config_map("hairpin-hosts")
+            .map(|cm| cm["metadata"]["resourceVersion"].clone()),
+        hosts_version
+    );
+    assert_eq!(a.metrics.leader.get() + b.metrics.leader.get(), 0);
+    let back = cluster
+        .wait_until(Duration::from_secs(6), |c| {
+            c.corefile().contains("late.example.com")
+        })
+        .await;
+    assert!(back.is_some(), "re-acquired and caught up");
+    println!(
+        "claimed again and written {:?} after the Lease was deleted",
+        deleted.elapsed()
+    );
+    let holder = cluster.lease().unwrap()["spec"]["holderIdentity"].clone();
+    assert!(holder == "pod-a" || holder == "pod-b", "{holder}");
+    assert_eq!(a.metrics.leader.get() + b.metrics.leader.get(), 1);
+    a.stop().await;
+    b.stop().await;
+    cluster.uninstall().await;
+}
