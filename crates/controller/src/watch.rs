@@ -398,6 +398,9 @@ impl Caches {
                 .collect(),
             // The resolver's answers are not a cache of the API: the control loop adds them.
             resolutions: Default::default(),
+            // Not watched yet (issue 31): without them no receiver is found, and discovery
+            // decides from the annotations alone, as before.
+            receivers: Default::default(),
         }
     }
 

@@ -73,7 +73,7 @@ fn text_summary_of_the_example() {
         "outside the listener's hostname:\n{text}"
     );
     assert!(
-        stderr(&out).contains("skipped apps/v1 Deployment coredns"),
+        stderr(&out).contains("skipped v1 ServiceAccount coredns"),
         "{}",
         stderr(&out)
     );

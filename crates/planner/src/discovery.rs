@@ -10,6 +10,7 @@ use crate::name::normalize_address;
 use crate::providers::{
     ProxyProtocol, ProxyVersion, huawei_pass_through, provider_without_proxy, proxy_protocol_of,
 };
+use crate::receivers::{self, Receiver, Requirement};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::warning::Warning;
 
@@ -43,6 +44,9 @@ pub struct LoadBalancer {
     /// in-cluster traffic already goes through it: our annotation forces it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forced: Option<String>,
+    /// The receiving side and its PROXY setting, when it was found ([`crate::receivers`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<Receiver>,
 }
 
 /// One TCP port of a load balancer.
@@ -142,6 +146,12 @@ pub enum SkipReason {
     /// Huawei Cloud / Open Telekom Cloud `kubernetes.io/elb.pass-through: "true"`: CCE sends
     /// in-cluster traffic for the ELB's address through the ELB, the provider's own fix.
     PassThrough,
+    /// The receiver accepts a connection without a header: in-cluster clients already work,
+    /// and lose nothing but the client address, which a direct connection has anyway.
+    ReceiverAcceptsNoHeader,
+    /// The load balancer and its receiver disagree about the PROXY protocol (a warning names
+    /// both settings and the fix): broken for outside clients too; hairpin changes nothing.
+    ReceiverMismatch,
 }
 
 impl SkipReason {
@@ -159,6 +169,12 @@ impl SkipReason {
             SkipReason::PassThrough => {
                 "kubernetes.io/elb.pass-through is true (in-cluster traffic already goes through the ELB)"
             }
+            SkipReason::ReceiverAcceptsNoHeader => {
+                "the receiver accepts connections without a PROXY header (in-cluster clients already work; they lose only the client address, which a direct connection has anyway)"
+            }
+            SkipReason::ReceiverMismatch => {
+                "the load balancer and its receiver disagree about the PROXY protocol (see the warning); nothing is changed"
+            }
         }
     }
 }
@@ -173,6 +189,9 @@ pub struct NotNeeded {
     /// Every address in its status (for hostname conflict detection).
     #[serde(skip)]
     pub status_addresses: Vec<String>,
+    /// The receiving side and its PROXY setting, when it was found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<Box<Receiver>>,
 }
 
 /// The result of discovery.
@@ -201,7 +220,8 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
         if spec.type_.as_deref() != Some("LoadBalancer") {
             continue;
         }
-        match load_balancer(svc, spec, &own_key, &mut out.warnings) {
+        let receiver = receivers::receiver_of(snapshot, svc);
+        match load_balancer(svc, spec, &own_key, receiver, &mut out.warnings) {
             Ok(lb) => out.load_balancers.push(lb),
             Err(not_needed) => out.not_needed.push(not_needed),
         }
@@ -217,10 +237,11 @@ fn load_balancer(
     svc: &Service,
     spec: &ServiceSpec,
     own_key: &str,
+    receiver: Option<Receiver>,
     warnings: &mut Vec<Warning>,
 ) -> Result<LoadBalancer, NotNeeded> {
     let service = ObjectRef::from_meta(&svc.metadata);
-    let (proxy, unknown) = proxy_protocol_of(svc, own_key);
+    let (mut proxy, unknown) = proxy_protocol_of(svc, own_key);
     for u in unknown {
         warnings.push(Warning::new(
             format!("Service {service}"),
@@ -235,9 +256,13 @@ fn load_balancer(
         service: service.clone(),
         reason,
         status_addresses: status_addresses.clone(),
+        receiver: receiver.clone().map(Box::new),
     };
     if proxy.disabled_by_annotation {
         return Err(skip(SkipReason::DisabledByAnnotation));
+    }
+    if let Some(reason) = with_receiver(svc, &service, &mut proxy, receiver.as_ref(), warnings) {
+        return Err(skip(reason));
     }
     let pass_through = huawei_pass_through(svc);
     if pass_through && !proxy.explicit {
@@ -283,7 +308,75 @@ fn load_balancer(
         non_tcp_ports: non_tcp_ports(svc),
         forced: forced(&proxy, entries, pass_through),
         proxy_sources: proxy.sources,
+        receiver,
     })
+}
+
+/// What the receiver's own setting changes (issue 31): a receiver that requires the header
+/// makes a load balancer without annotation one that sends PROXY (on every port, v1 unless the
+/// receiver accepts only v2); one that accepts a missing header needs no cure; a disagreement
+/// is warned about and leaves the load balancer alone (a hairpin would send the header to a
+/// receiver that does not expect it). Our explicit `v1`/`v2` annotation still forces a
+/// hairpin in front of a receiver that accepts a missing header.
+fn with_receiver(
+    svc: &Service,
+    service: &ObjectRef,
+    proxy: &mut ProxyProtocol,
+    receiver: Option<&Receiver>,
+    warnings: &mut Vec<Warning>,
+) -> Option<SkipReason> {
+    let receiver = receiver?;
+    let sends = !proxy.ports.is_empty();
+    let annotations = proxy.sources.join(", ");
+    let mismatch = |what: String, fix: &str| {
+        Warning::new(
+            format!("Service {service}"),
+            format!(
+                "BROKEN for clients outside the cluster too: {what}; hairpin changes nothing for this load balancer. Fix: {fix}"
+            ),
+        )
+    };
+    match receiver.requirement {
+        Requirement::Required { .. } if !sends => {
+            if let Some(why) = provider_without_proxy(svc) {
+                warnings.push(mismatch(
+                    format!(
+                        "the load balancer sends no PROXY header ({why}) but {}",
+                        receiver.describe()
+                    ),
+                    "turn the PROXY protocol off on the receiver",
+                ));
+                return Some(SkipReason::ReceiverMismatch);
+            }
+            let version = receiver.required_version().unwrap_or(ProxyVersion::V1);
+            proxy.ports = tcp_port_numbers(svc).map(|p| (p, version)).collect();
+            proxy.sources = vec![format!("PROXY from {}", receiver.source())];
+            None
+        }
+        Requirement::Off if sends => {
+            warnings.push(mismatch(
+                format!(
+                    "the load balancer sends a PROXY header ({annotations}) but {}",
+                    receiver.describe()
+                ),
+                "turn the PROXY protocol on in the receiver, or off on the load balancer",
+            ));
+            Some(SkipReason::ReceiverMismatch)
+        }
+        Requirement::Optional if sends && !proxy.explicit => {
+            Some(SkipReason::ReceiverAcceptsNoHeader)
+        }
+        _ => None,
+    }
+}
+
+/// The Service's TCP port numbers.
+fn tcp_port_numbers(svc: &Service) -> impl Iterator<Item = i32> + '_ {
+    svc.spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+        .map(|p| p.port)
 }
 
 /// The Service's TCP ports, each with the PROXY version the load balancer sends to it.

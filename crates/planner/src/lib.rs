@@ -17,7 +17,8 @@
 //! 1. [`snapshot`]: the input objects (with the CRD sources, `DNSEndpoint`s and the
 //!    resolver's answers).
 //! 2. [`discovery`]: which load balancers need a hairpin ([`providers`]: PROXY protocol from
-//!    provider annotations and ours).
+//!    provider annotations and ours; [`receivers`]: the receiving side's own PROXY setting,
+//!    read from the [`workloads`] and custom resources of the snapshot).
 //! 3. [`sources`], [`hostnames`]: the hostnames each load balancer serves, and conflicts; each
 //!    claim passes [`admission`]: which hostnames may be redirected, on whose word.
 //! 4. [`verify`]: which of them are proven, by resolution, to be their load balancer's.
@@ -50,11 +51,13 @@ pub mod markers;
 pub mod name;
 pub mod plan;
 pub mod providers;
+pub mod receivers;
 pub mod render;
 pub mod snapshot;
 pub mod sources;
 pub mod verify;
 pub mod warning;
+pub mod workloads;
 
 pub use admission::{AdmissionConfig, NamespacePolicy, Refusal, RefusalReason};
 pub use config::{DnsMode, NodeLocalDns, PlannerConfig};

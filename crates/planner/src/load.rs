@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::snapshot::ClusterSnapshot;
 use crate::sources::{CustomSource, SourceKind};
+use crate::workloads::{DYNAMIC_KINDS, ReceiverObjects, WORKLOAD_KINDS};
 
 /// A document that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -137,7 +138,11 @@ fn add_value(
         | (_, "IngressList")
         | (_, "ConfigMapList")
         | (_, "NamespaceList")
-        | (_, "DNSEndpointList") => {
+        | (_, "DNSEndpointList")
+        | (_, "PodList")
+        | (_, "DeploymentList")
+        | (_, "DaemonSetList")
+        | (_, "StatefulSetList") => {
             let Some(Value::Array(items)) = value.get("items").cloned() else {
                 return Err(format!("{kind} without `items`"));
             };
@@ -166,6 +171,16 @@ fn add_value(
         }
         (crate::external_dns::GROUP, crate::external_dns::KIND) => {
             snapshot.dns_endpoints.push(typed(value, &what)?);
+        }
+        (group, kind) if WORKLOAD_KINDS.contains(&(group, kind)) => {
+            let workload = ReceiverObjects::workload_from_value(kind, value);
+            let workload = workload.map_err(|e| format!("{what}: {e}"))?;
+            snapshot.receivers.workloads.push(workload);
+        }
+        (group, kind) if DYNAMIC_KINDS.contains(&(group, kind)) => {
+            let object = ReceiverObjects::dynamic_from_value(value);
+            let object = object.map_err(|e| format!("{what}: {e}"))?;
+            snapshot.receivers.objects.push(object);
         }
         (group, kind) if SourceKind::of(group, kind).is_some() => {
             let source_kind = SourceKind::of(group, kind).unwrap_or(SourceKind::IstioGateway);

@@ -553,7 +553,7 @@ fn norm(value: &str) -> String {
 }
 
 /// Go's `strconv.ParseBool`.
-fn parse_bool(value: &str) -> Option<bool> {
+pub(crate) fn parse_bool(value: &str) -> Option<bool> {
     match value.trim() {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),

@@ -53,6 +53,9 @@ pub struct ClusterSnapshot {
     /// ([`crate::verify`]); empty when nothing was resolved (`hairpin plan -f`). A name absent
     /// here is not resolved yet.
     pub resolutions: Resolutions,
+    /// What the receiving side of each load balancer is read from ([`crate::receivers`]):
+    /// workloads and the receivers' custom resources.
+    pub receivers: crate::workloads::ReceiverObjects,
 }
 
 /// Namespace and name of an object; displayed as `namespace/name`.

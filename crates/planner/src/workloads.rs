@@ -1,0 +1,162 @@
+//! The objects the receiving side is read from ([`crate::receivers`]): the workloads a load
+//! balancer's selector picks (Pods, or the pod templates of Deployments, DaemonSets and
+//! StatefulSets), and the custom resources that hold a receiver's PROXY setting, kept as
+//! dynamic objects (`GatewayClass`, Envoy Gateway `ClientTrafficPolicy`, NGINX Gateway Fabric
+//! `NginxProxy`, kgateway `ListenerPolicy`, Contour `ContourConfiguration` and
+//! `ContourDeployment`).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+/// A Pod, or a controller's pod template: what a Service selector picks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Workload {
+    /// `Pod`, `Deployment`, `DaemonSet` or `StatefulSet`.
+    pub kind: String,
+    /// The object's own metadata (its namespace and name).
+    pub metadata: ObjectMeta,
+    /// The pod's metadata and spec (for a Pod, its own).
+    pub template: PodTemplateSpec,
+}
+
+impl Workload {
+    /// The pods' labels.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref())
+            .unwrap_or(&EMPTY)
+    }
+
+    /// One of the pods' annotations.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        let meta = self.template.metadata.as_ref()?;
+        meta.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+
+    /// The pods' spec (empty when absent).
+    pub fn spec(&self) -> Option<&PodSpec> {
+        self.template.spec.as_ref()
+    }
+
+    /// `Kind namespace/name`, for reports (escape before printing).
+    pub fn describe(&self) -> String {
+        describe(&self.kind, &self.metadata)
+    }
+}
+
+/// `Kind namespace/name` (`Kind name` for a cluster-scoped object).
+fn describe(kind: &str, meta: &ObjectMeta) -> String {
+    let name = meta.name.as_deref().unwrap_or_default();
+    match meta.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{name}"),
+        _ => format!("{kind} {name}"),
+    }
+}
+
+/// A custom resource read without a Rust type of its own.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DynamicObject {
+    /// `group/version`.
+    pub api_version: String,
+    /// The kind.
+    pub kind: String,
+    /// Its metadata.
+    pub metadata: ObjectMeta,
+    /// Its `spec` (`Null` when absent).
+    pub spec: Value,
+}
+
+impl DynamicObject {
+    /// The API group (`""` for the core group).
+    pub fn group(&self) -> &str {
+        self.api_version.rsplit_once('/').map_or("", |(g, _)| g)
+    }
+
+    /// `Kind namespace/name`, for reports (escape before printing).
+    pub fn describe(&self) -> String {
+        describe(&self.kind, &self.metadata)
+    }
+}
+
+/// The custom resource kinds read as [`DynamicObject`]s: (group, kind).
+pub const DYNAMIC_KINDS: &[(&str, &str)] = &[
+    ("gateway.networking.k8s.io", "GatewayClass"),
+    ("gateway.envoyproxy.io", "ClientTrafficPolicy"),
+    ("gateway.nginx.org", "NginxProxy"),
+    ("gateway.kgateway.dev", "ListenerPolicy"),
+    ("projectcontour.io", "ContourConfiguration"),
+    ("projectcontour.io", "ContourDeployment"),
+];
+
+/// The workload kinds read as [`Workload`]s: (group, kind).
+pub const WORKLOAD_KINDS: &[(&str, &str)] = &[
+    ("", "Pod"),
+    ("apps", "Deployment"),
+    ("apps", "DaemonSet"),
+    ("apps", "StatefulSet"),
+];
+
+/// Everything the receivers are read from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReceiverObjects {
+    /// Pods and pod templates.
+    pub workloads: Vec<Workload>,
+    /// The custom resources of [`DYNAMIC_KINDS`].
+    pub objects: Vec<DynamicObject>,
+}
+
+impl ReceiverObjects {
+    /// Reads a Pod, Deployment, DaemonSet or StatefulSet (any other value: `Err`).
+    pub fn workload_from_value(kind: &str, value: Value) -> Result<Workload, String> {
+        let metadata: ObjectMeta = match value.get("metadata") {
+            Some(m) => serde_json::from_value(m.clone()).map_err(|e| e.to_string())?,
+            None => ObjectMeta::default(),
+        };
+        let template: PodTemplateSpec = if kind == "Pod" {
+            PodTemplateSpec {
+                metadata: Some(metadata.clone()),
+                spec: match value.get("spec") {
+                    Some(s) => Some(serde_json::from_value(s.clone()).map_err(|e| e.to_string())?),
+                    None => None,
+                },
+            }
+        } else {
+            match value.pointer("/spec/template") {
+                Some(t) => serde_json::from_value(t.clone()).map_err(|e| e.to_string())?,
+                None => PodTemplateSpec::default(),
+            }
+        };
+        Ok(Workload {
+            kind: kind.to_owned(),
+            metadata,
+            template,
+        })
+    }
+
+    /// Reads a custom resource of [`DYNAMIC_KINDS`].
+    pub fn dynamic_from_value(value: Value) -> Result<DynamicObject, String> {
+        let text = |k: &str| {
+            value
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let metadata: ObjectMeta = match value.get("metadata") {
+            Some(m) => serde_json::from_value(m.clone()).map_err(|e| e.to_string())?,
+            None => ObjectMeta::default(),
+        };
+        Ok(DynamicObject {
+            api_version: text("apiVersion"),
+            kind: text("kind"),
+            metadata,
+            spec: value.get("spec").cloned().unwrap_or(Value::Null),
+        })
+    }
+}

@@ -1,0 +1,380 @@
+//! The receiving side (issue 31): real objects of each implementation, as their charts and
+//! docs install them (`tests/fixtures/receivers/`), read right; and what discovery does with
+//! each answer: PROXY learnt from a receiver that requires it, no cure for one that accepts a
+//! missing header, a warning and no change where the two ends disagree.
+
+use hairpin_planner::discovery::discover;
+use hairpin_planner::load::load_yaml;
+use hairpin_planner::receivers::{Implementation, Requirement, receiver_of};
+use hairpin_planner::{ClusterSnapshot, PlannerConfig, ProxyVersion, SkipReason};
+
+const REQUIRED: Requirement = Requirement::Required { only_v2: false };
+
+fn fixture(name: &str) -> ClusterSnapshot {
+    let path = format!(
+        "{}/tests/fixtures/receivers/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    snapshot(&text)
+}
+
+fn snapshot(text: &str) -> ClusterSnapshot {
+    let mut s = ClusterSnapshot::default();
+    let notes = load_yaml(&mut s, "fixture", text).unwrap();
+    assert!(notes.is_empty(), "{notes:?}");
+    s
+}
+
+/// Every fixture, the implementation it runs and the requirement read from it.
+const FIXTURES: &[(&str, Implementation, Requirement)] = &[
+    (
+        "ingress-nginx-required.yaml",
+        Implementation::IngressNginx,
+        REQUIRED,
+    ),
+    (
+        "ingress-nginx-off.yaml",
+        Implementation::IngressNginx,
+        Requirement::Off,
+    ),
+    (
+        "f5-nginx-ingress-required.yaml",
+        Implementation::F5NginxIngress,
+        REQUIRED,
+    ),
+    (
+        "f5-nginx-ingress-off.yaml",
+        Implementation::F5NginxIngress,
+        Requirement::Off,
+    ),
+    (
+        "nginx-gateway-fabric-required.yaml",
+        Implementation::NginxGatewayFabric,
+        REQUIRED,
+    ),
+    (
+        "nginx-gateway-fabric-off.yaml",
+        Implementation::NginxGatewayFabric,
+        Requirement::Off,
+    ),
+    (
+        "envoy-gateway-required.yaml",
+        Implementation::EnvoyGateway,
+        REQUIRED,
+    ),
+    (
+        "envoy-gateway-required-deprecated.yaml",
+        Implementation::EnvoyGateway,
+        REQUIRED,
+    ),
+    (
+        "envoy-gateway-optional.yaml",
+        Implementation::EnvoyGateway,
+        Requirement::Optional,
+    ),
+    (
+        "envoy-gateway-off.yaml",
+        Implementation::EnvoyGateway,
+        Requirement::Off,
+    ),
+    (
+        "traefik-optional.yaml",
+        Implementation::Traefik,
+        Requirement::Optional,
+    ),
+    (
+        "traefik-off.yaml",
+        Implementation::Traefik,
+        Requirement::Off,
+    ),
+    ("contour-required.yaml", Implementation::Contour, REQUIRED),
+    (
+        "contour-required-configuration.yaml",
+        Implementation::Contour,
+        REQUIRED,
+    ),
+    (
+        "contour-off.yaml",
+        Implementation::Contour,
+        Requirement::Off,
+    ),
+    ("istio-required.yaml", Implementation::Istio, REQUIRED),
+    ("istio-required-mesh.yaml", Implementation::Istio, REQUIRED),
+    ("istio-off.yaml", Implementation::Istio, Requirement::Off),
+    (
+        "cilium-ingress-required.yaml",
+        Implementation::CiliumIngress,
+        REQUIRED,
+    ),
+    (
+        "cilium-ingress-off.yaml",
+        Implementation::CiliumIngress,
+        Requirement::Off,
+    ),
+    (
+        "cilium-gateway-required.yaml",
+        Implementation::CiliumGateway,
+        REQUIRED,
+    ),
+    (
+        "cilium-gateway-off.yaml",
+        Implementation::CiliumGateway,
+        Requirement::Off,
+    ),
+    ("kgateway-required.yaml", Implementation::Kgateway, REQUIRED),
+    (
+        "kgateway-off.yaml",
+        Implementation::Kgateway,
+        Requirement::Off,
+    ),
+    (
+        "haproxy-required.yaml",
+        Implementation::HaproxyIngress,
+        REQUIRED,
+    ),
+    (
+        "haproxy-sources.yaml",
+        Implementation::HaproxyIngress,
+        Requirement::Unknown,
+    ),
+    (
+        "haproxy-off.yaml",
+        Implementation::HaproxyIngress,
+        Requirement::Off,
+    ),
+    ("kong-required.yaml", Implementation::Kong, REQUIRED),
+    ("kong-off.yaml", Implementation::Kong, Requirement::Off),
+];
+
+#[test]
+fn every_fixture_is_read_right() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/receivers");
+    let on_disk = std::fs::read_dir(dir).unwrap().count();
+    assert_eq!(on_disk, FIXTURES.len(), "a fixture without an expectation");
+    for (name, implementation, requirement) in FIXTURES {
+        let s = fixture(name);
+        let lbs: Vec<_> = s
+            .services
+            .iter()
+            .filter(|svc| {
+                svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
+            })
+            .collect();
+        assert_eq!(lbs.len(), 1, "{name}");
+        let receiver = receiver_of(&s, lbs[0]).unwrap_or_else(|| panic!("{name}: no receiver"));
+        assert_eq!(
+            (receiver.implementation, receiver.requirement),
+            (*implementation, *requirement),
+            "{name}: {receiver:?}"
+        );
+        assert!(!receiver.setting.is_empty(), "{name}");
+        if *requirement != Requirement::Unknown {
+            assert!(!receiver.read_from.is_empty(), "{name}: {receiver:?}");
+        }
+    }
+}
+
+#[test]
+fn ingress_nginx_setting_names_the_configmap_and_key() {
+    let s = fixture("ingress-nginx-required.yaml");
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert_eq!(r.setting, "use-proxy-protocol: \"true\"");
+    // `--configmap=$(POD_NAMESPACE)/...` expanded from the pod's namespace.
+    assert_eq!(
+        r.read_from,
+        "ConfigMap ingress-nginx/ingress-nginx-controller"
+    );
+    assert_eq!(
+        r.workload,
+        "Deployment ingress-nginx/ingress-nginx-controller"
+    );
+    assert_eq!(r.required_version(), Some(ProxyVersion::V1));
+}
+
+#[test]
+fn a_missing_configmap_is_unknown_not_off() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/receivers/ingress-nginx-required.yaml"
+    ))
+    .unwrap();
+    let without = text
+        .split("\n---\napiVersion: v1\nkind: ConfigMap")
+        .next()
+        .unwrap();
+    let s = snapshot(without);
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert_eq!(r.requirement, Requirement::Unknown);
+    assert!(r.setting.contains("not in the snapshot"), "{}", r.setting);
+}
+
+#[test]
+fn an_unknown_image_is_reported_unknown_never_guessed() {
+    let s = snapshot(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: lb, namespace: x}\nspec:\n  type: LoadBalancer\n  selector: {app: edge}\n  ports: [{port: 443}]\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.9}]}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: edge-0, namespace: x, labels: {app: edge}}\nspec:\n  containers: [{name: c, image: example.com/our/own-proxy:1.0}]\n",
+    );
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert_eq!(r.implementation, Implementation::Unknown);
+    assert_eq!(r.requirement, Requirement::Unknown);
+    assert!(
+        r.setting.contains("example.com/our/own-proxy:1.0"),
+        "{}",
+        r.setting
+    );
+    // No workload at all: no receiver.
+    let s = snapshot(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: lb, namespace: x}\nspec:\n  type: LoadBalancer\n  selector: {app: edge}\n  ports: [{port: 443}]\n",
+    );
+    assert_eq!(receiver_of(&s, &s.services[0]), None);
+}
+
+fn with_annotation(name: &str, annotation: &str) -> ClusterSnapshot {
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/receivers/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    // The first document is the load balancer's Service; give it an annotation.
+    let text = text.replacen(
+        "kind: Service\nmetadata:\n",
+        &format!("kind: Service\nmetadata:\n  annotations:\n    {annotation}\n"),
+        1,
+    );
+    snapshot(&text)
+}
+
+#[test]
+fn a_receiver_that_requires_the_header_makes_an_unannotated_lb_send_proxy() {
+    let s = fixture("ingress-nginx-required.yaml");
+    let d = discover(&s, &PlannerConfig::default());
+    assert_eq!(d.load_balancers.len(), 1, "{d:?}");
+    let lb = &d.load_balancers[0];
+    assert!(
+        lb.ports
+            .iter()
+            .all(|p| p.proxy_protocol == Some(ProxyVersion::V1))
+    );
+    assert_eq!(
+        lb.proxy_sources,
+        [
+            "PROXY from use-proxy-protocol: \"true\" (ConfigMap ingress-nginx/ingress-nginx-controller)"
+        ]
+    );
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+}
+
+#[test]
+fn a_receiver_with_the_header_off_and_no_annotation_needs_nothing() {
+    let s = fixture("ingress-nginx-off.yaml");
+    let d = discover(&s, &PlannerConfig::default());
+    assert_eq!(d.not_needed[0].reason, SkipReason::NoProxyProtocol);
+    assert!(d.warnings.is_empty());
+}
+
+#[test]
+fn a_receiver_that_accepts_a_missing_header_needs_no_cure() {
+    let s = with_annotation(
+        "envoy-gateway-optional.yaml",
+        "load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\"",
+    );
+    let d = discover(&s, &PlannerConfig::default());
+    assert!(d.load_balancers.is_empty(), "{d:?}");
+    assert_eq!(d.not_needed[0].reason, SkipReason::ReceiverAcceptsNoHeader);
+    assert!(
+        SkipReason::ReceiverAcceptsNoHeader
+            .describe()
+            .contains("client address")
+    );
+    assert_eq!(
+        d.not_needed[0].receiver.as_ref().map(|r| r.requirement),
+        Some(Requirement::Optional)
+    );
+    // Our explicit annotation still forces the hairpin.
+    let s = with_annotation("traefik-optional.yaml", "hairpin.io/proxy-protocol: v2");
+    let d = discover(&s, &PlannerConfig::default());
+    assert_eq!(d.load_balancers.len(), 1, "{d:?}");
+}
+
+#[test]
+fn an_lb_that_sends_proxy_to_a_receiver_that_does_not_expect_it_is_a_warning_and_left_alone() {
+    let s = with_annotation(
+        "ingress-nginx-off.yaml",
+        "load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\"",
+    );
+    let d = discover(&s, &PlannerConfig::default());
+    assert!(d.load_balancers.is_empty(), "{d:?}");
+    assert_eq!(d.not_needed[0].reason, SkipReason::ReceiverMismatch);
+    let [warning] = d.warnings.as_slice() else {
+        panic!("{:?}", d.warnings)
+    };
+    assert!(
+        warning
+            .message
+            .starts_with("BROKEN for clients outside the cluster too"),
+        "{}",
+        warning.message
+    );
+    for part in [
+        "load-balancer.hetzner.cloud/uses-proxyprotocol=true",
+        "ingress-nginx Deployment ingress-nginx/ingress-nginx-controller: PROXY off by",
+        "Fix: ",
+    ] {
+        assert!(
+            warning.message.contains(part),
+            "{part}: {}",
+            warning.message
+        );
+    }
+}
+
+#[test]
+fn a_receiver_that_requires_the_header_behind_an_lb_without_proxy_is_a_warning_and_left_alone() {
+    let s = with_annotation(
+        "kong-required.yaml",
+        "service.beta.kubernetes.io/exoscale-loadbalancer-zone: ch-gva-2",
+    );
+    let d = discover(&s, &PlannerConfig::default());
+    assert!(d.load_balancers.is_empty(), "{d:?}");
+    assert_eq!(d.not_needed[0].reason, SkipReason::ReceiverMismatch);
+    assert!(
+        d.warnings[0].message.contains("sends no PROXY header"),
+        "{:?}",
+        d.warnings
+    );
+    assert!(
+        d.warnings[0].message.contains("KONG_PROXY_LISTEN="),
+        "{:?}",
+        d.warnings
+    );
+}
+
+#[test]
+fn an_unknown_setting_leaves_the_decision_to_the_annotations() {
+    let s = fixture("haproxy-sources.yaml");
+    let d = discover(&s, &PlannerConfig::default());
+    assert_eq!(d.not_needed[0].reason, SkipReason::NoProxyProtocol);
+    let s = with_annotation(
+        "haproxy-sources.yaml",
+        "load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\"",
+    );
+    let d = discover(&s, &PlannerConfig::default());
+    assert_eq!(d.load_balancers.len(), 1);
+    assert_eq!(
+        d.load_balancers[0].proxy_sources,
+        ["load-balancer.hetzner.cloud/uses-proxyprotocol=true"]
+    );
+}
+
+#[test]
+fn tenant_strings_in_the_receiver_report_are_escaped_where_printed() {
+    let s = snapshot(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: lb, namespace: x, annotations: {load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\"}}\nspec:\n  type: LoadBalancer\n  selector: {app: edge}\n  ports: [{port: 443}]\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.9}]}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: edge-0, namespace: x, labels: {app: edge}}\nspec:\n  containers:\n    - name: c\n      image: registry.k8s.io/ingress-nginx/controller:v1\n      args: [\"--configmap=x/cm\"]\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm, namespace: x}\ndata: {use-proxy-protocol: \"no\\n---\\nkind: Secret\"}\n",
+    );
+    let d = discover(&s, &PlannerConfig::default());
+    let r = d.load_balancers[0].receiver.as_ref().unwrap();
+    assert_eq!(r.requirement, Requirement::Unknown);
+    let plan = hairpin_planner::desired(&s, &PlannerConfig::default());
+    let text = hairpin_planner::render::text(&plan);
+    assert!(!text.contains("\n---\nkind: Secret"), "{text}");
+}
