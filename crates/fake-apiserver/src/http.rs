@@ -14,9 +14,9 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::Value;
 
+use super::resource::ResourceType;
 use super::store::{
-    Key, Requirement, Resource, ResourceType, State, Watcher, object_key, parse_selector, selected,
-    watch_line,
+    Key, Requirement, Resource, State, Watcher, object_key, parse_selector, selected, watch_line,
 };
 use super::validation::{Cause, invalid_status, validate};
 use super::{FaultKind, Recorded, Shared, default_status, status_body};

@@ -26,6 +26,7 @@
 mod http;
 mod managed;
 mod rbac;
+mod resource;
 mod service;
 mod store;
 mod validation;
@@ -39,7 +40,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 pub use rbac::Grant;
-pub use store::ResourceType;
+pub use resource::ResourceType;
 use store::State;
 
 /// What an injected fault does to a matching request.

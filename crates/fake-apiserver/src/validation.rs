@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::store::ResourceType;
+use super::resource::ResourceType;
 
 /// The ConfigMap limit: the total size of all values (`core.MaxSecretSize`).
 pub(crate) const MAX_CONFIG_MAP_BYTES: usize = 1024 * 1024;
