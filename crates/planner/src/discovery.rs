@@ -350,7 +350,12 @@ fn with_receiver(
             }
             let version = receiver.required_version().unwrap_or(ProxyVersion::V1);
             proxy.ports = tcp_port_numbers(svc).map(|p| (p, version)).collect();
-            proxy.sources = vec![format!("PROXY from {}", receiver.source())];
+            // Shown after "PROXY from" (text) and in `proxySources` (JSON).
+            proxy.sources = vec![format!(
+                "{} {}",
+                receiver.implementation.name(),
+                receiver.source()
+            )];
             None
         }
         Requirement::Off if sends => {

@@ -104,6 +104,9 @@ fn load_balancer_text(
     if let Some(why) = &l.forced {
         let _ = writeln!(out, "  {:<16} {}", "forced", Text(why));
     }
+    if let Some(receiver) = &l.receiver {
+        let _ = writeln!(out, "  {:<16} {}", "receiver", Text(&receiver.describe()));
+    }
     routes_text(out, lb);
     hostnames_text(out, lb);
 }
@@ -178,6 +181,14 @@ fn not_needed_text(out: &mut String, plan: &Plan) {
                 Text(&n.service.to_string()),
                 n.reason.describe()
             );
+            if let Some(receiver) = &n.receiver {
+                let _ = writeln!(
+                    out,
+                    "  {:<width$}  receiver: {}",
+                    "",
+                    Text(&receiver.describe())
+                );
+            }
         }
     }
 }

@@ -258,7 +258,7 @@ fn a_receiver_that_requires_the_header_makes_an_unannotated_lb_send_proxy() {
     assert_eq!(
         lb.proxy_sources,
         [
-            "PROXY from use-proxy-protocol: \"true\" (ConfigMap ingress-nginx/ingress-nginx-controller)"
+            "ingress-nginx use-proxy-protocol: \"true\" (ConfigMap ingress-nginx/ingress-nginx-controller)"
         ]
     );
     assert!(d.warnings.is_empty(), "{:?}", d.warnings);
