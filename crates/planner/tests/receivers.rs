@@ -378,3 +378,18 @@ fn tenant_strings_in_the_receiver_report_are_escaped_where_printed() {
     let text = hairpin_planner::render::text(&plan);
     assert!(!text.contains("\n---\nkind: Secret"), "{text}");
 }
+
+#[test]
+fn the_configmaps_a_reader_by_name_must_get() {
+    let s = fixture("ingress-nginx-required.yaml");
+    let read = hairpin_planner::receivers::config_maps_read(&s);
+    let read: Vec<(&str, &str)> = read.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(
+        read,
+        [
+            ("ingress-nginx", "ingress-nginx-controller"),
+            ("istio-system", "istio"),
+            ("kube-system", "cilium-config"),
+        ]
+    );
+}
