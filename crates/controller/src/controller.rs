@@ -23,6 +23,7 @@ use crate::fight::{Decision, FightParams, Fights, Observation};
 use crate::gate::WriteGate;
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
+use crate::native::{NativeCurer, NativeParams};
 use crate::report::{Events, list_note, object_ref, reason};
 use crate::status::{DnsState, PropagationParams, StatusWriter};
 use crate::verify::{NameVerifier, VerifyParams};
@@ -53,6 +54,8 @@ pub struct ControllerConfig {
     /// The upstream resolver of hostname verification (with `planner.verify_hostnames` set to
     /// `resolve`).
     pub verify: VerifyParams,
+    /// The native cure's probe (with `planner.cure` `auto` or `native`).
+    pub native: NativeParams,
 }
 
 impl ControllerConfig {
@@ -70,6 +73,7 @@ impl ControllerConfig {
             max_retry: Duration::from_secs(60),
             propagation: PropagationParams::default(),
             verify: VerifyParams::default(),
+            native: NativeParams::default(),
         }
     }
 }
@@ -338,6 +342,8 @@ struct Reconciler {
     services_backed_off: BTreeSet<String>,
     /// The `DNSEndpoint`s of `--dns-mode external-dns` (and their clean-up after a switch).
     dns_endpoints: DnsEndpointWriter,
+    /// The native cure's status writes, probes and record.
+    native: NativeCurer,
     /// The upstream resolver, with `--verify-hostnames=resolve`.
     verifier: Option<NameVerifier>,
     /// The first write after the start waited for the names' first answers (or for the
@@ -375,8 +381,16 @@ impl Reconciler {
             metrics.clone(),
             &config.planner,
         );
+        let native = NativeCurer::new(
+            client.clone(),
+            events.clone(),
+            config.planner.clone(),
+            config.native.clone(),
+            changed.clone(),
+        );
         Reconciler {
             dns_endpoints,
+            native,
             verifier,
             verified_once: false,
             unverified: BTreeMap::new(),
@@ -518,8 +532,11 @@ impl Reconciler {
         }
         self.metrics.config_map_fight.set(i64::from(fight));
 
+        // The native cure before the DNS: the plan already keeps the DNS rules of every load
+        // balancer not proven (make before break).
+        let native_requeue = self.native.apply(plan, snapshot).await?;
         let dns_requeue = self.apply_dns(plan, snapshot).await?;
-        Ok(earliest(requeue, dns_requeue))
+        Ok(earliest(earliest(requeue, native_requeue), dns_requeue))
     }
 
     /// One of hairpin's own ConfigMap keys: written when the cached copy differs from the plan

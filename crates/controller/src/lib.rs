@@ -10,6 +10,8 @@
 //!   mode-switch clean-up) and the fix named in a write fight.
 //! - [`apply`]: writing a plan (Services, ConfigMap keys guarded by resourceVersion).
 //! - [`dns_endpoints`]: the `DNSEndpoint` objects of `--dns-mode external-dns`.
+//! - [`native`]: the native cure: `ipMode: Proxy` on a load balancer's status, proven by
+//!   probe, recorded for uninstall.
 //! - [`fight`]: detecting another writer reverting our CoreDNS change.
 //! - [`lease`]: leader election on a Lease, and the uninstall fence on it.
 //! - [`gate`]: the write gate every API write of the controller passes.
@@ -29,6 +31,7 @@ pub mod fight;
 pub mod gate;
 pub mod lease;
 pub mod metrics;
+pub mod native;
 pub mod preview;
 pub mod propagation;
 pub mod report;

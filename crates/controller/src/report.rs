@@ -41,6 +41,12 @@ pub mod reason {
     pub const LEASE_NOT_OWNED: &str = "LeaseNotOwned";
     /// `hairpin uninstall` fenced the controller: it stays idle until it exits.
     pub const FENCED: &str = "HairpinUninstalling";
+    /// The native cure set `ipMode: Proxy` on a load balancer's status (or set it again).
+    pub const IP_MODE_SET: &str = "IpModeProxySet";
+    /// The native cure was proven by probe.
+    pub const NATIVE_PROVEN: &str = "NativeCureProven";
+    /// hairpin put a load balancer's `ipMode` back as it was.
+    pub const IP_MODE_RESTORED: &str = "IpModeRestored";
 }
 
 /// (namespace, kind/name, reason) of an Event.

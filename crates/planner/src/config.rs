@@ -9,6 +9,50 @@ use serde::Serialize;
 
 use crate::name::{DnsName, Host};
 
+/// How hairpin cures a load balancer that needs it ([`crate::native`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CureMode {
+    /// `native` where it is proven on this cluster (hairpin sets `ipMode: Proxy`, then probes
+    /// the load balancer's address from inside the cluster), `dns` until then and where not.
+    Auto,
+    /// Always `ipMode: Proxy` (no DNS rules), proven or not: for clusters known to honour it.
+    Native,
+    /// Always the DNS cure (CoreDNS rules pointing the names at hairpin's proxy); hairpin
+    /// never touches a load balancer's status. The library's default, so that code driving
+    /// the planner (tests, `hairpin plan` callers) opts in to status writes; the CLI defaults
+    /// to `auto`.
+    #[default]
+    Dns,
+}
+
+impl CureMode {
+    /// The lowercase name used on the command line, in annotations and in the plan.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CureMode::Auto => "auto",
+            CureMode::Native => "native",
+            CureMode::Dns => "dns",
+        }
+    }
+}
+
+impl std::str::FromStr for CureMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(CureMode::Auto),
+            "native" => Ok(CureMode::Native),
+            "dns" => Ok(CureMode::Dns),
+            _ => Err(format!(
+                "unknown cure {:?} (expected auto, native or dns)",
+                crate::escape::Text(s)
+            )),
+        }
+    }
+}
+
 /// How the DNS override is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -389,6 +433,13 @@ pub struct PlannerConfig {
     /// controller and `hairpin plan` default to [`VerifyMode::Resolve`]
     /// (`--verify-hostnames`).
     pub verify_hostnames: VerifyMode,
+    /// How load balancers are cured ([`CureMode`]); the annotation `<prefix>/cure` on a
+    /// Service overrides it for that load balancer.
+    pub cure: CureMode,
+    /// hairpin's ConfigMap (in `namespace`) recording the load balancer statuses it set to
+    /// `ipMode: Proxy`, what they said before, and the probe's verdict
+    /// ([`crate::native::NativeRecord`]).
+    pub native_config_map: String,
 }
 
 impl Default for PlannerConfig {
@@ -424,6 +475,8 @@ impl Default for PlannerConfig {
             admission: AdmissionConfig::default(),
             stub_domain_nameservers: Vec::new(),
             verify_hostnames: VerifyMode::Off,
+            cure: CureMode::Dns,
+            native_config_map: "hairpin-native".into(),
         }
     }
 }
@@ -444,8 +497,8 @@ impl PlannerConfig {
     }
 
     /// Every ConfigMap the planner reads, as `(namespace, name)`, sorted, once each: the
-    /// CoreDNS candidates and `coredns-custom`, node-local-dns's, and hairpin's routes and
-    /// hosts ConfigMaps. Each is read by name, so that the grants can name them too.
+    /// CoreDNS candidates and `coredns-custom`, node-local-dns's, and hairpin's routes, hosts
+    /// and native-cure ConfigMaps. Each is read by name, so that the grants can name them too.
     pub fn read_config_maps(&self) -> Vec<(String, String)> {
         let mut names: Vec<(String, String)> = self
             .corefile_config_maps()
@@ -456,6 +509,7 @@ impl PlannerConfig {
                 ),
                 (self.namespace.as_str(), self.routes_config_map.as_str()),
                 (self.namespace.as_str(), self.hosts_config_map.as_str()),
+                (self.namespace.as_str(), self.native_config_map.as_str()),
             ])
             .map(|(namespace, name)| (namespace.to_owned(), name.to_owned()))
             .collect();

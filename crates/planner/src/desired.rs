@@ -1,5 +1,7 @@
 //! `desired`: snapshot + config -> plan. Pure. Runs the stages in order (see the crate docs).
 
+use std::borrow::Cow;
+
 use crate::balancers::{self, HostsPlan, LoadBalancerPlan, Placing};
 use crate::config::{DnsMode, PlannerConfig};
 use crate::coredns::{self, ClusterDns, DnsChange};
@@ -8,6 +10,7 @@ use crate::escape;
 use crate::external_dns;
 use crate::hostnames;
 use crate::kube_dns;
+use crate::native::{self, Cure, Cures, NativeRecord, Needed};
 use crate::plan::Plan;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::verify::{Verification, Verifier};
@@ -20,6 +23,8 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
     // Which load balancers need a hairpin.
     let discovery = discover(snapshot, config);
     let mut warnings = discovery.warnings.clone();
+    // The cure of each: native (`ipMode: Proxy`) where proven, else the DNS stages below.
+    let cures = cures(snapshot, config, &discovery, &mut warnings);
     // The hostnames of every load balancer, admitted; none in a zone the cluster DNS serves.
     let cluster_dns = ClusterDns::read(snapshot, config);
     let lbs = addressed(&discovery);
@@ -36,15 +41,29 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
     let verification =
         balancers::carve_out(&mut lb_plans, verifier.out, &collected, config.dns_mode);
     let routes = balancers::routes(&lb_plans);
+    // Load balancers on the native cure get no DNS rule and no hosts entry.
+    let on_native =
+        |lb: &LoadBalancerPlan| cures.cure_of(&lb.load_balancer.service) == Cure::Native;
+    let dns_lbs: Cow<'_, [LoadBalancerPlan]> = if lb_plans.iter().any(on_native) {
+        Cow::Owned(
+            lb_plans
+                .iter()
+                .filter(|lb| !on_native(lb))
+                .cloned()
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(&lb_plans)
+    };
     // The DNS that answers the names with the hairpin Services, in the configured mode.
     let (has_corefile, nameservers) =
         (cluster_dns.found.is_some(), &config.stub_domain_nameservers);
-    let kube_dns = kube_dns::plan(snapshot, has_corefile, &lb_plans, nameservers);
+    let kube_dns = kube_dns::plan(snapshot, has_corefile, &dns_lbs, nameservers);
     let dns = dns(
         snapshot,
         config,
         &cluster_dns,
-        &lb_plans,
+        &dns_lbs,
         &verification,
         kube_dns.is_some(),
         &mut warnings,
@@ -54,19 +73,57 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
     Plan {
         routes_config_map: placing.routes_config_map(&routes),
         orphaned_services: placing.orphaned_services(&lb_plans),
-        hosts: HostsPlan::of(&lb_plans),
+        hosts: HostsPlan::of(&dns_lbs),
         load_balancers: lb_plans,
         not_needed: discovery.not_needed,
         conflicts: collected.conflicts,
         refused: collected.refused,
         routes,
         coredns: cluster_dns.facts(snapshot, config),
+        cures: cures.choices,
+        native_actions: cures.actions,
         errors: errors(&dns),
         dns: dns.ok(),
         stub_domains: kube_dns,
         verification,
         warnings,
     }
+}
+
+/// The cure of every load balancer that needs one ([`native::choose`]). An unreadable record
+/// of hairpin's native cures is a warning, and then no status is written.
+fn cures(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+    discovery: &Discovery,
+    warnings: &mut Vec<Warning>,
+) -> Cures {
+    let (record, readable) = match NativeRecord::read(snapshot, config) {
+        Ok(record) => (record, true),
+        Err(why) => {
+            warnings.push(Warning::new(
+                format!(
+                    "ConfigMap {}/{}",
+                    config.namespace, config.native_config_map
+                ),
+                format!("{why}; no load balancer status is written until it is hairpin's again"),
+            ));
+            (NativeRecord::default(), false)
+        }
+    };
+    let needed: Vec<Needed<'_>> = discovery
+        .load_balancers
+        .iter()
+        .map(|lb| Needed {
+            service: &lb.service,
+            forced: lb.forced.is_some(),
+        })
+        .collect();
+    let mut cures = native::choose(snapshot, config, &record, &needed, warnings);
+    if !readable {
+        cures.actions.clear();
+    }
+    cures
 }
 
 /// The plan's errors: why there is no DNS change, if there is none. They quote Corefile text

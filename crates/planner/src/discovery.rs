@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::config::PlannerConfig;
 use crate::name::normalize_address;
+use crate::native;
 use crate::providers::{
     ProxyProtocol, ProxyVersion, huawei_pass_through, provider_without_proxy, proxy_protocol_of,
 };
@@ -213,6 +214,8 @@ pub const FORCED_WHY: &str =
 pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery {
     let own_key = config.annotation("proxy-protocol");
     let mut out = Discovery::default();
+    // Status IPs at `ipMode: Proxy` because hairpin's native cure set them stay hairpin's.
+    let record = native::NativeRecord::read(snapshot, config).unwrap_or_default();
     for svc in &snapshot.services {
         let Some(spec) = svc.spec.as_ref() else {
             continue;
@@ -221,7 +224,8 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
             continue;
         }
         let receiver = receivers::receiver_of(snapshot, svc);
-        match load_balancer(svc, spec, &own_key, receiver, &mut out.warnings) {
+        let ours = native::ours(&record, svc);
+        match load_balancer(svc, spec, &own_key, receiver, &ours, &mut out.warnings) {
             Ok(lb) => out.load_balancers.push(lb),
             Err(not_needed) => out.not_needed.push(not_needed),
         }
@@ -238,6 +242,7 @@ fn load_balancer(
     spec: &ServiceSpec,
     own_key: &str,
     receiver: Option<Receiver>,
+    ours: &[String],
     warnings: &mut Vec<Warning>,
 ) -> Result<LoadBalancer, NotNeeded> {
     let service = ObjectRef::from_meta(&svc.metadata);
@@ -283,10 +288,14 @@ fn load_balancer(
         .and_then(|lb| lb.ingress.as_ref());
     let entries = entries.map(Vec::as_slice).unwrap_or_default();
     // Our explicit annotation takes `ipMode: Proxy` addresses too: the CNI may ignore
-    // ipMode and short-circuit them anyway.
+    // ipMode and short-circuit them anyway. So do the addresses hairpin's native cure set.
     let ips: Vec<IpAddr> = entries
         .iter()
-        .filter(|e| proxy.explicit || e.ip_mode.as_deref() != Some("Proxy"))
+        .filter(|e| {
+            proxy.explicit
+                || e.ip_mode.as_deref() != Some("Proxy")
+                || e.ip.as_ref().is_some_and(|ip| ours.contains(ip))
+        })
         .filter_map(|e| e.ip.as_deref()?.parse().ok())
         .collect();
     if ips.is_empty() {
@@ -306,7 +315,7 @@ fn load_balancer(
         status_addresses,
         ports,
         non_tcp_ports: non_tcp_ports(svc),
-        forced: forced(&proxy, entries, pass_through),
+        forced: forced(&proxy, entries, pass_through, ours),
         proxy_sources: proxy.sources,
         receiver,
     })
@@ -406,10 +415,12 @@ fn forced(
     proxy: &ProxyProtocol,
     entries: &[LoadBalancerIngress],
     pass_through: bool,
+    ours: &[String],
 ) -> Option<String> {
-    let ip_mode_proxy = entries
-        .iter()
-        .any(|e| e.ip.is_some() && e.ip_mode.as_deref() == Some("Proxy"));
+    // An address at Proxy because hairpin's native cure set it is not a reason to force.
+    let ip_mode_proxy = entries.iter().any(|e| {
+        e.ip.as_ref().is_some_and(|ip| !ours.contains(ip)) && e.ip_mode.as_deref() == Some("Proxy")
+    });
     (proxy.explicit && (ip_mode_proxy || pass_through)).then(|| {
         let by = proxy.sources.join(", ");
         if ip_mode_proxy {

@@ -19,6 +19,7 @@
 //! 2. [`discovery`]: which load balancers need a hairpin ([`providers`]: PROXY protocol from
 //!    provider annotations and ours; [`receivers`]: the receiving side's own PROXY setting,
 //!    read from the [`workloads`] and custom resources of the snapshot).
+//!    [`native`]: the cure of each (`ipMode: Proxy` where proven, else DNS).
 //! 3. [`sources`], [`hostnames`]: the hostnames each load balancer serves, and conflicts; each
 //!    claim passes [`admission`]: which hostnames may be redirected, on whose word.
 //! 4. [`verify`]: which of them are proven, by resolution, to be their load balancer's.
@@ -49,6 +50,7 @@ pub mod kube_dns;
 pub mod load;
 pub mod markers;
 pub mod name;
+pub mod native;
 pub mod plan;
 pub mod providers;
 pub mod receivers;
@@ -60,7 +62,7 @@ pub mod warning;
 pub mod workloads;
 
 pub use admission::{AdmissionConfig, NamespacePolicy, Refusal, RefusalReason};
-pub use config::{DnsMode, NodeLocalDns, PlannerConfig};
+pub use config::{CureMode, DnsMode, NodeLocalDns, PlannerConfig};
 pub use coredns::cluster_dns_service;
 pub use desired::desired;
 pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};

@@ -16,6 +16,7 @@ pub use crate::coredns::{
 use crate::discovery::NotNeeded;
 use crate::hostnames::Conflict;
 use crate::kube_dns::StubDomains;
+use crate::native::{CureChoice, NativeAction};
 use crate::snapshot::ObjectRef;
 use crate::verify::Verification;
 use crate::warning::Warning;
@@ -43,6 +44,12 @@ pub struct Plan {
     /// read once here. Not part of the printed plan.
     #[serde(skip)]
     pub coredns: CorednsFacts,
+    /// The cure of each load balancer that needs one ([`crate::native`]), sorted by Service:
+    /// those on `native` have no DNS rule and no hosts entry.
+    pub cures: Vec<CureChoice>,
+    /// The status writes of the native cure (set `ipMode: Proxy`, or put it back).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub native_actions: Vec<NativeAction>,
     /// The hosts-file entries (rendered with ClusterIPs by [`HostsPlan::resolve`]).
     pub hosts: HostsPlan,
     /// On a kube-dns cluster, the `stubDomains` alternative for the user to merge into

@@ -16,7 +16,8 @@ use hairpin_planner::admission::{AdmissionConfig, NamespacePolicy, parse_host_li
 use hairpin_planner::kube_dns::StubNameserver;
 use hairpin_planner::name::Host;
 use hairpin_planner::{
-    ClusterSnapshot, DnsMode, NodeLocalDns, PlannerConfig, VerifyMode, desired, load, render,
+    ClusterSnapshot, CureMode, DnsMode, NodeLocalDns, PlannerConfig, VerifyMode, desired, load,
+    render,
 };
 
 /// Planner settings, shared by every command that computes a plan.
@@ -146,6 +147,19 @@ pub(crate) struct PlannerArgs {
     /// they resolved to their load balancers.
     #[arg(long, env = "HAIRPIN_VERIFY_HOSTNAMES", default_value = "resolve")]
     pub(crate) verify_hostnames: VerifyMode,
+    /// How each load balancer that needs a hairpin is cured. `auto`: the controller sets
+    /// `ipMode: Proxy` on its status (Kubernetes >= 1.30: kube-proxy, Cilium >= 1.17 but not
+    /// 1.18.0, Antrea >= 2.0 and kube-router >= 2.9 then leave its address alone, and
+    /// in-cluster traffic crosses the real load balancer, which adds the real header), probes
+    /// the address from inside the cluster, and keeps it only when a request without a header
+    /// is answered; until then and where it is not honoured, the DNS cure (the names point at
+    /// hairpin's proxy). `native`: `ipMode: Proxy` without DNS rules, proven or not. `dns`:
+    /// the DNS cure only; no status is written. A load balancer whose cloud controller computes
+    /// ipMode itself (Hetzner, OpenStack, Scaleway, cloudscale, STACKIT, Oracle) always gets
+    /// `dns`. The Service annotation `<prefix>cure` (`auto`, `native`, `dns`) overrides this
+    /// per load balancer. `hairpin plan -f` proves nothing: `auto` shows native as to be proven.
+    #[arg(long, env = "HAIRPIN_CURE", default_value = "auto", value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<CureMode>()))]
+    pub(crate) cure: CureMode,
 }
 
 impl PlannerArgs {
@@ -174,6 +188,7 @@ impl PlannerArgs {
                 hostname_namespaces: self.hostname_namespaces.clone(),
             },
             verify_hostnames: self.verify_hostnames,
+            cure: self.cure,
             ..PlannerConfig::default()
         })
     }

@@ -23,10 +23,12 @@ pub fn hairpin_command() -> Command {
 
 /// [`hairpin_command`] with hostname verification off (`HAIRPIN_VERIFY_HOSTNAMES=off`): the
 /// fake cluster's names resolve nowhere, and with `resolve` the controller would ask the
-/// machine's own resolvers, off loopback.
+/// machine's own resolvers, off loopback. And the DNS cure only (`HAIRPIN_CURE=dns`): with
+/// `auto` the controller would probe the fake load balancers' addresses, off loopback.
 pub fn hairpin(args: &[&str]) -> Command {
     let mut command = hairpin_command();
     command.env("HAIRPIN_VERIFY_HOSTNAMES", "off");
+    command.env("HAIRPIN_CURE", "dns");
     command.args(args);
     command
 }

@@ -1,0 +1,496 @@
+//! Step 2b: the cure of each load balancer that needs one: **native** (`ipMode: Proxy` on the
+//! Service's status, so that kube-proxy or the CNI stops short-circuiting its address and
+//! in-cluster traffic crosses the real load balancer, which writes the real header) or **dns**
+//! (the cluster DNS points the names at hairpin's proxy, the later stages).
+//!
+//! Native is the cleanest cure where the cluster honours `ipMode` (kube-proxy >= 1.30 in every
+//! mode, Cilium >= 1.17 but not 1.18.0, Antrea >= 2.0, kube-router >= 2.9), but only a probe
+//! from inside the cluster proves it: the controller sets `ipMode: Proxy`, probes every port
+//! of the address, and keeps it only when a request without a header is answered. What it did
+//! is recorded in hairpin's ConfigMap ([`NativeRecord`], `hairpin-native`), which is also what
+//! uninstall restores from. This module is pure: it reads that record and the Services, and
+//! says per load balancer which cure applies ([`CureChoice`]) and which status writes the
+//! controller makes ([`NativeAction`]).
+//!
+//! With `--cure auto` (per Service: annotation `<prefix>/cure`), a load balancer keeps the DNS
+//! cure until the probe proved native (make before break), then loses its DNS rules and hosts
+//! entries; a failed probe puts the status back and keeps DNS. A load balancer whose cloud
+//! controller computes `ipMode` itself ([`ccm_ip_mode`]) is never written: hairpin does not
+//! fight a cloud controller, and names that controller's own setting instead.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CureMode, PlannerConfig};
+use crate::escape;
+use crate::snapshot::{ClusterSnapshot, ObjectRef};
+use crate::warning::Warning;
+
+/// The key of hairpin's native-cure ConfigMap that holds the [`NativeRecord`] as JSON.
+pub const NATIVE_KEY: &str = "native.json";
+
+/// The value of `ipMode` that makes kube-proxy leave a load balancer IP alone.
+pub const IP_MODE_PROXY: &str = "Proxy";
+
+/// Cloud controllers that compute `ipMode` themselves, recognised by a Service annotation
+/// prefix, with the setting that makes them write `Proxy`. hairpin never writes these
+/// statuses: the controller would put its own value back on its next sync.
+const CCM_IP_MODE: &[(&str, &str, &str)] = &[
+    // hcloud-cloud-controller-manager >= 1.21 sets Proxy when PROXY is on (PR #783).
+    (
+        "load-balancer.hetzner.cloud/",
+        "hcloud-cloud-controller-manager",
+        "load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\" (controller v1.21 or later sets ipMode: Proxy)",
+    ),
+    // cloud-provider-openstack >= 1.30 sets Proxy with PROXY on, unless
+    // enable-ingress-hostname (PR #2587).
+    (
+        "loadbalancer.openstack.org/",
+        "cloud-provider-openstack",
+        "loadbalancer.openstack.org/proxy-protocol (controller 1.30 or later sets ipMode: Proxy; turn enable-ingress-hostname off)",
+    ),
+    // Scaleway's CCM >= 0.33 sets Proxy when every port uses PROXY.
+    (
+        "service.beta.kubernetes.io/scw-loadbalancer-",
+        "scaleway-cloud-controller-manager",
+        "service.beta.kubernetes.io/scw-loadbalancer-ip-mode: proxy (controller 0.33 or later)",
+    ),
+    // cloudscale's CCM >= 1.1.0 sets Proxy by default (k8s.cloudscale.ch/loadbalancer-ip-mode).
+    (
+        "k8s.cloudscale.ch/loadbalancer-",
+        "cloudscale-cloud-controller-manager",
+        "k8s.cloudscale.ch/loadbalancer-ip-mode: Proxy (the default from controller 1.1.0)",
+    ),
+    // STACKIT's cloud-provider-stackit.
+    (
+        "lb.stackit.cloud/",
+        "cloud-provider-stackit",
+        "lb.stackit.cloud/ip-mode-proxy: \"true\"",
+    ),
+    // Oracle's oci-cloud-controller-manager (Kubernetes 1.30+).
+    (
+        "oci.oraclecloud.com/",
+        "oci-cloud-controller-manager",
+        "oci.oraclecloud.com/ingress-ip-mode: proxy",
+    ),
+    (
+        "service.beta.kubernetes.io/oci-load-balancer-",
+        "oci-cloud-controller-manager",
+        "oci.oraclecloud.com/ingress-ip-mode: proxy",
+    ),
+];
+
+/// The cloud controller that computes this Service's `ipMode` itself, and its own setting
+/// for `Proxy`: `(controller, setting)`.
+pub fn ccm_ip_mode(svc: &Service) -> Option<(&'static str, &'static str)> {
+    let annotations = svc.metadata.annotations.as_ref()?;
+    CCM_IP_MODE.iter().find_map(|(prefix, ccm, setting)| {
+        annotations
+            .keys()
+            .any(|key| key.starts_with(prefix))
+            .then_some((*ccm, *setting))
+    })
+}
+
+/// Where the native cure of one load balancer stands, as the controller recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeState {
+    /// `ipMode: Proxy` is set; the probe has not answered yet.
+    Probing,
+    /// The probe reached the load balancer through its address on every port.
+    Proven,
+    /// The probe did not (the status was put back).
+    Failed,
+}
+
+/// One status `ingress[]` IP as it was before hairpin set `ipMode: Proxy` on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpModeWas {
+    /// The status IP.
+    pub ip: String,
+    /// Its `ipMode` then (`None`: unset, which the API server reads as `VIP`).
+    #[serde(default, rename = "ipMode", skip_serializing_if = "Option::is_none")]
+    pub ip_mode: Option<String>,
+}
+
+/// hairpin's native cure of one load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NativeEntry {
+    /// The Service's uid: a Service deleted and created again under the same name is another
+    /// load balancer.
+    pub uid: String,
+    /// The status IPs hairpin set to `ipMode: Proxy`, and what each said before.
+    pub original: Vec<IpModeWas>,
+    /// The probe's verdict.
+    pub state: ProbeState,
+    /// When `state` last changed (RFC 3339).
+    #[serde(default)]
+    pub since: String,
+    /// Why, in words (the probe's outcome per port).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// The native cures hairpin made, by load balancer (`namespace/name`): the content of its
+/// native-cure ConfigMap.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NativeRecord {
+    /// By `namespace/name`.
+    #[serde(rename = "loadBalancers", default)]
+    pub load_balancers: BTreeMap<String, NativeEntry>,
+}
+
+impl NativeRecord {
+    /// The record in hairpin's ConfigMap of the snapshot (empty when there is none). A
+    /// record hairpin cannot read is a warning and counts as empty: hairpin then writes no
+    /// status until it is readable again ([`NativeRecord::unreadable`]).
+    pub fn read(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Result<Self, String> {
+        let Some(text) = snapshot
+            .config_map(&config.namespace, &config.native_config_map)
+            .and_then(|cm| cm.data.as_ref()?.get(NATIVE_KEY))
+        else {
+            return Ok(Self::default());
+        };
+        serde_json::from_str(text).map_err(|e| {
+            format!(
+                "ConfigMap {}/{} key {NATIVE_KEY} is not hairpin's record: {}",
+                config.namespace,
+                config.native_config_map,
+                escape::Text(&e.to_string())
+            )
+        })
+    }
+
+    /// The entry of `service` when its uid still matches.
+    pub fn entry(&self, service: &ObjectRef, uid: Option<&str>) -> Option<&NativeEntry> {
+        self.load_balancers
+            .get(&service.to_string())
+            .filter(|e| uid.is_none_or(|uid| uid == e.uid))
+    }
+
+    /// The record as written in the ConfigMap.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|_| "{}".into())
+    }
+}
+
+/// Which cure a load balancer gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cure {
+    /// `ipMode: Proxy` on its status; no DNS rule, no hosts entry.
+    Native,
+    /// hairpin's DNS rules (and hosts entries) through its proxy.
+    Dns,
+}
+
+impl Cure {
+    /// `native` or `dns`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cure::Native => "native",
+            Cure::Dns => "dns",
+        }
+    }
+}
+
+/// The cure of one load balancer, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CureChoice {
+    /// The load balancer Service.
+    pub service: ObjectRef,
+    /// The cure in effect: whether its names get DNS rules.
+    pub cure: Cure,
+    /// The setting that decided (`auto`, `native`, `dns`), after the annotation.
+    pub mode: CureMode,
+    /// Where native stands (`None`: not tried).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub native: Option<NativeProgress>,
+    /// Why, in words (escaped).
+    pub reason: String,
+}
+
+/// Where the native cure of a load balancer stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NativeProgress {
+    /// hairpin will set `ipMode: Proxy` and probe (DNS stays meanwhile).
+    ToProve,
+    /// Set; the probe runs (DNS stays meanwhile).
+    Probing,
+    /// Proven by the probe: DNS rules removed.
+    Proven,
+    /// The probe failed; the status was put back; DNS in effect.
+    Failed,
+}
+
+/// A status write the controller makes for the native cure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum NativeAction {
+    /// Set `ipMode: Proxy` on these status IPs (first time, or again after another writer
+    /// put the status back), then probe unless proven.
+    SetProxy {
+        /// The Service.
+        service: ObjectRef,
+        /// Its uid.
+        uid: String,
+        /// The status IPs to set, with what they say now.
+        ips: Vec<IpModeWas>,
+        /// Already proven (a re-assertion: no new probe).
+        proven: bool,
+    },
+    /// Put each IP's `ipMode` back as it was, and forget the entry.
+    Restore {
+        /// The Service (`None` uid: the Service is gone, only the record entry goes).
+        service: ObjectRef,
+        /// Its uid, when it still exists.
+        uid: Option<String>,
+        /// What to put back.
+        original: Vec<IpModeWas>,
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+/// The cures and the status writes for `load_balancers` (the discovered ones that need a
+/// hairpin).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Cures {
+    /// Per load balancer, sorted by Service.
+    pub choices: Vec<CureChoice>,
+    /// The status writes to make.
+    pub actions: Vec<NativeAction>,
+}
+
+impl Cures {
+    /// The cure in effect for `service` (DNS when it has no choice: not hairpinned).
+    pub fn cure_of(&self, service: &ObjectRef) -> Cure {
+        self.choices
+            .iter()
+            .find(|c| c.service == *service)
+            .map_or(Cure::Dns, |c| c.cure)
+    }
+}
+
+/// The IP entries of a Service's status.
+fn status_ingress(svc: &Service) -> &[LoadBalancerIngress] {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_deref())
+        .unwrap_or_default()
+}
+
+/// The status IPs of `svc` with `ipMode: Proxy` that hairpin set (per its record), so that
+/// discovery keeps the load balancer as one that needs a cure.
+pub fn ours(record: &NativeRecord, svc: &Service) -> Vec<String> {
+    let service = ObjectRef::from_meta(&svc.metadata);
+    let Some(entry) = record.entry(&service, svc.metadata.uid.as_deref()) else {
+        return Vec::new();
+    };
+    entry.original.iter().map(|was| was.ip.clone()).collect()
+}
+
+/// The per-Service cure setting: the annotation when valid, else the flag.
+fn mode_of(svc: &Service, config: &PlannerConfig, warnings: &mut Vec<Warning>) -> CureMode {
+    let key = config.annotation("cure");
+    let Some(value) = svc.metadata.annotations.as_ref().and_then(|a| a.get(&key)) else {
+        return config.cure;
+    };
+    match value.parse() {
+        Ok(mode) => mode,
+        Err(e) => {
+            warnings.push(Warning::new(
+                format!("Service {}", ObjectRef::from_meta(&svc.metadata)),
+                format!(
+                    "annotation {key}: {e}; --cure {} applies",
+                    config.cure.as_str()
+                ),
+            ));
+            config.cure
+        }
+    }
+}
+
+/// A load balancer that needs a cure, as discovery found it.
+#[derive(Debug, Clone, Copy)]
+pub struct Needed<'a> {
+    /// The load balancer Service.
+    pub service: &'a ObjectRef,
+    /// hairpin's annotation forces a hairpin although the status says `ipMode: Proxy`
+    /// (set by someone else): the CNI is known to ignore it.
+    pub forced: bool,
+}
+
+/// Decides the cure of every load balancer that needs one, and the status writes.
+pub fn choose(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+    record: &NativeRecord,
+    load_balancers: &[Needed<'_>],
+    warnings: &mut Vec<Warning>,
+) -> Cures {
+    let mut cures = Cures::default();
+    // Entries of Services that are gone (or another Service under the same name now), or no
+    // longer need a cure: their status goes back (when the Service still exists) and the entry
+    // goes. First, so that a new cure of the same name starts from a clean entry.
+    for (key, entry) in &record.load_balancers {
+        let Some((namespace, name)) = key.split_once('/') else {
+            continue;
+        };
+        let service = ObjectRef::new(namespace, name);
+        let uid = snapshot
+            .service(namespace, name)
+            .and_then(|s| s.metadata.uid.clone())
+            .filter(|uid| *uid == entry.uid);
+        let needed = load_balancers.iter().any(|lb| *lb.service == service);
+        if needed && uid.is_some() {
+            continue;
+        }
+        cures.actions.push(NativeAction::Restore {
+            reason: if uid.is_some() {
+                "the load balancer no longer needs a cure".into()
+            } else {
+                "the load balancer is gone".into()
+            },
+            service,
+            uid,
+            original: entry.original.clone(),
+        });
+    }
+    for lb in load_balancers {
+        let Some(svc) = snapshot.service(&lb.service.namespace, &lb.service.name) else {
+            continue;
+        };
+        let mode = mode_of(svc, config, warnings);
+        let entry = record.entry(lb.service, svc.metadata.uid.as_deref());
+        let (choice, action) = choose_one(svc, *lb, mode, entry);
+        cures.choices.push(choice);
+        cures.actions.extend(action);
+    }
+    cures.choices.sort_by(|a, b| a.service.cmp(&b.service));
+    cures
+}
+
+/// The cure of one load balancer and its status write, if any.
+fn choose_one(
+    svc: &Service,
+    lb: Needed<'_>,
+    mode: CureMode,
+    entry: Option<&NativeEntry>,
+) -> (CureChoice, Option<NativeAction>) {
+    let service = lb.service.clone();
+    let dns = |reason: String, native: Option<NativeProgress>| CureChoice {
+        service: service.clone(),
+        cure: Cure::Dns,
+        mode,
+        native,
+        reason,
+    };
+    let restore = |reason: &str| {
+        entry.map(|e| NativeAction::Restore {
+            service: service.clone(),
+            uid: Some(e.uid.clone()),
+            original: e.original.clone(),
+            reason: reason.to_owned(),
+        })
+    };
+    if let Some((ccm, setting)) = ccm_ip_mode(svc) {
+        let why = format!(
+            "{ccm} computes ipMode itself (hairpin never overrides a cloud controller): its own setting is {setting}"
+        );
+        return (dns(why.clone(), None), restore(&why));
+    }
+    if lb.forced {
+        let why =
+            "hairpin's proxy-protocol annotation forces the DNS cure (the CNI may ignore ipMode)";
+        return (dns(why.into(), None), restore(why));
+    }
+    if mode == CureMode::Dns {
+        let why = "--cure dns (or the Service's cure annotation)";
+        return (dns(why.into(), None), restore(why));
+    }
+    let uid = svc.metadata.uid.clone().unwrap_or_default();
+    let state = entry.map(|e| e.state);
+    let set_proxy = |proven: bool| {
+        let ips = not_proxy(svc);
+        (!ips.is_empty()).then(|| NativeAction::SetProxy {
+            service: service.clone(),
+            uid: uid.clone(),
+            ips,
+            proven,
+        })
+    };
+    let native = |progress: NativeProgress, reason: String| CureChoice {
+        service: service.clone(),
+        cure: Cure::Native,
+        mode,
+        native: Some(progress),
+        reason,
+    };
+    let detail = entry
+        .map(|e| escape::text(&e.reason).into_owned())
+        .unwrap_or_default();
+    match (mode, state) {
+        (CureMode::Native, state) => {
+            let progress = match state {
+                Some(ProbeState::Proven) => NativeProgress::Proven,
+                Some(ProbeState::Failed) => NativeProgress::Failed,
+                _ => NativeProgress::Probing,
+            };
+            let why = "--cure native: ipMode: Proxy, no DNS rules, proven or not".to_owned();
+            (
+                native(progress, why),
+                set_proxy(state == Some(ProbeState::Proven)),
+            )
+        }
+        (_, Some(ProbeState::Proven)) => (
+            native(
+                NativeProgress::Proven,
+                format!("ipMode: Proxy is honoured here: {detail}"),
+            ),
+            set_proxy(true),
+        ),
+        (_, Some(ProbeState::Probing)) => (
+            dns(
+                "ipMode: Proxy set; the probe runs, DNS stays until it succeeds".into(),
+                Some(NativeProgress::Probing),
+            ),
+            set_proxy(false),
+        ),
+        (_, Some(ProbeState::Failed)) => (
+            dns(
+                format!("ipMode: Proxy was not honoured: {detail}"),
+                Some(NativeProgress::Failed),
+            ),
+            // Put back by the controller already; again if another writer set it meanwhile.
+            None,
+        ),
+        (_, None) => (
+            dns(
+                "ipMode: Proxy is to be proven by probe; DNS until then".into(),
+                Some(NativeProgress::ToProve),
+            ),
+            set_proxy(false),
+        ),
+    }
+}
+
+/// The status IPs of `svc` not at `ipMode: Proxy`, with what they say: the first time every
+/// bypassed IP, later every IP another writer put back (or a cloud controller brought new).
+fn not_proxy(svc: &Service) -> Vec<IpModeWas> {
+    status_ingress(svc)
+        .iter()
+        .filter(|e| e.ip_mode.as_deref() != Some(IP_MODE_PROXY))
+        .filter_map(|e| {
+            Some(IpModeWas {
+                ip: e.ip.clone()?,
+                ip_mode: e.ip_mode.clone(),
+            })
+        })
+        .collect()
+}
