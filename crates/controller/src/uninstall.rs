@@ -44,7 +44,10 @@ use crate::lease::{
     FENCE_ACKNOWLEDGED_ANNOTATION, FENCE_ANNOTATION, FENCE_HOLDER,
     FENCE_PREVIOUS_HOLDER_ANNOTATION, fence_of,
 };
+use crate::native;
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hairpin_planner::ObjectRef;
+use hairpin_planner::native::{NATIVE_KEY, NativeRecord};
 
 /// What uninstall removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -57,6 +60,11 @@ pub struct UninstallReport {
     pub routes_deleted: bool,
     /// The node agents' hosts ConfigMap was deleted.
     pub hosts_deleted: bool,
+    /// Load balancer Services whose `ipMode` the native cure set and uninstall put back as it
+    /// was (`namespace/name`).
+    pub ip_modes_restored: Vec<String>,
+    /// The native cure's record ConfigMap was deleted.
+    pub native_record_deleted: bool,
     /// The leader Lease was deleted.
     pub lease_deleted: bool,
     /// Objects at a name hairpin uses that lack hairpin's marks, left in place
@@ -472,6 +480,7 @@ pub async fn uninstall_with(
         return report;
     }
     delete_objects(client, planner, &mut report).await;
+    restore_ip_modes(client, planner, &mut report).await;
     delete_own_config_maps(client, planner, &mut report).await;
     restore_corefiles(client, planner, &mut report).await;
     restore_coredns_custom(client, planner, &mut report).await;
@@ -518,6 +527,87 @@ async fn delete_objects(
     {
         Ok(deleted) => report.dns_endpoints_deleted = deleted,
         Err(err) => step_failed(report, err),
+    }
+}
+
+/// Every load balancer status the native cure set to `ipMode: Proxy` back as it was (only
+/// IPs still at `Proxy`: a value another writer set since stays), from hairpin's record; then
+/// the record. A record that is not hairpin's (or not readable) is left alone, and said so.
+async fn restore_ip_modes(
+    client: &kube::Client,
+    planner: &PlannerConfig,
+    report: &mut UninstallReport,
+) {
+    let ns = &planner.namespace;
+    let name = &planner.native_config_map;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let read = retry("read the native cure's record", || async {
+        config_maps
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube(format!("get ConfigMap {ns}/{name}"), e))
+    })
+    .await;
+    let cm = match read {
+        Ok(Some(cm)) if config_map_is_ours(&cm) => cm,
+        Ok(Some(_)) => {
+            report.left_alone.push(format!("ConfigMap {ns}/{name}"));
+            return;
+        }
+        Ok(None) => return,
+        Err(err) => return step_failed(report, err),
+    };
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(NATIVE_KEY))
+        .map_or("{}", String::as_str);
+    let record: NativeRecord = match serde_json::from_str(text) {
+        Ok(record) => record,
+        Err(err) => {
+            report.failures.push(format!(
+                "ConfigMap {ns}/{name} key {NATIVE_KEY} is not readable ({err}): the load balancer statuses it lists are not restored; check their ipMode by hand"
+            ));
+            return;
+        }
+    };
+    let mut all_restored = true;
+    for (key, entry) in &record.load_balancers {
+        let Some((namespace, svc_name)) = key.split_once('/') else {
+            continue;
+        };
+        let service = ObjectRef::new(namespace, svc_name);
+        let modes = entry
+            .original
+            .iter()
+            .map(|was| (was.ip.clone(), was.ip_mode.clone()))
+            .collect();
+        let result = retry("put a load balancer's ipMode back", || async {
+            native::restore_ip_modes(client, &service, &entry.uid, &modes)
+                .await
+                .map_err(|e| Error::kube(format!("put ipMode back on Service {service}"), e))
+        })
+        .await;
+        match result {
+            Ok(true) => report.ip_modes_restored.push(key.clone()),
+            Ok(false) => {}
+            Err(err) => {
+                all_restored = false;
+                step_failed(report, err);
+            }
+        }
+    }
+    // Kept while a status could not be put back: a second uninstall finishes the job.
+    if all_restored {
+        match retry("delete the native cure's record", || {
+            delete_if_ours(&config_maps, ns, name, config_map_is_ours)
+        })
+        .await
+        {
+            Ok(Deleted::Yes) => report.native_record_deleted = true,
+            Ok(_) => {}
+            Err(err) => step_failed(report, err),
+        }
     }
 }
 

@@ -114,6 +114,12 @@ fn print_deleted(report: &UninstallReport, planner: &PlannerConfig, lease_name: 
     if report.hosts_deleted {
         println!("deleted ConfigMap {ns}/{}", planner.hosts_config_map);
     }
+    for service in &report.ip_modes_restored {
+        println!("restored the status ipMode of Service {service} (native cure)");
+    }
+    if report.native_record_deleted {
+        println!("deleted ConfigMap {ns}/{}", planner.native_config_map);
+    }
     if report.lease_deleted {
         println!("deleted Lease {ns}/{} (the fence)", lease_name);
     }
