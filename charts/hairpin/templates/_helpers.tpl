@@ -61,6 +61,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.coredns.namespace | quote }}
 - name: HAIRPIN_DNS_MODE
   value: {{ .Values.coredns.dnsMode | quote }}
+- name: HAIRPIN_CURE
+  value: {{ .Values.controller.cure | quote }}
 - name: HAIRPIN_PROXY_SELECTOR
   value: "app.kubernetes.io/name={{ include "hairpin.name" . }},app.kubernetes.io/component=proxy"
 - name: HAIRPIN_LISTENER_PORT_BASE

@@ -231,6 +231,37 @@ fn pods_are_non_root_read_only_and_probed() {
     );
 }
 
+/// The chart's `controller.cure` reaches the controller, uninstall and the doctor test as
+/// `HAIRPIN_CURE` (the flag `--cure`), `auto` by default.
+#[test]
+fn the_cure_is_passed_to_the_controller_and_uninstall() {
+    let objects = parse();
+    let cure_of = |env: Option<&Vec<k8s_openapi::api::core::v1::EnvVar>>| {
+        env.into_iter()
+            .flatten()
+            .find(|e| e.name == "HAIRPIN_CURE")
+            .and_then(|e| e.value.clone())
+    };
+    let controller = &pod_spec(deployment(&objects, "controller")).containers[0];
+    assert_eq!(cure_of(controller.env.as_ref()).as_deref(), Some("auto"));
+    assert!(
+        !controller
+            .args
+            .iter()
+            .flatten()
+            .any(|a| a.starts_with("--cure")),
+        "the cure comes from the environment only, so the flag never contradicts it"
+    );
+    let doc = UNINSTALL.split("\n---\n").nth(1).unwrap();
+    let job: k8s_openapi::api::batch::v1::Job =
+        serde_json::from_value(serde_saphyr::from_str::<Value>(doc).unwrap()).unwrap();
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        cure_of(pod.containers[0].env.as_ref()).as_deref(),
+        Some("auto")
+    );
+}
+
 #[test]
 fn proxy_pods_carry_the_labels_the_hairpin_services_select() {
     let objects = parse();
@@ -281,6 +312,11 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         ("", "hairpin.io", "hairpins", "create", None),
         ("", "hairpin.io", "hairpins", "delete", None),
         ("", "hairpin.io", "hairpins/status", "patch", None),
+        // The native cure: `ipMode: Proxy` on a load balancer's status subresource (read with
+        // get, replaced under its resourceVersion; uninstall puts it back).
+        ("", "", "services", "get", Some("ingress-nginx")),
+        ("", "", "services/status", "update", Some("ingress-nginx")),
+        ("", "", "services/status", "patch", Some("ingress-nginx")),
         (
             "hairpin",
             "discovery.k8s.io",
@@ -343,6 +379,35 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         ("hairpin", "", "configmaps", "update", Some("hairpin-hosts")),
         ("hairpin", "", "configmaps", "watch", Some("hairpin-hosts")),
         ("hairpin", "", "configmaps", "delete", Some("hairpin-hosts")),
+        // The native cure's record (what each status said before; uninstall reads it).
+        (
+            "hairpin",
+            "",
+            "configmaps",
+            "get",
+            Some(planner.native_config_map.as_str()),
+        ),
+        (
+            "hairpin",
+            "",
+            "configmaps",
+            "watch",
+            Some(planner.native_config_map.as_str()),
+        ),
+        (
+            "hairpin",
+            "",
+            "configmaps",
+            "update",
+            Some(planner.native_config_map.as_str()),
+        ),
+        (
+            "hairpin",
+            "",
+            "configmaps",
+            "delete",
+            Some(planner.native_config_map.as_str()),
+        ),
         ("hairpin", "", "configmaps", "create", None),
         ("hairpin", "coordination.k8s.io", "leases", "create", None),
         // hairpin's DNSEndpoints are deleted in every mode (uninstall, after a switch away
@@ -410,6 +475,25 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
     }
     let denied: Vec<Request<'_>> = vec![
         ("", "", "services", "update", Some("x")),
+        // The status subresource only: never a Service's spec, never created or deleted, and
+        // never another subresource.
+        ("", "", "services", "patch", Some("x")),
+        ("", "", "services", "create", None),
+        ("", "", "services", "delete", Some("x")),
+        ("", "", "services/status", "get", Some("x")),
+        ("", "", "services/status", "create", None),
+        ("", "", "services/status", "delete", Some("x")),
+        ("", "", "services/proxy", "get", Some("x")),
+        ("", "", "services/finalize", "update", Some("x")),
+        ("", "", "pods/status", "update", Some("x")),
+        ("", "", "nodes/status", "patch", Some("x")),
+        (
+            "kube-system",
+            "",
+            "configmaps",
+            "update",
+            Some("hairpin-native"),
+        ),
         ("", "", "configmaps", "list", None),
         (
             "kube-system",
