@@ -398,12 +398,73 @@ fn bad_request(message: &str) -> Refused {
     Refused(400, status_body(400, "BadRequest", message, None))
 }
 
-/// The body a write needs: a JSON object.
-fn object_body(body: Option<Value>) -> Result<Value, Refused> {
+/// The body a write needs: a JSON object that decodes as `ty` (its `MicroTime` fields with
+/// the six fractional digits the real server's decoder insists on).
+fn object_body(ty: &ResourceType, body: Option<Value>) -> Result<Value, Refused> {
     match body {
-        Some(object @ Value::Object(_)) => Ok(object),
+        Some(object @ Value::Object(_)) => {
+            check_micro_times(ty, &object)?;
+            Ok(object)
+        }
         _ => Err(bad_request("the body of the request was not valid JSON")),
     }
+}
+
+/// The real server decodes a `MicroTime` (a Lease's `acquireTime` and `renewTime`, an
+/// events.k8s.io Event's `eventTime`) with Go's layout `2006-01-02T15:04:05.000000Z07:00`
+/// only: anything else, `2026-01-01T00:00:00Z` included, is a 400 before validation.
+fn check_micro_times(ty: &ResourceType, object: &Value) -> Result<(), Refused> {
+    let fields: &[&str] = match (ty.group.as_str(), ty.kind.as_str()) {
+        ("coordination.k8s.io", "Lease") => &["/spec/acquireTime", "/spec/renewTime"],
+        ("events.k8s.io", "Event") => &["/eventTime", "/series/lastObservedTime"],
+        _ => &[],
+    };
+    for pointer in fields {
+        let Some(text) = object.pointer(pointer).and_then(Value::as_str) else {
+            continue;
+        };
+        if !is_micro_time(text) {
+            let layout = "2006-01-02T15:04:05.000000Z07:00";
+            let message = format!(
+                "{kind} in version \"{version}\" cannot be handled as a {kind}: parsing time \"{text}\" as \"{layout}\": cannot parse \"{rest}\" as \".000000\"",
+                kind = ty.kind,
+                version = ty.version,
+                rest = text.get(19..).unwrap_or_default(),
+            );
+            return Err(bad_request(&message));
+        }
+    }
+    Ok(())
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.ffffff` then `Z` or `+hh:mm`/`-hh:mm`.
+fn is_micro_time(text: &str) -> bool {
+    let b = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| {
+        b.get(range)
+            .is_some_and(|d| d.iter().all(u8::is_ascii_digit))
+    };
+    let zone = match b.get(26..) {
+        Some(b"Z") => true,
+        Some([sign, h1, h2, b':', m1, m2]) => {
+            matches!(sign, b'+' | b'-') && [h1, h2, m1, m2].iter().all(|d| d.is_ascii_digit())
+        }
+        _ => false,
+    };
+    digits(0..4)
+        && b.get(4) == Some(&b'-')
+        && digits(5..7)
+        && b.get(7) == Some(&b'-')
+        && digits(8..10)
+        && b.get(10) == Some(&b'T')
+        && digits(11..13)
+        && b.get(13) == Some(&b':')
+        && digits(14..16)
+        && b.get(16) == Some(&b':')
+        && digits(17..19)
+        && b.get(19) == Some(&b'.')
+        && digits(20..26)
+        && zone
 }
 
 /// The object stored under `key`, or the 404 the real server answers for it.
@@ -467,7 +528,7 @@ fn create(
 ) -> Result<Reply, Refused> {
     let ty = state.resources[target.index].ty.clone();
     let url_namespace = target.namespace.clone().unwrap_or_default();
-    let mut object = object_body(body)?;
+    let mut object = object_body(&ty, body)?;
     place_in_namespace(&ty, &mut object, &url_namespace)?;
     let name = name_to_create(state, &ty, &object)?;
     object["metadata"]["name"] = name.clone().into();
@@ -495,6 +556,13 @@ fn create(
     object["apiVersion"] = ty.api_version().into();
     object["kind"] = ty.kind.clone().into();
     let key = object_key(ty.namespaced.then_some(url_namespace.as_str()), &name);
+    // A create ignores the status when there is a status subresource (then the defaults give
+    // a Service `status.loadBalancer: {}`, as the real server's do).
+    if ty.status_subresource
+        && let Some(fields) = object.as_object_mut()
+    {
+        fields.remove("status");
+    }
     admit(state, &ty, &key, &mut object, None).map_err(|status| Refused(422, status))?;
     if state.resources[target.index].objects.contains_key(&key) {
         let message = format!("{} \"{name}\" already exists", target.plural);
@@ -503,11 +571,6 @@ fn create(
             409,
             status_body(409, "AlreadyExists", &message, Some(details)),
         ));
-    }
-    if ty.status_subresource
-        && let Some(fields) = object.as_object_mut()
-    {
-        fields.remove("status");
     }
     state.stamp_created(&mut object);
     ty.stamp_generation(&mut object, None);
@@ -576,7 +639,7 @@ fn update(
     body: Option<Value>,
 ) -> Result<Reply, Refused> {
     let ty = state.resources[target.index].ty.clone();
-    let mut object = object_body(body)?;
+    let mut object = object_body(&ty, body)?;
     check_name(
         &object,
         name,
@@ -719,7 +782,34 @@ fn delete(
     if !orphan && let Some(uid) = object["metadata"]["uid"].as_str() {
         state.collect_garbage(uid);
     }
-    Ok(reply(200, object))
+    let ty = &state.resources[target.index].ty;
+    Ok(reply(200, deleted_answer(ty, target, name, object)))
+}
+
+/// What the real server answers a DELETE with: the object for the kinds whose storage returns
+/// it (Services, Pods, Namespaces, custom resources), a `Status` naming it for the rest
+/// (ConfigMaps, Leases, Events, Ingresses, Deployments...).
+fn deleted_answer(ty: &ResourceType, target: &Target, name: &str, object: Value) -> Value {
+    const BUILT_IN: [&str; 6] = [
+        "",
+        "apps",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "networking.k8s.io",
+    ];
+    let returns_object = matches!(target.plural.as_str(), "services" | "pods" | "namespaces")
+        || !BUILT_IN.contains(&ty.group.as_str());
+    if returns_object {
+        return object;
+    }
+    serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": name, "kind": target.plural, "uid": object["metadata"]["uid"]},
+    })
 }
 
 /// `DeleteOptions.preconditions`, checked like the real server (409 on a mismatch).
@@ -909,10 +999,19 @@ fn list(
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
+    // The real server leaves `kind` and `apiVersion` out of a list's items (watch events and
+    // single objects carry them).
     let page: Vec<Value> = matching
         .iter()
         .take(limit)
-        .map(|(_, o)| (*o).clone())
+        .map(|(_, o)| {
+            let mut item = (*o).clone();
+            if let Some(fields) = item.as_object_mut() {
+                fields.remove("kind");
+                fields.remove("apiVersion");
+            }
+            item
+        })
         .collect();
     let mut metadata = serde_json::json!({ "resourceVersion": rv.to_string() });
     if page.len() < matching.len() {

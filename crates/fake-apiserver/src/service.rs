@@ -204,6 +204,16 @@ pub(crate) fn admit(
     if svc["status"].is_null() {
         svc["status"] = serde_json::json!({ "loadBalancer": {} });
     }
+    // `ipMode` defaults to `VIP` wherever an ingress point has an `ip` (LoadBalancerIPMode,
+    // on by default since 1.30).
+    let points = svc
+        .pointer_mut("/status/loadBalancer/ingress")
+        .and_then(Value::as_array_mut);
+    for ingress in points.into_iter().flatten() {
+        if !absent(&ingress["ip"]) && absent(&ingress["ipMode"]) {
+            ingress["ipMode"] = "VIP".into();
+        }
+    }
     causes
 }
 

@@ -162,10 +162,12 @@ impl State {
         };
         for ty in [
             ResourceType::new("", "v1", "namespaces", "Namespace", false),
-            ResourceType::new("", "v1", "services", "Service", true),
+            // The built-in kinds with a `status` subresource (a write to the object keeps its
+            // status; `/status` changes only the status), as the real server serves them.
+            ResourceType::new("", "v1", "services", "Service", true).with_status_subresource(),
             ResourceType::new("", "v1", "configmaps", "ConfigMap", true),
             ResourceType::new("", "v1", "events", "Event", true),
-            ResourceType::new("", "v1", "pods", "Pod", true),
+            ResourceType::new("", "v1", "pods", "Pod", true).with_status_subresource(),
             ResourceType::new(
                 "discovery.k8s.io",
                 "v1",
@@ -177,9 +179,12 @@ impl State {
             ResourceType::new("events.k8s.io", "v1", "events", "Event", true),
             // Built into every kube-apiserver; the doctor reads the cilium DaemonSet and the
             // kube-dns Deployment.
-            ResourceType::new("apps", "v1", "deployments", "Deployment", true),
-            ResourceType::new("apps", "v1", "daemonsets", "DaemonSet", true),
-            ResourceType::new("networking.k8s.io", "v1", "ingresses", "Ingress", true),
+            ResourceType::new("apps", "v1", "deployments", "Deployment", true)
+                .with_status_subresource(),
+            ResourceType::new("apps", "v1", "daemonsets", "DaemonSet", true)
+                .with_status_subresource(),
+            ResourceType::new("networking.k8s.io", "v1", "ingresses", "Ingress", true)
+                .with_status_subresource(),
             ResourceType::new(
                 "networking.k8s.io",
                 "v1",
