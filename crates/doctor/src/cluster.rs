@@ -12,12 +12,15 @@ use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hairpin_planner::escape;
+use hairpin_planner::receivers;
 use hairpin_planner::sources::{
     CustomSource, SOURCE_APIS, TLS_ROUTE_VERSIONS, tls_route_from_value,
 };
-use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
+use hairpin_planner::workloads::{DYNAMIC_APIS, ReceiverObjects};
+use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig, SkipReason};
 use hairpin_runtime::kubeconfig::ConfigError;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
@@ -79,6 +82,9 @@ pub struct ClusterRead {
     pub dns_unread: bool,
     /// Reads that failed (forbidden...), for the report.
     pub gaps: Vec<String>,
+    /// Reads of the receivers' objects that failed: hairpin's grants do not cover them yet
+    /// (issue 31), so they are reported with the receiver, not as gaps of the hairpin checks.
+    pub receiver_gaps: Vec<String>,
 }
 
 /// Namespace of the cluster add-ons (Cilium, kube-dns), fixed by their installers.
@@ -139,6 +145,8 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
             .collect();
     }
     let dns_unread = read_config_maps(client, config, &mut snapshot, bound, &mut gaps).await;
+    let mut receiver_gaps = Vec::new();
+    read_receivers(client, &mut snapshot, bound, &mut receiver_gaps).await;
     let hairpin_services = read_hairpin_services(client, config, bound, &mut gaps).await;
     let hairpins = list_hairpins(client, bound, &mut gaps).await;
     let cilium = read_cilium(client, bound, &mut gaps).await;
@@ -152,6 +160,7 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
         kube_dns,
         dns_unread,
         gaps,
+        receiver_gaps,
     })
 }
 
@@ -258,6 +267,84 @@ async fn read_config_maps(
         snapshot.config_maps.extend(found);
     }
     dns_unread
+}
+
+/// Why no receiver was found, when reading its objects failed.
+fn receiver_unread(read: &ClusterRead) -> Option<String> {
+    (!read.receiver_gaps.is_empty())
+        .then(|| format!("not read ({})", read.receiver_gaps.join("; ")))
+}
+
+/// What the receivers of the load balancers are read from (issue 31): Deployments,
+/// DaemonSets and StatefulSets, the receivers' custom resources that are installed, then the
+/// ConfigMaps those name, by name ([`hairpin_planner::receivers::config_maps_read`]).
+async fn read_receivers(
+    client: &Client,
+    snapshot: &mut ClusterSnapshot,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) {
+    let mut values: Vec<(&str, serde_json::Value)> = Vec::new();
+    let deployments: Vec<Deployment> =
+        list(Api::all(client.clone()), "Deployments", bound, gaps).await;
+    values.extend(
+        deployments
+            .iter()
+            .filter_map(|d| Some(("Deployment", serde_json::to_value(d).ok()?))),
+    );
+    let daemon_sets: Vec<DaemonSet> =
+        list(Api::all(client.clone()), "DaemonSets", bound, gaps).await;
+    values.extend(
+        daemon_sets
+            .iter()
+            .filter_map(|d| Some(("DaemonSet", serde_json::to_value(d).ok()?))),
+    );
+    let stateful_sets: Vec<StatefulSet> =
+        list(Api::all(client.clone()), "StatefulSets", bound, gaps).await;
+    values.extend(
+        stateful_sets
+            .iter()
+            .filter_map(|d| Some(("StatefulSet", serde_json::to_value(d).ok()?))),
+    );
+    snapshot.receivers.workloads.extend(
+        values
+            .into_iter()
+            .filter_map(|(kind, value)| ReceiverObjects::workload_from_value(kind, value).ok()),
+    );
+    for (group, kind, plural, versions) in DYNAMIC_APIS {
+        let objects = list_first_served(client, (group, kind, plural), versions, bound, gaps).await;
+        snapshot
+            .receivers
+            .objects
+            .extend(objects.into_iter().filter_map(|object| {
+                let mut value = serde_json::to_value(object).ok()?;
+                // List items may come without their type; the planner matches on both.
+                value["kind"] = serde_json::Value::from(*kind);
+                if value
+                    .get("apiVersion")
+                    .and_then(serde_json::Value::as_str)
+                    .is_none()
+                {
+                    value["apiVersion"] =
+                        serde_json::Value::from(format!("{group}/{}", versions[0]));
+                }
+                ReceiverObjects::dynamic_from_value(value).ok()
+            }));
+    }
+    for (namespace, name) in receivers::config_maps_read(snapshot) {
+        if snapshot.config_map(&namespace, &name).is_some() {
+            continue;
+        }
+        let found: Option<ConfigMap> = get(
+            Api::namespaced(client.clone(), &namespace),
+            &name,
+            &format!("ConfigMap {namespace}/{name}"),
+            bound,
+            gaps,
+        )
+        .await;
+        snapshot.config_maps.extend(found);
+    }
 }
 
 /// hairpin's own Services (labelled managed-by hairpin) with their ready endpoints.
@@ -595,7 +682,7 @@ fn load_balancer_of(
             .find(|lb| lb.load_balancer.ips.iter().any(|ip| addresses.contains(ip)))
     };
     if let Some(lb) = planned.or_else(planned_by_ip) {
-        Some(lb_facts(
+        let mut facts = lb_facts(
             read,
             &lb.load_balancer.service,
             true,
@@ -605,7 +692,10 @@ fn load_balancer_of(
                 .iter()
                 .find_map(|p| p.proxy_protocol)
                 .map(|v| v.as_str().to_owned()),
-        ))
+        );
+        facts.receiver = lb.load_balancer.receiver.as_ref().map(|r| r.describe());
+        facts.receiver = facts.receiver.or_else(|| receiver_unread(read));
+        Some(facts)
     } else {
         plan.not_needed
             .iter()
@@ -615,13 +705,26 @@ fn load_balancer_of(
                     .any(|address| address_strings.contains(address))
             })
             .map(|lb| {
-                lb_facts(
+                let mut facts = lb_facts(
                     read,
                     &lb.service,
                     false,
                     Some(lb.reason.describe().to_owned()),
                     None,
-                )
+                );
+                facts.receiver = lb.receiver.as_ref().map(|r| r.describe());
+                facts.receiver = facts.receiver.or_else(|| receiver_unread(read));
+                if lb.reason == SkipReason::ReceiverMismatch {
+                    let subject = format!("Service {}", lb.service);
+                    facts.mismatch = plan
+                        .warnings
+                        .iter()
+                        .find(|w| {
+                            w.subject == escape::text(&subject) && w.message.starts_with("BROKEN")
+                        })
+                        .map(|w| w.message.clone());
+                }
+                facts
             })
     }
 }
@@ -790,6 +893,8 @@ fn lb_facts(
             .and_then(|spec| spec.external_traffic_policy.clone()),
         needs_hairpin,
         not_needed_reason,
+        receiver: None,
+        mismatch: None,
     }
 }
 

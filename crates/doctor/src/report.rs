@@ -215,6 +215,9 @@ fn render_load_balancer(out: &mut String, lb: Option<&LoadBalancerFacts>) {
         Text(lb.proxy_protocol.as_deref().unwrap_or("off")),
         Text(lb.external_traffic_policy.as_deref().unwrap_or("Cluster")),
     );
+    if let Some(receiver) = &lb.receiver {
+        let _ = writeln!(out, "  receiver        {}", Text(receiver));
+    }
 }
 
 fn render_dns(out: &mut String, dns: &DnsFacts) {

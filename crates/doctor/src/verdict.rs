@@ -1,6 +1,7 @@
 //! The doctor's judgement: pure functions from check results to a verdict and fixes, so every
 //! rule is unit-tested without a network or a cluster.
 
+use hairpin_planner::escape::Text;
 use serde::Serialize;
 
 use crate::probe::{HostsFileNote, ProbeOutcome, Probes, Resolution};
@@ -166,6 +167,14 @@ pub struct LoadBalancerFacts {
     pub needs_hairpin: bool,
     /// Why no hairpin is needed, when it is not.
     pub not_needed_reason: Option<String>,
+    /// The receiver behind it and its PROXY setting (`ingress-nginx Deployment a/b: PROXY
+    /// required by use-proxy-protocol: "true" (ConfigMap a/b)`), when one was found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<String>,
+    /// The load balancer and its receiver disagree about the PROXY protocol: the planner's
+    /// warning, naming both settings and the fix (escaped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<String>,
 }
 
 /// One entry of `status.loadBalancer.ingress`.
@@ -434,6 +443,11 @@ const LOCAL_POLICY_NOTE: &str = "`externalTrafficPolicy: Local` keeps client add
 /// Judges one host from its checks.
 pub fn diagnose(network: &NetworkChecks, cluster: &ClusterView, vantage: Vantage) -> Verdict {
     let (lb, mut notes) = context(network, cluster);
+    if let Some(lb) = lb
+        && let Some(mismatch) = &lb.mismatch
+    {
+        return receiver_mismatch(lb, mismatch, notes);
+    }
     let Some(probes) = &network.probes else {
         let error = match &network.resolution {
             Resolution::Failed { error } => error.clone(),
@@ -462,6 +476,28 @@ pub fn diagnose(network: &NetworkChecks, cluster: &ClusterView, vantage: Vantage
         return short_circuit(probes, cluster, lb, notes);
     }
     no_answer(probes, notes)
+}
+
+/// The load balancer and its receiver disagree about the PROXY protocol (issue 31): every
+/// client is refused, outside ones too, whatever the probes from here say; hairpin leaves such
+/// a load balancer alone.
+fn receiver_mismatch(lb: &LoadBalancerFacts, mismatch: &str, notes: Vec<String>) -> Verdict {
+    let fix = mismatch.split_once("Fix: ").map_or(
+        "make the load balancer and the receiver agree about the PROXY protocol",
+        |(_, fix)| fix,
+    );
+    Verdict {
+        status: Status::Broken,
+        summary: format!(
+            "the load balancer {} and its receiver disagree about the PROXY protocol: broken for every client, outside the cluster too",
+            lb.service
+        ),
+        cause: Some(mismatch.to_owned()),
+        fixes: vec![format!(
+            "{fix}; hairpin changes nothing for this load balancer until they agree"
+        )],
+        notes,
+    }
 }
 
 /// The load balancer behind the host, when the cluster was checked, and the notes that hold
@@ -501,6 +537,9 @@ fn context<'a>(
         && lb.external_traffic_policy.as_deref() == Some("Local")
     {
         notes.push(LOCAL_POLICY_NOTE.into());
+    }
+    if let Some(receiver) = lb.and_then(|lb| lb.receiver.as_deref()) {
+        notes.push(format!("receiver: {}", Text(receiver)));
     }
     (lb, notes)
 }
@@ -1007,6 +1046,8 @@ mod tests {
             external_traffic_policy: Some("Cluster".into()),
             needs_hairpin: needs,
             not_needed_reason: (!needs).then(|| "ipMode is Proxy".into()),
+            receiver: None,
+            mismatch: None,
         }
     }
 
@@ -1291,6 +1332,78 @@ mod tests {
                 .notes
                 .iter()
                 .any(|n| n.contains("externalTrafficPolicy: Local"))
+        );
+    }
+
+    const MISMATCH: &str = "BROKEN for clients outside the cluster too: the load balancer sends a PROXY header (load-balancer.hetzner.cloud/uses-proxyprotocol=true) but ingress-nginx Deployment ingress-nginx/ingress-nginx-controller: PROXY off by use-proxy-protocol not set (default false) (ConfigMap ingress-nginx/ingress-nginx-controller); hairpin changes nothing for this load balancer. Fix: turn the PROXY protocol on in the receiver, or off on the load balancer";
+
+    /// The doctor's three receiver verdicts (issue 31): a mismatch is BROKEN for everyone,
+    /// whatever the probes from here say; a receiver that requires the header gets the usual
+    /// hairpin diagnosis, naming the receiver; one that accepts a missing header is answered.
+    #[test]
+    fn a_receiver_mismatch_is_broken_for_everyone_and_names_both_settings_and_the_fix() {
+        let mut balancer = lb(Some(Provider::Hetzner), false);
+        balancer.not_needed_reason = Some("the load balancer and its receiver disagree".into());
+        balancer.mismatch = Some(MISMATCH.into());
+        let verdict = diagnose(
+            &network(answered(), answered(), answered()),
+            &checked(balancer, (1, 31)),
+            Vantage::Pod,
+        );
+        assert_eq!(verdict.status, Status::Broken);
+        assert!(
+            verdict.summary.contains("outside the cluster too"),
+            "{}",
+            verdict.summary
+        );
+        let cause = verdict.cause.unwrap();
+        assert!(cause.contains("uses-proxyprotocol=true"), "{cause}");
+        assert!(cause.contains("PROXY off by use-proxy-protocol"), "{cause}");
+        assert_eq!(
+            verdict.fixes,
+            [
+                "turn the PROXY protocol on in the receiver, or off on the load balancer; hairpin changes nothing for this load balancer until they agree"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_receiver_that_requires_the_header_gets_the_hairpin_diagnosis_naming_it() {
+        let mut balancer = lb(None, true);
+        balancer.receiver = Some("ingress-nginx Deployment ingress-nginx/ingress-nginx-controller: PROXY required by use-proxy-protocol: \"true\" (ConfigMap ingress-nginx/ingress-nginx-controller)".into());
+        let verdict = diagnose(
+            &network(ProbeOutcome::EmptyReply, answered(), answered()),
+            &checked(balancer, (1, 31)),
+            Vantage::Pod,
+        );
+        assert_eq!(verdict.status, Status::Broken);
+        assert!(verdict.cause.unwrap().contains("hairpin short-circuit"));
+        assert!(
+            verdict
+                .notes
+                .iter()
+                .any(|n| n.starts_with("receiver: ingress-nginx Deployment")),
+            "{:?}",
+            verdict.notes
+        );
+    }
+
+    #[test]
+    fn a_receiver_that_accepts_a_missing_header_is_answered() {
+        let mut balancer = lb(None, false);
+        balancer.not_needed_reason =
+            Some("the receiver accepts connections without a PROXY header".into());
+        balancer.receiver = Some("Envoy Gateway Deployment envoy-gateway-system/envoy: PROXY optional by proxyProtocol: {optional: true} (ClientTrafficPolicy default/proxy-protocol)".into());
+        let verdict = diagnose(
+            &network(answered(), answered(), answered()),
+            &checked(balancer, (1, 31)),
+            Vantage::Pod,
+        );
+        assert_ne!(verdict.status, Status::Broken, "{verdict:?}");
+        assert!(
+            verdict.notes.iter().any(|n| n.contains("PROXY optional")),
+            "{:?}",
+            verdict.notes
         );
     }
 }

@@ -1071,3 +1071,89 @@ async fn the_doctor_reads_kube_system_by_name_with_the_charts_grants_only() {
     assert!(!unread.dns.coredns_found);
     assert_eq!(unread.dns.uneditable, None);
 }
+
+/// ingress-nginx behind the DigitalOcean load balancer at [`SHOP_IP`]: its Deployment and its
+/// ConfigMap holding `data`.
+fn ingress_nginx_behind_do(data: serde_json::Value) -> Vec<serde_json::Value> {
+    let mut lb = do_lb(SHOP_IP);
+    lb["spec"]["selector"] = json!({"app.kubernetes.io/name": "ingress-nginx"});
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "ingress-nginx-controller", "namespace": "ingress-nginx"},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "ingress-nginx"}},
+            "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": "ingress-nginx"}},
+                "spec": {"containers": [{
+                    "name": "controller",
+                    "image": "registry.k8s.io/ingress-nginx/controller:v1.12.1",
+                    "args": ["/nginx-ingress-controller", "--configmap=$(POD_NAMESPACE)/ingress-nginx-controller"],
+                    "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+                }]}
+            }
+        }
+    });
+    vec![
+        lb,
+        ingress("shop", SHOP, SHOP_IP),
+        deployment,
+        config_map("ingress-nginx", "ingress-nginx-controller", data),
+    ]
+}
+
+/// Issue 31: the load balancer sends PROXY (DigitalOcean's annotation) but ingress-nginx does
+/// not expect it: BROKEN for every client, whatever the probes say, naming both settings and
+/// the fix; with `use-proxy-protocol: "true"` the receiver is only named.
+#[tokio::test]
+async fn a_load_balancer_and_its_receiver_that_disagree_are_broken_for_everyone() {
+    let fake = FakeApiServer::start().await;
+    fake.apply_many(ingress_nginx_behind_do(
+        json!({"allow-snippet-annotations": "false"}),
+    ));
+    let facts = shop_facts(&fake).await;
+    let lb = facts
+        .load_balancer
+        .clone()
+        .expect("the load balancer is found");
+    let mismatch = lb.mismatch.clone().expect("a mismatch");
+    assert!(
+        mismatch.contains("do-loadbalancer-enable-proxy-protocol=true"),
+        "{mismatch}"
+    );
+    assert!(
+        mismatch.contains("PROXY off by use-proxy-protocol not set"),
+        "{mismatch}"
+    );
+    let verdict = verdict::diagnose(
+        &network(answered()),
+        &ClusterView::Checked(Box::new(facts)),
+        Vantage::Pod,
+    );
+    assert_eq!(verdict.status, Status::Broken);
+    eprintln!(
+        "summary: {}\ncause: {}\nfix: {}",
+        verdict.summary,
+        verdict.cause.as_deref().unwrap_or_default(),
+        verdict.fixes.join(" | ")
+    );
+    assert!(verdict.fixes[0].starts_with("turn the PROXY protocol on in the receiver"));
+
+    let fake = FakeApiServer::start().await;
+    fake.apply_many(ingress_nginx_behind_do(
+        json!({"use-proxy-protocol": "true"}),
+    ));
+    let facts = shop_facts(&fake).await;
+    let lb = facts.load_balancer.clone().unwrap();
+    assert_eq!(lb.mismatch, None);
+    assert!(
+        lb.receiver
+            .as_deref()
+            .is_some_and(|r| r.contains("PROXY required by use-proxy-protocol")),
+        "{lb:?}"
+    );
+    assert_eq!(
+        from_a_pod(facts).status,
+        Status::Broken,
+        "the usual hairpin signature"
+    );
+}

@@ -723,20 +723,24 @@ impl Found<'_> {
 /// The ConfigMaps the receivers of the snapshot's load balancers are read from, as
 /// `(namespace, name)`, sorted: those the selected workloads' flags name (ingress-nginx
 /// `--configmap`, F5 `-nginx-configmaps`, HAProxy `--configmap`), their ConfigMap volumes
-/// (Traefik's static configuration), and the fixed ones (`kube-system/cilium-config`,
-/// `istio-system/istio`). A reader that may get ConfigMaps only by name (the doctor, with
-/// hairpin's grants) reads these after the workloads.
+/// (Traefik's static configuration), and the fixed ones where their receiver is found
+/// (`kube-system/cilium-config` behind a Cilium Service, `istio-system/istio` behind Istio
+/// gateway pods). A reader that may get ConfigMaps only by name (the doctor, with hairpin's
+/// grants) reads these after the workloads.
 pub fn config_maps_read(snapshot: &ClusterSnapshot) -> Vec<(String, String)> {
-    let mut out = vec![
-        ("kube-system".to_owned(), "cilium-config".to_owned()),
-        ("istio-system".to_owned(), "istio".to_owned()),
-    ];
+    let mut out = Vec::new();
     let load_balancers = snapshot
         .services
         .iter()
         .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"));
     for svc in load_balancers {
+        if cilium_of(svc).is_some() {
+            out.push(("kube-system".to_owned(), "cilium-config".to_owned()));
+        }
         for w in selected_workloads(snapshot, svc) {
+            if identify(w) == Some(Implementation::Istio) {
+                out.push(("istio-system".to_owned(), "istio".to_owned()));
+            }
             let namespace = w.metadata.namespace.clone().unwrap_or_default();
             for name in ["configmap", "nginx-configmaps"] {
                 if let Some(value) = flag(w, name).filter(|v| !v.is_empty()) {

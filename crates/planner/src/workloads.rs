@@ -94,6 +94,46 @@ pub const DYNAMIC_KINDS: &[(&str, &str)] = &[
     ("projectcontour.io", "ContourDeployment"),
 ];
 
+/// How a reader lists the [`DYNAMIC_KINDS`]: (group, kind, plural, versions newest first).
+pub const DYNAMIC_APIS: &[(&str, &str, &str, &[&str])] = &[
+    (
+        "gateway.networking.k8s.io",
+        "GatewayClass",
+        "gatewayclasses",
+        &["v1", "v1beta1"],
+    ),
+    (
+        "gateway.envoyproxy.io",
+        "ClientTrafficPolicy",
+        "clienttrafficpolicies",
+        &["v1alpha1"],
+    ),
+    (
+        "gateway.nginx.org",
+        "NginxProxy",
+        "nginxproxies",
+        &["v1alpha2", "v1alpha1"],
+    ),
+    (
+        "gateway.kgateway.dev",
+        "ListenerPolicy",
+        "listenerpolicies",
+        &["v1alpha1"],
+    ),
+    (
+        "projectcontour.io",
+        "ContourConfiguration",
+        "contourconfigurations",
+        &["v1alpha1"],
+    ),
+    (
+        "projectcontour.io",
+        "ContourDeployment",
+        "contourdeployments",
+        &["v1alpha1"],
+    ),
+];
+
 /// The workload kinds read as [`Workload`]s: (group, kind).
 pub const WORKLOAD_KINDS: &[(&str, &str)] = &[
     ("", "Pod"),
