@@ -120,6 +120,19 @@ pub fn encode_header(
     }
 }
 
+// Here rather than in `model`, beside `encode_header`: the encoders use the model, and the
+// model does not depend on them (no import cycle).
+impl Header<'_> {
+    /// Encodes this header into `buf` (v2 TLVs copied as they are, a CRC32C TLV recomputed);
+    /// returns the number of bytes written.
+    pub fn encode(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        match self.version {
+            Version::V1 => v1::encode(self, buf),
+            Version::V2 => v2::encode(self, buf),
+        }
+    }
+}
+
 /// Maps the IPv4 side of a mixed pair to its v4-mapped IPv6 form, so both share one family.
 fn same_family(src: SocketAddr, dst: SocketAddr) -> (SocketAddr, SocketAddr) {
     fn mapped(addr: SocketAddr) -> SocketAddr {

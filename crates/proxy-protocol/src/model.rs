@@ -325,15 +325,6 @@ impl<'a> Header<'a> {
         })
     }
 
-    /// Encodes this header into `buf` (v2 TLVs copied as they are, a CRC32C TLV recomputed);
-    /// returns the number of bytes written.
-    pub fn encode(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
-        match self.version {
-            Version::V1 => crate::v1::encode(self, buf),
-            Version::V2 => crate::v2::encode(self, buf),
-        }
-    }
-
     /// An owned copy that does not borrow the input.
     pub fn to_owned_header(&self) -> OwnedHeader {
         OwnedHeader {
