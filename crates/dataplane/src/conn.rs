@@ -13,7 +13,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::ProxyConfig;
 use crate::copy::{Duplex, Progress};
 use crate::metrics::{ConnectFailure, RouteMetrics};
-use crate::proxy::{RouteRuntime, Shared};
+use crate::shared::{RouteRuntime, Shared};
 use crate::ticker::Ticker;
 
 struct ActiveGuard<'a>(&'a RouteMetrics);

@@ -5,6 +5,8 @@
 //! - [`Proxy`]: runs a route table, and any later one from a `watch` channel, without dropping
 //!   established connections.
 //! - [`routes_file`]: a route table source that follows a JSON file (a ConfigMap volume).
+//! - [`routes_configmap`]: a route table source that follows the controller's ConfigMap.
+//! - [`Shards`]: the worker threads, one runtime each, that [`Proxy::with_shards`] serves on.
 #![forbid(unsafe_code)]
 
 pub mod config;
@@ -14,7 +16,10 @@ mod error;
 pub mod metrics;
 mod proxy;
 pub mod routes;
+pub mod routes_configmap;
 pub mod routes_file;
+mod shards;
+mod shared;
 mod splice;
 mod ticker;
 mod upstream;
@@ -23,6 +28,7 @@ pub use config::ProxyConfig;
 pub use error::Error;
 pub use metrics::ProxyMetrics;
 pub use proxy::Proxy;
+pub use shards::Shards;
 pub use upstream::resolve;
 
 /// The most descriptors the proxy's splice pipes take at once, besides the connections' own.

@@ -13,75 +13,13 @@ use std::time::Duration;
 use hairpin_runtime::shutdown::DrainOutcome;
 use hairpin_runtime::{Shutdown, fdlimit};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
-use tokio_util::task::TaskTracker;
+use tokio::sync::watch;
 
 use crate::config::ProxyConfig;
-use crate::metrics::{ConnectFailure, ProxyMetrics, RouteMetrics};
+use crate::metrics::ProxyMetrics;
 use crate::routes::{Route, RouteTable};
-use crate::ticker::Ticker;
-use crate::upstream::Target;
+use crate::shared::{RouteRuntime, Shared};
 use crate::{Error, conn};
-use hairpin_runtime::LogLimiter;
-
-/// State shared by every listener and connection.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) config: ProxyConfig,
-    metrics: ProxyMetrics,
-    limit: Arc<Semaphore>,
-    /// The connections.
-    tracker: TaskTracker,
-    /// The accept loops, which end once their queue is taken after they stop accepting.
-    listeners: TaskTracker,
-    shards: Vec<Shard>,
-    /// One per shard (or one on the caller's runtime without shards): connect and idle
-    /// timeouts.
-    tickers: Vec<Arc<Ticker>>,
-    limit_log: LogLimiter,
-    accept_log: LogLimiter,
-}
-
-/// What a route's connections need, swapped as a whole when the route changes.
-#[derive(Debug)]
-pub(crate) struct RouteRuntime {
-    pub(crate) route: Route,
-    pub(crate) target: Target,
-    pub(crate) metrics: RouteMetrics,
-    connect_log: LogLimiter,
-}
-
-impl RouteRuntime {
-    fn new(route: &Route, shared: &Shared) -> Self {
-        Self {
-            target: Target::new(route.upstream.clone(), shared.config.resolve_ttl),
-            metrics: shared.metrics.route(&route.name),
-            connect_log: LogLimiter::new(5, Duration::from_secs(10)),
-            route: route.clone(),
-        }
-    }
-
-    /// Counts a failed upstream connect and logs it, at most a few times per window.
-    pub(crate) fn connect_failed(
-        &self,
-        client: SocketAddr,
-        failure: ConnectFailure,
-        message: &str,
-    ) {
-        self.metrics.connect_error(failure);
-        if let Some(suppressed) = self.connect_log.check() {
-            tracing::warn!(
-                route = %self.route.name,
-                upstream = %self.target.upstream(),
-                %client,
-                reason = ?failure,
-                error = message,
-                suppressed,
-                "cannot connect to upstream; closing the client connection"
-            );
-        }
-    }
-}
 
 #[derive(Debug)]
 struct RunningRoute {
@@ -112,33 +50,11 @@ pub struct Proxy {
     ticking: bool,
 }
 
-/// A worker runtime and how many connections it serves (a gauge of the metrics).
-#[derive(Debug)]
-struct Shard {
-    handle: tokio::runtime::Handle,
-    load: prometheus_client::metrics::gauge::Gauge,
-}
-
 impl Proxy {
     /// A proxy with no route yet.
     pub fn new(config: ProxyConfig, metrics: ProxyMetrics) -> Self {
-        metrics.set_max_connections(config.max_connections);
-        let limit = Arc::new(Semaphore::new(
-            config.max_connections.clamp(1, Semaphore::MAX_PERMITS),
-        ));
-        let tickers = vec![Ticker::new(&config)];
         Self {
-            shared: Arc::new(Shared {
-                config,
-                metrics,
-                limit,
-                tracker: TaskTracker::new(),
-                listeners: TaskTracker::new(),
-                shards: Vec::new(),
-                tickers,
-                limit_log: LogLimiter::new(1, Duration::from_secs(10)),
-                accept_log: LogLimiter::new(5, Duration::from_secs(10)),
-            }),
+            shared: Arc::new(Shared::new(config, metrics)),
             running: HashMap::new(),
             ticking: false,
         }
@@ -149,25 +65,9 @@ impl Proxy {
     /// runtime per core, a connection lives on the thread that accepted it: no work stealing,
     /// no cross-thread wake-ups, warm caches (thread per core).
     pub fn with_shards(mut self, shards: Vec<tokio::runtime::Handle>) -> Self {
-        let shared =
-            Arc::get_mut(&mut self.shared).expect("with_shards is called before any route starts");
-        shared.shards = shards
-            .into_iter()
-            .enumerate()
-            .map(|(index, handle)| Shard {
-                handle,
-                load: shared.metrics.worker(index),
-            })
-            .collect();
-        shared.tickers = shared
-            .shards
-            .iter()
-            .map(|shard| {
-                let ticker = Ticker::new(&shared.config);
-                drop(shard.handle.spawn(ticker.run()));
-                ticker
-            })
-            .collect();
+        Arc::get_mut(&mut self.shared)
+            .expect("with_shards is called before any route starts")
+            .set_shards(shards);
         self.ticking = true;
         self
     }
@@ -550,33 +450,6 @@ async fn on_shard(
         conn::serve(stream, peer, route, shared.clone(), ticker, permit).await;
     }
     shared.shards[shard].load.dec();
-}
-
-impl Shared {
-    fn least_loaded(&self, own: usize) -> usize {
-        let mine = self.shards[own].load.get();
-        let (index, least) = self
-            .shards
-            .iter()
-            .enumerate()
-            .map(|(i, shard)| (i, shard.load.get()))
-            .min_by_key(|&(_, load)| load)
-            .unwrap_or((own, mine));
-        // Proportional, so that busy workers with similar loads do not trade connections
-        // (each move costs a re-registration and a cross-thread wake-up).
-        if mine > 2 * least + 1 { index } else { own }
-    }
-
-    fn limit_reached(&self) {
-        self.metrics.limit_reached();
-        if let Some(suppressed) = self.limit_log.check() {
-            tracing::warn!(
-                max_connections = self.config.max_connections,
-                suppressed,
-                "connection limit reached: not accepting until a connection ends"
-            );
-        }
-    }
 }
 
 #[cfg(test)]

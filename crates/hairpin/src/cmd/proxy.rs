@@ -1,6 +1,7 @@
 //! `hairpin proxy`: accept TCP connections, prepend the PROXY header the cloud load balancer
-//! would send, forward them upstream. The work is in `hairpin-dataplane`; this file turns flags
-//! into a route table and a runtime.
+//! would send, forward them upstream. The work is in `hairpin-dataplane` (the proxy, its worker
+//! threads, the routes file and ConfigMap followers); this file turns flags into a route table
+//! and wires them together.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,9 +11,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hairpin_dataplane::routes::{ProxyProtocol, Route, RouteTable, Upstream};
+use hairpin_dataplane::routes_configmap;
 use hairpin_dataplane::routes_file::RoutesFile;
-use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics};
-use hairpin_runtime::configmap::KeyUpdate;
+use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics, Shards};
 use hairpin_runtime::shutdown::DrainOutcome;
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
@@ -166,57 +167,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let result = runtime.block_on(serve(args, shards.handles.clone()));
+    let result = runtime.block_on(serve(args, shards.handles()));
     // Connections still open here were given up on (drain timeout or forced): do not wait.
     shards.stop();
     runtime.shutdown_timeout(Duration::from_millis(200));
     result
-}
-
-/// One single-threaded runtime per worker thread; connections stay on the thread that accepted
-/// them (each route has one `SO_REUSEPORT` listener per worker).
-struct Shards {
-    handles: Vec<tokio::runtime::Handle>,
-    stop: tokio::sync::watch::Sender<bool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Shards {
-    fn start(workers: usize) -> anyhow::Result<Self> {
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let mut handles = Vec::with_capacity(workers);
-        let mut threads = Vec::with_capacity(workers);
-        for i in 0..workers {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start a worker runtime")?;
-            handles.push(runtime.handle().clone());
-            let mut stopped = stopped.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("hairpin-proxy-{i}"))
-                .spawn(move || {
-                    runtime.block_on(async move {
-                        let _ = stopped.wait_for(|stop| *stop).await;
-                    });
-                    runtime.shutdown_timeout(Duration::from_millis(100));
-                })
-                .context("cannot start a worker thread")?;
-            threads.push(thread);
-        }
-        Ok(Self {
-            handles,
-            stop,
-            threads,
-        })
-    }
-
-    fn stop(self) {
-        let _ = self.stop.send(true);
-        for thread in self.threads {
-            let _ = thread.join();
-        }
-    }
 }
 
 async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Result<ExitCode> {
@@ -271,7 +226,12 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
         file.spawn(args.routes_poll_interval, routes_tx, metrics);
     } else if let (Some(updates), Some((namespace, name))) = (configmap, &args.routes_configmap) {
         let source = format!("{namespace}/{name}");
-        tokio::spawn(follow_configmap(updates, source, routes_tx, routes_loaded));
+        tokio::spawn(routes_configmap::follow(
+            updates,
+            source,
+            routes_tx,
+            routes_loaded,
+        ));
     }
     listeners_bound.set(true);
     tracing::info!(routes = routes_count, workers, "proxy ready");
@@ -317,48 +277,6 @@ async fn initial_routes(args: &Args) -> anyhow::Result<(RouteTable, Option<Route
             }])?;
             Ok((table, None))
         }
-    }
-}
-
-/// Feeds the routes the controller publishes into the proxy. The first update (even "no such
-/// ConfigMap yet") makes the proxy ready; a table that does not parse is logged and ignored, so
-/// a bad write never drops the routes that work.
-async fn follow_configmap(
-    updates: impl futures::Stream<Item = KeyUpdate>,
-    source: String,
-    routes: tokio::sync::watch::Sender<RouteTable>,
-    loaded: hairpin_runtime::admin::ReadyCondition,
-) {
-    use futures::StreamExt as _;
-    let mut updates = std::pin::pin!(updates);
-    while let Some(update) = updates.next().await {
-        let table = match update {
-            // A ConfigMap without the key holds no routes.
-            KeyUpdate::Present(json) => {
-                match RouteTable::from_json(json.as_deref().unwrap_or("[]").as_bytes()) {
-                    Ok(table) => table,
-                    Err(err) => {
-                        tracing::warn!(configmap = %source, error = %err, "invalid routes table; keeping the current routes");
-                        continue;
-                    }
-                }
-            }
-            KeyUpdate::Missing => {
-                tracing::info!(configmap = %source, "routes ConfigMap not found: no routes until the controller writes it");
-                match RouteTable::new(Vec::new()) {
-                    Ok(table) => table,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "cannot build an empty route table");
-                        continue;
-                    }
-                }
-            }
-        };
-        tracing::info!(configmap = %source, routes = table.len(), "routes loaded from ConfigMap");
-        if routes.send(table).is_err() {
-            return;
-        }
-        loaded.set(true);
     }
 }
 
