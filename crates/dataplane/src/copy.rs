@@ -3,8 +3,8 @@
 //! Reads go into one scratch buffer per worker thread and are written on at once; only bytes the
 //! destination cannot take right now are kept, in a per-direction buffer allocated on first
 //! need. An idle keep-alive connection therefore holds no buffer at all, and the hot buffer
-//! stays in the worker's cache. A direction whose read fills the scratch buffer is a bulk
-//! transfer: it goes on through a pipe with `splice(2)` ([`crate::splice`]), without copies.
+//! stays in the worker's cache. A direction with a large read ([`BULK_READ`]) is a bulk transfer:
+//! it goes on through a pipe with `splice(2)` ([`crate::splice`]), without copies.
 
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
@@ -20,6 +20,13 @@ use crate::splice::Pipe;
 
 /// Size of each worker's scratch buffer: the most one read moves.
 const SCRATCH_SIZE: usize = 64 * 1024;
+/// A read of at least this many bytes marks a bulk transfer: the direction splices from then on.
+/// Not a read that fills the scratch buffer: a proxy that keeps up with its sender reads about
+/// one segment at a time, and a segment is smaller than 64 KiB (65,483 bytes on loopback, whose
+/// MTU is 64 KiB; at most 64 KiB from a NIC's GRO), so a full read came only when the proxy
+/// had fallen behind, and on an idle machine a 10 MiB transfer was copied to the end (issue 32).
+/// Requests and small responses stay well under it and keep the plain read and write.
+const BULK_READ: usize = 16 * 1024;
 /// The most one direction moves in one poll before letting the worker's other connections
 /// run: a bulk transfer must not starve its neighbours (tail latency). The connection then
 /// yields with `tokio::task::yield_now`, which the runtime wakes only after it has polled for
@@ -200,7 +207,7 @@ impl Half {
     }
 
     /// A read into the worker's scratch buffer, written on to `dst` at once (what `dst`
-    /// cannot take is kept). The bytes read; a read that fills the buffer marks a bulk
+    /// cannot take is kept). The bytes read; a read of [`BULK_READ`] or more marks a bulk
     /// transfer.
     fn copy(&mut self, src: &TcpStream, dst: &TcpStream) -> io::Result<usize> {
         let read = SCRATCH.with_borrow_mut(|buf| {
@@ -213,7 +220,7 @@ impl Half {
             Ok::<_, io::Error>(n)
         })?;
         if read > 0 {
-            self.bulk = read == SCRATCH_SIZE;
+            self.bulk = read >= BULK_READ;
         }
         Ok(read)
     }
@@ -414,6 +421,42 @@ mod tests {
             .unwrap();
         let (ours, _) = listener.accept().await.unwrap();
         (ours, peer.into())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn reads_smaller_than_the_scratch_buffer_switch_a_bulk_transfer_to_splice() {
+        let (client, client_peer) = pair().await;
+        let (upstream, mut upstream_peer) = pair().await;
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = crate::ProxyMetrics::register(&mut registry).route("test");
+        let waker = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let as_waker = Waker::from(waker);
+        let mut cx = Context::from_waker(&as_waker);
+        let mut duplex = Duplex::new(&client, &upstream, &metrics);
+        // One segment at a time, each under the 64 KiB scratch buffer (as a proxy that keeps
+        // up with its sender reads them): the first is copied, and marks the direction bulk.
+        let segment = vec![7; 60_000];
+        let mut total = 0;
+        for _ in 0..3 {
+            upstream_peer.write_all(&segment).unwrap();
+            total += segment.len();
+            let deadline = Instant::now() + std::time::Duration::from_secs(10);
+            while duplex.down.unflushed < total as u64 && Instant::now() < deadline {
+                let _ = duplex.poll(&mut cx);
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        }
+        assert!(
+            duplex.down.pipe.is_some(),
+            "a direction reading 60,000 bytes at a time splices"
+        );
+        drop(duplex);
+        drop(client);
+        drop(upstream_peer);
+        let mut peer = client_peer;
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).unwrap();
+        assert_eq!(got.len(), total, "every byte reaches the client");
     }
 
     #[tokio::test(flavor = "current_thread")]
