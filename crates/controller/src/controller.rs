@@ -437,6 +437,7 @@ impl Reconciler {
             self.verified_once = true;
         }
         self.metrics.set_unverified(&plan.verification);
+        self.metrics.set_cures(&plan.cures);
         self.metrics
             .managed_load_balancers
             .set(i64::try_from(plan.load_balancers.len()).unwrap_or(i64::MAX));

@@ -36,6 +36,13 @@ pub struct UnverifiedLabels {
     pub reason: String,
 }
 
+/// Label set of `hairpin_load_balancers`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CureLabels {
+    /// [`hairpin_planner::native::Cure::as_str`]: `native` or `dns`.
+    pub cure: String,
+}
+
 /// Metrics the controller updates.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -49,6 +56,8 @@ pub struct Metrics {
     pub managed_load_balancers: Gauge,
     /// Hostnames currently redirected to the proxy.
     pub managed_hostnames: Gauge,
+    /// Load balancers that need a cure, by the cure in effect (`hairpin_load_balancers`).
+    pub load_balancers_by_cure: Family<CureLabels, Gauge>,
     /// Times another writer was found to have reverted our CoreDNS change (or changed one of
     /// our `DNSEndpoint`s).
     pub dns_reverts: Counter,
@@ -109,6 +118,7 @@ impl Metrics {
             ]),
             managed_load_balancers: Gauge::default(),
             managed_hostnames: Gauge::default(),
+            load_balancers_by_cure: Family::default(),
             dns_reverts: Counter::default(),
             dns_fight: Gauge::default(),
             service_reverts: Counter::default(),
@@ -142,6 +152,11 @@ impl Metrics {
             "hairpin_hostnames_unverified",
             "Hostnames not redirected because the upstream DNS does not resolve them to their load balancer, by reason",
             self.hostnames_unverified.clone(),
+        );
+        registry.register(
+            "hairpin_load_balancers",
+            "Load balancers that need a cure, by the cure in effect: native (ipMode: Proxy) or dns (hairpin's proxy)",
+            self.load_balancers_by_cure.clone(),
         );
         registry.register(
             "hairpin_dns_propagation_seconds",
@@ -304,6 +319,19 @@ impl Metrics {
             self.hostnames_unverified
                 .get_or_create(&UnverifiedLabels {
                     reason: reason.as_str().to_owned(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Sets `hairpin_load_balancers` from a plan's cures (both labels, 0 where none).
+    pub fn set_cures(&self, cures: &[hairpin_planner::native::CureChoice]) {
+        use hairpin_planner::native::Cure;
+        for cure in [Cure::Native, Cure::Dns] {
+            let n = cures.iter().filter(|c| c.cure == cure).count();
+            self.load_balancers_by_cure
+                .get_or_create(&CureLabels {
+                    cure: cure.as_str().to_owned(),
                 })
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
