@@ -518,6 +518,10 @@ listen hap_v2
                 print(f"  {workload:<10} {v}: hairpin/haproxy {med['hairpin-' + v] / med['haproxy-' + v]:.3f}"
                       f"   hairpin/direct {med['hairpin-' + v] / med['direct']:.3f}"
                       f"   p99 hairpin/haproxy {p99['hairpin-' + v] / max(p99['haproxy-' + v], 1e-9):.3f}")
+                if args.baseline:
+                    print(f"  {'':<10} {v}: baseline/haproxy {med['baseline-' + v] / med['haproxy-' + v]:.3f}"
+                          f"  baseline/direct {med['baseline-' + v] / med['direct']:.3f}"
+                          f"   p99 baseline/haproxy {p99['baseline-' + v] / max(p99['haproxy-' + v], 1e-9):.3f}")
         print()
         print("proxy CPU per unit of work (median; keepalive/newconn: µs per request, bulk: ms per GiB; lower is better)")
         for workload in WORKLOADS:
@@ -525,6 +529,9 @@ listen hap_v2
                 hp = statistics.median(cpu_cost[(workload, "hairpin-" + v)] or [0])
                 ha = statistics.median(cpu_cost[(workload, "haproxy-" + v)] or [0])
                 print(f"  {workload:<10} {v}: hairpin {hp:8.2f}   haproxy {ha:8.2f}   hairpin/haproxy {hp / max(ha, 1e-9):.3f}")
+                if args.baseline:
+                    base = statistics.median(cpu_cost[(workload, "baseline-" + v)] or [0])
+                    print(f"  {'':<10} {v}: baseline {base:7.2f}   haproxy {ha:8.2f}   baseline/haproxy {base / max(ha, 1e-9):.3f}")
         print()
         if args.baseline:
             print("hairpin/baseline (medians; in brackets the same ratio within each round, min-max)")
