@@ -568,13 +568,17 @@ struct ApiLink {
 /// (static) apiserver, and for a test process that is killed. Dropped (killed) first when the
 /// apiserver is dropped normally.
 fn spawn_reaper(groups: &[u32], link: &ApiLink, paths: &[&Path]) -> io::Result<Group> {
-    let kills: Vec<String> = groups.iter().map(|g| format!("-{g}")).collect();
+    // Each group, and its leader by pid too (dash's `kill` takes `-PGID`, not `--`).
+    let kills: Vec<String> = groups
+        .iter()
+        .flat_map(|g| [format!("-{g}"), g.to_string()])
+        .collect();
     let paths: Vec<String> = paths
         .iter()
         .map(|p| format!("'{}'", p.display().to_string().replace('\'', "")))
         .collect();
     let script = format!(
-        "while kill -0 {pid} 2>/dev/null; do sleep 0.2; done; kill -KILL -- {kills} 2>/dev/null; \
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.2; done; kill -KILL {kills} 2>/dev/null; \
          sleep 0.2; ip link del {link} 2>/dev/null; ip netns del {netns} 2>/dev/null; \
          rm -rf {paths}",
         pid = std::process::id(),
@@ -898,6 +902,7 @@ impl NodeOptions {
 pub struct KubeNode {
     // Drop order: processes, then kube-proxy, then the namespace (in Drop), then the slot.
     processes: Vec<Group>,
+    reaper: Option<Group>,
     kube_proxy: Option<Group>,
     netns: String,
     options: NodeOptions,
@@ -915,12 +920,14 @@ impl KubeNode {
         run_checked(Command::new("ip").args(["netns", "add", &netns]))?;
         let mut node = KubeNode {
             processes: Vec::new(),
+            reaper: None,
             kube_proxy: None,
             netns,
             options: options.clone(),
             dir: tempfile::Builder::new().prefix("hairpin-node-").tempdir()?,
             slot,
         };
+        node.reaper = Some(node.spawn_reaper()?);
         node.wire(api)?;
         node.register(api);
         let kubeconfig = node.dir.path().join("kube-proxy.kubeconfig");
@@ -1256,8 +1263,29 @@ impl KubeNode {
     }
 }
 
+impl KubeNode {
+    /// A shell that, once this process has exited (killed by a timeout, say), kills every
+    /// process in the namespace and removes the namespace, the veth, the folder and the slot.
+    fn spawn_reaper(&self) -> io::Result<Group> {
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 0.2; done; \
+             ip netns pids {netns} | xargs -r kill -KILL; sleep 0.2; \
+             ip link del hpv{n} 2>/dev/null; ip netns del {netns} 2>/dev/null; rm -rf '{dir}' '{slot}'",
+            pid = std::process::id(),
+            netns = self.netns,
+            n = self.slot.n,
+            dir = self.dir.path().display(),
+            slot = self.slot.path.display(),
+        );
+        let mut command = Command::new("sh");
+        command.args(["-c", &script]);
+        Group::spawn("reaper", command, PathBuf::from("/dev/null"))
+    }
+}
+
 impl Drop for KubeNode {
     fn drop(&mut self) {
+        self.reaper = None;
         self.processes.clear();
         self.kube_proxy = None;
         let _ = Command::new("ip")
