@@ -49,6 +49,9 @@ pub struct NativeParams {
     pub timeout: Duration,
     /// After a failed probe, how long before the cure is tried again.
     pub retry: Duration,
+    /// How often a proven cure is probed again (a kube-proxy or CNI upgrade may stop
+    /// honouring `ipMode`): a failed re-probe puts `ipMode` back and brings the DNS cure back.
+    pub reprobe: Duration,
 }
 
 impl Default for NativeParams {
@@ -58,6 +61,7 @@ impl Default for NativeParams {
             interval: Duration::from_millis(200),
             timeout: Duration::from_secs(1),
             retry: Duration::from_secs(600),
+            reprobe: Duration::from_secs(1800),
         }
     }
 }
@@ -341,7 +345,7 @@ impl NativeCurer {
         };
         let mut record = before.clone();
         let mut requeue = None;
-        self.take_verdicts(&mut record, snapshot).await?;
+        self.take_verdicts(&mut record, plan, snapshot).await?;
         // A failed cure is tried again after `retry`: its entry goes, the next plan proposes it.
         let due: Vec<String> = record
             .load_balancers
@@ -377,6 +381,7 @@ impl NativeCurer {
                 }
             }
         }
+        self.reprobe_due(plan, &record);
         self.write_record(&record, &before).await?;
         if !self.running.is_empty() {
             requeue = Some(Instant::now() + self.params.interval);
@@ -465,6 +470,26 @@ impl NativeCurer {
         Ok(())
     }
 
+    /// Probes again every proven cure (of `auto`) whose verdict is older than `reprobe`; the
+    /// status is left as it is meanwhile.
+    fn reprobe_due(&mut self, plan: &Plan, record: &NativeRecord) {
+        let due: Vec<(ObjectRef, NativeEntry)> = record
+            .load_balancers
+            .iter()
+            .filter(|(_, e)| e.state == ProbeState::Proven)
+            .filter(|(_, e)| seconds_since(&e.since).is_some_and(|s| s >= self.params.reprobe))
+            .filter_map(|(key, e)| {
+                let (namespace, name) = key.split_once('/')?;
+                Some((ObjectRef::new(namespace, name), e.clone()))
+            })
+            .filter(|(service, _)| !forced_native(plan, service))
+            .collect();
+        for (service, entry) in due {
+            tracing::debug!(service = %service, "probing a proven native cure again");
+            self.start_probe(plan, &service, &entry.uid, &entry.original);
+        }
+    }
+
     fn start_probe(&mut self, plan: &Plan, service: &ObjectRef, uid: &str, ips: &[IpModeWas]) {
         let key = service.to_string();
         if self.running.contains_key(&key) {
@@ -498,6 +523,7 @@ impl NativeCurer {
     async fn take_verdicts(
         &mut self,
         record: &mut NativeRecord,
+        plan: &Plan,
         snapshot: &ClusterSnapshot,
     ) -> Result<(), Error> {
         let verdicts = std::mem::take(
@@ -536,6 +562,8 @@ impl NativeCurer {
                 self.events
                     .publish(&regarding, false, reason::NATIVE_PROVEN, note)
                     .await;
+            } else if forced_native(plan, &service) {
+                tracing::warn!(service = %key, detail = %verdict.detail, "native cure not proven; kept (--cure native)");
             } else {
                 tracing::warn!(service = %key, detail = %verdict.detail, "native cure not proven; ipMode put back, DNS cure kept");
                 let original = entry.original.clone();
@@ -612,6 +640,14 @@ impl NativeCurer {
         write_key(&self.client, &edit).await?;
         Ok(())
     }
+}
+
+/// The load balancer's cure is forced to native (flag or annotation): a failed probe is
+/// reported, never acted on.
+fn forced_native(plan: &Plan, service: &ObjectRef) -> bool {
+    plan.cures
+        .iter()
+        .any(|c| c.service == *service && c.mode == hairpin_planner::CureMode::Native)
 }
 
 /// [`write_ip_modes`] for putting back: only IPs still at `Proxy` change (another writer that

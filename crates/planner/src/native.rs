@@ -443,10 +443,9 @@ fn choose_one(
                 _ => NativeProgress::Probing,
             };
             let why = "--cure native: ipMode: Proxy, no DNS rules, proven or not".to_owned();
-            (
-                native(progress, why),
-                set_proxy(state == Some(ProbeState::Proven)),
-            )
+            // Probed once (the verdict is reported, never acted on): later writes re-assert.
+            let probed = matches!(state, Some(ProbeState::Proven | ProbeState::Failed));
+            (native(progress, why), set_proxy(probed))
         }
         (_, Some(ProbeState::Proven)) => (
             native(

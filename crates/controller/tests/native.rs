@@ -1,0 +1,147 @@
+//! The native cure's faults over the fake API server (the real kube-apiserver and kube-proxy
+//! run the cure end to end in `crates/hairpin/tests/native_cure.rs`): a 409 on the status
+//! subresource and a 404 on the read before it are retried; a probe that gets no answer puts
+//! `ipMode` back and keeps the DNS cure (make before break: the names never lose their rule);
+//! an API outage reverts nothing. The load balancer's address is on loopback (`127.0.0.42`,
+//! nothing listening), so the probe never leaves this machine.
+
+mod support;
+
+use std::time::Duration;
+
+use hairpin_fake_apiserver::FakeApiServer;
+use hairpin_fake_apiserver::fixtures::{self, coredns};
+use hairpin_planner::CureMode;
+use serde_json::{Value, json};
+use support::cluster::corefile;
+use support::controller::{config, start};
+
+const LB_IP: &str = "127.0.0.42";
+const HOST: &str = "shop.example.com";
+const COREFILE: &str = ".:53 {\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
+const SVC: &str = "/api/v1/namespaces/ingress-nginx/services/ingress-nginx-controller";
+
+fn seed(fake: &FakeApiServer) {
+    fake.create_namespace("hairpin");
+    fake.apply(fixtures::proxy_load_balancer(
+        "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol",
+        LB_IP,
+        json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]),
+    ));
+    fake.apply(fixtures::ingress("shop", "shop", &[HOST], LB_IP));
+    fake.apply(coredns(COREFILE));
+}
+
+fn ip_mode(fake: &FakeApiServer) -> Value {
+    fake.get(
+        "v1",
+        "Service",
+        Some("ingress-nginx"),
+        "ingress-nginx-controller",
+    )
+    .map(|s| s["status"]["loadBalancer"]["ingress"][0]["ipMode"].clone())
+    .unwrap_or_default()
+}
+
+fn record_state(fake: &FakeApiServer) -> Value {
+    fake.get("v1", "ConfigMap", Some("hairpin"), "hairpin-native")
+        .and_then(|cm| cm["data"]["native.json"].as_str().map(str::to_owned))
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .map(|r| r["loadBalancers"]["ingress-nginx/ingress-nginx-controller"]["state"].clone())
+        .unwrap_or_default()
+}
+
+fn status_puts(fake: &FakeApiServer) -> Vec<u16> {
+    fake.requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.uri.contains(&format!("{SVC}/status")))
+        .map(|r| r.status)
+        .collect()
+}
+
+fn auto_config() -> hairpin_controller::ControllerConfig {
+    let mut cfg = config("pod-a", false);
+    cfg.planner.cure = CureMode::Auto;
+    cfg.native.deadline = Duration::from_millis(600);
+    cfg.native.interval = Duration::from_millis(100);
+    cfg.native.timeout = Duration::from_millis(200);
+    cfg
+}
+
+#[tokio::test]
+async fn status_conflicts_are_retried_and_an_unanswered_probe_puts_ip_mode_back() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    // The read before the write finds nothing once, then another writer wins the race once.
+    fake.fail_next("GET", SVC, 1, 404);
+    fake.fail_next("PUT", &format!("{SVC}/status"), 1, 409);
+    let running = start(&fake, auto_config());
+    // Make before break: the DNS cure is in place while native is tried.
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| corefile(f).contains(HOST))
+            .await
+            .is_some()
+    );
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| ip_mode(f) == "Proxy")
+            .await
+            .is_some(),
+        "{:?}",
+        status_puts(&fake)
+    );
+    let puts = status_puts(&fake);
+    assert_eq!(&puts[..2], &[409, 200], "{puts:?}");
+    // Nothing answers on 127.0.0.42:80: not proven; ipMode back as it was, DNS kept.
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "failed"
+            && ip_mode(f) == "VIP")
+            .await
+            .is_some(),
+        "record {:?}, ipMode {:?}",
+        record_state(&fake),
+        ip_mode(&fake)
+    );
+    assert!(corefile(&fake).contains(HOST));
+    // A failed cure is not tried again before its retry time: no new status write.
+    let before = status_puts(&fake).len();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(status_puts(&fake).len(), before);
+    assert_eq!(ip_mode(&fake), "VIP");
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn an_api_outage_reverts_nothing_and_uninstall_restores() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let mut cfg = auto_config();
+    // Native forced: ipMode stays whatever the probe says.
+    cfg.planner.cure = CureMode::Native;
+    let running = start(&fake, cfg);
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| ip_mode(f) == "Proxy"
+            && !corefile(f).contains(HOST))
+            .await
+            .is_some()
+    );
+    fake.go_down();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    fake.come_back(true);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(ip_mode(&fake), "Proxy");
+    assert!(!corefile(&fake).contains(HOST));
+    running.stop().await;
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &hairpin_planner::PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(
+        report.ip_modes_restored,
+        ["ingress-nginx/ingress-nginx-controller"]
+    );
+    assert_eq!(ip_mode(&fake), "VIP");
+    assert_eq!(corefile(&fake), COREFILE);
+}
