@@ -771,6 +771,39 @@ fn probes() -> Vec<Probe> {
             )
         },
         Probe {
+            facts: &["/kind", "/reason", "/status/loadBalancer/ingress/0/ipMode"],
+            ..probe(
+                "replace a Service without a resourceVersion",
+                "PUT",
+                "/api/v1/namespaces/diff/services/lb",
+                json!({"apiVersion": "v1", "kind": "Service",
+                       "metadata": {"name": "lb", "namespace": "diff"},
+                       "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+            )
+        },
+        Probe {
+            facts: &["/kind", "/reason", "/status/loadBalancer/ingress/0/ipMode"],
+            ..probe(
+                "replace its status without a resourceVersion",
+                "PUT",
+                "/api/v1/namespaces/diff/services/lb/status",
+                json!({"apiVersion": "v1", "kind": "Service",
+                       "metadata": {"name": "lb", "namespace": "diff"},
+                       "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+                       "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10", "ipMode": "Proxy"}]}}}),
+            )
+        },
+        Probe {
+            facts: &["/kind", "/reason", "/status/loadBalancer/ingress/0/ipMode"],
+            ..probe(
+                "replace a ConfigMap's status-less kind at a path with /status",
+                "PUT",
+                "/api/v1/namespaces/diff/configmaps/a/status",
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "a", "namespace": "diff"}}),
+            )
+        },
+        Probe {
             content_type: "application/merge-patch+json",
             ..probe(
                 "change the clusterIP",

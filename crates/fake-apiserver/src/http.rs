@@ -86,6 +86,9 @@ enum Route {
     Discovery(Value),
     /// Nothing is served there (an absent CRD, an unknown path).
     Missing,
+    /// A served resource without that subresource (`/status` of a ConfigMap): the real
+    /// server answers a JSON `Status` there, not the plain-text page.
+    NoSubresource,
 }
 
 /// kube-apiserver's answer where nothing is served: Go's `http.NotFound`, plain text, not a
@@ -129,15 +132,16 @@ fn route(state: &State, method: &Method, path: &str) -> Route {
         _ => return Route::Missing,
     };
     match state.resource_index(group, version, plural) {
-        Some(index) if !status || state.resources[index].ty.status_subresource => {
-            Route::Resource(Target {
-                index,
-                namespace,
-                name,
-                plural: plural.to_owned(),
-                status,
-            })
+        Some(index) if status && !state.resources[index].ty.status_subresource => {
+            Route::NoSubresource
         }
+        Some(index) => Route::Resource(Target {
+            index,
+            namespace,
+            name,
+            plural: plural.to_owned(),
+            status,
+        }),
         _ => Route::Missing,
     }
 }
@@ -288,6 +292,15 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
         let mut state = shared.lock();
         let (status, response) = match route(&state, &method, uri.path()) {
             Route::Missing => (404, page_not_found()),
+            Route::NoSubresource => {
+                let status = status_body(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                    Some(serde_json::json!({})),
+                );
+                (404, json(404, &status))
+            }
             Route::Discovery(document) => (200, json(200, &document)),
             Route::Resource(target) => match denial(&state, &method, &target, &query) {
                 Some(denied) => (403, json(403, &denied)),
