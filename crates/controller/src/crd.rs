@@ -36,6 +36,12 @@ pub const PLURAL: &str = "hairpins";
         json_path = ".status.proxy"
     ),
     printcolumn(
+        name = "Cure",
+        type_ = "string",
+        description = "native (ipMode: Proxy on the load balancer's status) or dns (the hostnames point at the hairpin proxy)",
+        json_path = ".status.cure"
+    ),
+    printcolumn(
         name = "Hosts",
         type_ = "integer",
         description = "Hostnames redirected to the hairpin proxy",
@@ -44,7 +50,7 @@ pub const PLURAL: &str = "hairpins";
     printcolumn(
         name = "DNS",
         type_ = "string",
-        description = "Written, Effective, NotEffective or Refused",
+        description = "Written, Effective, NotEffective, Refused, or NotUsed on the native cure",
         json_path = ".status.dns"
     ),
     printcolumn(
@@ -75,9 +81,23 @@ pub struct HairpinStatus {
     /// Number of hostnames redirected to the hairpin Service.
     #[serde(default)]
     pub host_count: i32,
+    /// How this load balancer is cured: `native` (`ipMode: Proxy` on its Service's status, so
+    /// that in-cluster traffic to its address crosses the real load balancer; no DNS rule) or
+    /// `dns` (the cluster DNS answers its hostnames with the hairpin Service).
+    #[serde(default)]
+    pub cure: String,
+    /// Where the native cure stands: `to-prove` (hairpin will set `ipMode: Proxy` and probe),
+    /// `probing`, `proven` or `failed` (the status was put back). Absent: native is not tried
+    /// (`--cure dns`, or the cloud controller computes `ipMode` itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_cure: Option<String>,
+    /// Why this cure, in words.
+    #[serde(default)]
+    pub cure_reason: String,
     /// DNS state in one word: `Written` (the rules are in place, not yet seen answering),
     /// `Effective` (the cluster DNS answers with the hairpin Service), `NotEffective` (it
-    /// still does not, after the deadline) or `Refused` (hairpin could not write them).
+    /// still does not, after the deadline), `Refused` (hairpin could not write them) or
+    /// `NotUsed` (the load balancer is on the native cure: no DNS rule).
     #[serde(default)]
     pub dns: String,
     /// Ready endpoints (proxy pods) of the hairpin Service.
@@ -117,7 +137,7 @@ pub struct HairpinStatus {
     /// measured by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub propagation_seconds: Option<f64>,
-    /// `ServiceWritten`, `DNSWritten`, `DNSEffective`, `ProxyReady` and `Ready`.
+    /// `ServiceWritten`, `DNSWritten`, `DNSEffective`, `ProxyReady`, `NativeCure` and `Ready`.
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -175,8 +195,32 @@ pub mod condition {
     pub const DNS_EFFECTIVE: &str = "DNSEffective";
     /// The hairpin Service has ready proxy endpoints and accepts connections.
     pub const PROXY_READY: &str = "ProxyReady";
-    /// All of the above.
+    /// The native cure (`ipMode: Proxy`): `True` once the probe proved it, `Unknown` while it
+    /// is to be proven or probing, `False` when it failed or is not tried (reasons
+    /// [`ToProve`](super::cure_reason::TO_PROVE), [`Probing`](super::cure_reason::PROBING),
+    /// [`Proven`](super::cure_reason::PROVEN), [`Failed`](super::cure_reason::FAILED),
+    /// [`NotEligible`](super::cure_reason::NOT_ELIGIBLE)).
+    pub const NATIVE_CURE: &str = "NativeCure";
+    /// In-cluster clients reach the load balancer as they should: on the DNS cure every
+    /// condition above but `NativeCure`; on the native cure, `NativeCure`.
     pub const READY: &str = "Ready";
+    /// `status.dns` of a load balancer on the native cure.
+    pub const DNS_NOT_USED: &str = "NotUsed";
+}
+
+/// The reasons of the `NativeCure` condition.
+pub mod cure_reason {
+    /// hairpin will set `ipMode: Proxy` and probe; DNS stays meanwhile.
+    pub const TO_PROVE: &str = "ToProve";
+    /// `ipMode: Proxy` is set and the probe runs.
+    pub const PROBING: &str = "Probing";
+    /// The probe reached the load balancer through its address on every port.
+    pub const PROVEN: &str = "Proven";
+    /// The probe did not; the status was put back.
+    pub const FAILED: &str = "Failed";
+    /// Native is not tried: `--cure dns` (or the Service's cure annotation), hairpin's
+    /// proxy-protocol annotation forces DNS, or the cloud controller computes `ipMode` itself.
+    pub const NOT_ELIGIBLE: &str = "NotEligible";
 }
 
 /// The CRD as YAML, exactly as checked in under `charts/hairpin/crds/`.

@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 
 use crate::crd::{
     Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, RefusedHostname, UnverifiedHostname,
-    condition,
+    condition, cure_reason,
 };
 use crate::error::is_not_found;
 use crate::metrics::Metrics;
@@ -33,6 +33,7 @@ use crate::propagation::{self, CheckOutcome, CheckSpec, DnsServer};
 use crate::report::{Events, list_note, object_ref, reason};
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::config::is_managed;
+use hairpin_planner::native::{Cure, NativeProgress};
 
 /// Settings of the propagation check.
 #[derive(Clone, Debug)]
@@ -150,10 +151,19 @@ fn planned_status(plan: &Plan, lb: &LoadBalancerPlan) -> HairpinStatus {
         _ => "mixed".to_owned(),
     };
     let spec = lb.service.spec.as_ref();
+    let choice = plan.cures.iter().find(|c| &c.service == svc);
     HairpinStatus {
         proxy,
+        cure: choice.map_or(Cure::Dns, |c| c.cure).as_str().to_owned(),
+        native_cure: choice
+            .and_then(|c| c.native)
+            .map(|n| native_word(n).to_owned()),
+        // Escaped by the planner (it quotes the probe's outcome and the Service's settings).
+        cure_reason: choice.map(|c| c.reason.clone()).unwrap_or_default(),
         host_count: i32::try_from(lb.hostnames.len()).unwrap_or(i32::MAX),
-        dns: if plan.dns.is_some() {
+        dns: if choice.is_some_and(|c| c.cure == Cure::Native) {
+            condition::DNS_NOT_USED
+        } else if plan.dns.is_some() {
             "Written"
         } else {
             "Refused"
@@ -188,6 +198,21 @@ fn planned_status(plan: &Plan, lb: &LoadBalancerPlan) -> HairpinStatus {
             .unwrap_or_default(),
         ..HairpinStatus::default()
     }
+}
+
+/// `status.nativeCure`: the planner's progress word.
+fn native_word(progress: NativeProgress) -> &'static str {
+    match progress {
+        NativeProgress::ToProve => "to-prove",
+        NativeProgress::Probing => "probing",
+        NativeProgress::Proven => "proven",
+        NativeProgress::Failed => "failed",
+    }
+}
+
+/// Whether a planned status is on the native cure (no DNS rule, no propagation check).
+fn on_native(status: &HairpinStatus) -> bool {
+    status.cure == Cure::Native.as_str()
 }
 
 /// The hostname claims on load balancer `svc` the admission policy refused.
@@ -348,7 +373,12 @@ impl StatusWriter {
             let cluster_ips = cluster_ips(lb);
             self.track_write(&lb_ref, &status, existing, dns);
             let external = external_dns_progress(plan, &lb_ref);
-            if matches!(dns, DnsState::InPlace { .. }) {
+            if on_native(&status) {
+                // No DNS rule to check: a check started before the switch says nothing now.
+                if let Some(old) = lock(&self.checks).remove(&lb_ref) {
+                    old.task.abort();
+                }
+            } else if matches!(dns, DnsState::InPlace { .. }) {
                 self.start_check(
                     plan,
                     snapshot,
@@ -598,23 +628,36 @@ impl StatusWriter {
         status.last_write_time = written.time.clone();
         status.propagation_seconds = written.propagation;
 
-        let parts = [
-            service_written(probe.service_fight, &status.service),
-            dns_written(probe.dns, status),
-            self.dns_effective(lb, status, probe, outcome.as_ref()),
-            proxy_ready(probe.ready, outcome.as_ref(), &status.service),
-        ];
-        let ready = all_ready(&parts);
-        status.dns = match (probe.dns, &outcome) {
-            (DnsState::InPlace { .. }, Some(o)) if o.effective => "Effective",
-            (DnsState::InPlace { .. }, Some(_)) => "NotEffective",
-            (DnsState::InPlace { .. }, None) => "Written",
-            _ => "Refused",
-        }
-        .into();
+        let native = native_cure(status);
+        let (parts, ready) = if on_native(status) {
+            let parts = [
+                service_written(probe.service_fight, &status.service),
+                dns_not_used(condition::DNS_WRITTEN),
+                dns_not_used(condition::DNS_EFFECTIVE),
+                proxy_ready(probe.ready, None, &status.service),
+            ];
+            status.dns = condition::DNS_NOT_USED.into();
+            (parts, native_ready(&native))
+        } else {
+            let parts = [
+                service_written(probe.service_fight, &status.service),
+                dns_written(probe.dns, status),
+                self.dns_effective(lb, status, probe, outcome.as_ref()),
+                proxy_ready(probe.ready, outcome.as_ref(), &status.service),
+            ];
+            let ready = all_ready(&parts);
+            status.dns = match (probe.dns, &outcome) {
+                (DnsState::InPlace { .. }, Some(o)) if o.effective => "Effective",
+                (DnsState::InPlace { .. }, Some(_)) => "NotEffective",
+                (DnsState::InPlace { .. }, None) => "Written",
+                _ => "Refused",
+            }
+            .into();
+            (parts, ready)
+        };
         status.conditions = parts
             .into_iter()
-            .chain([ready])
+            .chain([native, ready])
             .map(|part| stamp.condition(part))
             .collect();
     }
@@ -877,6 +920,53 @@ fn proxy_ready(ready: i32, outcome: Option<&CheckOutcome>, service: &str) -> Par
             format!("{n} ready endpoint(s)"),
         ),
     }
+}
+
+/// `NativeCure`: where the native cure stands, with the planner's reason.
+fn native_cure(status: &HairpinStatus) -> Part {
+    let (value, reason) = match status.native_cure.as_deref() {
+        Some("proven") => (Some(true), cure_reason::PROVEN),
+        Some("probing") => (None, cure_reason::PROBING),
+        Some("to-prove") => (None, cure_reason::TO_PROVE),
+        Some("failed") => (Some(false), cure_reason::FAILED),
+        _ => (Some(false), cure_reason::NOT_ELIGIBLE),
+    };
+    Part::new(
+        condition::NATIVE_CURE,
+        value,
+        reason,
+        status.cure_reason.clone(),
+    )
+}
+
+/// `DNSWritten` and `DNSEffective` of a load balancer on the native cure: it has no DNS rule.
+fn dns_not_used(type_: &'static str) -> Part {
+    Part::new(
+        type_,
+        Some(false),
+        "NativeCure",
+        "no DNS rule: this load balancer is on the native cure (ipMode: Proxy on its status)"
+            .into(),
+    )
+}
+
+/// `Ready` on the native cure: what the `NativeCure` condition says (the hairpin Service and
+/// the DNS are not on the path of in-cluster clients then).
+fn native_ready(native: &Part) -> Part {
+    if native.value == Some(true) {
+        return Part::new(
+            condition::READY,
+            Some(true),
+            "Ready",
+            "in-cluster clients of this load balancer's address cross the real load balancer (ipMode: Proxy, proven by probe)".into(),
+        );
+    }
+    Part::new(
+        condition::READY,
+        native.value,
+        &native.reason,
+        format!("{}: {}", native.type_, native.message),
+    )
 }
 
 /// `Ready` takes the first `False` part, else the first `Unknown` one, with its reason.

@@ -77,6 +77,20 @@ async fn a_hairpin_is_created_updated_and_deleted_with_its_service() {
     assert_eq!(condition(&h, "ProxyReady")["reason"], "NoReadyEndpoints");
     assert_eq!(condition(&h, "Ready")["status"], "False");
     assert_eq!(h["status"]["dns"], "Written");
+    // The cure: DNS, since hcloud's controller computes ipMode itself (never overridden).
+    assert_eq!(h["status"]["cure"], "dns");
+    assert!(h["status"].get("nativeCure").is_none(), "{h}");
+    let native = condition(&h, "NativeCure");
+    assert_eq!(native["status"], "False");
+    assert_eq!(native["reason"], "NotEligible");
+    assert!(
+        native["message"]
+            .as_str()
+            .unwrap()
+            .contains("hcloud-cloud-controller-manager computes ipMode itself"),
+        "{native}"
+    );
+    assert_eq!(h["status"]["cureReason"], native["message"]);
     assert!(h["status"]["lastWriteTime"].is_string(), "{h}");
     let written_at = condition(&h, "DNSWritten")["lastTransitionTime"].clone();
 
@@ -218,5 +232,103 @@ async fn a_hairpin_deleted_or_edited_by_someone_else_is_put_back_at_once() {
         patches
     );
     assert_eq!(running.metrics.reconciles.get(), reconciles, "quiet");
+    running.stop().await;
+}
+
+/// A DigitalOcean PROXY load balancer (its controller never sets ipMode) whose `ipMode: Proxy`
+/// hairpin set and the probe proved (per hairpin's record): the Hairpin says native, its
+/// `NativeCure` condition is `Proven`, there is no DNS rule to wait for, and it is ready.
+#[tokio::test]
+async fn a_load_balancer_on_the_proven_native_cure_says_so() {
+    use hairpin_planner::CureMode;
+    use hairpin_planner::native::{IpModeWas, NATIVE_KEY, NativeEntry, NativeRecord, ProbeState};
+
+    let fake = FakeApiServer::start().await;
+    fake.install_hairpin_crd();
+    fake.create_namespace("hairpin");
+    let mut lb = fixtures::proxy_load_balancer(
+        "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol",
+        "203.0.113.10",
+        json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]),
+    );
+    lb["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!("Proxy");
+    fake.apply(lb);
+    fake.apply(ingress("shop", "shop.example.com"));
+    fake.apply(fixtures::coredns(COREFILE));
+    let uid = fake
+        .get(
+            "v1",
+            "Service",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut record = NativeRecord::default();
+    record.load_balancers.insert(
+        "ingress-nginx/ingress-nginx-controller".into(),
+        NativeEntry {
+            uid,
+            original: vec![IpModeWas {
+                ip: "203.0.113.10".into(),
+                ip_mode: Some("VIP".into()),
+            }],
+            state: ProbeState::Proven,
+            since: "2026-11-27T10:00:00Z".into(),
+            reason: "203.0.113.10:80 answered HTTP/1.1 308".into(),
+        },
+    );
+    fake.apply(object(
+        "v1",
+        "ConfigMap",
+        Some("hairpin"),
+        "hairpin-native",
+        json!({
+            "metadata": {"labels": {"app.kubernetes.io/managed-by": "hairpin"}},
+            "data": {NATIVE_KEY: record.to_json()}
+        }),
+    ));
+    let mut config = support::controller::config("pod-a", false);
+    config.planner.cure = CureMode::Auto;
+    let running = support::controller::start(&fake, config);
+
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| hairpin(f)
+            .is_some_and(|h| h["status"]["conditions"].is_array()))
+            .await
+            .is_some(),
+        "{:?}",
+        hairpin(&fake)
+    );
+    let h = hairpin(&fake).unwrap();
+    assert_eq!(h["status"]["cure"], "native", "{h}");
+    assert_eq!(h["status"]["nativeCure"], "proven");
+    assert_eq!(h["status"]["dns"], "NotUsed");
+    let native = condition(&h, "NativeCure");
+    assert_eq!(native["status"], "True");
+    assert_eq!(native["reason"], "Proven");
+    assert!(
+        native["message"]
+            .as_str()
+            .unwrap()
+            .contains("203.0.113.10:80 answered"),
+        "{native}"
+    );
+    assert_eq!(condition(&h, "DNSWritten")["status"], "False");
+    assert_eq!(condition(&h, "DNSWritten")["reason"], "NativeCure");
+    // Ready although no proxy pod is ready: in-cluster clients cross the real load balancer.
+    assert_eq!(condition(&h, "Ready")["status"], "True", "{h}");
+    assert!(
+        !support::cluster::corefile(&fake).contains("shop.example.com"),
+        "no DNS rule for a load balancer on the native cure"
+    );
+    let metrics = running.metrics_text();
+    assert!(
+        metrics.contains("hairpin_load_balancers{cure=\"native\"} 1")
+            && metrics.contains("hairpin_load_balancers{cure=\"dns\"} 0"),
+        "{metrics}"
+    );
     running.stop().await;
 }

@@ -684,7 +684,7 @@ fn the_checked_in_crd_is_generated_from_the_rust_type() {
         .flatten()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(columns, ["Proxy", "Hosts", "DNS", "Ready", "Age"]);
+    assert_eq!(columns, ["Proxy", "Cure", "Hosts", "DNS", "Ready", "Age"]);
 }
 
 /// A fenced controller (idle after `hairpin uninstall`) is not ready: its PodDisruptionBudget
