@@ -1,6 +1,8 @@
 //! The command-line surface. Each subcommand's arguments live next to its runner in `cmd/`.
 
-use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::cmd;
 
@@ -47,6 +49,25 @@ pub(crate) enum Command {
     /// Print the `Hairpin` CustomResourceDefinition (the chart's `crds/` file is this output).
     #[command(hide = true)]
     Crd,
+}
+
+/// Runs the chosen subcommand; `main` prints an error and turns it into the exit code.
+pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Plan(args) => cmd::plan::run(args),
+        Command::Proxy(args) => cmd::proxy::run(args),
+        Command::Controller(args) => cmd::controller::run(*args),
+        Command::Uninstall(args) => cmd::uninstall::run(args),
+        Command::NodeAgent(args) => cmd::node_agent::run(args),
+        Command::Doctor(args) => cmd::doctor::run(args),
+        Command::Echo(args) => cmd::echo::run(args),
+        Command::Version(args) => cmd::version::run(&args),
+        Command::Completion(args) => cmd::completion::run(&args, Cli::command()),
+        Command::Crd => {
+            print!("{}", hairpin_controller::crd::crd_yaml());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         command = command.name("kubectl-hairpin").bin_name("kubectl hairpin");
     }
     let cli = cli::Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|err| err.exit());
-    match cmd::run(cli) {
+    match cli::run(cli) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {}", error_message(&err));

@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::CommandFactory as _;
 use clap_complete::Shell;
 
 /// Prints a completion script for SHELL. Install it, for example:
@@ -16,8 +15,8 @@ pub(crate) struct Args {
     pub(crate) shell: Shell,
 }
 
-pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let mut command = crate::cli::Cli::command();
+/// `command`: the whole command line's definition (from [`crate::cli`]).
+pub(crate) fn run(args: &Args, mut command: clap::Command) -> anyhow::Result<ExitCode> {
     clap_complete::generate(args.shell, &mut command, "hairpin", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
 }

@@ -1,8 +1,6 @@
 //! Subcommand runners: each turns its parsed arguments into a call into a library crate.
-
-use std::process::ExitCode;
-
-use crate::cli::{Cli, Command};
+//! [`crate::cli`] defines the command line from their `Args` and dispatches to them (one way:
+//! nothing here knows the whole command line).
 
 pub(crate) mod args;
 pub(crate) mod completion;
@@ -14,22 +12,3 @@ pub(crate) mod plan;
 pub(crate) mod proxy;
 pub(crate) mod uninstall;
 pub(crate) mod version;
-
-/// Runs the chosen subcommand; `main` prints an error and turns it into the exit code.
-pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {
-        Command::Plan(args) => plan::run(args),
-        Command::Proxy(args) => proxy::run(args),
-        Command::Controller(args) => controller::run(*args),
-        Command::Uninstall(args) => uninstall::run(args),
-        Command::NodeAgent(args) => node_agent::run(args),
-        Command::Doctor(args) => doctor::run(args),
-        Command::Echo(args) => echo::run(args),
-        Command::Version(args) => version::run(&args),
-        Command::Completion(args) => completion::run(&args),
-        Command::Crd => {
-            print!("{}", hairpin_controller::crd::crd_yaml());
-            Ok(ExitCode::SUCCESS)
-        }
-    }
-}
