@@ -381,6 +381,9 @@ fn hairpin_view(hairpin: &Hairpin, with_metadata: bool) -> Value {
     let status = hairpin.status.clone().unwrap_or_default();
     let planned = HairpinStatus {
         proxy: status.proxy,
+        cure: status.cure,
+        native_cure: status.native_cure,
+        cure_reason: status.cure_reason,
         host_count: status.host_count,
         service: status.service,
         cluster_ip: status.cluster_ip,
