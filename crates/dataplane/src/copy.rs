@@ -77,7 +77,7 @@ struct Half {
     /// Stopped after moving [`BYTES_PER_POLL`]: wants to run again after the others.
     yielded: bool,
     unflushed: u64,
-    /// A read filled the scratch buffer: splice from now on, if a pipe can be had.
+    /// A read of [`BULK_READ`] or more: splice from now on, if a pipe can be had.
     bulk: bool,
     /// The pipe of a direction that splices.
     pipe: Option<Pipe>,
