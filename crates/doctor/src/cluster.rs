@@ -30,10 +30,12 @@ use kube::api::{
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 
+use crate::cure::{self, CCM_DEPLOYMENTS, CcmFacts, CertManagerFacts};
+use crate::dataplane::{self, AgentFacts, CniFacts, KubeProxyFacts};
 use crate::providers::Provider;
 use crate::verdict::{
-    CiliumFacts, ClusterFacts, CniFacts, DnsFacts, EksAddOn, HairpinFacts, HairpinStatusFacts,
-    LbIngress, LoadBalancerFacts, UneditableDns,
+    CiliumFacts, ClusterFacts, DnsFacts, EksAddOn, HairpinFacts, HairpinStatusFacts, LbIngress,
+    LoadBalancerFacts, UneditableDns,
 };
 
 /// How to reach the API.
@@ -73,8 +75,17 @@ pub struct ClusterRead {
     pub hairpin_services: Vec<(ObjectRef, usize)>,
     /// `Hairpin` objects as JSON; None when their CRD is not installed (or not readable).
     pub hairpins: Option<Vec<serde_json::Value>>,
-    /// Cilium, when found in kube-system.
-    pub cilium: Option<CiliumFacts>,
+    /// The CNI agents that may handle Services (Cilium, Calico, Antrea, kube-router).
+    pub cni: CniFacts,
+    /// kube-proxy, when its DaemonSet is in kube-system.
+    pub kube_proxy: Option<KubeProxyFacts>,
+    /// The kube-proxy DaemonSet could be read (found or not): its absence means none runs.
+    pub kube_proxy_read: bool,
+    /// The cloud controllers found that compute `ipMode`, with their image tag:
+    /// `(controller, version)`.
+    pub ccms: Vec<(String, Option<String>)>,
+    /// cert-manager, when its controller Deployment was found.
+    pub cert_manager: Option<CertManagerFacts>,
     /// A `kube-dns` Deployment or ConfigMap in kube-system (GKE's kube-dns).
     pub kube_dns: bool,
     /// A CoreDNS, `coredns-custom` or node-local-dns ConfigMap could not be read: its absence
@@ -149,14 +160,21 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
     read_receivers(client, &mut snapshot, bound, &mut receiver_gaps).await;
     let hairpin_services = read_hairpin_services(client, config, bound, &mut gaps).await;
     let hairpins = list_hairpins(client, bound, &mut gaps).await;
-    let cilium = read_cilium(client, bound, &mut gaps).await;
+    let cni = read_cni(client, bound, &mut gaps).await;
+    let (kube_proxy, kube_proxy_read) = read_kube_proxy(client, bound, &mut gaps).await;
+    let ccms = read_ccms(client, &snapshot, bound, &mut gaps).await;
+    let cert_manager = read_cert_manager(client, bound, &mut gaps).await;
     let kube_dns = read_kube_dns(client, config, &snapshot, bound, &mut gaps).await;
     Ok(ClusterRead {
         version,
         snapshot,
         hairpin_services,
         hairpins,
-        cilium,
+        cni,
+        kube_proxy,
+        kube_proxy_read,
+        ccms,
+        cert_manager,
         kube_dns,
         dns_unread,
         gaps,
@@ -437,6 +455,204 @@ async fn read_cilium(
     ))
 }
 
+/// The CNI agents that may replace kube-proxy for pods: Cilium, Calico (and whether its
+/// eBPF dataplane is on), Antrea, kube-router; each by name, as their installers name them.
+async fn read_cni(client: &Client, bound: Duration, gaps: &mut Vec<String>) -> CniFacts {
+    let system = || Api::<DaemonSet>::namespaced(client.clone(), KUBE_SYSTEM);
+    let mut cni = CniFacts {
+        cilium: read_cilium(client, bound, gaps).await,
+        ..CniFacts::default()
+    };
+    let what = "DaemonSet kube-system/antrea-agent";
+    cni.antrea = get(system(), "antrea-agent", what, bound, gaps)
+        .await
+        .map(|ds| AgentFacts::antrea(&ds));
+    let what = "DaemonSet kube-system/kube-router";
+    cni.kube_router = get(system(), "kube-router", what, bound, gaps)
+        .await
+        .map(|ds| AgentFacts::kube_router(&ds));
+    for namespace in [KUBE_SYSTEM, "calico-system"] {
+        let found: Option<DaemonSet> = get(
+            Api::namespaced(client.clone(), namespace),
+            "calico-node",
+            &format!("DaemonSet {namespace}/calico-node"),
+            bound,
+            gaps,
+        )
+        .await;
+        if let Some(ds) = found {
+            let ebpf = read_calico_ebpf(client, bound, gaps).await;
+            cni.calico = Some(AgentFacts::calico(&ds, ebpf));
+            break;
+        }
+    }
+    cni
+}
+
+/// Whether Calico's eBPF dataplane is on: the operator's Installation `default`
+/// (`spec.calicoNetwork.linuxDataplane: BPF`), else the FelixConfiguration `default`
+/// (`spec.bpfEnabled`); None when neither says (then `FELIX_BPFENABLED` on calico-node).
+async fn read_calico_ebpf(
+    client: &Client,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Option<(bool, String)> {
+    let installation = get_cluster_scoped(
+        client,
+        ("operator.tigera.io", "v1", "Installation", "installations"),
+        "default",
+        bound,
+        gaps,
+    )
+    .await;
+    if let Some(dataplane) = installation
+        .as_ref()
+        .and_then(|i| i.data["spec"]["calicoNetwork"]["linuxDataplane"].as_str())
+    {
+        return Some((
+            dataplane == "BPF",
+            format!(
+                "Installation default linuxDataplane: {}",
+                hairpin_planner::escape::Text(dataplane)
+            ),
+        ));
+    }
+    let felix = get_cluster_scoped(
+        client,
+        (
+            "crd.projectcalico.org",
+            "v1",
+            "FelixConfiguration",
+            "felixconfigurations",
+        ),
+        "default",
+        bound,
+        gaps,
+    )
+    .await;
+    let enabled = felix.as_ref()?.data["spec"]["bpfEnabled"].as_bool()?;
+    Some((
+        enabled,
+        format!("FelixConfiguration default bpfEnabled: {enabled}"),
+    ))
+}
+
+/// A cluster-scoped custom resource by name: None when it or its CRD does not exist.
+async fn get_cluster_scoped(
+    client: &Client,
+    (group, version, kind, plural): (&str, &str, &str, &str),
+    name: &str,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Option<DynamicObject> {
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    get(api, name, &format!("{kind} {name} ({group})"), bound, gaps).await
+}
+
+/// kube-proxy's DaemonSet in kube-system and the ConfigMap its pods mount; and whether the
+/// DaemonSet could be read (its absence then proves none runs).
+async fn read_kube_proxy(
+    client: &Client,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> (Option<KubeProxyFacts>, bool) {
+    let before = gaps.len();
+    let daemon_set: Option<DaemonSet> = get(
+        Api::namespaced(client.clone(), KUBE_SYSTEM),
+        "kube-proxy",
+        "DaemonSet kube-system/kube-proxy",
+        bound,
+        gaps,
+    )
+    .await;
+    let read = gaps.len() == before;
+    let Some(daemon_set) = daemon_set else {
+        return (None, read);
+    };
+    let name = dataplane::kube_proxy_config_map(&daemon_set);
+    let config_map: Option<ConfigMap> = get(
+        Api::namespaced(client.clone(), KUBE_SYSTEM),
+        &name,
+        &format!("ConfigMap kube-system/{name}"),
+        bound,
+        gaps,
+    )
+    .await;
+    (
+        Some(KubeProxyFacts::read(&daemon_set, config_map.as_ref())),
+        read,
+    )
+}
+
+/// The version of each cloud controller that computes `ipMode` and runs in the cluster (its
+/// Deployment, read only when a Service of its cloud exists).
+async fn read_ccms(
+    client: &Client,
+    snapshot: &ClusterSnapshot,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Vec<(String, Option<String>)> {
+    let mut found = Vec::new();
+    for ccm in CCM_DEPLOYMENTS {
+        let used = snapshot.services.iter().any(|svc| {
+            hairpin_planner::native::ccm_ip_mode(svc)
+                .is_some_and(|(name, _)| name == ccm.controller)
+        });
+        if !used {
+            continue;
+        }
+        let deployment: Option<Deployment> = get(
+            Api::namespaced(client.clone(), ccm.namespace),
+            ccm.name,
+            &format!("Deployment {}/{}", ccm.namespace, ccm.name),
+            bound,
+            gaps,
+        )
+        .await;
+        if let Some(deployment) = deployment {
+            found.push((
+                ccm.controller.to_owned(),
+                deployment_version(&deployment, &[]),
+            ));
+        }
+    }
+    found
+}
+
+/// cert-manager's controller Deployment (`cert-manager/cert-manager`, its chart's default).
+async fn read_cert_manager(
+    client: &Client,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Option<CertManagerFacts> {
+    let deployment: Option<Deployment> = get(
+        Api::namespaced(client.clone(), "cert-manager"),
+        "cert-manager",
+        "Deployment cert-manager/cert-manager",
+        bound,
+        gaps,
+    )
+    .await;
+    deployment.map(|deployment| CertManagerFacts {
+        deployment: "cert-manager/cert-manager".into(),
+        version: deployment_version(&deployment, &["cert-manager-controller", "cert-manager"]),
+    })
+}
+
+/// The image tag of a Deployment's container named one of `names`, else of its first.
+fn deployment_version(deployment: &Deployment, names: &[&str]) -> Option<String> {
+    let containers = &deployment.spec.as_ref()?.template.spec.as_ref()?.containers;
+    containers
+        .iter()
+        .find(|c| names.contains(&c.name.as_str()))
+        .or_else(|| containers.first())?
+        .image
+        .as_deref()
+        .and_then(dataplane::image_tag)
+}
+
 /// Whether GKE's kube-dns runs: its Deployment or its ConfigMap in kube-system.
 async fn read_kube_dns(
     client: &Client,
@@ -651,16 +867,84 @@ pub fn facts_for(
             .as_ref()
             .and_then(|lb| hairpin_status(read, &lb.service)),
     };
+    let ip_mode = dataplane::ip_mode_support(
+        read.kube_proxy.as_ref(),
+        &read.cni,
+        read.version,
+        read.kube_proxy_read,
+    );
+    let ccm = load_balancer
+        .as_ref()
+        .and_then(|lb| ccm_facts(read, &lb.service));
+    let cure = load_balancer
+        .as_ref()
+        .map(|lb| cure_facts(read, plan, config, lb, ccm.as_ref(), &ip_mode));
     ClusterFacts {
         kubernetes_version: read.version,
         load_balancer,
         dns,
         hairpin,
-        cni: CniFacts {
-            cilium: read.cilium.clone(),
-        },
+        cni: read.cni.clone(),
+        kube_proxy: read.kube_proxy.clone(),
+        ip_mode,
+        ccm,
+        cure,
+        cert_manager: read.cert_manager.clone(),
         gaps: read.gaps.clone(),
     }
+}
+
+/// The Service object of `service` (`namespace/name`).
+fn service_object<'a>(read: &'a ClusterRead, service: &str) -> Option<&'a Service> {
+    let (namespace, name) = service.split_once('/')?;
+    read.snapshot.service(namespace, name)
+}
+
+/// The cloud controller that computes `service`'s `ipMode`, with its version when found.
+fn ccm_facts(read: &ClusterRead, service: &str) -> Option<CcmFacts> {
+    let (controller, setting) =
+        hairpin_planner::native::ccm_ip_mode(service_object(read, service)?)?;
+    Some(CcmFacts {
+        controller: controller.to_owned(),
+        setting: setting.to_owned(),
+        version: read
+            .ccms
+            .iter()
+            .find(|(name, _)| name == controller)
+            .and_then(|(_, version)| version.clone()),
+        since: CCM_DEPLOYMENTS
+            .iter()
+            .find(|ccm| ccm.controller == controller)
+            .map(|ccm| {
+                let (major, minor, patch) = ccm.since;
+                format!("v{major}.{minor}.{patch}")
+            }),
+    })
+}
+
+/// The cure for the load balancer `lb`: hairpin's probe record of it (`hairpin-native`) and
+/// the plan's choice, judged by [`cure::judge`].
+fn cure_facts(
+    read: &ClusterRead,
+    plan: &Plan,
+    config: &PlannerConfig,
+    lb: &LoadBalancerFacts,
+    ccm: Option<&CcmFacts>,
+    ip_mode: &dataplane::IpModeSupport,
+) -> cure::CureFacts {
+    let object = service_object(read, &lb.service);
+    let service = object.map(|svc| ObjectRef::from_meta(&svc.metadata));
+    let record = hairpin_planner::native::NativeRecord::read(&read.snapshot, config).ok();
+    let entry = record
+        .as_ref()
+        .zip(service.as_ref())
+        .and_then(|(record, service)| {
+            record.entry(service, object.and_then(|svc| svc.metadata.uid.as_deref()))
+        });
+    let choice = service
+        .as_ref()
+        .and_then(|service| plan.cures.iter().find(|c| c.service == *service));
+    cure::judge(lb, ccm, ip_mode, entry, choice)
 }
 
 /// The load balancer behind `host`: the planned one that has it among its hostnames or

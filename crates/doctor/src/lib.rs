@@ -6,6 +6,8 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod cure;
+pub mod dataplane;
 pub mod echo;
 pub mod probe;
 pub mod providers;

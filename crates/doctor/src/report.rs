@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use hairpin_planner::escape::{Text, controls};
 use serde::Serialize;
 
+use crate::dataplane::{AgentFacts, KubeProxyFacts};
 use crate::probe::Resolution;
 use crate::verdict::{
     ClusterFacts, ClusterView, DnsFacts, LoadBalancerFacts, NetworkChecks, Status, Vantage,
@@ -172,7 +173,13 @@ fn render_cluster(out: &mut String, facts: &ClusterFacts) {
     }
     render_load_balancer(out, facts.load_balancer.as_ref());
     render_dns(out, &facts.dns);
-    let _ = writeln!(out, "  services by     {}", ip_mode_support(facts));
+    render_dataplane(out, facts);
+    let _ = writeln!(
+        out,
+        "  services by     {}",
+        controls(&ip_mode_support(facts))
+    );
+    render_cure(out, facts);
     let _ = writeln!(
         out,
         "  hairpin         {} Service(s), {} ready proxy endpoint(s)",
@@ -257,4 +264,106 @@ fn render_dns(out: &mut String, dns: &DnsFacts) {
 
 fn yes_no(value: bool) -> &'static str {
     if value { "yes" } else { "no" }
+}
+
+/// kube-proxy and the CNI agents found, as read.
+fn render_dataplane(out: &mut String, facts: &ClusterFacts) {
+    let kube_proxy = facts.kube_proxy.as_ref().map_or_else(
+        || "none found (DaemonSet kube-system/kube-proxy)".to_owned(),
+        kube_proxy_line,
+    );
+    let _ = writeln!(out, "  kube-proxy      {}", controls(&kube_proxy));
+    let mut agents = Vec::new();
+    if let Some(cilium) = &facts.cni.cilium {
+        agents.push(format!(
+            "Cilium {} (kube-proxy-replacement={})",
+            Text(cilium.version.as_deref().unwrap_or("(version unknown)")),
+            Text(cilium.kube_proxy_replacement.as_deref().unwrap_or("absent"))
+        ));
+    }
+    for (name, agent) in [
+        ("Calico", &facts.cni.calico),
+        ("Antrea", &facts.cni.antrea),
+        ("kube-router", &facts.cni.kube_router),
+    ] {
+        if let Some(agent) = agent {
+            agents.push(agent_line(name, agent));
+        }
+    }
+    if !agents.is_empty() {
+        let _ = writeln!(out, "  cni             {}", controls(&agents.join("; ")));
+    }
+}
+
+fn kube_proxy_line(kube_proxy: &KubeProxyFacts) -> String {
+    let described = kube_proxy.describe();
+    let mut line = described
+        .strip_prefix("kube-proxy ")
+        .unwrap_or(&described)
+        .to_owned();
+    if let Some(from) = &kube_proxy.mode_from {
+        line.push_str(&format!(", mode from {from}"));
+    }
+    match (kube_proxy.ip_mode_gate, &kube_proxy.gate_from) {
+        (Some(gate), Some(from)) => {
+            line.push_str(&format!("; LoadBalancerIPMode={gate} ({from})"));
+        }
+        _ => line.push_str("; LoadBalancerIPMode not set (its default)"),
+    }
+    line
+}
+
+fn agent_line(name: &str, agent: &AgentFacts) -> String {
+    let mut line = format!(
+        "{name} {}",
+        Text(agent.version.as_deref().unwrap_or("(version unknown)"))
+    );
+    let handles = match agent.handles_services {
+        Some(true) => "handles Services",
+        Some(false) => "leaves Services to kube-proxy",
+        None => "Services: unknown",
+    };
+    match &agent.setting {
+        Some(setting) => line.push_str(&format!(" ({handles}: {setting})")),
+        None => line.push_str(&format!(" ({handles})")),
+    }
+    line
+}
+
+/// The cloud controller, the cure, the plan's choice, hairpin's probe record, cert-manager.
+fn render_cure(out: &mut String, facts: &ClusterFacts) {
+    if let Some(ccm) = &facts.ccm {
+        let _ = writeln!(
+            out,
+            "  cloud ctrl      {} computes ipMode itself ({})",
+            controls(&ccm.describe()),
+            controls(&ccm.setting)
+        );
+    }
+    if let Some(cure) = &facts.cure {
+        let _ = writeln!(out, "  cure            {}", controls(&cure.describe()));
+        if let Some(plan) = &cure.plan {
+            let _ = writeln!(out, "  hairpin plans   {}", controls(plan));
+        }
+        if let Some(probe) = &cure.probe {
+            let _ = writeln!(
+                out,
+                "  native probe    {} (ConfigMap hairpin-native)",
+                controls(&probe.describe())
+            );
+        }
+    }
+    if let Some(cert_manager) = &facts.cert_manager {
+        let _ = writeln!(
+            out,
+            "  cert-manager    {} ({})",
+            Text(
+                cert_manager
+                    .version
+                    .as_deref()
+                    .unwrap_or("(version unknown)")
+            ),
+            Text(&cert_manager.deployment)
+        );
+    }
 }

@@ -4,6 +4,9 @@
 use hairpin_planner::escape::Text;
 use serde::Serialize;
 
+use crate::cure::{CcmFacts, CertManagerFacts, CureFacts, CureKind};
+pub use crate::dataplane::CniFacts;
+use crate::dataplane::{IpModeSupport, KubeProxyFacts, image_tag};
 use crate::probe::{HostsFileNote, ProbeOutcome, Probes, Resolution};
 use crate::providers::Provider;
 
@@ -78,15 +81,18 @@ pub struct ClusterFacts {
     pub hairpin: HairpinFacts,
     /// The CNI, as far as it decides whether `ipMode: Proxy` is honoured.
     pub cni: CniFacts,
+    /// kube-proxy, when its DaemonSet is in kube-system.
+    pub kube_proxy: Option<KubeProxyFacts>,
+    /// Who handles pods' traffic to load balancer IPs, and whether it honours `ipMode: Proxy`.
+    pub ip_mode: IpModeSupport,
+    /// The cloud controller that computes the load balancer's `ipMode` itself, if one does.
+    pub ccm: Option<CcmFacts>,
+    /// The cure this cluster can use for the load balancer, and why.
+    pub cure: Option<CureFacts>,
+    /// cert-manager, when it runs.
+    pub cert_manager: Option<CertManagerFacts>,
     /// Things that could not be read (forbidden lists...).
     pub gaps: Vec<String>,
-}
-
-/// Who implements Services, as far as the doctor can tell.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct CniFacts {
-    /// Cilium, when its DaemonSet or its `cilium-config` ConfigMap is in kube-system.
-    pub cilium: Option<CiliumFacts>,
 }
 
 /// Cilium's version and whether it replaces kube-proxy.
@@ -125,17 +131,8 @@ impl CiliumFacts {
     }
 }
 
-/// The tag of an image reference (`quay.io/cilium/cilium:v1.16.5@sha256:...` -> `v1.16.5`).
-fn image_tag(image: &str) -> Option<String> {
-    let without_digest = image.split('@').next().unwrap_or(image);
-    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
-    last.split_once(':')
-        .map(|(_, tag)| tag.to_owned())
-        .filter(|tag| !tag.is_empty())
-}
-
 /// `v1.16.5`, `1.17.0-rc.1` -> `(1, 16, 5)`, `(1, 17, 0)`.
-fn parse_semver(tag: &str) -> Option<(u32, u32, u32)> {
+pub(crate) fn parse_semver(tag: &str) -> Option<(u32, u32, u32)> {
     let tag = tag.strip_prefix('v').unwrap_or(tag);
     let core = tag.split(['-', '+']).next()?;
     let mut parts = core.split('.').map(str::parse::<u32>);
@@ -776,8 +773,9 @@ fn dns_gaps(cluster: &ClusterView) -> String {
     text
 }
 
-/// When the load balancer's status asks for `ipMode: Proxy` and Cilium, replacing
-/// kube-proxy, ignores it: why in-cluster traffic still skips the load balancer.
+/// When the load balancer's status asks for `ipMode: Proxy` and whatever handles its IP
+/// (kube-proxy, or the CNI replacing it) ignores it: why in-cluster traffic still skips the
+/// load balancer.
 fn ip_mode_ignored(cluster: &ClusterView) -> Option<String> {
     let ClusterView::Checked(facts) = cluster else {
         return None;
@@ -793,106 +791,76 @@ fn ip_mode_ignored(cluster: &ClusterView) -> Option<String> {
     {
         return None;
     }
-    let cilium = facts.cni.cilium.as_ref()?;
-    (cilium.replaces_kube_proxy == Some(true) && cilium.ignores_ip_mode == Some(true)).then(|| {
+    (facts.ip_mode.honours == Some(false)).then(|| {
         format!(
-            "Service {} asks for `ipMode: Proxy`, but Cilium {} replaces kube-proxy and ignores \
-             ipMode (Cilium before 1.17, and 1.18.0, do), so in-cluster traffic to its IP still \
-             skips the load balancer and arrives without the PROXY header.",
+            "Service {} asks for `ipMode: Proxy`, but {}, so in-cluster traffic to its IP \
+             still skips the load balancer and arrives without the PROXY header.",
             lb.service,
-            cilium.version.as_deref().unwrap_or("(unknown version)")
+            facts.ip_mode.describe()
         )
     })
 }
 
 /// hairpin plans a load balancer whose status says `ipMode: Proxy`: only with the forced
-/// annotation.
-fn forced(lb: &LoadBalancerFacts) -> bool {
+/// annotation (or its own native cure, which its record shows).
+fn forced(lb: &LoadBalancerFacts, cure: Option<&CureFacts>) -> bool {
     lb.needs_hairpin
+        && cure.is_none_or(|cure| cure.probe.is_none())
         && lb
             .ingress
             .iter()
             .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
 }
 
-/// The words for the CNI's part: who handles Services and whether `ipMode: Proxy` is honoured.
+/// The words for the dataplane's part: who handles pods' traffic to load balancer IPs and
+/// whether it honours `ipMode: Proxy`.
 pub fn ip_mode_support(facts: &ClusterFacts) -> String {
-    let kube_proxy = match facts.kubernetes_version {
-        Some(version) if version >= (1, 30) => {
-            "kube-proxy honours ipMode (Kubernetes 1.30+, LoadBalancerIPMode)".to_owned()
-        }
-        Some((major, minor)) => format!(
-            "kube-proxy on Kubernetes {major}.{minor} ignores ipMode (honoured from 1.30, \
-             LoadBalancerIPMode)"
-        ),
-        None => "kube-proxy honours ipMode from Kubernetes 1.30 (LoadBalancerIPMode)".to_owned(),
-    };
-    let Some(cilium) = &facts.cni.cilium else {
-        return format!("no Cilium found: {kube_proxy}");
-    };
-    let version = cilium.version.as_deref().unwrap_or("(version unknown)");
-    let kpr = cilium.kube_proxy_replacement.as_deref().unwrap_or("absent");
-    match cilium.replaces_kube_proxy {
-        Some(true) => match cilium.ignores_ip_mode {
-            Some(true) => format!(
-                "Cilium {version} replaces kube-proxy (kube-proxy-replacement={kpr}) and IGNORES \
-                 ipMode (Cilium before 1.17, and 1.18.0, do)"
-            ),
-            Some(false) => format!(
-                "Cilium {version} replaces kube-proxy (kube-proxy-replacement={kpr}) and honours \
-                 ipMode"
-            ),
-            None => format!(
-                "Cilium replaces kube-proxy (kube-proxy-replacement={kpr}); its version is \
-                 unknown: before 1.17, and 1.18.0, it ignores ipMode"
-            ),
-        },
-        Some(false) => format!(
-            "Cilium {version} without kube-proxy replacement (kube-proxy-replacement={kpr}): \
-             {kube_proxy}"
-        ),
-        None => format!(
-            "Cilium {version} with kube-proxy-replacement={kpr}: Services it handles itself \
-             follow Cilium's rule (ipMode ignored before 1.17, and in 1.18.0), the rest \
-             kube-proxy's ({kube_proxy})"
-        ),
-    }
+    facts.ip_mode.describe()
 }
 
 /// The fixes for a hairpin bypass, cleanest first, for what is known of the cluster.
 pub fn fixes(cluster: &ClusterView) -> Vec<String> {
     let ClusterView::Checked(facts) = cluster else {
-        return without_provider(Vec::new(), install_hairpin(None));
+        return without_provider(Vec::new(), install_hairpin(None, None));
     };
+    let mut out = provider_fixes(facts);
+    if let Some(cert_manager) = &facts.cert_manager {
+        out.push(cert_manager.fix());
+    }
+    out
+}
+
+/// The fixes that involve the provider, the dataplane and hairpin.
+fn provider_fixes(facts: &ClusterFacts) -> Vec<String> {
     let lb = facts.load_balancer.as_ref();
-    let cilium_ignores = facts.cni.cilium.as_ref().filter(|cilium| {
-        cilium.replaces_kube_proxy == Some(true) && cilium.ignores_ip_mode == Some(true)
-    });
-    let hairpin = install_hairpin(facts.dns.uneditable.as_ref());
-    let mut out = Vec::new();
+    let ignoring = (facts.ip_mode.honours == Some(false)).then_some(&facts.ip_mode);
+    let cure = facts.cure.as_ref();
+    let hairpin = install_hairpin(facts.dns.uneditable.as_ref(), cure);
+    let native = cure.is_some_and(|cure| cure.cure == CureKind::Native);
+    // Forcing matters only where the status says `ipMode: Proxy` (else hairpin plans the load
+    // balancer anyway).
     if let Some(lb) = lb
-        && let Some(cilium) = cilium_ignores
-        && !forced(lb)
-    {
-        let forced = force_the_hairpin(lb, cilium);
-        if lb
+        && let Some(ignoring) = ignoring
+        && !forced(lb, cure)
+        && lb
             .ingress
             .iter()
             .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
-        {
-            return vec![forced, hairpin];
-        }
-        out.push(forced);
+    {
+        return vec![force_the_hairpin(lb, ignoring), hairpin];
+    }
+    let mut out = Vec::new();
+    if native {
+        out.push(hairpin.clone());
     }
     let Some(provider) = lb.and_then(|lb| lb.provider) else {
+        if native {
+            return out;
+        }
         return without_provider(out, hairpin);
     };
     if let Some(native) = provider.native_ip_mode() {
-        out.push(native_ip_mode(
-            native,
-            cilium_ignores,
-            facts.kubernetes_version,
-        ));
+        out.push(native_ip_mode(native, ignoring, facts.kubernetes_version));
     }
     if let Some((annotation, value)) = provider.hostname_annotation() {
         out.push(format!(
@@ -902,18 +870,43 @@ pub fn fixes(cluster: &ClusterView) -> Vec<String> {
             provider.name()
         ));
     }
-    out.push(hairpin);
+    if !native {
+        out.push(hairpin);
+    }
     out
 }
 
-/// Installing hairpin, in the DNS mode this cluster's DNS allows.
-fn install_hairpin(uneditable: Option<&UneditableDns>) -> String {
+/// Installing hairpin: its native cure where this cluster honours `ipMode`, else its DNS
+/// cure, in the DNS mode this cluster's DNS allows.
+fn install_hairpin(uneditable: Option<&UneditableDns>, cure: Option<&CureFacts>) -> String {
+    if let Some(cure) = cure
+        && cure.cure == CureKind::Native
+    {
+        return format!(
+            "install hairpin: its native cure works here ({}): with `--cure auto` (the \
+             default) the controller sets `ipMode: Proxy` on the load balancer's status, \
+             probes the address from inside the cluster and keeps it once the probe proves it \
+             (its DNS cure until then): no DNS rules, no proxy hop; the ingress sees the \
+             node's address as the client (`helm install hairpin charts/hairpin`)",
+            cure.why
+        );
+    }
+    let skip_native = match cure {
+        Some(cure) if cure.cure == CureKind::Dns && cure.plan_tries_native => format!(
+            ". Its DNS cure is the one for this load balancer ({}); with `--cure auto` the \
+             controller would first try `ipMode: Proxy` and go back to DNS when its probe \
+             fails: `--cure dns` (or the Service annotation `hairpin.io/cure: dns`) skips that",
+            cure.why
+        ),
+        _ => String::new(),
+    };
     let Some(uneditable) = uneditable else {
-        return "install hairpin: it points the cluster's DNS for these hostnames at an \
-                in-cluster proxy that adds the PROXY header the load balancer would \
-                (`helm install hairpin charts/hairpin`; enable `nodeAgent` for node-level \
-                clients such as the kubelet pulling from a registry behind the ingress)"
-            .to_owned();
+        return format!(
+            "install hairpin: it points the cluster's DNS for these hostnames at an \
+             in-cluster proxy that adds the PROXY header the load balancer would \
+             (`helm install hairpin charts/hairpin`; enable `nodeAgent` for node-level \
+             clients such as the kubelet pulling from a registry behind the ingress){skip_native}"
+        );
     };
     format!(
         "hairpin in its external-dns DNS mode: {}, so hairpin's default DNS modes (a \
@@ -940,32 +933,33 @@ fn install_hairpin(uneditable: Option<&UneditableDns>) -> String {
     )
 }
 
-/// Forcing the hairpin with the annotation, when this Cilium ignores ipMode.
-fn force_the_hairpin(lb: &LoadBalancerFacts, cilium: &CiliumFacts) -> String {
+/// Forcing the hairpin with the annotation, when whatever handles the load balancer's IP
+/// ignores ipMode.
+fn force_the_hairpin(lb: &LoadBalancerFacts, ignoring: &IpModeSupport) -> String {
     format!(
         "force the hairpin: annotate Service {} `hairpin.io/proxy-protocol: v1` or `v2` \
          (the version its load balancer sends{}); hairpin then proxies it whatever its \
-         ipMode says, because Cilium {} ignores ipMode. Or upgrade Cilium to 1.17 or \
-         later (not 1.18.0), which honours it",
+         ipMode says (its DNS cure), because {}. Or upgrade it to a version that honours \
+         ipMode (kube-proxy 1.30, Cilium 1.17 but not 1.18.0, Calico 3.29 eBPF, Antrea 2.0, \
+         kube-router 2.9)",
         lb.service,
         lb.proxy_protocol
             .as_deref()
             .map_or(String::new(), |v| format!(": {v}")),
-        cilium.version.as_deref().unwrap_or("(this version)")
+        ignoring.describe()
     )
 }
 
 /// The provider's native `ipMode: Proxy`, with what this cluster still lacks for it.
 fn native_ip_mode(
     native: &str,
-    cilium_ignores: Option<&CiliumFacts>,
+    ignoring: Option<&IpModeSupport>,
     version: Option<(u32, u32)>,
 ) -> String {
-    let native = match cilium_ignores {
-        Some(cilium) => format!(
-            "{native} (effective only once Cilium is 1.17 or later, not 1.18.0: Cilium {} \
-             ignores ipMode)",
-            cilium.version.as_deref().unwrap_or("(this version)")
+    let native = match ignoring {
+        Some(ignoring) => format!(
+            "{native} (effective only once ipMode is honoured: {})",
+            ignoring.describe()
         ),
         None => native.to_owned(),
     };
