@@ -537,6 +537,18 @@ pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
             "loadBalancer": r.load_balancer.to_string(),
             "message": r.detail,
         })).collect::<Vec<_>>(),
+        "cures": plan.cures.iter().map(|c| {
+            let mut cure = json!({
+                "service": c.service.to_string(),
+                "cure": c.cure,
+                "mode": c.mode,
+                "reason": c.reason,
+            });
+            if let Some(native) = c.native {
+                cure["native"] = json!(native);
+            }
+            cure
+        }).collect::<Vec<_>>(),
         "verification": verification_json(&plan.verification),
         "dns": plan.dns.as_ref().map(dns_json),
         "hostsFile": hosts.iter().map(|e| json!({

@@ -79,6 +79,73 @@ fn text_summary_of_the_example() {
     );
 }
 
+/// The cure of each load balancer, per `--cure` (the flag wins over `HAIRPIN_CURE=dns`, which
+/// the test helper sets): with `auto` the DigitalOcean-like `traefik/traefik` (its controller
+/// never sets ipMode) is native to be proven by probe and keeps its DNS rules meanwhile (make
+/// before break); hcloud's controller computes ipMode itself, so its load balancer stays on
+/// DNS and the plan names that controller's own setting. With `dns` both are DNS.
+#[test]
+fn the_cure_of_each_load_balancer_follows_the_flag() {
+    let args = |cure: &'static str, output: &'static str| {
+        vec![
+            "plan",
+            "-f",
+            EXAMPLE,
+            "--verify-hostnames=off",
+            "--cure",
+            cure,
+            "-o",
+            output,
+        ]
+    };
+    let cure_rows = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("  cure "))
+            .map(|l| l.trim_start_matches("  cure ").trim().to_owned())
+            .collect()
+    };
+
+    let out = hairpin(&args("auto", "text"), None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        cure_rows(&text),
+        [
+            "dns (hcloud-cloud-controller-manager computes ipMode itself (hairpin never overrides a cloud controller): its own setting is load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\" (controller v1.21 or later sets ipMode: Proxy))",
+            "dns (native to be proven by probe)",
+        ],
+        "{text}"
+    );
+    // Until the probe proves native, the names keep their DNS rules.
+    assert!(
+        text.contains("DNS\n  mode corefile (cluster domain cluster.local), 7 hostnames"),
+        "{text}"
+    );
+    let out = hairpin(&args("auto", "json"), None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let cures = plan["cures"].as_array().unwrap();
+    assert_eq!(cures.len(), 2, "{cures:?}");
+    assert_eq!(cures[1]["service"], "traefik/traefik", "{cures:?}");
+    assert_eq!(cures[1]["cure"], "dns");
+    assert_eq!(cures[1]["mode"], "auto");
+    assert_eq!(cures[1]["native"], "to-prove");
+    assert_eq!(cures[0]["cure"], "dns");
+    assert!(cures[0].get("native").is_none(), "{cures:?}");
+
+    let out = hairpin(&args("dns", "text"), None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let rows = cure_rows(&text);
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows.iter().all(|r| r.starts_with("dns (")), "{rows:?}");
+    assert_eq!(
+        rows[1],
+        "dns (--cure dns (or the Service's cure annotation))"
+    );
+    assert!(!text.contains("native"), "{text}");
+}
+
 /// By default an offline plan resolves nothing: each name is listed as not verified, no rule
 /// is planned for it (what `-o yaml` prints is safe to apply), and the output says how to
 /// plan them anyway.

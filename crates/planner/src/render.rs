@@ -18,6 +18,7 @@ use crate::corefile::Form;
 use crate::escape::{self, Text};
 use crate::external_dns::DnsEndpoints;
 use crate::kube_dns::StubDomains;
+use crate::native::{Cure, CureChoice, NativeProgress};
 use crate::plan::{DnsChange, DnsWrite, LoadBalancerPlan, Plan, ProxyHeader, WriteEdit};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 
@@ -50,7 +51,11 @@ pub fn text(plan: &Plan) -> String {
     );
     let cluster_ips = plan.known_cluster_ips();
     for lb in &plan.load_balancers {
-        load_balancer_text(&mut out, lb, &cluster_ips);
+        let cure = plan
+            .cures
+            .iter()
+            .find(|c| c.service == lb.load_balancer.service);
+        load_balancer_text(&mut out, lb, cure, &cluster_ips);
     }
     not_needed_text(&mut out, plan);
     conflicts_text(&mut out, plan);
@@ -65,10 +70,28 @@ pub fn text(plan: &Plan) -> String {
     out
 }
 
-/// One load balancer: its addresses, hairpin Service, routes and hostnames.
+/// The `cure` row of a load balancer: the cure in effect, where native stands, and why.
+/// The reason was escaped when the planner built it (it quotes the probe's outcome).
+pub fn cure_text(choice: &CureChoice) -> String {
+    let why = &choice.reason;
+    let detail = match (choice.cure, choice.native) {
+        (Cure::Dns, Some(NativeProgress::ToProve)) => "native to be proven by probe".to_owned(),
+        (Cure::Dns, Some(NativeProgress::Probing)) => format!("native probing: {why}"),
+        (Cure::Dns, Some(NativeProgress::Failed)) => format!("native failed: {why}"),
+        (Cure::Native, Some(NativeProgress::Proven)) => format!("proven: {why}"),
+        (Cure::Native, Some(NativeProgress::ToProve)) => format!("to be proven by probe: {why}"),
+        (Cure::Native, Some(NativeProgress::Probing)) => format!("probing: {why}"),
+        (Cure::Native, Some(NativeProgress::Failed)) => format!("probe failed: {why}"),
+        _ => why.clone(),
+    };
+    format!("{} ({detail})", choice.cure.as_str())
+}
+
+/// One load balancer: its addresses, cure, hairpin Service, routes and hostnames.
 fn load_balancer_text(
     out: &mut String,
     lb: &LoadBalancerPlan,
+    cure: Option<&CureChoice>,
     cluster_ips: &BTreeMap<ObjectRef, Vec<IpAddr>>,
 ) {
     let l = &lb.load_balancer;
@@ -100,6 +123,9 @@ fn load_balancer_text(
     ];
     for (k, v) in rows {
         let _ = writeln!(out, "  {k:<16} {v}");
+    }
+    if let Some(cure) = cure {
+        let _ = writeln!(out, "  {:<16} {}", "cure", cure_text(cure));
     }
     if let Some(why) = &l.forced {
         let _ = writeln!(out, "  {:<16} {}", "forced", Text(why));
