@@ -1,6 +1,9 @@
 //! `hairpin doctor` as a process against real nginx on loopback: the hairpin signature, a
-//! healthy server, JSON output, exit codes, bad input, and the `kubectl hairpin` plugin name.
+//! healthy server, JSON output, exit codes, bad input, and the `kubectl hairpin` plugin name;
+//! and over the fake API server, the cure it names for three clusters (issue 30 item 6).
 
+#[path = "../../doctor/tests/support/clusters.rs"]
+mod clusters;
 mod support;
 
 use std::path::Path;
@@ -223,4 +226,156 @@ fn kubectl_plugin_name_is_used_when_linked_as_kubectl_hairpin() {
     // Invoked under its own name, the help says `hairpin`.
     let help = hairpin(&["doctor", "--help"]);
     assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: hairpin doctor"));
+}
+
+/// `hairpin doctor 127.0.0.1 --port <nginx>` over a fake API server holding `objects` (the
+/// load balancer's status address is 127.0.0.1), from a pod (`KUBERNETES_SERVICE_HOST` set:
+/// the in-cluster path) with the default `--cure auto`. The exit code and the text.
+async fn doctor_over(
+    objects: Vec<serde_json::Value>,
+    nginx_server: &str,
+    output: &str,
+) -> (Option<i32>, String) {
+    let addr = free_addr();
+    let _nginx = Nginx::start(&nginx_server.replace("ADDR", &addr.to_string()), &[addr]).unwrap();
+    let fake = hairpin_fake_apiserver::FakeApiServer::start().await;
+    fake.apply_many(objects);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = fake.write_kubeconfig(dir.path());
+    let mut command = support::hairpin_command();
+    command
+        .args([
+            "doctor",
+            "127.0.0.1",
+            "--port",
+            &addr.port().to_string(),
+            "-o",
+            output,
+        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+        .env("HAIRPIN_DOCTOR_HOSTS_FILE", dir.path().join("hosts"));
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    (out.status.code(), text(&out))
+}
+
+/// nginx as an ingress that requires the PROXY protocol (what a pod meets when kube-proxy
+/// short-circuits the load balancer's address).
+const PROXY_INGRESS: &str =
+    "server { listen ADDR proxy_protocol; location / { return 200 \"ok\"; } }";
+
+/// nginx answering plain requests (what a pod meets through a load balancer that adds the
+/// header, seen from the doctor's side: an answer).
+const PLAIN_INGRESS: &str = "server { listen ADDR; location / { return 200 \"ok\"; } }";
+
+#[tokio::test]
+async fn doctor_names_the_ccm_cure_for_hcloud_ccm_1_21_with_proxy_on() {
+    let (code, report) =
+        doctor_over(clusters::hcloud_cluster("127.0.0.1"), PLAIN_INGRESS, "text").await;
+    println!("--- hcloud-ccm 1.21, PROXY on ---\n{report}");
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("NOT NEEDED"), "{report}");
+    assert!(
+        report.contains("kube-proxy      v1.31.2 (iptables), mode from ConfigMap kube-system/kube-proxy config.conf"),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "cloud ctrl      hcloud-cloud-controller-manager v1.21.0 computes ipMode itself"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "cure            the CCM cures it: hcloud-cloud-controller-manager v1.21.0 sets ipMode: Proxy itself"
+        ),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn doctor_names_the_native_cure_for_digitalocean_on_1_31_with_kube_proxy() {
+    let (code, report) = doctor_over(
+        clusters::digitalocean_cluster("127.0.0.1"),
+        PROXY_INGRESS,
+        "text",
+    )
+    .await;
+    println!("--- DigitalOcean, Kubernetes 1.31, kube-proxy ---\n{report}");
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report.contains("127.0.0.1:") && report.contains("BROKEN"),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "cure            native: kube-proxy v1.31.2 (iptables, the default) honours ipMode: Proxy"
+        ),
+        "{report}"
+    );
+    assert!(
+        report
+            .contains("hairpin plans   dns (--cure auto): ipMode: Proxy is to be proven by probe"),
+        "{report}"
+    );
+    assert!(
+        report.contains("fix 1: install hairpin: its native cure works here"),
+        "{report}"
+    );
+    // JSON carries the same judgement for scripts.
+    let (_, json) = doctor_over(
+        clusters::digitalocean_cluster("127.0.0.1"),
+        PROXY_INGRESS,
+        "json",
+    )
+    .await;
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let facts = &json["hosts"][0]["cluster"];
+    assert_eq!(facts["cure"]["cure"], "native", "{facts}");
+    assert_eq!(facts["ip_mode"]["honours"], true, "{facts}");
+    assert_eq!(facts["kube_proxy"]["version"], "v1.31.2", "{facts}");
+}
+
+#[tokio::test]
+async fn doctor_names_the_dns_cure_for_cilium_1_16_kube_proxy_replacement_and_why() {
+    let (code, report) =
+        doctor_over(clusters::cilium_cluster("127.0.0.1"), PROXY_INGRESS, "text").await;
+    println!("--- Cilium 1.16 kube-proxy replacement ---\n{report}");
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report.contains("kube-proxy      none found (DaemonSet kube-system/kube-proxy)"),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "cure            dns: Cilium v1.16.5 kube-proxy replacement (kube-proxy-replacement=true) ignores ipMode (needs >= 1.17, not 1.18.0)"
+        ),
+        "{report}"
+    );
+    assert!(report.contains("`--cure dns`"), "{report}");
+    assert!(report.contains("`waitInsteadOfSelfCheck: 30s`"), "{report}");
+    assert!(
+        report.contains("cert-manager    v1.21.0 (cert-manager/cert-manager)"),
+        "{report}"
+    );
+}
+
+/// A tenant's strings (an annotation value, hairpin's record edited by anyone who may) are
+/// printed escaped: one line each.
+#[tokio::test]
+async fn doctor_escapes_what_it_reads_from_the_cluster() {
+    let mut objects = clusters::digitalocean_cluster("127.0.0.1");
+    objects.extend(clusters::kube_proxy(
+        "v1.31.2\u{1b}[2J\nfix 9: forged",
+        "ipvs\\nnote: forged",
+        "",
+        &[],
+    ));
+    let (_, report) = doctor_over(objects, PROXY_INGRESS, "text").await;
+    assert!(!report.contains('\u{1b}'), "{report}");
+    assert!(!report.contains("\nfix 9: forged"), "{report}");
+    assert!(!report.contains("\nnote: forged"), "{report}");
 }
