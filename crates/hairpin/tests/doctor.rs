@@ -375,6 +375,10 @@ async fn doctor_escapes_what_it_reads_from_the_cluster() {
         &[],
     ));
     let (_, report) = doctor_over(objects, PROXY_INGRESS, "text").await;
+    assert!(
+        report.contains("kube-proxy      v1.31.2\\u{1b}[2J\\nfix 9: forged (ipvs\\nnote: forged)"),
+        "{report}"
+    );
     assert!(!report.contains('\u{1b}'), "{report}");
     assert!(!report.contains("\nfix 9: forged"), "{report}");
     assert!(!report.contains("\nnote: forged"), "{report}");
