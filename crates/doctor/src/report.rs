@@ -268,10 +268,15 @@ fn yes_no(value: bool) -> &'static str {
 
 /// kube-proxy and the CNI agents found, as read.
 fn render_dataplane(out: &mut String, facts: &ClusterFacts) {
-    let kube_proxy = facts.kube_proxy.as_ref().map_or_else(
-        || "none found (DaemonSet kube-system/kube-proxy)".to_owned(),
-        kube_proxy_line,
-    );
+    let unread = facts
+        .gaps
+        .iter()
+        .any(|gap| gap.starts_with("DaemonSet kube-system/kube-proxy:"));
+    let kube_proxy = match &facts.kube_proxy {
+        Some(kube_proxy) => kube_proxy_line(kube_proxy),
+        None if unread => "not read (see the notes)".to_owned(),
+        None => "none found (DaemonSet kube-system/kube-proxy)".to_owned(),
+    };
     let _ = writeln!(out, "  kube-proxy      {}", controls(&kube_proxy));
     let mut agents = Vec::new();
     if let Some(cilium) = &facts.cni.cilium {
