@@ -16,7 +16,7 @@ use hairpin_planner::native::{CureChoice, NativeEntry, NativeProgress, ProbeStat
 use serde::Serialize;
 
 use crate::dataplane::IpModeSupport;
-use crate::verdict::{LoadBalancerFacts, parse_semver};
+use crate::facts::{LoadBalancerFacts, parse_semver};
 
 /// A cloud controller's Deployment, read for its version.
 #[derive(Clone, Copy, Debug)]

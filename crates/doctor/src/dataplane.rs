@@ -23,7 +23,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec};
 use serde::Serialize;
 
-use crate::verdict::{CiliumFacts, parse_semver};
+pub(crate) use crate::facts::image_tag;
+use crate::facts::{CiliumFacts, parse_semver};
 
 /// kube-proxy's feature gate that makes it honour `ipMode`.
 pub const IP_MODE_GATE: &str = "LoadBalancerIPMode";
@@ -233,15 +234,6 @@ pub(crate) fn args_of(container: Option<&Container>) -> Vec<String> {
         .flatten()
         .cloned()
         .collect()
-}
-
-/// The tag of an image reference (`quay.io/cilium/cilium:v1.16.5@sha256:...` -> `v1.16.5`).
-pub(crate) fn image_tag(image: &str) -> Option<String> {
-    let without_digest = image.split('@').next().unwrap_or(image);
-    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
-    last.split_once(':')
-        .map(|(_, tag)| tag.to_owned())
-        .filter(|tag| !tag.is_empty())
 }
 
 /// A CNI agent other than Cilium that may handle Services itself: its version and whether it

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod cure;
 pub mod dataplane;
 pub mod echo;
+pub mod facts;
 pub mod probe;
 pub mod providers;
 pub mod report;
