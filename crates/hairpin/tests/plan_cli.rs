@@ -146,6 +146,50 @@ fn the_cure_of_each_load_balancer_follows_the_flag() {
     assert!(!text.contains("native"), "{text}");
 }
 
+/// A load balancer whose native cure hairpin's record (`hairpin-native`) says proven is on
+/// `native`: its names leave the DNS plan, and the row quotes the probe's outcome from the
+/// record, escaped (a record is cluster data: it cannot add a line or a section).
+#[test]
+fn a_proven_native_cure_is_shown_with_its_reason_escaped() {
+    let record = serde_json::json!({"loadBalancers": {"traefik/traefik": {
+        "uid": "",
+        "original": [{"ip": "198.51.100.20"}],
+        "state": "proven",
+        "since": "2026-11-27T10:00:00Z",
+        "reason": "198.51.100.20:80 answered\nLoad balancer evil/evil\u{202e}",
+    }}});
+    let input = format!(
+        "{}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hairpin-native\n  namespace: hairpin\ndata:\n  native.json: {}\n",
+        std::fs::read_to_string(EXAMPLE).unwrap(),
+        serde_json::to_string(&record.to_string()).unwrap()
+    );
+    let out = hairpin(
+        &[
+            "plan",
+            "-f",
+            "-",
+            "--verify-hostnames=off",
+            "--cure",
+            "auto",
+        ],
+        Some(&input),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "  cure             native (proven: ipMode: Proxy is honoured here: 198.51.100.20:80 answered\\nLoad balancer evil/evil\\u{202e})\n"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("\nLoad balancer evil/evil"), "{text}");
+    // Only the hcloud load balancer's names keep DNS rules.
+    assert!(
+        text.contains("DNS\n  mode corefile (cluster domain cluster.local), 3 hostnames"),
+        "{text}"
+    );
+}
+
 /// By default an offline plan resolves nothing: each name is listed as not verified, no rule
 /// is planned for it (what `-o yaml` prints is safe to apply), and the output says how to
 /// plan them anyway.
