@@ -690,7 +690,9 @@ impl Reconciler {
                 return Ok(None);
             };
             self.count_writes(changes.writes());
-            return Ok(self.report_reverts("DNSEndpoint", &changes).await);
+            let requeue = self.report_reverts("DNSEndpoint", &changes).await;
+            self.dns_endpoints.announce(endpoints, &changes).await;
+            return Ok(requeue);
         }
 
         let mut requeue: Option<Instant> = None;

@@ -193,8 +193,8 @@ impl DnsEndpointWriter {
     /// `--dns-mode external-dns`: hairpin's `DNSEndpoint`s, as planned. Without external-dns's
     /// CRD nothing is written and every hairpinned load balancer gets a Warning Event saying
     /// so; the CRD is probed again every minute, and its appearance starts a reconcile.
-    /// `Some(changes)` when they were applied (the caller counts and reports them); `dns_state`
-    /// says where this left the DNS change.
+    /// `Some(changes)` when they were applied (the caller counts and reports them, then
+    /// [`DnsEndpointWriter::announce`]s them); `dns_state` says where this left the DNS change.
     pub(crate) async fn apply(
         &mut self,
         plan: &Plan,
@@ -255,7 +255,6 @@ impl DnsEndpointWriter {
         if changes.writes() > 0 {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "DNSEndpoints applied");
         }
-        self.announce(endpoints, &changes).await;
         Ok(Some(changes))
     }
 
@@ -294,7 +293,7 @@ impl DnsEndpointWriter {
 
     /// An Event on each DNSEndpoint created or updated: how many records, for which load
     /// balancer.
-    async fn announce(&self, endpoints: &DnsEndpoints, changes: &ObjectChanges) {
+    pub(crate) async fn announce(&self, endpoints: &DnsEndpoints, changes: &ObjectChanges) {
         for name in changes.created.iter().chain(&changes.updated) {
             let Some(o) = endpoints
                 .objects

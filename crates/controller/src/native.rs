@@ -264,6 +264,17 @@ pub async fn write_ip_modes(
     uid: &str,
     modes: &BTreeMap<String, Option<String>>,
 ) -> Result<bool, kube::Error> {
+    replace_ip_modes(client, service, uid, |_| modes.clone()).await
+}
+
+/// Reads `service`, and when it is still the one with `uid`, replaces its status with the
+/// `ipMode`s `modes` picks from what it reads; `Ok(false)` when nothing was written.
+async fn replace_ip_modes(
+    client: &kube::Client,
+    service: &ObjectRef,
+    uid: &str,
+    modes: impl FnOnce(&Service) -> BTreeMap<String, Option<String>>,
+) -> Result<bool, kube::Error> {
     let api: Api<Service> = Api::namespaced(client.clone(), &service.namespace);
     let Some(current) = api.get_opt(&service.name).await? else {
         return Ok(false);
@@ -271,7 +282,7 @@ pub async fn write_ip_modes(
     if current.metadata.uid.as_deref() != Some(uid) {
         return Ok(false);
     }
-    let Some(desired) = with_ip_modes(&current, modes) else {
+    let Some(desired) = with_ip_modes(&current, &modes(&current)) else {
         return Ok(false);
     };
     api.replace_status(&service.name, &PostParams::default(), &desired)
@@ -658,31 +669,21 @@ pub async fn restore_ip_modes(
     uid: &str,
     modes: &BTreeMap<String, Option<String>>,
 ) -> Result<bool, kube::Error> {
-    let api: Api<Service> = Api::namespaced(client.clone(), &service.namespace);
-    let Some(current) = api.get_opt(&service.name).await? else {
-        return Ok(false);
-    };
-    if current.metadata.uid.as_deref() != Some(uid) {
-        return Ok(false);
-    }
-    let still_proxy: BTreeMap<String, Option<String>> = current
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
-        .filter_map(|e| {
-            let ip = e.ip.clone()?;
-            let mode = modes.get(&ip)?.clone();
-            Some((ip, mode))
-        })
-        .collect();
-    let Some(desired) = with_ip_modes(&current, &still_proxy) else {
-        return Ok(false);
-    };
-    api.replace_status(&service.name, &PostParams::default(), &desired)
-        .await?;
-    Ok(true)
+    replace_ip_modes(client, service, uid, |current| {
+        current
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
+            .filter_map(|e| {
+                let ip = e.ip.clone()?;
+                let mode = modes.get(&ip)?.clone();
+                Some((ip, mode))
+            })
+            .collect()
+    })
+    .await
 }

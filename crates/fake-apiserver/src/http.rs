@@ -802,17 +802,24 @@ fn delete(
 /// What the real server answers a DELETE with: the object for the kinds whose storage returns
 /// it (Services, Pods, Namespaces, custom resources), a `Status` naming it for the rest
 /// (ConfigMaps, Leases, Events, Ingresses, Deployments...).
+/// The API groups built into kube-apiserver that the fake serves; every other group is a
+/// custom resource's (served from unstructured storage).
+const BUILT_IN: [&str; 6] = [
+    "",
+    "apps",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "networking.k8s.io",
+];
+
+fn is_built_in(ty: &ResourceType) -> bool {
+    BUILT_IN.contains(&ty.group.as_str())
+}
+
 fn deleted_answer(ty: &ResourceType, target: &Target, name: &str, object: Value) -> Value {
-    const BUILT_IN: [&str; 6] = [
-        "",
-        "apps",
-        "coordination.k8s.io",
-        "discovery.k8s.io",
-        "events.k8s.io",
-        "networking.k8s.io",
-    ];
-    let returns_object = matches!(target.plural.as_str(), "services" | "pods" | "namespaces")
-        || !BUILT_IN.contains(&ty.group.as_str());
+    let returns_object =
+        matches!(target.plural.as_str(), "services" | "pods" | "namespaces") || !is_built_in(ty);
     if returns_object {
         return object;
     }
@@ -1012,14 +1019,16 @@ fn list(
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
-    // The real server leaves `kind` and `apiVersion` out of a list's items (watch events and
-    // single objects carry them).
+    // The real server leaves `kind` and `apiVersion` out of a built-in kind's list items
+    // (watch events and single objects carry them); a custom resource's items, served from
+    // unstructured storage, keep them.
+    let strip = is_built_in(&resource.ty);
     let page: Vec<Value> = matching
         .iter()
         .take(limit)
         .map(|(_, o)| {
             let mut item = (*o).clone();
-            if let Some(fields) = item.as_object_mut() {
+            if let Some(fields) = item.as_object_mut().filter(|_| strip) {
                 fields.remove("kind");
                 fields.remove("apiVersion");
             }
