@@ -343,6 +343,24 @@ impl NativeCurer {
         }
     }
 
+    /// An Event on the load balancer Service `service` (uid `uid`).
+    async fn on_service(
+        &self,
+        service: &ObjectRef,
+        uid: &str,
+        warning: bool,
+        reason: &'static str,
+        note: String,
+    ) {
+        let regarding = object_ref(
+            "Service",
+            &service.namespace,
+            &service.name,
+            Some(uid.to_owned()),
+        );
+        self.events.publish(&regarding, warning, reason, note).await;
+    }
+
     /// The plan's status writes, the probes' verdicts and the record. Returns when to look
     /// again (a probe running, a failed cure due for another try).
     pub(crate) async fn apply(
@@ -462,18 +480,7 @@ impl NativeCurer {
             )
         };
         tracing::info!(service = %service, ips = ?ip_list, reasserted = proven, "ipMode: Proxy set");
-        self.events
-            .publish(
-                &object_ref(
-                    "Service",
-                    &service.namespace,
-                    &service.name,
-                    Some(uid.to_owned()),
-                ),
-                false,
-                reason::IP_MODE_SET,
-                note,
-            )
+        self.on_service(service, uid, false, reason::IP_MODE_SET, note)
             .await;
         if !proven {
             self.start_probe(plan, service, uid, ips);
@@ -605,18 +612,8 @@ impl NativeCurer {
         match restore_ip_modes(&self.client, service, uid, &modes).await {
             Ok(true) => {
                 tracing::info!(service = %service, why, "ipMode put back");
-                self.events
-                    .publish(
-                        &object_ref(
-                            "Service",
-                            &service.namespace,
-                            &service.name,
-                            Some(uid.to_owned()),
-                        ),
-                        true,
-                        reason::IP_MODE_RESTORED,
-                        format!("hairpin put ipMode back as it was: {why}"),
-                    )
+                let note = format!("hairpin put ipMode back as it was: {why}");
+                self.on_service(service, uid, true, reason::IP_MODE_RESTORED, note)
                     .await;
                 Ok(())
             }

@@ -225,8 +225,12 @@ fn native_cure_proven_reasserted_and_restored_by_uninstall() {
     );
 
     // c) a cloud controller's rewrite without ipMode: re-asserted.
-    set_lb_status(&api, json!({"ip": lb_ip}));
-    assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
+    // The write's own answer says VIP (a read after it may already see hairpin's Proxy).
+    let rewritten = set_lb_status(&api, json!({"ip": lb_ip}));
+    assert_eq!(
+        rewritten["status"]["loadBalancer"]["ingress"][0]["ipMode"],
+        "VIP"
+    );
     let window = wait_for(
         "ipMode: Proxy re-asserted",
         Duration::from_secs(10),
