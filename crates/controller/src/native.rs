@@ -490,20 +490,30 @@ impl NativeCurer {
 
     /// Probes again every proven cure (of `auto`) whose verdict is older than `reprobe`; the
     /// status is left as it is meanwhile.
+    ///
+    /// A cure still `probing` with no probe running here (this instance became the leader, or
+    /// restarted, while its predecessor's probe ran) is probed too: otherwise it would stay
+    /// `probing`, on the DNS cure, for good.
     fn reprobe_due(&mut self, plan: &Plan, record: &NativeRecord) {
+        let reprobe = self.params.reprobe;
         let due: Vec<(ObjectRef, NativeEntry)> = record
             .load_balancers
             .iter()
-            .filter(|(_, e)| e.state == ProbeState::Proven)
-            .filter(|(_, e)| seconds_since(&e.since).is_some_and(|s| s >= self.params.reprobe))
             .filter_map(|(key, e)| {
                 let (namespace, name) = key.split_once('/')?;
                 Some((ObjectRef::new(namespace, name), e.clone()))
             })
-            .filter(|(service, _)| !forced_native(plan, service))
+            .filter(|(service, e)| match e.state {
+                ProbeState::Probing => true,
+                ProbeState::Proven => {
+                    !forced_native(plan, service)
+                        && seconds_since(&e.since).is_some_and(|s| s >= reprobe)
+                }
+                ProbeState::Failed => false,
+            })
             .collect();
         for (service, entry) in due {
-            tracing::debug!(service = %service, "probing a proven native cure again");
+            tracing::debug!(service = %service, state = ?entry.state, "probing a native cure");
             self.start_probe(plan, &service, &entry.uid, &entry.original);
         }
     }

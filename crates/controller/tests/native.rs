@@ -145,3 +145,49 @@ async fn an_api_outage_reverts_nothing_and_uninstall_restores() {
     assert_eq!(ip_mode(&fake), "VIP");
     assert_eq!(corefile(&fake), COREFILE);
 }
+
+/// A new leader adopts a cure its predecessor left `probing` (its probe died with it): the
+/// probe runs again here, and its verdict is acted on.
+#[tokio::test]
+async fn a_cure_left_probing_by_an_earlier_leader_is_probed_again() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let mut svc = fake
+        .get(
+            "v1",
+            "Service",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+        .unwrap();
+    svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!("Proxy");
+    fake.apply(svc.clone());
+    let record = json!({"loadBalancers": {"ingress-nginx/ingress-nginx-controller": {
+        "uid": svc["metadata"]["uid"], "original": [{"ip": LB_IP, "ipMode": "VIP"}],
+        "state": "probing", "since": "2026-11-27T10:00:00Z"}}});
+    fake.apply(hairpin_fake_apiserver::object(
+        "v1",
+        "ConfigMap",
+        Some("hairpin"),
+        "hairpin-native",
+        json!({
+            "metadata": {"labels": {"app.kubernetes.io/managed-by": "hairpin"},
+                         "annotations": {"hairpin.io/created-by": "hairpin"}},
+            "data": {"native.json": record.to_string()}
+        }),
+    ));
+    assert_eq!(ip_mode(&fake), "Proxy");
+    let running = start(&fake, auto_config());
+    // Nothing answers on 127.0.0.42:80: the adopted cure fails, ipMode goes back, DNS stays.
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "failed"
+            && ip_mode(f) == "VIP")
+            .await
+            .is_some(),
+        "record {:?}, ipMode {:?}",
+        record_state(&fake),
+        ip_mode(&fake)
+    );
+    assert!(corefile(&fake).contains(HOST));
+    running.stop().await;
+}
