@@ -979,6 +979,8 @@ fn load_balancer_of(
         );
         facts.receiver = lb.load_balancer.receiver.as_ref().map(|r| r.describe());
         facts.receiver = facts.receiver.or_else(|| receiver_unread(read));
+        // A mismatch on a load balancer hairpin keeps curing (its cure was in place).
+        facts.mismatch = lb.load_balancer.receiver_mismatch.clone();
         Some(facts)
     } else {
         plan.not_needed

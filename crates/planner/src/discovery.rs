@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service, ServiceSpec};
 use serde::Serialize;
 
-use crate::config::PlannerConfig;
+use crate::config::{PlannerConfig, is_ours};
 use crate::name::normalize_address;
 use crate::native;
 use crate::providers::{
@@ -48,6 +48,12 @@ pub struct LoadBalancer {
     /// The receiving side and its PROXY setting, when it was found ([`crate::receivers`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receiver: Option<Receiver>,
+    /// The load balancer and its receiver disagree about the PROXY protocol, but hairpin
+    /// already cures this load balancer (its hairpin Service exists, or its native cure is
+    /// recorded): the cure is kept as it was decided without the receiver, rather than torn
+    /// down (do no harm), and this says why (the warning's text, escaped as it is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receiver_mismatch: Option<String>,
 }
 
 /// One TCP port of a load balancer.
@@ -216,6 +222,7 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
     let mut out = Discovery::default();
     // Status IPs at `ipMode: Proxy` because hairpin's native cure set them stay hairpin's.
     let record = native::NativeRecord::read(snapshot, config).unwrap_or_default();
+    let with_service = hairpin_services(snapshot, config);
     for svc in &snapshot.services {
         let Some(spec) = svc.spec.as_ref() else {
             continue;
@@ -225,7 +232,13 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
         }
         let receiver = receivers::receiver_of(snapshot, svc);
         let ours = native::ours(&record, svc);
-        match load_balancer(svc, spec, &own_key, receiver, &ours, &mut out.warnings) {
+        let cured = !ours.is_empty() || with_service.contains(&ObjectRef::from_meta(&svc.metadata));
+        let found = Found {
+            receiver,
+            ours: &ours,
+            cured,
+        };
+        match load_balancer(svc, spec, &own_key, found, &mut out.warnings) {
             Ok(lb) => out.load_balancers.push(lb),
             Err(not_needed) => out.not_needed.push(not_needed),
         }
@@ -235,16 +248,47 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
     out
 }
 
+/// The load balancers hairpin's own Services (in its namespace, from a previous run) are
+/// for, by their source annotation.
+fn hairpin_services(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+) -> std::collections::BTreeSet<ObjectRef> {
+    let source_key = config.annotation("source");
+    snapshot
+        .services
+        .iter()
+        .filter(|s| is_ours(&s.metadata, config))
+        .filter_map(|s| s.metadata.annotations.as_ref()?.get(&source_key))
+        .filter_map(|source| source.split_once('/'))
+        .map(|(ns, name)| ObjectRef::new(ns, name))
+        .collect()
+}
+
+/// What discovery knows of a load balancer besides its Service.
+struct Found<'a> {
+    /// Its receiver, when found.
+    receiver: Option<Receiver>,
+    /// Its status IPs hairpin's native cure set ([`native::ours`]).
+    ours: &'a [String],
+    /// hairpin cures it already: its hairpin Service exists or its native cure is recorded.
+    cured: bool,
+}
+
 /// A `type: LoadBalancer` Service as a load balancer that needs a hairpin, or why it needs
 /// none. Unknown values of the PROXY annotations are warned about.
 fn load_balancer(
     svc: &Service,
     spec: &ServiceSpec,
     own_key: &str,
-    receiver: Option<Receiver>,
-    ours: &[String],
+    found: Found<'_>,
     warnings: &mut Vec<Warning>,
 ) -> Result<LoadBalancer, NotNeeded> {
+    let Found {
+        receiver,
+        ours,
+        cured,
+    } = found;
     let service = ObjectRef::from_meta(&svc.metadata);
     let (mut proxy, unknown) = proxy_protocol_of(svc, own_key);
     for u in unknown {
@@ -266,9 +310,17 @@ fn load_balancer(
     if proxy.disabled_by_annotation {
         return Err(skip(SkipReason::DisabledByAnnotation));
     }
-    if let Some(reason) = with_receiver(svc, &service, &mut proxy, receiver.as_ref(), warnings) {
-        return Err(skip(reason));
-    }
+    let receiver_mismatch = match with_receiver(
+        svc,
+        &service,
+        &mut proxy,
+        receiver.as_ref(),
+        cured,
+        warnings,
+    ) {
+        Ok(kept) => kept,
+        Err(reason) => return Err(skip(reason)),
+    };
     let pass_through = huawei_pass_through(svc);
     if pass_through && !proxy.explicit {
         return Err(skip(SkipReason::PassThrough));
@@ -318,6 +370,7 @@ fn load_balancer(
         forced: forced(&proxy, entries, pass_through, ours),
         proxy_sources: proxy.sources,
         receiver,
+        receiver_mismatch,
     })
 }
 
@@ -327,60 +380,80 @@ fn load_balancer(
 /// is warned about and leaves the load balancer alone (a hairpin would send the header to a
 /// receiver that does not expect it). Our explicit `v1`/`v2` annotation still forces a
 /// hairpin in front of a receiver that accepts a missing header.
+///
+/// "Alone" means as it is: a load balancer hairpin already cures (`cured`) keeps its cure
+/// through a disagreement, planned as it was before the receiver disagreed (from the
+/// annotations, or from the receiver's own requirement when that is what turned PROXY on),
+/// rather than torn down; `Ok(Some(why))` then says so. `Err` is why no hairpin is needed.
 fn with_receiver(
     svc: &Service,
     service: &ObjectRef,
     proxy: &mut ProxyProtocol,
     receiver: Option<&Receiver>,
+    cured: bool,
     warnings: &mut Vec<Warning>,
-) -> Option<SkipReason> {
-    let receiver = receiver?;
+) -> Result<Option<String>, SkipReason> {
+    let Some(receiver) = receiver else {
+        return Ok(None);
+    };
     let sends = !proxy.ports.is_empty();
     let annotations = proxy.sources.join(", ");
-    let mismatch = |what: String, fix: &str| {
-        Warning::new(
-            format!("Service {service}"),
-            format!(
-                "BROKEN for clients outside the cluster too: {what}; hairpin changes nothing for this load balancer. Fix: {fix}"
-            ),
-        )
+    let mut mismatch = |what: String, fix: &str| {
+        let action = if cured {
+            "hairpin keeps the cure it already has in place for this load balancer (it does not tear it down) and changes nothing for it until they agree"
+        } else {
+            "hairpin changes nothing for this load balancer"
+        };
+        let message =
+            format!("BROKEN for clients outside the cluster too: {what}; {action}. Fix: {fix}");
+        let warning = Warning::new(format!("Service {service}"), message);
+        let escaped = warning.message.clone();
+        warnings.push(warning);
+        if cured {
+            Ok(Some(escaped))
+        } else {
+            Err(SkipReason::ReceiverMismatch)
+        }
+    };
+    let required = |proxy: &mut ProxyProtocol| {
+        let version = receiver.required_version().unwrap_or(ProxyVersion::V1);
+        proxy.ports = tcp_port_numbers(svc).map(|p| (p, version)).collect();
+        // Shown after "PROXY from" (text) and in `proxySources` (JSON).
+        proxy.sources = vec![format!(
+            "{} {}",
+            receiver.implementation.name(),
+            receiver.source()
+        )];
     };
     match receiver.requirement {
         Requirement::Required { .. } if !sends => {
             if let Some(why) = provider_without_proxy(svc) {
-                warnings.push(mismatch(
+                let kept = mismatch(
                     format!(
                         "the load balancer sends no PROXY header ({why}) but {}",
                         receiver.describe()
                     ),
                     "turn the PROXY protocol off on the receiver",
-                ));
-                return Some(SkipReason::ReceiverMismatch);
+                )?;
+                // Kept: planned as the receiver's requirement planned it.
+                required(proxy);
+                return Ok(kept);
             }
-            let version = receiver.required_version().unwrap_or(ProxyVersion::V1);
-            proxy.ports = tcp_port_numbers(svc).map(|p| (p, version)).collect();
-            // Shown after "PROXY from" (text) and in `proxySources` (JSON).
-            proxy.sources = vec![format!(
-                "{} {}",
-                receiver.implementation.name(),
-                receiver.source()
-            )];
-            None
+            required(proxy);
+            Ok(None)
         }
-        Requirement::Off if sends => {
-            warnings.push(mismatch(
-                format!(
-                    "the load balancer sends a PROXY header ({annotations}) but {}",
-                    receiver.describe()
-                ),
-                "turn the PROXY protocol on in the receiver, or off on the load balancer",
-            ));
-            Some(SkipReason::ReceiverMismatch)
-        }
+        // Kept: planned from the annotations, as before the receiver disagreed.
+        Requirement::Off if sends => mismatch(
+            format!(
+                "the load balancer sends a PROXY header ({annotations}) but {}",
+                receiver.describe()
+            ),
+            "turn the PROXY protocol on in the receiver, or off on the load balancer",
+        ),
         Requirement::Optional if sends && !proxy.explicit => {
-            Some(SkipReason::ReceiverAcceptsNoHeader)
+            Err(SkipReason::ReceiverAcceptsNoHeader)
         }
-        _ => None,
+        _ => Ok(None),
     }
 }
 

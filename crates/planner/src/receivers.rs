@@ -97,6 +97,19 @@ pub enum Requirement {
     Unknown,
 }
 
+impl Requirement {
+    /// `required`, `optional`, `off` or `unknown`: the word the `Hairpin` status and the JSON
+    /// plan show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Requirement::Required { .. } => "required",
+            Requirement::Optional => "optional",
+            Requirement::Off => "off",
+            Requirement::Unknown => "unknown",
+        }
+    }
+}
+
 /// The receiver of one load balancer and its PROXY setting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Receiver {

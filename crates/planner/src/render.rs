@@ -133,6 +133,10 @@ fn load_balancer_text(
     if let Some(receiver) = &l.receiver {
         let _ = writeln!(out, "  {:<16} {}", "receiver", Text(&receiver.describe()));
     }
+    if let Some(why) = &l.receiver_mismatch {
+        // Escaped by the planner (a warning's text).
+        let _ = writeln!(out, "  {:<16} {why}", "mismatch");
+    }
     routes_text(out, lb);
     hostnames_text(out, lb);
 }

@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec, Volume,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
@@ -198,5 +200,99 @@ impl ReceiverObjects {
             metadata,
             spec: value.get("spec").cloned().unwrap_or(Value::Null),
         })
+    }
+}
+
+/// The pod annotation the receivers read ([`crate::receivers`]: Istio's per-gateway proxy
+/// config).
+const READ_ANNOTATIONS: &[&str] = &["proxy.istio.io/config"];
+
+/// Keeps of a pod template only what [`crate::receivers`] reads, so that a reader that keeps
+/// every workload of the cluster (the controller's caches) holds little of each: the pods'
+/// labels and the annotations it reads; per container (and init container) its image,
+/// command, arguments and the environment variables it reads (`KONG_PROXY_LISTEN`, Traefik's
+/// `TRAEFIK_ENTRYPOINTS_*_PROXYPROTOCOL_*`, and those an argument expands as `$(NAME)`, with
+/// a literal value or a `fieldRef`; never a Secret's or ConfigMap's reference); and the names
+/// of ConfigMap volumes. Resources, probes, ports, mounts, security contexts, affinities and
+/// every other variable are dropped: they are most of a pod template, and some hold what
+/// hairpin has no business keeping. A slimmed template reads exactly as the whole one.
+pub fn slim_template(template: &mut PodTemplateSpec) {
+    if let Some(meta) = template.metadata.take() {
+        let annotations = meta.annotations.map(|mut a| {
+            a.retain(|k, _| READ_ANNOTATIONS.contains(&k.as_str()));
+            a
+        });
+        template.metadata = Some(ObjectMeta {
+            labels: meta.labels,
+            annotations: annotations.filter(|a| !a.is_empty()),
+            ..ObjectMeta::default()
+        });
+    }
+    if let Some(spec) = template.spec.take() {
+        let volumes: Vec<Volume> = spec
+            .volumes
+            .into_iter()
+            .flatten()
+            .filter_map(|v| {
+                let cm = v.config_map?;
+                Some(Volume {
+                    name: v.name,
+                    config_map: Some(ConfigMapVolumeSource {
+                        name: cm.name,
+                        ..ConfigMapVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                })
+            })
+            .collect();
+        template.spec = Some(PodSpec {
+            containers: spec.containers.into_iter().map(slim_container).collect(),
+            init_containers: spec
+                .init_containers
+                .map(|c| c.into_iter().map(slim_container).collect()),
+            volumes: (!volumes.is_empty()).then_some(volumes),
+            ..PodSpec::default()
+        });
+    }
+}
+
+/// A container as [`slim_template`] keeps it.
+fn slim_container(c: Container) -> Container {
+    let expanded = |name: &str| {
+        let pattern = format!("$({name})");
+        c.command
+            .iter()
+            .flatten()
+            .chain(c.args.iter().flatten())
+            .any(|a| a.contains(&pattern))
+    };
+    let read = |e: &EnvVar| {
+        e.name == "KONG_PROXY_LISTEN"
+            || (e.name.starts_with("TRAEFIK_ENTRYPOINTS_") && e.name.contains("_PROXYPROTOCOL_"))
+            || expanded(&e.name)
+    };
+    let env: Vec<EnvVar> =
+        c.env
+            .iter()
+            .flatten()
+            .filter(|e| read(e))
+            .map(|e| EnvVar {
+                name: e.name.clone(),
+                value: e.value.clone(),
+                value_from: e.value_from.as_ref().and_then(|f| f.field_ref.clone()).map(
+                    |field_ref| EnvVarSource {
+                        field_ref: Some(field_ref),
+                        ..EnvVarSource::default()
+                    },
+                ),
+            })
+            .collect();
+    Container {
+        name: c.name,
+        image: c.image,
+        command: c.command,
+        args: c.args,
+        env: (!env.is_empty()).then_some(env),
+        ..Container::default()
     }
 }

@@ -395,3 +395,147 @@ fn the_configmaps_a_reader_by_name_must_get() {
         [("kube-system".to_owned(), "cilium-config".to_owned())]
     );
 }
+
+/// hairpin's own Service for the load balancer of the fixtures, as a previous run wrote it.
+const HAIRPIN_SERVICE: &str = "---
+apiVersion: v1
+kind: Service
+metadata:
+  name: hairpin-ingress-nginx-ingress-nginx-controller
+  namespace: hairpin
+  labels: {app.kubernetes.io/managed-by: hairpin}
+  annotations: {hairpin.io/source: ingress-nginx/ingress-nginx-controller}
+spec:
+  type: ClusterIP
+  clusterIP: 10.96.0.50
+  selector: {app.kubernetes.io/name: hairpin, app.kubernetes.io/component: proxy}
+  ports: [{name: p80, port: 80, targetPort: 10000}, {name: p443, port: 443, targetPort: 10001}]
+";
+
+#[test]
+fn a_mismatch_keeps_the_cure_hairpin_already_has_rather_than_tear_it_down() {
+    let mut s = with_annotation(
+        "ingress-nginx-off.yaml",
+        "load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\"",
+    );
+    load_yaml(&mut s, "hairpin", HAIRPIN_SERVICE).unwrap();
+    let config = PlannerConfig::default();
+    let d = discover(&s, &config);
+    assert!(d.not_needed.is_empty(), "{d:?}");
+    let [lb] = d.load_balancers.as_slice() else {
+        panic!("{d:?}")
+    };
+    // Planned from the annotation, as before the receiver disagreed.
+    assert_eq!(
+        lb.proxy_sources,
+        ["load-balancer.hetzner.cloud/uses-proxyprotocol=true"]
+    );
+    assert_eq!(
+        lb.receiver.as_ref().map(|r| r.requirement),
+        Some(Requirement::Off)
+    );
+    let why = lb
+        .receiver_mismatch
+        .as_deref()
+        .expect("the mismatch is said");
+    let [warning] = d.warnings.as_slice() else {
+        panic!("{:?}", d.warnings)
+    };
+    assert_eq!(warning.message, why);
+    for part in [
+        "BROKEN for clients outside the cluster too",
+        "hairpin keeps the cure it already has in place for this load balancer",
+        "Fix: turn the PROXY protocol on in the receiver",
+    ] {
+        assert!(why.contains(part), "{part}: {why}");
+    }
+    // The whole plan keeps its hairpin Service (not an orphan to delete), and says why.
+    let plan = hairpin_planner::desired(&s, &config);
+    assert_eq!(plan.load_balancers.len(), 1);
+    assert!(
+        plan.orphaned_services.is_empty(),
+        "{:?}",
+        plan.orphaned_services
+    );
+    let text = hairpin_planner::render::text(&plan);
+    assert!(
+        text.contains("  mismatch         BROKEN for clients outside the cluster too"),
+        "{text}"
+    );
+
+    // Without a cure in place, nothing is started.
+    let s = with_annotation(
+        "ingress-nginx-off.yaml",
+        "load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\"",
+    );
+    let d = discover(&s, &config);
+    assert_eq!(d.not_needed[0].reason, SkipReason::ReceiverMismatch);
+    assert!(
+        d.warnings[0]
+            .message
+            .contains("hairpin changes nothing for this load balancer"),
+        "{:?}",
+        d.warnings
+    );
+}
+
+#[test]
+fn a_receiver_requiring_the_header_behind_an_lb_without_proxy_keeps_an_existing_cure() {
+    let mut s = with_annotation(
+        "kong-required.yaml",
+        "service.beta.kubernetes.io/exoscale-loadbalancer-zone: ch-gva-2",
+    );
+    let lb = &s.services[0].metadata;
+    let source = format!(
+        "{}/{}",
+        lb.namespace.as_deref().unwrap(),
+        lb.name.as_deref().unwrap()
+    );
+    load_yaml(
+        &mut s,
+        "hairpin",
+        &HAIRPIN_SERVICE.replace("ingress-nginx/ingress-nginx-controller", &source),
+    )
+    .unwrap();
+    let d = discover(&s, &PlannerConfig::default());
+    let [lb] = d.load_balancers.as_slice() else {
+        panic!("{d:?}")
+    };
+    assert!(lb.receiver_mismatch.is_some());
+    // Planned as the receiver's requirement planned it.
+    assert!(
+        lb.proxy_sources[0].starts_with("Kong KONG_PROXY_LISTEN="),
+        "{lb:?}"
+    );
+    assert!(
+        lb.ports
+            .iter()
+            .all(|p| p.proxy_protocol == Some(ProxyVersion::V1))
+    );
+}
+
+#[test]
+fn slimmed_workloads_read_exactly_as_whole_ones() {
+    let mut smaller = 0;
+    for (name, _, _) in FIXTURES {
+        let whole = fixture(name);
+        let mut slimmed = whole.clone();
+        for w in &mut slimmed.receivers.workloads {
+            hairpin_planner::workloads::slim_template(&mut w.template);
+        }
+        smaller += usize::from(whole.receivers.workloads != slimmed.receivers.workloads);
+        for svc in &whole.services {
+            assert_eq!(
+                receiver_of(&whole, svc),
+                receiver_of(&slimmed, svc),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            hairpin_planner::receivers::config_maps_read(&whole),
+            hairpin_planner::receivers::config_maps_read(&slimmed),
+            "{name}"
+        );
+    }
+    assert!(smaller >= 5, "{smaller}");
+}
