@@ -78,7 +78,7 @@ pub struct HairpinStatus {
     /// differ.
     #[serde(default)]
     pub proxy: String,
-    /// Number of hostnames redirected to the hairpin Service.
+    /// Number of hostnames of the load balancer that hairpin cures (on the DNS cure redirected to the hairpin Service, on the native cure covered by `ipMode: Proxy`).
     #[serde(default)]
     pub host_count: i32,
     /// How this load balancer is cured: `native` (`ipMode: Proxy` on its Service's status, so

@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hairpin_planner::native::{
-    IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeAction, NativeEntry, NativeRecord, ProbeState,
+    FIELD_MANAGER, IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeAction, NativeEntry, NativeRecord,
+    ProbeState, ingress_writer,
 };
 use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, ObjectRef, Plan, PlannerConfig};
 use k8s_openapi::api::core::v1::Service;
@@ -52,6 +53,9 @@ pub struct NativeParams {
     /// How often a proven cure is probed again (a kube-proxy or CNI upgrade may stop
     /// honouring `ipMode`): a failed re-probe puts `ipMode` back and brings the DNS cure back.
     pub reprobe: Duration,
+    /// After the kube-proxy or CNI DaemonSet changed ([`hairpin_planner::native::data_plane`]),
+    /// how long before a proven cure is probed again: the time for the new pods to roll out.
+    pub settle: Duration,
 }
 
 impl Default for NativeParams {
@@ -62,6 +66,7 @@ impl Default for NativeParams {
             timeout: Duration::from_secs(1),
             retry: Duration::from_secs(600),
             reprobe: Duration::from_secs(1800),
+            settle: Duration::from_secs(120),
         }
     }
 }
@@ -285,8 +290,11 @@ async fn replace_ip_modes(
     let Some(desired) = with_ip_modes(&current, &modes(&current)) else {
         return Ok(false);
     };
-    api.replace_status(&service.name, &PostParams::default(), &desired)
-        .await?;
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    api.replace_status(&service.name, &params, &desired).await?;
     Ok(true)
 }
 
@@ -304,6 +312,9 @@ pub(crate) struct NativeCurer {
     verdicts: Verdicts,
     /// Probes running, by `namespace/name`.
     running: BTreeMap<String, tokio::task::AbortHandle>,
+    /// The data plane ([`hairpin_planner::native::data_plane`]) now, and since when this
+    /// instance has seen it.
+    data_plane: (String, Instant),
 }
 
 impl Drop for NativeCurer {
@@ -340,6 +351,7 @@ impl NativeCurer {
             changed,
             verdicts: Arc::default(),
             running: BTreeMap::new(),
+            data_plane: (String::new(), Instant::now()),
         }
     }
 
@@ -374,6 +386,10 @@ impl NativeCurer {
         };
         let mut record = before.clone();
         let mut requeue = None;
+        let data_plane = hairpin_planner::native::data_plane(snapshot);
+        if data_plane != self.data_plane.0 {
+            self.data_plane = (data_plane, Instant::now());
+        }
         self.take_verdicts(&mut record, plan, snapshot).await?;
         // A failed cure is tried again after `retry`: its entry goes, the next plan proposes it.
         let due: Vec<String> = record
@@ -408,12 +424,34 @@ impl NativeCurer {
                     }
                     record.load_balancers.remove(&service.to_string());
                 }
+                NativeAction::Forget {
+                    service,
+                    uid,
+                    writer,
+                    reason,
+                } => {
+                    tracing::warn!(service = %service, writer = %writer, "another writer set ipMode: Proxy itself; hairpin stepped back");
+                    if let Some(task) = self.running.remove(&service.to_string()) {
+                        task.abort();
+                    }
+                    record.load_balancers.remove(&service.to_string());
+                    self.on_service(
+                        service,
+                        uid,
+                        false,
+                        reason::IP_MODE_HANDED_OVER,
+                        reason.clone(),
+                    )
+                    .await;
+                }
             }
         }
-        self.reprobe_due(plan, &record);
+        let settling = self.reprobe_due(plan, &record);
         self.write_record(&record, &before).await?;
         if !self.running.is_empty() {
             requeue = Some(Instant::now() + self.params.interval);
+        } else if let Some(at) = settling {
+            requeue = Some(at);
         }
         Ok(requeue)
     }
@@ -447,6 +485,7 @@ impl NativeCurer {
                 state: ProbeState::Probing,
                 since: now_rfc3339(),
                 reason: String::new(),
+                data_plane: String::new(),
             });
         for was in ips {
             if !entry.original.iter().any(|o| o.ip == was.ip) {
@@ -488,14 +527,19 @@ impl NativeCurer {
         Ok(())
     }
 
-    /// Probes again every proven cure (of `auto`) whose verdict is older than `reprobe`; the
-    /// status is left as it is meanwhile.
+    /// Probes again every proven cure (of `auto`) whose verdict is older than `reprobe`, or was
+    /// reached on another data plane than today's once the change is `settle` old (a kube-proxy
+    /// or CNI upgrade may stop honouring `ipMode`); the status is left as it is meanwhile.
+    /// Returns when a changed data plane will have settled, while it has not.
     ///
     /// A cure still `probing` with no probe running here (this instance became the leader, or
     /// restarted, while its predecessor's probe ran) is probed too: otherwise it would stay
     /// `probing`, on the DNS cure, for good.
-    fn reprobe_due(&mut self, plan: &Plan, record: &NativeRecord) {
+    fn reprobe_due(&mut self, plan: &Plan, record: &NativeRecord) -> Option<Instant> {
         let reprobe = self.params.reprobe;
+        let (data_plane, seen) = (&self.data_plane.0, self.data_plane.1);
+        let settled_at = seen + self.params.settle;
+        let mut settling = None;
         let due: Vec<(ObjectRef, NativeEntry)> = record
             .load_balancers
             .iter()
@@ -505,9 +549,16 @@ impl NativeCurer {
             })
             .filter(|(service, e)| match e.state {
                 ProbeState::Probing => true,
+                ProbeState::Proven if forced_native(plan, service) => false,
                 ProbeState::Proven => {
-                    !forced_native(plan, service)
-                        && seconds_since(&e.since).is_some_and(|s| s >= reprobe)
+                    let changed = !e.data_plane.is_empty()
+                        && !data_plane.is_empty()
+                        && e.data_plane != *data_plane;
+                    if changed && Instant::now() < settled_at {
+                        settling = Some(settled_at);
+                    }
+                    (changed && Instant::now() >= settled_at)
+                        || seconds_since(&e.since).is_some_and(|s| s >= reprobe)
                 }
                 ProbeState::Failed => false,
             })
@@ -516,6 +567,7 @@ impl NativeCurer {
             tracing::debug!(service = %service, state = ?entry.state, "probing a native cure");
             self.start_probe(plan, &service, &entry.uid, &entry.original);
         }
+        settling
     }
 
     fn start_probe(&mut self, plan: &Plan, service: &ObjectRef, uid: &str, ips: &[IpModeWas]) {
@@ -575,6 +627,7 @@ impl NativeCurer {
             };
             entry.since = now_rfc3339();
             entry.reason.clone_from(&verdict.detail);
+            entry.data_plane.clone_from(&self.data_plane.0);
             let Some((namespace, name)) = key.split_once('/') else {
                 continue;
             };
@@ -669,7 +722,8 @@ fn forced_native(plan: &Plan, service: &ObjectRef) -> bool {
 }
 
 /// [`write_ip_modes`] for putting back: only IPs still at `Proxy` change (another writer that
-/// set something else since wins).
+/// set something else since wins), and only while hairpin is the last writer of the status's
+/// `ingress` list: a `Proxy` another writer set since (an upgraded cloud controller) stays.
 pub async fn restore_ip_modes(
     client: &kube::Client,
     service: &ObjectRef,
@@ -677,6 +731,9 @@ pub async fn restore_ip_modes(
     modes: &BTreeMap<String, Option<String>>,
 ) -> Result<bool, kube::Error> {
     replace_ip_modes(client, service, uid, |current| {
+        if ingress_writer(current).is_some_and(|w| w != FIELD_MANAGER) {
+            return BTreeMap::new();
+        }
         current
             .status
             .as_ref()

@@ -47,6 +47,9 @@ pub mod reason {
     pub const NATIVE_PROVEN: &str = "NativeCureProven";
     /// hairpin put a load balancer's `ipMode` back as it was.
     pub const IP_MODE_RESTORED: &str = "IpModeRestored";
+    /// Another writer (an upgraded cloud controller) set `ipMode: Proxy` itself: hairpin
+    /// stepped back from that load balancer's status.
+    pub const IP_MODE_HANDED_OVER: &str = "IpModeHandedOver";
 }
 
 /// (namespace, kind/name, reason) of an Event.

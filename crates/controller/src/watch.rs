@@ -26,6 +26,7 @@ use hairpin_planner::sources::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
@@ -180,12 +181,13 @@ impl Caches {
         };
         let config_maps = config_maps(client, config, &ctx, &stop);
         Self {
-            services: required(
+            services: required_slimmed(
                 Api::all(client.clone()),
                 watcher::Config::default(),
                 "Service",
                 &ctx,
                 stop.clone(),
+                slim_service,
             ),
             ingresses: {
                 let annotations = hostnames::ingress_annotations(config);
@@ -475,6 +477,34 @@ fn slim<K: ResourceExt>(object: &mut K) {
     if let Some(annotations) = &mut object.meta_mut().annotations {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
+}
+
+/// [`slim`], but a Service keeps the one managedFields entry the native cure reads: who last
+/// changed its status's `loadBalancer.ingress` (`hairpin_planner::native::ingress_writer`:
+/// hairpin steps back from a status another writer set `ipMode: Proxy` on), its fields cut to
+/// that path.
+fn slim_service(service: &mut Service) {
+    let writer = hairpin_planner::native::ingress_writer(service).map(str::to_owned);
+    let entry = service
+        .metadata
+        .managed_fields
+        .as_ref()
+        .and_then(|entries| {
+            entries
+                .iter()
+                .find(|m| m.subresource.as_deref() == Some("status") && m.manager == writer)
+        })
+        .map(|m| ManagedFieldsEntry {
+            manager: m.manager.clone(),
+            subresource: m.subresource.clone(),
+            fields_type: m.fields_type.clone(),
+            fields_v1: Some(FieldsV1(serde_json::json!({
+                "f:status": {"f:loadBalancer": {"f:ingress": {}}}
+            }))),
+            ..ManagedFieldsEntry::default()
+        });
+    slim(service);
+    service.metadata.managed_fields = entry.filter(|_| writer.is_some()).map(|e| vec![e]);
 }
 
 /// Keeps of an Ingress only what the planner (`hostnames.rs`) and the controller read: its

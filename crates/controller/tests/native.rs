@@ -191,3 +191,76 @@ async fn a_cure_left_probing_by_an_earlier_leader_is_probed_again() {
     assert!(corefile(&fake).contains(HOST));
     running.stop().await;
 }
+
+/// A cloud controller upgraded to one that computes `ipMode` rewrites the status itself with
+/// `Proxy` (and something else changed: here a hostname): hairpin steps back. Its entry goes,
+/// it writes the status no more, an Event names the writer, and uninstall leaves the status as
+/// that writer made it.
+#[tokio::test]
+async fn a_cloud_controller_that_starts_to_set_ip_mode_takes_over() {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Api, PostParams};
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let mut cfg = auto_config();
+    // Native forced: the unanswered probe leaves ipMode: Proxy in place.
+    cfg.planner.cure = CureMode::Native;
+    let running = start(&fake, cfg);
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| ip_mode(f) == "Proxy"
+            && record_state(f) == "failed")
+            .await
+            .is_some(),
+        "record {:?}, ipMode {:?}",
+        record_state(&fake),
+        ip_mode(&fake)
+    );
+    let services: Api<Service> = Api::namespaced(fake.client(), "ingress-nginx");
+    let mut svc = services.get("ingress-nginx-controller").await.unwrap();
+    let ingress = &mut svc
+        .status
+        .as_mut()
+        .unwrap()
+        .load_balancer
+        .as_mut()
+        .unwrap()
+        .ingress;
+    ingress.as_mut().unwrap()[0].hostname = Some("lb.example.net".into());
+    let ccm = PostParams {
+        field_manager: Some("digitalocean-cloud-controller-manager".into()),
+        ..PostParams::default()
+    };
+    services
+        .replace_status("ingress-nginx-controller", &ccm, &svc)
+        .await
+        .unwrap();
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f).is_null())
+            .await
+            .is_some(),
+        "record {:?}",
+        record_state(&fake)
+    );
+    let puts = status_puts(&fake).len();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(status_puts(&fake).len(), puts, "no more status writes");
+    assert_eq!(ip_mode(&fake), "Proxy");
+    let events = fake.list("events.k8s.io/v1", "Event");
+    assert!(
+        events.iter().any(|e| e["reason"] == "IpModeHandedOver"
+            && e["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("digitalocean-cloud-controller-manager"))),
+        "{events:#?}"
+    );
+    running.stop().await;
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &hairpin_planner::PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert!(report.ip_modes_restored.is_empty(), "{report:?}");
+    assert_eq!(ip_mode(&fake), "Proxy");
+}

@@ -488,6 +488,7 @@ mod tests {
             state,
             since: "2026-11-27T10:00:00Z".into(),
             reason: "port 80: HTTP/1.1 200 OK\u{1b}[2J".into(),
+            data_plane: String::new(),
         };
         let failed = judge(
             &lb("VIP", true),

@@ -34,6 +34,22 @@ pub const NATIVE_KEY: &str = "native.json";
 /// The value of `ipMode` that makes kube-proxy leave a load balancer IP alone.
 pub const IP_MODE_PROXY: &str = "Proxy";
 
+/// The field manager of hairpin's status writes: how hairpin tells its own `ipMode` from one
+/// another writer (an upgraded cloud controller, an operator) set.
+pub const FIELD_MANAGER: &str = "hairpin";
+
+/// The DaemonSets whose pods decide whether a load balancer IP is short-circuited: kube-proxy
+/// and the CNIs that replace it. A change of one of them (its generation: an upgrade, a
+/// changed flag, a restart) is a reason to probe a proven native cure again.
+const DATA_PLANE_DAEMONSETS: &[&str] = &[
+    "kube-proxy",
+    "cilium",
+    "cilium-agent",
+    "calico-node",
+    "antrea-agent",
+    "kube-router",
+];
+
 /// Cloud controllers that compute `ipMode` themselves, recognised by a Service annotation
 /// prefix, with the setting that makes them write `Proxy`. hairpin never writes these
 /// statuses: the controller would put its own value back on its next sync.
@@ -132,6 +148,14 @@ pub struct NativeEntry {
     /// Why, in words (the probe's outcome per port).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    /// The data plane the verdict was reached on ([`data_plane`]): when it changes, a proven
+    /// cure is probed again.
+    #[serde(
+        default,
+        rename = "dataPlane",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub data_plane: String,
 }
 
 /// The native cures hairpin made, by load balancer (`namespace/name`): the content of its
@@ -254,6 +278,18 @@ pub enum NativeAction {
         /// Why, in words.
         reason: String,
     },
+    /// Another writer set `ipMode: Proxy` itself since hairpin did ([`taken_over`]): the entry
+    /// goes and the status is left as that writer made it, now and at uninstall.
+    Forget {
+        /// The Service.
+        service: ObjectRef,
+        /// Its uid.
+        uid: String,
+        /// The writer (a field manager), escaped.
+        writer: String,
+        /// Why, in words (escaped).
+        reason: String,
+    },
 }
 
 /// The cures and the status writes for `load_balancers` (the discovered ones that need a
@@ -292,7 +328,72 @@ pub fn ours(record: &NativeRecord, svc: &Service) -> Vec<String> {
     let Some(entry) = record.entry(&service, svc.metadata.uid.as_deref()) else {
         return Vec::new();
     };
+    if taken_over(svc, entry).is_some() {
+        return Vec::new();
+    }
     entry.original.iter().map(|was| was.ip.clone()).collect()
+}
+
+/// The field manager that last changed the Service's `status.loadBalancer.ingress`. The list
+/// is atomic (`listType=atomic`): a write that changes any of it owns all of it.
+pub fn ingress_writer(svc: &Service) -> Option<&str> {
+    svc.metadata
+        .managed_fields
+        .as_ref()?
+        .iter()
+        .filter(|m| m.subresource.as_deref() == Some("status"))
+        .find(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:status/f:loadBalancer/f:ingress").is_some())
+        })
+        .and_then(|m| m.manager.as_deref())
+}
+
+/// Another writer set `ipMode: Proxy` itself on hairpin's cure: it changed the status last and
+/// every IP of the cure says `Proxy` (a cloud controller upgraded to one that computes `ipMode`,
+/// an operator). hairpin then steps back: it neither re-asserts nor puts back what that writer
+/// chose. Returns the writer. (A writer whose status equals hairpin's changes nothing, so the
+/// API server keeps hairpin as the owner: that writer is seen at its first different write.)
+pub fn taken_over<'a>(svc: &'a Service, entry: &NativeEntry) -> Option<&'a str> {
+    let writer = ingress_writer(svc).filter(|w| *w != FIELD_MANAGER)?;
+    let ingress = status_ingress(svc);
+    let mut ips = entry
+        .original
+        .iter()
+        .filter_map(|was| ingress.iter().find(|e| e.ip.as_deref() == Some(&was.ip)))
+        .peekable();
+    ips.peek()?;
+    ips.all(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
+        .then_some(writer)
+}
+
+/// Which kube-proxy and CNI agents run, at which generation (`namespace/name@generation`,
+/// sorted, `; `-separated): a proven native cure is probed again when this changes. Empty when
+/// none is seen (the DaemonSets are not in the snapshot).
+pub fn data_plane(snapshot: &ClusterSnapshot) -> String {
+    let mut seen: Vec<String> = snapshot
+        .receivers
+        .workloads
+        .iter()
+        .filter(|w| w.kind == "DaemonSet")
+        .filter(|w| {
+            w.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| DATA_PLANE_DAEMONSETS.contains(&n))
+        })
+        .map(|w| {
+            format!(
+                "{}/{}@{}",
+                w.metadata.namespace.as_deref().unwrap_or_default(),
+                w.metadata.name.as_deref().unwrap_or_default(),
+                w.metadata.generation.unwrap_or_default()
+            )
+        })
+        .collect();
+    seen.sort();
+    seen.join("; ")
 }
 
 /// The per-Service cure setting: the annotation when valid, else the flag.
@@ -338,15 +439,29 @@ pub fn choose(
     // Entries of Services that are gone (or another Service under the same name now), or no
     // longer need a cure: their status goes back (when the Service still exists) and the entry
     // goes. First, so that a new cure of the same name starts from a clean entry.
+    let mut forgotten = Vec::new();
     for (key, entry) in &record.load_balancers {
         let Some((namespace, name)) = key.split_once('/') else {
             continue;
         };
         let service = ObjectRef::new(namespace, name);
-        let uid = snapshot
+        let current = snapshot
             .service(namespace, name)
-            .and_then(|s| s.metadata.uid.clone())
-            .filter(|uid| *uid == entry.uid);
+            .filter(|s| s.metadata.uid.as_deref() == Some(entry.uid.as_str()));
+        if let Some(writer) = current.and_then(|svc| taken_over(svc, entry)) {
+            let writer = escape::text(writer).into_owned();
+            cures.actions.push(NativeAction::Forget {
+                reason: format!(
+                    "{writer} set ipMode: Proxy itself since hairpin did: hairpin stepped back and leaves this status to it (uninstall included)"
+                ),
+                service: service.clone(),
+                uid: entry.uid.clone(),
+                writer,
+            });
+            forgotten.push(service);
+            continue;
+        }
+        let uid = current.and_then(|s| s.metadata.uid.clone());
         let needed = load_balancers.iter().any(|lb| *lb.service == service);
         if needed && uid.is_some() {
             continue;
@@ -367,7 +482,9 @@ pub fn choose(
             continue;
         };
         let mode = mode_of(svc, config, warnings);
-        let entry = record.entry(lb.service, svc.metadata.uid.as_deref());
+        let entry = record
+            .entry(lb.service, svc.metadata.uid.as_deref())
+            .filter(|_| !forgotten.contains(lb.service));
         let (choice, action) = choose_one(svc, *lb, mode, entry);
         cures.choices.push(choice);
         cures.actions.extend(action);
@@ -440,7 +557,8 @@ fn choose_one(
             let progress = match state {
                 Some(ProbeState::Proven) => NativeProgress::Proven,
                 Some(ProbeState::Failed) => NativeProgress::Failed,
-                _ => NativeProgress::Probing,
+                Some(ProbeState::Probing) => NativeProgress::Probing,
+                None => NativeProgress::ToProve,
             };
             let why = "--cure native: ipMode: Proxy, no DNS rules, proven or not".to_owned();
             // Probed once (the verdict is reported, never acted on): later writes re-assert.

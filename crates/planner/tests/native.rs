@@ -58,6 +58,7 @@ fn record(state: ProbeState) -> ConfigMap {
             state,
             since: "2026-11-27T10:00:00Z".into(),
             reason: "203.0.113.10:80 answered".into(),
+            data_plane: String::new(),
         },
     );
     serde_json::from_value(json!({
@@ -243,5 +244,132 @@ fn an_unreadable_record_writes_no_status() {
             .any(|w| w.to_string().contains("hairpin-native")),
         "{:?}",
         plan.warnings
+    );
+}
+
+/// `svc`'s status `ingress` list last changed by `manager` (as the API server records it).
+fn written_by(snapshot: &mut ClusterSnapshot, manager: &str) {
+    snapshot.services[0].metadata.managed_fields = Some(vec![
+        serde_json::from_value(json!({
+            "manager": "kubectl", "operation": "Update", "apiVersion": "v1",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": { "f:metadata": { "f:annotations": {} }, "f:spec": { "f:type": {} } }
+        }))
+        .unwrap(),
+        serde_json::from_value(json!({
+            "manager": manager, "operation": "Update", "apiVersion": "v1",
+            "subresource": "status", "fieldsType": "FieldsV1",
+            "fieldsV1": { "f:status": { "f:loadBalancer": { "f:ingress": {} } } }
+        }))
+        .unwrap(),
+    ]);
+}
+
+#[test]
+fn a_writer_that_sets_ip_mode_proxy_itself_takes_over_and_hairpin_steps_back() {
+    // hairpin's own Proxy: a proven cure, nothing to do.
+    let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
+    snapshot.config_maps.push(record(ProbeState::Proven));
+    written_by(&mut snapshot, hairpin_planner::native::FIELD_MANAGER);
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(plan.cures[0].cure, Cure::Native);
+    assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+
+    // An upgraded cloud controller rewrote the status, itself with ipMode: Proxy: hairpin
+    // forgets its entry and neither re-asserts nor puts VIP back; the load balancer no longer
+    // needs a cure (its status says Proxy, and not hairpin's).
+    written_by(
+        &mut snapshot,
+        "digitalocean-cloud-controller-manager\u{1b}[2J",
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert!(plan.cures.is_empty(), "{:?}", plan.cures);
+    assert!(
+        plan.not_needed.iter().any(|n| n.service == lb()),
+        "{:?}",
+        plan.not_needed
+    );
+    match &plan.native_actions[..] {
+        [
+            NativeAction::Forget {
+                service,
+                writer,
+                reason,
+                ..
+            },
+        ] => {
+            assert_eq!(*service, lb());
+            assert!(!writer.contains('\u{1b}'), "escaped: {writer}");
+            assert!(reason.contains("stepped back"), "{reason}");
+        }
+        other => panic!("expected one Forget: {other:?}"),
+    }
+    assert!(dns_names(&plan).is_empty());
+
+    // The same writer putting VIP back is no takeover: hairpin re-asserts.
+    snapshot.services[0].status = lb_service(
+        "ingress",
+        "nginx",
+        do_proxy(),
+        json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
+    )
+    .status;
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert!(matches!(
+        &plan.native_actions[..],
+        [NativeAction::SetProxy { proven: true, .. }]
+    ));
+}
+
+#[test]
+fn a_takeover_under_hairpins_forcing_annotation_restores_nothing() {
+    let mut annotations = do_proxy();
+    annotations["hairpin.io/proxy-protocol"] = json!("v1");
+    let mut snapshot = cluster(annotations, json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
+    snapshot.config_maps.push(record(ProbeState::Proven));
+    written_by(&mut snapshot, "cloud-controller-manager");
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    // Forced to DNS by the annotation, but the status is the other writer's: no Restore.
+    assert_eq!(plan.cures[0].cure, Cure::Dns);
+    assert!(
+        plan.native_actions
+            .iter()
+            .all(|a| matches!(a, NativeAction::Forget { .. })),
+        "{:?}",
+        plan.native_actions
+    );
+}
+
+#[test]
+fn offline_forced_native_is_to_be_proven() {
+    let snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "VIP" }]));
+    let plan = desired(&snapshot, &config(CureMode::Native));
+    assert_eq!(
+        (plan.cures[0].cure, plan.cures[0].native),
+        (Cure::Native, Some(NativeProgress::ToProve))
+    );
+}
+
+#[test]
+fn the_data_plane_is_the_kube_proxy_and_cni_daemonsets_generations() {
+    use hairpin_planner::workloads::ReceiverObjects;
+    let daemon_set = |namespace: &str, name: &str, generation: i64| {
+        ReceiverObjects::workload_from_value(
+            "DaemonSet",
+            json!({ "metadata": { "namespace": namespace, "name": name, "generation": generation },
+                    "spec": { "template": { "spec": { "containers": [] } } } }),
+        )
+        .unwrap()
+    };
+    let mut snapshot = ClusterSnapshot::default();
+    assert_eq!(hairpin_planner::native::data_plane(&snapshot), "");
+    snapshot.receivers.workloads = vec![
+        daemon_set("kube-system", "kube-proxy", 3),
+        daemon_set("ingress", "ingress-nginx-controller", 9),
+        daemon_set("kube-system", "cilium", 12),
+    ];
+    assert_eq!(
+        hairpin_planner::native::data_plane(&snapshot),
+        "kube-system/cilium@12; kube-system/kube-proxy@3"
     );
 }
