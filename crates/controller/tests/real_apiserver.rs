@@ -938,3 +938,91 @@ fn truncate(value: &Value) -> String {
     let text = value.to_string();
     text.chars().take(600).collect()
 }
+
+/// Who changed the status's `ingress` list last after each of these status writes
+/// ([`hairpin_planner::native::ingress_writer`]), and whether hairpin's cure then counts as
+/// taken over ([`hairpin_planner::native::taken_over`]): the native cure steps back on that.
+async fn ingress_writers(client: &kube::Client, namespace: &str) -> Vec<(String, bool)> {
+    use hairpin_planner::native::{IpModeWas, NativeEntry, ProbeState, ingress_writer, taken_over};
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Api, PostParams};
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "owned", "namespace": namespace},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}
+    }))
+    .unwrap();
+    let _ = services.delete("owned", &Default::default()).await;
+    services.create(&PostParams::default(), &svc).await.unwrap();
+    let entry = NativeEntry {
+        uid: String::new(),
+        original: vec![IpModeWas {
+            ip: "203.0.113.77".into(),
+            ip_mode: Some("VIP".into()),
+        }],
+        state: ProbeState::Proven,
+        since: String::new(),
+        reason: String::new(),
+        data_plane: String::new(),
+    };
+    let writes = [
+        ("cloud-controller", json!({"ip": "203.0.113.77"})),
+        ("hairpin", json!({"ip": "203.0.113.77", "ipMode": "Proxy"})),
+        // The same status again: nothing changes, nobody's ownership either.
+        (
+            "cloud-controller",
+            json!({"ip": "203.0.113.77", "ipMode": "Proxy"}),
+        ),
+        (
+            "cloud-controller",
+            json!({"ip": "203.0.113.77", "ipMode": "Proxy", "hostname": "lb.example.net"}),
+        ),
+        (
+            "cloud-controller",
+            json!({"ip": "203.0.113.77", "hostname": "lb.example.net"}),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (manager, ingress) in writes {
+        let mut current = services.get("owned").await.unwrap();
+        current.status =
+            Some(serde_json::from_value(json!({"loadBalancer": {"ingress": [ingress]}})).unwrap());
+        let params = PostParams {
+            field_manager: Some(manager.into()),
+            ..PostParams::default()
+        };
+        let written = services
+            .replace_status("owned", &params, &current)
+            .await
+            .unwrap();
+        out.push((
+            ingress_writer(&written).unwrap_or("?").to_owned(),
+            taken_over(&written, &entry).is_some(),
+        ));
+    }
+    services.delete("owned", &Default::default()).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_ingress_list_belongs_to_its_last_changer_on_both_servers() {
+    let _serial = SERIAL.lock().await;
+    let Some(cluster) = Cluster::new("owner").await else {
+        return;
+    };
+    let expected = [
+        ("cloud-controller", false),
+        ("hairpin", false),
+        ("hairpin", false),
+        ("cloud-controller", true),
+        ("cloud-controller", false),
+    ]
+    .map(|(w, t)| (w.to_owned(), t));
+    let real = ingress_writers(&cluster.client, &cluster.lb).await;
+    assert_eq!(real, expected, "the real kube-apiserver");
+    let fake = hairpin_fake_apiserver::FakeApiServer::start().await;
+    fake.create_namespace(&cluster.lb);
+    let faked = ingress_writers(&fake.client(), &cluster.lb).await;
+    assert_eq!(faked, real, "the fake answers as the real server does");
+}
