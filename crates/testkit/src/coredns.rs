@@ -10,7 +10,9 @@
 //! (never off the machine), and `health`, `ready`, `prometheus`, `loop` and `bind` are
 //! dropped (their fixed ports would clash between tests). [`CoreDns::start`] runs it and adds
 //! that upstream as one more server block on another port, answering every name with
-//! [`UPSTREAM_V4`] / [`UPSTREAM_V6`] (TTL 60), except names under `invalid.` (NXDOMAIN).
+//! [`UPSTREAM_V4`] / [`UPSTREAM_V6`] (TTL 60), except names under `invalid.` (NXDOMAIN) and
+//! the names of [`Options::upstream`] (their own address). [`CoreDns::write_corefile`] puts a
+//! changed cluster Corefile in place, localized the same way, for the `reload` plugin.
 //!
 //! Tests call [`CoreDns::start`]; where the binary is absent it prints a skip message and
 //! returns `None`, and the test returns.
@@ -142,10 +144,21 @@ fn with_port(key: &str, port: u16) -> String {
     format!("{scheme}{zone}:{port}")
 }
 
-/// The local upstream's server block.
-fn upstream_block(addr: SocketAddr) -> String {
+/// The local upstream's server block: `names` (exact, TTL 60) with their own address, every
+/// other name with [`UPSTREAM_V4`] / [`UPSTREAM_V6`], names under `invalid.` NXDOMAIN.
+fn upstream_block(addr: SocketAddr, names: &[(String, IpAddr)]) -> String {
+    let mut own = String::new();
+    for (name, ip) in names {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let rtype = if ip.is_ipv4() { "A" } else { "AAAA" };
+        let pattern = name.replace('.', "[.]");
+        own.push_str(&format!(
+            "    template IN {rtype} {name} {{\n        match \"^(?i){pattern}[.]$\"\n        \
+             answer \"{{{{ .Name }}}} 60 IN {rtype} {ip}\"\n        fallthrough\n    }}\n"
+        ));
+    }
     format!(
-        "\n.:{port} {{\n    bind 127.0.0.1\n    \
+        "\n.:{port} {{\n    bind 127.0.0.1\n{own}    \
          template IN ANY invalid {{\n        rcode NXDOMAIN\n        \
          authority \"invalid. 60 IN SOA ns.invalid. h.invalid. 1 60 60 60 60\"\n    }}\n    \
          template IN A {{\n        answer \"{{{{ .Name }}}} 60 IN A {UPSTREAM_V4}\"\n    }}\n    \
@@ -155,12 +168,21 @@ fn upstream_block(addr: SocketAddr) -> String {
     )
 }
 
+/// `corefile` localized to `port` plus the upstream block.
+fn runnable(corefile: &str, port: u16, upstream: &(SocketAddr, Vec<(String, IpAddr)>)) -> String {
+    let mut text = localize(corefile, port, upstream.0);
+    text.push_str(&upstream_block(upstream.0, &upstream.1));
+    text
+}
+
 /// A running CoreDNS, stopped on drop.
 #[derive(Debug)]
 pub struct CoreDns {
     process: Process,
     addr: SocketAddr,
     corefile: String,
+    /// The local upstream and the names it answers with their own address (`None`: verbatim).
+    upstream: Option<(SocketAddr, Vec<(String, IpAddr)>)>,
 }
 
 /// Settings of [`CoreDns::start_with`].
@@ -173,6 +195,10 @@ pub struct Options {
     pub files: Vec<(String, String)>,
     /// Environment variables for CoreDNS (the Corefile's `{$NAME}` placeholders).
     pub env: Vec<(String, String)>,
+    /// Names the local upstream answers with an address of their own (`fqdn`, address; A or
+    /// AAAA by family) instead of [`UPSTREAM_V4`] / [`UPSTREAM_V6`]: the "public DNS" of a
+    /// load balancer's hostname.
+    pub upstream: Vec<(String, IpAddr)>,
     /// Run the Corefile as given: no [`localize`], no upstream block. It must listen on
     /// `127.0.0.1:{PORT}` (`{PORT}` is replaced by the chosen port).
     pub verbatim: bool,
@@ -202,21 +228,26 @@ impl CoreDns {
             return None;
         };
         let port = free_port();
-        let text = if options.verbatim {
-            corefile.replace("{PORT}", &port.to_string())
+        let (text, upstream) = if options.verbatim {
+            (corefile.replace("{PORT}", &port.to_string()), None)
         } else {
             let upstream = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), free_port());
-            let mut text = localize(corefile, port, upstream);
-            text.push_str(&upstream_block(upstream));
-            text
+            let upstream = (upstream, options.upstream.clone());
+            (runnable(corefile, port, &upstream), Some(upstream))
         };
-        match Self::spawn(&binary, port, &text, options) {
+        match Self::spawn(&binary, port, &text, options, upstream) {
             Ok(c) => Some(c),
             Err(e) => panic!("{test}: CoreDNS did not start: {e}\n--- Corefile ---\n{text}"),
         }
     }
 
-    fn spawn(binary: &Path, port: u16, text: &str, options: &Options) -> io::Result<Self> {
+    fn spawn(
+        binary: &Path,
+        port: u16,
+        text: &str,
+        options: &Options,
+        upstream: Option<(SocketAddr, Vec<(String, IpAddr)>)>,
+    ) -> io::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("hairpin-coredns-")
             .tempdir()?;
@@ -249,6 +280,7 @@ impl CoreDns {
             process,
             addr,
             corefile: text.to_owned(),
+            upstream,
         };
         // TCP is up once the server is; give UDP the same chance.
         let deadline = Instant::now() + START_TIMEOUT;
@@ -275,9 +307,27 @@ impl CoreDns {
         self.addr
     }
 
-    /// The Corefile it runs (after [`localize`]).
+    /// The Corefile it started with (after [`localize`]).
     pub fn corefile(&self) -> &str {
         &self.corefile
+    }
+
+    /// Replaces the Corefile on disk with `corefile` made local as at the start (same port,
+    /// same upstream), as the kubelet replaces a ConfigMap's file in CoreDNS's pod: CoreDNS
+    /// runs it once its `reload` plugin sees the change (a Corefile without `reload` is not
+    /// reloaded). Returns the text written. Verbatim instances: an error.
+    pub fn write_corefile(&self, corefile: &str) -> io::Result<String> {
+        let Some(upstream) = &self.upstream else {
+            return Err(io::Error::other(
+                "a verbatim CoreDNS has no localization to repeat",
+            ));
+        };
+        let text = runnable(corefile, self.addr.port(), upstream);
+        // Written aside and renamed: the reload plugin never reads half a file.
+        let dir = self.process.dir();
+        std::fs::write(dir.join("Corefile.new"), &text)?;
+        std::fs::rename(dir.join("Corefile.new"), dir.join("Corefile"))?;
+        Ok(text)
     }
 
     /// The process (pid, temp dir, logs).
@@ -487,5 +537,44 @@ mod tests {
         let a = dns.query("www.example.com.", RecordType::AAAA);
         assert_eq!(a.addresses(), [IpAddr::V6(UPSTREAM_V6)], "{a}");
         assert!(dns.query("x.invalid.", RecordType::A).is_nxdomain());
+    }
+
+    #[test]
+    fn upstream_names_and_a_corefile_written_again() {
+        let test = "upstream_names_and_a_corefile_written_again";
+        let lb: IpAddr = "203.0.113.5".parse().unwrap();
+        let options = Options {
+            upstream: vec![("Shop.Example.Test.".into(), lb)],
+            records: vec![(
+                "svc.ns.svc.cluster.local".into(),
+                "10.96.0.9".parse().unwrap(),
+            )],
+            ..Options::default()
+        };
+        let corefile = ".:53 {\n    kubernetes cluster.local\n    forward . /etc/resolv.conf\n    reload 2s 1s\n}\n";
+        let Some(dns) = CoreDns::start_with(test, corefile, &options) else {
+            return;
+        };
+        let a = dns.query("shop.example.test.", RecordType::A);
+        assert_eq!(a.addresses(), [lb], "{a}");
+        let a = dns.query("www.shop.example.test.", RecordType::A);
+        assert_eq!(a.addresses(), [IpAddr::V4(UPSTREAM_V4)], "{a}");
+        let a = dns.query("shop.example.test.", RecordType::AAAA);
+        assert_eq!(a.addresses(), [IpAddr::V6(UPSTREAM_V6)], "{a}");
+        // The reload plugin runs a rewritten Corefile, on the same port and upstream.
+        let rule = "    rewrite name exact shop.example.test svc.ns.svc.cluster.local\n";
+        let text = dns
+            .write_corefile(&corefile.replace("    kubernetes", &format!("{rule}    kubernetes")))
+            .unwrap();
+        assert!(text.contains(rule), "{text}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let a = dns.query("shop.example.test.", RecordType::A);
+            if a.addresses() == ["10.96.0.9".parse::<IpAddr>().unwrap()] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not reloaded: {a}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }

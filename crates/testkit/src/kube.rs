@@ -12,7 +12,8 @@
 //!  test code ── https://<api-ip>:<port>              kube-proxy (iptables or nftables), the
 //!  veth hpv<slot> 10.201.x.1/30 ───────────────────  processes the test spawns; a route for
 //!                                                    <api-ip>/32 only (no default route:
-//!                                                    nothing else leaves the namespace)
+//!                                                    nothing else leaves the namespace),
+//!                                                    and SERVICE_CIDR on lo (ClusterIPs)
 //! ```
 //!
 //! The apiserver binds an address (`10.201.x.y`, one per apiserver) on the root end of a veth
@@ -64,6 +65,10 @@ pub const VERSION: &str = "v1.31.14";
 pub const NODE_IP: &str = "10.200.0.10";
 /// The cluster CIDR kube-proxy is told (pod addresses the tests pick come from it).
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// The apiserver's Service CIDR (ClusterIPs). A node's namespace routes it on `lo`, standing
+/// in for a node's default route: a connection to a ClusterIP needs a route before
+/// kube-proxy's DNAT rewrites it (without one, `connect` fails with "network unreachable").
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// How long the apiserver may take to answer `/readyz` 200.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -812,7 +817,7 @@ fn start_apiserver(bin: &Path, dir: &Path, etcd: &str, addr: SocketAddr) -> io::
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         &format!("--service-account-key-file={}", d("sa.pub")),
         &format!("--service-account-signing-key-file={}", d("sa.key")),
-        "--service-cluster-ip-range=10.96.0.0/16",
+        &format!("--service-cluster-ip-range={SERVICE_CIDR}"),
         &format!("--cert-dir={}", d("certs")),
         "--profiling=false",
     ]);
@@ -990,6 +995,7 @@ impl KubeNode {
             "via",
             &root_ip.to_string(),
         ])?;
+        self.exec_ok(&["ip", "route", "add", SERVICE_CIDR, "dev", "lo"])?;
         Ok(())
     }
 
