@@ -8,7 +8,9 @@
 //! cargo run --release -p hairpin-planner --example scale [RUNS]
 //! ```
 //!
-//! `bench/run.sh` reads the `desired()` and `Corefile size` lines.
+//! `bench/run.sh` reads the `desired()` and `Corefile size` lines. The `plan checksum` line
+//! (FNV-1a of the plans' `Debug` text, both cases) shows that a change to the planner kept its
+//! output.
 
 use std::time::{Duration, Instant};
 
@@ -49,6 +51,16 @@ fn ms((wall, cpu): (Duration, Duration)) -> String {
         wall.as_secs_f64() * 1000.0,
         cpu.as_secs_f64() * 1000.0
     )
+}
+
+/// FNV-1a (64 bits) of the plan's `Debug` text: stable across runs and Rust versions, unlike
+/// the std hasher's.
+fn checksum(plan: &hairpin_planner::Plan) -> u64 {
+    format!("{plan:?}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
 }
 
 fn main() {
@@ -136,4 +148,9 @@ fn main() {
         corefile_len as f64 * 100.0 / (1024.0 * 1024.0),
     );
     println!("errors:             {}", plan.errors.len());
+    println!(
+        "plan checksum:      first write {:016x}, steady state {:016x}",
+        checksum(&plan),
+        checksum(&again)
+    );
 }
