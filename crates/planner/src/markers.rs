@@ -138,7 +138,9 @@ pub(crate) fn lines(text: &str) -> Vec<Line> {
     let mut out = Vec::new();
     let mut start = 0;
     while start < bytes.len() {
-        let (content_end, end) = match memchr_newline(&bytes[start..]) {
+        // `str::find` of one ASCII byte is `memchr`, word by word (the Corefile holding
+        // hairpin's block has lines of 256 KiB).
+        let (content_end, end) = match text[start..].find('\n') {
             Some(i) => {
                 let nl = start + i;
                 let content_end = if nl > start && bytes[nl - 1] == b'\r' {
@@ -158,10 +160,6 @@ pub(crate) fn lines(text: &str) -> Vec<Line> {
         start = end;
     }
     out
-}
-
-fn memchr_newline(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n')
 }
 
 /// Leading spaces and tabs of a line.

@@ -94,7 +94,7 @@ pub fn place_with_imports(
         parts.push(Some(i));
         combined.push_str(&file.text);
     }
-    let domain = super::placement_domain(corefile, opts)?;
+    let domain = super::placement_domain(corefile, &parse::parse(corefile)?, opts)?;
     let cf = parse::parse(&combined)?;
     let placed = placement::place(&combined, &cf, &domain, entries, opts)?;
     let refs = placement::server_refs(&combined, &cf);

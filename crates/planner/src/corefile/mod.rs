@@ -274,8 +274,16 @@ pub fn analyze_with(
     corefile: &str,
     cluster_domain_flag: Option<&str>,
 ) -> Result<CorefileInfo, CorefileError> {
-    let cf = parse::parse(corefile)?;
-    let t = find_target(corefile, &cf)?;
+    analyze_parsed(corefile, &parse::parse(corefile)?, cluster_domain_flag)
+}
+
+/// [`analyze_with`] of a Corefile already parsed (`cf`).
+fn analyze_parsed(
+    corefile: &str,
+    cf: &Corefile,
+    cluster_domain_flag: Option<&str>,
+) -> Result<CorefileInfo, CorefileError> {
+    let t = find_target(corefile, cf)?;
     let src = corefile;
     let mut warnings = Vec::new();
 
@@ -301,7 +309,7 @@ pub fn analyze_with(
     let (cluster_domain, mut kubernetes_zones) =
         cluster_domain(src, &t, &key_words, cluster_domain_flag, &mut warnings);
     // Every `kubernetes` plugin serves its zones from the cluster, not only the chosen one's.
-    add_kubernetes_zones(&cf, src, &mut kubernetes_zones);
+    add_kubernetes_zones(cf, src, &mut kubernetes_zones);
 
     let has_reload = t
         .block
@@ -317,7 +325,7 @@ pub fn analyze_with(
     let custom_imports = custom_imports(&t, src);
 
     let lines = markers::lines(corefile);
-    let blocks = find_blocks(corefile, &lines)?;
+    let blocks = find_blocks(corefile, &lines, cf)?;
 
     Ok(CorefileInfo {
         cluster_domain,
@@ -328,7 +336,7 @@ pub fn analyze_with(
         has_reload,
         custom_imports,
         has_hairpin_block: !blocks.is_empty(),
-        forward_zones: upstream::upstreams_in(&cf, corefile),
+        forward_zones: upstream::upstreams_in(cf, corefile),
         warnings,
     })
 }
@@ -384,14 +392,14 @@ fn custom_imports(t: &Target<'_>, src: &str) -> Vec<CustomImport> {
         .collect()
 }
 
-/// The hairpin blocks of a Corefile. A marker line inside a quoted string (which may span
-/// lines) is part of that string, not a marker.
-fn find_blocks(src: &str, lines: &[markers::Line]) -> Result<Vec<Block>, CorefileError> {
-    let spans: Vec<(usize, usize)> = parse::tokenize(src)?
-        .iter()
-        .filter(|t| src[t.start..t.end].contains('\n'))
-        .map(|t| (t.start, t.end))
-        .collect();
+/// The hairpin blocks of a Corefile (`src`, its `lines` and its parse `cf`). A marker line
+/// inside a quoted string (which may span lines) is part of that string, not a marker.
+fn find_blocks(
+    src: &str,
+    lines: &[markers::Line],
+    cf: &Corefile,
+) -> Result<Vec<Block>, CorefileError> {
+    let spans = &cf.multiline;
     let in_string = |at: usize| spans.iter().any(|&(s, e)| at > s && at < e);
     Ok(markers::find_blocks(
         src,
@@ -458,7 +466,7 @@ pub fn place(
     opts: &PlaceOptions,
 ) -> Result<Placement, CorefileError> {
     let cf = parse::parse(corefile)?;
-    let domain = placement_domain(corefile, opts)?;
+    let domain = placement_domain(corefile, &cf, opts)?;
     if entries.is_empty() {
         return Ok(Placement {
             inserts: Vec::new(),
@@ -470,14 +478,19 @@ pub fn place(
     placement::place(corefile, &cf, &domain, entries, opts)
 }
 
-/// The cluster domain placement works with: the `kubernetes` plugin's (or `--cluster-domain`).
-fn placement_domain(corefile: &str, opts: &PlaceOptions) -> Result<String, CorefileError> {
+/// The cluster domain placement works with: the `kubernetes` plugin's (or `--cluster-domain`),
+/// from the Corefile and its parse `cf`.
+fn placement_domain(
+    corefile: &str,
+    cf: &Corefile,
+    opts: &PlaceOptions,
+) -> Result<String, CorefileError> {
     Ok(if opts.without_kubernetes {
         opts.cluster_domain
             .clone()
             .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_owned())
     } else {
-        analyze_with(corefile, opts.cluster_domain.as_deref())?.cluster_domain
+        analyze_parsed(corefile, cf, opts.cluster_domain.as_deref())?.cluster_domain
     })
 }
 
@@ -488,7 +501,7 @@ fn placement_domain(corefile: &str, opts: &PlaceOptions) -> Result<String, Coref
 pub fn write_blocks(corefile: &str, inserts: &[BlockInsert]) -> Result<Edit, CorefileError> {
     let cf = parse::parse(corefile)?;
     let lines = markers::lines(corefile);
-    let blocks = find_blocks(corefile, &lines)?;
+    let blocks = find_blocks(corefile, &lines, &cf)?;
     let refs = placement::server_refs(corefile, &cf);
     let index_of = |server: &ServerRef| {
         refs.iter()
@@ -586,26 +599,35 @@ impl<'a> Placed<'a> {
     }
 
     /// `text` with the fresh blocks: those no block of `fate` holds, into their server blocks
-    /// (from the end, so that earlier offsets stay valid).
+    /// (from the end, so that earlier offsets stay valid). The edited text is parsed again (for
+    /// the offsets of the fresh blocks' server blocks, and to refuse an edit that leaves it
+    /// unreadable), unless it is the Corefile unchanged, as in the steady state: that one
+    /// parsed already.
     fn insert_fresh(
         &self,
         mut text: String,
         fate: &[(Block, Option<&BlockInsert>)],
         eol: &str,
     ) -> Result<String, CorefileError> {
+        let fresh: Vec<(&BlockInsert, usize)> = self
+            .inserts
+            .iter()
+            .zip(self.targets.iter().copied())
+            .filter(|(insert, _)| !fate.iter().any(|(_, i)| *i == Some(*insert)))
+            .collect();
+        if fresh.is_empty() && text == self.corefile {
+            return Ok(text);
+        }
         let cf = parse::parse(&text)?;
-        let mut fresh: Vec<(usize, String)> = Vec::new();
-        for (insert, &target) in self.inserts.iter().zip(self.targets) {
-            if fate.iter().any(|(_, i)| *i == Some(insert)) {
-                continue;
-            }
+        let mut rendered: Vec<(usize, String)> = Vec::new();
+        for (insert, target) in fresh {
             let (at, indent) = insertion_point(&text, &cf.blocks[target], insert.form)?;
             let lines = insert.lines.iter().map(String::as_str);
-            fresh.push((at, markers::render_block(lines, &indent, eol, true)));
+            rendered.push((at, markers::render_block(lines, &indent, eol, true)));
         }
-        fresh.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
-        for (at, rendered) in fresh {
-            text.insert_str(at, &rendered);
+        rendered.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        for (at, block) in rendered {
+            text.insert_str(at, &block);
         }
         Ok(text)
     }

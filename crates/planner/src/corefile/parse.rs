@@ -74,70 +74,50 @@ impl Tok {
     }
 }
 
+/// Reads the tokens of `src`. It works on bytes: every byte the reader acts on (line breaks,
+/// quotes, `\`, `#`, braces, ASCII white space) is ASCII, and the bytes of a multi-byte
+/// character are never ASCII; such a character is decoded only to tell whether it is white
+/// space. (A Corefile holding hairpin's block is mostly a few long regex words; reading it
+/// char by char cost more than the rest of the steady-state plan.)
 pub(super) fn tokenize(src: &str) -> Result<Vec<Tok>, CorefileError> {
+    let bytes = src.as_bytes();
     let mut toks = Vec::new();
     let mut line = 1;
     let mut newline_seen = true;
     // CoreDNS ignores a byte-order mark at the start of the Corefile.
-    let skip = if src.starts_with('\u{feff}') {
+    let mut i = if src.starts_with('\u{feff}') {
         '\u{feff}'.len_utf8()
     } else {
         0
     };
-    let mut chars = src[skip..]
-        .char_indices()
-        .map(|(i, c)| (i + skip, c))
-        .peekable();
-    while let Some(&(i, c)) = chars.peek() {
-        if c == '\n' {
+    while let Some(&b) = bytes.get(i) {
+        if b == b'\n' {
             line += 1;
             newline_seen = true;
-            chars.next();
+            i += 1;
             continue;
         }
-        if c.is_whitespace() {
-            chars.next();
+        if let Some(len) = space_at(src, i) {
+            i += len;
             continue;
         }
-        if c == '#' {
-            while chars.next_if(|&(_, c)| c != '\n').is_some() {}
+        if b == b'#' {
+            i = src[i..].find('\n').map_or(src.len(), |n| i + n);
             continue;
         }
         let start = i;
         let start_line = line;
-        let end = if c == '"' {
-            chars.next();
-            let mut escaped = false;
-            let mut closed = None;
-            for (j, c) in chars.by_ref() {
-                if c == '\n' {
-                    line += 1;
-                }
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' {
-                    escaped = true;
-                } else if c == '"' {
-                    closed = Some(j + 1);
-                    break;
-                }
-            }
-            closed.ok_or_else(|| CorefileError::Syntax {
+        let end = if b == b'"' {
+            let (end, lines) = quoted_end(&bytes[i..]).ok_or_else(|| CorefileError::Syntax {
                 line: start_line,
                 message: "unterminated quoted string".into(),
-            })?
+            })?;
+            line += lines;
+            i += end;
+            i
         } else {
-            // A `\r` does not end a word (CoreDNS drops it); a `#` ends its value.
-            let mut end = i;
-            let mut comment = false;
-            while let Some((j, c)) = chars.next_if(|&(_, c)| c == '\r' || !c.is_whitespace()) {
-                if c == '#' {
-                    comment = true;
-                }
-                if !comment && c != '\r' {
-                    end = j + c.len_utf8();
-                }
-            }
+            let (after, end) = word_end(src, i);
+            i = after;
             end
         };
         let kind = match &src[start..end] {
@@ -155,6 +135,84 @@ pub(super) fn tokenize(src: &str) -> Result<Vec<Tok>, CorefileError> {
         newline_seen = false;
     }
     Ok(toks)
+}
+
+/// The length of the white-space character at byte `i` of `src` (Unicode white space, as
+/// CoreDNS's lexer reads it), if there is one.
+fn space_at(src: &str, i: usize) -> Option<usize> {
+    let b = src.as_bytes()[i];
+    if b.is_ascii() {
+        return matches!(b, b'\t'..=b'\r' | b' ').then_some(1);
+    }
+    let c = src[i..].chars().next().expect("a character starts here");
+    c.is_whitespace().then(|| c.len_utf8())
+}
+
+/// For a quoted token at the start of `bytes`: the length of the token up to and with its
+/// closing quote (`\"` is a quote inside it), and the line breaks it holds; `None` when it is
+/// never closed.
+fn quoted_end(bytes: &[u8]) -> Option<(usize, usize)> {
+    let mut lines = 0;
+    let mut escaped = false;
+    for (j, &b) in bytes.iter().enumerate().skip(1) {
+        if b == b'\n' {
+            lines += 1;
+        }
+        if escaped {
+            escaped = false;
+        } else if b == b'\\' {
+            escaped = true;
+        } else if b == b'"' {
+            return Some((j + 1, lines));
+        }
+    }
+    None
+}
+
+/// For a word starting at byte `start` of `src`: where it ends (the white space after it) and
+/// where its value ends. A `\r` does not end a word (CoreDNS drops it, and it is left out of
+/// the value at the word's end); a `#` ends its value.
+fn word_end(src: &str, start: usize) -> (usize, usize) {
+    let bytes = src.as_bytes();
+    let (mut j, mut end) = (start, start);
+    let mut comment = false;
+    loop {
+        // The common bytes first, in a tight loop: visible ASCII but `#`.
+        if !comment {
+            let plain = bytes[j..]
+                .iter()
+                .position(|&b| !matches!(b, b'!'..=b'\x7f') || b == b'#')
+                .unwrap_or(bytes.len() - j);
+            if plain > 0 {
+                j += plain;
+                end = j;
+            }
+        }
+        let Some(&b) = bytes.get(j) else {
+            break;
+        };
+        if b.is_ascii() {
+            if b == b'\r' {
+                j += 1;
+                continue;
+            }
+            if matches!(b, b'\t'..=b'\x0c' | b' ') {
+                break;
+            }
+            comment |= b == b'#';
+            j += 1;
+        } else {
+            let c = src[j..].chars().next().expect("a character starts here");
+            if c.is_whitespace() {
+                break;
+            }
+            j += c.len_utf8();
+        }
+        if !comment {
+            end = j;
+        }
+    }
+    (j, end)
 }
 
 /// A plugin line inside a server block.
@@ -180,11 +238,23 @@ pub(super) struct Corefile {
     /// The arguments of top-level `import` lines (files of more server blocks, such as
     /// `custom/*.server`).
     pub(super) imports: Vec<Tok>,
+    /// The byte spans of the tokens that hold a line break (quoted strings over several
+    /// lines): a marker line inside one is text, not a marker.
+    pub(super) multiline: Vec<(usize, usize)>,
 }
 
 pub(super) fn parse(src: &str) -> Result<Corefile, CorefileError> {
     let toks = tokenize(src)?;
-    let mut out = Corefile::default();
+    // Only a quoted token can hold a line break (a word ends at white space).
+    let multiline = toks
+        .iter()
+        .filter(|t| t.text(src).starts_with('"') && t.text(src).contains('\n'))
+        .map(|t| (t.start, t.end))
+        .collect();
+    let mut out = Corefile {
+        multiline,
+        ..Corefile::default()
+    };
     let mut i = 0;
     while i < toks.len() {
         let t = toks[i];
