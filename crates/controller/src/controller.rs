@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::native::{NativeCurer, NativeParams};
 use crate::report::{Events, list_note, object_ref, reason};
 use crate::status::{DnsState, PropagationParams, StatusWriter};
-use crate::verify::{NameVerifier, VerifyParams};
+use crate::upstream::{UpstreamParams, UpstreamResolver};
 use crate::watch::Caches;
 
 /// Controller settings.
@@ -53,7 +53,7 @@ pub struct ControllerConfig {
     pub propagation: PropagationParams,
     /// The upstream resolver of hostname verification (with `planner.verify_hostnames` set to
     /// `resolve`).
-    pub verify: VerifyParams,
+    pub verify: UpstreamParams,
     /// The native cure's probe (with `planner.cure` `auto` or `native`).
     pub native: NativeParams,
 }
@@ -72,7 +72,7 @@ impl ControllerConfig {
             min_retry: Duration::from_millis(500),
             max_retry: Duration::from_secs(60),
             propagation: PropagationParams::default(),
-            verify: VerifyParams::default(),
+            verify: UpstreamParams::default(),
             native: NativeParams::default(),
         }
     }
@@ -345,7 +345,7 @@ struct Reconciler {
     /// The native cure's status writes, probes and record.
     native: NativeCurer,
     /// The upstream resolver, with `--verify-hostnames=resolve`.
-    verifier: Option<NameVerifier>,
+    upstream: Option<UpstreamResolver>,
     /// The first write after the start waited for the names' first answers (or for the
     /// startup grace to end).
     verified_once: bool,
@@ -369,10 +369,12 @@ impl Reconciler {
         changed: &Arc<Notify>,
         stop: &StopFuture,
     ) -> Self {
-        let verifier = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
-            .then(|| NameVerifier::new(config.verify.clone(), changed.clone(), metrics.clone()));
-        if let Some(verifier) = &verifier {
-            tokio::spawn(verifier.clone().run(stop.clone()));
+        let upstream = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
+            .then(|| {
+                UpstreamResolver::new(config.verify.clone(), changed.clone(), metrics.clone())
+            });
+        if let Some(upstream) = &upstream {
+            tokio::spawn(upstream.clone().run(stop.clone()));
         }
         let events = Events::new(client.clone(), &config.identity, metrics.clone());
         let dns_endpoints = DnsEndpointWriter::new(
@@ -391,7 +393,7 @@ impl Reconciler {
         Reconciler {
             dns_endpoints,
             native,
-            verifier,
+            upstream,
             verified_once: false,
             unverified: BTreeMap::new(),
             client: client.clone(),
@@ -418,16 +420,16 @@ impl Reconciler {
         let started = Instant::now();
         self.metrics.reconciles.inc();
         let mut snapshot = caches.snapshot();
-        if let Some(verifier) = &self.verifier {
-            snapshot.resolutions = verifier.resolutions();
+        if let Some(upstream) = &self.upstream {
+            snapshot.resolutions = upstream.resolutions();
         }
         let plan = hairpin_planner::desired(&snapshot, &self.config.planner);
-        if let Some(verifier) = &self.verifier {
-            verifier.want(&plan.verification.names, &plan.coredns.forward_zones);
+        if let Some(upstream) = &self.upstream {
+            upstream.want(&plan.verification.names, &plan.coredns.forward_zones);
             // Do no harm on a start: names not resolved yet are not redirected, so writing
             // before their answers come would drop working names for a moment. The resolver
             // wakes the loop as answers arrive.
-            if !self.verified_once && !verifier.settled() {
+            if !self.verified_once && !upstream.settled() {
                 tracing::info!(
                     names = plan.verification.names.len(),
                     "waiting for the first upstream answers before writing"

@@ -16,7 +16,8 @@
 //! - [`lease`]: leader election on a Lease, and the uninstall fence on it.
 //! - [`gate`]: the write gate every API write of the controller passes.
 //! - [`uninstall`]: removing everything hairpin wrote.
-//! - [`verify`]: resolving the hostnames upstream, for hostname verification.
+//! - [`upstream`]: the upstream resolver: the hostnames resolved as the cluster DNS would
+//!   without hairpin's rules, for hostname verification.
 //! - [`preview`]: `hairpin plan` against a cluster: what the controller would write now.
 #![forbid(unsafe_code)]
 
@@ -37,7 +38,7 @@ pub mod propagation;
 pub mod report;
 pub mod status;
 pub mod uninstall;
-pub mod verify;
+pub mod upstream;
 pub mod watch;
 
 pub use controller::{ControllerConfig, run};

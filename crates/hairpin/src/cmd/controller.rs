@@ -12,7 +12,7 @@ use hairpin_controller::client::ClientArgs;
 use hairpin_controller::fight::FightParams;
 use hairpin_controller::lease::LeaseParams;
 use hairpin_controller::status::PropagationParams;
-use hairpin_controller::verify::VerifyParams;
+use hairpin_controller::upstream::UpstreamParams;
 use hairpin_controller::{ControllerConfig, Metrics};
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
@@ -151,9 +151,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         interval: args.propagation_interval,
         ..PropagationParams::default()
     };
-    config.verify = VerifyParams {
+    config.verify = UpstreamParams {
         servers: (!args.verify_nameservers.is_empty()).then(|| args.verify_nameservers.clone()),
-        ..VerifyParams::default()
+        ..UpstreamParams::default()
     };
     // Without an election the Lease is still read: `hairpin uninstall` fences every
     // controller through it.

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hairpin_controller::Metrics;
-use hairpin_controller::verify::{NameVerifier, VerifyParams};
+use hairpin_controller::upstream::{UpstreamParams, UpstreamResolver};
 use hairpin_planner::verify::NameCheck;
 use hairpin_planner::{ObjectRef, Resolution};
 use hickory_proto::op::{Metadata, ResponseCode};
@@ -177,12 +177,12 @@ fn check(name: &str) -> NameCheck {
     }
 }
 
-fn params(server: SocketAddr) -> VerifyParams {
-    VerifyParams {
+fn params(server: SocketAddr) -> UpstreamParams {
+    UpstreamParams {
         timeout: Duration::from_millis(300),
         attempts: 1,
         servers: Some(vec![server]),
-        ..VerifyParams::default()
+        ..UpstreamParams::default()
     }
 }
 
@@ -190,11 +190,11 @@ fn metrics() -> Metrics {
     Metrics::register(&mut prometheus_client::registry::Registry::default())
 }
 
-/// Waits until the verifier has an answer for each of `n` names.
-async fn answers(verifier: &NameVerifier, n: usize) -> hairpin_planner::verify::Resolutions {
+/// Waits until the upstream has an answer for each of `n` names.
+async fn answers(upstream: &UpstreamResolver, n: usize) -> hairpin_planner::verify::Resolutions {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = verifier.resolutions();
+        let r = upstream.resolutions();
         if r.len() >= n {
             return r;
         }
@@ -233,16 +233,16 @@ async fn the_resolver_reports_each_kind_of_answer_from_a_real_dns_server() {
     let dns = TestDns::start().await;
     zone(&dns);
     let changed = Arc::new(Notify::new());
-    let verifier = NameVerifier::new(params(dns.addr), changed.clone(), metrics());
+    let upstream = UpstreamResolver::new(params(dns.addr), changed.clone(), metrics());
     let stop = Arc::new(Notify::new());
-    let task = tokio::spawn(verifier.clone().run({
+    let task = tokio::spawn(upstream.clone().run({
         let stop = stop.clone();
         async move { stop.notified().await }
     }));
     let names: Vec<NameCheck> = NAMES.iter().map(|n| check(n)).collect();
-    verifier.want(&names, &[]);
-    let r = answers(&verifier, NAMES.len()).await;
-    assert!(verifier.settled());
+    upstream.want(&names, &[]);
+    let r = answers(&upstream, NAMES.len()).await;
+    assert!(upstream.settled());
 
     let addresses = |name: &str| match &r[name] {
         Resolution::Addresses { addresses, cnames } => (addresses.clone(), cnames.clone()),
@@ -364,16 +364,16 @@ async fn answers_are_cached_and_a_failed_recheck_keeps_the_last_answer() {
     p.min_ttl = Duration::from_millis(400);
     p.max_ttl = Duration::from_millis(400);
     p.retry = Duration::from_millis(400);
-    let verifier = NameVerifier::new(p, changed.clone(), metrics());
+    let upstream = UpstreamResolver::new(p, changed.clone(), metrics());
     let stop = Arc::new(Notify::new());
-    let task = tokio::spawn(verifier.clone().run({
+    let task = tokio::spawn(upstream.clone().run({
         let stop = stop.clone();
         async move { stop.notified().await }
     }));
-    verifier.want(&[check("shop.example.com")], &[]);
-    let first = answers(&verifier, 1).await;
+    upstream.want(&[check("shop.example.com")], &[]);
+    let first = answers(&upstream, 1).await;
     let asked = dns.query_count();
-    verifier.want(&[check("shop.example.com")], &[]);
+    upstream.want(&[check("shop.example.com")], &[]);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         dns.query_count(),
@@ -389,7 +389,7 @@ async fn answers_are_cached_and_a_failed_recheck_keeps_the_last_answer() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(verifier.resolutions(), first);
+    assert_eq!(upstream.resolutions(), first);
 
     // A definite new answer replaces it, and wakes the control loop (drain the wake-up of
     // the first answer first).
@@ -402,7 +402,7 @@ async fn answers_are_cached_and_a_failed_recheck_keeps_the_last_answer() {
         .await
         .expect("the control loop is woken when an answer changes");
     assert_eq!(
-        verifier.resolutions()["shop.example.com"],
+        upstream.resolutions()["shop.example.com"],
         Resolution::Addresses {
             addresses: vec![ip("198.51.100.9")],
             cnames: Vec::new()
@@ -560,20 +560,20 @@ async fn cost_at_20000_names() {
     dns.set("*.example.com", Entry::Addresses(vec![ip(LB)]));
     let names: Vec<String> = (0..N).map(|i| format!("host-{i}.example.com")).collect();
     let checks: Vec<NameCheck> = names.iter().map(|n| check(n)).collect();
-    let verifier = NameVerifier::new(params(dns.addr), Arc::new(Notify::new()), metrics());
+    let upstream = UpstreamResolver::new(params(dns.addr), Arc::new(Notify::new()), metrics());
     let stop = Arc::new(Notify::new());
-    let task = tokio::spawn(verifier.clone().run({
+    let task = tokio::spawn(upstream.clone().run({
         let stop = stop.clone();
         async move { stop.notified().await }
     }));
     let started = Instant::now();
-    verifier.want(&checks, &[]);
+    upstream.want(&checks, &[]);
     let deadline = Instant::now() + Duration::from_secs(600);
-    while verifier.resolutions().len() < N {
+    while upstream.resolutions().len() < N {
         assert!(
             Instant::now() < deadline,
             "{}",
-            verifier.resolutions().len()
+            upstream.resolutions().len()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -582,14 +582,14 @@ async fn cost_at_20000_names() {
 
     // Reconciles after the first pass: the same names, answers cached for their TTL.
     for _ in 0..10 {
-        verifier.want(&checks, &[]);
+        upstream.want(&checks, &[]);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let per_reconcile = (dns.query_count() - queries_first) as f64 / 10.0;
 
     // The planner with the verdicts of 20,000 names against without (verification off).
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let snapshot = snapshot_for(&refs, verifier.resolutions());
+    let snapshot = snapshot_for(&refs, upstream.resolutions());
     let time = |mode| {
         let config = hairpin_planner::PlannerConfig {
             verify_hostnames: mode,
@@ -611,7 +611,7 @@ async fn cost_at_20000_names() {
         first.as_secs_f64(),
         queries_first,
         N as f64 / first.as_secs_f64(),
-        VerifyParams::default().concurrency,
+        UpstreamParams::default().concurrency,
         resolve.as_secs_f64() * 1000.0,
         off.as_secs_f64() * 1000.0,
         resolve.as_secs_f64() / off.as_secs_f64(),

@@ -1,4 +1,4 @@
-//! The resolver behind hostname verification ([`hairpin_planner::verify`]): it asks the
+//! The upstream resolver, behind hostname verification ([`hairpin_planner::verify`]): it asks the
 //! cluster's upstream DNS about each name the plan lists, the way CoreDNS would without
 //! hairpin's rules, and feeds the answers back into the snapshot.
 //!
@@ -14,8 +14,8 @@
 //!   status hostname proves the name too), no search list, no hosts file. A wildcard is asked
 //!   through a fresh random label under it.
 //! - When: a name is asked when it first appears and again when its answer's TTL runs out
-//!   (bounded by [`VerifyParams::min_ttl`] and [`VerifyParams::max_ttl`]); a failed query is
-//!   retried after [`VerifyParams::retry`]. At most [`VerifyParams::concurrency`] queries are
+//!   (bounded by [`UpstreamParams::min_ttl`] and [`UpstreamParams::max_ttl`]); a failed query is
+//!   retried after [`UpstreamParams::retry`]. At most [`UpstreamParams::concurrency`] queries are
 //!   in flight.
 //! - Failures do not flap: when a re-check fails (timeout, `SERVFAIL`) the last definite
 //!   answer is kept until a re-check gets one again. Only a name never answered since the
@@ -43,7 +43,7 @@ use crate::metrics::Metrics;
 
 /// Resolver settings.
 #[derive(Clone, Debug)]
-pub struct VerifyParams {
+pub struct UpstreamParams {
     /// Time allowed for one query to one server.
     pub timeout: Duration,
     /// Tries per server.
@@ -65,7 +65,7 @@ pub struct VerifyParams {
     pub resolv_conf: PathBuf,
 }
 
-impl Default for VerifyParams {
+impl Default for UpstreamParams {
     fn default() -> Self {
         Self {
             timeout: Duration::from_secs(2),
@@ -97,12 +97,12 @@ struct State {
     /// Name -> the servers to ask, as the last plan listed them.
     wanted: BTreeMap<String, Servers>,
     answers: HashMap<String, Cached>,
-    /// What the last snapshot got ([`NameVerifier::resolutions`]).
+    /// What the last snapshot got ([`UpstreamResolver::resolutions`]).
     published: Resolutions,
 }
 
 struct Shared {
-    params: VerifyParams,
+    params: UpstreamParams,
     state: Mutex<State>,
     /// Wakes the resolver task when the wanted names change.
     wake: Notify,
@@ -114,24 +114,24 @@ struct Shared {
 
 /// The controller's handle on the resolver task.
 #[derive(Clone)]
-pub struct NameVerifier {
+pub struct UpstreamResolver {
     shared: Arc<Shared>,
 }
 
-impl std::fmt::Debug for NameVerifier {
+impl std::fmt::Debug for UpstreamResolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.state();
-        f.debug_struct("NameVerifier")
+        f.debug_struct("UpstreamResolver")
             .field("wanted", &state.wanted.len())
             .field("answers", &state.answers.len())
             .finish_non_exhaustive()
     }
 }
 
-impl NameVerifier {
-    /// A verifier that wakes `changed` when an answer changes; [`NameVerifier::run`] does the
+impl UpstreamResolver {
+    /// A upstream that wakes `changed` when an answer changes; [`UpstreamResolver::run`] does the
     /// resolving.
-    pub fn new(params: VerifyParams, changed: Arc<Notify>, metrics: Metrics) -> Self {
+    pub fn new(params: UpstreamParams, changed: Arc<Notify>, metrics: Metrics) -> Self {
         Self {
             shared: Arc::new(Shared {
                 params,
@@ -251,7 +251,7 @@ impl NameVerifier {
         (due, next)
     }
 
-    /// Asks `due`, [`VerifyParams::concurrency`] at a time, publishing the answers every
+    /// Asks `due`, [`UpstreamParams::concurrency`] at a time, publishing the answers every
     /// chunk (a long first pass shows progress, and the control loop plans with it).
     async fn resolve(
         &self,
@@ -357,7 +357,7 @@ impl NameVerifier {
 pub async fn resolve_once(
     snapshot: &mut hairpin_planner::ClusterSnapshot,
     planner: &hairpin_planner::PlannerConfig,
-    params: VerifyParams,
+    params: UpstreamParams,
     metrics: Metrics,
     timeout: Duration,
 ) {
@@ -365,15 +365,15 @@ pub async fn resolve_once(
     if plan.verification.names.is_empty() {
         return;
     }
-    let params = VerifyParams {
+    let params = UpstreamParams {
         startup_grace: Duration::MAX,
         ..params
     };
-    let verifier = NameVerifier::new(params, Arc::new(Notify::new()), metrics);
-    verifier.want(&plan.verification.names, &plan.coredns.forward_zones);
-    let run = verifier.clone().run(std::future::pending());
+    let upstream = UpstreamResolver::new(params, Arc::new(Notify::new()), metrics);
+    upstream.want(&plan.verification.names, &plan.coredns.forward_zones);
+    let run = upstream.clone().run(std::future::pending());
     let done = async {
-        while !verifier.settled() {
+        while !upstream.settled() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
@@ -384,12 +384,12 @@ pub async fn resolve_once(
         }
     })
     .await;
-    snapshot.resolutions = verifier.resolutions();
+    snapshot.resolutions = upstream.resolutions();
 }
 
-/// A resolver asking exactly `servers`: no cache of its own (the verifier keeps the answers
+/// A resolver asking exactly `servers`: no cache of its own (the upstream keeps the answers
 /// with their TTLs), no hosts file, no search list, CNAME chains kept.
-fn resolver_for(servers: &[SocketAddr], params: &VerifyParams) -> Result<TokioResolver, String> {
+fn resolver_for(servers: &[SocketAddr], params: &UpstreamParams) -> Result<TokioResolver, String> {
     let name_servers = servers
         .iter()
         .map(|server| {
