@@ -654,19 +654,22 @@ impl Reconciler {
             self.metrics
                 .dns_plan_errors
                 .set(i64::try_from(plan.errors.len()).unwrap_or(i64::MAX));
+            // Each message escapes what it quotes once: printed as it is.
+            let messages: Vec<String> = plan.errors.iter().map(ToString::to_string).collect();
             self.dns_state = DnsState::Refused {
                 reason: "NotPlanned",
-                message: format!("hairpin cannot change DNS: {}", plan.errors.join("; ")),
+                message: format!("hairpin cannot change DNS: {}", messages.join("; ")),
             };
             for err in &plan.errors {
-                tracing::warn!(error = %err, "DNS change not planned");
+                self.metrics.count_error(err.metric_label());
+                tracing::warn!(error = %err, kind = err.metric_label(), "DNS change not planned");
             }
             // Say so on the CoreDNS ConfigMap, when there is one to attach it to.
             if let Some(cm) = &plan.coredns.config_map
                 && !plan.errors.is_empty()
             {
                 let cm_ref = object_ref("ConfigMap", &cm.namespace, &cm.name, None);
-                let note = list_note("hairpin cannot change DNS: ", &plan.errors, "; ", "");
+                let note = list_note("hairpin cannot change DNS: ", &messages, "; ", "");
                 self.events
                     .publish(&cm_ref, true, reason::DNS_WRITE_FAILED, note)
                     .await;

@@ -785,6 +785,10 @@ async fn a_corefile_hairpin_cannot_edit_is_reported_and_left_alone() {
         running.metrics.dns_plan_errors.get() >= 1,
         "the DNS change that cannot be planned shows in hairpin_controller_dns_plan_errors"
     );
+    assert!(
+        running.metrics.error_count("no_kubernetes_block") >= 1,
+        "and in hairpin_controller_errors_total by the plan error's label"
+    );
     assert_eq!(
         running.metrics.dns_write_failures.get(),
         0,
@@ -1153,6 +1157,7 @@ async fn an_ambiguous_corefile_is_a_warning_event_and_nothing_is_written() {
     assert_eq!(fake.count("PUT", "/namespaces/kube-system/configmaps"), 0);
     assert_eq!(fake.count("POST", "/namespaces/kube-system/configmaps"), 0);
     assert!(running.metrics.dns_plan_errors.get() >= 1);
+    assert!(running.metrics.error_count("ambiguous_layout") >= 1);
     running.stop().await;
 }
 

@@ -21,6 +21,7 @@ use crate::corefile::{
     self, BlockInsert, CorefileError, CorefileInfo, DnsEntry, HostPattern, Placement,
     ZoneUpstreams, normalize_target,
 };
+use crate::error::PlanError;
 use crate::external_dns::DnsEndpoints;
 use crate::name::WildcardLabels;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
@@ -102,9 +103,8 @@ pub struct DnsWrite {
 
 impl DnsWrite {
     /// `Err` when the ConfigMap written would not fit ([`fits_config_map`]).
-    fn fits(&self) -> Result<(), String> {
-        let what = format!("ConfigMap {}", self.config_map);
-        fits_config_map(self.object.as_ref(), &what, &self.key)
+    fn fits(&self) -> Result<(), PlanError> {
+        fits_config_map(self.object.as_ref(), &self.config_map, &self.key)
     }
 
     /// `namespace/name/key`, the write's identity for fight detection.
@@ -292,7 +292,7 @@ pub(crate) fn change(
     passthrough: &[verify::Passthrough],
     addresses: &BTreeMap<String, Vec<IpAddr>>,
     warnings: &mut Vec<Warning>,
-) -> Result<DnsChange, String> {
+) -> Result<DnsChange, PlanError> {
     let coredns_ref = ObjectRef::from_meta(&coredns.metadata);
     let subject = format!("ConfigMap {coredns_ref}");
     for w in &info.warnings {
@@ -312,9 +312,9 @@ pub(crate) fn change(
         dns_port: cluster_dns_target_port(snapshot, config, warnings),
         ..corefile::PlaceOptions::default()
     };
-    let corefile_key = format!("ConfigMap {coredns_ref} key {}", config.corefile_key);
+    let corefile_key = (&coredns_ref, config.corefile_key.as_str());
     let placed = corefile::place_with_imports(corefile, &imported, &entries, &opts)
-        .map_err(|e| fail(&corefile_key, e))?;
+        .map_err(|e| fail(corefile_key, e))?;
     let coredns_write = if mode == DnsMode::Custom {
         custom_write(
             snapshot,
@@ -334,7 +334,7 @@ pub(crate) fn change(
             &subject,
             warnings,
         )
-        .map_err(|e| fail(&corefile_key, e))?
+        .map_err(|e| fail(corefile_key, e))?
     };
     coredns_write.fits()?;
     let imported_writes = imported_key_writes(
@@ -364,9 +364,13 @@ pub(crate) fn change(
     })
 }
 
-/// Why `what` is not written.
-fn fail(what: &str, e: CorefileError) -> String {
-    format!("{what}: {e}; nothing is written to it")
+/// Why the key `key` of `config_map` is not written.
+fn fail((config_map, key): (&ObjectRef, &str), source: CorefileError) -> PlanError {
+    PlanError::Corefile {
+        config_map: config_map.clone(),
+        key: key.to_owned(),
+        source: Box::new(source),
+    }
 }
 
 /// The entries to render: the redirects that make valid entries (the others are warned about
@@ -422,7 +426,7 @@ fn custom_write(
     entries: &[DnsEntry],
     subject: &str,
     warnings: &mut Vec<Warning>,
-) -> Result<DnsWrite, String> {
+) -> Result<DnsWrite, PlanError> {
     let key = custom_key(config, info);
     warn_custom(config, info, main, &key, subject, warnings);
     let existing =
@@ -431,8 +435,7 @@ fn custom_write(
         config.coredns_namespace.clone(),
         config.coredns_custom_config_map.clone(),
     );
-    let desired = corefile::render_override(entries)
-        .map_err(|e| fail(&format!("ConfigMap {target} key {key}"), e))?;
+    let desired = corefile::render_override(entries).map_err(|e| fail((&target, &key), e))?;
     let current = existing
         .and_then(|c| c.data.as_ref())
         .and_then(|d| d.get(&key))
@@ -547,7 +550,7 @@ fn imported_key_writes(
     imported: &[corefile::ImportedFile],
     placed: Vec<Result<Vec<BlockInsert>, CorefileError>>,
     warnings: &mut Vec<Warning>,
-) -> Result<Vec<DnsWrite>, String> {
+) -> Result<Vec<DnsWrite>, PlanError> {
     let custom_ref = ObjectRef::new(
         config.coredns_namespace.clone(),
         config.coredns_custom_config_map.clone(),
@@ -810,7 +813,11 @@ fn cluster_dns_target_port(
 /// The API server refuses a ConfigMap whose values (`data` and `binaryData`, every key
 /// together) exceed 1 MiB, so a key that fits on its own can still not be written beside
 /// large neighbours (kubeadm's `NodeHosts`, other tools' keys).
-fn fits_config_map(cm: Option<&ConfigMap>, what: &str, key: &str) -> Result<(), String> {
+fn fits_config_map(
+    cm: Option<&ConfigMap>,
+    config_map: &ObjectRef,
+    key: &str,
+) -> Result<(), PlanError> {
     let Some(cm) = cm else { return Ok(()) };
     let text: usize = cm.data.iter().flatten().map(|(_, v)| v.len()).sum();
     let binary: usize = cm
@@ -821,10 +828,12 @@ fn fits_config_map(cm: Option<&ConfigMap>, what: &str, key: &str) -> Result<(), 
         .sum();
     let total = text + binary;
     if total > corefile::CONFIGMAP_MAX_BYTES {
-        return Err(format!(
-            "{what}: with the hairpin rules in key {key} its keys would hold {total} bytes together, over the {}-byte ConfigMap limit (the API server counts every key, not only {key}); use wildcards or fewer hostnames, or make room in the other keys; nothing is written to it",
-            corefile::CONFIGMAP_MAX_BYTES
-        ));
+        return Err(PlanError::ConfigMapTooLarge {
+            config_map: config_map.clone(),
+            key: key.to_owned(),
+            bytes: total,
+            limit: corefile::CONFIGMAP_MAX_BYTES,
+        });
     }
     Ok(())
 }

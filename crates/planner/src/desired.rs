@@ -6,7 +6,7 @@ use crate::balancers::{self, HostsPlan, LoadBalancerPlan, Placing};
 use crate::config::{DnsMode, PlannerConfig};
 use crate::coredns::{self, ClusterDns, DnsChange};
 use crate::discovery::{Discovery, discover};
-use crate::escape;
+use crate::error::PlanError;
 use crate::external_dns;
 use crate::hostnames;
 use crate::kube_dns;
@@ -126,14 +126,9 @@ fn cures(
     cures
 }
 
-/// The plan's errors: why there is no DNS change, if there is none. They quote Corefile text
-/// and object names: one line each, whatever they hold (their parts are not escaped when
-/// built, so this escapes them once).
-fn errors(dns: &Result<DnsChange, String>) -> Vec<String> {
-    let why = dns.as_ref().err();
-    why.map(|e| escape::text(e).into_owned())
-        .into_iter()
-        .collect()
+/// The plan's errors: why there is no DNS change, if there is none.
+fn errors(dns: &Result<DnsChange, PlanError>) -> Vec<PlanError> {
+    dns.as_ref().err().cloned().into_iter().collect()
 }
 
 /// Every load balancer that has an address, needed or not, with its status addresses: so
@@ -165,7 +160,7 @@ fn dns(
     verification: &Verification,
     kube_dns: bool,
     warnings: &mut Vec<Warning>,
-) -> Result<DnsChange, String> {
+) -> Result<DnsChange, PlanError> {
     let domain = &cluster_dns.cluster_domain;
     let redirects = coredns::redirects(lb_plans, config, domain);
     match &cluster_dns.found {
@@ -177,23 +172,20 @@ fn dns(
             writes: Vec::new(),
             dns_endpoints: Some(external_dns::plan(snapshot, config, lb_plans, warnings)),
         }),
-        None => Err(format!(
-            "no CoreDNS ConfigMap found (looked for {} in namespace {} with key {}); DNS is not planned{}",
-            config.coredns_config_maps.join(", "),
-            config.coredns_namespace,
-            config.corefile_key,
-            if kube_dns {
-                ": the cluster DNS is kube-dns, which has no Corefile; use --dns-mode external-dns, or kube-dns's stubDomains (the plan's `kube-dns stubDomains` part)"
-            } else {
-                ""
-            }
-        )),
-        Some((cm, _, Err(e))) => Err(format!(
-            "ConfigMap {}/{} key {}: {e}; nothing is written to it",
-            config.coredns_namespace,
-            cm.metadata.name.as_deref().unwrap_or_default(),
-            config.corefile_key
-        )),
+        None => Err(PlanError::NoCorednsConfigMap {
+            config_maps: config.coredns_config_maps.clone(),
+            namespace: config.coredns_namespace.clone(),
+            key: config.corefile_key.clone(),
+            kube_dns,
+        }),
+        Some((cm, _, Err(e))) => Err(PlanError::Corefile {
+            config_map: ObjectRef::new(
+                config.coredns_namespace.clone(),
+                cm.metadata.name.clone().unwrap_or_default(),
+            ),
+            key: config.corefile_key.clone(),
+            source: Box::new(e.clone()),
+        }),
         Some((cm, corefile, Ok(info))) => {
             let addresses = coredns::target_addresses(lb_plans, config, domain);
             let passthrough = &verification.passthrough;

@@ -28,7 +28,7 @@
 //! 6. DNS rendering: [`coredns`] (the writes into the CoreDNS ConfigMaps: Corefile,
 //!    `coredns-custom`, node-local-dns) with the [`corefile`] editor, [`hosts`] (the node
 //!    agents' hosts file), [`external_dns`] (`DNSEndpoint`s), [`kube_dns`] (`stubDomains`).
-//! 7. [`plan`]: the plan value; [`desired`] runs the stages.
+//! 7. [`plan`]: the plan value, with its errors ([`PlanError`]); [`desired`] runs the stages.
 //!
 //! On top: [`load`] (cluster objects from YAML text) and [`render`] (text, diff and YAML forms
 //! of a plan).
@@ -42,6 +42,7 @@ pub mod coredns;
 pub mod corefile;
 mod desired;
 pub mod discovery;
+mod error;
 pub mod escape;
 pub mod external_dns;
 pub mod hostnames;
@@ -66,6 +67,7 @@ pub use config::{CureMode, DnsMode, NodeLocalDns, PlannerConfig};
 pub use coredns::cluster_dns_service;
 pub use desired::desired;
 pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};
+pub use error::PlanError;
 pub use hostnames::{Conflict, Hostname};
 pub use name::WildcardLabels;
 pub use plan::{

@@ -14,6 +14,7 @@ pub use crate::coredns::{
     CorednsFacts, DnsChange, DnsRedirect, DnsWrite, NodeLocalDnsFacts, WriteEdit,
 };
 use crate::discovery::NotNeeded;
+use crate::error::PlanError;
 use crate::hostnames::Conflict;
 use crate::kube_dns::StubDomains;
 use crate::native::{CureChoice, NativeAction};
@@ -64,7 +65,8 @@ pub struct Plan {
     pub verification: Verification,
     /// Problems that stop part of the plan from being applied (nothing is written for that
     /// part), e.g. a Corefile without a `kubernetes` block. Non-empty means "exit non-zero".
-    pub errors: Vec<String>,
+    /// Serialized as their messages.
+    pub errors: Vec<PlanError>,
     /// Everything else worth knowing, sorted.
     pub warnings: Vec<Warning>,
 }

@@ -226,7 +226,9 @@ fn a_brace_less_single_server_corefile_is_refused_for_what_it_is() {
     );
     let plan = plan(corefile, &["shop.example.com"]);
     assert!(
-        plan.errors.iter().any(|e| e.contains("has no braces")),
+        plan.errors
+            .iter()
+            .any(|e| e.to_string().contains("has no braces")),
         "{:?}",
         plan.errors
     );

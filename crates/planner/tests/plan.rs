@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use hairpin_planner::load::load_yaml;
 use hairpin_planner::{
-    ClusterSnapshot, DnsMode, ObjectRef, PlannerConfig, ProxyHeader, SkipReason,
+    ClusterSnapshot, DnsMode, ObjectRef, PlanError, PlannerConfig, ProxyHeader, SkipReason,
     cluster_dns_service, corefile, desired, render,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServicePort};
@@ -326,11 +326,12 @@ fn corefile_without_kubernetes_block_is_an_error_and_nothing_is_written() {
     let plan = desired(&snapshot, &PlannerConfig::default());
     assert!(plan.dns.is_none());
     assert!(plan.has_errors());
+    let message = plan.errors[0].to_string();
     assert!(
-        plan.errors[0].contains("kube-system/coredns") && plan.errors[0].contains("kubernetes"),
-        "{:?}",
-        plan.errors
+        message.contains("kube-system/coredns") && message.contains("kubernetes"),
+        "{message}"
     );
+    assert_eq!(plan.errors[0].metric_label(), "no_kubernetes_block");
     let yaml = render::yaml(&plan).unwrap();
     assert!(!yaml.contains("name: coredns"), "{yaml}");
     // The rest of the plan is still computed.
@@ -350,12 +351,19 @@ fn a_corefile_that_fits_alone_but_not_beside_the_other_keys_is_refused() {
     snapshot.config_maps = vec![cm];
     let plan = desired(&snapshot, &PlannerConfig::default());
     assert!(plan.dns.is_none(), "nothing is planned for CoreDNS");
+    let message = plan.errors[0].to_string();
     assert!(
-        plan.errors[0].starts_with("ConfigMap kube-system/coredns: with the hairpin rules in key Corefile its keys would hold")
-            && plan.errors[0].contains("over the 1048576-byte ConfigMap limit"),
+        message.starts_with("ConfigMap kube-system/coredns: with the hairpin rules in key Corefile its keys would hold")
+            && message.contains("over the 1048576-byte ConfigMap limit"),
+        "{message}"
+    );
+    assert!(
+        matches!(&plan.errors[0], PlanError::ConfigMapTooLarge { config_map, key, bytes, limit }
+            if config_map.to_string() == "kube-system/coredns" && key == "Corefile" && bytes > limit),
         "{:?}",
         plan.errors
     );
+    assert_eq!(plan.errors[0].metric_label(), "config_map_too_large");
     let yaml = render::yaml(&plan).unwrap();
     assert!(!yaml.contains("name: coredns"), "never written: {yaml}");
 
@@ -371,10 +379,11 @@ fn missing_coredns_config_map_is_an_error() {
     let plan = desired(&snapshot, &PlannerConfig::default());
     assert!(plan.dns.is_none());
     assert!(
-        plan.errors[0].contains("no CoreDNS ConfigMap"),
+        plan.errors[0].to_string().contains("no CoreDNS ConfigMap"),
         "{:?}",
         plan.errors
     );
+    assert_eq!(plan.errors[0].metric_label(), "no_coredns_config_map");
 }
 
 #[test]
@@ -1225,7 +1234,7 @@ fn the_rules_go_to_the_port_the_cluster_dns_service_targets() {
     let plan = desired(&snapshot, &config);
     assert!(plan.dns.is_none(), "{:?}", plan.dns);
     assert!(
-        plan.errors.iter().any(|e| e.contains("9053")),
+        plan.errors.iter().any(|e| e.to_string().contains("9053")),
         "{:?}",
         plan.errors
     );
