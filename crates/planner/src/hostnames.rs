@@ -270,7 +270,7 @@ impl Collector<'_> {
                         format!("Service {svc_ref} annotation {key}"),
                     ));
                     for host in value.split(',').filter(|h| !h.trim().is_empty()) {
-                        self.add(&svc_ref, host, &origin, WildcardLabels::One);
+                        self.add(&svc_ref, host, origin, WildcardLabels::One);
                     }
                 }
             }
@@ -297,9 +297,8 @@ impl Collector<'_> {
             }
             let ing_ref = ObjectRef::from_meta(&ing.metadata);
             let hosts = ingress_hosts(ing);
-            let (annotation_origin, annotated) =
-                external_dns_hosts(&ing.metadata, "Ingress", &ing_ref);
-            if hosts.is_empty() && annotated.is_empty() {
+            let annotated = external_dns_hosts(&ing.metadata, "Ingress", &ing_ref);
+            if hosts.is_empty() && annotated.is_none() {
                 continue;
             }
             let origin = Origin::new("Ingress", ing_ref);
@@ -308,14 +307,14 @@ impl Collector<'_> {
                 continue;
             }
             let origin = self.origin(origin);
-            let annotation_origin = (!annotated.is_empty()).then(|| self.origin(annotation_origin));
+            let annotated = annotated.map(|(origin, hosts)| (self.origin(origin), hosts));
             for lb in lbs {
                 for host in &hosts {
-                    self.add(lb, host, &origin, WildcardLabels::One);
+                    self.add(lb, host, origin, WildcardLabels::One);
                 }
-                if let Some(annotation_origin) = &annotation_origin {
-                    for host in &annotated {
-                        self.add(lb, host, annotation_origin, WildcardLabels::One);
+                if let Some((annotation_origin, annotated)) = &annotated {
+                    for host in annotated {
+                        self.add(lb, host, *annotation_origin, WildcardLabels::One);
                     }
                 }
             }
@@ -390,16 +389,15 @@ impl Collector<'_> {
             let hosts = self.gateway_hosts(gw, &gw_ref, gw_routes);
             // external-dns names on the Gateway are exact names, or wildcards in the Ingress
             // sense.
-            let (annotation_origin, annotated) =
-                external_dns_hosts(&gw.metadata, "Gateway", &gw_ref);
-            let annotation_origin = (!annotated.is_empty()).then(|| self.origin(annotation_origin));
+            let annotated = external_dns_hosts(&gw.metadata, "Gateway", &gw_ref)
+                .map(|(origin, hosts)| (self.origin(origin), hosts));
             for lb in lbs {
                 for (host, origin) in &hosts {
-                    self.add(lb, host, origin, WildcardLabels::OneOrMore);
+                    self.add(lb, host, *origin, WildcardLabels::OneOrMore);
                 }
-                if let Some(annotation_origin) = &annotation_origin {
-                    for host in &annotated {
-                        self.add(lb, host, annotation_origin, WildcardLabels::One);
+                if let Some((annotation_origin, annotated)) = &annotated {
+                    for host in annotated {
+                        self.add(lb, host, *annotation_origin, WildcardLabels::One);
                     }
                 }
             }
@@ -422,7 +420,7 @@ impl Collector<'_> {
             }
             let listener_host = listener.hostname.as_deref().map(|h| h.to_ascii_lowercase());
             if let Some(h) = &listener_host {
-                hosts.push((h.clone(), gw_origin.clone()));
+                hosts.push((h.clone(), gw_origin));
             }
             // Namespaces are not in the snapshot, so a `Selector` is taken as allowing all.
             let same_only = listener
@@ -469,11 +467,8 @@ impl Collector<'_> {
         ));
         // external-dns's route sources add the annotation's names to spec.hostnames
         // and match both against the listener alike.
-        let mut route_hosts: Vec<(&String, Source)> = route
-            .hostnames
-            .iter()
-            .map(|h| (h, route_source.clone()))
-            .collect();
+        let mut route_hosts: Vec<(&String, Source)> =
+            route.hostnames.iter().map(|h| (h, route_source)).collect();
         if !route.annotated.is_empty() {
             let annotation_source = self.origin(Origin::with_text(
                 route.kind,
@@ -483,12 +478,7 @@ impl Collector<'_> {
                     route.kind, route.namespace, route.name
                 ),
             ));
-            route_hosts.extend(
-                route
-                    .annotated
-                    .iter()
-                    .map(|h| (h, annotation_source.clone())),
-            );
+            route_hosts.extend(route.annotated.iter().map(|h| (h, annotation_source)));
         }
         match (listener_host, route_hosts.is_empty()) {
             (Some(lh), true) => hosts.push((lh.to_owned(), route_source)),
@@ -544,7 +534,7 @@ impl Collector<'_> {
             let origin = self.origin(origin);
             for lb in lbs {
                 for host in &hosts {
-                    self.add(lb, host, &origin, source.kind.wildcard_labels());
+                    self.add(lb, host, origin, source.kind.wildcard_labels());
                 }
             }
         }
@@ -606,18 +596,23 @@ fn is_ignored(meta: &ObjectMeta, key: &str) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
-/// The external-dns hostnames on an object matched to a load balancer, and their origin.
+/// The external-dns hostnames on an object matched to a load balancer, with their origin;
+/// `None` when it has none (then nothing is built: most objects have none).
 fn external_dns_hosts(
     meta: &ObjectMeta,
     kind: &'static str,
     object: &ObjectRef,
-) -> (Origin, Vec<String>) {
+) -> Option<(Origin, Vec<String>)> {
+    let hosts = annotated_hosts(meta);
+    if hosts.is_empty() {
+        return None;
+    }
     let origin = Origin::with_text(
         kind,
         object.clone(),
         format!("{kind} {object} annotation {EXTERNAL_DNS_ANNOTATION}"),
     );
-    (origin, annotated_hosts(meta))
+    Some((origin, hosts))
 }
 
 /// The names of external-dns's hostname annotation (comma-separated, whitespace tolerated).
@@ -730,15 +725,15 @@ fn one_service(
     }
 }
 
-/// An origin the collector has recorded: hostnames it claims refer to it by index.
-#[derive(Clone)]
-struct Source {
-    origin: Origin,
-    index: u32,
-}
+/// An origin the collector has recorded ([`Collector::sources`]): hostnames it claims refer
+/// to it by index.
+#[derive(Clone, Copy)]
+struct Source(u32);
 
 /// One admitted claim: a hostname for a load balancer from a source.
 struct Claim {
+    /// [`prefix_key`] of `host`: claims are sorted by it first.
+    key: u128,
     /// Normalized hostname (`*.suffix` for a wildcard).
     host: String,
     /// Index into [`Collector::lbs`].
@@ -756,8 +751,8 @@ struct Collector<'a> {
     /// The load balancers, sorted: a claim's `lb` index orders like the reference.
     lbs: Vec<&'a ObjectRef>,
     claims: Vec<Claim>,
-    /// Source texts (`Ingress shop/web`), by index.
-    sources: Vec<String>,
+    /// The origins of the claims, by index ([`Source`]).
+    sources: Vec<Origin>,
     refused: Vec<Refusal>,
     warnings: Vec<Warning>,
     admission: Admission<'a>,
@@ -767,14 +762,14 @@ impl Collector<'_> {
     /// Records `origin` as a source of hostnames.
     fn origin(&mut self, origin: Origin) -> Source {
         let index = u32::try_from(self.sources.len()).expect("fewer than 2^32 sources");
-        self.sources.push(origin.text.clone());
-        Source { origin, index }
+        self.sources.push(origin);
+        Source(index)
     }
 
     /// Records `host` for `lb` if the admission policy lets `source` claim it; `labels` is
     /// what a wildcard means in `source`.
-    fn add(&mut self, lb: &ObjectRef, host: &str, source: &Source, labels: WildcardLabels) {
-        let origin = &source.origin;
+    fn add(&mut self, lb: &ObjectRef, host: &str, source: Source, labels: WildcardLabels) {
+        let origin = &self.sources[source.0 as usize];
         // The hostname is kept as written (a field); the texts are escaped (see `Refusal`).
         let refuse = |hostname: String, (reason, detail): (RefusalReason, String)| Refusal {
             hostname,
@@ -807,10 +802,12 @@ impl Collector<'_> {
             .lbs
             .binary_search(&lb)
             .expect("hostnames are collected for known load balancers only");
+        let host = String::from(parsed);
         self.claims.push(Claim {
-            host: String::from(parsed),
+            key: prefix_key(&host),
+            host,
             lb: u32::try_from(lb).expect("fewer than 2^32 load balancers"),
-            source: source.index,
+            source: source.0,
             labels,
         });
     }
@@ -824,24 +821,31 @@ impl Collector<'_> {
             .extend(self.refused.iter().map(Refusal::warning));
         out.refused = std::mem::take(&mut self.refused);
         let sources = &self.sources;
+        let text = |i: u32| sources[i as usize].text.as_str();
+        // By hostname (its prefix key first: most comparisons end there), load balancer and
+        // source text.
         self.claims.sort_unstable_by(|a, b| {
-            (a.host.as_str(), a.lb)
-                .cmp(&(b.host.as_str(), b.lb))
-                .then_with(|| sources[a.source as usize].cmp(&sources[b.source as usize]))
+            a.key
+                .cmp(&b.key)
+                .then_with(|| (a.host.as_str(), a.lb).cmp(&(b.host.as_str(), b.lb)))
+                .then_with(|| text(a.source).cmp(text(b.source)))
         });
+        // Per load balancer (by index), its hostnames, in hostname order.
+        let mut per_lb: Vec<Vec<Hostname>> = vec![Vec::new(); self.lbs.len()];
+        // Every claim of one hostname: the load balancers, and for the one load balancer of an
+        // unconflicted name, its sources.
+        let (mut lbs, mut names): (Vec<u32>, Vec<u32>) = (Vec::new(), Vec::new());
         let mut claims = self.claims.into_iter().peekable();
         while let Some(first) = claims.next() {
-            // Every claim of this hostname: the load balancers, and for the one load balancer
-            // of an unconflicted name, its sources.
-            let mut lbs = vec![first.lb];
-            let mut names = vec![first.source];
+            lbs.clear();
+            lbs.push(first.lb);
+            names.clear();
+            names.push(first.source);
             let mut labels = first.labels;
-            while let Some(next) = claims.next_if(|c| c.host == first.host) {
+            while let Some(next) = claims.next_if(|c| c.key == first.key && c.host == first.host) {
                 if next.lb != *lbs.last().expect("not empty") {
                     lbs.push(next.lb);
-                } else if sources[next.source as usize]
-                    != sources[*names.last().expect("not empty") as usize]
-                {
+                } else if text(next.source) != text(*names.last().expect("not empty")) {
                     names.push(next.source);
                 }
                 labels = labels.max(next.labels);
@@ -864,24 +868,33 @@ impl Collector<'_> {
                 });
                 continue;
             }
-            let lb = self.lbs[first.lb as usize];
-            let hostname = Hostname {
+            per_lb[first.lb as usize].push(Hostname {
                 wildcard_labels: host.starts_with("*.").then_some(labels),
                 name: host,
-                sources: names.iter().map(|&i| sources[i as usize].clone()).collect(),
-            };
-            match out.per_lb.get_mut(lb) {
-                Some(list) => list.push(hostname),
-                None => {
-                    out.per_lb.insert(lb.clone(), vec![hostname]);
-                }
-            }
+                sources: names.iter().map(|&i| text(i).to_owned()).collect(),
+            });
         }
+        out.per_lb = self
+            .lbs
+            .iter()
+            .zip(per_lb)
+            .filter(|(_, hostnames)| !hostnames.is_empty())
+            .map(|(lb, hostnames)| ((*lb).clone(), hostnames))
+            .collect();
         self.warnings.sort();
         self.warnings.dedup();
         out.warnings = self.warnings;
         out
     }
+}
+
+/// The first 16 bytes of `s`, zero-padded, as a big-endian number: `prefix_key(a) <
+/// prefix_key(b)` implies `a < b`, so a sort compares the strings only on equal keys.
+fn prefix_key(s: &str) -> u128 {
+    let mut bytes = [0; 16];
+    let n = s.len().min(16);
+    bytes[..n].copy_from_slice(&s.as_bytes()[..n]);
+    u128::from_be_bytes(bytes)
 }
 
 /// The hosts of an Ingress's rules and TLS sections, each once (a rule host is usually in
