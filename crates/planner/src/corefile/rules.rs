@@ -372,7 +372,25 @@ fn group<'a>(entries: &[&'a DnsEntry]) -> Result<ByTarget<'a>, CorefileError> {
 
 /// RE2 escaping for a DNS name (only `.` can occur).
 fn escape(name: &str) -> String {
-    name.replace('.', "\\.")
+    let mut out = String::with_capacity(escaped_len(name));
+    push_escaped(&mut out, name);
+    out
+}
+
+/// [`escape`], onto `out`.
+fn push_escaped(out: &mut String, name: &str) {
+    for c in name.chars() {
+        if c == '.' {
+            out.push_str("\\.");
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// The length of [`escape`]`(name)`.
+fn escaped_len(name: &str) -> usize {
+    name.len() + name.bytes().filter(|&b| b == b'.').count()
 }
 
 /// Which `rewrite` syntax the target CoreDNS understands.
@@ -582,32 +600,47 @@ pub(super) fn is_managed_line(line: &str) -> bool {
         || matches!(t, "fallthrough" | "}")
 }
 
-/// Split a list of alternatives into `^(?:a|b|...)SUFFIX$` patterns within the budget.
-fn chunked(alternatives: Vec<String>, prefix: &str, suffix: &str) -> Vec<String> {
+/// Split a list of names into `^PREFIX(?:a|b|...)SUFFIX$` patterns (each name escaped) within
+/// the budget. The names are escaped straight into the patterns: at 20,000 names, an escaped
+/// copy of each cost as much as the rest of the rendering.
+fn chunked(names: &[&str], prefix: &str, suffix: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut current: Vec<String> = Vec::new();
-    let mut len = 0;
-    for alt in alternatives {
-        if !current.is_empty() && len + alt.len() + 1 > REGEX_PATTERN_BUDGET {
-            out.push(join_pattern(&current, prefix, suffix));
-            current.clear();
-            len = 0;
+    let (mut start, mut len) = (0, 0);
+    for (i, name) in names.iter().enumerate() {
+        let alt = escaped_len(name);
+        if i > start && len + alt + 1 > REGEX_PATTERN_BUDGET {
+            out.push(join_pattern(&names[start..i], len, prefix, suffix));
+            (start, len) = (i, 0);
         }
-        len += alt.len() + 1;
-        current.push(alt);
+        len += alt + 1;
     }
-    if !current.is_empty() {
-        out.push(join_pattern(&current, prefix, suffix));
+    if start < names.len() {
+        out.push(join_pattern(&names[start..], len, prefix, suffix));
     }
     out
 }
 
-fn join_pattern(alts: &[String], prefix: &str, suffix: &str) -> String {
-    if alts.len() == 1 {
-        format!("^{prefix}{}{suffix}$", alts[0])
+/// `^PREFIX(?:a|b|...)SUFFIX$` of `names` (escaped; `len`: their escaped lengths plus one
+/// each), or `^PREFIXaSUFFIX$` of one name.
+fn join_pattern(names: &[&str], len: usize, prefix: &str, suffix: &str) -> String {
+    let mut out = String::with_capacity(len + prefix.len() + suffix.len() + 6);
+    out.push('^');
+    out.push_str(prefix);
+    if let [name] = names {
+        push_escaped(&mut out, name);
     } else {
-        format!("^{prefix}(?:{}){suffix}$", alts.join("|"))
+        out.push_str("(?:");
+        for (i, name) in names.iter().enumerate() {
+            if i > 0 {
+                out.push('|');
+            }
+            push_escaped(&mut out, name);
+        }
+        out.push(')');
     }
+    out.push_str(suffix);
+    out.push('$');
+    out
 }
 
 /// Exact names as flat alternations of whole names, `^(?:a\.example\.com|b\.example\.org)\.$`,
@@ -618,7 +651,7 @@ fn join_pattern(alts: &[String], prefix: &str, suffix: &str) -> String {
 /// group's first label at every query (measured: 744 us against 2.9 us per query at 20,000
 /// names, docs/dns-cost.md).
 fn flat_patterns(names: &[&str]) -> Vec<String> {
-    chunked(names.iter().map(|n| escape(n)).collect(), "", "\\.")
+    chunked(names, "", "\\.")
 }
 
 /// One-label wildcards: `^[^.]+\.(?:a\.com|b\.org)\.$`. A suffix with heads in `cut` gets
@@ -650,7 +683,7 @@ fn cut_patterns(
             .filter(|h| labels.covers(h))
             .collect();
         if heads.is_empty() {
-            plain.push(escape(s));
+            plain.push(*s);
         } else {
             heads.sort_unstable();
             heads.dedup();
@@ -658,7 +691,7 @@ fn cut_patterns(
             own.push(format!("^{head}\\.{}\\.$", escape(s)));
         }
     }
-    let mut out = chunked(plain, prefix, "\\.");
+    let mut out = chunked(&plain, prefix, "\\.");
     out.append(&mut own);
     out
 }
