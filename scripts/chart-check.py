@@ -65,6 +65,7 @@ COMBINATIONS = {
         {"DaemonSet", "NetworkPolicy", "ServiceMonitor", "PodMonitor", "PrometheusRule"},
     ),
     "external-dns mode": (["coredns.dnsMode=external-dns"], {"Role", "Deployment"}),
+    "no receiver ConfigMaps": (["receivers.configMaps=null"], {"ClusterRole"}),
     "everything off": (
         [
             "uninstallHook.enabled=false",
@@ -273,6 +274,7 @@ def check_render(chart, name, sets, expected_kinds, metrics):
                     fail("%s: kubernetes-validate has no schema for it (Kubernetes %s)" % (where, version))
     check_node_agent_rbac(docs, name)
     check_dns_endpoint_rbac(docs, name, values)
+    check_config_map_rbac(docs, name)
     check_test_pod_rbac(docs, name, doctor_reads(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     missing = expected_kinds - kinds
     if missing:
@@ -315,6 +317,18 @@ def check_node_agent_rbac(docs, name):
                         or not set(rule.get("verbs") or []) <= {"get", "list", "watch"}
                     ):
                         fail("[%s] the node agent may only read ConfigMap %s/hairpin-hosts, not %r in %s" % (name, NAMESPACE, rule, namespace))
+
+
+def check_config_map_rbac(docs, name):
+    """No grant of the chart reads or writes ConfigMaps cluster-wide: every ConfigMap rule of a
+    ClusterRole names its ConfigMaps (the receivers' by name; an empty receivers.configMaps
+    renders no rule, never one without resourceNames)."""
+    for doc in docs:
+        if doc["kind"] != "ClusterRole":
+            continue
+        for rule in doc.get("rules") or []:
+            if "configmaps" in (rule.get("resources") or []) and not rule.get("resourceNames"):
+                fail("[%s] ClusterRole %s grants every ConfigMap: %r" % (name, doc["metadata"]["name"], rule))
 
 
 def doctor_reads(repo):

@@ -420,6 +420,14 @@ impl Reconciler {
         let started = Instant::now();
         self.metrics.reconciles.inc();
         let mut snapshot = caches.snapshot();
+        // Do no harm: a receiver whose ConfigMap was just named (a new workload, a new
+        // leader) is read before anything is planned for its load balancer; the watch wakes
+        // the loop once it has listed.
+        let waiting = caches.follow_receivers(&snapshot);
+        if !waiting.is_empty() {
+            tracing::debug!(waiting = %waiting.join(", "), "waiting for the receivers' ConfigMaps to list before planning");
+            return Ok(Some(Instant::now() + Duration::from_millis(500)));
+        }
         if let Some(upstream) = &self.upstream {
             snapshot.resolutions = upstream.resolutions();
         }
@@ -906,6 +914,31 @@ impl Reconciler {
             let note = format!("no hairpin needed: {}", skipped.reason.describe());
             self.events
                 .publish(&regarding, false, reason::NOT_NEEDED, note)
+                .await;
+        }
+        // A load balancer and its receiver that disagree: kept (its cure was in place) or
+        // left alone; either way a Warning on the Service with both settings and the fix.
+        let kept = plan.load_balancers.iter().filter_map(|lb| {
+            let l = &lb.load_balancer;
+            Some((&l.service, l.receiver_mismatch.clone()?))
+        });
+        let subject =
+            |svc: &ObjectRef| hairpin_planner::escape::text(&format!("Service {svc}")).into_owned();
+        let left = plan
+            .not_needed
+            .iter()
+            .filter(|n| n.reason == hairpin_planner::SkipReason::ReceiverMismatch)
+            .filter_map(|n| {
+                let warning = plan.warnings.iter().find(|w| {
+                    w.subject == subject(&n.service) && w.message.starts_with("BROKEN")
+                })?;
+                Some((&n.service, warning.message.clone()))
+            });
+        let mismatches: Vec<(&ObjectRef, String)> = kept.chain(left).collect();
+        for (svc, message) in mismatches {
+            let regarding = regarding_service(svc);
+            self.events
+                .publish(&regarding, true, reason::RECEIVER_MISMATCH, message)
                 .await;
         }
         for conflict in &plan.conflicts {

@@ -137,10 +137,43 @@ pub struct HairpinStatus {
     /// measured by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub propagation_seconds: Option<f64>,
-    /// `ServiceWritten`, `DNSWritten`, `DNSEffective`, `ProxyReady`, `NativeCure` and `Ready`.
+    /// The receiver of the load balancer's traffic (its ingress controller or Gateway) and
+    /// its PROXY setting, when hairpin found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<ReceiverStatus>,
+    /// `ServiceWritten`, `DNSWritten`, `DNSEffective`, `ProxyReady`, `NativeCure` and `Ready`;
+    /// `ReceiverMismatch` while the load balancer and its receiver disagree.
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// The receiver of a load balancer and its PROXY setting (docs/receivers.md). Every field is
+/// escaped (it quotes the tenant's objects).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiverStatus {
+    /// The implementation: `ingress-nginx`, `Envoy Gateway`, `Traefik`... or `unknown
+    /// receiver`.
+    pub implementation: String,
+    /// What receives the traffic, e.g. `Deployment ingress-nginx/ingress-nginx-controller`
+    /// or `Gateway infra/public`.
+    #[serde(default)]
+    pub workload: String,
+    /// What the receiver does with a connection without a PROXY header: `required` (refused),
+    /// `optional` (served), `off` (the receiver expects no header) or `unknown`.
+    pub proxy_protocol: String,
+    /// The setting as read (`use-proxy-protocol: "true"`), or why it could not be read.
+    #[serde(default)]
+    pub setting: String,
+    /// Where it was read, e.g. `ConfigMap ingress-nginx/ingress-nginx-controller`.
+    #[serde(default)]
+    pub read_from: String,
+    /// Set while the load balancer and its receiver disagree about the PROXY protocol
+    /// (broken for clients outside the cluster too): both settings and the fix. hairpin
+    /// keeps the cure it had in place and changes nothing else until they agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<String>,
 }
 
 /// One redirected hostname.
@@ -204,6 +237,11 @@ pub mod condition {
     /// In-cluster clients reach the load balancer as they should: on the DNS cure every
     /// condition above but `NativeCure`; on the native cure, `NativeCure`.
     pub const READY: &str = "Ready";
+    /// Present (`True`, reason `Mismatch`) only while the load balancer and its receiver
+    /// disagree about the PROXY protocol: broken for clients outside the cluster too; hairpin
+    /// keeps its cure as it was and changes nothing else for it. Not part of `Ready` (the
+    /// in-cluster clients hairpin serves are not affected).
+    pub const RECEIVER_MISMATCH: &str = "ReceiverMismatch";
     /// `status.dns` of a load balancer on the native cure.
     pub const DNS_NOT_USED: &str = "NotUsed";
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use futures::FutureExt as _;
 use hairpin_planner::external_dns::{self, DnsEndpoint};
+use hairpin_planner::receivers::Receiver;
 use hairpin_planner::render::unified_diff;
 use hairpin_planner::{
     ClusterSnapshot, DnsChange, LoadBalancerPlan, Plan, PlannerConfig, Verification,
@@ -85,8 +86,23 @@ pub async fn observe(
     if !caches.is_synced() {
         return Err(Error::Read("the watches ended before they listed".into()));
     }
+    // The ConfigMaps the receivers name, as the controller reads them before it plans.
+    let snapshot = loop {
+        let snapshot = caches.snapshot();
+        let waiting = caches.follow_receivers(&snapshot);
+        if waiting.is_empty() {
+            break snapshot;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::Read(format!(
+                "timed out after {timeout:?} still listing {}",
+                waiting.join(", ")
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let observed = Observed {
-        snapshot: caches.snapshot(),
+        snapshot,
         hairpins: caches.hairpins(),
     };
     drop(stop_tx);
@@ -521,11 +537,17 @@ pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
         "source": source,
         "complete": !plan.has_errors(),
         "loadBalancers": plan.load_balancers.iter().map(load_balancer_json).collect::<Vec<_>>(),
-        "notNeeded": plan.not_needed.iter().map(|n| json!({
-            "service": n.service.to_string(),
-            "reason": n.reason,
-            "message": n.reason.describe(),
-        })).collect::<Vec<_>>(),
+        "notNeeded": plan.not_needed.iter().map(|n| {
+            let mut entry = json!({
+                "service": n.service.to_string(),
+                "reason": n.reason,
+                "message": n.reason.describe(),
+            });
+            if let Some(receiver) = &n.receiver {
+                entry["receiver"] = receiver_json(receiver, None);
+            }
+            entry
+        }).collect::<Vec<_>>(),
         "conflicts": plan.conflicts.iter().map(|c| json!({
             "hostname": c.hostname,
             "loadBalancers": c.load_balancers.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -590,7 +612,7 @@ pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
 /// One load balancer of `loadBalancers`: its hairpin Service, routes and hostnames.
 fn load_balancer_json(lb: &LoadBalancerPlan) -> Value {
     let l = &lb.load_balancer;
-    json!({
+    let mut value = json!({
         "service": l.service.to_string(),
         "addresses": l.ips,
         "proxySources": l.proxy_sources,
@@ -607,7 +629,30 @@ fn load_balancer_json(lb: &LoadBalancerPlan) -> Value {
             "wildcardLabels": h.wildcard_labels,
             "sources": h.sources,
         })).collect::<Vec<_>>(),
-    })
+    });
+    // Only where one was found, so that other documents keep their exact shape.
+    if let Some(receiver) = &l.receiver {
+        value["receiver"] = receiver_json(receiver, l.receiver_mismatch.as_deref());
+    }
+    value
+}
+
+/// `receiver` of a load balancer: the implementation, what receives the traffic, its PROXY
+/// setting (`required`, `optional`, `off`, `unknown`) and where it was read, as the `Hairpin`
+/// status shows them; `mismatch` while it and the load balancer disagree.
+fn receiver_json(receiver: &Receiver, mismatch: Option<&str>) -> Value {
+    let mut value = json!({
+        "implementation": receiver.implementation,
+        "name": receiver.implementation.name(),
+        "workload": receiver.workload,
+        "proxyProtocol": receiver.requirement.as_str(),
+        "setting": receiver.setting,
+        "readFrom": receiver.read_from,
+    });
+    if let Some(mismatch) = mismatch {
+        value["mismatch"] = json!(mismatch);
+    }
+    value
 }
 
 /// `verification`: the mode, the names not verified, the wildcards passed through.

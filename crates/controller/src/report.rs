@@ -50,6 +50,10 @@ pub mod reason {
     /// Another writer (an upgraded cloud controller) set `ipMode: Proxy` itself: hairpin
     /// stepped back from that load balancer's status.
     pub const IP_MODE_HANDED_OVER: &str = "IpModeHandedOver";
+    /// A load balancer and its receiver disagree about the PROXY protocol (broken for clients
+    /// outside the cluster too); the note names both settings and the fix. hairpin keeps the
+    /// cure it had in place and changes nothing else for it.
+    pub const RECEIVER_MISMATCH: &str = "ReceiverMismatch";
 }
 
 /// (namespace, kind/name, reason) of an Event.

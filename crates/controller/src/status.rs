@@ -24,8 +24,8 @@ use kube::{Api, ResourceExt};
 use tokio::sync::Notify;
 
 use crate::crd::{
-    Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, RefusedHostname, UnverifiedHostname,
-    condition, cure_reason,
+    Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, ReceiverStatus, RefusedHostname,
+    UnverifiedHostname, condition, cure_reason,
 };
 use crate::error::is_not_found;
 use crate::metrics::Metrics;
@@ -183,6 +183,7 @@ fn planned_status(plan: &Plan, lb: &LoadBalancerPlan) -> HairpinStatus {
             .collect(),
         refused: refused_of(plan, svc),
         unverified: unverified_of(plan, svc),
+        receiver: receiver_status(&lb.load_balancer),
         dns_mode: plan.dns.as_ref().map(|d| d.mode.as_str().to_owned()),
         dns_endpoints: plan
             .dns
@@ -198,6 +199,21 @@ fn planned_status(plan: &Plan, lb: &LoadBalancerPlan) -> HairpinStatus {
             .unwrap_or_default(),
         ..HairpinStatus::default()
     }
+}
+
+/// `status.receiver`: the receiver the planner found, escaped (it quotes the tenant's
+/// workloads and settings); with the mismatch the planner warned about (escaped already).
+fn receiver_status(lb: &hairpin_planner::LoadBalancer) -> Option<ReceiverStatus> {
+    let r = lb.receiver.as_ref()?;
+    let text = |s: &str| hairpin_planner::escape::text(s).into_owned();
+    Some(ReceiverStatus {
+        implementation: r.implementation.name().to_owned(),
+        workload: text(&r.workload),
+        proxy_protocol: r.requirement.as_str().to_owned(),
+        setting: text(&r.setting),
+        read_from: text(&r.read_from),
+        mismatch: lb.receiver_mismatch.clone(),
+    })
 }
 
 /// `status.nativeCure`: the planner's progress word.
@@ -655,9 +671,11 @@ impl StatusWriter {
             .into();
             (parts, ready)
         };
+        let mismatch = receiver_mismatch(status);
         status.conditions = parts
             .into_iter()
             .chain([native, ready])
+            .chain(mismatch)
             .map(|part| stamp.condition(part))
             .collect();
     }
@@ -937,6 +955,17 @@ fn native_cure(status: &HairpinStatus) -> Part {
         reason,
         status.cure_reason.clone(),
     )
+}
+
+/// `ReceiverMismatch`, while the load balancer and its receiver disagree.
+fn receiver_mismatch(status: &HairpinStatus) -> Option<Part> {
+    let mismatch = status.receiver.as_ref()?.mismatch.as_ref()?;
+    Some(Part::new(
+        condition::RECEIVER_MISMATCH,
+        Some(true),
+        "Mismatch",
+        mismatch.clone(),
+    ))
 }
 
 /// `DNSWritten` and `DNSEffective` of a load balancer on the native cure: it has no DNS rule.

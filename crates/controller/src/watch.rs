@@ -26,8 +26,8 @@ use hairpin_planner::sources::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -38,6 +38,10 @@ use tokio::sync::{Notify, watch};
 use crate::crd::Hairpin;
 use crate::error::{is_not_found, kube_error_label};
 use crate::metrics::Metrics;
+
+mod receivers;
+
+pub use receivers::CONFIG_MAP_GRACE as RECEIVER_CONFIG_MAP_GRACE;
 
 /// How often an absent Gateway API is probed again.
 pub const GATEWAY_API_REPROBE: Duration = Duration::from_secs(60);
@@ -162,6 +166,9 @@ pub struct Caches {
     /// external-dns's CRD is installed. Their changes re-plan: external-dns writing their
     /// status, or someone changing or deleting one.
     dns_endpoints: Option<Cache<DynamicObject>>,
+    /// What the receivers of the load balancers are read from (issue 31): workloads, the
+    /// receivers' custom resources, and the ConfigMaps they name.
+    receivers: receivers::Receivers,
 }
 
 impl Caches {
@@ -180,7 +187,14 @@ impl Caches {
             failing: Arc::default(),
         };
         let config_maps = config_maps(client, config, &ctx, &stop);
+        let receivers = receivers::Receivers::start(
+            client,
+            &ctx,
+            futures::FutureExt::shared(futures::FutureExt::boxed(stop.clone())),
+            config.read_config_maps().into_iter().collect(),
+        );
         Self {
+            receivers,
             services: required_slimmed(
                 Api::all(client.clone()),
                 watcher::Config::default(),
@@ -263,6 +277,7 @@ impl Caches {
             && self.endpoint_slices.is_synced()
             && self.hairpins.is_synced()
             && self.dns_endpoints.as_ref().is_none_or(Cache::is_synced)
+            && self.receivers.is_synced()
     }
 
     /// The caches that have not listed yet (empty once synced), each with its last error.
@@ -283,6 +298,7 @@ impl Caches {
         .into_iter()
         .chain(self.config_maps.iter().map(Cache::unsynced))
         .flatten()
+        .chain(self.receivers.unsynced())
         .collect()
     }
 
@@ -310,6 +326,16 @@ impl Caches {
         if let Some(endpoints) = &self.dns_endpoints {
             endpoints.wait_synced().await;
         }
+        self.receivers.wait_synced().await;
+    }
+
+    /// Follows the ConfigMaps the receivers of `snapshot`'s load balancers name (watched by
+    /// name, started and stopped as the workloads change); returns those just named that have
+    /// not listed yet: a plan made before they list would not see their setting (a receiver
+    /// that requires PROXY would look unknown, and a load balancer hairpinned for it would
+    /// lose its cure for a moment).
+    pub fn follow_receivers(&self, snapshot: &ClusterSnapshot) -> Vec<String> {
+        self.receivers.follow(snapshot)
     }
 
     /// Whether external-dns's `DNSEndpoint` CRD is served: `None` outside `--dns-mode
@@ -369,8 +395,17 @@ impl Caches {
     /// A point-in-time view of everything cached (the Ingresses are the cache's own, shared;
     /// a store replaces an object on change rather than mutating it).
     pub fn snapshot(&self) -> ClusterSnapshot {
+        let services = self.services.objects();
+        let lb_namespaces: std::collections::BTreeSet<&str> = services
+            .iter()
+            .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+            .filter_map(|s| s.metadata.namespace.as_deref())
+            .collect();
+        let receivers = self.receivers.objects(&lb_namespaces);
+        let mut config_maps: Vec<ConfigMap> =
+            self.config_maps.iter().flat_map(Cache::objects).collect();
+        config_maps.extend(self.receivers.config_maps());
         ClusterSnapshot {
-            services: self.services.objects(),
             ingresses: self.ingresses.shared(),
             ingress_classes: self.ingress_classes.objects(),
             gateways: self.gateways.objects(),
@@ -382,7 +417,7 @@ impl Caches {
                 .iter()
                 .flat_map(|(kind, cache)| custom_objects(*kind, cache))
                 .collect(),
-            config_maps: self.config_maps.iter().flat_map(Cache::objects).collect(),
+            config_maps,
             namespaces: self
                 .namespaces
                 .iter()
@@ -400,9 +435,8 @@ impl Caches {
                 .collect(),
             // The resolver's answers are not a cache of the API: the control loop adds them.
             resolutions: Default::default(),
-            // Not watched yet (issue 31): without them no receiver is found, and discovery
-            // decides from the annotations alone, as before.
-            receivers: Default::default(),
+            receivers,
+            services,
         }
     }
 
@@ -576,6 +610,7 @@ where
             &slot,
             kind,
             watch_error_label,
+            None,
         );
         tokio::select! {
             () = run => {}
@@ -669,10 +704,12 @@ async fn feed<K>(
     error: &ErrorSlot,
     kind: &'static str,
     error_label: fn(&watcher::Error) -> &'static str,
+    refused: Option<&receivers::Refused>,
 ) where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
+    use futures::future::Either;
     let events = reflector::reflector(
         writer,
         watcher::watcher(api, wc)
@@ -685,6 +722,9 @@ async fn feed<K>(
                 Ok(watcher::Event::InitDone) => {
                     set_error(error, None);
                     ctx.succeeded();
+                    if let Some(refused) = refused {
+                        refused.listed();
+                    }
                     tx.send_replace(SyncState::Synced);
                     ctx.changed.notify_one();
                 }
@@ -692,10 +732,16 @@ async fn feed<K>(
                 Ok(_) => ctx.changed.notify_one(),
                 Err(err) => {
                     set_error(error, Some(&err));
-                    ctx.failed(error_label(&err), kind, &err);
+                    let label = error_label(&err);
+                    // A read hairpin's grants may not cover: listed (empty), tried again later.
+                    if let Some(refused) = refused.filter(|_| label == "api_forbidden") {
+                        let wait = refused.refused(tx, ctx, &err);
+                        return Either::Right(tokio::time::sleep(wait));
+                    }
+                    ctx.failed(label, kind, &err);
                 }
             }
-            futures::future::ready(())
+            Either::Left(futures::future::ready(()))
         })
         .await;
 }
@@ -942,6 +988,7 @@ where
                 &slot,
                 kind,
                 |_| "watch_error",
+                None,
             )
             .await;
         };

@@ -994,7 +994,13 @@ fn chart_grants(coredns_config_maps: &[&str]) -> Vec<Grant> {
             &["cilium-config", "kube-dns"],
         ),
     ];
-    for resource in ["gateways", "httproutes", "grpcroutes", "tlsroutes"] {
+    for resource in [
+        "gateways",
+        "httproutes",
+        "grpcroutes",
+        "tlsroutes",
+        "gatewayclasses",
+    ] {
         grants.push(Grant::cluster_wide(
             "gateway.networking.k8s.io",
             resource,
@@ -1002,6 +1008,38 @@ fn chart_grants(coredns_config_maps: &[&str]) -> Vec<Grant> {
             &[],
         ));
     }
+    // The receivers (issue 31): the workloads listed, the receivers' custom resources, and
+    // their ConfigMaps by the names of `receivers.configMaps`.
+    for resource in ["deployments", "daemonsets", "statefulsets"] {
+        grants.push(Grant::cluster_wide(
+            "apps",
+            resource,
+            &["list", "watch"],
+            &[],
+        ));
+    }
+    for (group, resource) in [
+        ("gateway.envoyproxy.io", "clienttrafficpolicies"),
+        ("gateway.nginx.org", "nginxproxies"),
+        ("gateway.kgateway.dev", "listenerpolicies"),
+        ("projectcontour.io", "contourconfigurations"),
+        ("projectcontour.io", "contourdeployments"),
+    ] {
+        grants.push(Grant::cluster_wide(group, resource, &read, &[]));
+    }
+    grants.push(Grant::cluster_wide(
+        "",
+        "configmaps",
+        &read,
+        &[
+            "ingress-nginx-controller",
+            "rke2-ingress-nginx-controller",
+            "nginx-ingress",
+            "haproxy-kubernetes-ingress",
+            "cilium-config",
+            "istio",
+        ],
+    ));
     grants
 }
 

@@ -244,6 +244,7 @@ impl FakeApiServer {
     /// Registers the Gateway API kinds hairpin reads (as if the CRDs were installed).
     pub fn install_gateway_api(&self) {
         self.install_gateway_api_kinds(&[
+            ("GatewayClass", "v1"),
             ("Gateway", "v1"),
             ("HTTPRoute", "v1"),
             ("GRPCRoute", "v1"),
@@ -255,11 +256,12 @@ impl FakeApiServer {
     /// release installs them (e.g. `("TLSRoute", "v1alpha2")`).
     ///
     /// # Panics
-    /// On a kind that is not `Gateway`, `HTTPRoute`, `GRPCRoute` or `TLSRoute`.
+    /// On a kind that is not `GatewayClass`, `Gateway`, `HTTPRoute`, `GRPCRoute` or `TLSRoute`.
     pub fn install_gateway_api_kinds(&self, kinds: &[(&str, &str)]) {
         let mut state = self.shared.lock();
         for &(kind, version) in kinds {
             let plural = match kind {
+                "GatewayClass" => "gatewayclasses",
                 "Gateway" => "gateways",
                 "HTTPRoute" => "httproutes",
                 "GRPCRoute" => "grpcroutes",
@@ -271,7 +273,8 @@ impl FakeApiServer {
                 version,
                 plural,
                 kind,
-                true,
+                // GatewayClasses are cluster-scoped.
+                kind != "GatewayClass",
             ));
         }
     }

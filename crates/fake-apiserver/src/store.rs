@@ -178,10 +178,12 @@ impl State {
             ResourceType::new("coordination.k8s.io", "v1", "leases", "Lease", true),
             ResourceType::new("events.k8s.io", "v1", "events", "Event", true),
             // Built into every kube-apiserver; the doctor reads the cilium DaemonSet and the
-            // kube-dns Deployment.
+            // kube-dns Deployment, the controller and the doctor the receivers' workloads.
             ResourceType::new("apps", "v1", "deployments", "Deployment", true)
                 .with_status_subresource(),
             ResourceType::new("apps", "v1", "daemonsets", "DaemonSet", true)
+                .with_status_subresource(),
+            ResourceType::new("apps", "v1", "statefulsets", "StatefulSet", true)
                 .with_status_subresource(),
             ResourceType::new("networking.k8s.io", "v1", "ingresses", "Ingress", true)
                 .with_status_subresource(),

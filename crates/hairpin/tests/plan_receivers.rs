@@ -56,3 +56,79 @@ fn bare_metal_json_names_the_receiver_setting_as_the_proxy_source() {
     );
     assert_eq!(lb["routes"][0]["proxyProtocol"], "v1");
 }
+
+#[test]
+fn bare_metal_json_names_the_receiver_of_the_load_balancer() {
+    let (code, json, err) = plan(&["plan", "-f", BARE_METAL, "-o", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        doc["loadBalancers"][0]["receiver"],
+        serde_json::json!({
+            "implementation": "ingress-nginx",
+            "name": "ingress-nginx",
+            "workload": "Deployment ingress-nginx/ingress-nginx-controller",
+            "proxyProtocol": "required",
+            "setting": "use-proxy-protocol: \"true\"",
+            "readFrom": "ConfigMap ingress-nginx/ingress-nginx-controller",
+        })
+    );
+}
+
+/// Against a cluster (the fake API server holding the example's objects), `hairpin plan` reads
+/// the receiver as the controller does: the same receiver and the same load balancer as `-f`.
+#[tokio::test]
+async fn a_live_plan_reads_the_receiver_as_the_offline_one() {
+    let fake = hairpin_fake_apiserver::FakeApiServer::start().await;
+    for doc in std::fs::read_to_string(BARE_METAL).unwrap().split("\n---") {
+        let object: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
+        if !object.is_null() {
+            fake.apply(object);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = fake
+        .write_kubeconfig(dir.path())
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let live = |output: &'static str| {
+        let kubeconfig = kubeconfig.clone();
+        tokio::task::spawn_blocking(move || {
+            plan(&[
+                "plan",
+                "--kubeconfig",
+                &kubeconfig,
+                "--verify-hostnames=off",
+                "-o",
+                output,
+            ])
+        })
+    };
+    let (code, json, err) = live("json").await.unwrap();
+    assert_eq!(code, Some(0), "{err}");
+    let (_, offline, _) = plan(&[
+        "plan",
+        "-f",
+        BARE_METAL,
+        "--verify-hostnames=off",
+        "-o",
+        "json",
+    ]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let offline: serde_json::Value = serde_json::from_str(&offline).unwrap();
+    assert_eq!(doc["source"], "cluster");
+    let lb = &doc["loadBalancers"][0];
+    assert_eq!(lb["receiver"], offline["loadBalancers"][0]["receiver"]);
+    assert_eq!(
+        lb["proxySources"],
+        offline["loadBalancers"][0]["proxySources"]
+    );
+    assert_eq!(lb["hostnames"], offline["loadBalancers"][0]["hostnames"]);
+    let (code, text, err) = live("text").await.unwrap();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        text.contains("receiver         ingress-nginx Deployment ingress-nginx/ingress-nginx-controller: PROXY required by use-proxy-protocol: \"true\" (ConfigMap ingress-nginx/ingress-nginx-controller)"),
+        "{text}"
+    );
+}
