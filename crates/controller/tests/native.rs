@@ -264,3 +264,95 @@ async fn a_cloud_controller_that_starts_to_set_ip_mode_takes_over() {
     assert!(report.ip_modes_restored.is_empty(), "{report:?}");
     assert_eq!(ip_mode(&fake), "Proxy");
 }
+
+/// A proven cure, recorded on kube-proxy's DaemonSet at generation 1, with `ipMode: Proxy` in
+/// place and no DNS rule.
+fn proven_on_generation_one(fake: &FakeApiServer) {
+    let mut svc = fake
+        .get(
+            "v1",
+            "Service",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+        .unwrap();
+    svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!("Proxy");
+    fake.apply(svc.clone());
+    let record = json!({"loadBalancers": {"ingress-nginx/ingress-nginx-controller": {
+        "uid": svc["metadata"]["uid"], "original": [{"ip": LB_IP, "ipMode": "VIP"}],
+        "state": "proven", "since": hairpin_testkit_now(),
+        "reason": "127.0.0.42:80 answered", "dataPlane": "kube-system/kube-proxy@1"}}});
+    fake.apply(hairpin_fake_apiserver::object(
+        "v1",
+        "ConfigMap",
+        Some("hairpin"),
+        "hairpin-native",
+        json!({
+            "metadata": {"labels": {"app.kubernetes.io/managed-by": "hairpin"},
+                         "annotations": {"hairpin.io/created-by": "hairpin"}},
+            "data": {"native.json": record.to_string()}
+        }),
+    ));
+}
+
+/// Now, as RFC 3339.
+fn hairpin_testkit_now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+/// kube-proxy's DaemonSet running `version` (the API server counts its generation).
+fn kube_proxy(version: &str) -> Value {
+    hairpin_fake_apiserver::object(
+        "apps/v1",
+        "DaemonSet",
+        Some("kube-system"),
+        "kube-proxy",
+        json!({
+            "spec": {"selector": {"matchLabels": {"k8s-app": "kube-proxy"}},
+                     "template": {"metadata": {"labels": {"k8s-app": "kube-proxy"}},
+                                  "spec": {"containers": [{"name": "kube-proxy",
+                                      "image": format!("registry.k8s.io/kube-proxy:{version}")}]}}}
+        }),
+    )
+}
+
+/// kube-proxy's DaemonSet changed since the cure was proven (an upgrade may stop honouring
+/// `ipMode`): once the change has settled, the cure is probed again; here nothing answers on
+/// the address, so `ipMode` goes back and the DNS cure returns. On the same generation a
+/// proven cure is left alone.
+#[tokio::test]
+async fn a_changed_kube_proxy_daemonset_has_a_proven_cure_probed_again() {
+    for (generation, reprobed) in [(1, false), (2, true)] {
+        let fake = FakeApiServer::start().await;
+        seed(&fake);
+        fake.apply(kube_proxy("v1.31.14"));
+        if generation == 2 {
+            fake.apply(kube_proxy("v1.32.0"));
+        }
+        let stored = fake.get("apps/v1", "DaemonSet", Some("kube-system"), "kube-proxy");
+        assert_eq!(stored.unwrap()["metadata"]["generation"], generation);
+        proven_on_generation_one(&fake);
+        let mut cfg = auto_config();
+        cfg.native.settle = Duration::from_millis(300);
+        let running = start(&fake, cfg);
+        let failed = fake
+            .wait_until(Duration::from_secs(5), |f| {
+                record_state(f) == "failed" && ip_mode(f) == "VIP" && corefile(f).contains(HOST)
+            })
+            .await
+            .is_some();
+        assert_eq!(
+            failed,
+            reprobed,
+            "generation {generation}: record {:?}, ipMode {:?}",
+            record_state(&fake),
+            ip_mode(&fake)
+        );
+        if !reprobed {
+            assert_eq!(record_state(&fake), "proven");
+            assert_eq!(ip_mode(&fake), "Proxy");
+            assert!(!corefile(&fake).contains(HOST));
+        }
+        running.stop().await;
+    }
+}

@@ -178,13 +178,18 @@ impl State {
             ResourceType::new("coordination.k8s.io", "v1", "leases", "Lease", true),
             ResourceType::new("events.k8s.io", "v1", "events", "Event", true),
             // Built into every kube-apiserver; the doctor reads the cilium DaemonSet and the
-            // kube-dns Deployment, the controller and the doctor the receivers' workloads.
+            // kube-dns Deployment, the controller and the doctor the receivers' workloads. Their
+            // generation counts spec changes, as the real server's does (the native cure
+            // probes again when kube-proxy's or the CNI's DaemonSet changes generation).
             ResourceType::new("apps", "v1", "deployments", "Deployment", true)
-                .with_status_subresource(),
+                .with_status_subresource()
+                .with_generation(),
             ResourceType::new("apps", "v1", "daemonsets", "DaemonSet", true)
-                .with_status_subresource(),
+                .with_status_subresource()
+                .with_generation(),
             ResourceType::new("apps", "v1", "statefulsets", "StatefulSet", true)
-                .with_status_subresource(),
+                .with_status_subresource()
+                .with_generation(),
             ResourceType::new("networking.k8s.io", "v1", "ingresses", "Ingress", true)
                 .with_status_subresource(),
             ResourceType::new(
