@@ -24,8 +24,9 @@ use crate::gate::WriteGate;
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
 use crate::native::{NativeCurer, NativeParams};
+use crate::propagation::PropagationParams;
 use crate::report::{Events, list_note, object_ref, reason};
-use crate::status::{DnsState, PropagationParams, StatusWriter};
+use crate::status::{DnsState, StatusWriter};
 use crate::upstream::{UpstreamParams, UpstreamResolver};
 use crate::watch::Caches;
 

@@ -6,14 +6,28 @@
 //! checks only every 30 s, and a Corefile CoreDNS rejects leaves the old one running: the only
 //! proof is an answer. Queries go through hickory's resolver (UDP, falling back to TCP on
 //! truncation), with its cache off so every round sees the server's current answer.
+//!
+//! [`Checks`] runs one check per load balancer in the background after each DNS write of its
+//! names, reports its outcome as an Event (`HairpinEffective`, or `DNSNotEffective` with the
+//! likely cause), and keeps it for the `Hairpin` status ([`crate::status`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hairpin_planner::snapshot::ObjectRef;
+use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig};
 use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::{Resolver, TokioResolver};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use tokio::sync::Notify;
+
+use crate::metrics::Metrics;
+use crate::report::{Events, list_note, object_ref, reason};
 
 /// The label put under a wildcard to probe it: `*.apps.example.com` is asked as
 /// `hairpin-probe.apps.example.com`.
@@ -281,6 +295,412 @@ async fn connect(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
         Ok(Err(err)) => Err(format!("connect to {addr}: {err}")),
         Err(_) => Err(format!("connect to {addr}: no answer within {timeout:?}")),
     }
+}
+
+/// Settings of the propagation check.
+#[derive(Clone, Debug)]
+pub struct PropagationParams {
+    /// The cluster DNS to ask (`--cluster-dns`); `None` reads the ClusterIP of the cluster
+    /// DNS Service ([`hairpin_planner::cluster_dns_service`]: `kube-dns`, RKE2's
+    /// `rke2-coredns-rke2-coredns`, the Helm chart's `coredns`...).
+    pub cluster_dns: Option<SocketAddr>,
+    /// Give up this long after the write.
+    pub deadline: Duration,
+    /// Pause between rounds of queries.
+    pub interval: Duration,
+    /// Timeout of one query and of the TCP connect.
+    pub query_timeout: Duration,
+    /// Exact hostnames asked per load balancer (wildcards are always all probed).
+    pub max_names: usize,
+}
+
+impl Default for PropagationParams {
+    fn default() -> Self {
+        Self {
+            cluster_dns: None,
+            deadline: Duration::from_secs(180),
+            interval: Duration::from_secs(2),
+            query_timeout: Duration::from_secs(2),
+            max_names: 10,
+        }
+    }
+}
+
+/// A propagation check, running or done.
+#[derive(Debug)]
+struct Tracked {
+    /// Hostnames and ClusterIPs checked: a different one supersedes this check.
+    fingerprint: String,
+    task: tokio::task::AbortHandle,
+    /// The check counts from a write this controller made (so its time is a propagation).
+    measured: bool,
+    outcome: Option<CheckOutcome>,
+}
+
+type Tracking = Arc<Mutex<HashMap<ObjectRef, Tracked>>>;
+
+impl Drop for Checks {
+    fn drop(&mut self) {
+        for tracked in lock(&self.tracking).values() {
+            tracked.task.abort();
+        }
+    }
+}
+
+fn lock(checks: &Tracking) -> std::sync::MutexGuard<'_, HashMap<ObjectRef, Tracked>> {
+    checks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A check to start ([`Checks::start`]).
+pub(crate) struct Start<'a> {
+    /// The DNS servers to ask ([`Checks::dns_servers`]).
+    pub servers: Vec<DnsServer>,
+    /// The load balancer's hostnames.
+    pub hostnames: Vec<String>,
+    /// Hostnames and ClusterIPs checked: a different one supersedes this check.
+    pub fingerprint: String,
+    /// The hairpin Service's ClusterIPs, the answer wanted.
+    pub cluster_ips: &'a [IpAddr],
+    /// The hairpin Service's first port, connected to once DNS answers.
+    pub port: Option<u16>,
+    /// In external-dns mode, why the cluster DNS would not answer yet.
+    pub external_cause: Option<String>,
+    /// When this controller wrote the change (`None`: not its write; the check's time is then
+    /// no propagation).
+    pub written: Option<Instant>,
+}
+
+/// The propagation checks of the load balancers, each running in the background after a DNS
+/// write: its outcome is reported as an Event and kept for the `Hairpin` status.
+pub(crate) struct Checks {
+    client: kube::Client,
+    events: Events,
+    metrics: Metrics,
+    params: PropagationParams,
+    planner: PlannerConfig,
+    /// Poked when a check finishes, so its result is written.
+    changed: Arc<Notify>,
+    tracking: Tracking,
+}
+
+impl Checks {
+    pub(crate) fn new(
+        client: kube::Client,
+        events: Events,
+        metrics: Metrics,
+        params: PropagationParams,
+        planner: PlannerConfig,
+        changed: Arc<Notify>,
+    ) -> Self {
+        Self {
+            client,
+            events,
+            metrics,
+            params,
+            planner,
+            changed,
+            tracking: Arc::default(),
+        }
+    }
+
+    /// A check of `fingerprint` runs (or ran) for `lb`.
+    pub(crate) fn is_running(&self, lb: &ObjectRef, fingerprint: &str) -> bool {
+        lock(&self.tracking)
+            .get(lb)
+            .is_some_and(|t| t.fingerprint == fingerprint)
+    }
+
+    /// Whether a DNS server is known to ask for `lb`: the flag, or a check that found one.
+    pub(crate) fn has_server(&self, lb: &ObjectRef) -> bool {
+        self.params.cluster_dns.is_some() || lock(&self.tracking).contains_key(lb)
+    }
+
+    /// The last check's outcome for `lb` (`None` while it runs), and whether it counts from a
+    /// write of this controller's.
+    pub(crate) fn outcome(&self, lb: &ObjectRef) -> (Option<CheckOutcome>, bool) {
+        lock(&self.tracking)
+            .get(lb)
+            .map(|t| (t.outcome.clone(), t.measured))
+            .unwrap_or_default()
+    }
+
+    /// Stops and forgets `lb`'s check.
+    pub(crate) fn stop(&self, lb: &ObjectRef) {
+        if let Some(old) = lock(&self.tracking).remove(lb) {
+            old.task.abort();
+        }
+    }
+
+    /// Stops and forgets the checks of every load balancer but `lbs`.
+    pub(crate) fn retain(&self, lbs: &[ObjectRef]) {
+        lock(&self.tracking).retain(|lb, tracked| {
+            let keep = lbs.contains(lb);
+            if !keep {
+                tracked.task.abort();
+            }
+            keep
+        });
+    }
+
+    /// Starts (or restarts) `lb`'s check.
+    pub(crate) fn start(
+        &mut self,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+        lb: &ObjectRef,
+        start: Start<'_>,
+    ) {
+        let measured = start.written.is_some();
+        let spec = CheckSpec {
+            servers: start.servers,
+            names: probe_names(&start.hostnames, self.params.max_names),
+            expected: start.cluster_ips.to_vec(),
+            connect: start.port.map(|p| SocketAddr::new(start.cluster_ips[0], p)),
+            written_at: start.written.unwrap_or_else(Instant::now),
+            deadline: self.params.deadline,
+            interval: self.params.interval,
+            query_timeout: self.params.query_timeout,
+        };
+        let context = CheckContext {
+            lb: lb.clone(),
+            lb_uid: snapshot
+                .service(&lb.namespace, &lb.name)
+                .and_then(|s| s.metadata.uid.clone()),
+            fingerprint: start.fingerprint.clone(),
+            measured,
+            reload_missing: reload_missing(plan),
+            external_cause: start.external_cause,
+            coredns_namespace: self.planner.coredns_namespace.clone(),
+            coredns_pods: coredns_pods(snapshot, &self.planner),
+            client: self.client.clone(),
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+            checks: self.tracking.clone(),
+            changed: self.changed.clone(),
+        };
+        let mut tracking = lock(&self.tracking);
+        if let Some(old) = tracking.get(lb) {
+            old.task.abort();
+        }
+        tracing::debug!(lb = %lb, names = ?spec.names, "propagation check started");
+        let task = tokio::spawn(context.run(spec)).abort_handle();
+        tracking.insert(
+            lb.clone(),
+            Tracked {
+                fingerprint: start.fingerprint,
+                task,
+                measured,
+                outcome: None,
+            },
+        );
+    }
+
+    /// The cluster DNS (flag, else the cluster DNS Service the planner finds) and
+    /// node-local-dns when it runs.
+    pub(crate) fn dns_servers(
+        &self,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+    ) -> Option<Vec<DnsServer>> {
+        let cluster = self.params.cluster_dns.or_else(|| {
+            hairpin_planner::cluster_dns_service(snapshot, &self.planner)
+                .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())
+                .map(|ip| SocketAddr::new(ip, 53))
+        })?;
+        let mut servers = vec![DnsServer {
+            addr: cluster,
+            role: "cluster DNS".into(),
+            optional: false,
+        }];
+        let node_local = plan.coredns.node_local_dns.as_ref().map(|facts| {
+            let bind = facts
+                .binds
+                .iter()
+                .copied()
+                .find(|ip| matches!(ip, IpAddr::V4(v4) if v4.is_link_local()));
+            bind.unwrap_or(NODE_LOCAL_DNS_DEFAULT)
+        });
+        if let Some(ip) = node_local {
+            servers.push(DnsServer {
+                addr: SocketAddr::new(ip, 53),
+                role: "node-local-dns".into(),
+                optional: true,
+            });
+        }
+        Some(servers)
+    }
+}
+
+/// The Corefile hairpin edits lacks `reload` (so CoreDNS reads it only on restart).
+fn reload_missing(plan: &Plan) -> bool {
+    plan.dns.as_ref().and_then(|dns| dns.coredns()).is_some() && plan.coredns.reload == Some(false)
+}
+
+pub(crate) fn wrong_answers(outcome: &CheckOutcome, expected: &[IpAddr]) -> String {
+    let answers: Vec<String> = outcome
+        .wrong
+        .iter()
+        .take(5)
+        .map(|((role, name), answer)| format!("{role} answers {name} with {answer}"))
+        .collect();
+    format!(
+        "after {:.0}s, {} (wanted {})",
+        outcome.elapsed.as_secs_f64(),
+        answers.join("; "),
+        join(expected)
+    )
+}
+
+/// The CoreDNS pods' label selector: the cluster DNS Service's own selector, else the
+/// `k8s-app=kube-dns` most installers use.
+fn coredns_pods(snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> String {
+    hairpin_planner::cluster_dns_service(snapshot, planner)
+        .and_then(|s| s.spec.as_ref()?.selector.as_ref())
+        .filter(|selector| !selector.is_empty())
+        .map_or_else(
+            || "k8s-app=kube-dns".to_owned(),
+            |selector| {
+                selector
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        )
+}
+
+/// What a finished check needs to report.
+struct CheckContext {
+    lb: ObjectRef,
+    lb_uid: Option<String>,
+    fingerprint: String,
+    measured: bool,
+    reload_missing: bool,
+    /// In external-dns mode, why the cluster DNS would not answer yet, from what
+    /// external-dns had done when the check started.
+    external_cause: Option<String>,
+    coredns_namespace: String,
+    /// Label selector of the CoreDNS pods (the cluster DNS Service's selector).
+    coredns_pods: String,
+    client: kube::Client,
+    events: Events,
+    metrics: Metrics,
+    checks: Tracking,
+    changed: Arc<Notify>,
+}
+
+impl CheckContext {
+    async fn run(self, spec: CheckSpec) {
+        let outcome = check(&spec).await;
+        let regarding = object_ref(
+            "Service",
+            &self.lb.namespace,
+            &self.lb.name,
+            self.lb_uid.clone(),
+        );
+        if outcome.effective {
+            if self.measured {
+                self.metrics
+                    .dns_propagation
+                    .observe(outcome.elapsed.as_secs_f64());
+            }
+            let took = if self.measured {
+                format!(" {:.1}s after the write", outcome.elapsed.as_secs_f64())
+            } else {
+                String::new()
+            };
+            let connect = match &outcome.connect {
+                Some(Ok(())) => "; a TCP connect to the hairpin Service succeeded".to_owned(),
+                Some(Err(err)) => {
+                    format!("; but the hairpin Service does not accept connections: {err}")
+                }
+                None => String::new(),
+            };
+            let note = list_note(
+                "the cluster DNS answers ",
+                &spec.names,
+                ", ",
+                &format!(
+                    " with the hairpin Service ({}){took}{connect}",
+                    join(&spec.expected)
+                ),
+            );
+            tracing::info!(lb = %self.lb, elapsed = ?outcome.elapsed, "DNS change effective");
+            self.events
+                .publish(&regarding, false, reason::HAIRPIN_EFFECTIVE, note)
+                .await;
+        } else {
+            let cause = self.likely_cause(&outcome).await;
+            let note = format!(
+                "{}. Likely cause: {cause}",
+                wrong_answers(&outcome, &spec.expected)
+            );
+            tracing::warn!(lb = %self.lb, "{note}");
+            self.events
+                .publish(&regarding, true, reason::DNS_NOT_EFFECTIVE, note)
+                .await;
+        }
+        let mut checks = lock(&self.checks);
+        if let Some(tracked) = checks.get_mut(&self.lb)
+            && tracked.fingerprint == self.fingerprint
+        {
+            tracked.outcome = Some(outcome);
+        }
+        drop(checks);
+        self.changed.notify_one();
+    }
+
+    async fn likely_cause(&self, outcome: &CheckOutcome) -> String {
+        if let Some(cause) = &self.external_cause {
+            return cause.clone();
+        }
+        let cluster_ok = !outcome.wrong.keys().any(|(role, _)| role == "cluster DNS");
+        if cluster_ok {
+            return "node-local-dns answers these names itself (it forwards only the cluster domain to CoreDNS): add the stanza `hairpin plan` suggests to its Corefile, or run the node agent".into();
+        }
+        if self.reload_missing {
+            return "the Corefile has no `reload` plugin, so CoreDNS reads it only when it restarts: add `reload` or restart CoreDNS".into();
+        }
+        // Unready CoreDNS pods after a change point at a Corefile CoreDNS refused. Reading
+        // them needs `list pods` in CoreDNS's namespace; without it this clue is skipped.
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.coredns_namespace);
+        if let Ok(list) = pods
+            .list(&ListParams::default().labels(&self.coredns_pods))
+            .await
+        {
+            let total = list.items.len();
+            let unready = list
+                .items
+                .iter()
+                .filter(|pod| {
+                    !pod.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .count();
+            if unready > 0 {
+                return format!(
+                    "{unready} of {total} CoreDNS pods are not ready: CoreDNS probably rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l {}`",
+                    self.coredns_namespace, self.coredns_pods
+                );
+            }
+        }
+        format!(
+            "the kubelet has not synced the ConfigMap into CoreDNS's pods yet (it can take a minute or more), or CoreDNS rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l {}`",
+            self.coredns_namespace, self.coredns_pods
+        )
+    }
+}
+
+/// Addresses, `, `-separated.
+pub(crate) fn join(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

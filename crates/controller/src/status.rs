@@ -4,22 +4,21 @@
 //! [`desired_hairpins`] is the plan's part (hostnames, refusals, PROXY version, DNS mode), which
 //! `hairpin plan` prints too. The controller's [`StatusWriter`] adds what only a running
 //! cluster shows: ready endpoints, the last write, and the propagation check it runs in the
-//! background after each DNS write ([`crate::propagation`]), then writes the status through the
+//! background after each DNS write ([`crate::propagation::Checks`]), then writes the status through the
 //! status subresource, skipping writes that would change nothing. Load balancers that need no
 //! hairpin get no object; stale ones are deleted (and the ownerReference on the load balancer
 //! Service lets Kubernetes garbage-collect them with it).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
 
 use hairpin_planner::snapshot::ObjectRef;
 use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, Plan, PlannerConfig, ProxyHeader};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use tokio::sync::Notify;
 
@@ -29,40 +28,11 @@ use crate::crd::{
 };
 use crate::error::is_not_found;
 use crate::metrics::Metrics;
-use crate::propagation::{self, CheckOutcome, CheckSpec, DnsServer};
-use crate::report::{Events, list_note, object_ref, reason};
+use crate::propagation::{self, CheckOutcome, PropagationParams, join};
+use crate::report::Events;
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::config::is_managed;
 use hairpin_planner::native::{Cure, NativeProgress};
-
-/// Settings of the propagation check.
-#[derive(Clone, Debug)]
-pub struct PropagationParams {
-    /// The cluster DNS to ask (`--cluster-dns`); `None` reads the ClusterIP of the cluster
-    /// DNS Service ([`hairpin_planner::cluster_dns_service`]: `kube-dns`, RKE2's
-    /// `rke2-coredns-rke2-coredns`, the Helm chart's `coredns`...).
-    pub cluster_dns: Option<SocketAddr>,
-    /// Give up this long after the write.
-    pub deadline: Duration,
-    /// Pause between rounds of queries.
-    pub interval: Duration,
-    /// Timeout of one query and of the TCP connect.
-    pub query_timeout: Duration,
-    /// Exact hostnames asked per load balancer (wildcards are always all probed).
-    pub max_names: usize,
-}
-
-impl Default for PropagationParams {
-    fn default() -> Self {
-        Self {
-            cluster_dns: None,
-            deadline: Duration::from_secs(180),
-            interval: Duration::from_secs(2),
-            query_timeout: Duration::from_secs(2),
-            max_names: 10,
-        }
-    }
-}
 
 /// Where the DNS change stands after one reconcile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -274,45 +244,15 @@ struct Written {
     propagation: Option<f64>,
 }
 
-/// A propagation check, running or done.
-#[derive(Debug)]
-struct Tracked {
-    /// Hostnames and ClusterIPs checked: a different one supersedes this check.
-    fingerprint: String,
-    task: tokio::task::AbortHandle,
-    /// The check counts from a write this controller made (so its time is a propagation).
-    measured: bool,
-    outcome: Option<CheckOutcome>,
-}
-
-type Checks = Arc<Mutex<HashMap<ObjectRef, Tracked>>>;
-
 /// Writes the Hairpin objects and runs the propagation checks.
 pub(crate) struct StatusWriter {
     client: kube::Client,
-    events: Events,
     metrics: Metrics,
-    params: PropagationParams,
     planner: PlannerConfig,
-    /// Poked when a check finishes, so its result is written.
-    changed: Arc<Notify>,
-    checks: Checks,
+    /// The propagation checks, one per load balancer.
+    checks: propagation::Checks,
     written: HashMap<ObjectRef, Written>,
     crd_missing_logged: bool,
-}
-
-impl Drop for StatusWriter {
-    fn drop(&mut self) {
-        for tracked in lock(&self.checks).values() {
-            tracked.task.abort();
-        }
-    }
-}
-
-fn lock(checks: &Checks) -> std::sync::MutexGuard<'_, HashMap<ObjectRef, Tracked>> {
-    checks
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Now, to the second: the API serializes times to the second, so a finer one would never
@@ -332,13 +272,17 @@ impl StatusWriter {
         changed: Arc<Notify>,
     ) -> Self {
         Self {
-            client,
-            events,
+            checks: propagation::Checks::new(
+                client.clone(),
+                events,
+                metrics.clone(),
+                params,
+                planner.clone(),
+                changed,
+            ),
             metrics,
-            params,
+            client,
             planner,
-            changed,
-            checks: Arc::default(),
             written: HashMap::new(),
             crd_missing_logged: false,
         }
@@ -391,9 +335,7 @@ impl StatusWriter {
             let external = external_dns_progress(plan, &lb_ref);
             if on_native(&status) {
                 // No DNS rule to check: a check started before the switch says nothing now.
-                if let Some(old) = lock(&self.checks).remove(&lb_ref) {
-                    old.task.abort();
-                }
+                self.checks.stop(&lb_ref);
             } else if matches!(dns, DnsState::InPlace { .. }) {
                 self.start_check(
                     plan,
@@ -465,13 +407,7 @@ impl StatusWriter {
             .map(|lb| lb.load_balancer.service.clone())
             .collect();
         self.written.retain(|lb, _| lbs.contains(lb));
-        lock(&self.checks).retain(|lb, tracked| {
-            let keep = lbs.contains(lb);
-            if !keep {
-                tracked.task.abort();
-            }
-            keep
-        });
+        self.checks.retain(&lbs);
     }
 
     /// Records a DNS write that changed this load balancer's hostnames.
@@ -518,7 +454,7 @@ impl StatusWriter {
         if cluster_ips.is_empty() || status.hostnames.is_empty() {
             return;
         }
-        let Some(servers) = self.dns_servers(plan, snapshot) else {
+        let Some(servers) = self.checks.dns_servers(plan, snapshot) else {
             return;
         };
         let ips: Vec<String> = cluster_ips.iter().map(ToString::to_string).collect();
@@ -536,84 +472,24 @@ impl StatusWriter {
             hosts_key(&status.hostnames),
             ips.join(",")
         );
-        let mut checks = lock(&self.checks);
-        if checks.get(lb).is_some_and(|t| t.fingerprint == fingerprint) {
+        if self.checks.is_running(lb, &fingerprint) {
             return;
         }
         let written = self.written.get_mut(lb).and_then(|w| w.instant.take());
-        let hostnames: Vec<String> = status.hostnames.iter().map(|h| h.name.clone()).collect();
-        let spec = CheckSpec {
-            servers,
-            names: propagation::probe_names(&hostnames, self.params.max_names),
-            expected: cluster_ips.to_vec(),
-            connect: port.map(|p| SocketAddr::new(cluster_ips[0], p)),
-            written_at: written.unwrap_or_else(Instant::now),
-            deadline: self.params.deadline,
-            interval: self.params.interval,
-            query_timeout: self.params.query_timeout,
-        };
-        let context = CheckContext {
-            lb: lb.clone(),
-            lb_uid: snapshot
-                .service(&lb.namespace, &lb.name)
-                .and_then(|s| s.metadata.uid.clone()),
-            fingerprint: fingerprint.clone(),
-            measured: written.is_some(),
-            reload_missing: reload_missing(plan),
-            external_dns: external.cloned(),
-            coredns_namespace: self.planner.coredns_namespace.clone(),
-            coredns_pods: coredns_pods(snapshot, &self.planner),
-            client: self.client.clone(),
-            events: self.events.clone(),
-            metrics: self.metrics.clone(),
-            checks: self.checks.clone(),
-            changed: self.changed.clone(),
-        };
-        if let Some(old) = checks.get(lb) {
-            old.task.abort();
-        }
-        tracing::debug!(lb = %lb, names = ?spec.names, "propagation check started");
-        let task = tokio::spawn(context.run(spec)).abort_handle();
-        checks.insert(
-            lb.clone(),
-            Tracked {
+        self.checks.start(
+            plan,
+            snapshot,
+            lb,
+            propagation::Start {
+                servers,
+                hostnames: status.hostnames.iter().map(|h| h.name.clone()).collect(),
                 fingerprint,
-                task,
-                measured: written.is_some(),
-                outcome: None,
+                cluster_ips,
+                port,
+                external_cause: external.map(ExternalDnsProgress::cause),
+                written,
             },
         );
-    }
-
-    /// The cluster DNS (flag, else the cluster DNS Service the planner finds) and
-    /// node-local-dns when it runs.
-    fn dns_servers(&self, plan: &Plan, snapshot: &ClusterSnapshot) -> Option<Vec<DnsServer>> {
-        let cluster = self.params.cluster_dns.or_else(|| {
-            hairpin_planner::cluster_dns_service(snapshot, &self.planner)
-                .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())
-                .map(|ip| SocketAddr::new(ip, 53))
-        })?;
-        let mut servers = vec![DnsServer {
-            addr: cluster,
-            role: "cluster DNS".into(),
-            optional: false,
-        }];
-        let node_local = plan.coredns.node_local_dns.as_ref().map(|facts| {
-            let bind = facts
-                .binds
-                .iter()
-                .copied()
-                .find(|ip| matches!(ip, IpAddr::V4(v4) if v4.is_link_local()));
-            bind.unwrap_or(propagation::NODE_LOCAL_DNS_DEFAULT)
-        });
-        if let Some(ip) = node_local {
-            servers.push(DnsServer {
-                addr: SocketAddr::new(ip, 53),
-                role: "node-local-dns".into(),
-                optional: true,
-            });
-        }
-        Some(servers)
     }
 
     /// Adds the runtime part: ready endpoints, DNS word, write time, conditions.
@@ -631,10 +507,7 @@ impl StatusWriter {
                 .map(|s| s.conditions.clone())
                 .unwrap_or_default(),
         };
-        let (outcome, measured) = lock(&self.checks)
-            .get(lb)
-            .map(|t| (t.outcome.clone(), t.measured))
-            .unwrap_or_default();
+        let (outcome, measured) = self.checks.outcome(lb);
         let written = self.written.entry(lb.clone()).or_default();
         if let Some(outcome) = outcome.as_ref().filter(|o| o.effective && measured) {
             written.propagation = Some((outcome.elapsed.as_secs_f64() * 1000.0).round() / 1000.0);
@@ -708,7 +581,7 @@ impl StatusWriter {
                 "the hairpin Service has no ClusterIP yet".into(),
             );
         }
-        if self.params.cluster_dns.is_none() && !lock(&self.checks).contains_key(lb) {
+        if !self.checks.has_server(lb) {
             return unknown(
                 "NoClusterDNS",
                 format!(
@@ -745,8 +618,12 @@ impl StatusWriter {
                 Some(false),
                 "NotEffective",
                 match external {
-                    Some(e) => format!("{}; {}", wrong_answers(o, cluster_ips), e.cause()),
-                    None => wrong_answers(o, cluster_ips),
+                    Some(e) => format!(
+                        "{}; {}",
+                        propagation::wrong_answers(o, cluster_ips),
+                        e.cause()
+                    ),
+                    None => propagation::wrong_answers(o, cluster_ips),
                 },
             ),
         }
@@ -1079,13 +956,6 @@ fn external_dns_progress(plan: &Plan, lb: &ObjectRef) -> Option<ExternalDnsProgr
     (!objects.is_empty()).then_some(ExternalDnsProgress { objects, waiting })
 }
 
-fn join(ips: &[IpAddr]) -> String {
-    ips.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn hosts_key(hostnames: &[HostnameStatus]) -> String {
     hostnames
         .iter()
@@ -1119,167 +989,6 @@ fn cluster_ips(lb: &hairpin_planner::LoadBalancerPlan) -> Vec<IpAddr> {
     ips.sort();
     ips.dedup();
     ips
-}
-
-/// The Corefile hairpin edits lacks `reload` (so CoreDNS reads it only on restart).
-fn reload_missing(plan: &Plan) -> bool {
-    plan.dns.as_ref().and_then(|dns| dns.coredns()).is_some() && plan.coredns.reload == Some(false)
-}
-
-fn wrong_answers(outcome: &CheckOutcome, expected: &[IpAddr]) -> String {
-    let answers: Vec<String> = outcome
-        .wrong
-        .iter()
-        .take(5)
-        .map(|((role, name), answer)| format!("{role} answers {name} with {answer}"))
-        .collect();
-    format!(
-        "after {:.0}s, {} (wanted {})",
-        outcome.elapsed.as_secs_f64(),
-        answers.join("; "),
-        join(expected)
-    )
-}
-
-/// The CoreDNS pods' label selector: the cluster DNS Service's own selector, else the
-/// `k8s-app=kube-dns` most installers use.
-fn coredns_pods(snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> String {
-    hairpin_planner::cluster_dns_service(snapshot, planner)
-        .and_then(|s| s.spec.as_ref()?.selector.as_ref())
-        .filter(|selector| !selector.is_empty())
-        .map_or_else(
-            || "k8s-app=kube-dns".to_owned(),
-            |selector| {
-                selector
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            },
-        )
-}
-
-/// What a finished check needs to report.
-struct CheckContext {
-    lb: ObjectRef,
-    lb_uid: Option<String>,
-    fingerprint: String,
-    measured: bool,
-    reload_missing: bool,
-    /// In external-dns mode, what external-dns had done when the check started.
-    external_dns: Option<ExternalDnsProgress>,
-    coredns_namespace: String,
-    /// Label selector of the CoreDNS pods (the cluster DNS Service's selector).
-    coredns_pods: String,
-    client: kube::Client,
-    events: Events,
-    metrics: Metrics,
-    checks: Checks,
-    changed: Arc<Notify>,
-}
-
-impl CheckContext {
-    async fn run(self, spec: CheckSpec) {
-        let outcome = propagation::check(&spec).await;
-        let regarding = object_ref(
-            "Service",
-            &self.lb.namespace,
-            &self.lb.name,
-            self.lb_uid.clone(),
-        );
-        if outcome.effective {
-            if self.measured {
-                self.metrics
-                    .dns_propagation
-                    .observe(outcome.elapsed.as_secs_f64());
-            }
-            let took = if self.measured {
-                format!(" {:.1}s after the write", outcome.elapsed.as_secs_f64())
-            } else {
-                String::new()
-            };
-            let connect = match &outcome.connect {
-                Some(Ok(())) => "; a TCP connect to the hairpin Service succeeded".to_owned(),
-                Some(Err(err)) => {
-                    format!("; but the hairpin Service does not accept connections: {err}")
-                }
-                None => String::new(),
-            };
-            let note = list_note(
-                "the cluster DNS answers ",
-                &spec.names,
-                ", ",
-                &format!(
-                    " with the hairpin Service ({}){took}{connect}",
-                    join(&spec.expected)
-                ),
-            );
-            tracing::info!(lb = %self.lb, elapsed = ?outcome.elapsed, "DNS change effective");
-            self.events
-                .publish(&regarding, false, reason::HAIRPIN_EFFECTIVE, note)
-                .await;
-        } else {
-            let cause = self.likely_cause(&outcome).await;
-            let note = format!(
-                "{}. Likely cause: {cause}",
-                wrong_answers(&outcome, &spec.expected)
-            );
-            tracing::warn!(lb = %self.lb, "{note}");
-            self.events
-                .publish(&regarding, true, reason::DNS_NOT_EFFECTIVE, note)
-                .await;
-        }
-        let mut checks = lock(&self.checks);
-        if let Some(tracked) = checks.get_mut(&self.lb)
-            && tracked.fingerprint == self.fingerprint
-        {
-            tracked.outcome = Some(outcome);
-        }
-        drop(checks);
-        self.changed.notify_one();
-    }
-
-    async fn likely_cause(&self, outcome: &CheckOutcome) -> String {
-        if let Some(external) = &self.external_dns {
-            return external.cause();
-        }
-        let cluster_ok = !outcome.wrong.keys().any(|(role, _)| role == "cluster DNS");
-        if cluster_ok {
-            return "node-local-dns answers these names itself (it forwards only the cluster domain to CoreDNS): add the stanza `hairpin plan` suggests to its Corefile, or run the node agent".into();
-        }
-        if self.reload_missing {
-            return "the Corefile has no `reload` plugin, so CoreDNS reads it only when it restarts: add `reload` or restart CoreDNS".into();
-        }
-        // Unready CoreDNS pods after a change point at a Corefile CoreDNS refused. Reading
-        // them needs `list pods` in CoreDNS's namespace; without it this clue is skipped.
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.coredns_namespace);
-        if let Ok(list) = pods
-            .list(&ListParams::default().labels(&self.coredns_pods))
-            .await
-        {
-            let total = list.items.len();
-            let unready = list
-                .items
-                .iter()
-                .filter(|pod| {
-                    !pod.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                })
-                .count();
-            if unready > 0 {
-                return format!(
-                    "{unready} of {total} CoreDNS pods are not ready: CoreDNS probably rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l {}`",
-                    self.coredns_namespace, self.coredns_pods
-                );
-            }
-        }
-        format!(
-            "the kubelet has not synced the ConfigMap into CoreDNS's pods yet (it can take a minute or more), or CoreDNS rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l {}`",
-            self.coredns_namespace, self.coredns_pods
-        )
-    }
 }
 
 #[cfg(test)]

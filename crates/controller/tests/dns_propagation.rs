@@ -10,7 +10,7 @@ mod support;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use hairpin_controller::status::PropagationParams;
+use hairpin_controller::propagation::PropagationParams;
 use hairpin_fake_apiserver::{FakeApiServer, fixtures, object};
 use serde_json::{Value, json};
 use support::cluster::corefile;

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use hairpin_controller::client::ClientArgs;
 use hairpin_controller::fight::FightParams;
 use hairpin_controller::lease::LeaseParams;
-use hairpin_controller::status::PropagationParams;
+use hairpin_controller::propagation::PropagationParams;
 use hairpin_controller::upstream::UpstreamParams;
 use hairpin_controller::{ControllerConfig, Metrics};
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
