@@ -189,17 +189,18 @@ enum Glance {
     Unsure,
 }
 
-/// One pass over `name` (without its trailing dot): valid when every label is 1 to 63
+/// A quick look at `name` (without its trailing dot): valid when every label is 1 to 63
 /// letters, digits and inner hyphens and some label holds more than digits (an all-digit name
-/// may be an IPv4 address). [`Glance::Unsure`] says nothing: the full checks decide.
+/// may be an IPv4 address). [`Glance::Unsure`] says nothing: the full checks decide. Two tight
+/// passes: the byte classes present, then the labels' lengths and ends.
 fn glance(name: &[u8]) -> Glance {
-    // Byte classes, so that the loop makes one lookup and one test per byte.
-    const BAD: u8 = 0;
-    const LOWER: u8 = 1;
-    const UPPER: u8 = 2;
-    const DIGIT: u8 = 3;
-    const HYPHEN: u8 = 4;
-    const DOT: u8 = 5;
+    // Byte classes, one bit each, so that the first pass makes one lookup and one `or` per
+    // byte.
+    const BAD: u8 = 1;
+    const LOWER: u8 = 2;
+    const UPPER: u8 = 4;
+    const HYPHEN: u8 = 8;
+    const OTHER: u8 = 16;
     const CLASS: [u8; 256] = {
         let mut class = [BAD; 256];
         let mut b = 0;
@@ -209,12 +210,10 @@ fn glance(name: &[u8]) -> Glance {
                 LOWER
             } else if c.is_ascii_uppercase() {
                 UPPER
-            } else if c.is_ascii_digit() {
-                DIGIT
             } else if c == b'-' {
                 HYPHEN
-            } else if c == b'.' {
-                DOT
+            } else if c.is_ascii_digit() || c == b'.' {
+                OTHER
             } else {
                 BAD
             };
@@ -225,30 +224,19 @@ fn glance(name: &[u8]) -> Glance {
     if name.len() > MAX_NAME_LEN {
         return Glance::Unsure;
     }
-    let mut label_start = 0;
-    let mut prev = DOT;
-    let mut digits_only = true;
-    let mut capitals = false;
-    for (i, &b) in name.iter().enumerate() {
-        let class = CLASS[usize::from(b)];
-        match class {
-            LOWER => digits_only = false,
-            UPPER => {
-                digits_only = false;
-                capitals = true;
-            }
-            DIGIT => {}
-            HYPHEN if prev != DOT => digits_only = false,
-            DOT if prev != DOT && prev != HYPHEN && i - label_start <= MAX_LABEL_LEN => {
-                label_start = i + 1;
-            }
-            _ => return Glance::Unsure,
-        }
-        prev = class;
+    let seen = name.iter().fold(0, |seen, &b| seen | CLASS[usize::from(b)]);
+    // A bad byte, or no letter nor hyphen: only digits and dots (or nothing).
+    if seen & BAD != 0 || seen & (LOWER | UPPER | HYPHEN) == 0 {
+        return Glance::Unsure;
     }
-    if prev == DOT || prev == HYPHEN || name.len() - label_start > MAX_LABEL_LEN || digits_only {
+    let plain_label = |label: &[u8]| {
+        (1..=MAX_LABEL_LEN).contains(&label.len())
+            && label[0] != b'-'
+            && label[label.len() - 1] != b'-'
+    };
+    if !name.split(|&b| b == b'.').all(plain_label) {
         Glance::Unsure
-    } else if capitals {
+    } else if seen & UPPER != 0 {
         Glance::Capitals
     } else {
         Glance::Lowercase
