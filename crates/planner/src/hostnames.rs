@@ -36,6 +36,7 @@
 //! Gateway API specifies. The annotations keep the Ingress meaning. When one load balancer gets
 //! the same wildcard with both meanings, the broader one wins.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gateway_api::gateways::Gateway;
@@ -339,10 +340,10 @@ impl Collector<'_> {
             .and_then(|lb| lb.ingress.as_ref())
             .into_iter()
             .flatten();
-        let status = crate::discovery::normalized_addresses(
-            entries.map(|e| (e.ip.as_ref(), e.hostname.as_ref())),
-        );
-        if status.is_empty() {
+        let mut status = entries
+            .flat_map(|e| e.ip.iter().chain(&e.hostname))
+            .peekable();
+        if status.peek().is_none() {
             return match fallback(ing) {
                 Ok(lb) => targets.known.get(&lb).copied().into_iter().collect(),
                 Err(why) => {
@@ -356,7 +357,7 @@ impl Collector<'_> {
                 }
             };
         }
-        let matched = targets.at(&status);
+        let matched = targets.at(status.map(|a| normalized_address(a)));
         // Several load balancers on one address (MetalLB's shared IPs): the controller
         // heuristic picks the one this Ingress's controller runs behind, when it can.
         if matched.len() > 1
@@ -885,6 +886,17 @@ impl Collector<'_> {
         self.warnings.dedup();
         out.warnings = self.warnings;
         out
+    }
+}
+
+/// [`normalize_address`], without a copy when it changes nothing (as almost always: one per
+/// Ingress on every plan).
+fn normalized_address(address: &str) -> Cow<'_, str> {
+    let trimmed = address.trim_end_matches('.');
+    if trimmed.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(trimmed.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(trimmed)
     }
 }
 

@@ -300,10 +300,11 @@ fn servers<'a>(
     Ok(out)
 }
 
-/// The servers that receive the names of `pattern`: those with the most specific zone covering
-/// its name (or a wildcard's suffix), plus, for a wildcard, those whose zone lies under the
-/// suffix where the wildcard reaches it.
-fn receivers(servers: &[Server<'_>], pattern: &HostPattern) -> Vec<usize> {
+/// The servers that receive the names of `pattern`, into `out` (cleared first): those with the
+/// most specific zone covering its name (or a wildcard's suffix), plus, for a wildcard, those
+/// whose zone lies under the suffix where the wildcard reaches it.
+fn receivers(servers: &[Server<'_>], pattern: &HostPattern, out: &mut Vec<usize>) {
+    out.clear();
     let name = pattern.name();
     let best = servers
         .iter()
@@ -311,16 +312,17 @@ fn receivers(servers: &[Server<'_>], pattern: &HostPattern) -> Vec<usize> {
         .filter(|z| in_zone(name, z))
         .map(|z| labels(z))
         .max();
-    let mut out: Vec<usize> = servers
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| {
-            s.zones
-                .iter()
-                .any(|z| in_zone(name, z) && Some(labels(z)) == best)
-        })
-        .map(|(i, _)| i)
-        .collect();
+    out.extend(
+        servers
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.zones
+                    .iter()
+                    .any(|z| in_zone(name, z) && Some(labels(z)) == best)
+            })
+            .map(|(i, _)| i),
+    );
     if let Some(kind) = pattern.wildcard_labels() {
         for (i, s) in servers.iter().enumerate() {
             let below = s.zones.iter().any(|z| {
@@ -334,7 +336,6 @@ fn receivers(servers: &[Server<'_>], pattern: &HostPattern) -> Vec<usize> {
         }
         out.sort_unstable();
     }
-    out
 }
 
 /// Decide the blocks for `entries` in a parsed Corefile.
@@ -356,15 +357,17 @@ pub(super) fn place(
             format!("no server block serves plain DNS on port {port}"),
         ));
     }
-    let mut per_server: BTreeMap<usize, Vec<&DnsEntry>> = BTreeMap::new();
+    // Per server (by index), its entries.
+    let mut per_server: Vec<Vec<&DnsEntry>> = vec![Vec::new(); servers.len()];
     let mut not_served = Vec::new();
+    let mut to = Vec::new();
     for e in entries {
-        let to = receivers(&servers, &e.name);
+        receivers(&servers, &e.name, &mut to);
         if to.is_empty() {
             not_served.push(e.name.to_string());
         }
-        for i in to {
-            per_server.entry(i).or_default().push(e);
+        for &i in &to {
+            per_server[i].push(e);
         }
     }
     let mut warnings = Vec::new();
@@ -377,8 +380,10 @@ pub(super) fn place(
         });
     }
     let mut inserts = Vec::new();
-    for (i, entries) in per_server {
-        let s = &servers[i];
+    for (s, entries) in servers.iter().zip(per_server) {
+        if entries.is_empty() {
+            continue;
+        }
         let (form, lines) = if s.resolves_cluster && !opts.without_kubernetes {
             (Form::Rewrite, render_rules_of(&entries, opts.style)?)
         } else {

@@ -379,13 +379,15 @@ fn escape(name: &str) -> String {
 
 /// [`escape`], onto `out`.
 fn push_escaped(out: &mut String, name: &str) {
-    for c in name.chars() {
-        if c == '.' {
+    let mut label = 0;
+    for (i, b) in name.bytes().enumerate() {
+        if b == b'.' {
+            out.push_str(&name[label..i]);
             out.push_str("\\.");
-        } else {
-            out.push(c);
+            label = i + 1;
         }
     }
+    out.push_str(&name[label..]);
 }
 
 /// The length of [`escape`]`(name)`.
