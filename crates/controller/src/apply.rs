@@ -24,6 +24,8 @@ use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 pub const CONFLICT_RETRIES: u32 = 5;
 
 /// Computes the desired value of a key from its current one: `Ok(None)` removes the key.
+/// `Err` says why it cannot, in one line whose quoted text is escaped already (the Corefile
+/// editor's error message): printed as it is.
 pub type EditFn = Arc<dyn Fn(Option<&str>) -> Result<Option<String>, String> + Send + Sync>;
 
 /// A change to one key of one ConfigMap, recomputed from a fresh read on every attempt.

@@ -34,6 +34,7 @@ use crate::metrics::Metrics;
 use crate::status::desired_hairpins;
 use crate::watch::Caches;
 use hairpin_planner::config::is_managed;
+use hairpin_planner::escape::Text;
 
 /// What was read from the cluster.
 #[derive(Clone, Debug, Default)]
@@ -199,15 +200,14 @@ pub fn changes(
     for edit in &edits {
         match key_change(edit, snapshot) {
             Ok(change) => out.extend(change),
-            // The reason may quote the ConfigMap's text: escaped into one line.
-            Err(reason) => refused.push(
-                hairpin_planner::escape::text(&format!(
-                    "cannot edit ConfigMap {} key {}: {reason}",
-                    edit.config_map(),
-                    edit.key
-                ))
-                .into_owned(),
-            ),
+            // The reason quotes the ConfigMap's text escaped already (the editor's error):
+            // only guarded, so that nothing is escaped twice.
+            Err(reason) => refused.push(format!(
+                "cannot edit ConfigMap {} key {}: {}",
+                Text(&edit.config_map()),
+                Text(&edit.key),
+                hairpin_planner::escape::controls(&reason)
+            )),
         }
     }
     out.extend(service_changes(plan, snapshot, planner, &mut refused));

@@ -22,6 +22,7 @@ use crate::corefile::{
     ZoneUpstreams, normalize_target,
 };
 use crate::error::PlanError;
+use crate::escape::Text;
 use crate::external_dns::DnsEndpoints;
 use crate::name::WildcardLabels;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
@@ -385,7 +386,7 @@ fn entries(
         .filter_map(|(r, entry)| match entry {
             Ok(e) => Some(e),
             Err(e) => {
-                warnings.push(Warning::new(
+                warnings.push(Warning::escaped_message(
                     format!("hostname {}", r.hostname),
                     format!("{e}; skipped"),
                 ));
@@ -717,11 +718,11 @@ fn imported_writes(
                 }
                 writes.push(write);
             }
-            Err(e) => warnings.push(Warning::new(
+            Err(e) => warnings.push(Warning::escaped_message(
                 &subject,
                 format!(
                     "key {}: {e}; nothing is written to it, and hairpin's hostnames under its zones are not answered there",
-                    file.name
+                    Text(&file.name)
                 ),
             )),
         }
@@ -896,7 +897,7 @@ fn node_local_dns_writes(
             warnings,
         ) {
             Ok(write) => writes.push(write),
-            Err(e) => warnings.push(Warning::new(
+            Err(e) => warnings.push(Warning::escaped_message(
                 &subject,
                 format!(
                     "{e}; node-local-dns is not changed, and pods on its nodes still get the public address"
@@ -917,7 +918,7 @@ fn node_local_dns_warning(
     let info = match corefile::analyze_node_local_dns(corefile, &[]) {
         Ok(info) => info,
         Err(e) => {
-            warnings.push(Warning::new(
+            warnings.push(Warning::escaped_message(
                 subject,
                 format!("node-local-dns Corefile unreadable: {e}"),
             ));

@@ -101,11 +101,8 @@ fn cures(
     let (record, readable) = match NativeRecord::read(snapshot, config) {
         Ok(record) => (record, true),
         Err(why) => {
-            warnings.push(Warning::new(
-                format!(
-                    "ConfigMap {}/{}",
-                    config.namespace, config.native_config_map
-                ),
+            warnings.push(Warning::escaped_message(
+                format!("ConfigMap {}", why.config_map),
                 format!("{why}; no load balancer status is written until it is hairpin's again"),
             ));
             (NativeRecord::default(), false)

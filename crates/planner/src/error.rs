@@ -40,11 +40,11 @@ pub enum PlanError {
     },
     /// A key hairpin writes cannot be edited: its Corefile cannot be read, or the editor
     /// refuses to place hairpin's blocks in it.
+    /// The editor's error escapes what it quotes itself: printed as it is.
     #[error(
-        "ConfigMap {} key {}: {}; nothing is written to it",
+        "ConfigMap {} key {}: {source}; nothing is written to it",
         Text(&config_map.to_string()),
-        Text(key),
-        Text(&source.to_string())
+        Text(key)
     )]
     Corefile {
         /// The ConfigMap.
@@ -92,5 +92,64 @@ impl PlanError {
 impl Serialize for PlanError {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Corefile key with an escape sequence, a quote and a backslash.
+    const KEYS: &str = "ex\u{1b}[2J\"am\\ple.com:53";
+
+    #[test]
+    fn the_message_escapes_what_it_quotes_once() {
+        let error = PlanError::Corefile {
+            config_map: ObjectRef::new("kube-system", "coredns"),
+            key: "Core\nfile".into(),
+            source: Box::new(CorefileError::UnsupportedLayout {
+                line: 1,
+                message: format!("the server block `{KEYS}` has no braces"),
+            }),
+        };
+        assert_eq!(
+            error.to_string(),
+            "ConfigMap kube-system/coredns key Core\\nfile: Corefile line 1: the server block \
+             `ex\\u{1b}[2J\"am\\\\ple.com:53` has no braces; nothing is written to it"
+        );
+        assert_eq!(error.metric_label(), "unsupported_layout");
+        // -o json: the message, JSON-encoded (decoding gives it back, escaped once).
+        let json = serde_json::to_value(&error).unwrap();
+        assert_eq!(json, serde_json::Value::String(error.to_string()));
+    }
+
+    #[test]
+    fn every_variant_has_its_label() {
+        let cm = ObjectRef::new("kube-system", "coredns");
+        let missing = PlanError::NoCorednsConfigMap {
+            config_maps: vec!["coredns".into(), "kube-dns".into()],
+            namespace: "kube-system".into(),
+            key: "Corefile".into(),
+            kube_dns: true,
+        };
+        assert_eq!(missing.metric_label(), "no_coredns_config_map");
+        assert!(
+            missing
+                .to_string()
+                .starts_with("no CoreDNS ConfigMap found (looked for coredns, kube-dns in namespace kube-system with key Corefile); DNS is not planned: the cluster DNS is kube-dns"),
+            "{missing}"
+        );
+        let large = PlanError::ConfigMapTooLarge {
+            config_map: cm,
+            key: "x\ty".into(),
+            bytes: 2,
+            limit: 1,
+        };
+        assert_eq!(large.metric_label(), "config_map_too_large");
+        assert!(
+            large
+                .to_string()
+                .contains("in key x\\ty its keys would hold 2 bytes")
+        );
     }
 }

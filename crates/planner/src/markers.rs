@@ -258,10 +258,10 @@ impl fmt::Display for MarkerDamage {
              (delete the hairpin lines, or restore the missing marker):",
             self.kind.describe()
         )?;
-        // One line (the damaged lines hold no line break; the printer escapes the rest).
+        // One line: the damaged lines are text of the file, escaped here once.
         for (i, (n, line)) in self.lines.iter().enumerate() {
             let sep = if i == 0 { " " } else { "; " };
-            write!(f, "{sep}line {n}: {line}")?;
+            write!(f, "{sep}line {n}: {}", crate::escape::Text(line))?;
         }
         Ok(())
     }
@@ -499,6 +499,15 @@ mod tests {
         let shown = err.to_string();
         assert!(shown.contains("line 3: user"), "{shown}");
         assert!(shown.contains("fixed by hand"), "{shown}");
+
+        // A line of the file is shown escaped, once.
+        let err = scan("# BEGIN hairpin\nm1\nus\u{1b}[2J\"er\\n\n# END hairpin\n").unwrap_err();
+        assert_eq!(err.lines[1], (3, "us\u{1b}[2J\"er\\n".to_owned()));
+        let shown = err.to_string();
+        assert!(
+            shown.contains("; line 3: us\\u{1b}[2J\"er\\\\n; line 4"),
+            "{shown}"
+        );
     }
 
     #[test]

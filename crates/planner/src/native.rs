@@ -167,24 +167,50 @@ pub struct NativeRecord {
     pub load_balancers: BTreeMap<String, NativeEntry>,
 }
 
+/// hairpin's record of its native cures ([`NativeRecord`]) cannot be read. Not a
+/// plan error: the plan is made, with a warning, and no load balancer status is written until
+/// the record is hairpin's again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "ConfigMap {} key {} is not hairpin's record: {}",
+    escape::Text(&config_map.to_string()),
+    escape::Text(key),
+    escape::controls(reason)
+)]
+pub struct RecordError {
+    /// The ConfigMap.
+    pub config_map: ObjectRef,
+    /// The key.
+    pub key: String,
+    /// Why it cannot be read: the JSON parser's message. It quotes some values of the text
+    /// escaped already (as Rust string literals) and others as they are, so it is shown with
+    /// its control characters escaped ([`escape::controls`]) and nothing else: one
+    /// line, and what the parser escaped is not escaped again.
+    pub reason: String,
+}
+
+impl RecordError {
+    /// A short, stable label for metrics, as [`crate::PlanError::metric_label`].
+    pub fn metric_label(&self) -> &'static str {
+        "native_record_unreadable"
+    }
+}
+
 impl NativeRecord {
     /// The record in hairpin's ConfigMap of the snapshot (empty when there is none). A
     /// record hairpin cannot read is a warning and counts as empty: hairpin then writes no
     /// status until it is readable again ([`NativeRecord::unreadable`]).
-    pub fn read(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Result<Self, String> {
+    pub fn read(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Result<Self, RecordError> {
         let Some(text) = snapshot
             .config_map(&config.namespace, &config.native_config_map)
             .and_then(|cm| cm.data.as_ref()?.get(NATIVE_KEY))
         else {
             return Ok(Self::default());
         };
-        serde_json::from_str(text).map_err(|e| {
-            format!(
-                "ConfigMap {}/{} key {NATIVE_KEY} is not hairpin's record: {}",
-                config.namespace,
-                config.native_config_map,
-                escape::Text(&e.to_string())
-            )
+        serde_json::from_str(text).map_err(|e| RecordError {
+            config_map: ObjectRef::new(config.namespace.clone(), config.native_config_map.clone()),
+            key: NATIVE_KEY.to_owned(),
+            reason: e.to_string(),
         })
     }
 

@@ -4,8 +4,8 @@
 //! Every string that comes from a cluster object is printed through [`crate::escape`], so no
 //! name, annotation or Corefile line can add a line, a section or a YAML document: the
 //! values of plan fields that name things (hostnames, object names, Corefile keys and
-//! servers) are escaped here; the free-text fields (warnings, errors, refusal details and
-//! sources) were escaped when they were built.
+//! servers) are escaped here; the free-text fields (warnings, refusal details and sources)
+//! were escaped when they were built, and an error's `Display` escapes what it quotes.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -390,7 +390,7 @@ fn closing_text(out: &mut String, plan: &Plan) {
     if !plan.errors.is_empty() {
         let _ = writeln!(out, "\nErrors (nothing is written for these)");
         for e in &plan.errors {
-            // Escaped when built (one line each).
+            // Its `Display` escapes what it quotes, once: one line.
             let _ = writeln!(out, "  - {e}");
         }
     }

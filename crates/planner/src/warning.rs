@@ -26,6 +26,18 @@ impl Warning {
         }
     }
 
+    /// A warning whose message is made of parts escaped already: an error's `Display` (which
+    /// escapes what it quotes, as [`crate::corefile::CorefileError`]'s does), hairpin's own
+    /// words, and values put in through [`escape::Text`]. `subject` is escaped as by
+    /// [`Warning::new`]; `message` is only guarded by [`escape::controls`], which changes
+    /// nothing in escaped text: nothing is escaped twice.
+    pub fn escaped_message(subject: impl AsRef<str>, message: impl AsRef<str>) -> Self {
+        Self {
+            subject: escape::text(subject.as_ref()).into_owned(),
+            message: escape::controls(message.as_ref()).into_owned(),
+        }
+    }
+
     /// Adds a block of several lines under the message (a server block to paste into a
     /// Corefile); each of its lines is escaped ([`escape::lines`]).
     #[must_use]

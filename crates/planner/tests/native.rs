@@ -247,6 +247,53 @@ fn an_unreadable_record_writes_no_status() {
     );
 }
 
+#[test]
+fn an_unreadable_record_is_quoted_escaped_once() {
+    // The JSON parser quotes a string it did not expect as a Rust literal (escaped already)
+    // and an unknown variant as it is: the warning shows both escaped once.
+    for (text, shown) in [
+        (
+            r#"{"loadBalancers": "a\u001b\"b"}"#,
+            r#"invalid type: string "a\u{1b}\"b", expected a map"#,
+        ),
+        (
+            r#"{"loadBalancers": {"x": {"state": "p\u001bq"}}}"#,
+            r#"unknown variant `p\u{1b}q`"#,
+        ),
+    ] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP }]));
+        let mut cm = record(ProbeState::Proven);
+        cm.data
+            .as_mut()
+            .unwrap()
+            .insert(NATIVE_KEY.into(), text.into());
+        snapshot.config_maps.push(cm);
+        let error = NativeRecord::read(&snapshot, &config(CureMode::Auto)).unwrap_err();
+        assert_eq!(error.key, NATIVE_KEY);
+        assert_eq!(error.metric_label(), "native_record_unreadable");
+        let plan = desired(&snapshot, &config(CureMode::Auto));
+        let warning = plan
+            .warnings
+            .iter()
+            .find(|w| w.subject == "ConfigMap hairpin/hairpin-native")
+            .unwrap_or_else(|| panic!("{:?}", plan.warnings));
+        assert!(
+            warning.message.starts_with(&format!(
+                "ConfigMap hairpin/hairpin-native key {NATIVE_KEY} is not hairpin's record: {shown}"
+            )),
+            "{}",
+            warning.message
+        );
+        assert!(
+            warning
+                .message
+                .ends_with("; no load balancer status is written until it is hairpin's again"),
+            "{}",
+            warning.message
+        );
+    }
+}
+
 /// `svc`'s status `ingress` list last changed by `manager` (as the API server records it).
 fn written_by(snapshot: &mut ClusterSnapshot, manager: &str) {
     snapshot.services[0].metadata.managed_fields = Some(vec![

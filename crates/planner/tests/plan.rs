@@ -387,6 +387,37 @@ fn missing_coredns_config_map_is_an_error() {
 }
 
 #[test]
+fn an_unreadable_imported_key_is_named_in_a_warning_escaped_once() {
+    // k3s imports every `.server` key of coredns-custom; this one (its name and its server
+    // keys holding a terminal escape and a backslash) has no braces: left alone, with a
+    // warning that quotes both, each escaped once (the editor's error escapes its part).
+    let mut snapshot = two_lbs();
+    snapshot.config_maps = vec![
+        coredns(&fixture("k3s.Corefile")),
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "coredns-custom", "namespace": "kube-system" },
+            "data": { "b\u{1b}ad.server": "ex\u{1b}\\ample.net:53\nforward . 192.0.2.1\n" }
+        }))
+        .unwrap(),
+    ];
+    let plan = desired(&snapshot, &PlannerConfig::default());
+    let warning = plan
+        .warnings
+        .iter()
+        .find(|w| w.message.starts_with("key b"))
+        .unwrap_or_else(|| panic!("{:?}", plan.warnings));
+    assert_eq!(warning.subject, "ConfigMap kube-system/coredns-custom");
+    assert!(
+        warning.message.starts_with(
+            "key b\\u{1b}ad.server: Corefile line 1: the server block `ex\\u{1b}\\\\ample.net:53` has no braces"
+        ),
+        "{}",
+        warning.message
+    );
+}
+
+#[test]
 fn auto_mode_uses_coredns_custom_where_the_corefile_imports_it() {
     let mut snapshot = two_lbs();
     snapshot.config_maps = vec![coredns(&fixture("k3s.Corefile"))];

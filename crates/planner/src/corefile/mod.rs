@@ -39,6 +39,7 @@ pub use upstream::{Upstream, ZoneUpstreams, upstreams, upstreams_for};
 
 pub(crate) use rules::normalize_target;
 
+use crate::escape::Text;
 use crate::markers::{self, Block};
 pub use crate::markers::{BEGIN_MARKER, END_MARKER, Edit, MarkerDamage, Warning};
 use parse::{Corefile, ServerBlock, leading_indent, line_start};
@@ -51,34 +52,45 @@ pub const CONFIGMAP_MAX_BYTES: usize = 1024 * 1024;
 pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 
 /// Errors of the Corefile editor. Nothing is written when one is returned.
+///
+/// Their fields hold the Corefile's text and the names as they are (a `message` is hairpin's
+/// words around them); the `Display` escapes every one of them once ([`crate::escape::text`]),
+/// so the message is one line of printable text, printed as it is wherever it goes: the
+/// plan's errors and warnings, the controller's logs, Events and conditions.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CorefileError {
-    #[error("invalid hostname `{name}`: {reason}")]
+    #[error("invalid hostname `{}`: {reason}", Text(name))]
     InvalidHostname { name: String, reason: &'static str },
-    #[error("invalid target `{target}`: {reason}")]
+    #[error("invalid target `{}`: {reason}", Text(target))]
     InvalidTarget {
         target: String,
         reason: &'static str,
     },
-    #[error("hostname `{name}` is mapped to two targets: `{first}` and `{second}`")]
+    #[error(
+        "hostname `{}` is mapped to two targets: `{}` and `{}`",
+        Text(name),
+        Text(first),
+        Text(second)
+    )]
     ConflictingTargets {
         name: String,
         first: String,
         second: String,
     },
-    #[error("Corefile line {line}: {message}")]
+    #[error("Corefile line {line}: {}", Text(message))]
     Syntax { line: usize, message: String },
     #[error(
         "the Corefile has no server block with the `kubernetes` plugin; nothing to edit \
          (is this the cluster's CoreDNS configuration?)"
     )]
     NoKubernetesBlock,
-    #[error("Corefile line {line}: {message}")]
+    #[error("Corefile line {line}: {}", Text(message))]
     UnsupportedLayout { line: usize, message: String },
     #[error(
-        "`{name}`: wildcards need `answer auto` in the rewrite plugin (CoreDNS 1.10 or later); \
-         upgrade CoreDNS or list the names"
+        "`{}`: wildcards need `answer auto` in the rewrite plugin (CoreDNS 1.10 or later); \
+         upgrade CoreDNS or list the names",
+        Text(name)
     )]
     WildcardNeedsAnswerAuto { name: String },
     #[error(
@@ -86,15 +98,17 @@ pub enum CorefileError {
          use wildcards or fewer hostnames"
     )]
     TooLarge { bytes: usize, limit: usize },
+    /// Its lines are escaped by [`MarkerDamage`]'s own `Display`.
     #[error("{0}")]
     Damaged(#[from] MarkerDamage),
-    #[error("Corefile line {line}: {message}; nothing is written rather than guessing")]
+    #[error(
+        "Corefile line {line}: {}; nothing is written rather than guessing",
+        Text(message)
+    )]
     Ambiguous { line: usize, message: String },
-    /// The keys are Corefile text and the controller logs this error as it is: escaped here,
-    /// like the keys quoted by the parser's errors.
     #[error(
         "the server block {} is no longer in the Corefile; planning again",
-        crate::escape::text(&.server.to_string())
+        Text(&server.to_string())
     )]
     ServerBlockGone { server: ServerRef },
 }

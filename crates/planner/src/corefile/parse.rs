@@ -282,10 +282,10 @@ pub(super) fn parse(src: &str) -> Result<Corefile, CorefileError> {
                 } else {
                     read_keys(src, &toks, i)
                 };
-                // Quoted in an error that is logged and published as it is: escaped.
+                // As written: the error's `Display` escapes them.
                 let listed = || {
                     let keys = keys.iter().map(|k| k.text(src)).collect::<Vec<_>>();
-                    crate::escape::text(&keys.join(" ")).into_owned()
+                    keys.join(" ")
                 };
                 match toks.get(next) {
                     Some(open) if open.kind == TokKind::Open => {
@@ -539,8 +539,13 @@ mod tests {
             parse(".:53\nerrors\n"),
             Err(CorefileError::UnsupportedLayout { line: 1, .. })
         ));
-        // The keys it quotes are escaped: the error is one line.
+        // The keys it quotes are escaped once, by its `Display`: the error is one line.
         let err = parse("\".:53\n---\nkind: Secret\"\nerrors\n").unwrap_err();
+        assert!(
+            matches!(&err, CorefileError::UnsupportedLayout { message, .. }
+                if message.contains("`\".:53\n---\nkind: Secret\"`")),
+            "the field holds the keys as written: {err:?}"
+        );
         assert!(!err.to_string().contains('\n'), "{err}");
         assert!(
             err.to_string()
