@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectM
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Resource};
 
-use hairpin_planner::config::is_managed;
 use hairpin_planner::corefile;
+use hairpin_planner::is_managed;
 
 use crate::error::{is_conflict, is_not_found};
 use crate::fight::{Decision, Fights, Observation};

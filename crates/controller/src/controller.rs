@@ -6,9 +6,8 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::Shared;
-use hairpin_planner::{
-    ClusterSnapshot, CorednsFacts, ObjectRef, Plan, PlannerConfig, RefusalReason,
-};
+use hairpin_planner::admission::RefusalReason;
+use hairpin_planner::{ClusterSnapshot, CorednsFacts, ObjectRef, Plan, PlannerConfig};
 use hairpin_runtime::Shutdown;
 use hairpin_runtime::admin::ReadyCondition;
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
@@ -980,7 +979,7 @@ impl Reconciler {
             .verification
             .unverified
             .iter()
-            .filter(|u| u.reason != hairpin_planner::UnverifiedReason::NotResolved);
+            .filter(|u| u.reason != hairpin_planner::verify::UnverifiedReason::NotResolved);
         for u in settled {
             by_lb
                 .entry(&u.load_balancer)

@@ -8,7 +8,8 @@
 //! changing them is backed off from ([`crate::fight`]). A missing CRD is not an error:
 //! [`Applied::CrdMissing`].
 
-use hairpin_planner::external_dns::{self, DnsEndpoint, DnsEndpoints};
+use hairpin_planner::DnsEndpoint;
+use hairpin_planner::external_dns::{self, DnsEndpoints};
 use hairpin_planner::{ClusterSnapshot, DnsMode, Plan, PlannerConfig};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;

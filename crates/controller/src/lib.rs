@@ -43,6 +43,6 @@ pub mod watch;
 
 pub use controller::{ControllerConfig, run};
 pub use error::Error;
-pub use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+pub use hairpin_planner::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 pub use metrics::Metrics;
 pub use uninstall::{UninstallParams, UninstallReport, uninstall, uninstall_with};

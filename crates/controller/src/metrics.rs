@@ -18,7 +18,7 @@ pub struct ErrorLabels {
 /// Label set of `hairpin_hostnames_refused_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RefusedLabels {
-    /// [`hairpin_planner::RefusalReason::label`].
+    /// [`hairpin_planner::admission::RefusalReason::label`].
     pub reason: String,
 }
 
@@ -32,7 +32,7 @@ pub struct LookupLabels {
 /// Label set of `hairpin_hostnames_unverified`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UnverifiedLabels {
-    /// [`hairpin_planner::UnverifiedReason::as_str`].
+    /// [`hairpin_planner::verify::UnverifiedReason::as_str`].
     pub reason: String,
 }
 
@@ -301,8 +301,8 @@ impl Metrics {
     }
 
     /// Sets the unverified-hostname gauges from a plan (every reason, 0 where none).
-    pub fn set_unverified(&self, verification: &hairpin_planner::Verification) {
-        use hairpin_planner::UnverifiedReason as R;
+    pub fn set_unverified(&self, verification: &hairpin_planner::verify::Verification) {
+        use hairpin_planner::verify::UnverifiedReason as R;
         for reason in [
             R::NotResolved,
             R::ResolvesElsewhere,

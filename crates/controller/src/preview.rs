@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
-use hairpin_planner::external_dns::{self, DnsEndpoint};
+use hairpin_planner::DnsEndpoint;
+use hairpin_planner::external_dns;
 use hairpin_planner::receivers::Receiver;
 use hairpin_planner::render::unified_diff;
-use hairpin_planner::{
-    ClusterSnapshot, DnsChange, LoadBalancerPlan, Plan, PlannerConfig, Verification,
-};
+use hairpin_planner::verify::Verification;
+use hairpin_planner::{ClusterSnapshot, DnsChange, LoadBalancerPlan, Plan, PlannerConfig};
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt as _;
@@ -33,8 +33,8 @@ use crate::edits::{dns_edit, hosts_edit, mode_switch_edits, routes_edit};
 use crate::metrics::Metrics;
 use crate::status::desired_hairpins;
 use crate::watch::Caches;
-use hairpin_planner::config::is_managed;
 use hairpin_planner::escape::Text;
+use hairpin_planner::is_managed;
 
 /// What was read from the cluster.
 #[derive(Clone, Debug, Default)]
@@ -617,7 +617,7 @@ fn load_balancer_json(lb: &LoadBalancerPlan) -> Value {
         "addresses": l.ips,
         "proxySources": l.proxy_sources,
         "hairpinService": lb.service_ref().to_string(),
-        "clusterIPs": hairpin_planner::plan::cluster_ips(&lb.service),
+        "clusterIPs": hairpin_planner::cluster_ips(&lb.service),
         "routes": lb.routes.iter().map(|r| json!({
             "listen": r.listen,
             "upstream": r.upstream,

@@ -16,7 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hairpin_planner::snapshot::ObjectRef;
+use hairpin_planner::ObjectRef;
 use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig};
 use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hairpin_planner::snapshot::ObjectRef;
+use hairpin_planner::ObjectRef;
 use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, Plan, PlannerConfig, ProxyHeader};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -31,7 +31,7 @@ use crate::metrics::Metrics;
 use crate::propagation::{self, CheckOutcome, PropagationParams, join};
 use crate::report::Events;
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use hairpin_planner::config::is_managed;
+use hairpin_planner::is_managed;
 use hairpin_planner::native::{Cure, NativeProgress};
 
 /// Where the DNS change stands after one reconcile.

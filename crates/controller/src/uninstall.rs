@@ -24,7 +24,7 @@ use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 use hairpin_planner::PlannerConfig;
-use hairpin_planner::config::is_managed;
+use hairpin_planner::is_managed;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ConfigMap;

@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use hairpin_planner::corefile::{Upstream, ZoneUpstreams, upstreams_for};
-use hairpin_planner::verify::{NameCheck, Resolution, Resolutions};
+use hairpin_planner::verify::NameCheck;
+use hairpin_planner::{Resolution, Resolutions};
 use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::RData;
@@ -157,7 +158,7 @@ impl UpstreamResolver {
         self.state().published.clone()
     }
 
-    /// Sets the names to resolve (the plan's [`hairpin_planner::Verification::names`]) and
+    /// Sets the names to resolve (the plan's [`hairpin_planner::verify::Verification::names`]) and
     /// the Corefile's forward zones; wakes the resolver when they change.
     pub fn want(&self, names: &[NameCheck], zones: &[ZoneUpstreams]) {
         let own = || read_resolv_conf(&self.shared.params.resolv_conf);

@@ -17,13 +17,12 @@ use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::tlsroutes::TlsRoute;
+use hairpin_planner::ClusterSnapshot;
 use hairpin_planner::DnsMode;
-use hairpin_planner::config::PlannerConfig;
+use hairpin_planner::PlannerConfig;
 use hairpin_planner::hostnames;
-use hairpin_planner::snapshot::ClusterSnapshot;
-use hairpin_planner::sources::{
-    CustomSource, SOURCE_APIS, SourceKind, TLS_ROUTE_VERSIONS, tls_route_from_value,
-};
+use hairpin_planner::sources::{SOURCE_APIS, TLS_ROUTE_VERSIONS, tls_route_from_value};
+use hairpin_planner::{CustomSource, SourceKind};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};

@@ -1910,7 +1910,7 @@ async fn another_writer_that_keeps_changing_the_hosts_config_map_is_backed_off_a
     // The hosts block is published empty first, then with the hairpin Service's ClusterIP.
     another_writer_keeps_changing_config_map(
         "hairpin-hosts",
-        hairpin_planner::hosts::HOSTS_KEY,
+        hairpin_planner::HOSTS_KEY,
         "shop.example.com",
     )
     .await;

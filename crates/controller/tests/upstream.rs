@@ -191,7 +191,7 @@ fn metrics() -> Metrics {
 }
 
 /// Waits until the upstream has an answer for each of `n` names.
-async fn answers(upstream: &UpstreamResolver, n: usize) -> hairpin_planner::verify::Resolutions {
+async fn answers(upstream: &UpstreamResolver, n: usize) -> hairpin_planner::Resolutions {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let r = upstream.resolutions();
@@ -319,7 +319,7 @@ async fn the_resolver_reports_each_kind_of_answer_from_a_real_dns_server() {
 /// names `names`, with the CoreDNS ConfigMap, and the given answers.
 fn snapshot_for(
     names: &[&str],
-    resolutions: hairpin_planner::verify::Resolutions,
+    resolutions: hairpin_planner::Resolutions,
 ) -> hairpin_planner::ClusterSnapshot {
     let rules: Vec<serde_json::Value> = names
         .iter()

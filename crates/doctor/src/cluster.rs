@@ -11,14 +11,13 @@ use std::time::Duration;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
-use hairpin_planner::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hairpin_planner::CustomSource;
 use hairpin_planner::escape;
 use hairpin_planner::receivers;
-use hairpin_planner::sources::{
-    CustomSource, SOURCE_APIS, TLS_ROUTE_VERSIONS, tls_route_from_value,
-};
+use hairpin_planner::sources::{SOURCE_APIS, TLS_ROUTE_VERSIONS, tls_route_from_value};
 use hairpin_planner::workloads::{DYNAMIC_APIS, ReceiverObjects};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig, SkipReason};
+use hairpin_planner::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_runtime::kubeconfig::ConfigError;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
@@ -1234,7 +1233,7 @@ pub fn planned_hostnames(plan: &Plan) -> Vec<String> {
         .verification
         .unverified
         .iter()
-        .filter(|u| u.reason == hairpin_planner::UnverifiedReason::NotResolved)
+        .filter(|u| u.reason == hairpin_planner::verify::UnverifiedReason::NotResolved)
         .map(|u| &u.hostname);
     let mut hosts: Vec<String> = plan
         .load_balancers

@@ -60,7 +60,7 @@ impl HostsFile {
 
     fn edit(
         &self,
-        change: impl FnOnce(&str) -> Result<hosts::Edit, hosts::HostsError>,
+        change: impl FnOnce(&str) -> Result<hairpin_planner::markers::Edit, hosts::HostsError>,
     ) -> Result<SyncOutcome, AgentError> {
         let path = &self.path;
         // Opening for writing up front turns a read-only mount or missing permission into an

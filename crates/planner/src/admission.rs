@@ -41,7 +41,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::Namespace;
 use serde::Serialize;
 
-pub use crate::config::{AdmissionConfig, LabelRequirement, NamespacePolicy};
+use crate::config::{AdmissionConfig, NamespacePolicy};
 use crate::name::WildcardLabels;
 use crate::name::{DnsName, Host, head, within};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
@@ -610,6 +610,7 @@ fn allows(allowed: &Host, host: &Host) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::LabelRequirement;
 
     #[test]
     fn namespace_policies_parse() {

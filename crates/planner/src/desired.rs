@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use crate::Plan;
 use crate::balancers::{self, HostsPlan, LoadBalancerPlan, Placing};
 use crate::config::{DnsMode, PlannerConfig};
 use crate::coredns::{self, ClusterDns, DnsChange};
@@ -11,7 +12,6 @@ use crate::external_dns;
 use crate::hostnames;
 use crate::kube_dns;
 use crate::native::{self, Cure, Cures, NativeRecord, Needed};
-use crate::plan::Plan;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::verify::{Verification, Verifier};
 use crate::warning::Warning;

@@ -23,9 +23,7 @@ use crate::balancers::{HostsEntry, LoadBalancerPlan, cluster_ips};
 use crate::config::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig};
 use crate::hostnames::Hostname;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
-pub use crate::snapshot::{
-    DnsEndpoint, DnsEndpointSpec, DnsEndpointStatus, Endpoint, ProviderSpecific,
-};
+use crate::snapshot::{DnsEndpoint, DnsEndpointSpec, Endpoint};
 use crate::warning::Warning;
 
 /// API group of external-dns's CRD source.
@@ -87,7 +85,7 @@ pub struct DnsEndpointWrite {
 }
 
 /// Whether `meta` marks one of hairpin's `DNSEndpoint`s in our namespace.
-pub use crate::config::is_ours;
+use crate::config::is_ours;
 
 /// The `DNSEndpoint`s for the planned load balancers.
 pub(crate) fn plan(

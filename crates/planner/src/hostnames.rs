@@ -48,11 +48,11 @@ use serde::Serialize;
 
 use crate::admission::{Admission, Origin, Refusal, RefusalReason};
 use crate::config::PlannerConfig;
-pub use crate::name::WildcardLabels;
+use crate::name::WildcardLabels;
 use crate::name::{Host, normalize_address};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
-use crate::sources::{CustomSource, SourceKind};
 use crate::warning::Warning;
+use crate::{CustomSource, SourceKind};
 
 /// external-dns's hostname annotation.
 pub const EXTERNAL_DNS_ANNOTATION: &str = "external-dns.alpha.kubernetes.io/hostname";

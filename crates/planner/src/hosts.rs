@@ -17,9 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-pub use crate::config::HOSTS_KEY;
 use crate::markers;
-pub use crate::markers::{BEGIN_MARKER, DamageKind, END_MARKER, Edit, MarkerDamage, Warning};
+use crate::markers::{Edit, MarkerDamage};
 use crate::name::DnsName;
 
 /// Longest line we write; musl reads hosts lines into a 512-byte buffer, so stay well below.
@@ -214,6 +213,7 @@ pub fn remove(hosts: &str) -> Result<Edit, HostsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::markers::{BEGIN_MARKER, DamageKind, END_MARKER};
 
     fn entry(ip: &str, names: &[&str]) -> HostsEntry {
         HostsEntry::new(ip.parse().unwrap(), names.iter().copied())

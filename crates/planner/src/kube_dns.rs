@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use crate::balancers::LoadBalancerPlan;
-pub use crate::config::StubNameserver;
+use crate::config::StubNameserver;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 
 /// Where kube-dns reads its configuration (fixed by kube-dns).

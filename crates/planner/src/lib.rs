@@ -8,40 +8,45 @@
 //! is no cycle; docs/architecture.md tells the stages):
 //!
 //! Shared value types, used by every stage:
-//! - [`name`]: the hostname type and validator every part shares, and [`WildcardLabels`].
+//! - [`name`]: the hostname type and validator every part shares, and [`name::WildcardLabels`].
 //! - [`escape`]: untrusted strings made safe to print in every output format.
-//! - [`warning`]: the plan's warnings; [`markers`]: hairpin's marked blocks in text files.
-//! - [`config`]: settings, each with a default.
+//! - `warning`: the plan's warnings; [`markers`]: hairpin's marked blocks in text files.
+//! - `config`: settings, each with a default.
 //!
 //! Stages:
-//! 1. [`snapshot`]: the input objects (with the CRD sources, `DNSEndpoint`s and the
+//! 1. `snapshot`: the input objects (with the CRD sources, `DNSEndpoint`s and the
 //!    resolver's answers).
-//! 2. [`discovery`]: which load balancers need a hairpin ([`providers`]: PROXY protocol from
+//! 2. `discovery`: which load balancers need a hairpin (`providers`: PROXY protocol from
 //!    provider annotations and ours; [`receivers`]: the receiving side's own PROXY setting,
 //!    read from the [`workloads`] and custom resources of the snapshot).
 //!    [`native`]: the cure of each (`ipMode: Proxy` where proven, else DNS).
 //! 3. [`sources`], [`hostnames`]: the hostnames each load balancer serves, and conflicts; each
 //!    claim passes [`admission`]: which hostnames may be redirected, on whose word.
 //! 4. [`verify`]: which of them are proven, by resolution, to be their load balancer's.
-//! 5. [`balancers`]: the hairpin of each load balancer: its Service, listener ports, routes and
+//! 5. `balancers`: the hairpin of each load balancer: its Service, listener ports, routes and
 //!    the names placed on it.
-//! 6. DNS rendering: [`coredns`] (the writes into the CoreDNS ConfigMaps: Corefile,
+//! 6. DNS rendering: `coredns` (the writes into the CoreDNS ConfigMaps: Corefile,
 //!    `coredns-custom`, node-local-dns) with the [`corefile`] editor, [`hosts`] (the node
 //!    agents' hosts file), [`external_dns`] (`DNSEndpoint`s), [`kube_dns`] (`stubDomains`).
-//! 7. [`plan`]: the plan value, with its errors ([`PlanError`]); [`desired`] runs the stages.
+//! 7. `plan`: the plan value, with its errors ([`PlanError`]); `desired` runs the stages.
 //!
 //! On top: [`load`] (cluster objects from YAML text) and [`render`] (text, diff and YAML forms
 //! of a plan).
+//!
+//! One public path per item: the modules of the shared value types and of the plan's parts
+//! (`config`, `snapshot`, `warning`, `discovery`, `providers`, `balancers`, `coredns`, `plan`,
+//! `error`) are private and their items are re-exported here; a stage's own items are reached
+//! through its module.
 
 #![forbid(unsafe_code)]
 
 pub mod admission;
-pub mod balancers;
-pub mod config;
-pub mod coredns;
+mod balancers;
+mod config;
+mod coredns;
 pub mod corefile;
 mod desired;
-pub mod discovery;
+mod discovery;
 mod error;
 pub mod escape;
 pub mod external_dns;
@@ -52,29 +57,25 @@ pub mod load;
 pub mod markers;
 pub mod name;
 pub mod native;
-pub mod plan;
-pub mod providers;
+mod plan;
+mod providers;
 pub mod receivers;
 pub mod render;
-pub mod snapshot;
+mod snapshot;
 pub mod sources;
 pub mod verify;
-pub mod warning;
+mod warning;
 pub mod workloads;
 
-pub use admission::{AdmissionConfig, NamespacePolicy, Refusal, RefusalReason};
-pub use config::{CureMode, DnsMode, NodeLocalDns, PlannerConfig};
-pub use coredns::cluster_dns_service;
+// One public path per item: the shared value types and the plan's parts live at the root (their
+// modules are private); the stages' own items under their stage's module.
+pub use balancers::*;
+pub use config::*;
+pub use coredns::*;
 pub use desired::desired;
-pub use discovery::{Discovery, LbPort, LoadBalancer, NotNeeded, SkipReason, discover};
-pub use error::PlanError;
-pub use hostnames::{Conflict, Hostname};
-pub use name::WildcardLabels;
-pub use plan::{
-    CorednsFacts, DnsChange, DnsRedirect, DnsWrite, HostsEntry, HostsPlan, LoadBalancerPlan,
-    NodeLocalDnsFacts, Plan, ProxyHeader, ProxyRoute, WriteEdit,
-};
-pub use providers::ProxyVersion;
-pub use snapshot::{ClusterSnapshot, ObjectRef};
-pub use verify::{Resolution, Unverified, UnverifiedReason, Verification, VerifyMode};
-pub use warning::Warning;
+pub use discovery::*;
+pub use error::*;
+pub use plan::*;
+pub use providers::*;
+pub use snapshot::*;
+pub use warning::*;

@@ -7,8 +7,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::snapshot::ClusterSnapshot;
-use crate::sources::{CustomSource, SourceKind};
 use crate::workloads::{DYNAMIC_KINDS, ReceiverObjects, WORKLOAD_KINDS};
+use crate::{CustomSource, SourceKind};
 
 /// A document that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -7,12 +7,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Serialize;
 
 use crate::admission::Refusal;
-pub use crate::balancers::{
-    HostsEntry, HostsPlan, LoadBalancerPlan, ProxyHeader, ProxyRoute, cluster_ips,
-};
-pub use crate::coredns::{
-    CorednsFacts, DnsChange, DnsRedirect, DnsWrite, NodeLocalDnsFacts, WriteEdit,
-};
+use crate::balancers::{HostsEntry, HostsPlan, LoadBalancerPlan, ProxyRoute, cluster_ips};
+use crate::coredns::{CorednsFacts, DnsChange};
 use crate::discovery::NotNeeded;
 use crate::error::PlanError;
 use crate::hostnames::Conflict;

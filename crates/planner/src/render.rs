@@ -19,8 +19,8 @@ use crate::escape::{self, Text};
 use crate::external_dns::DnsEndpoints;
 use crate::kube_dns::StubDomains;
 use crate::native::{Cure, CureChoice, NativeProgress};
-use crate::plan::{DnsChange, DnsWrite, LoadBalancerPlan, Plan, ProxyHeader, WriteEdit};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
+use crate::{DnsChange, DnsWrite, LoadBalancerPlan, Plan, ProxyHeader, WriteEdit};
 
 /// A hairpin Service's families as planned: `SingleStack IPv4`, `PreferDualStack IPv4, IPv6`.
 fn families(service: &k8s_openapi::api::core::v1::Service) -> String {

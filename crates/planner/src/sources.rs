@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use crate::name::{WildcardLabels, normalize_address};
-pub use crate::snapshot::{CustomSource, SourceKind};
+use crate::snapshot::{CustomSource, SourceKind};
 
 /// One CRD hairpin reads hostnames from, and how to ask the API for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

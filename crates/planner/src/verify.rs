@@ -39,11 +39,11 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-pub use crate::config::VerifyMode;
+use crate::config::VerifyMode;
 use crate::hostnames::Hostname;
 use crate::name::{WildcardLabels, normalize_address};
 use crate::snapshot::ObjectRef;
-pub use crate::snapshot::{Resolution, Resolutions};
+use crate::snapshot::Resolution;
 
 /// One name the controller must resolve, and the addresses that prove it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

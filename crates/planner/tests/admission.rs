@@ -9,11 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::PathBuf;
 
-use hairpin_planner::admission::{Admission, AdmissionConfig, NamespacePolicy, Origin};
+use hairpin_planner::admission::RefusalReason;
+use hairpin_planner::admission::{Admission, Origin};
 use hairpin_planner::name::Host;
-use hairpin_planner::{
-    ClusterSnapshot, ObjectRef, PlannerConfig, RefusalReason, WildcardLabels, desired, load, render,
-};
+use hairpin_planner::name::WildcardLabels;
+use hairpin_planner::{AdmissionConfig, NamespacePolicy};
+use hairpin_planner::{ClusterSnapshot, ObjectRef, PlannerConfig, desired, load, render};
 use proptest::prelude::*;
 use serde_json::json;
 use support::{KUBEADM_COREFILE, coredns, ingress, proxied_lb};

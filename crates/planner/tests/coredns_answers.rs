@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use hairpin_planner::corefile::{self, DnsEntry, PlaceOptions};
-use hairpin_planner::hostnames::WildcardLabels;
+use hairpin_planner::name::WildcardLabels;
 use hairpin_testkit::coredns::{CoreDns, Options, RecordType, UPSTREAM_V4, binary};
 
 fn golden(sub: &str) -> PathBuf {

@@ -12,9 +12,8 @@ mod support;
 
 use std::fs;
 
-use hairpin_planner::corefile::{
-    self, CorefileError, DnsEntry, Form, PlaceOptions, Warning, place,
-};
+use hairpin_planner::corefile::{self, CorefileError, DnsEntry, Form, PlaceOptions, place};
+use hairpin_planner::markers::Warning;
 use support::corefile::{LB1, LB2, check_golden, golden_dir, opts, strip_blocks};
 
 fn read(sub: &str, name: &str) -> String {
@@ -46,7 +45,7 @@ fn blocks_by_server(text: &str) -> Vec<(String, String)> {
 }
 
 /// Edit, check pure insertion, idempotence and removal, compare with the golden file.
-fn placed(name: &str, opts: &PlaceOptions) -> corefile::Edit {
+fn placed(name: &str, opts: &PlaceOptions) -> hairpin_planner::markers::Edit {
     let original = read("layouts", &format!("{name}.Corefile"));
     let edit = corefile::apply_placed(&original, &entries(), opts).unwrap();
     assert!(edit.changed, "{name}");

@@ -285,7 +285,7 @@ proptest! {
         } else {
             prop_assert!(first.changed);
             let eol = if s.crlf { "\r\n" } else { "\n" };
-            let begin = first.text.find(corefile::BEGIN_MARKER).unwrap();
+            let begin = first.text.find(hairpin_planner::markers::BEGIN_MARKER).unwrap();
             let begin = first.text[..begin].rfind('\n').map_or(0, |i| i + 1);
             for line in first.text[begin..].split_inclusive('\n').take(2) {
                 prop_assert!(line.ends_with(eol));

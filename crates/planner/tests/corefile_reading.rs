@@ -8,8 +8,9 @@ mod support;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use hairpin_planner::admission::RefusalReason;
 use hairpin_planner::corefile::{self, CorefileError, DnsEntry, PlaceOptions};
-use hairpin_planner::{PlannerConfig, RefusalReason, desired};
+use hairpin_planner::{PlannerConfig, desired};
 use hairpin_testkit::coredns::CoreDns;
 use hickory_proto::rr::RecordType;
 use support::{KUBEADM_COREFILE, coredns, ingress, ingress_class, proxied_lb};

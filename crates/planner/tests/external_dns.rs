@@ -4,8 +4,9 @@
 use std::fs;
 use std::path::PathBuf;
 
-use hairpin_planner::external_dns::{self, DnsEndpoint, DnsEndpoints};
+use hairpin_planner::external_dns::{self, DnsEndpoints};
 use hairpin_planner::{ClusterSnapshot, DnsMode, PlannerConfig, desired, load};
+use hairpin_planner::{DnsEndpoint, DnsEndpointStatus};
 
 fn fixture(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -223,7 +224,7 @@ fn a_live_object_matches_only_with_the_same_records() {
     let want: &DnsEndpoint = &planned.objects[0].object;
     let mut live = want.clone();
     live.metadata.generation = Some(3);
-    live.status = Some(external_dns::DnsEndpointStatus {
+    live.status = Some(DnsEndpointStatus {
         observed_generation: Some(3),
     });
     // Extra labels (someone's) and a status are fine.
@@ -236,7 +237,7 @@ fn a_live_object_matches_only_with_the_same_records() {
     assert_eq!(live.processed(), Some(true));
     live.spec.endpoints[0].targets = vec!["10.96.0.99".into()];
     assert!(!live.matches(want));
-    live.status = Some(external_dns::DnsEndpointStatus {
+    live.status = Some(DnsEndpointStatus {
         observed_generation: Some(2),
     });
     assert_eq!(live.processed(), Some(false));

@@ -119,10 +119,10 @@ proptest! {
             prop_assert_eq!(&first.text, &original);
         } else {
             // Everything before the block is the original, byte for byte.
-            let begin = first.text.find(hosts::BEGIN_MARKER).unwrap();
+            let begin = first.text.find(hairpin_planner::markers::BEGIN_MARKER).unwrap();
             let kept = &first.text[..begin];
             prop_assert!(original.starts_with(kept.trim_end_matches(['\r', '\n'])));
-            prop_assert!(first.text.trim_end_matches(['\r', '\n']).ends_with(hosts::END_MARKER));
+            prop_assert!(first.text.trim_end_matches(['\r', '\n']).ends_with(hairpin_planner::markers::END_MARKER));
             // The block uses the file's line ending; names are lowercase and sorted.
             for line in first.text[begin..].split_inclusive('\n') {
                 prop_assert!(!line.ends_with('\n') || line.ends_with(f.convention()));

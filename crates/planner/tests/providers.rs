@@ -6,8 +6,8 @@ mod support;
 use std::collections::BTreeMap;
 
 use hairpin_planner::ProxyVersion::{V1, V2};
-use hairpin_planner::providers::{PROVIDER_ANNOTATIONS, proxy_protocol_of};
 use hairpin_planner::{ClusterSnapshot, PlannerConfig, ProxyVersion, SkipReason, discover};
+use hairpin_planner::{PROVIDER_ANNOTATIONS, proxy_protocol_of};
 use serde_json::json;
 use support::lb_service;
 

@@ -3,7 +3,7 @@
 //! each answer: PROXY learnt from a receiver that requires it, no cure for one that accepts a
 //! missing header, a warning and no change where the two ends disagree.
 
-use hairpin_planner::discovery::discover;
+use hairpin_planner::discover;
 use hairpin_planner::load::load_yaml;
 use hairpin_planner::receivers::{Implementation, Requirement, receiver_of};
 use hairpin_planner::{ClusterSnapshot, PlannerConfig, ProxyVersion, SkipReason};

@@ -20,8 +20,8 @@
 use std::fs;
 use std::path::PathBuf;
 
+use hairpin_planner::WriteEdit;
 use hairpin_planner::corefile::Form;
-use hairpin_planner::plan::WriteEdit;
 use hairpin_planner::{ClusterSnapshot, PlannerConfig, desired, load};
 
 fn path(sub: &str) -> PathBuf {

@@ -2,7 +2,8 @@
 //! property tests: any input gives a result, never a panic), Istio host forms, Contour fqdn,
 //! and the per-object opt-out.
 
-use hairpin_planner::sources::{CustomSource, SourceKind, traefik_rule_hosts};
+use hairpin_planner::sources::traefik_rule_hosts;
+use hairpin_planner::{CustomSource, SourceKind};
 use proptest::prelude::*;
 use serde_json::json;
 

@@ -7,9 +7,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hairpin_planner::{
-    ClusterSnapshot, Plan, PlannerConfig, Resolution, UnverifiedReason, VerifyMode, desired,
-};
+use hairpin_planner::verify::UnverifiedReason;
+use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig, Resolution, VerifyMode, desired};
 use support::{KUBEADM_COREFILE, coredns, snapshot_from_yaml};
 
 /// A tenant's PROXY load balancer at 192.0.2.5 (its Ingresses in namespace `tenant`), and
@@ -48,7 +47,7 @@ fn resolve(config: VerifyMode) -> PlannerConfig {
     }
 }
 
-fn answers(pairs: &[(&str, Resolution)]) -> hairpin_planner::verify::Resolutions {
+fn answers(pairs: &[(&str, Resolution)]) -> hairpin_planner::Resolutions {
     Arc::new(
         pairs
             .iter()

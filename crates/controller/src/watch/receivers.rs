@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, Shared};
-use hairpin_planner::snapshot::ClusterSnapshot;
+use hairpin_planner::ClusterSnapshot;
 use hairpin_planner::workloads::{
     DYNAMIC_APIS, DynamicObject as PlannerObject, ReceiverObjects, Workload, slim_template,
 };

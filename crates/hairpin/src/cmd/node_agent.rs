@@ -116,7 +116,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     client,
                     &args.hosts.namespace,
                     &args.hosts.hosts_config_map,
-                    hairpin_planner::hosts::HOSTS_KEY,
+                    hairpin_planner::HOSTS_KEY,
                     changed.clone(),
                     &shutdown,
                 );

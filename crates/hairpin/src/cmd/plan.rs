@@ -12,9 +12,10 @@ use hairpin_controller::client::ClientArgs;
 
 use crate::cmd::args::{ConfigMapRef, HostsConfigMapArgs, parse_configmap_ref};
 use hairpin_controller::preview::{self, Observed};
-use hairpin_planner::admission::{AdmissionConfig, NamespacePolicy, parse_host_list};
-use hairpin_planner::kube_dns::StubNameserver;
+use hairpin_planner::StubNameserver;
+use hairpin_planner::admission::parse_host_list;
 use hairpin_planner::name::Host;
+use hairpin_planner::{AdmissionConfig, NamespacePolicy};
 use hairpin_planner::{
     ClusterSnapshot, CureMode, DnsMode, NodeLocalDns, PlannerConfig, VerifyMode, desired, load,
     render,

@@ -41,7 +41,7 @@ pub(crate) use rules::normalize_target;
 
 use crate::escape::Text;
 use crate::markers::{self, Block};
-pub use crate::markers::{BEGIN_MARKER, END_MARKER, Edit, MarkerDamage, Warning};
+use crate::markers::{Edit, MarkerDamage, Warning};
 use parse::{Corefile, ServerBlock, leading_indent, line_start};
 use rules::is_managed_line;
 

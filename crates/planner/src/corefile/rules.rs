@@ -372,22 +372,20 @@ fn group<'a>(entries: &[&'a DnsEntry]) -> Result<ByTarget<'a>, CorefileError> {
 
 /// RE2 escaping for a DNS name (only `.` can occur).
 fn escape(name: &str) -> String {
-    let mut out = String::with_capacity(escaped_len(name));
+    let mut out = Vec::with_capacity(escaped_len(name));
     push_escaped(&mut out, name);
-    out
+    String::from_utf8(out).expect("a name escaped is UTF-8")
 }
 
-/// [`escape`], onto `out`.
-fn push_escaped(out: &mut String, name: &str) {
-    let mut label = 0;
-    for (i, b) in name.bytes().enumerate() {
+/// [`escape`], onto `out` (bytes: a pattern is built in bytes and checked as UTF-8 once).
+fn push_escaped(out: &mut Vec<u8>, name: &str) {
+    for &b in name.as_bytes() {
         if b == b'.' {
-            out.push_str(&name[label..i]);
-            out.push_str("\\.");
-            label = i + 1;
+            out.extend_from_slice(b"\\.");
+        } else {
+            out.push(b);
         }
     }
-    out.push_str(&name[label..]);
 }
 
 /// The length of [`escape`]`(name)`.
@@ -625,24 +623,24 @@ fn chunked(names: &[&str], prefix: &str, suffix: &str) -> Vec<String> {
 /// `^PREFIX(?:a|b|...)SUFFIX$` of `names` (escaped; `len`: their escaped lengths plus one
 /// each), or `^PREFIXaSUFFIX$` of one name.
 fn join_pattern(names: &[&str], len: usize, prefix: &str, suffix: &str) -> String {
-    let mut out = String::with_capacity(len + prefix.len() + suffix.len() + 6);
-    out.push('^');
-    out.push_str(prefix);
+    let mut out = Vec::with_capacity(len + prefix.len() + suffix.len() + 6);
+    out.push(b'^');
+    out.extend_from_slice(prefix.as_bytes());
     if let [name] = names {
         push_escaped(&mut out, name);
     } else {
-        out.push_str("(?:");
+        out.extend_from_slice(b"(?:");
         for (i, name) in names.iter().enumerate() {
             if i > 0 {
-                out.push('|');
+                out.push(b'|');
             }
             push_escaped(&mut out, name);
         }
-        out.push(')');
+        out.push(b')');
     }
-    out.push_str(suffix);
-    out.push('$');
-    out
+    out.extend_from_slice(suffix.as_bytes());
+    out.push(b'$');
+    String::from_utf8(out).expect("names and patterns are UTF-8")
 }
 
 /// Exact names as flat alternations of whole names, `^(?:a\.example\.com|b\.example\.org)\.$`,
