@@ -823,14 +823,20 @@ impl Collector<'_> {
         out.refused = std::mem::take(&mut self.refused);
         let sources = &self.sources;
         let text = |i: u32| sources[i as usize].text.as_str();
-        // By hostname (its prefix key first: most comparisons end there), load balancer and
-        // source text.
-        self.claims.sort_unstable_by(|a, b| {
-            a.key
-                .cmp(&b.key)
-                .then_with(|| (a.host.as_str(), a.lb).cmp(&(b.host.as_str(), b.lb)))
-                .then_with(|| text(a.source).cmp(text(b.source)))
-        });
+        // By hostname, load balancer and source text: by the hostname's prefix key first, with
+        // a comparison the sort inlines (keys order as the hostnames do), then each run of
+        // equal keys (claims of one hostname, or of hostnames alike in their first 16 bytes)
+        // by all three.
+        self.claims.sort_unstable_by_key(|c| c.key);
+        for same in self.claims.chunk_by_mut(|a, b| a.key == b.key) {
+            if same.len() > 1 {
+                same.sort_unstable_by(|a, b| {
+                    (a.host.as_str(), a.lb)
+                        .cmp(&(b.host.as_str(), b.lb))
+                        .then_with(|| text(a.source).cmp(text(b.source)))
+                });
+            }
+        }
         // Per load balancer (by index), its hostnames, in hostname order.
         let mut per_lb: Vec<Vec<Hostname>> = vec![Vec::new(); self.lbs.len()];
         // Every claim of one hostname: the load balancers, and for the one load balancer of an
