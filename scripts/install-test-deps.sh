@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real peers the test suite drives (nginx, HAProxy, wrk, etcd for the real
-# kube-apiserver in ../shared/peers/kubernetes), the tools the network-namespace labs need
+# kube-apiserver in ../shared/peers/kubernetes, Go and go-proxyproto's source for the
+# optional-header peer in crates/testkit/peers/proxyproto-optional), the tools the network-namespace labs need
 # (iproute2, iptables, nftables, curl, openssl for the apiserver's certificates) and what scripts/image.sh needs
 # (buildah, the CA bundle it copies into the image), but only when something is missing.
 # Debian/Ubuntu only; run as root (or with passwordless sudo).
@@ -10,6 +11,8 @@ need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v go >/dev/null 2>&1 || need+=(golang-go)
+[ -f /usr/share/gocode/src/github.com/pires/go-proxyproto/protocol.go ] || need+=(golang-github-pires-go-proxyproto-dev)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need+=(iproute2)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || need+=(iptables)
 command -v curl >/dev/null 2>&1 || need+=(curl)

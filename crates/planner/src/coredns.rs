@@ -191,8 +191,12 @@ pub struct NodeLocalDnsFacts {
 /// The cluster's CoreDNS configuration, as the snapshot holds it.
 pub(crate) struct ClusterDns<'a> {
     /// The first configured CoreDNS ConfigMap present, its Corefile, and what the Corefile
-    /// says (or why it cannot be read).
-    pub(crate) found: Option<(&'a ConfigMap, &'a str, Result<CorefileInfo, CorefileError>)>,
+    /// says, with its parse (or why it cannot be read).
+    pub(crate) found: Option<(
+        &'a ConfigMap,
+        &'a str,
+        Result<corefile::Analyzed<'a>, CorefileError>,
+    )>,
     /// The Corefile's cluster domain, else `--cluster-domain`, else `cluster.local`.
     pub(crate) cluster_domain: String,
 }
@@ -201,11 +205,11 @@ impl<'a> ClusterDns<'a> {
     /// Finds the CoreDNS ConfigMap and reads its Corefile.
     pub(crate) fn read(snapshot: &'a ClusterSnapshot, config: &PlannerConfig) -> Self {
         let found = find_coredns(snapshot, config).map(|(cm, corefile)| {
-            let info = corefile::analyze_with(corefile, config.cluster_domain.as_deref());
-            (cm, corefile, info)
+            let read = corefile::Analyzed::new(corefile, config.cluster_domain.as_deref());
+            (cm, corefile, read)
         });
         let cluster_domain = match &found {
-            Some((_, _, Ok(info))) => info.cluster_domain.clone(),
+            Some((_, _, Ok(read))) => read.info.cluster_domain.clone(),
             _ => config
                 .cluster_domain
                 .clone()
@@ -226,7 +230,7 @@ impl<'a> ClusterDns<'a> {
                 .map(|cm| ObjectRef::from_meta(&cm.metadata))
         });
         let (reload, custom_key_suffix, forward_zones) = match &self.found {
-            Some((_, _, Ok(info))) => (
+            Some((_, _, Ok(corefile::Analyzed { info, .. }))) => (
                 Some(info.has_reload),
                 info.custom_key_suffix().map(str::to_owned),
                 info.forward_zones.clone(),
@@ -247,8 +251,8 @@ impl<'a> ClusterDns<'a> {
     /// zone): names in them are never redirected.
     pub(crate) fn zones(&self) -> Vec<&str> {
         let mut zones: Vec<&str> = vec![self.cluster_domain.as_str()];
-        if let Some((_, _, Ok(info))) = &self.found {
-            zones.extend(info.kubernetes_zones.iter().map(String::as_str));
+        if let Some((_, _, Ok(read))) = &self.found {
+            zones.extend(read.info.kubernetes_zones.iter().map(String::as_str));
         }
         zones
     }
@@ -288,25 +292,26 @@ pub(crate) fn redirects(
 pub(crate) fn change(
     snapshot: &ClusterSnapshot,
     config: &PlannerConfig,
-    (coredns, corefile, info): (&ConfigMap, &str, &CorefileInfo),
-    redirects: &[DnsRedirect],
+    (coredns, corefile): (&ConfigMap, &corefile::Analyzed<'_>),
+    redirects: Vec<DnsRedirect>,
     passthrough: &[verify::Passthrough],
     addresses: &BTreeMap<String, Vec<IpAddr>>,
     warnings: &mut Vec<Warning>,
 ) -> Result<DnsChange, PlanError> {
+    let info = &corefile.info;
     let coredns_ref = ObjectRef::from_meta(&coredns.metadata);
     let subject = format!("ConfigMap {coredns_ref}");
     for w in &info.warnings {
         warnings.push(Warning::new(&subject, w.to_string()));
     }
-    let entries = entries(redirects, passthrough, warnings);
+    let entries = entries(&redirects, passthrough, warnings);
     // Auto: custom where the Corefile imports coredns-custom keys, else corefile.
     let mode = match config.dns_mode {
         DnsMode::Auto if info.custom_key_suffix().is_some() => DnsMode::Custom,
         DnsMode::Custom => DnsMode::Custom,
         DnsMode::Auto | DnsMode::Corefile | DnsMode::ExternalDns => DnsMode::Corefile,
     };
-    let imported = imported_server_files(snapshot, config, corefile);
+    let imported = imported_server_files(snapshot, config, &corefile.imported_key_suffixes());
     let opts = corefile::PlaceOptions {
         cluster_domain: config.cluster_domain.clone(),
         addresses: addresses.clone(),
@@ -314,7 +319,8 @@ pub(crate) fn change(
         ..corefile::PlaceOptions::default()
     };
     let corefile_key = (&coredns_ref, config.corefile_key.as_str());
-    let placed = corefile::place_with_imports(corefile, &imported, &entries, &opts)
+    let placed = corefile
+        .place_with_imports(&imported, &entries, &opts)
         .map_err(|e| fail(corefile_key, e))?;
     let coredns_write = if mode == DnsMode::Custom {
         custom_write(
@@ -359,7 +365,7 @@ pub(crate) fn change(
     Ok(DnsChange {
         mode,
         cluster_domain: info.cluster_domain.clone(),
-        entries: redirects.to_vec(),
+        entries: redirects,
         writes,
         dns_endpoints: None,
     })
@@ -406,7 +412,7 @@ fn entries(
 fn corefile_write(
     coredns: &ConfigMap,
     key: &str,
-    corefile: &str,
+    corefile: &corefile::Analyzed<'_>,
     main: Placement,
     subject: &str,
     warnings: &mut Vec<Warning>,
@@ -414,7 +420,17 @@ fn corefile_write(
     for w in &main.warnings {
         warnings.push(Warning::new(subject, w.to_string()));
     }
-    inserts_write(coredns, key, corefile, main.inserts, subject, warnings)
+    let edit = corefile.write_blocks(&main.inserts)?;
+    let text = corefile.text;
+    Ok(inserts_write(
+        coredns,
+        key,
+        text,
+        main.inserts,
+        edit,
+        subject,
+        warnings,
+    ))
 }
 
 /// Custom mode: hairpin's own key of `coredns-custom`, the whole override rendered from
@@ -632,19 +648,24 @@ fn blocks_write(
     for w in &placement.warnings {
         warnings.push(Warning::new(subject, w.to_string()));
     }
-    inserts_write(cm, key, corefile, placement.inserts, subject, warnings)
+    let edit = corefile::write_blocks(corefile, &placement.inserts)?;
+    let inserts = placement.inserts;
+    Ok(inserts_write(
+        cm, key, corefile, inserts, edit, subject, warnings,
+    ))
 }
 
-/// A write of placed marked blocks into a key holding server blocks.
+/// A write of placed marked blocks (`inserts`) into a key holding server blocks (`text`), as
+/// `edit` makes it.
 fn inserts_write(
     cm: &ConfigMap,
     key: &str,
     text: &str,
     inserts: Vec<corefile::BlockInsert>,
+    edit: crate::markers::Edit,
     subject: &str,
     warnings: &mut Vec<Warning>,
-) -> Result<DnsWrite, corefile::CorefileError> {
-    let edit = corefile::write_blocks(text, &inserts)?;
+) -> DnsWrite {
     for w in &edit.warnings {
         warnings.push(Warning::new(subject, w.to_string()));
     }
@@ -656,7 +677,7 @@ fn inserts_write(
         strip_server_fields(&mut cm.metadata);
         cm
     });
-    Ok(DnsWrite {
+    DnsWrite {
         config_map: ObjectRef::from_meta(&cm.metadata),
         key: key.to_owned(),
         edit: WriteEdit::Blocks { inserts },
@@ -664,7 +685,7 @@ fn inserts_write(
         changed: edit.changed,
         desired: edit.text,
         object,
-    })
+    }
 }
 
 /// The `coredns-custom` keys the Corefile imports as server blocks at its top level (`import
@@ -672,9 +693,8 @@ fn inserts_write(
 fn imported_server_files(
     snapshot: &ClusterSnapshot,
     config: &PlannerConfig,
-    corefile: &str,
+    suffixes: &[String],
 ) -> Vec<corefile::ImportedFile> {
-    let suffixes = corefile::imported_key_suffixes(corefile).unwrap_or_default();
     if suffixes.is_empty() {
         return Vec::new();
     }
@@ -709,7 +729,11 @@ fn imported_writes(
     let mut writes = Vec::new();
     for (file, inserts) in files.iter().zip(placed) {
         let written = inserts.and_then(|inserts| {
-            inserts_write(&base, &file.name, &file.text, inserts, &subject, warnings)
+            let edit = corefile::write_blocks(&file.text, &inserts)?;
+            let text = &file.text;
+            Ok(inserts_write(
+                &base, &file.name, text, inserts, edit, &subject, warnings,
+            ))
         });
         match written {
             Ok(write) => {

@@ -183,15 +183,15 @@ fn dns(
             key: config.corefile_key.clone(),
             source: Box::new(e.clone()),
         }),
-        Some((cm, corefile, Ok(info))) => {
+        Some((cm, _, Ok(corefile))) => {
             let addresses = coredns::target_addresses(lb_plans, config, domain);
             let passthrough = &verification.passthrough;
-            let read = (*cm, *corefile, info);
+            let read = (*cm, corefile);
             coredns::change(
                 snapshot,
                 config,
                 read,
-                &redirects,
+                redirects,
                 passthrough,
                 &addresses,
                 warnings,

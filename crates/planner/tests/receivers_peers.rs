@@ -4,6 +4,9 @@
 //! (in-cluster clients break), `off` reads a header as the request (an LB that sends one breaks
 //! everyone: the mismatch), and HAProxy's narrower `proxy-protocol` sources do not ask a
 //! client outside them for a header (why hairpin calls that setting unknown, not required).
+//! Traefik's `proxyProtocol` is optional: a Go server behind go-proxyproto's listener with
+//! Traefik's policy (USE for trusted sources, IGNORE otherwise) serves a client without a header
+//! (in-cluster clients work: no cure needed) and reads the header of one that sends it.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,7 +14,7 @@ use std::time::Duration;
 use hairpin_planner::ClusterSnapshot;
 use hairpin_planner::load::load_yaml;
 use hairpin_planner::receivers::{Requirement, receiver_of};
-use hairpin_testkit::{Haproxy, Nginx, exchange, free_addr};
+use hairpin_testkit::{Haproxy, Nginx, ProxyprotoOptional, exchange, free_addr};
 
 const REQUEST: &str = "GET / HTTP/1.1\r\nHost: shop.example.com\r\nConnection: close\r\n\r\n";
 
@@ -25,9 +28,9 @@ fn requirement(fixture: &str) -> Requirement {
     receiver_of(&s, &s.services[0]).unwrap().requirement
 }
 
-/// The status line of the answer to [`REQUEST`], after a PROXY v1 header when `proxy`
+/// The answer to [`REQUEST`], after a PROXY v1 header from 203.0.113.50:40000 when `proxy`
 /// (empty when the peer closed without an answer).
-fn status(addr: SocketAddr, proxy: bool) -> String {
+fn answer(addr: SocketAddr, proxy: bool) -> String {
     let header = if proxy {
         format!(
             "PROXY TCP4 203.0.113.50 {} 40000 {}\r\n",
@@ -39,8 +42,16 @@ fn status(addr: SocketAddr, proxy: bool) -> String {
     };
     let request = format!("{header}{REQUEST}");
     let answer = exchange(addr, request.as_bytes(), Duration::from_secs(5)).unwrap();
-    let text = String::from_utf8_lossy(&answer);
-    text.lines().next().unwrap_or_default().to_owned()
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The status line of [`answer`].
+fn status(addr: SocketAddr, proxy: bool) -> String {
+    answer(addr, proxy)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn answered(line: &str) -> bool {
@@ -107,4 +118,37 @@ fn haproxy_as_the_haproxy_ingress_renders_proxy_protocol_answers_as_classified()
     // inside the ranges is not in the objects: unknown.
     assert!(answered(&status(some, false)));
     assert!(!answered(&status(some, true)));
+}
+
+#[test]
+fn go_proxyproto_as_traefik_runs_proxy_protocol_answers_as_classified() {
+    assert_eq!(requirement("traefik-optional.yaml"), Requirement::Optional);
+    if let Some(why) = ProxyprotoOptional::unavailable() {
+        println!("SKIPPED: the go-proxyproto peer cannot run here: {why}");
+        return;
+    }
+    // traefik/traefik pkg/server/server_entrypoint_tcp.go: policy USE for `trustedIPs`, IGNORE
+    // for other sources. `trusted` plays the LB inside the trusted range (here loopback);
+    // `outside` keeps the fixture's 10.0.0.0/8, which this client (127.0.0.1) is not in.
+    let (trusted, outside) = (free_addr(), free_addr());
+    let _trusted = ProxyprotoOptional::start(trusted, &["127.0.0.0/8"]).unwrap();
+    let _outside = ProxyprotoOptional::start(outside, &["10.0.0.0/8"]).unwrap();
+    for addr in [trusted, outside] {
+        // No header (an in-cluster client, short-circuited): served, with its own address.
+        let plain = answer(addr, false);
+        assert!(answered(&plain), "{plain:?}");
+        assert!(plain.contains("remote_addr=127.0.0.1:"), "{plain:?}");
+    }
+    // The LB's header from a trusted source: served, and the client is the header's source.
+    let proxied = answer(trusted, true);
+    assert!(answered(&proxied), "{proxied:?}");
+    assert!(
+        proxied.ends_with("remote_addr=203.0.113.50:40000"),
+        "{proxied:?}"
+    );
+    // From outside the trusted range the header is consumed and ignored, never read as the
+    // request: still served.
+    let ignored = answer(outside, true);
+    assert!(answered(&ignored), "{ignored:?}");
+    assert!(ignored.contains("remote_addr=127.0.0.1:"), "{ignored:?}");
 }

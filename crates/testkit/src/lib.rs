@@ -1,6 +1,6 @@
 //! Test support shared by the interop, controller and lab tests: loopback ports that are not
 //! handed out twice, and real nginx / HAProxy / CoreDNS ([`coredns`]) processes run from a
-//! config string in a temp dir.
+//! config string in a temp dir, and a Go go-proxyproto peer ([`ProxyprotoOptional`]).
 //!
 //! Everything here binds or connects to loopback only. Processes are killed when their handle is
 //! dropped, so a failing assertion never leaves a server behind.
@@ -147,13 +147,17 @@ pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> io::Result<()> {
 ///
 /// Panics with the fix when it is missing: the test suite's entry point installs them.
 pub fn require_binary(name: &str) -> PathBuf {
+    find_binary(name).unwrap_or_else(|| panic!("`{name}` is not installed: run scripts/install-test-deps.sh (or scripts/test.sh, which does)"))
+}
+
+/// Finds a system binary as [`require_binary`] does; `None` when it is missing.
+pub fn find_binary(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
     dirs.extend(["/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/bin"].map(PathBuf::from));
     dirs.into_iter()
         .map(|dir| dir.join(name))
         .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| panic!("`{name}` is not installed: run scripts/install-test-deps.sh (or scripts/test.sh, which does)"))
 }
 
 /// True when the tests run as root (network namespaces, iptables).
@@ -349,6 +353,88 @@ impl Haproxy {
     }
 
     /// What HAProxy logged (stderr).
+    pub fn log(&self) -> String {
+        self.process.read_file("stderr.log")
+    }
+
+    /// The underlying process (temp dir, pid).
+    pub fn process(&self) -> &Process {
+        &self.process
+    }
+}
+
+/// Where Debian's `golang-github-pires-go-proxyproto-dev` puts the library's source (a GOPATH).
+const GOCODE: &str = "/usr/share/gocode";
+
+/// A real optional-header PROXY protocol receiver: the Go HTTP server in
+/// `crates/testkit/peers/proxyproto-optional/main.go`, behind github.com/pires/go-proxyproto's
+/// `Listener` with policy USE for the trusted sources, as Traefik's `proxyProtocol` entry points
+/// run (a header is read when sent; a connection without one is served). It answers every
+/// request with `remote_addr=<the client address it saw>`.
+///
+/// Built with `go build` (Debian's `golang-go`, against the `-dev` package's source in
+/// `/usr/share/gocode`, GOPATH mode) into its temp dir at each start.
+#[derive(Debug)]
+pub struct ProxyprotoOptional {
+    process: Process,
+}
+
+impl ProxyprotoOptional {
+    /// Why the peer cannot run here (no `go`, or no go-proxyproto source); `None` when it can.
+    pub fn unavailable() -> Option<String> {
+        if find_binary("go").is_none() {
+            return Some("`go` is not installed (Debian: golang-go)".to_owned());
+        }
+        let library = Path::new(GOCODE).join("src/github.com/pires/go-proxyproto/protocol.go");
+        if !library.is_file() {
+            return Some(format!(
+                "{} is missing (Debian: golang-github-pires-go-proxyproto-dev)",
+                library.display()
+            ));
+        }
+        None
+    }
+
+    /// Builds the peer, starts it on `addr` with `trusted` as Traefik's
+    /// `proxyProtocol.trustedIPs` (CIDRs; none is `insecure`: every source is trusted) and waits
+    /// until it accepts connections.
+    pub fn start(addr: SocketAddr, trusted: &[&str]) -> io::Result<Self> {
+        if let Some(why) = Self::unavailable() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, why));
+        }
+        let go = require_binary("go");
+        let dir = tempfile::Builder::new()
+            .prefix("hairpin-proxyproto-")
+            .tempdir()?;
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/proxyproto-optional");
+        let binary = dir.path().join("proxyproto-optional");
+        let built = isolated_command(go)
+            .current_dir(&source)
+            .env("GO111MODULE", "off")
+            .env("GOPATH", GOCODE)
+            .env("GOCACHE", dir.path().join("gocache"))
+            .env("GOTMPDIR", dir.path())
+            .env("GOFLAGS", "")
+            .arg("build")
+            .arg("-o")
+            .arg(&binary)
+            .arg("main.go")
+            .output()?;
+        if !built.status.success() {
+            return Err(io::Error::other(format!(
+                "go build of the proxyproto-optional peer failed ({}):\n{}",
+                built.status,
+                String::from_utf8_lossy(&built.stderr)
+            )));
+        }
+        let mut command = isolated_command(binary);
+        command.arg(addr.to_string()).args(trusted);
+        Ok(ProxyprotoOptional {
+            process: Process::spawn("proxyproto-optional", dir, command, &[addr])?,
+        })
+    }
+
+    /// What the peer logged (stderr).
     pub fn log(&self) -> String {
         self.process.read_file("stderr.log")
     }

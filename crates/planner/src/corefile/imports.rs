@@ -37,7 +37,11 @@ pub struct ImportedPlacement {
 /// # Errors
 /// A Corefile that does not parse.
 pub fn imported_key_suffixes(corefile: &str) -> Result<Vec<String>, CorefileError> {
-    let cf = parse::parse(corefile)?;
+    Ok(key_suffixes(corefile, &parse::parse(corefile)?))
+}
+
+/// [`imported_key_suffixes`] of a Corefile already parsed (`cf`).
+pub(super) fn key_suffixes(corefile: &str, cf: &Corefile) -> Vec<String> {
     let mut out: Vec<String> = cf
         .imports
         .iter()
@@ -51,7 +55,7 @@ pub fn imported_key_suffixes(corefile: &str) -> Result<Vec<String>, CorefileErro
         .collect();
     out.sort();
     out.dedup();
-    Ok(out)
+    out
 }
 
 /// [`super::place`] over the Corefile and the files it imports, together.
@@ -65,12 +69,23 @@ pub fn place_with_imports(
     entries: &[DnsEntry],
     opts: &PlaceOptions,
 ) -> Result<ImportedPlacement, CorefileError> {
+    place_parsed(corefile, &parse::parse(corefile)?, imported, entries, opts)
+}
+
+/// [`place_with_imports`] over a Corefile already parsed (`cf`).
+pub(super) fn place_parsed(
+    corefile: &str,
+    cf: &Corefile,
+    imported: &[ImportedFile],
+    entries: &[DnsEntry],
+    opts: &PlaceOptions,
+) -> Result<ImportedPlacement, CorefileError> {
     let readable: Vec<Result<(), CorefileError>> = imported
         .iter()
         .map(|f| parse::parse(&f.text).map(drop))
         .collect();
     if entries.is_empty() || imported.is_empty() {
-        let main = super::place(corefile, entries, opts)?;
+        let main = super::place_parsed(corefile, cf, entries, opts)?;
         return Ok(ImportedPlacement {
             main,
             imported: readable
@@ -94,12 +109,12 @@ pub fn place_with_imports(
         parts.push(Some(i));
         combined.push_str(&file.text);
     }
-    let domain = super::placement_domain(corefile, &parse::parse(corefile)?, opts)?;
-    let cf = parse::parse(&combined)?;
-    let placed = placement::place(&combined, &cf, &domain, entries, opts)?;
-    let refs = placement::server_refs(&combined, &cf);
+    let domain = super::placement_domain(corefile, cf, opts)?;
+    let all = parse::parse(&combined)?;
+    let placed = placement::place(&combined, &all, &domain, entries, opts)?;
+    let refs = placement::server_refs(&combined, &all);
     let part_of = |block: usize| {
-        let at = cf.blocks[block].open.start;
+        let at = all.blocks[block].open.start;
         starts.iter().rposition(|&s| s <= at).unwrap_or(0)
     };
     // Each part's own refs, by its blocks' order in the combined text.
@@ -113,9 +128,9 @@ pub fn place_with_imports(
         .collect();
     let first_block: Vec<usize> = (0..parts.len())
         .map(|p| {
-            (0..cf.blocks.len())
+            (0..all.blocks.len())
                 .find(|&b| part_of(b) >= p)
-                .unwrap_or(cf.blocks.len())
+                .unwrap_or(all.blocks.len())
         })
         .collect();
     let mut main = Vec::new();

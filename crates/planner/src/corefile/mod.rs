@@ -291,6 +291,48 @@ pub fn analyze_with(
     analyze_parsed(corefile, &parse::parse(corefile)?, cluster_domain_flag)
 }
 
+/// A Corefile read once ([`analyze_with`]): its text, what the analysis says of it, and its
+/// parse, which the planner's placement and edit use again rather than parse the Corefile
+/// anew (with hairpin's block in it, at 20,000 names, it is about 700 KiB).
+#[derive(Debug)]
+pub(crate) struct Analyzed<'a> {
+    pub(crate) text: &'a str,
+    pub(crate) info: CorefileInfo,
+    cf: Corefile,
+}
+
+impl<'a> Analyzed<'a> {
+    /// [`analyze_with`], keeping the parse.
+    pub(crate) fn new(
+        text: &'a str,
+        cluster_domain_flag: Option<&str>,
+    ) -> Result<Self, CorefileError> {
+        let cf = parse::parse(text)?;
+        let info = analyze_parsed(text, &cf, cluster_domain_flag)?;
+        Ok(Self { text, info, cf })
+    }
+
+    /// [`imported_key_suffixes`].
+    pub(crate) fn imported_key_suffixes(&self) -> Vec<String> {
+        imports::key_suffixes(self.text, &self.cf)
+    }
+
+    /// [`place_with_imports`].
+    pub(crate) fn place_with_imports(
+        &self,
+        imported: &[ImportedFile],
+        entries: &[DnsEntry],
+        opts: &PlaceOptions,
+    ) -> Result<ImportedPlacement, CorefileError> {
+        imports::place_parsed(self.text, &self.cf, imported, entries, opts)
+    }
+
+    /// [`write_blocks`].
+    pub(crate) fn write_blocks(&self, inserts: &[BlockInsert]) -> Result<Edit, CorefileError> {
+        write_blocks_parsed(self.text, &self.cf, inserts)
+    }
+}
+
 /// [`analyze_with`] of a Corefile already parsed (`cf`).
 fn analyze_parsed(
     corefile: &str,
@@ -479,8 +521,17 @@ pub fn place(
     entries: &[DnsEntry],
     opts: &PlaceOptions,
 ) -> Result<Placement, CorefileError> {
-    let cf = parse::parse(corefile)?;
-    let domain = placement_domain(corefile, &cf, opts)?;
+    place_parsed(corefile, &parse::parse(corefile)?, entries, opts)
+}
+
+/// [`place`] in a Corefile already parsed (`cf`).
+fn place_parsed(
+    corefile: &str,
+    cf: &Corefile,
+    entries: &[DnsEntry],
+    opts: &PlaceOptions,
+) -> Result<Placement, CorefileError> {
+    let domain = placement_domain(corefile, cf, opts)?;
     if entries.is_empty() {
         return Ok(Placement {
             inserts: Vec::new(),
@@ -489,7 +540,7 @@ pub fn place(
             port: opts.dns_port.unwrap_or(DEFAULT_DNS_PORT),
         });
     }
-    placement::place(corefile, &cf, &domain, entries, opts)
+    placement::place(corefile, cf, &domain, entries, opts)
 }
 
 /// The cluster domain placement works with: the `kubernetes` plugin's (or `--cluster-domain`),
@@ -513,10 +564,18 @@ fn placement_domain(
 /// is removed (an intact block is provably hairpin's). Damaged markers, or two blocks in one
 /// server block, are refused. Nothing outside the markers changes.
 pub fn write_blocks(corefile: &str, inserts: &[BlockInsert]) -> Result<Edit, CorefileError> {
-    let cf = parse::parse(corefile)?;
+    write_blocks_parsed(corefile, &parse::parse(corefile)?, inserts)
+}
+
+/// [`write_blocks`] into a Corefile already parsed (`cf`).
+fn write_blocks_parsed(
+    corefile: &str,
+    cf: &Corefile,
+    inserts: &[BlockInsert],
+) -> Result<Edit, CorefileError> {
     let lines = markers::lines(corefile);
-    let blocks = find_blocks(corefile, &lines, &cf)?;
-    let refs = placement::server_refs(corefile, &cf);
+    let blocks = find_blocks(corefile, &lines, cf)?;
+    let refs = placement::server_refs(corefile, cf);
     let index_of = |server: &ServerRef| {
         refs.iter()
             .position(|r| r == server)
@@ -533,7 +592,7 @@ pub fn write_blocks(corefile: &str, inserts: &[BlockInsert]) -> Result<Edit, Cor
     let placed = Placed {
         corefile,
         lines: &lines,
-        cf: &cf,
+        cf,
         inserts,
         targets: &targets,
     };
