@@ -43,11 +43,14 @@ impl<'a> Placing<'a> {
     }
 
     /// The hairpin of each load balancer in `lbs` that got a listener for a PROXY port, with the
-    /// names it claimed ([`hostnames::Collected`]) that `verifier` proves are its own.
+    /// names it claimed ([`hostnames::Collected`]) that `verifier` proves are its own. The
+    /// claimed names are moved out of `collected` when none of them is a wildcard: only
+    /// carving a wildcard out of others' names reads them again ([`carve_out`]); else they
+    /// are copied (tens of thousands of names, each with its sources).
     pub(crate) fn plan(
         &self,
         lbs: &[LoadBalancer],
-        collected: &hostnames::Collected,
+        collected: &mut hostnames::Collected,
         verifier: &mut Verifier<'_>,
         warnings: &mut Vec<Warning>,
     ) -> Vec<LoadBalancerPlan> {
@@ -55,13 +58,19 @@ impl<'a> Placing<'a> {
         let names = service_names(lbs);
         let existing_ports = existing_allocations(snapshot, config);
         let ports = allocate_ports(lbs, &existing_ports, config, warnings);
+        let take = !collected
+            .per_lb
+            .values()
+            .flatten()
+            .any(Hostname::is_wildcard);
         let mut load_balancers = Vec::new();
         for lb in lbs {
-            let claimed = collected
-                .per_lb
-                .get(&lb.service)
-                .cloned()
-                .unwrap_or_default();
+            let claimed = if take {
+                collected.per_lb.remove(&lb.service)
+            } else {
+                collected.per_lb.get(&lb.service).cloned()
+            };
+            let claimed = claimed.unwrap_or_default();
             if claimed.is_empty() {
                 warnings.push(Warning::new(
                     format!("Service {}", lb.service),

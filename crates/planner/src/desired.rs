@@ -36,7 +36,7 @@ pub fn desired(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Plan {
     let mut verifier = Verifier::new(config.verify_hostnames, resolutions, &lb_addresses);
     let placing = Placing::new(snapshot, config, &cluster_dns.cluster_domain);
     let needed = &discovery.load_balancers;
-    let mut lb_plans = placing.plan(needed, &collected, &mut verifier, &mut warnings);
+    let mut lb_plans = placing.plan(needed, &mut collected, &mut verifier, &mut warnings);
     // No wildcard takes another load balancer's names.
     let verification =
         balancers::carve_out(&mut lb_plans, verifier.out, &collected, config.dns_mode);
