@@ -266,19 +266,18 @@ pub struct HostsEntry {
 impl HostsPlan {
     /// The exact names placed on `load_balancers`, each with its hairpin Service; sorted.
     pub(crate) fn of(load_balancers: &[LoadBalancerPlan]) -> Self {
-        let mut entries: Vec<HostsEntry> = load_balancers
-            .iter()
-            .flat_map(|lb| {
-                let service = lb.service_ref();
-                lb.hostnames
-                    .iter()
-                    .filter(|h| !h.is_wildcard())
-                    .map(move |h| HostsEntry {
-                        hostname: h.name.clone(),
-                        service: service.clone(),
-                    })
-            })
-            .collect();
+        let names = load_balancers.iter().map(|lb| lb.hostnames.len()).sum();
+        let mut entries: Vec<HostsEntry> = Vec::with_capacity(names);
+        entries.extend(load_balancers.iter().flat_map(|lb| {
+            let service = lb.service_ref();
+            lb.hostnames
+                .iter()
+                .filter(|h| !h.is_wildcard())
+                .map(move |h| HostsEntry {
+                    hostname: h.name.clone(),
+                    service: service.clone(),
+                })
+        }));
         entries.sort();
         Self { entries }
     }

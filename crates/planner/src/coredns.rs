@@ -270,17 +270,16 @@ pub(crate) fn redirects(
     config: &PlannerConfig,
     cluster_domain: &str,
 ) -> Vec<DnsRedirect> {
-    let mut redirects: Vec<DnsRedirect> = load_balancers
-        .iter()
-        .flat_map(|lb| {
-            let target = target(lb, config, cluster_domain);
-            lb.hostnames.iter().map(move |h| DnsRedirect {
-                hostname: h.name.clone(),
-                target: target.clone(),
-                wildcard_labels: h.wildcard_labels,
-            })
+    let names = load_balancers.iter().map(|lb| lb.hostnames.len()).sum();
+    let mut redirects: Vec<DnsRedirect> = Vec::with_capacity(names);
+    redirects.extend(load_balancers.iter().flat_map(|lb| {
+        let target = target(lb, config, cluster_domain);
+        lb.hostnames.iter().map(move |h| DnsRedirect {
+            hostname: h.name.clone(),
+            target: target.clone(),
+            wildcard_labels: h.wildcard_labels,
         })
-        .collect();
+    }));
     redirects.sort();
     redirects
 }
@@ -388,8 +387,9 @@ fn entries(
     passthrough: &[verify::Passthrough],
     warnings: &mut Vec<Warning>,
 ) -> Vec<DnsEntry> {
-    let mut entries: Vec<DnsEntry> = DnsRedirect::entries(redirects)
-        .filter_map(|(r, entry)| match entry {
+    let mut entries: Vec<DnsEntry> = Vec::with_capacity(redirects.len() + passthrough.len());
+    entries.extend(
+        DnsRedirect::entries(redirects).filter_map(|(r, entry)| match entry {
             Ok(e) => Some(e),
             Err(e) => {
                 warnings.push(Warning::escaped_message(
@@ -398,8 +398,8 @@ fn entries(
                 ));
                 None
             }
-        })
-        .collect();
+        }),
+    );
     entries.extend(
         passthrough
             .iter()

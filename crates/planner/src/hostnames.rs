@@ -189,10 +189,12 @@ pub fn collect(
         &config.annotation("allowed-hostnames"),
         &targets.known,
     );
+    // About one claim and one source per Ingress, at least: no growing and copying.
+    let objects = snapshot.ingresses.len();
     let mut c = Collector {
         lbs: targets.known.iter().copied().collect(),
-        claims: Vec::new(),
-        sources: Vec::new(),
+        claims: Vec::with_capacity(objects),
+        sources: Vec::with_capacity(objects),
         refused: Vec::new(),
         warnings: Vec::new(),
         admission,
@@ -237,13 +239,30 @@ impl<'a> Targets<'a> {
     }
 
     /// The load balancers that have one of `addresses` (normalized).
-    fn at<S: AsRef<str>>(&self, addresses: impl IntoIterator<Item = S>) -> BTreeSet<&'a ObjectRef> {
-        addresses
-            .into_iter()
-            .filter_map(|a| self.by_address.get(a.as_ref()))
-            .flatten()
-            .copied()
-            .collect()
+    fn at<S: AsRef<str>>(&self, addresses: impl IntoIterator<Item = S>) -> Vec<&'a ObjectRef> {
+        let mut out = Vec::new();
+        self.at_into(addresses, &mut out);
+        out
+    }
+
+    /// [`Targets::at`], into `out` (cleared first; sorted, each once).
+    fn at_into<S: AsRef<str>>(
+        &self,
+        addresses: impl IntoIterator<Item = S>,
+        out: &mut Vec<&'a ObjectRef>,
+    ) {
+        out.clear();
+        out.extend(
+            addresses
+                .into_iter()
+                .filter_map(|a| self.by_address.get(a.as_ref()))
+                .flatten()
+                .copied(),
+        );
+        if out.len() > 1 {
+            out.sort_unstable();
+            out.dedup();
+        }
     }
 }
 
@@ -292,25 +311,27 @@ impl Collector<'_> {
                 })
                 .clone()
         };
+        // Reused for every Ingress: its hosts, and the load balancers serving it.
+        let (mut hosts, mut lbs) = (Vec::new(), Vec::new());
         for ing in &snapshot.ingresses {
             if is_ignored(&ing.metadata, ignore_key) {
                 continue;
             }
             let ing_ref = ObjectRef::from_meta(&ing.metadata);
-            let hosts = ingress_hosts(ing);
+            ingress_hosts(ing, &mut hosts);
             let annotated = external_dns_hosts(&ing.metadata, "Ingress", &ing_ref);
             if hosts.is_empty() && annotated.is_none() {
                 continue;
             }
             let origin = Origin::new("Ingress", ing_ref);
-            let lbs = self.ingress_targets(ing, &origin, targets, &mut fallback);
+            self.ingress_targets(ing, &origin, targets, &mut fallback, &mut lbs);
             if lbs.is_empty() {
                 continue;
             }
             let origin = self.origin(origin);
             let annotated = annotated.map(|(origin, hosts)| (self.origin(origin), hosts));
-            for lb in lbs {
-                for host in &hosts {
+            for &lb in &lbs {
+                for &host in &hosts {
                     self.add(lb, host, origin, WildcardLabels::One);
                 }
                 if let Some((annotation_origin, annotated)) = &annotated {
@@ -322,17 +343,19 @@ impl Collector<'_> {
         }
     }
 
-    /// The load balancers an Ingress is served by: those its status names (when several share
-    /// the address, the one its controller runs behind, if that can be told); without a
-    /// status, the one its class's controller runs behind (`fallback`), or none, with a
-    /// warning.
+    /// The load balancers an Ingress is served by, into `out` (sorted): those its status names
+    /// (when several share the address, the one its controller runs behind, if that can be
+    /// told); without a status, the one its class's controller runs behind (`fallback`), or
+    /// none, with a warning.
     fn ingress_targets<'t>(
         &mut self,
         ing: &Ingress,
         origin: &Origin,
         targets: &Targets<'t>,
         fallback: &mut impl FnMut(&Ingress) -> Result<ObjectRef, String>,
-    ) -> BTreeSet<&'t ObjectRef> {
+        out: &mut Vec<&'t ObjectRef>,
+    ) {
+        out.clear();
         let entries = ing
             .status
             .as_ref()
@@ -344,8 +367,8 @@ impl Collector<'_> {
             .flat_map(|e| e.ip.iter().chain(&e.hostname))
             .peekable();
         if status.peek().is_none() {
-            return match fallback(ing) {
-                Ok(lb) => targets.known.get(&lb).copied().into_iter().collect(),
+            match fallback(ing) {
+                Ok(lb) => out.extend(targets.known.get(&lb).copied()),
                 Err(why) => {
                     self.warnings.push(Warning::new(
                         origin.text.clone(),
@@ -353,20 +376,18 @@ impl Collector<'_> {
                             "no load balancer address in status and {why}; its hostnames are not planned"
                         ),
                     ));
-                    BTreeSet::new()
                 }
-            };
+            }
+            return;
         }
-        let matched = targets.at(status.map(|a| normalized_address(a)));
+        targets.at_into(status.map(|a| normalized_address(a)), out);
         // Several load balancers on one address (MetalLB's shared IPs): the controller
         // heuristic picks the one this Ingress's controller runs behind, when it can.
-        if matched.len() > 1
+        if out.len() > 1
             && let Ok(lb) = fallback(ing)
-            && matched.contains(&lb)
+            && out.iter().any(|m| **m == lb)
         {
-            matched.into_iter().filter(|m| **m == lb).collect()
-        } else {
-            matched
+            out.retain(|m| **m == lb);
         }
     }
 
@@ -916,10 +937,11 @@ fn prefix_key(s: &str) -> u128 {
 }
 
 /// The hosts of an Ingress's rules and TLS sections, each once (a rule host is usually in
-/// `tls[].hosts` too).
-fn ingress_hosts(ing: &Ingress) -> Vec<&str> {
+/// `tls[].hosts` too), into `out` (cleared first).
+fn ingress_hosts<'a>(ing: &'a Ingress, out: &mut Vec<&'a str>) {
+    out.clear();
     let Some(spec) = ing.spec.as_ref() else {
-        return Vec::new();
+        return;
     };
     let rules = spec
         .rules
@@ -931,10 +953,11 @@ fn ingress_hosts(ing: &Ingress) -> Vec<&str> {
         .iter()
         .flatten()
         .flat_map(|t| t.hosts.iter().flatten().map(String::as_str));
-    let mut hosts: Vec<&str> = rules.chain(tls).collect();
-    hosts.sort_unstable();
-    hosts.dedup();
-    hosts
+    out.extend(rules.chain(tls));
+    if out.len() > 1 {
+        out.sort_unstable();
+        out.dedup();
+    }
 }
 
 /// An Ingress's class name: `spec.ingressClassName`, else the legacy class annotation.
