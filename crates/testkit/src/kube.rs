@@ -134,9 +134,15 @@ fn peers_dir() -> Option<PathBuf> {
 }
 
 /// The unpacked binaries' folder: `$CARGO_TARGET_DIR/kube-peers-<version>` (or the
-/// workspace's `target/`), unpacked once (written aside and renamed, so concurrent tests
-/// never run a half-written binary).
+/// workspace's `target/`), unpacked once (written aside and renamed, so concurrent test
+/// processes never run a half-written binary; one test at a time within a process, whose tests
+/// share its pid and so the name written aside: in a fresh target directory two tests of one
+/// binary raced on it, and one found the other's file renamed away).
 fn unpacked() -> io::Result<PathBuf> {
+    static UNPACKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = UNPACKING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let peers = peers_dir().ok_or_else(|| io::Error::other("Kubernetes test peers absent"))?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
