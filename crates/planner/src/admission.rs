@@ -237,6 +237,9 @@ pub struct Admission<'a> {
     /// The cluster's namespaces: Namespace objects, the namespaces of every object seen, and
     /// the ones every cluster has ([`BUILT_IN_NAMESPACES`]).
     cluster_namespaces: BTreeSet<&'a str>,
+    /// Bit `n` set: some namespace is `n` bytes long (`n` < 64; 63 for longer ones). Most
+    /// names' last label has no namespace's length, and the set is not searched then.
+    namespace_lengths: u64,
     /// Problems with the policy's inputs (an annotation that does not parse...).
     pub warnings: Vec<Warning>,
 }
@@ -273,9 +276,14 @@ impl<'a> Admission<'a> {
         } else {
             BTreeMap::new()
         };
+        let cluster_namespaces = cluster_namespaces(snapshot);
+        let namespace_lengths = cluster_namespaces
+            .iter()
+            .fold(0, |bits, ns| bits | length_bit(ns));
         Admission {
             cluster_zones,
-            cluster_namespaces: cluster_namespaces(snapshot),
+            cluster_namespaces,
+            namespace_lengths,
             deny: &config.deny_hostnames,
             namespaces: &config.hostname_namespaces,
             namespace_labels,
@@ -349,7 +357,10 @@ impl Admission<'_> {
         }
         let why = if matches!(last, "svc" | "pod") {
             format!("`{last}` names Services and Pods of the cluster")
-        } else if self.cluster_namespaces.contains(last) && !known_tld(last) {
+        } else if self.namespace_lengths & length_bit(last) != 0
+            && self.cluster_namespaces.contains(last)
+            && !known_tld(last)
+        {
             format!("{last} is a namespace of the cluster")
         } else {
             return Ok(());
@@ -470,6 +481,11 @@ pub const BUILT_IN_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// Whether `label` is a top-level domain the Public Suffix List knows (not the implicit `*`).
+/// The bit of [`Admission::namespace_lengths`] for a name of `s`'s length.
+fn length_bit(s: &str) -> u64 {
+    1 << s.len().min(63)
+}
+
 fn known_tld(label: &str) -> bool {
     psl::suffix(label.as_bytes()).is_some_and(|s| s.is_known())
 }

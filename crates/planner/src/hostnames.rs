@@ -187,12 +187,12 @@ pub fn collect(
         snapshot,
         cluster_zones,
         &config.annotation("allowed-hostnames"),
-        &targets.known,
+        &targets.lbs.iter().copied().collect(),
     );
     // About one claim and one source per Ingress, at least: no growing and copying.
     let objects = snapshot.ingresses.len();
     let mut c = Collector {
-        lbs: targets.known.iter().copied().collect(),
+        lbs: targets.lbs.clone(),
         claims: Vec::with_capacity(objects),
         sources: Vec::with_capacity(objects),
         refused: Vec::new(),
@@ -208,22 +208,27 @@ pub fn collect(
     c.finish()
 }
 
-/// The load balancers hostnames are collected for, looked up the ways sources name them.
+/// The load balancers hostnames are collected for, looked up the ways sources name them. A
+/// load balancer is named by its index in [`Targets::lbs`] (so is it in a claim).
 struct Targets<'a> {
     /// Status address -> the load balancers that have it.
-    by_address: HashMap<&'a str, Vec<&'a ObjectRef>>,
-    /// Every load balancer.
-    known: BTreeSet<&'a ObjectRef>,
+    by_address: HashMap<&'a str, Vec<u32>>,
+    /// Every load balancer, sorted, each once.
+    lbs: Vec<&'a ObjectRef>,
     /// The `type: LoadBalancer` Services, among which the controller heuristics pick.
     lb_services: Vec<&'a Service>,
 }
 
 impl<'a> Targets<'a> {
     fn new(snapshot: &'a ClusterSnapshot, lbs: &'a [(ObjectRef, &'a [String])]) -> Self {
-        let mut by_address: HashMap<&str, Vec<&ObjectRef>> = HashMap::new();
+        let mut sorted: Vec<&ObjectRef> = lbs.iter().map(|(lb, _)| lb).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut by_address: HashMap<&str, Vec<u32>> = HashMap::new();
         for (lb, addresses) in lbs {
+            let i = index_in(&sorted, lb).expect("every load balancer is listed");
             for a in *addresses {
-                by_address.entry(a.as_str()).or_default().push(lb);
+                by_address.entry(a.as_str()).or_default().push(i);
             }
         }
         let lb_services = snapshot
@@ -233,24 +238,25 @@ impl<'a> Targets<'a> {
             .collect();
         Self {
             by_address,
-            known: lbs.iter().map(|(lb, _)| lb).collect(),
+            lbs: sorted,
             lb_services,
         }
     }
 
+    /// The index of `lb`, if hostnames are collected for it.
+    fn index(&self, lb: &ObjectRef) -> Option<u32> {
+        index_in(&self.lbs, lb)
+    }
+
     /// The load balancers that have one of `addresses` (normalized).
-    fn at<S: AsRef<str>>(&self, addresses: impl IntoIterator<Item = S>) -> Vec<&'a ObjectRef> {
+    fn at<S: AsRef<str>>(&self, addresses: impl IntoIterator<Item = S>) -> Vec<u32> {
         let mut out = Vec::new();
         self.at_into(addresses, &mut out);
         out
     }
 
     /// [`Targets::at`], into `out` (cleared first; sorted, each once).
-    fn at_into<S: AsRef<str>>(
-        &self,
-        addresses: impl IntoIterator<Item = S>,
-        out: &mut Vec<&'a ObjectRef>,
-    ) {
+    fn at_into<S: AsRef<str>>(&self, addresses: impl IntoIterator<Item = S>, out: &mut Vec<u32>) {
         out.clear();
         out.extend(
             addresses
@@ -278,7 +284,10 @@ impl Collector<'_> {
     ) {
         for svc in &snapshot.services {
             let svc_ref = ObjectRef::from_meta(&svc.metadata);
-            if !targets.known.contains(&svc_ref) || is_ignored(&svc.metadata, ignore_key) {
+            let Some(lb) = targets.index(&svc_ref) else {
+                continue;
+            };
+            if is_ignored(&svc.metadata, ignore_key) {
                 continue;
             }
             let annotations = svc.metadata.annotations.as_ref();
@@ -290,7 +299,7 @@ impl Collector<'_> {
                         format!("Service {svc_ref} annotation {key}"),
                     ));
                     for host in value.split(',').filter(|h| !h.trim().is_empty()) {
-                        self.add(&svc_ref, host, origin, WildcardLabels::One);
+                        self.add(lb, host, origin, WildcardLabels::One);
                     }
                 }
             }
@@ -347,13 +356,13 @@ impl Collector<'_> {
     /// (when several share the address, the one its controller runs behind, if that can be
     /// told); without a status, the one its class's controller runs behind (`fallback`), or
     /// none, with a warning.
-    fn ingress_targets<'t>(
+    fn ingress_targets(
         &mut self,
         ing: &Ingress,
         origin: &Origin,
-        targets: &Targets<'t>,
+        targets: &Targets<'_>,
         fallback: &mut impl FnMut(&Ingress) -> Result<ObjectRef, String>,
-        out: &mut Vec<&'t ObjectRef>,
+        out: &mut Vec<u32>,
     ) {
         out.clear();
         let entries = ing
@@ -368,7 +377,7 @@ impl Collector<'_> {
             .peekable();
         if status.peek().is_none() {
             match fallback(ing) {
-                Ok(lb) => out.extend(targets.known.get(&lb).copied()),
+                Ok(lb) => out.extend(targets.index(&lb)),
                 Err(why) => {
                     self.warnings.push(Warning::new(
                         origin.text.clone(),
@@ -385,9 +394,10 @@ impl Collector<'_> {
         // heuristic picks the one this Ingress's controller runs behind, when it can.
         if out.len() > 1
             && let Ok(lb) = fallback(ing)
-            && out.iter().any(|m| **m == lb)
+            && let Some(lb) = targets.index(&lb)
+            && out.contains(&lb)
         {
-            out.retain(|m| **m == lb);
+            out.retain(|&m| m == lb);
         }
     }
 
@@ -537,11 +547,8 @@ impl Collector<'_> {
             }
             let src_ref = ObjectRef::from_meta(&source.metadata);
             let origin = Origin::new(source.kind.kind(), src_ref);
-            let lbs: BTreeSet<&ObjectRef> = match custom_source_target(source, targets) {
-                Ok(found) => found
-                    .into_iter()
-                    .filter_map(|lb| targets.known.get(&lb).copied())
-                    .collect(),
+            let lbs: BTreeSet<u32> = match custom_source_target(source, targets) {
+                Ok(found) => found.iter().filter_map(|lb| targets.index(lb)).collect(),
                 Err(why) => {
                     self.warnings.push(Warning::new(
                         origin.text.clone(),
@@ -695,7 +702,8 @@ fn custom_source_target(
             if status.is_empty() {
                 return controller_service(lb_services, "projectcontour.io/").map(|lb| vec![lb]);
             }
-            Ok(targets.at(&status).into_iter().cloned().collect())
+            let lbs = targets.at(&status).into_iter();
+            Ok(lbs.map(|i| targets.lbs[i as usize].clone()).collect())
         }
     }
 }
@@ -788,17 +796,18 @@ impl Collector<'_> {
         Source(index)
     }
 
-    /// Records `host` for `lb` if the admission policy lets `source` claim it; `labels` is
-    /// what a wildcard means in `source`.
-    fn add(&mut self, lb: &ObjectRef, host: &str, source: Source, labels: WildcardLabels) {
+    /// Records `host` for the load balancer `lb` (an index into [`Collector::lbs`]) if the
+    /// admission policy lets `source` claim it; `labels` is what a wildcard means in `source`.
+    fn add(&mut self, lb: u32, host: &str, source: Source, labels: WildcardLabels) {
         let origin = &self.sources[source.0 as usize];
+        let lb_ref = self.lbs[lb as usize];
         // The hostname is kept as written (a field); the texts are escaped (see `Refusal`).
         let refuse = |hostname: String, (reason, detail): (RefusalReason, String)| Refusal {
             hostname,
             source: crate::escape::text(&origin.text).into_owned(),
             kind: origin.kind.to_owned(),
             object: origin.object.clone(),
-            load_balancer: lb.clone(),
+            load_balancer: lb_ref.clone(),
             reason,
             detail: crate::escape::text(&detail).into_owned(),
         };
@@ -816,19 +825,15 @@ impl Collector<'_> {
                 return;
             }
         };
-        if let Err(why) = self.admission.check(&parsed, labels, origin, lb) {
+        if let Err(why) = self.admission.check(&parsed, labels, origin, lb_ref) {
             self.refused.push(refuse(parsed.to_string(), why));
             return;
         }
-        let lb = self
-            .lbs
-            .binary_search(&lb)
-            .expect("hostnames are collected for known load balancers only");
         let host = String::from(parsed);
         self.claims.push(Claim {
             key: prefix_key(&host),
             host,
-            lb: u32::try_from(lb).expect("fewer than 2^32 load balancers"),
+            lb,
             source: source.0,
             labels,
         });
@@ -914,6 +919,12 @@ impl Collector<'_> {
         out.warnings = self.warnings;
         out
     }
+}
+
+/// The index of `lb` in `sorted`.
+fn index_in(sorted: &[&ObjectRef], lb: &ObjectRef) -> Option<u32> {
+    let i = sorted.binary_search(&lb).ok()?;
+    Some(u32::try_from(i).expect("fewer than 2^32 load balancers"))
 }
 
 /// [`normalize_address`], without a copy when it changes nothing (as almost always: one per
