@@ -18,13 +18,13 @@ use serde::Serialize;
 use crate::balancers::{LoadBalancerPlan, cluster_ips};
 use crate::config::{CLUSTER_DNS_SERVICE, DnsMode, NodeLocalDns, PlannerConfig};
 use crate::corefile::{
-    self, BlockInsert, CorefileError, CorefileInfo, DnsEntry, HostPattern, Placement,
+    self, BlockInsert, CorefileError, CorefileInfo, DnsEntry, EntryRef, HostPattern, Placement,
     ZoneUpstreams, normalize_target,
 };
 use crate::error::PlanError;
 use crate::escape::Text;
 use crate::external_dns::DnsEndpoints;
-use crate::name::WildcardLabels;
+use crate::name::{DnsName, WildcardLabels};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::verify;
 use crate::warning::Warning;
@@ -303,7 +303,8 @@ pub(crate) fn change(
     for w in &info.warnings {
         warnings.push(Warning::new(&subject, w.to_string()));
     }
-    let entries = entries(&redirects, passthrough, warnings);
+    let parsed = entries(&redirects, passthrough, warnings);
+    let entries = parsed.refs();
     // Auto: custom where the Corefile imports coredns-custom keys, else corefile.
     let mode = match config.dns_mode {
         DnsMode::Auto if info.custom_key_suffix().is_some() => DnsMode::Custom,
@@ -381,31 +382,96 @@ fn fail((config_map, key): (&ObjectRef, &str), source: CorefileError) -> PlanErr
 
 /// The entries to render: the redirects that make valid entries (the others are warned about
 /// and skipped), then the names a redirected wildcard covers that are someone else's
-/// ([`verify::carve`]), passed through.
-fn entries(
-    redirects: &[DnsRedirect],
-    passthrough: &[verify::Passthrough],
+/// ([`verify::carve`]), passed through. An entry is read where it is when its name and target
+/// are in normal form already, as the plan's are (tens of thousands of names, not copied
+/// again); another is parsed as [`DnsRedirect::entry`] and [`DnsEntry::passthrough`] do.
+fn entries<'a>(
+    redirects: &'a [DnsRedirect],
+    passthrough: &'a [verify::Passthrough],
     warnings: &mut Vec<Warning>,
-) -> Vec<DnsEntry> {
-    let mut entries: Vec<DnsEntry> = Vec::with_capacity(redirects.len() + passthrough.len());
-    entries.extend(
-        DnsRedirect::entries(redirects).filter_map(|(r, entry)| match entry {
-            Ok(e) => Some(e),
-            Err(e) => {
-                warnings.push(Warning::escaped_message(
-                    format!("hostname {}", r.hostname),
-                    format!("{e}; skipped"),
-                ));
-                None
+) -> Entries<'a> {
+    let mut out = Entries {
+        slots: Vec::with_capacity(redirects.len() + passthrough.len()),
+        owned: Vec::new(),
+    };
+    // A plan has a few targets for many names: each is checked once.
+    let mut targets: Vec<(&str, bool)> = Vec::new();
+    for r in redirects {
+        let (name, labels) = match r.hostname.strip_prefix("*.") {
+            Some(suffix) => (suffix, Some(r.wildcard_labels.unwrap_or_default())),
+            None => (r.hostname.as_str(), None),
+        };
+        let target_normal = match targets.iter().find(|(t, _)| *t == r.target) {
+            Some(&(_, normal)) => normal,
+            None => {
+                let normal = DnsName::is_normalized(&r.target);
+                targets.push((&r.target, normal));
+                normal
             }
-        }),
-    );
-    entries.extend(
-        passthrough
+        };
+        if target_normal && DnsName::is_normalized(name) {
+            let target = r.target.as_str();
+            out.slots.push(Slot::Read(EntryRef {
+                name,
+                labels,
+                target,
+            }));
+            continue;
+        }
+        match r.entry() {
+            Ok(e) => out.own(e),
+            Err(e) => warnings.push(Warning::escaped_message(
+                format!("hostname {}", r.hostname),
+                format!("{e}; skipped"),
+            )),
+        }
+    }
+    for p in passthrough {
+        let name = p.hostname.as_str();
+        if DnsName::is_normalized(name) {
+            let (labels, target) = (None, name);
+            out.slots.push(Slot::Read(EntryRef {
+                name,
+                labels,
+                target,
+            }));
+        } else if let Ok(e) = DnsEntry::passthrough(name) {
+            out.own(e);
+        }
+    }
+    out
+}
+
+/// The entries of a DNS change ([`entries`]), in order: each read where it is, or parsed.
+struct Entries<'a> {
+    slots: Vec<Slot<'a>>,
+    /// The entries parsed (not in normal form where they were).
+    owned: Vec<DnsEntry>,
+}
+
+/// One of [`Entries`].
+enum Slot<'a> {
+    Read(EntryRef<'a>),
+    /// An index into [`Entries::owned`].
+    Owned(usize),
+}
+
+impl Entries<'_> {
+    fn own(&mut self, entry: DnsEntry) {
+        self.slots.push(Slot::Owned(self.owned.len()));
+        self.owned.push(entry);
+    }
+
+    /// The entries, in order, as the Corefile editor reads them.
+    fn refs(&self) -> Vec<EntryRef<'_>> {
+        self.slots
             .iter()
-            .filter_map(|p| DnsEntry::passthrough(&p.hostname).ok()),
-    );
-    entries
+            .map(|slot| match slot {
+                Slot::Read(entry) => *entry,
+                Slot::Owned(i) => EntryRef::of(&self.owned[*i]),
+            })
+            .collect()
+    }
 }
 
 /// Corefile mode: hairpin's blocks in the Corefile's own `key`, where `main` places them.
@@ -440,7 +506,7 @@ fn custom_write(
     config: &PlannerConfig,
     info: &CorefileInfo,
     main: &Placement,
-    entries: &[DnsEntry],
+    entries: &[EntryRef<'_>],
     subject: &str,
     warnings: &mut Vec<Warning>,
 ) -> Result<DnsWrite, PlanError> {
@@ -452,7 +518,8 @@ fn custom_write(
         config.coredns_namespace.clone(),
         config.coredns_custom_config_map.clone(),
     );
-    let desired = corefile::render_override(entries).map_err(|e| fail((&target, &key), e))?;
+    let desired = corefile::render_override_of(entries, corefile::RuleStyle::Compact)
+        .map_err(|e| fail((&target, &key), e))?;
     let current = existing
         .and_then(|c| c.data.as_ref())
         .and_then(|d| d.get(&key))
@@ -639,12 +706,12 @@ fn blocks_write(
     cm: &ConfigMap,
     key: &str,
     corefile: &str,
-    entries: &[DnsEntry],
+    entries: &[EntryRef<'_>],
     opts: &corefile::PlaceOptions,
     subject: &str,
     warnings: &mut Vec<Warning>,
 ) -> Result<DnsWrite, corefile::CorefileError> {
-    let placement = corefile::place(corefile, entries, opts)?;
+    let placement = corefile::place_refs(corefile, entries, opts)?;
     for w in &placement.warnings {
         warnings.push(Warning::new(subject, w.to_string()));
     }
@@ -885,7 +952,7 @@ fn strip_server_fields(meta: &mut ObjectMeta) {
 fn node_local_dns_writes(
     snapshot: &ClusterSnapshot,
     config: &PlannerConfig,
-    entries: &[DnsEntry],
+    entries: &[EntryRef<'_>],
     opts: &corefile::PlaceOptions,
     cluster_domain: &str,
     warnings: &mut Vec<Warning>,
@@ -935,7 +1002,7 @@ fn node_local_dns_writes(
 /// With `--node-local-dns off`: which names node-local-dns sends upstream, and how to fix it.
 fn node_local_dns_warning(
     corefile: &str,
-    entries: &[DnsEntry],
+    entries: &[EntryRef<'_>],
     subject: &str,
     warnings: &mut Vec<Warning>,
 ) {
@@ -952,7 +1019,7 @@ fn node_local_dns_warning(
     let patterns: Vec<HostPattern> = entries
         .iter()
         .filter(|e| !e.is_passthrough())
-        .map(|e| e.name.clone())
+        .map(EntryRef::host_pattern)
         .collect();
     let bypassed: Vec<HostPattern> = corefile::bypassed(&info, &patterns)
         .into_iter()

@@ -8,6 +8,7 @@
 
 use super::parse::{self, Corefile};
 use super::placement::{self, BlockInsert, PlaceOptions, Placement};
+use super::rules::EntryRef;
 use super::{CorefileError, DnsEntry};
 
 /// A file of server blocks the Corefile imports (a `coredns-custom` key and its text).
@@ -69,7 +70,8 @@ pub fn place_with_imports(
     entries: &[DnsEntry],
     opts: &PlaceOptions,
 ) -> Result<ImportedPlacement, CorefileError> {
-    place_parsed(corefile, &parse::parse(corefile)?, imported, entries, opts)
+    let entries = EntryRef::all(entries);
+    place_parsed(corefile, &parse::parse(corefile)?, imported, &entries, opts)
 }
 
 /// [`place_with_imports`] over a Corefile already parsed (`cf`).
@@ -77,7 +79,7 @@ pub(super) fn place_parsed(
     corefile: &str,
     cf: &Corefile,
     imported: &[ImportedFile],
-    entries: &[DnsEntry],
+    entries: &[EntryRef<'_>],
     opts: &PlaceOptions,
 ) -> Result<ImportedPlacement, CorefileError> {
     let readable: Vec<Result<(), CorefileError>> = imported

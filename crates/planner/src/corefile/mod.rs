@@ -37,7 +37,7 @@ pub use rules::{
 };
 pub use upstream::{Upstream, ZoneUpstreams, upstreams, upstreams_for};
 
-pub(crate) use rules::normalize_target;
+pub(crate) use rules::{EntryRef, normalize_target};
 
 use crate::escape::Text;
 use crate::markers::{self, Block};
@@ -321,7 +321,7 @@ impl<'a> Analyzed<'a> {
     pub(crate) fn place_with_imports(
         &self,
         imported: &[ImportedFile],
-        entries: &[DnsEntry],
+        entries: &[EntryRef<'_>],
         opts: &PlaceOptions,
     ) -> Result<ImportedPlacement, CorefileError> {
         imports::place_parsed(self.text, &self.cf, imported, entries, opts)
@@ -521,6 +521,15 @@ pub fn place(
     entries: &[DnsEntry],
     opts: &PlaceOptions,
 ) -> Result<Placement, CorefileError> {
+    place_refs(corefile, &EntryRef::all(entries), opts)
+}
+
+/// [`place`] of borrowed entries.
+pub(crate) fn place_refs(
+    corefile: &str,
+    entries: &[EntryRef<'_>],
+    opts: &PlaceOptions,
+) -> Result<Placement, CorefileError> {
     place_parsed(corefile, &parse::parse(corefile)?, entries, opts)
 }
 
@@ -528,7 +537,7 @@ pub fn place(
 fn place_parsed(
     corefile: &str,
     cf: &Corefile,
-    entries: &[DnsEntry],
+    entries: &[EntryRef<'_>],
     opts: &PlaceOptions,
 ) -> Result<Placement, CorefileError> {
     let domain = placement_domain(corefile, cf, opts)?;
@@ -776,7 +785,15 @@ pub fn render_override_with(
     entries: &[DnsEntry],
     style: RuleStyle,
 ) -> Result<String, CorefileError> {
-    let rules = render_rules_with(entries, style)?;
+    render_override_of(&EntryRef::all(entries), style)
+}
+
+/// [`render_override_with`] of borrowed entries.
+pub(crate) fn render_override_of(
+    entries: &[EntryRef<'_>],
+    style: RuleStyle,
+) -> Result<String, CorefileError> {
+    let rules = rules::render_rules_of(entries, style)?;
     if rules.is_empty() {
         return Ok(String::new());
     }

@@ -21,8 +21,8 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use super::parse::{Corefile, Directive, ServerBlock};
-use super::rules::{RuleStyle, render_answers_of, render_rules_of};
-use super::{CorefileError, DnsEntry, HostPattern, Warning};
+use super::rules::{EntryRef, RuleStyle, render_answers_of, render_rules_of};
+use super::{CorefileError, Warning};
 use crate::name::WildcardLabels;
 
 /// The port CoreDNS listens on when a server block key names none.
@@ -303,9 +303,9 @@ fn servers<'a>(
 /// The servers that receive the names of `pattern`, into `out` (cleared first): those with the
 /// most specific zone covering its name (or a wildcard's suffix), plus, for a wildcard, those
 /// whose zone lies under the suffix where the wildcard reaches it.
-fn receivers(servers: &[Server<'_>], pattern: &HostPattern, out: &mut Vec<usize>) {
+fn receivers(servers: &[Server<'_>], pattern: &EntryRef<'_>, out: &mut Vec<usize>) {
     out.clear();
-    let name = pattern.name();
+    let name = pattern.name;
     let best = servers
         .iter()
         .flat_map(|s| s.zones.iter())
@@ -323,7 +323,7 @@ fn receivers(servers: &[Server<'_>], pattern: &HostPattern, out: &mut Vec<usize>
             })
             .map(|(i, _)| i),
     );
-    if let Some(kind) = pattern.wildcard_labels() {
+    if let Some(kind) = pattern.labels {
         for (i, s) in servers.iter().enumerate() {
             let below = s.zones.iter().any(|z| {
                 z != name
@@ -343,7 +343,7 @@ pub(super) fn place(
     src: &str,
     cf: &Corefile,
     cluster_domain: &str,
-    entries: &[DnsEntry],
+    entries: &[EntryRef<'_>],
     opts: &PlaceOptions,
 ) -> Result<Placement, CorefileError> {
     let port = dns_port(src, cf, opts.dns_port)?;
@@ -358,16 +358,16 @@ pub(super) fn place(
         ));
     }
     // Per server (by index), its entries.
-    let mut per_server: Vec<Vec<&DnsEntry>> = vec![Vec::new(); servers.len()];
+    let mut per_server: Vec<Vec<EntryRef<'_>>> = vec![Vec::new(); servers.len()];
     let mut not_served = Vec::new();
     let mut to = Vec::new();
     for e in entries {
-        receivers(&servers, &e.name, &mut to);
+        receivers(&servers, e, &mut to);
         if to.is_empty() {
-            not_served.push(e.name.to_string());
+            not_served.push(e.pattern());
         }
         for &i in &to {
-            per_server[i].push(e);
+            per_server[i].push(*e);
         }
     }
     let mut warnings = Vec::new();

@@ -211,23 +211,75 @@ impl DnsEntry {
     }
 }
 
+/// An entry as the renderer reads it: a [`DnsEntry`] borrowed ([`EntryRef::of`]), or a
+/// redirect of the plan read where it is, so that rendering tens of thousands of names copies
+/// none of them. The renderer checks what it reads as it checks a [`DnsEntry`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EntryRef<'a> {
+    /// The name, or a wildcard's suffix ([`HostPattern::name`]).
+    pub(crate) name: &'a str,
+    /// What a wildcard's `*` stands for; `None` for an exact name.
+    pub(crate) labels: Option<WildcardLabels>,
+    /// As [`DnsEntry::target`].
+    pub(crate) target: &'a str,
+}
+
+impl<'a> EntryRef<'a> {
+    /// `entry`, borrowed.
+    pub(crate) fn of(entry: &'a DnsEntry) -> Self {
+        EntryRef {
+            name: entry.name.name(),
+            labels: entry.name.wildcard_labels(),
+            target: &entry.target,
+        }
+    }
+
+    /// Each of `entries`, borrowed.
+    pub(crate) fn all(entries: &'a [DnsEntry]) -> Vec<Self> {
+        entries.iter().map(EntryRef::of).collect()
+    }
+
+    /// [`DnsEntry::is_passthrough`].
+    pub(crate) fn is_passthrough(&self) -> bool {
+        self.labels.is_none() && self.name == self.target
+    }
+
+    /// The entry's name as [`HostPattern`] prints it (`*.suffix` for a wildcard).
+    pub(crate) fn pattern(&self) -> String {
+        match self.labels {
+            None => self.name.to_owned(),
+            Some(_) => format!("*.{}", self.name),
+        }
+    }
+
+    /// The name as a [`HostPattern`].
+    pub(crate) fn host_pattern(&self) -> HostPattern {
+        let name = self.name.to_owned();
+        match self.labels {
+            None => HostPattern::Exact(name),
+            Some(WildcardLabels::One) => HostPattern::Wildcard(name),
+            Some(WildcardLabels::OneOrMore) => HostPattern::WildcardSuffix(name),
+        }
+    }
+}
+
 /// The entries worth rendering: every redirect, and the pass-throughs that a wildcard among
 /// `entries` covers (the others would change nothing) or that an exact redirect names too
 /// (a conflict, reported as for two targets).
-fn needed<'a>(entries: &[&'a DnsEntry]) -> Vec<&'a DnsEntry> {
-    if !entries.iter().any(|e| e.is_passthrough()) {
+fn needed<'a>(entries: &[EntryRef<'a>]) -> Vec<EntryRef<'a>> {
+    if !entries.iter().any(EntryRef::is_passthrough) {
         return entries.to_vec();
     }
     let (one, more) = wildcard_suffixes(entries);
     let redirected: HashSet<&str> = entries
         .iter()
-        .filter(|e| !e.is_passthrough() && e.name.wildcard_labels().is_none())
-        .map(|e| e.name.name())
+        .filter(|e| !e.is_passthrough() && e.labels.is_none())
+        .map(|e| e.name)
         .collect();
     entries
         .iter()
         .filter(|e| {
-            let name = e.name.name();
+            let name = e.name;
             !e.is_passthrough() || covered(name, &one, &more) || redirected.contains(name)
         })
         .copied()
@@ -235,13 +287,13 @@ fn needed<'a>(entries: &[&'a DnsEntry]) -> Vec<&'a DnsEntry> {
 }
 
 /// The suffixes of the one-label wildcards and of the suffix-match wildcards of `entries`.
-fn wildcard_suffixes<'a>(entries: &[&'a DnsEntry]) -> (HashSet<&'a str>, HashSet<&'a str>) {
+fn wildcard_suffixes<'a>(entries: &[EntryRef<'a>]) -> (HashSet<&'a str>, HashSet<&'a str>) {
     let (mut one, mut more) = (HashSet::new(), HashSet::new());
     for e in entries {
-        match &e.name {
-            HostPattern::Wildcard(s) => one.insert(s.as_str()),
-            HostPattern::WildcardSuffix(s) => more.insert(s.as_str()),
-            HostPattern::Exact(_) => false,
+        match e.labels {
+            Some(WildcardLabels::One) => one.insert(e.name),
+            Some(WildcardLabels::OneOrMore) => more.insert(e.name),
+            None => false,
         };
     }
     (one, more)
@@ -286,27 +338,27 @@ type ByTarget<'a> = BTreeMap<&'a str, Names<'a>>;
 /// wildcard on two targets, whatever its kind. One wildcard on one target with both kinds is
 /// the suffix match (the broader one). The error is the one met first in entry order, as if
 /// the entries were checked one by one.
-fn group<'a>(entries: &[&'a DnsEntry]) -> Result<ByTarget<'a>, CorefileError> {
+fn group<'a>(entries: &[EntryRef<'a>]) -> Result<ByTarget<'a>, CorefileError> {
     // Entries built by hand bypass `DnsEntry::new`; check them here too. There are a few
     // targets for many names: each target is checked once.
     let mut valid = entries.len();
     let mut invalid = None;
     let mut checked_targets: Vec<&str> = Vec::new();
     for (i, e) in entries.iter().enumerate() {
-        if !checked_targets.contains(&e.target.as_str()) {
-            if !DnsName::is_normalized(&e.target) {
+        if !checked_targets.contains(&e.target) {
+            if !DnsName::is_normalized(e.target) {
                 invalid = Some(CorefileError::InvalidTarget {
-                    target: e.target.clone(),
+                    target: e.target.to_owned(),
                     reason: "must be a lowercase RFC 1123 name without trailing dot",
                 });
                 valid = i;
                 break;
             }
-            checked_targets.push(&e.target);
+            checked_targets.push(e.target);
         }
-        if !DnsName::is_normalized(e.name.name()) {
+        if !DnsName::is_normalized(e.name) {
             invalid = Some(CorefileError::InvalidHostname {
-                name: e.name.to_string(),
+                name: e.pattern(),
                 reason: "must be a lowercase RFC 1123 name without trailing dot",
             });
             valid = i;
@@ -317,7 +369,7 @@ fn group<'a>(entries: &[&'a DnsEntry]) -> Result<ByTarget<'a>, CorefileError> {
     let mut keyed: Vec<(bool, &str, usize)> = entries[..valid]
         .iter()
         .enumerate()
-        .map(|(i, e)| (e.name.wildcard_labels().is_some(), e.name.name(), i))
+        .map(|(i, e)| (e.labels.is_some(), e.name, i))
         .collect();
     // Stable and run-aware: entries usually come sorted by name (wildcards first), two runs.
     keyed.sort();
@@ -334,19 +386,19 @@ fn group<'a>(entries: &[&'a DnsEntry]) -> Result<ByTarget<'a>, CorefileError> {
                 }
                 break;
             }
-            labels = labels.max(entries[i].name.wildcard_labels().unwrap_or_default());
+            labels = labels.max(entries[i].labels.unwrap_or_default());
         }
         owners.push((owner, labels));
     }
     if let Some((owner, at)) = conflict {
-        let (prev, e) = (entries[owner].target.as_str(), entries[at]);
-        let (first, second) = if prev < e.target.as_str() {
-            (prev, e.target.as_str())
+        let (prev, e) = (entries[owner].target, entries[at]);
+        let (first, second) = if prev < e.target {
+            (prev, e.target)
         } else {
-            (e.target.as_str(), prev)
+            (e.target, prev)
         };
         return Err(CorefileError::ConflictingTargets {
-            name: e.name.to_string(),
+            name: e.pattern(),
             first: first.to_owned(),
             second: second.to_owned(),
         });
@@ -359,9 +411,9 @@ fn group<'a>(entries: &[&'a DnsEntry]) -> Result<ByTarget<'a>, CorefileError> {
     // come out sorted and free of duplicates.
     for (owner, labels) in owners {
         let e = entries[owner];
-        let slot = by_target.entry(e.target.as_str()).or_default();
-        let name = e.name.name();
-        match (e.name.wildcard_labels(), labels) {
+        let slot = by_target.entry(e.target).or_default();
+        let name = e.name;
+        match (e.labels, labels) {
             (None, _) => slot.exact.push(name),
             (Some(_), WildcardLabels::One) => slot.wildcards.push(name),
             (Some(_), WildcardLabels::OneOrMore) => slot.suffixes.push(name),
@@ -475,13 +527,13 @@ pub fn render_rules_with(
     entries: &[DnsEntry],
     style: RuleStyle,
 ) -> Result<Vec<String>, CorefileError> {
-    render_rules_of(&entries.iter().collect::<Vec<_>>(), style)
+    render_rules_of(&EntryRef::all(entries), style)
 }
 
 /// [`render_rules_with`] for borrowed entries (the placement hands each server block its
 /// share without copying them).
 pub(super) fn render_rules_of(
-    entries: &[&DnsEntry],
+    entries: &[EntryRef<'_>],
     style: RuleStyle,
 ) -> Result<Vec<String>, CorefileError> {
     let by_target = group(&needed(entries))?;
@@ -531,20 +583,20 @@ pub fn render_answers(
     entries: &[DnsEntry],
     addresses: &BTreeMap<String, Vec<IpAddr>>,
 ) -> Result<(Vec<String>, Vec<String>), CorefileError> {
-    render_answers_of(&entries.iter().collect::<Vec<_>>(), addresses)
+    render_answers_of(&EntryRef::all(entries), addresses)
 }
 
 /// [`render_answers`] for borrowed entries.
 pub(super) fn render_answers_of(
-    entries: &[&DnsEntry],
+    entries: &[EntryRef<'_>],
     addresses: &BTreeMap<String, Vec<IpAddr>>,
 ) -> Result<(Vec<String>, Vec<String>), CorefileError> {
     // Pass-throughs are cut out of the wildcard patterns: a matching template always answers.
-    let (passthrough, entries): (Vec<&DnsEntry>, Vec<&DnsEntry>) = needed(entries)
+    let (passthrough, entries): (Vec<EntryRef<'_>>, Vec<EntryRef<'_>>) = needed(entries)
         .into_iter()
-        .partition(|e| e.is_passthrough());
+        .partition(EntryRef::is_passthrough);
     let all = group(&entries)?;
-    let passthrough: Vec<&str> = passthrough.iter().map(|e| e.name.name()).collect();
+    let passthrough: Vec<&str> = passthrough.iter().map(|e| e.name).collect();
     let cut = cut_heads(&passthrough);
     let mut by_target = ByTarget::new();
     let mut unknown = Vec::new();
@@ -1107,8 +1159,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn grouping_agrees_with_the_model(entries in proptest::collection::vec(entry_strategy(), 0..40)) {
-            let refs: Vec<&DnsEntry> = entries.iter().collect();
-            proptest::prop_assert_eq!(group(&refs).map(flatten), group_model(&entries));
+            proptest::prop_assert_eq!(group(&EntryRef::all(&entries)).map(flatten), group_model(&entries));
         }
     }
 }
