@@ -394,23 +394,23 @@ fn entries<'a>(
         slots: Vec::with_capacity(redirects.len() + passthrough.len()),
         owned: Vec::new(),
     };
-    // A plan has a few targets for many names: each is checked once.
+    // A plan has a few targets for many names: each is checked once, and its entries all
+    // read the first redirect's copy (the renderer compares targets: one place in memory).
     let mut targets: Vec<(&str, bool)> = Vec::new();
     for r in redirects {
         let (name, labels) = match r.hostname.strip_prefix("*.") {
             Some(suffix) => (suffix, Some(r.wildcard_labels.unwrap_or_default())),
             None => (r.hostname.as_str(), None),
         };
-        let target_normal = match targets.iter().find(|(t, _)| *t == r.target) {
-            Some(&(_, normal)) => normal,
+        let (target, target_normal) = match targets.iter().find(|(t, _)| *t == r.target) {
+            Some(&known) => known,
             None => {
-                let normal = DnsName::is_normalized(&r.target);
-                targets.push((&r.target, normal));
-                normal
+                let known = (r.target.as_str(), DnsName::is_normalized(&r.target));
+                targets.push(known);
+                known
             }
         };
         if target_normal && DnsName::is_normalized(name) {
-            let target = r.target.as_str();
             out.slots.push(Slot::Read(EntryRef {
                 name,
                 labels,

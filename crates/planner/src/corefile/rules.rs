@@ -345,7 +345,7 @@ fn group<'a>(entries: &[EntryRef<'a>]) -> Result<ByTarget<'a>, CorefileError> {
     let mut invalid = None;
     let mut checked_targets: Vec<&str> = Vec::new();
     for (i, e) in entries.iter().enumerate() {
-        if !checked_targets.contains(&e.target) {
+        if !checked_targets.iter().any(|t| same_text(t, e.target)) {
             if !DnsName::is_normalized(e.target) {
                 invalid = Some(CorefileError::InvalidTarget {
                     target: e.target.to_owned(),
@@ -380,7 +380,7 @@ fn group<'a>(entries: &[EntryRef<'a>]) -> Result<ByTarget<'a>, CorefileError> {
         let owner = same[0].2;
         let mut labels = WildcardLabels::default();
         for &(_, _, i) in same {
-            if entries[i].target != entries[owner].target {
+            if !same_text(entries[i].target, entries[owner].target) {
                 if conflict.is_none_or(|(_, at)| i < at) {
                     conflict = Some((owner, i));
                 }
@@ -406,12 +406,20 @@ fn group<'a>(entries: &[EntryRef<'a>]) -> Result<ByTarget<'a>, CorefileError> {
     if let Some(e) = invalid {
         return Err(e);
     }
-    let mut by_target = ByTarget::new();
-    // `owners` is in key order (all exact names, then wildcards, each sorted), so the lists
-    // come out sorted and free of duplicates.
+    // Per target (a few, for many names), its names. `owners` is in key order (all exact
+    // names, then wildcards, each sorted), so the lists come out sorted and free of
+    // duplicates.
+    let mut by_target: Vec<(&str, Names<'_>)> = Vec::new();
     for (owner, labels) in owners {
         let e = entries[owner];
-        let slot = by_target.entry(e.target).or_default();
+        let at = match by_target.iter().position(|(t, _)| same_text(t, e.target)) {
+            Some(at) => at,
+            None => {
+                by_target.push((e.target, Names::default()));
+                by_target.len() - 1
+            }
+        };
+        let slot = &mut by_target[at].1;
         let name = e.name;
         match (e.labels, labels) {
             (None, _) => slot.exact.push(name),
@@ -419,7 +427,13 @@ fn group<'a>(entries: &[EntryRef<'a>]) -> Result<ByTarget<'a>, CorefileError> {
             (Some(_), WildcardLabels::OneOrMore) => slot.suffixes.push(name),
         }
     }
-    Ok(by_target)
+    Ok(by_target.into_iter().collect())
+}
+
+/// `a == b`, at once when both are the same string in memory (the entries of one target
+/// usually share their target's text).
+fn same_text(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
 }
 
 /// RE2 escaping for a DNS name (only `.` can occur).
