@@ -772,6 +772,9 @@ struct Claim {
     source: u32,
     /// What a wildcard means in that source.
     labels: WildcardLabels,
+    /// `host` is a wildcard (kept here: the claims are read in hostname order, their hosts
+    /// scattered in memory).
+    wildcard: bool,
 }
 
 /// Claims are gathered in a flat list and sorted once at the end: with tens of thousands of
@@ -829,6 +832,7 @@ impl Collector<'_> {
             self.refused.push(refuse(parsed.to_string(), why));
             return;
         }
+        let wildcard = parsed.is_wildcard();
         let host = String::from(parsed);
         self.claims.push(Claim {
             key: prefix_key(&host),
@@ -836,6 +840,7 @@ impl Collector<'_> {
             lb,
             source: source.0,
             labels,
+            wildcard,
         });
     }
 
@@ -902,7 +907,7 @@ impl Collector<'_> {
                 continue;
             }
             per_lb[first.lb as usize].push(Hostname {
-                wildcard_labels: host.starts_with("*.").then_some(labels),
+                wildcard_labels: first.wildcard.then_some(labels),
                 name: host,
                 sources: names.iter().map(|&i| text(i).to_owned()).collect(),
             });
