@@ -8,10 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use hairpin_planner::WildcardLabels;
 use hairpin_planner::corefile::{
     self, CONFIGMAP_MAX_BYTES, DnsEntry, HostPattern, REGEX_PATTERN_BUDGET, render_rules,
 };
+use hairpin_planner::name::WildcardLabels;
 use proptest::prelude::*;
 
 #[derive(Debug)]

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use hairpin_planner::hostnames::intersect;
 use hairpin_planner::name::Host;
-use hairpin_planner::{ClusterSnapshot, PlannerConfig, WildcardLabels, desired};
+use hairpin_planner::name::WildcardLabels;
+use hairpin_planner::{ClusterSnapshot, PlannerConfig, desired};
 use serde_json::json;
 use support::{
     KUBEADM_COREFILE, coredns, ingress, ingress_class, lb_service, proxied_lb, snapshot_from_yaml,
