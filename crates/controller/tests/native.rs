@@ -68,6 +68,72 @@ fn auto_config() -> hairpin_controller::ControllerConfig {
     cfg
 }
 
+/// The fake API server seeded, and the controller started with the native cure forced: the
+/// unanswered probe leaves `ipMode: Proxy` in place.
+async fn start_native() -> (FakeApiServer, support::controller::Running) {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    let mut cfg = auto_config();
+    cfg.planner.cure = CureMode::Native;
+    let running = start(&fake, cfg);
+    (fake, running)
+}
+
+/// Waits until the cure is recorded `failed` and `ipMode` is back to `VIP`.
+async fn assert_failed_and_reverted(fake: &FakeApiServer) {
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "failed"
+            && ip_mode(f) == "VIP")
+            .await
+            .is_some(),
+        "record {:?}, ipMode {:?}",
+        record_state(fake),
+        ip_mode(fake)
+    );
+}
+
+/// Uninstalls hairpin with the default planner configuration; asserts nothing failed.
+async fn uninstall(fake: &FakeApiServer) -> hairpin_controller::UninstallReport {
+    let report = hairpin_controller::uninstall(
+        &fake.client(),
+        &hairpin_planner::PlannerConfig::default(),
+        "hairpin-controller",
+    )
+    .await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    report
+}
+
+/// `ipMode: Proxy` in the load balancer's status, and hairpin's record of a native cure of it:
+/// `entry` (its state and what goes with it) with the Service's uid and original status.
+fn recorded_cure(fake: &FakeApiServer, entry: Value) {
+    let mut svc = fake
+        .get(
+            "v1",
+            "Service",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+        .unwrap();
+    svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!("Proxy");
+    fake.apply(svc.clone());
+    let mut entry = entry;
+    entry["uid"] = svc["metadata"]["uid"].clone();
+    entry["original"] = json!([{"ip": LB_IP, "ipMode": "VIP"}]);
+    let record = json!({"loadBalancers": {"ingress-nginx/ingress-nginx-controller": entry}});
+    fake.apply(hairpin_fake_apiserver::object(
+        "v1",
+        "ConfigMap",
+        Some("hairpin"),
+        "hairpin-native",
+        json!({
+            "metadata": {"labels": {"app.kubernetes.io/managed-by": "hairpin"},
+                         "annotations": {"hairpin.io/created-by": "hairpin"}},
+            "data": {"native.json": record.to_string()}
+        }),
+    ));
+}
+
 #[tokio::test]
 async fn status_conflicts_are_retried_and_an_unanswered_probe_puts_ip_mode_back() {
     let fake = FakeApiServer::start().await;
@@ -92,15 +158,7 @@ async fn status_conflicts_are_retried_and_an_unanswered_probe_puts_ip_mode_back(
     let puts = status_puts(&fake);
     assert_eq!(&puts[..2], &[409, 200], "{puts:?}");
     // Nothing answers on 127.0.0.42:80: not proven; ipMode back as it was, DNS kept.
-    assert!(
-        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "failed"
-            && ip_mode(f) == "VIP")
-            .await
-            .is_some(),
-        "record {:?}, ipMode {:?}",
-        record_state(&fake),
-        ip_mode(&fake)
-    );
+    assert_failed_and_reverted(&fake).await;
     assert!(corefile(&fake).contains(HOST));
     // A failed cure is not tried again before its retry time: no new status write.
     let before = status_puts(&fake).len();
@@ -112,12 +170,8 @@ async fn status_conflicts_are_retried_and_an_unanswered_probe_puts_ip_mode_back(
 
 #[tokio::test]
 async fn an_api_outage_reverts_nothing_and_uninstall_restores() {
-    let fake = FakeApiServer::start().await;
-    seed(&fake);
-    let mut cfg = auto_config();
     // Native forced: ipMode stays whatever the probe says.
-    cfg.planner.cure = CureMode::Native;
-    let running = start(&fake, cfg);
+    let (fake, running) = start_native().await;
     assert!(
         fake.wait_until(Duration::from_secs(10), |f| ip_mode(f) == "Proxy"
             && !corefile(f).contains(HOST))
@@ -131,13 +185,7 @@ async fn an_api_outage_reverts_nothing_and_uninstall_restores() {
     assert_eq!(ip_mode(&fake), "Proxy");
     assert!(!corefile(&fake).contains(HOST));
     running.stop().await;
-    let report = hairpin_controller::uninstall(
-        &fake.client(),
-        &hairpin_planner::PlannerConfig::default(),
-        "hairpin-controller",
-    )
-    .await;
-    assert!(report.failures.is_empty(), "{report:?}");
+    let report = uninstall(&fake).await;
     assert_eq!(
         report.ip_modes_restored,
         ["ingress-nginx/ingress-nginx-controller"]
@@ -152,42 +200,14 @@ async fn an_api_outage_reverts_nothing_and_uninstall_restores() {
 async fn a_cure_left_probing_by_an_earlier_leader_is_probed_again() {
     let fake = FakeApiServer::start().await;
     seed(&fake);
-    let mut svc = fake
-        .get(
-            "v1",
-            "Service",
-            Some("ingress-nginx"),
-            "ingress-nginx-controller",
-        )
-        .unwrap();
-    svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!("Proxy");
-    fake.apply(svc.clone());
-    let record = json!({"loadBalancers": {"ingress-nginx/ingress-nginx-controller": {
-        "uid": svc["metadata"]["uid"], "original": [{"ip": LB_IP, "ipMode": "VIP"}],
-        "state": "probing", "since": "2026-11-27T10:00:00Z"}}});
-    fake.apply(hairpin_fake_apiserver::object(
-        "v1",
-        "ConfigMap",
-        Some("hairpin"),
-        "hairpin-native",
-        json!({
-            "metadata": {"labels": {"app.kubernetes.io/managed-by": "hairpin"},
-                         "annotations": {"hairpin.io/created-by": "hairpin"}},
-            "data": {"native.json": record.to_string()}
-        }),
-    ));
+    recorded_cure(
+        &fake,
+        json!({"state": "probing", "since": "2026-11-27T10:00:00Z"}),
+    );
     assert_eq!(ip_mode(&fake), "Proxy");
     let running = start(&fake, auto_config());
     // Nothing answers on 127.0.0.42:80: the adopted cure fails, ipMode goes back, DNS stays.
-    assert!(
-        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "failed"
-            && ip_mode(f) == "VIP")
-            .await
-            .is_some(),
-        "record {:?}, ipMode {:?}",
-        record_state(&fake),
-        ip_mode(&fake)
-    );
+    assert_failed_and_reverted(&fake).await;
     assert!(corefile(&fake).contains(HOST));
     running.stop().await;
 }
@@ -200,12 +220,8 @@ async fn a_cure_left_probing_by_an_earlier_leader_is_probed_again() {
 async fn a_cloud_controller_that_starts_to_set_ip_mode_takes_over() {
     use k8s_openapi::api::core::v1::Service;
     use kube::api::{Api, PostParams};
-    let fake = FakeApiServer::start().await;
-    seed(&fake);
-    let mut cfg = auto_config();
     // Native forced: the unanswered probe leaves ipMode: Proxy in place.
-    cfg.planner.cure = CureMode::Native;
-    let running = start(&fake, cfg);
+    let (fake, running) = start_native().await;
     assert!(
         fake.wait_until(Duration::from_secs(10), |f| ip_mode(f) == "Proxy"
             && record_state(f) == "failed")
@@ -254,13 +270,7 @@ async fn a_cloud_controller_that_starts_to_set_ip_mode_takes_over() {
         "{events:#?}"
     );
     running.stop().await;
-    let report = hairpin_controller::uninstall(
-        &fake.client(),
-        &hairpin_planner::PlannerConfig::default(),
-        "hairpin-controller",
-    )
-    .await;
-    assert!(report.failures.is_empty(), "{report:?}");
+    let report = uninstall(&fake).await;
     assert!(report.ip_modes_restored.is_empty(), "{report:?}");
     assert_eq!(ip_mode(&fake), "Proxy");
 }
@@ -268,31 +278,11 @@ async fn a_cloud_controller_that_starts_to_set_ip_mode_takes_over() {
 /// A proven cure, recorded on kube-proxy's DaemonSet at generation 1, with `ipMode: Proxy` in
 /// place and no DNS rule.
 fn proven_on_generation_one(fake: &FakeApiServer) {
-    let mut svc = fake
-        .get(
-            "v1",
-            "Service",
-            Some("ingress-nginx"),
-            "ingress-nginx-controller",
-        )
-        .unwrap();
-    svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!("Proxy");
-    fake.apply(svc.clone());
-    let record = json!({"loadBalancers": {"ingress-nginx/ingress-nginx-controller": {
-        "uid": svc["metadata"]["uid"], "original": [{"ip": LB_IP, "ipMode": "VIP"}],
-        "state": "proven", "since": hairpin_testkit_now(),
-        "reason": "127.0.0.42:80 answered", "dataPlane": "kube-system/kube-proxy@1"}}});
-    fake.apply(hairpin_fake_apiserver::object(
-        "v1",
-        "ConfigMap",
-        Some("hairpin"),
-        "hairpin-native",
-        json!({
-            "metadata": {"labels": {"app.kubernetes.io/managed-by": "hairpin"},
-                         "annotations": {"hairpin.io/created-by": "hairpin"}},
-            "data": {"native.json": record.to_string()}
-        }),
-    ));
+    recorded_cure(
+        fake,
+        json!({"state": "proven", "since": hairpin_testkit_now(),
+               "reason": "127.0.0.42:80 answered", "dataPlane": "kube-system/kube-proxy@1"}),
+    );
 }
 
 /// Now, as RFC 3339.
