@@ -181,22 +181,35 @@ pub fn native_record(service: &str, uid: &str, ip: &str, state: &str, reason: &s
     )
 }
 
+/// The DigitalOcean-style load balancer `ingress-nginx/do-lb` with PROXY on
+/// (`do-loadbalancer-enable-proxy-protocol`) at `ip`, at `ip_mode` in its status.
+pub fn do_lb(ip: &str, ip_mode: &str) -> Value {
+    lb_service(
+        "do-lb",
+        json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
+        ip,
+        ip_mode,
+    )
+}
+
+/// The load balancer `lb` at `ip` with `shop.example.com` on it, and CoreDNS.
+fn shop_on(lb: Value, ip: &str) -> Vec<Value> {
+    vec![lb, ingress("shop", "shop.example.com", ip), coredns()]
+}
+
 /// Cluster 1: Hetzner with hcloud-cloud-controller-manager v1.21.0, the load balancer
 /// `ingress-nginx/hetzner-lb` with PROXY on (`uses-proxyprotocol`) at `ip`, whose status the
 /// CCM set to `ipMode: Proxy`, kube-proxy v1.31.2 (iptables), `shop.example.com` on it.
 pub fn hcloud_cluster(ip: &str) -> Vec<Value> {
-    let mut objects = vec![
-        lb_service(
-            "hetzner-lb",
-            json!({"load-balancer.hetzner.cloud/uses-proxyprotocol": "true",
-                   "load-balancer.hetzner.cloud/location": "fsn1"}),
-            ip,
-            "Proxy",
-        ),
-        ingress("shop", "shop.example.com", ip),
-        coredns(),
-        hcloud_ccm("v1.21.0"),
-    ];
+    let hetzner_lb = lb_service(
+        "hetzner-lb",
+        json!({"load-balancer.hetzner.cloud/uses-proxyprotocol": "true",
+               "load-balancer.hetzner.cloud/location": "fsn1"}),
+        ip,
+        "Proxy",
+    );
+    let mut objects = shop_on(hetzner_lb, ip);
+    objects.push(hcloud_ccm("v1.21.0"));
     objects.extend(kube_proxy("v1.31.2", "iptables", "", &[]));
     objects
 }
@@ -205,16 +218,7 @@ pub fn hcloud_cluster(ip: &str) -> Vec<Value> {
 /// default), the load balancer `ingress-nginx/do-lb` with PROXY on at `ip` (`ipMode: VIP`:
 /// DigitalOcean's controller never sets it), `shop.example.com` on it.
 pub fn digitalocean_cluster(ip: &str) -> Vec<Value> {
-    let mut objects = vec![
-        lb_service(
-            "do-lb",
-            json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
-            ip,
-            "VIP",
-        ),
-        ingress("shop", "shop.example.com", ip),
-        coredns(),
-    ];
+    let mut objects = shop_on(do_lb(ip, "VIP"), ip);
     objects.extend(kube_proxy("v1.31.2", "", "", &[]));
     objects
 }
@@ -223,17 +227,8 @@ pub fn digitalocean_cluster(ip: &str) -> Vec<Value> {
 /// DigitalOcean-style PROXY load balancer `ingress-nginx/do-lb` at `ip`, `shop.example.com` on
 /// it, and cert-manager v1.21.0.
 pub fn cilium_cluster(ip: &str) -> Vec<Value> {
-    let mut objects = vec![
-        lb_service(
-            "do-lb",
-            json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
-            ip,
-            "VIP",
-        ),
-        ingress("shop", "shop.example.com", ip),
-        coredns(),
-        cert_manager("v1.21.0"),
-    ];
+    let mut objects = shop_on(do_lb(ip, "VIP"), ip);
+    objects.push(cert_manager("v1.21.0"));
     objects.extend(cilium("v1.16.5", "true"));
     objects
 }
