@@ -6,6 +6,7 @@
 #[path = "support/clusters.rs"]
 mod clusters;
 
+use std::path::Path;
 use std::time::Duration;
 
 use hairpin_doctor::cluster::{self, ClusterOptions};
@@ -19,6 +20,20 @@ use serde_json::json;
 const IP: &str = "198.51.100.10";
 const SHOP: &str = "shop.example.com";
 
+/// Options that read `fake` through a kubeconfig written in `dir`, with `hairpin doctor`'s
+/// default `--cure auto` (as the controller's).
+fn cluster_options(fake: &FakeApiServer, dir: &Path) -> ClusterOptions {
+    ClusterOptions {
+        kubeconfig: Some(fake.write_kubeconfig(dir)),
+        context: None,
+        timeout: Duration::from_secs(2),
+        planner: PlannerConfig {
+            cure: CureMode::Auto,
+            ..PlannerConfig::default()
+        },
+    }
+}
+
 async fn facts_of(objects: Vec<serde_json::Value>) -> ClusterFacts {
     let fake = FakeApiServer::start().await;
     fake.apply_many(objects);
@@ -27,20 +42,18 @@ async fn facts_of(objects: Vec<serde_json::Value>) -> ClusterFacts {
 
 async fn facts_from(fake: &FakeApiServer) -> ClusterFacts {
     let dir = tempfile::tempdir().unwrap();
-    let options = ClusterOptions {
-        kubeconfig: Some(fake.write_kubeconfig(dir.path())),
-        context: None,
-        timeout: Duration::from_secs(2),
-        // `hairpin doctor`'s default, as the controller's.
-        planner: PlannerConfig {
-            cure: CureMode::Auto,
-            ..PlannerConfig::default()
-        },
-    };
+    let options = cluster_options(fake, dir.path());
     let client = cluster::client(&options).await.unwrap();
     let read = cluster::read(&client, &options).await.unwrap();
     let plan = cluster::plan(&read, &options.planner);
     cluster::facts_for(&read, &plan, &options.planner, SHOP, &[IP.parse().unwrap()])
+}
+
+/// The facts of the DigitalOcean cluster with `extra` objects added.
+async fn digitalocean_with(extra: impl IntoIterator<Item = serde_json::Value>) -> ClusterFacts {
+    let mut objects = clusters::digitalocean_cluster(IP);
+    objects.extend(extra);
+    facts_of(objects).await
 }
 
 /// From a pod: a plain request gets nothing, one after a PROXY header is answered.
@@ -124,14 +137,13 @@ async fn digitalocean_on_1_31_with_kube_proxy_gets_the_native_cure() {
     );
 
     // kube-proxy with the gate off: DNS, and why.
-    let mut objects = clusters::digitalocean_cluster(IP);
-    objects.extend(clusters::kube_proxy(
+    let off = digitalocean_with(clusters::kube_proxy(
         "v1.31.2",
         "nftables",
         "LoadBalancerIPMode: false",
         &[],
-    ));
-    let off = facts_of(objects).await;
+    ))
+    .await;
     let cure = off.cure.as_ref().unwrap();
     assert_eq!(cure.cure, CureKind::Dns, "{cure:?}");
     assert!(
@@ -148,12 +160,7 @@ async fn digitalocean_on_1_31_with_kube_proxy_gets_the_native_cure() {
     // The probe's record, once hairpin tried: proven, then failed.
     let fake = FakeApiServer::start().await;
     fake.apply_many(clusters::digitalocean_cluster(IP));
-    fake.apply(clusters::lb_service(
-        "do-lb",
-        json!({"service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}),
-        IP,
-        "Proxy",
-    ));
+    fake.apply(clusters::do_lb(IP, "Proxy"));
     let uid = fake
         .get("v1", "Service", Some("ingress-nginx"), "do-lb")
         .unwrap()["metadata"]["uid"]
@@ -228,7 +235,6 @@ async fn cilium_1_16_kube_proxy_replacement_gets_dns_and_why() {
 #[tokio::test]
 async fn calico_ebpf_antrea_and_kube_router_are_read_by_name() {
     // Calico 3.28 with FELIX_BPFENABLED: its eBPF dataplane handles Services and ignores ipMode.
-    let mut objects = clusters::digitalocean_cluster(IP);
     let mut calico = clusters::daemon_set(
         "calico-system",
         "calico-node",
@@ -239,8 +245,7 @@ async fn calico_ebpf_antrea_and_kube_router_are_read_by_name() {
     );
     calico["spec"]["template"]["spec"]["containers"][0]["env"] =
         json!([{"name": "FELIX_BPFENABLED", "value": "true"}]);
-    objects.push(calico);
-    let facts = facts_of(objects).await;
+    let facts = digitalocean_with([calico]).await;
     assert_eq!(facts.ip_mode.honours, Some(false), "{:?}", facts.ip_mode);
     assert!(
         facts
@@ -249,29 +254,27 @@ async fn calico_ebpf_antrea_and_kube_router_are_read_by_name() {
             .starts_with("Calico v3.28.2 eBPF dataplane")
     );
 
-    let mut objects = clusters::digitalocean_cluster(IP);
-    objects.push(clusters::daemon_set(
+    let antrea = digitalocean_with([clusters::daemon_set(
         "kube-system",
         "antrea-agent",
         "antrea-agent",
         "antrea/antrea-agent-ubuntu:v2.1.0",
         &[],
         json!([]),
-    ));
-    let antrea = facts_of(objects).await;
+    )])
+    .await;
     assert_eq!(antrea.ip_mode.honours, Some(true), "{:?}", antrea.ip_mode);
     assert_eq!(antrea.cure.unwrap().cure, CureKind::Native);
 
-    let mut objects = clusters::digitalocean_cluster(IP);
-    objects.push(clusters::daemon_set(
+    let router = digitalocean_with([clusters::daemon_set(
         "kube-system",
         "kube-router",
         "kube-router",
         "docker.io/cloudnativelabs/kube-router:v2.4.1",
         &["--run-router=true", "--run-service-proxy=true"],
         json!([]),
-    ));
-    let router = facts_of(objects).await;
+    )])
+    .await;
     assert_eq!(router.ip_mode.honours, Some(false), "{:?}", router.ip_mode);
 }
 
@@ -294,15 +297,7 @@ async fn whole_run(objects: Vec<serde_json::Value>, requires_proxy: bool) -> Str
     let fake = FakeApiServer::start().await;
     fake.apply_many(objects);
     let dir = tempfile::tempdir().unwrap();
-    let cluster_options = ClusterOptions {
-        kubeconfig: Some(fake.write_kubeconfig(dir.path())),
-        context: None,
-        timeout: Duration::from_secs(2),
-        planner: PlannerConfig {
-            cure: CureMode::Auto,
-            ..PlannerConfig::default()
-        },
-    };
+    let cluster_options = cluster_options(&fake, dir.path());
     let options = hairpin_doctor::Options {
         port: addr.port(),
         timeouts: hairpin_doctor::Timeouts::default(),
