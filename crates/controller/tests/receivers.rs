@@ -362,8 +362,12 @@ fn mismatch_events(fake: &FakeApiServer) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_receiver_that_comes_to_disagree_keeps_the_cure_in_place_and_says_so() {
+/// The fake API server with hairpin's CRD and namespace, CoreDNS, `shop.example.com` on the
+/// DigitalOcean load balancer in front of ingress-nginx saying `use_proxy_protocol`, and the
+/// controller (on the DNS cure) started on it.
+async fn start_do_ingress_nginx(
+    use_proxy_protocol: &str,
+) -> (FakeApiServer, support::controller::Running) {
     let fake = FakeApiServer::start().await;
     fake.install_hairpin_crd();
     fake.create_namespace("hairpin");
@@ -374,9 +378,15 @@ async fn a_receiver_that_comes_to_disagree_keeps_the_cure_in_place_and_says_so()
         &["shop.example.com"],
         "198.51.100.10",
     ));
-    // Both ends agree: hairpinned.
-    do_ingress_nginx(&fake, "true");
+    do_ingress_nginx(&fake, use_proxy_protocol);
     let running = start(&fake, dns_config("pod-a"));
+    (fake, running)
+}
+
+#[tokio::test]
+async fn a_receiver_that_comes_to_disagree_keeps_the_cure_in_place_and_says_so() {
+    // Both ends agree: hairpinned.
+    let (fake, running) = start_do_ingress_nginx("true").await;
     assert!(
         fake.wait_until(Duration::from_secs(15), |f| corefile(f).contains(RULE)
             && do_hairpin(f).is_some_and(
@@ -466,18 +476,7 @@ async fn a_receiver_that_comes_to_disagree_keeps_the_cure_in_place_and_says_so()
 
 #[tokio::test]
 async fn a_mismatch_without_a_cure_in_place_starts_none_and_warns() {
-    let fake = FakeApiServer::start().await;
-    fake.install_hairpin_crd();
-    fake.create_namespace("hairpin");
-    fake.apply(fixtures::coredns(COREFILE));
-    fake.apply(fixtures::ingress(
-        "shop",
-        "shop",
-        &["shop.example.com"],
-        "198.51.100.10",
-    ));
-    do_ingress_nginx(&fake, "false");
-    let running = start(&fake, dns_config("pod-a"));
+    let (fake, running) = start_do_ingress_nginx("false").await;
     fake.wait_until(Duration::from_secs(15), |f| !mismatch_events(f).is_empty())
         .await
         .expect("a ReceiverMismatch Event");
