@@ -23,7 +23,7 @@ use crate::gate::WriteGate;
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
 use crate::native::{NativeCurer, NativeParams};
-use crate::propagation::PropagationParams;
+use crate::propagation::{Checks, PropagationParams};
 use crate::report::{Events, list_note, object_ref, reason};
 use crate::status::{DnsState, StatusWriter};
 use crate::upstream::{UpstreamParams, UpstreamResolver};
@@ -398,14 +398,14 @@ impl Reconciler {
             unverified: BTreeMap::new(),
             client: client.clone(),
             config: config.clone(),
-            status: StatusWriter::new(
+            status: StatusWriter::new(Checks::new(
                 client,
                 events.clone(),
                 metrics.clone(),
                 config.propagation.clone(),
                 config.planner.clone(),
                 changed.clone(),
-            ),
+            )),
             events,
             metrics: metrics.clone(),
             fights: Fights::new(config.fight.clone()),

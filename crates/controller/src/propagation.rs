@@ -405,6 +405,19 @@ impl Checks {
         }
     }
 
+    /// The client the checks read the DNS servers with.
+    pub(crate) fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub(crate) fn planner(&self) -> &PlannerConfig {
+        &self.planner
+    }
+
     /// A check of `fingerprint` runs (or ran) for `lb`.
     pub(crate) fn is_running(&self, lb: &ObjectRef, fingerprint: &str) -> bool {
         lock(&self.tracking)

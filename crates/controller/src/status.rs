@@ -11,7 +11,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
 use hairpin_planner::ObjectRef;
@@ -20,7 +19,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Owne
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use tokio::sync::Notify;
 
 use crate::crd::{
     Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, ReceiverStatus, RefusedHostname,
@@ -28,8 +26,7 @@ use crate::crd::{
 };
 use crate::error::is_not_found;
 use crate::metrics::Metrics;
-use crate::propagation::{self, CheckOutcome, PropagationParams, join};
-use crate::report::Events;
+use crate::propagation::{self, CheckOutcome, join};
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::is_managed;
 use hairpin_planner::native::{Cure, NativeProgress};
@@ -263,26 +260,13 @@ fn now() -> Time {
 }
 
 impl StatusWriter {
-    pub(crate) fn new(
-        client: kube::Client,
-        events: Events,
-        metrics: Metrics,
-        params: PropagationParams,
-        planner: PlannerConfig,
-        changed: Arc<Notify>,
-    ) -> Self {
+    /// A writer running `checks`, writing with their client, metrics and planner settings.
+    pub(crate) fn new(checks: propagation::Checks) -> Self {
         Self {
-            checks: propagation::Checks::new(
-                client.clone(),
-                events,
-                metrics.clone(),
-                params,
-                planner.clone(),
-                changed,
-            ),
-            metrics,
-            client,
-            planner,
+            client: checks.client().clone(),
+            metrics: checks.metrics().clone(),
+            planner: checks.planner().clone(),
+            checks,
             written: HashMap::new(),
             crd_missing_logged: false,
         }
