@@ -17,7 +17,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
 COPY image ./image
-COPY scripts/image-rootfs.sh ./scripts/
+COPY scripts/image-rootfs.sh scripts/link-hot-first.sh scripts/hot-symbols.txt ./scripts/
 # The release workflow passes the commit; `hairpin_build_info` reports it.
 ARG HAIRPIN_GIT_COMMIT
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

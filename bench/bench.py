@@ -352,10 +352,11 @@ def main():
         binary = os.path.join(target_dir, host, "image", "hairpin")
         if not args.no_build:
             print("building hairpin (profile image, static, as scripts/image-rootfs.sh)...", flush=True)
-            # The same flags as scripts/image-rootfs.sh: keep the two in step.
+            # The same flags as scripts/image-rootfs.sh, which prints them.
+            rustflags = subprocess.run(["scripts/image-rootfs.sh", "--rustflags"], cwd=ROOT, capture_output=True,
+                                       text=True, check=True).stdout.strip()
             subprocess.run(["cargo", "build", "--profile", "image", "--locked", "-p", "hairpin", "--target", host],
-                           cwd=ROOT, check=True,
-                           env={**os.environ, "RUSTFLAGS": "-C target-feature=+crt-static -C relocation-model=static"})
+                           cwd=ROOT, check=True, env={**os.environ, "RUSTFLAGS": rustflags})
     elif not args.hairpin and not args.no_build:
         print("building hairpin (release)...", flush=True)
         subprocess.run(["cargo", "build", "--release", "-p", "hairpin"], cwd=ROOT, check=True)

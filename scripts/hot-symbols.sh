@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Renews scripts/hot-symbols.txt: the functions `hairpin proxy` runs, which the image's linker
+# (scripts/link-hot-first.sh) places next to each other so the proxy maps less of its binary.
+#
+#   scripts/hot-symbols.sh          (about 15 minutes: one image build with symbols kept)
+#
+# It builds the image's binary as scripts/image-rootfs.sh does, with its symbols kept (their
+# names are the same, only the table stays), in its own target directory. Then it runs
+# `hairpin proxy` under callgrind (valgrind), which lists every function that ran, while a
+# client on loopback drives the work the proxy does in a cluster: its start, PROXY v1 and v2
+# connections to a local upstream, keep-alive requests, new connections, bulk transfers both
+# ways (the splice path), refused upstreams, /metrics and /readyz, SIGTERM and the drain. The
+# names are written without their hashes (see link-hot-first.sh), sorted, so that a renewed list
+# diffs by the functions that changed.
+#
+# When: after a change to the proxy's path or to its dependencies (scripts/image.sh prints how
+# many listed names the last image build found; fewer found means more of the binary mapped).
+# Needs valgrind (Debian's `valgrind`). Traffic stays on 127.0.0.1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v valgrind >/dev/null || { echo "hot-symbols: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+target="$(rustc -vV | sed -n 's/^host: //p')"
+export CARGO_TARGET_DIR="${HAIRPIN_HOT_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hairpin/target-hot-symbols}"
+RUSTFLAGS="$(scripts/image-rootfs.sh --rustflags)" CARGO_PROFILE_IMAGE_STRIP=false \
+    cargo build --profile image --locked -p hairpin --target "$target"
+bin="$CARGO_TARGET_DIR/$target/image/hairpin"
+
+work="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+python3 - "$bin" "$work" <<'EOF'
+import os, signal, socket, subprocess, sys, threading, time
+
+binary, work = sys.argv[1], sys.argv[2]
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+# The upstream: reads the PROXY header with the request; answers "BIG" with 4 MiB, an upload
+# (a request of more than 64 KiB) with "ok" once it is all read, anything else with "ok".
+def serve(conn):
+    with conn:
+        buf = b""
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                return
+            buf += data
+            if b"BIG\n" in buf:
+                conn.sendall(b"x" * (4 << 20)); buf = b""
+            elif b"UPLOAD\n" in buf and buf.endswith(b"END\n"):
+                conn.sendall(b"ok\n"); buf = b""
+            elif buf.endswith(b"SMALL\n"):
+                conn.sendall(b"ok\n"); buf = b""
+
+upstream = socket.socket(); upstream.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+upstream.bind(("127.0.0.1", 0)); upstream.listen(128)
+up_port = upstream.getsockname()[1]
+threading.Thread(target=lambda: [threading.Thread(target=serve, args=(c,), daemon=True).start()
+                                 for c, _ in iter(upstream.accept, None)], daemon=True).start()
+
+v1, v2, refused, admin = free_port(), free_port(), free_port(), free_port()
+with open(os.path.join(work, "routes.json"), "w") as f:
+    f.write(f'''[
+  {{"name": "v1", "listen": "127.0.0.1:{v1}", "upstream": "127.0.0.1:{up_port}", "proxy_protocol": "v1"}},
+  {{"name": "v2", "listen": "127.0.0.1:{v2}", "upstream": "127.0.0.1:{up_port}", "proxy_protocol": "v2", "destination": "192.0.2.10:443"}},
+  {{"name": "refused", "listen": "127.0.0.1:{refused}", "upstream": "127.0.0.1:{free_port()}", "proxy_protocol": "v1"}}
+]''')
+out = os.path.join(work, "callgrind.out")
+proxy = subprocess.Popen(["valgrind", "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={out}",
+                          binary, "proxy", "--routes-file", os.path.join(work, "routes.json"), "--workers", "2",
+                          "--admin-addr", f"127.0.0.1:{admin}", "--shutdown-delay", "1s", "--drain-timeout", "5s"],
+                         stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "proxy.log"), "w"))
+
+def request(port, path):
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+        return b"".join(iter(lambda: s.recv(65536), b""))
+
+deadline = time.monotonic() + 120
+while True:
+    try:
+        if b"200" in request(admin, "/readyz"):
+            break
+    except OSError:
+        pass
+    if time.monotonic() > deadline or proxy.poll() is not None:
+        sys.exit("hot-symbols: the proxy did not become ready; see its log")
+    time.sleep(0.5)
+
+def exchange(s, message, until=b"ok\n", size=None):
+    s.sendall(message)
+    got = b""
+    while (len(got) < size) if size else not got.endswith(until):
+        data = s.recv(1 << 20)
+        if not data:
+            break
+        got += data
+    return got
+
+for port in (v1, v2):
+    for _ in range(3):  # new connections, each with a few keep-alive requests, a download, an upload
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            for _ in range(20):
+                assert exchange(s, b"SMALL\n").endswith(b"ok\n")
+            assert len(exchange(s, b"BIG\n", size=4 << 20)) == 4 << 20
+            assert exchange(s, b"UPLOAD\n" + b"y" * (4 << 20) + b"END\n").endswith(b"ok\n")
+            s.shutdown(socket.SHUT_WR)
+            s.recv(1)
+for _ in range(3):
+    with socket.create_connection(("127.0.0.1", refused), timeout=30) as s:
+        s.recv(1)
+request(admin, "/metrics"); request(admin, "/healthz"); request(admin, "/readyz")
+proxy.send_signal(signal.SIGTERM)
+proxy.wait(timeout=120)
+
+# Callgrind names a function once, where it first appears, as the function (`fn=(id) name`) or
+# as a callee (`cfn=(id) name`); later lines give only the id.
+names = set()
+with open(out) as f:
+    for line in f:
+        if line.startswith(("fn=(", "cfn=(")) and ") " in line:
+            name = line.split(") ", 1)[1].strip()
+            if name and not name.startswith("0x") and name != "(below main)":
+                names.add(name)
+symbols = set(subprocess.run(["nm", "--defined-only", "-P", binary], capture_output=True, text=True,
+                             check=True).stdout.split("\n"))
+defined = {line.split()[0] for line in symbols if len(line.split()) >= 2 and line.split()[1] in "tTwW"}
+import re
+def key(name):  # as link-hot-first.sh's key_of
+    name = re.sub(r"\.(llvm\.)?[0-9]+$", "", name)
+    if name.startswith("_R"):
+        return re.sub(r"B[0-9a-zA-Z]*_", "B_", re.sub(r"Cs[0-9a-zA-Z]+_", "C", name))
+    return re.sub(r"17h[0-9a-f]+E$", "", name)
+keys = sorted({key(n) for n in names if n in defined})
+with open("scripts/hot-symbols.txt", "w") as f:
+    f.write("# The functions `hairpin proxy` runs (written by scripts/hot-symbols.sh; read by\n"
+            "# scripts/link-hot-first.sh): symbol names without their hash, one per line.\n")
+    f.write("\n".join(keys) + "\n")
+print(f"hot-symbols: {len(keys)} names written to scripts/hot-symbols.txt")
+EOF
