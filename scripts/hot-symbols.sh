@@ -44,7 +44,11 @@ bin="$CARGO_TARGET_DIR/$target/image/hairpin"
 work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 python3 - "$bin" "$work" "$apiserver" "$dev_target" <<'EOF'
-import json, os, re, signal, socket, subprocess, sys, threading, time
+import atexit, json, os, re, signal, socket, subprocess, sys, threading, time
+
+# Whatever ends this script (a failed check included) ends the processes it started too.
+started = []
+atexit.register(lambda: [p.kill() for p in started if p.poll() is None])
 
 binary, work, apiserver_example, dev_target = sys.argv[1:5]
 
@@ -105,6 +109,7 @@ def start_proxy(tag, route_args):
                               binary, "proxy", *route_args, "--workers", "2",
                               "--admin-addr", f"127.0.0.1:{admin}", "--shutdown-delay", "1s", "--drain-timeout", "5s"],
                              stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    started.append(proxy)
     deadline = time.monotonic() + 180
     while True:
         try:
@@ -142,6 +147,20 @@ def drive(v1, v2, refused, admin):
             s.recv(1)
     request(admin, "/metrics"); request(admin, "/healthz"); request(admin, "/readyz")
 
+def wait_accepts(proxy, tag, port):
+    """Routes from a ConfigMap come after /readyz: wait until the route's port accepts."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=30).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proxy.poll() is not None:
+                proxy.kill()
+                sys.exit(f"hot-symbols: the proxy ({tag}) never accepted on its routes; its log:\n"
+                         + open(os.path.join(work, f"proxy.{tag}.log")).read()[-4000:])
+            time.sleep(0.5)
+
 def stop(proxy):
     proxy.send_signal(signal.SIGTERM)
     proxy.wait(timeout=120)
@@ -159,6 +178,7 @@ stop(proxy)
 env = dict(os.environ, CARGO_TARGET_DIR=dev_target)
 api = subprocess.Popen([apiserver_example], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                        stderr=open(os.path.join(work, "apiserver.log"), "w"))
+started.append(api)
 line = api.stdout.readline()
 if not line:
     api.wait()
@@ -179,6 +199,8 @@ v1, v2, refused, added = free_port(), free_port(), free_port(), free_port()
 apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hairpin"}})
 apply(configmap(routes(v1, v2, refused)))
 proxy, admin = start_proxy("configmap", ["--routes-configmap", "hairpin/hairpin-routes", "--kubeconfig", kubeconfig])
+for port in (v1, v2, refused):
+    wait_accepts(proxy, "configmap", port)
 drive(v1, v2, refused, admin)
 apply(configmap(routes(v1, v2, refused, added)))  # a route more, through the watch
 deadline = time.monotonic() + 120
@@ -200,14 +222,15 @@ api.wait(timeout=60)
 
 # Callgrind names a function once, where it first appears, as the function (`fn=(id) name`) or
 # as a callee (`cfn=(id) name`); later lines give only the id.
-names = set()
+names = {}
 for tag in ("file", "configmap"):
+    names[tag] = set()
     with open(os.path.join(work, f"callgrind.{tag}.out")) as f:
         for line in f:
             if line.startswith(("fn=(", "cfn=(")) and ") " in line:
                 name = line.split(") ", 1)[1].strip()
                 if name and not name.startswith("0x") and name != "(below main)":
-                    names.add(name)
+                    names[tag].add(name)
 symbols = set(subprocess.run(["nm", "--defined-only", "-P", binary], capture_output=True, text=True,
                              check=True).stdout.split("\n"))
 defined = {line.split()[0] for line in symbols if len(line.split()) >= 2 and line.split()[1] in "tTwW"}
@@ -216,10 +239,18 @@ def key(name):  # as link-hot-first.sh's key_of
     if name.startswith("_R"):
         return re.sub(r"B[0-9a-zA-Z]*_", "B_", re.sub(r"Cs[0-9a-zA-Z]+_", "C", name))
     return re.sub(r"17h[0-9a-f]+E$", "", name)
-keys = sorted({key(n) for n in names if n in defined})
+keys = {tag: {key(n) for n in found if n in defined} for tag, found in names.items()}
+# The linker places them in this order: what a proxy with a routes file runs first, then what
+# only a proxy following a ConfigMap adds (kube's client, TLS, the watch), so that the first
+# maps none of the second.
+first = sorted(keys["file"])
+then = sorted(keys["configmap"] - keys["file"])
 with open("scripts/hot-symbols.txt", "w") as f:
-    f.write("# The functions `hairpin proxy` runs (written by scripts/hot-symbols.sh; read by\n"
-            "# scripts/link-hot-first.sh): symbol names without their hash, one per line.\n")
-    f.write("\n".join(keys) + "\n")
-print(f"hot-symbols: {len(keys)} names written to scripts/hot-symbols.txt")
+    f.write("# The functions `hairpin proxy` runs (written by scripts/hot-symbols.sh; read, in this\n"
+            "# order, by scripts/link-hot-first.sh): symbol names without their hashes, one per line.\n"
+            "# With --routes-file:\n")
+    f.write("\n".join(first) + "\n")
+    f.write("# Only with --routes-configmap (kube's client, TLS, the watch):\n")
+    f.write("\n".join(then) + "\n")
+print(f"hot-symbols: {len(first)} + {len(then)} names written to scripts/hot-symbols.txt")
 EOF

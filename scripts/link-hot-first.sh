@@ -40,8 +40,8 @@ if [ -n "$out" ] && [ -s "$list" ]; then
     { [ -z "$objects" ] || nm --defined-only -P $objects 2>/dev/null; } | awk -v list="$list" -v order="$order" '
         BEGIN {
             while ((getline line < list) > 0) {
-                if (line == "" || line ~ /^#/) continue
-                keys[line] = 1; nkeys++
+                if (line == "" || line ~ /^#/ || (line in at)) continue
+                at[line] = ++nkeys; key_at[nkeys] = line
             }
         }
         # The key of a name, as scripts/hot-symbols.sh writes it: without the number LLVM gives
@@ -60,11 +60,17 @@ if [ -n "$out" ] && [ -s "$list" ]; then
         }
         $2 ~ /^[tTwW]$/ {
             key = key_of($1)
-            if ((key in keys) && !(($1) in seen)) { seen[$1] = 1; print $1 > order; matched[key] = 1; n++ }
+            if ((key in at) && !(($1) in seen)) {
+                seen[$1] = 1; i = at[key]; count[i]++; placed[i, count[i]] = $1; n++
+            }
         }
+        # In the list'"'"'s order (what every proxy runs before what only some do); a C name
+        # (glibc'"'"'s, in its archive rather than these objects) is passed on as it is.
         END {
-            for (k in keys) if (!(k in matched) && k !~ /^_(ZN|R)/) { print k > order; plain++ }
-            m = 0; for (k in matched) m++
+            for (i = 1; i <= nkeys; i++) {
+                if (count[i]) { m++; for (j = 1; j <= count[i]; j++) print placed[i, j] > order }
+                else if (key_at[i] !~ /^_(ZN|R)/) { plain++; print key_at[i] > order }
+            }
             printf "hot symbols: %d of %d Rust names found (%d functions placed first), %d C names passed on\n", m, nkeys - plain, n, plain
         }' > "$out.hot-symbols"
     exec cc "$@" "-Wl,--symbol-ordering-file=$order" -Wl,--no-warn-symbol-ordering
