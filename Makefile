@@ -1,5 +1,5 @@
 # Everyday commands. CI runs `.ci/run`, which is fmt-check + lint + test.
-.PHONY: run test fmt lint ci bench generate fuzz-build fn-lengths
+.PHONY: run test fmt lint ci bench generate fuzz-build fn-lengths hot-symbols
 
 run:  ## the main job on the bundled example, no cluster needed
 	cargo run --release -- plan -f examples/cluster.yaml
@@ -25,3 +25,6 @@ generate: ## the Hairpin CRD from its Rust type, then the static manifest from t
 
 bench: ## proxy vs HAProxy vs direct nginx, on loopback
 	./bench/run.sh
+
+hot-symbols: ## renew the functions the image links first (scripts/hot-symbols.txt; needs valgrind)
+	./scripts/hot-symbols.sh
