@@ -2,11 +2,14 @@
 # Renews scripts/hot-symbols.txt: the functions `hairpin proxy` runs, which the image's linker
 # (scripts/link-hot-first.sh) places next to each other so the proxy maps less of its binary.
 #
-#   scripts/hot-symbols.sh          (about 15 minutes: one image build with symbols kept; the
-#                                    two runs under callgrind then take 1 to 3 minutes)
+#   scripts/hot-symbols.sh          (about 15 minutes: one image build; the two runs under
+#                                    callgrind then take 1 to 3 minutes)
 #
-# It builds the image's binary as scripts/image-rootfs.sh does, with its symbols kept (their
-# names are the same, only the table stays), in its own target directory. Then it runs
+# It builds the image's binary exactly as scripts/image-rootfs.sh does (the `image` profile
+# keeps the symbols, which image-rootfs.sh strips when it installs the binary: a build that
+# differed only in its strip setting would split the LTO module otherwise, inline otherwise
+# and run other functions), by default in its own target directory; CI's image target
+# directory (HAIRPIN_HOT_TARGET_DIR=~/.cache/hairpin/target-image) saves a build. Then it runs
 # `hairpin proxy` under callgrind (valgrind), which lists every function that ran, twice, while
 # a client on loopback drives the work the proxy does in a cluster: its start, PROXY v1 and v2
 # connections to a local upstream, keep-alive requests, new connections, bulk transfers both
@@ -16,10 +19,11 @@
 # (crates/testkit/examples/apiserver.rs, the tests' ApiServer: etcd and kube-apiserver on a
 # local address of this machine): the kube client, its TLS (rustls), hyper and the watch of
 # the ConfigMap, which is then updated once with a route more (the proxy must start
-# accepting on it). The names of both runs are written together, without their hashes (see
-# link-hot-first.sh), sorted, so that a renewed list diffs by the functions that changed.
+# accepting on it). The names are written without their hashes (see link-hot-first.sh):
+# the first run's sorted, then the sorted names only the second run adds, so that a proxy with
+# a routes file maps none of those, and a renewed list diffs by the functions that changed.
 #
-# When: after a change to the proxy's path or to its dependencies (scripts/image.sh prints how
+# When: after a change to the proxy's path or to its dependencies (image-rootfs.sh prints how
 # many listed names the last image build found; fewer found means more of the binary mapped).
 # Needs valgrind (Debian's `valgrind`) and what the real-Kubernetes tests need: root, the
 # Kubernetes test peers (../shared/peers/kubernetes) and etcd (scripts/install-test-deps.sh);
@@ -37,7 +41,7 @@ dev_target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import j
 apiserver="$dev_target/debug/examples/apiserver"
 target="$(rustc -vV | sed -n 's/^host: //p')"
 export CARGO_TARGET_DIR="${HAIRPIN_HOT_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hairpin/target-hot-symbols}"
-RUSTFLAGS="$(scripts/image-rootfs.sh --rustflags)" CARGO_PROFILE_IMAGE_STRIP=false \
+RUSTFLAGS="$(scripts/image-rootfs.sh --rustflags)" \
     cargo build --profile image --locked -p hairpin --target "$target"
 bin="$CARGO_TARGET_DIR/$target/image/hairpin"
 

@@ -66,6 +66,8 @@ fi
 rm -rf "$out"
 mkdir -p "$out/etc/ssl/certs"
 cp -a image/rootfs/. "$out/"
-install -m 0755 "$bin" "$out/hairpin"
+# The profile keeps the symbols (see Cargo.toml); the image's binary has none.
+strip -o "$out/hairpin" "$bin"
+chmod 0755 "$out/hairpin"
 install -m 0644 "$ca_bundle" "$out/etc/ssl/certs/ca-certificates.crt"
 "$out/hairpin" --version
