@@ -61,6 +61,10 @@ fn parse() -> Objects {
             "RoleBinding" => objects
                 .role_bindings
                 .push(serde_json::from_value(value).unwrap()),
+            // Checked on a real API server: tests/admission_policy.rs.
+            "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" => {
+                assert_eq!(value["apiVersion"], "admissionregistration.k8s.io/v1");
+            }
             other => panic!("unexpected kind {other} in the static manifest"),
         }
         objects.kinds.push(kind);
@@ -374,7 +378,6 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         // get, replaced under its resourceVersion; uninstall puts it back).
         ("", "", "services", "get", Some("ingress-nginx")),
         ("", "", "services/status", "update", Some("ingress-nginx")),
-        ("", "", "services/status", "patch", Some("ingress-nginx")),
         (
             "hairpin",
             "discovery.k8s.io",
@@ -539,6 +542,21 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         ("", "", "services", "create", None),
         ("", "", "services", "delete", Some("x")),
         ("", "", "services/status", "get", Some("x")),
+        // Replaced, never patched (issue 37: only the verbs the code uses).
+        ("", "", "services/status", "patch", Some("x")),
+        ("hairpin", "", "services", "patch", Some("hairpin-lb")),
+        ("hairpin", "", "configmaps", "patch", Some("hairpin-routes")),
+        ("kube-system", "", "configmaps", "patch", Some("coredns")),
+        (
+            "hairpin",
+            "coordination.k8s.io",
+            "leases",
+            "patch",
+            Some("hairpin-controller"),
+        ),
+        ("", "hairpin.io", "hairpins", "patch", Some("x")),
+        ("", "hairpin.io", "hairpins", "update", Some("x")),
+        ("", "hairpin.io", "hairpins/status", "update", Some("x")),
         ("", "", "services/status", "create", None),
         ("", "", "services/status", "delete", Some("x")),
         ("", "", "services/proxy", "get", Some("x")),

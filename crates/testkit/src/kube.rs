@@ -149,7 +149,7 @@ fn unpacked() -> io::Result<PathBuf> {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
     let dir = target.join(format!("kube-peers-{VERSION}"));
     std::fs::create_dir_all(&dir)?;
-    for name in ["kube-apiserver", "kube-proxy"] {
+    for name in ["kube-apiserver", "kube-proxy", "kube-controller-manager"] {
         let path = dir.join(name);
         if path.is_file() {
             continue;
@@ -475,6 +475,41 @@ impl ApiServer {
         body: Option<(&str, &Value)>,
     ) -> io::Result<(u16, Value)> {
         curl_api(&self.url, &self.ca_file(), &self.token, method, path, body)
+    }
+
+    /// Starts kube-controller-manager against this apiserver with only `controllers` (its
+    /// `--controllers` names, e.g. `validatingadmissionpolicy-status-controller`), as the
+    /// admin; stopped when the [`Group`] is dropped. Its log is `kcm-<n>.log` here.
+    pub fn start_controller_manager(&self, controllers: &[&str]) -> io::Result<Group> {
+        let d = |name: &str| self.dir.path().join(name);
+        let mut command = Command::new(self.bin.join("kube-controller-manager"));
+        command
+            .arg("--kubeconfig")
+            .arg(self.admin_kubeconfig())
+            .args(["--leader-elect=false", "--secure-port=0"])
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                d("sa.key").display()
+            ))
+            .arg(format!("--root-ca-file={}", d("ca.crt").display()))
+            .args(["--cluster-cidr", CLUSTER_CIDR])
+            .arg(format!("--controllers={}", controllers.join(",")));
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = d(&format!("kcm-{n}.log"));
+        Group::spawn("kube-controller-manager", command, log)
+    }
+
+    /// [`ApiServer::request`] with another bearer token (a ServiceAccount's, from
+    /// [`ApiServer::service_account_token`]): what that identity is allowed or denied.
+    pub fn request_as(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &Value)>,
+    ) -> io::Result<(u16, Value)> {
+        curl_api(&self.url, &self.ca_file(), token, method, path, body)
     }
 
     /// Like [`ApiServer::request`], panicking unless the answer is 2xx.
