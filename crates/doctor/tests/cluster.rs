@@ -60,6 +60,7 @@ async fn options_for(fake: &FakeApiServer, dir: &tempfile::TempDir) -> ClusterOp
         context: None,
         timeout: Duration::from_secs(2),
         planner: PlannerConfig::default(),
+        admission_policy: cluster::DEFAULT_ADMISSION_POLICY.into(),
     }
 }
 

@@ -14,9 +14,13 @@
 //! - Nobody else is affected: the admin, and another ServiceAccount bound to the very same
 //!   ClusterRole, change an `ip` as before.
 //!
+//! - `hairpin doctor` says the status policy is in force, and warns once its binding is gone.
+//!
 //! Every request and the API server's answer is printed (`--nocapture`).
 //!
 //! Needs root, etcd and the test peers; without them the test prints why and passes.
+
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -464,6 +468,58 @@ fn create_names(api: &ApiServer, token: &str) {
     );
 }
 
+/// `hairpin doctor` (as the admin, from this machine; the host is a closed loopback port, the
+/// cluster checks are what matters) reports the status policy.
+fn doctor_text(api: &ApiServer) -> String {
+    let closed = hairpin_testkit::free_addr();
+    let out = support::hairpin_command()
+        .args(["doctor", "127.0.0.1", "--port", &closed.port().to_string()])
+        .args(["--timeout", "2s", "--kubeconfig"])
+        .arg(api.admin_kubeconfig())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("run hairpin doctor");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn doctor_reports_the_policy(api: &ApiServer) {
+    let report = doctor_text(api);
+    let line = report
+        .lines()
+        .find(|l| l.trim_start().starts_with("status policy"))
+        .unwrap_or_else(|| panic!("no status policy line:\n{report}"));
+    println!("doctor, policy in force: {}", line.trim());
+    assert!(
+        line.contains("hairpin-status-ipmode-only in force (binding hairpin-status-ipmode-only: Deny; failurePolicy Fail)"),
+        "{report}"
+    );
+    assert!(!report.contains("warning: admission policy"), "{report}");
+
+    let binding = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/hairpin-status-ipmode-only";
+    let saved = api.get(binding).expect("the binding");
+    assert!(api.delete(binding));
+    let report = doctor_text(api);
+    let warning = report
+        .lines()
+        .find(|l| l.contains("warning: admission policy"))
+        .unwrap_or_else(|| panic!("no warning:\n{report}"));
+    println!("doctor, binding deleted: {}", warning.trim());
+    assert!(
+        warning.contains("hairpin-status-ipmode-only present but not bound"),
+        "{report}"
+    );
+    api.apply(&json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "hairpin-status-ipmode-only"},
+        "spec": saved["spec"],
+    }));
+}
+
 #[test]
 fn the_controller_account_may_change_ip_mode_and_nothing_else() {
     if let Some(reason) = kube::skip_reason() {
@@ -489,4 +545,5 @@ fn the_controller_account_may_change_ip_mode_and_nothing_else() {
     own_services(api, &token);
     create_names(api, &token);
     others_are_not_affected(api);
+    doctor_reports_the_policy(api);
 }
