@@ -695,26 +695,13 @@ async fn read_admission_policy(
     if !facts.available {
         return Some(facts);
     }
-    let before = gaps.len();
-    let policy: Option<ValidatingAdmissionPolicy> = get(
-        Api::all(client.clone()),
-        name,
-        &format!("ValidatingAdmissionPolicy {name}"),
-        bound,
-        gaps,
-    )
-    .await;
-    let binding: Option<ValidatingAdmissionPolicyBinding> = get(
-        Api::all(client.clone()),
-        name,
-        &format!("ValidatingAdmissionPolicyBinding {name}"),
-        bound,
-        gaps,
-    )
-    .await;
-    if gaps.len() > before {
-        return None;
-    }
+    let policy = get_served::<ValidatingAdmissionPolicy>(client, name, bound, gaps).await?;
+    let binding = get_served::<ValidatingAdmissionPolicyBinding>(client, name, bound, gaps).await?;
+    let (Found::Served(policy), Found::Served(binding)) = (policy, binding) else {
+        // The API is not served (an older or trimmed API server).
+        facts.available = false;
+        return Some(facts);
+    };
     facts.policy = policy.is_some();
     facts.failure_policy = policy
         .as_ref()
@@ -727,6 +714,45 @@ async fn read_admission_policy(
         .unwrap_or_default();
     facts.binding = binding.is_some();
     Some(facts)
+}
+
+/// What a get by name found.
+enum Found<K> {
+    /// The API is served; the object, when it exists.
+    Served(Option<K>),
+    /// The API is not served: a bare 404 (no Status), not the 404 of an absent object.
+    NotServed,
+}
+
+/// A cluster-scoped object by name; `None` with a gap when it cannot be read.
+async fn get_served<K>(
+    client: &Client,
+    name: &str,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Option<Found<K>>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let what = format!("{} {name}", K::kind(&()));
+    let api: Api<K> = Api::all(client.clone());
+    match tokio::time::timeout(bound, api.get_opt(name)).await {
+        Ok(Ok(object)) => Some(Found::Served(object)),
+        // A 404 that is not "this object is absent" (that one is `Ok(None)`): the API itself
+        // is not served.
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 => Some(Found::NotServed),
+        Ok(Err(err)) => {
+            gaps.push(format!("{what}: {}", short_kube_error(&err)));
+            None
+        }
+        Err(_) => {
+            gaps.push(format!("{what}: no answer within {bound:?}"));
+            None
+        }
+    }
 }
 
 /// Whether GKE's kube-dns runs: its Deployment or its ConfigMap in kube-system.
