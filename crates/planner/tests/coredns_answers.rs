@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use hairpin_planner::corefile::{self, DnsEntry, PlaceOptions};
 use hairpin_planner::name::WildcardLabels;
-use hairpin_testkit::coredns::{CoreDns, Options, RecordType, UPSTREAM_V4, binary};
+use hairpin_testkit::coredns::{CoreDns, Options, RecordType, UPSTREAM_V4, skip_without};
 
 fn golden(sub: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -190,8 +190,7 @@ fn runnable(text: &str) -> String {
 
 #[test]
 fn planned_corefiles_answer_right_in_real_coredns() {
-    if binary().is_none() {
-        println!("SKIPPED planned_corefiles_answer_right_in_real_coredns: no CoreDNS test peer");
+    if skip_without("planned_corefiles_answer_right_in_real_coredns") {
         return;
     }
     let mut failures = Vec::new();
