@@ -118,7 +118,8 @@ def audit():
                 elif c == "," and depth == 1:
                     cond = call[:i]
                     break
-            if TIME.search(cond) and COMPARE.search(cond) and "deadline" not in cond:
+            hang_deadline = re.search(r"(?:Instant::now\(\)|\bnow)\s*<=?\s*deadline\b", cond)
+            if TIME.search(cond) and COMPARE.search(cond) and not hang_deadline:
                 line = first + body.count("\n", 0, m.start()) + 1
                 timed.append((rel, line, upper_bound(cond), " ".join(cond.split())[:110]))
         for i in range(first, len(lines)):

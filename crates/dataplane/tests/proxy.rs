@@ -522,10 +522,13 @@ fn idle_connections_are_closed() {
     client.read_to_end(&mut rest).unwrap();
     let waited = started.elapsed();
     assert!(rest.is_empty());
+    // Not before the timeout (a lower bound a slow machine cannot break); the metric below says
+    // which timeout closed it, and the read timeout `T` catches a hang. The delay is a figure.
     assert!(
-        waited >= Duration::from_millis(250) && waited < Duration::from_secs(3),
+        waited >= Duration::from_millis(250),
         "closed after {waited:?}"
     );
+    println!("figure: closed {waited:?} after the last byte");
     server.read_to_end(&mut rest).unwrap();
     proxy.wait_metric("hairpin_proxy_idle_timeouts_total{route=\"idle\"} 1");
 }
@@ -563,10 +566,13 @@ fn a_half_closed_connection_gets_its_own_timeout_and_frees_its_slot() {
     client.read_to_end(&mut rest).unwrap();
     let waited = started.elapsed();
     assert!(rest.is_empty());
+    // Not before the timeout (a lower bound a slow machine cannot break); the metric below says
+    // which timeout closed it, and the read timeout `T` catches a hang. The delay is a figure.
     assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        waited >= Duration::from_millis(300),
         "closed after {waited:?}"
     );
+    println!("figure: closed {waited:?} after the last byte");
     proxy.wait_metric("hairpin_proxy_half_close_timeouts_total{route=\"half\"} 1");
     assert_eq!(
         proxy.value("hairpin_proxy_idle_timeouts_total{route=\"half\"}"),
@@ -620,10 +626,13 @@ fn a_silent_upstream_hits_the_connect_timeout() {
     let _ = client.read_to_end(&mut rest);
     let waited = started.elapsed();
     assert!(rest.is_empty());
+    // Not before the timeout (a lower bound a slow machine cannot break); the metric below says
+    // which timeout closed it, and the read timeout `T` catches a hang. The delay is a figure.
     assert!(
-        waited >= Duration::from_millis(250) && waited < Duration::from_secs(3),
+        waited >= Duration::from_millis(250),
         "closed after {waited:?}"
     );
+    println!("figure: closed {waited:?} after the last byte");
     proxy.wait_metric(
         "hairpin_proxy_upstream_connect_errors_total{route=\"slow\",reason=\"timeout\"} 1",
     );
