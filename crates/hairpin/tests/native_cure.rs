@@ -457,7 +457,11 @@ fn resolve(server: std::net::SocketAddr) -> Result<(IpAddr, u32), String> {
 #[test]
 fn native_cure_proven_reasserted_and_restored_by_uninstall() {
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED native_cure_proven_reasserted_and_restored_by_uninstall: {reason}");
+        hairpin_testkit::skip::skip(
+            "native_cure_proven_reasserted_and_restored_by_uninstall",
+            hairpin_testkit::skip::Cause::Missing,
+            &reason,
+        );
         return;
     }
     let lb_ip = "203.0.113.20";
@@ -559,7 +563,11 @@ fn native_cure_proven_reasserted_and_restored_by_uninstall() {
 #[test]
 fn native_cure_not_honoured_falls_back_to_dns() {
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED native_cure_not_honoured_falls_back_to_dns: {reason}");
+        hairpin_testkit::skip::skip(
+            "native_cure_not_honoured_falls_back_to_dns",
+            hairpin_testkit::skip::Cause::Missing,
+            &reason,
+        );
         return;
     }
     let lb_ip = "203.0.113.21";
@@ -850,13 +858,10 @@ fn check_switch(switch: &Switch, proxy_ip: &str, lb_ip: &str, log: &str) {
 fn dns_install_upgraded_to_auto_keeps_names_working() {
     let test = "dns_install_upgraded_to_auto_keeps_names_working";
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED {test}: {reason}");
+        hairpin_testkit::skip::skip(test, hairpin_testkit::skip::Cause::Missing, &reason);
         return;
     }
-    if coredns::binary().is_none() {
-        println!(
-            "SKIPPED {test}: the CoreDNS test peer (../shared/peers/coredns/coredns) is absent; CI has it"
-        );
+    if coredns::skip_without(test) {
         return;
     }
     let lb_ip = "203.0.113.22";

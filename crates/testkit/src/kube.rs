@@ -2,8 +2,8 @@
 //!
 //! The binaries are the Kubernetes v1.31.14 test peers in `../shared/peers/kubernetes`
 //! (README there), unpacked once into `target/kube-peers-v1.31.14/`; etcd is Debian's `etcd-server`.
-//! Call [`skip_reason`] first: without root, the peers or etcd a test prints the reason and
-//! returns.
+//! Call [`skip_without`] first: without root, the peers or etcd it records a skip
+//! ([`crate::skip`]; under CI the test fails instead) and the test returns.
 //!
 //! ```text
 //!  root namespace                                    network namespace hpk-<slot> (KubeNode)
@@ -28,8 +28,7 @@
 //! ```no_run
 //! use hairpin_testkit::kube::{self, ApiServer, KubeNode, NodeOptions};
 //! use serde_json::json;
-//! if let Some(reason) = kube::skip_reason() {
-//!     println!("SKIPPED: {reason}");
+//! if kube::skip_without("demo") {
 //!     return;
 //! }
 //! let api = ApiServer::start().unwrap();
@@ -80,11 +79,9 @@ pub fn skip_reason() -> Option<String> {
             "not running as root (the real kube-apiserver tests need network namespaces)".into(),
         );
     }
-    let Some(dir) = peers_dir() else {
-        return Some(format!(
-            "the Kubernetes {VERSION} test peers (../shared/peers/kubernetes/kube-apiserver.xz, \
-             kube-proxy.xz) are absent; CI has them"
-        ));
+    let dir = match peers_dir() {
+        Ok(dir) => dir,
+        Err(why) => return Some(format!("the Kubernetes {VERSION} test peers: {why}")),
     };
     for file in ["kube-apiserver.xz", "kube-proxy.xz"] {
         if !dir.join(file).is_file() {
@@ -120,17 +117,17 @@ fn find_binary(name: &str) -> Option<PathBuf> {
 }
 
 /// `shared/peers/kubernetes` in the nearest ancestor of the workspace that has it
-/// (`$HAIRPIN_TEST_KUBE_PEERS` first).
-fn peers_dir() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HAIRPIN_TEST_KUBE_PEERS") {
-        return Some(PathBuf::from(p)).filter(|p| p.is_dir());
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let workspace = workspace.canonicalize().unwrap_or(workspace);
-    workspace
-        .ancestors()
-        .map(|a| a.join("shared/peers/kubernetes"))
-        .find(|p| p.join("kube-apiserver.xz").is_file())
+/// (`$HAIRPIN_TEST_KUBE_PEERS` first), or where it was looked for.
+fn peers_dir() -> Result<PathBuf, String> {
+    crate::shared_path("peers/kubernetes", "HAIRPIN_TEST_KUBE_PEERS", |p| {
+        p.join("kube-apiserver.xz").is_file()
+    })
+}
+
+/// For a test that needs the real kube-apiserver: `true` (after [`crate::skip::skip`], which
+/// fails the test under CI) when [`skip_reason`] says it cannot run here.
+pub fn skip_without(test: &str) -> bool {
+    crate::skip::missing(test, skip_reason())
 }
 
 /// The unpacked binaries' folder: `$CARGO_TARGET_DIR/kube-peers-<version>` (or the
@@ -143,7 +140,7 @@ fn unpacked() -> io::Result<PathBuf> {
     let _one_at_a_time = UNPACKING
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let peers = peers_dir().ok_or_else(|| io::Error::other("Kubernetes test peers absent"))?;
+    let peers = peers_dir().map_err(io::Error::other)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
