@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec, Volume,
+    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, PodSpec,
+    PodTemplateSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
@@ -94,6 +95,7 @@ pub const DYNAMIC_KINDS: &[(&str, &str)] = &[
     ("gateway.kgateway.dev", "ListenerPolicy"),
     ("projectcontour.io", "ContourConfiguration"),
     ("projectcontour.io", "ContourDeployment"),
+    ("networking.istio.io", "EnvoyFilter"),
 ];
 
 /// How a reader lists the [`DYNAMIC_KINDS`]: (group, kind, plural, versions newest first).
@@ -133,6 +135,12 @@ pub const DYNAMIC_APIS: &[(&str, &str, &str, &[&str])] = &[
         "ContourDeployment",
         "contourdeployments",
         &["v1alpha1"],
+    ),
+    (
+        "networking.istio.io",
+        "EnvoyFilter",
+        "envoyfilters",
+        &["v1alpha3"],
     ),
 ];
 
@@ -205,7 +213,11 @@ impl ReceiverObjects {
 
 /// The pod annotation the receivers read ([`crate::receivers`]: Istio's per-gateway proxy
 /// config).
-const READ_ANNOTATIONS: &[&str] = &["proxy.istio.io/config"];
+const READ_ANNOTATIONS: &[&str] = &[
+    "proxy.istio.io/config",
+    "inject.istio.io/templates",
+    "sidecar.istio.io/inject",
+];
 
 /// Keeps of a pod template only what [`crate::receivers`] reads, so that a reader that keeps
 /// every workload of the cluster (the controller's caches) holds little of each: the pods'
@@ -268,7 +280,8 @@ fn slim_container(c: Container) -> Container {
     };
     let read = |e: &EnvVar| {
         e.name == "KONG_PROXY_LISTEN"
-            || (e.name.starts_with("TRAEFIK_ENTRYPOINTS_") && e.name.contains("_PROXYPROTOCOL_"))
+            || (e.name.starts_with("TRAEFIK_ENTRYPOINTS_")
+                && (e.name.contains("_PROXYPROTOCOL") || e.name.ends_with("_ADDRESS")))
             || expanded(&e.name)
     };
     let env: Vec<EnvVar> =
@@ -293,6 +306,20 @@ fn slim_container(c: Container) -> Container {
         command: c.command,
         args: c.args,
         env: (!env.is_empty()).then_some(env),
+        // Only whether there is one: a variable read may come from it (Kong's).
+        env_from: c.env_from.map(|_| Vec::new()),
+        // A Service's named targetPort is found through them (issue 38).
+        ports: c.ports.map(|ports| {
+            ports
+                .into_iter()
+                .map(|p| ContainerPort {
+                    name: p.name,
+                    container_port: p.container_port,
+                    protocol: p.protocol,
+                    ..ContainerPort::default()
+                })
+                .collect()
+        }),
         ..Container::default()
     }
 }
