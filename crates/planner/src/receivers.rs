@@ -647,12 +647,13 @@ impl Found<'_> {
 
     /// The setting of `implementation` per TCP port of the Service, for the implementations
     /// whose setting is per listener (Traefik entry points, Kong listeners, Envoy Gateway
-    /// listeners); `None` where one setting holds for the whole receiver.
+    /// listeners, kgateway `perPort`); `None` where one setting holds for the whole receiver.
     fn read_ports(&self, implementation: Implementation) -> Option<Vec<PortReceiver>> {
         match implementation {
             Implementation::Traefik => self.traefik_ports(),
             Implementation::Kong => self.kong_ports(),
             Implementation::EnvoyGateway => self.envoy_gateway_ports(),
+            Implementation::Kgateway => self.kgateway_ports(),
             _ => None,
         }
     }

@@ -785,3 +785,57 @@ fn install_methods_are_identified() {
     let r = receiver_of(&s, &s.services[0]).unwrap();
     assert_eq!(r.requirement, Requirement::Off, "{r:?}");
 }
+
+#[test]
+fn settings_from_what_is_not_read_are_unknown_never_off() {
+    let read = |name: &str, from: &str, to: &str| {
+        let text = std::fs::read_to_string(format!(
+            "{}/tests/fixtures/receivers/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        assert!(text.contains(from), "{name}: {from}");
+        let s = snapshot(&text.replacen(from, to, 1));
+        receiver_of(&s, &s.services[0]).unwrap()
+    };
+    // Kong's KONG_PROXY_LISTEN from a ConfigMap reference.
+    let r = read(
+        "kong-off.yaml",
+        "              value: \"0.0.0.0:8000, [::]:8000, 0.0.0.0:8443 http2 ssl, [::]:8443 http2 ssl\"\n",
+        "              valueFrom:\n                configMapKeyRef:\n                  name: kong-env\n                  key: proxy-listen\n",
+    );
+    assert_eq!(r.requirement, Requirement::Unknown, "{r:?}");
+    // Traefik's static configuration in a ConfigMap volume the snapshot lacks.
+    let r = read(
+        "traefik-k3s.yaml",
+        "    spec:\n      containers:\n",
+        "    spec:\n      volumes:\n        - name: config\n          configMap:\n            name: traefik-config\n      containers:\n",
+    );
+    assert_eq!(r.requirement, Requirement::Unknown, "{r:?}");
+    // jcmoraisjr's haproxy-ingress with a custom template.
+    let r = read(
+        "haproxy-ingress-required.yaml",
+        "    spec:\n      containers:\n",
+        "    spec:\n      volumes:\n        - name: haproxy-template\n          configMap:\n            name: haproxy-ingress-template\n      containers:\n",
+    );
+    assert_eq!(r.requirement, Requirement::Unknown, "{r:?}");
+}
+
+#[test]
+fn kgateway_per_port_replaces_the_default_for_its_port() {
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/receivers/kgateway-required.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    // A `perPort` entry for 80 without proxyProtocol: 80 off, 443 keeps the default.
+    let text = text.replacen(
+        "  default:\n",
+        "  perPort:\n    - port: 80\n      listener:\n        perConnectionBufferLimitBytes: 32768\n  default:\n",
+        1,
+    );
+    let s = snapshot(&text);
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    let ports: Vec<_> = r.ports.iter().map(|p| (p.port, p.requirement)).collect();
+    assert_eq!(ports, [(80, Requirement::Off), (443, REQUIRED)], "{r:?}");
+}

@@ -340,7 +340,7 @@ impl Found<'_> {
 
     /// kgateway-dev/kgateway api/v1alpha1/kgateway/listener_policy_types.go: `proxyProtocol`
     /// ("When set, Envoy will expect connections to include the PROXY protocol header") in
-    /// `default`, or per port in `perPort[].listener`.
+    /// `default`; `perPort[].listener` replaces it for its port ([`Found::kgateway_ports`]).
     pub(super) fn kgateway(&self) -> Read {
         let policies = match self.policies("gateway.kgateway.dev", "ListenerPolicy") {
             Ok(p) => p,
@@ -354,22 +354,67 @@ impl Found<'_> {
             {
                 return read(REQUIRED, "default.proxyProtocol: {}", policy.describe());
             }
-            let per_port = policy.spec.get("perPort").and_then(Value::as_array);
-            if per_port.is_some_and(|p| {
-                p.iter()
-                    .any(|p| p.pointer("/listener/proxyProtocol").is_some())
-            }) {
-                return unknown(format!(
-                    "{}: proxyProtocol set per port only: per-port settings are not read",
-                    policy.describe()
-                ));
-            }
         }
         read(
             Requirement::Off,
-            "no ListenerPolicy sets proxyProtocol",
+            "no ListenerPolicy sets default.proxyProtocol",
             self.gateway_name(),
         )
+    }
+
+    /// kgateway per Service port (its Service ports are the Gateway's listener ports): a
+    /// `perPort` entry for the port "completely replaces the default configuration for all
+    /// listeners handling traffic that match this port" (listener_policy_types.go); the oldest
+    /// policy's entry wins. `None` where no policy has `perPort`.
+    pub(super) fn kgateway_ports(&self) -> Option<Vec<PortReceiver>> {
+        let policies = self
+            .policies("gateway.kgateway.dev", "ListenerPolicy")
+            .ok()?;
+        let entries = |p: &&DynamicObject| {
+            p.spec
+                .get("perPort")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+        };
+        if !policies.iter().any(entries) {
+            return None;
+        }
+        let whole = self.kgateway();
+        let ports = super::tcp_service_ports(self.svc).map(|sp| {
+            let entry = policies.iter().find_map(|p| {
+                let e =
+                    p.spec.get("perPort")?.as_array()?.iter().find(|e| {
+                        e.get("port").and_then(Value::as_i64) == Some(i64::from(sp.port))
+                    })?;
+                Some((p, e))
+            });
+            let (requirement, setting, read_from) = match entry {
+                Some((p, e))
+                    if e.pointer("/listener/proxyProtocol")
+                        .is_some_and(|v| !v.is_null()) =>
+                {
+                    read(
+                        REQUIRED,
+                        format!("perPort {}: listener.proxyProtocol: {{}}", sp.port),
+                        p.describe(),
+                    )
+                }
+                Some((p, _)) => read(
+                    Requirement::Off,
+                    format!("perPort {}: no listener.proxyProtocol", sp.port),
+                    p.describe(),
+                ),
+                None => whole.clone(),
+            };
+            PortReceiver {
+                port: sp.port,
+                name: sp.name.clone(),
+                requirement,
+                setting,
+                read_from,
+            }
+        });
+        Some(ports.collect())
     }
 
     /// projectcontour/contour cmd/contour/serve.go (`--use-proxy-protocol`, "Use PROXY
