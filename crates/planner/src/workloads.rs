@@ -222,11 +222,12 @@ const READ_ANNOTATIONS: &[&str] = &[
 /// Keeps of a pod template only what [`crate::receivers`] reads, so that a reader that keeps
 /// every workload of the cluster (the controller's caches) holds little of each: the pods'
 /// labels and the annotations it reads; per container (and init container) its image,
-/// command, arguments and the environment variables it reads (`KONG_PROXY_LISTEN`, Traefik's
-/// `TRAEFIK_ENTRYPOINTS_*_PROXYPROTOCOL_*`, and those an argument expands as `$(NAME)`, with
-/// a literal value or a `fieldRef`; never a Secret's or ConfigMap's reference); and the names
-/// of ConfigMap volumes. Resources, probes, ports, mounts, security contexts, affinities and
-/// every other variable are dropped: they are most of a pod template, and some hold what
+/// command, arguments, its ports' names and numbers (a Service's named `targetPort`, issue 38),
+/// whether it has an `envFrom` (not what it names), and the environment variables it reads
+/// (`KONG_PROXY_LISTEN`, Traefik's `TRAEFIK_ENTRYPOINTS_*_PROXYPROTOCOL_*` and `_ADDRESS`, and
+/// those an argument expands as `$(NAME)`, with a literal value or a `fieldRef`; never a
+/// Secret's or ConfigMap's reference); and the names of ConfigMap volumes. Resources, probes,
+/// mounts, security contexts, affinities and every other variable are dropped: they are most of a pod template, and some hold what
 /// hairpin has no business keeping. A slimmed template reads exactly as the whole one.
 pub fn slim_template(template: &mut PodTemplateSpec) {
     if let Some(meta) = template.metadata.take() {
