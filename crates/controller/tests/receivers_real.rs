@@ -5,7 +5,11 @@
 //! (what its schema keeps of it), reports the receiver's setting unknown, not off, and the
 //! load balancer's annotation decides (hairpinned, no mismatch).
 //!
-//! Needs root, etcd and the test peers; without them the test prints why and passes.
+//! NGINX Gateway Fabric 1.x's cluster-scoped NginxProxy CRD as upstream ships it (v1.6.2,
+//! `tests/fixtures/ngf-1.6.2-nginxproxies-crd.yaml`), named by the GatewayClass without a
+//! namespace, is read from the real server too.
+//!
+//! Needs root, etcd and the test peers; without them each test prints why and passes.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +22,12 @@ use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
 const ENVOY_FILTER_CRD: &str = include_str!("fixtures/envoyfilter-crd.yaml");
+const NGINX_PROXY_CRD: &str = include_str!("fixtures/ngf-1.6.2-nginxproxies-crd.yaml");
+const NGF_1X: &str =
+    include_str!("../../planner/tests/fixtures/receivers/nginx-gateway-fabric-1x.yaml");
+
+/// One scenario at a time: each controller watches the whole cluster.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const ISTIO: &str = include_str!("../../planner/tests/fixtures/receivers/istio-envoyfilter.yaml");
 const COREFILE: &str = ".:53 {\n    kubernetes cluster.local in-addr.arpa ip6.arpa\n    forward . /etc/resolv.conf\n    reload\n}\n";
 
@@ -44,11 +54,16 @@ async fn served(api: &ApiServer, path: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_envoy_filter_from_its_upstream_crd_makes_the_gateway_unknown_not_off() {
+/// The shared apiserver with the `Hairpin` CRD, `crds` installed and served at `paths`, the
+/// CoreDNS ConfigMap, and an admin client; `None` (after saying why) where it cannot run.
+async fn cluster(
+    crds: &[&str],
+    paths: &[&str],
+    namespaces: &[&str],
+) -> Option<(&'static ApiServer, kube::Client)> {
     if let Some(reason) = real::skip_reason() {
         println!("SKIPPED on the real kube-apiserver: {reason}");
-        return;
+        return None;
     }
     let api = ApiServer::shared().unwrap_or_else(|err| panic!("start kube-apiserver: {err}"));
     let kubeconfig =
@@ -57,7 +72,7 @@ async fn an_envoy_filter_from_its_upstream_crd_makes_the_gateway_unknown_not_off
         .await
         .expect("client config");
     let client = kube::Client::try_from(config).expect("client");
-    for ns in ["hp-rcv", "dns-rcv", "istio-system"] {
+    for ns in ["hp-rcv", "dns-rcv"].iter().chain(namespaces) {
         api.ensure_namespace(ns);
     }
     {
@@ -65,30 +80,24 @@ async fn an_envoy_filter_from_its_upstream_crd_makes_the_gateway_unknown_not_off
         let crd = serde_json::to_value(hairpin_controller::crd::Hairpin::crd()).unwrap();
         api.apply(&crd);
     }
-    for crd in yaml(ENVOY_FILTER_CRD) {
-        api.apply(&crd);
+    for text in crds {
+        for crd in yaml(text) {
+            api.apply(&crd);
+        }
     }
     served(api, "/apis/hairpin.io/v1alpha1/hairpins").await;
-    served(api, "/apis/networking.istio.io/v1alpha3/envoyfilters").await;
+    for path in paths {
+        served(api, path).await;
+    }
     let mut coredns = fixtures::coredns(COREFILE);
     coredns["metadata"]["namespace"] = json!("dns-rcv");
     apply(api, &coredns);
-    for mut object in yaml(ISTIO) {
-        if object["kind"] == "Service" {
-            object["metadata"]["annotations"] =
-                json!({"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"});
-        }
-        apply(api, &object);
-    }
-    // What the real server kept of the EnvoyFilter (its schema prunes unknown fields).
-    let stored = api
-        .get("/apis/networking.istio.io/v1alpha3/namespaces/istio-system/envoyfilters/proxy-protocol")
-        .expect("the EnvoyFilter is stored");
-    assert_eq!(
-        stored["spec"]["workloadSelector"]["labels"]["istio"],
-        "ingressgateway"
-    );
+    Some((api, client))
+}
 
+/// Runs the controller (DNS cure, hairpin's namespace `hp-rcv`) until the `Hairpin` at
+/// `path` names its receiver; returns it.
+async fn hairpin_of(api: &ApiServer, client: kube::Client, path: &str) -> Value {
     let mut config = ControllerConfig::new(
         PlannerConfig {
             namespace: "hp-rcv".into(),
@@ -112,8 +121,6 @@ async fn an_envoy_filter_from_its_upstream_crd_makes_the_gateway_unknown_not_off
                 .unwrap();
         }
     });
-
-    let path = "/apis/hairpin.io/v1alpha1/namespaces/istio-system/hairpins/istio-ingressgateway";
     let deadline = Instant::now() + Duration::from_secs(30);
     let hairpin = loop {
         if let Some(h) = api
@@ -129,6 +136,44 @@ async fn an_envoy_filter_from_its_upstream_crd_makes_the_gateway_unknown_not_off
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    shutdown.trigger();
+    task.await.unwrap();
+    hairpin
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envoy_filter_from_its_upstream_crd_makes_the_gateway_unknown_not_off() {
+    let _serial = SERIAL.lock().await;
+    let Some((api, client)) = cluster(
+        &[ENVOY_FILTER_CRD],
+        &["/apis/networking.istio.io/v1alpha3/envoyfilters"],
+        &["istio-system"],
+    )
+    .await
+    else {
+        return;
+    };
+    for mut object in yaml(ISTIO) {
+        if object["kind"] == "Service" {
+            object["metadata"]["annotations"] =
+                json!({"load-balancer.hetzner.cloud/uses-proxyprotocol": "true"});
+        }
+        apply(api, &object);
+    }
+    // What the real server kept of the EnvoyFilter (its schema prunes unknown fields).
+    let stored = api
+        .get("/apis/networking.istio.io/v1alpha3/namespaces/istio-system/envoyfilters/proxy-protocol")
+        .expect("the EnvoyFilter is stored");
+    assert_eq!(
+        stored["spec"]["workloadSelector"]["labels"]["istio"],
+        "ingressgateway"
+    );
+    let hairpin = hairpin_of(
+        api,
+        client,
+        "/apis/hairpin.io/v1alpha1/namespaces/istio-system/hairpins/istio-ingressgateway",
+    )
+    .await;
     let receiver = &hairpin["status"]["receiver"];
     assert_eq!(receiver["implementation"], "Istio gateway", "{receiver}");
     assert_eq!(receiver["proxyProtocol"], "unknown", "{receiver}");
@@ -145,6 +190,58 @@ async fn an_envoy_filter_from_its_upstream_crd_makes_the_gateway_unknown_not_off
         .flatten()
         .any(|c| c["type"] == "ReceiverMismatch");
     assert!(!mismatch, "{hairpin}");
-    shutdown.trigger();
-    task.await.unwrap();
+    for object in yaml(ISTIO).iter().rev() {
+        api.delete(&object_path(object));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ngf_1x_cluster_scoped_nginx_proxy_from_its_upstream_crd_is_read() {
+    let _serial = SERIAL.lock().await;
+    use kube::CustomResourceExt as _;
+    // The Gateway API kinds as the gateway-api crate generates them from upstream's types,
+    // with the approval annotation upstream's CRDs carry (a `*.k8s.io` group needs it).
+    let approved = |crd: serde_json::Value| {
+        let mut crd = crd;
+        crd["metadata"]["annotations"] = json!({
+            "api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api/pull/3328"
+        });
+        serde_json::to_string(&crd).unwrap()
+    };
+    let gateway_api = [
+        approved(serde_json::to_value(gateway_api::gatewayclasses::GatewayClass::crd()).unwrap()),
+        approved(serde_json::to_value(gateway_api::gateways::Gateway::crd()).unwrap()),
+    ];
+    let Some((api, client)) = cluster(
+        &[NGINX_PROXY_CRD, &gateway_api[0], &gateway_api[1]],
+        &[
+            "/apis/gateway.nginx.org/v1alpha1/nginxproxies",
+            "/apis/gateway.networking.k8s.io/v1/gateways",
+        ],
+        &["nginx-gateway", "default"],
+    )
+    .await
+    else {
+        return;
+    };
+    for object in yaml(NGF_1X) {
+        apply(api, &object);
+    }
+    let stored = api
+        .get("/apis/gateway.nginx.org/v1alpha1/nginxproxies/ngf-proxy-config")
+        .expect("the cluster-scoped NginxProxy is stored");
+    assert_eq!(stored["spec"]["rewriteClientIP"]["mode"], "ProxyProtocol");
+    let hairpin = hairpin_of(
+        api,
+        client,
+        "/apis/hairpin.io/v1alpha1/namespaces/nginx-gateway/hairpins/ngf-nginx-gateway-fabric",
+    )
+    .await;
+    let receiver = &hairpin["status"]["receiver"];
+    assert_eq!(receiver["proxyProtocol"], "required", "{receiver}");
+    assert_eq!(receiver["readFrom"], "NginxProxy ngf-proxy-config");
+    assert_eq!(hairpin["status"]["proxy"], "v1");
+    for object in yaml(NGF_1X).iter().rev() {
+        api.delete(&object_path(object));
+    }
 }
