@@ -180,6 +180,17 @@ fn receiver_status(lb: &hairpin_planner::LoadBalancer) -> Option<ReceiverStatus>
         setting: text(&r.setting),
         read_from: text(&r.read_from),
         mismatch: lb.receiver_mismatch.clone(),
+        ports: r
+            .ports
+            .iter()
+            .map(|p| crate::crd::ReceiverPortStatus {
+                port: p.port,
+                name: p.name.as_deref().map(text),
+                proxy_protocol: p.requirement.as_str().to_owned(),
+                setting: text(&p.setting),
+                read_from: text(&p.read_from),
+            })
+            .collect(),
     })
 }
 

@@ -954,9 +954,26 @@ pub fn facts_for(
     host: &str,
     addresses: &[IpAddr],
 ) -> ClusterFacts {
+    facts_for_port(read, plan, config, host, addresses, None)
+}
+
+/// [`facts_for`] for `host` probed on `port`: a receiver whose setting differs per port
+/// (issue 38) is reported as it is on that port, and a disagreement on another port of the
+/// load balancer is not this port's.
+pub fn facts_for_port(
+    read: &ClusterRead,
+    plan: &Plan,
+    config: &PlannerConfig,
+    host: &str,
+    addresses: &[IpAddr],
+    port: Option<u16>,
+) -> ClusterFacts {
     let host = hairpin_planner::name::DnsName::parse(host)
         .map_or_else(|_| host.to_ascii_lowercase(), String::from);
-    let load_balancer = load_balancer_of(read, plan, &host, addresses);
+    let mut load_balancer = load_balancer_of(read, plan, &host, addresses);
+    if let (Some(lb), Some(port)) = (load_balancer.as_mut(), port) {
+        on_port(lb, plan, port);
+    }
     let dns = dns_facts(read, plan, config, &host);
     let hairpin = HairpinFacts {
         services: read
@@ -1050,6 +1067,41 @@ fn cure_facts(
     cure::judge(lb, ccm, ip_mode, entry, choice)
 }
 
+/// Narrows the receiver facts of `lb` to Service port `port` where its receiver's setting
+/// differs per port: the receiver line says that port's setting, and a disagreement is kept
+/// only when it is on that port.
+fn on_port(lb: &mut LoadBalancerFacts, plan: &Plan, port: u16) {
+    let service = &lb.service;
+    let receiver = plan
+        .load_balancers
+        .iter()
+        .filter(|l| l.load_balancer.service.to_string() == *service)
+        .filter_map(|l| l.load_balancer.receiver.as_ref())
+        .chain(
+            plan.not_needed
+                .iter()
+                .filter(|n| n.service.to_string() == *service)
+                .filter_map(|n| n.receiver.as_deref()),
+        )
+        .next();
+    let Some(receiver) = receiver.filter(|r| !r.ports.is_empty()) else {
+        return;
+    };
+    lb.receiver = Some(receiver.on_port(i32::from(port)).describe());
+    let on_this_port = format!("on port {port}:");
+    lb.mismatch = lb.mismatch.take().and_then(|m| {
+        m.split("; BROKEN")
+            .find(|part| part.contains(&on_this_port))
+            .map(|part| {
+                if part.starts_with("BROKEN") {
+                    part.to_owned()
+                } else {
+                    format!("BROKEN{part}")
+                }
+            })
+    });
+}
+
 /// The load balancer behind `host`: the planned one that has it among its hostnames or
 /// `addresses` among its addresses, else one that needs no hairpin at one of `addresses`.
 fn load_balancer_of(
@@ -1105,13 +1157,16 @@ fn load_balancer_of(
                 facts.receiver = facts.receiver.or_else(|| receiver_unread(read));
                 if lb.reason == SkipReason::ReceiverMismatch {
                     let subject = format!("Service {}", lb.service);
-                    facts.mismatch = plan
+                    let broken: Vec<&str> = plan
                         .warnings
                         .iter()
-                        .find(|w| {
+                        .filter(|w| {
                             w.subject == escape::text(&subject) && w.message.starts_with("BROKEN")
                         })
-                        .map(|w| w.message.clone());
+                        .map(|w| w.message.as_str())
+                        .collect();
+                    // Per port (issue 38), one warning each: joined, narrowed by `on_port`.
+                    facts.mismatch = (!broken.is_empty()).then(|| broken.join("; "));
                 }
                 facts
             })

@@ -1025,6 +1025,7 @@ fn chart_grants(coredns_config_maps: &[&str]) -> Vec<Grant> {
         ("gateway.kgateway.dev", "listenerpolicies"),
         ("projectcontour.io", "contourconfigurations"),
         ("projectcontour.io", "contourdeployments"),
+        ("networking.istio.io", "envoyfilters"),
     ] {
         grants.push(Grant::cluster_wide(group, resource, &read, &[]));
     }
@@ -1037,6 +1038,7 @@ fn chart_grants(coredns_config_maps: &[&str]) -> Vec<Grant> {
             "rke2-ingress-nginx-controller",
             "nginx-ingress",
             "haproxy-kubernetes-ingress",
+            "haproxy-ingress",
             "cilium-config",
             "istio",
         ],

@@ -346,6 +346,15 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
             None,
         ),
         ("", "projectcontour.io", "contourdeployments", "list", None),
+        // Issue 38: Istio's EnvoyFilters (one that may turn PROXY on makes the setting unknown).
+        ("", "networking.istio.io", "envoyfilters", "watch", None),
+        (
+            "ingress-controller",
+            "",
+            "configmaps",
+            "watch",
+            Some("haproxy-ingress"),
+        ),
         (
             "ingress-nginx",
             "",

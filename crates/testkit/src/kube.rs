@@ -687,7 +687,11 @@ pub fn object_path(object: &Value) -> String {
     };
     let plural = if kind.ends_with('s') {
         format!("{kind}es")
-    } else if let Some(stem) = kind.strip_suffix('y') {
+    } else if let Some(stem) = kind
+        .strip_suffix('y')
+        .filter(|stem| !stem.ends_with(['a', 'e', 'o', 'u']))
+    {
+        // `nginxproxy` -> `nginxproxies`, but `gateway` -> `gateways`.
         format!("{stem}ies")
     } else {
         format!("{kind}s")
