@@ -461,3 +461,70 @@ fn refused_restore_does_not_hold_the_deletion() {
         exited.as_secs_f64()
     );
 }
+
+/// The documented uninstall (Helm's pre-delete hook, Argo CD's PreDelete, the uninstall
+/// Job): `hairpin uninstall` as the controller's ServiceAccount restores and lets every hold
+/// go, so the deletion that follows (`kubectl delete -f`) leaves nothing behind, the
+/// ClusterRole and binding included.
+#[test]
+fn hairpin_uninstall_releases_every_hold() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("uninstall hook") else {
+        return;
+    };
+    c.start_controller("20s");
+    let token = c.api.service_account_token("hairpin", "hairpin-controller");
+    let kubeconfig = c
+        .api
+        .kubeconfig_for("uninstall", &token)
+        .expect("kubeconfig");
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+        .args(["uninstall", "--log-format", "text", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .expect("run hairpin uninstall");
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("released the controller's objects"),
+        "{stdout}"
+    );
+    assert_eq!(c.corefile(), COREFILE, "byte for byte");
+    for object in c
+        .manifest
+        .iter()
+        .filter(|o| is_rbac(o) || o["kind"] == "Deployment")
+    {
+        let stored = c.api.get(&object_path(object)).expect("still there");
+        assert!(
+            !stored["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == "hairpin.io/restore")),
+            "{} keeps the finalizer",
+            object_path(object)
+        );
+    }
+    let deleted = Instant::now();
+    let manifest = c.manifest.clone();
+    for object in &manifest {
+        c.delete(object);
+    }
+    c.wait("every object of the manifest gone", || {
+        manifest
+            .iter()
+            .all(|o| c.api.get(&object_path(o)).is_none())
+    });
+    let gone = deleted.elapsed();
+    c.terminate();
+    println!(
+        "uninstall hook: hairpin uninstall (restore and release) {:.2}s, then kubectl delete -f: every object gone after {:.2}s, nothing held",
+        took.as_secs_f64(),
+        gone.as_secs_f64()
+    );
+}
