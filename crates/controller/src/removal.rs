@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use hairpin_planner::PlannerConfig;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -587,5 +587,26 @@ pub async fn guard(
             tracing::info!("shutdown without removal (a restart): hairpin's changes are kept");
             return None;
         }
+    }
+}
+
+/// Why the node agent's DaemonSet `namespace/name` counts as removed at the agent's exit:
+/// being deleted, gone, or not readable within 3 s (the safe side: a stale hosts block would
+/// point at a hairpin Service that may be gone); `None` when it stands (a restart).
+pub async fn daemonset_removal(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Option<String> {
+    let api: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+    let ds = hairpin_planner::escape::text(name);
+    match tokio::time::timeout(Duration::from_secs(3), api.get_opt(name)).await {
+        Ok(Ok(Some(found))) if found.metadata.deletion_timestamp.is_none() => None,
+        Ok(Ok(Some(_))) => Some(format!("DaemonSet {ds} is being deleted")),
+        Ok(Ok(None)) => Some(format!("DaemonSet {ds} is gone")),
+        Ok(Err(err)) => Some(format!("DaemonSet {ds} cannot be read ({err})")),
+        Err(_) => Some(format!(
+            "DaemonSet {ds} cannot be read (no answer within 3s)"
+        )),
     }
 }

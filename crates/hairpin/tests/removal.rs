@@ -528,3 +528,100 @@ fn hairpin_uninstall_releases_every_hold() {
         gone.as_secs_f64()
     );
 }
+
+/// The node agent (issue 40 item 2), as the chart runs it (`--remove-on-exit` with its
+/// DaemonSet named, the chart's Role: `hairpin-hosts` and its own DaemonSet by name): a
+/// SIGTERM while the DaemonSet stands (a restart) keeps the hosts block; once the DaemonSet
+/// is deleted, its SIGTERM removes it.
+#[test]
+fn node_agent_removes_its_block_only_when_its_daemonset_goes() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("node agent") else {
+        return;
+    };
+    c.start_controller("20s");
+    let rbac = "rbac.authorization.k8s.io/v1";
+    c.api.apply(&json!({"apiVersion": rbac, "kind": "Role",
+        "metadata": {"namespace": "hairpin", "name": "hairpin-node-agent"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["hairpin-hosts"],
+             "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["daemonsets"],
+             "resourceNames": ["hairpin-node-agent"], "verbs": ["get"]}]}));
+    c.api
+        .apply(&json!({"apiVersion": rbac, "kind": "RoleBinding",
+        "metadata": {"namespace": "hairpin", "name": "hairpin-node-agent"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "hairpin-node-agent"},
+        "subjects": [{"kind": "ServiceAccount", "name": "hairpin-node-agent",
+                      "namespace": "hairpin"}]}));
+    let daemonset = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"namespace": "hairpin", "name": "hairpin-node-agent"},
+        "spec": {"selector": {"matchLabels": {"app": "node-agent"}},
+            "template": {"metadata": {"labels": {"app": "node-agent"}},
+                "spec": {"serviceAccountName": "hairpin-node-agent",
+                    "containers": [{"name": "node-agent", "image": "hairpin"}]}}}});
+    c.api.apply(&daemonset);
+    let token = c.api.service_account_token("hairpin", "hairpin-node-agent");
+    let kubeconfig = c
+        .api
+        .kubeconfig_for("hairpin-node-agent", &token)
+        .expect("kubeconfig");
+    let hosts = c.api.dir().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("write hosts");
+    let read = || std::fs::read_to_string(&hosts).unwrap_or_default();
+    let start = |n: u32| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+        command
+            .args([
+                "node-agent",
+                "--remove-on-exit",
+                "--daemonset",
+                "hairpin-node-agent",
+            ])
+            .args([
+                "--interval",
+                "1s",
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "text",
+            ])
+            .arg("--hosts-file")
+            .arg(&hosts)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig);
+        Group::spawn(
+            "node-agent",
+            command,
+            c.api.dir().join(format!("node-agent-{n}.log")),
+        )
+        .expect("start the node agent")
+    };
+    let mut agent = start(1);
+    c.wait("the hosts block", || read().contains(HOST));
+    let restarted = agent.terminate(Duration::from_secs(20)).expect("exit");
+    assert!(
+        read().contains(HOST),
+        "a restart keeps the block:\n{}",
+        agent.log()
+    );
+    assert!(
+        agent.log().contains("a restart, not a removal"),
+        "{}",
+        agent.log()
+    );
+    let mut agent = start(2);
+    c.wait("the hosts block", || read().contains(HOST));
+    c.delete(&daemonset);
+    c.wait("the DaemonSet gone", || {
+        c.api.get(&object_path(&daemonset)).is_none()
+    });
+    let removed = agent.terminate(Duration::from_secs(20)).expect("exit");
+    assert_eq!(read(), "127.0.0.1 localhost\n", "{}", agent.log());
+    println!(
+        "node agent: SIGTERM with its DaemonSet standing kept the block (exit {:.2}s); after the DaemonSet's deletion its SIGTERM removed it (exit {:.2}s)",
+        restarted.as_secs_f64(),
+        removed.as_secs_f64()
+    );
+}

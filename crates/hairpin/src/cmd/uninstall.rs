@@ -43,7 +43,11 @@ pub(crate) struct Args {
     pub(crate) rbac_name: String,
 
     /// The controller's Role and RoleBinding in the CoreDNS namespace (finalizer removed too).
-    #[arg(long, env = "HAIRPIN_COREDNS_RBAC_NAME", default_value = "hairpin-coredns")]
+    #[arg(
+        long,
+        env = "HAIRPIN_COREDNS_RBAC_NAME",
+        default_value = "hairpin-coredns"
+    )]
     pub(crate) coredns_rbac_name: String,
 
     #[command(flatten)]
