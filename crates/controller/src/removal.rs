@@ -610,3 +610,49 @@ pub async fn daemonset_removal(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leftover_command_names_each_object_with_its_namespace() {
+        let command = leftover_command(&[
+            "ClusterRole hairpin-controller".to_owned(),
+            "Role kube-system/hairpin-coredns".to_owned(),
+        ]);
+        assert_eq!(
+            command,
+            "kubectl patch clusterrole hairpin-controller --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]' && kubectl -n kube-system patch role hairpin-coredns --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]'"
+        );
+    }
+
+    #[test]
+    fn the_note_says_what_is_left_and_how_to_remove_it_or_nothing() {
+        let planner = PlannerConfig::default();
+        assert_eq!(left_note("r", &[], &[], &planner), None);
+        let missing = not_restored(None, Duration::from_secs(20));
+        let note = left_note("r", &missing, &[], &planner).expect("a note");
+        assert!(note.contains("did not finish within 20s"), "{note}");
+        assert!(
+            note.contains("hairpin uninstall --namespace hairpin"),
+            "{note}"
+        );
+        let held = ["ClusterRoleBinding hairpin-controller".to_owned()];
+        let note = left_note("r", &[], &held, &planner).expect("a note");
+        assert!(!note.contains("hairpin uninstall"), "{note}");
+        assert!(
+            note.contains("kubectl patch clusterrolebinding hairpin-controller"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn a_namespace_with_a_newline_is_escaped_in_the_command() {
+        let planner = PlannerConfig {
+            namespace: "hair\npin".into(),
+            ..PlannerConfig::default()
+        };
+        assert!(!cleanup_command(&planner).contains('\n'));
+    }
+}
