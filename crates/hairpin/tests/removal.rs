@@ -625,3 +625,107 @@ fn node_agent_removes_its_block_only_when_its_daemonset_goes() {
         removed.as_secs_f64()
     );
 }
+
+/// A controller that is not running (stopped, crash-looping) when hairpin is pruned: its holds
+/// keep what a restore needs (the Deployment's ReplicaSet and Pod, the ServiceAccount's
+/// token, the RBAC) and the deletion waits; `hairpin uninstall` (the one command the docs
+/// give, run as an admin) restores and lets every hold go, and the deletion finishes.
+#[test]
+fn a_stopped_controller_holds_until_hairpin_uninstall() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("stopped controller") else {
+        return;
+    };
+    c.start_controller("20s");
+    c.terminate();
+    let written = c.corefile();
+    let token = c.api.service_account_token("hairpin", "hairpin-controller");
+    let pruned: Vec<Value> = c
+        .manifest
+        .iter()
+        .filter(|o| o["kind"] != "Namespace")
+        .cloned()
+        .collect();
+    for object in &pruned {
+        c.delete(object);
+    }
+    let deployment = c
+        .api
+        .get("/apis/apps/v1/namespaces/hairpin/deployments/hairpin-controller")
+        .expect("the Deployment is held");
+    assert!(!deployment["metadata"]["deletionTimestamp"].is_null());
+    let sa = c
+        .api
+        .get("/api/v1/namespaces/hairpin/serviceaccounts/hairpin-controller")
+        .expect("the ServiceAccount is held");
+    assert!(!sa["metadata"]["deletionTimestamp"].is_null());
+    // Its token still works (the restore could run), through its held RBAC.
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+        .arg(c.api.ca_file())
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!("{}{COREDNS}", c.api.url()))
+        .output()
+        .expect("curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "the token and rights still work"
+    );
+    let replica_sets = c
+        .api
+        .get("/apis/apps/v1/namespaces/hairpin/replicasets")
+        .expect("replicasets");
+    assert!(
+        replica_sets["items"].as_array().is_some_and(|items| items
+            .iter()
+            .any(|rs| rs["metadata"]["ownerReferences"][0]["name"] == "hairpin-controller")),
+        "the garbage collector keeps the held Deployment's ReplicaSet: {replica_sets}"
+    );
+    assert_eq!(
+        c.corefile(),
+        written,
+        "nothing restored yet: the controller is stopped"
+    );
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+        .args([
+            "uninstall",
+            "--namespace",
+            "hairpin",
+            "--log-format",
+            "text",
+            "--kubeconfig",
+        ])
+        .arg(c.api.admin_kubeconfig())
+        .output()
+        .expect("run hairpin uninstall");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(c.corefile(), COREFILE, "byte for byte");
+    c.wait("every pruned object gone", || {
+        pruned.iter().all(|o| c.api.get(&object_path(o)).is_none())
+    });
+    let gone = started.elapsed();
+    c.wait("the controller's Pods gone", || {
+        c.api
+            .get("/api/v1/namespaces/hairpin/pods")
+            .is_some_and(|pods| {
+                pods["items"].as_array().is_some_and(|items| {
+                    !items.iter().any(|p| {
+                        p["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.starts_with("hairpin-controller-"))
+                    })
+                })
+            })
+    });
+    println!(
+        "stopped controller: the prune waited on the holds (Deployment, ReplicaSet, token and RBAC kept); hairpin uninstall as an admin restored the Corefile and every pruned object was gone {:.2}s after it started",
+        gone.as_secs_f64()
+    );
+}
