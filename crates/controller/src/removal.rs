@@ -8,10 +8,10 @@
 //! its `deletionTimestamp`, and none once it is gone) and its RBAC. At start ([`arm`]) the
 //! controller puts [`RESTORE_FINALIZER`] on its Deployment, its ServiceAccount, its
 //! ClusterRole and ClusterRoleBinding, its Role and RoleBinding, and the CoreDNS Role and
-//! RoleBinding (all measured on kube-apiserver and kube-controller-manager 1.31:
-//! `tests/removal.rs`).
+//! RoleBinding (each behaviour measured on kube-apiserver and kube-controller-manager 1.31:
+//! `crates/hairpin/tests/removal.rs`).
 //!
-//! **Released** ([`release`]) once the restore is done or the deadline passed, through the
+//! **Released** (`release`) once the restore is done or the deadline passed, through the
 //! ClusterRole's rights: the Deployment, the Roles and RoleBindings, then the ServiceAccount
 //! (its token dies with it). The ClusterRole and its binding grant that last request, so when
 //! they are being deleted themselves, nothing the controller holds can release them after it:
@@ -23,7 +23,7 @@
 //! every hold before the objects are deleted, so the documented uninstalls leave nothing.
 //!
 //! **Removal, not restart** ([`removal`]): the Deployment, the namespace, the ServiceAccount,
-//! the ClusterRoleBinding or the CoreDNS RoleBinding is being deleted or is gone (gone only
+//! the ClusterRole, its binding or the CoreDNS RoleBinding is being deleted or is gone (gone only
 //! for an object that existed when the guard was armed). Anything else (a rollout, a node
 //! drain, a crash) keeps everything.
 //!
@@ -366,7 +366,7 @@ pub async fn release_all(client: &kube::Client, p: &RemovalParams) -> Vec<String
 }
 
 /// The command that removes hairpin's finalizer from what a removal left held (`Kind
-/// namespace/name` or `Kind name`, as [`release_plan`] lists them): one `kubectl patch` per
+/// namespace/name` or `Kind name`, as `release_plan` lists them): one `kubectl patch` per
 /// object, joined with `&&`.
 pub fn leftover_command(left: &[String]) -> String {
     left.iter()
