@@ -174,6 +174,9 @@ impl Held {
 #[derive(Clone, Debug, Default)]
 pub struct Armed {
     uids: BTreeMap<Held, String>,
+    /// Objects left held by an earlier removal ([`RELEASED_ANNOTATION`], being deleted): not a
+    /// removal of this install, said at start with the command that lets them go.
+    leftovers: Vec<Held>,
 }
 
 impl Armed {
@@ -181,7 +184,16 @@ impl Armed {
     pub fn is_armed(&self) -> bool {
         self.uids.contains_key(&Held::Deployment)
     }
+
+    /// The objects left held by an earlier removal (`Kind name`).
+    pub fn leftovers(&self, p: &RemovalParams) -> Vec<String> {
+        self.leftovers.iter().map(|h| h.describe(p)).collect()
+    }
 }
+
+/// Marks what a removal leaves held (the ClusterRole and its binding, being deleted): a later
+/// install finds them still there (and still granting), and knows them for leftovers.
+pub const RELEASED_ANNOTATION: &str = "hairpin.io/left-held-by-removal";
 
 /// Adds [`RESTORE_FINALIZER`] to the object's finalizers (a merge patch guarded by its
 /// resourceVersion); nothing when it has it.
@@ -234,6 +246,13 @@ pub async fn arm(client: &kube::Client, p: &RemovalParams) -> Result<Armed, Erro
             continue;
         };
         if meta.deletion_timestamp.is_some() {
+            if meta
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(RELEASED_ANNOTATION))
+            {
+                armed.leftovers.push(held);
+            }
             // No finalizer can be added to an object being deleted; the removal is seen next.
             continue;
         }
@@ -264,6 +283,9 @@ pub async fn removal(client: &kube::Client, p: &RemovalParams, armed: &Armed) ->
         let Some(uid) = armed.uids.get(&held) else {
             continue;
         };
+        if armed.leftovers.contains(&held) {
+            continue;
+        }
         asked += 1;
         let (_, name) = held.at(p);
         match held.api(client, p).get_opt(name).await {
@@ -313,6 +335,26 @@ async fn release_plan(
     order.retain(|held| armed.uids.contains_key(held));
     left.retain(|_| armed.uids.contains_key(&Held::ClusterRoleBinding));
     (order, left)
+}
+
+/// Marks the ClusterRole and its binding with [`RELEASED_ANNOTATION`] when `order` leaves
+/// them held (they are being deleted): a later install knows them for leftovers, not for its
+/// own removal. Errors are logged only.
+async fn mark_left_held(client: &kube::Client, p: &RemovalParams, order: &[Held]) {
+    for held in [Held::ClusterRole, Held::ClusterRoleBinding] {
+        if order.contains(&held) {
+            continue;
+        }
+        let (_, name) = held.at(p);
+        let patch = json!({"metadata": {"annotations": {RELEASED_ANNOTATION: "true"}}});
+        if let Err(err) = held
+            .api(client, p)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(error = %err, object = %held.describe(p), "could not mark an object left held");
+        }
+    }
 }
 
 /// Lets `order` go; the errors (logged), each with the object still held.
@@ -528,6 +570,7 @@ pub async fn restore_and_release(
     events
         .publish(&deployment, warning, event_reason, event_note)
         .await;
+    mark_left_held(client, p, &order).await;
     let failures = release(client, p, &order).await;
     still_held.extend(failures.iter().map(|(object, _)| object.clone()));
     let note = left_note(&reason, &missing, &still_held, planner);
@@ -563,6 +606,14 @@ pub async fn guard(
     let armed = match arm(&client, &p).await {
         Ok(armed) if armed.is_armed() => {
             tracing::info!(deployment = %p.deployment, "removal guard armed: a removal of hairpin (not a restart) restores the cluster first");
+            let leftovers = armed.leftovers(&p);
+            if !leftovers.is_empty() {
+                tracing::warn!(
+                    "{} are left from an earlier removal of hairpin, being deleted and held by its finalizer (they still grant this install's rights); once let go they are deleted: run {}, then apply the manifest again (or helm upgrade) and restart the controller",
+                    leftovers.join(" and "),
+                    leftover_command(&leftovers)
+                );
+            }
             armed
         }
         Ok(_) => {

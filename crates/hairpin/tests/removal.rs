@@ -158,9 +158,9 @@ impl Cluster {
         ) && has(CRB, "hairpin.io/restore")
     }
 
-    /// Runs the command the controller's log gives after its last "Remove it with: " for the
-    /// objects it left held, as the admin; how long until they are gone.
-    fn clear_held(&self) -> Duration {
+    /// The command the controller's log gives after its last "Remove it with: " for the
+    /// objects it left held.
+    fn held_command(&self) -> String {
         let log = self.log();
         let line = log
             .lines()
@@ -173,6 +173,12 @@ impl Cluster {
             .expect("a command")
             .trim();
         assert!(command.starts_with("kubectl "), "{command}");
+        command.to_owned()
+    }
+
+    /// Runs `command` ([`Cluster::held_command`]) as the admin; how long until the ClusterRole
+    /// and its binding are gone.
+    fn clear_held(&self, command: &str) -> Duration {
         let out = Command::new("sh")
             .args(["-c", command])
             .env("KUBECONFIG", self.api.admin_kubeconfig())
@@ -269,7 +275,12 @@ fn sigterm_without_removal_keeps_the_corefile_block() {
 
 /// Deletes `order`, then waits for the Corefile to come back byte for byte and for every
 /// object of the manifest to be gone; prints and returns (restored, all gone).
-fn removal_scenario(c: &mut Cluster, name: &str, order: &[Value]) -> (Duration, Duration) {
+fn removal_scenario(
+    c: &mut Cluster,
+    name: &str,
+    order: &[Value],
+    reinstall: bool,
+) -> (Duration, Duration) {
     let started = Instant::now();
     for object in order {
         c.delete(object);
@@ -291,18 +302,39 @@ fn removal_scenario(c: &mut Cluster, name: &str, order: &[Value]) -> (Duration, 
     );
     let held = c.api.get(CRB).expect("the ClusterRoleBinding stays held");
     assert!(!held["metadata"]["deletionTimestamp"].is_null());
-    let cleared = c.clear_held();
     assert!(
         c.api
             .get("/api/v1/namespaces/hairpin/services/hairpin-ingress-nginx")
             .is_none(),
         "the hairpin Service is gone"
     );
+    let command = c.held_command();
+    if reinstall {
+        // Installed again before the leftovers were cleared: they still grant, and the new
+        // controller knows them for leftovers, not for its own removal.
+        for object in &manifest {
+            c.api.apply(object);
+        }
+        c.start_controller("20s");
+        assert!(
+            c.log().contains("left from an earlier removal"),
+            "{}",
+            c.log()
+        );
+        assert!(!c.log().contains("hairpin is being removed"), "{}", c.log());
+        c.terminate();
+    }
+    let cleared = c.clear_held(&command);
     println!(
-        "{name}: Corefile restored byte for byte {:.2}s after the first DELETE, every object gone after {:.2}s but the ClusterRole and binding (held, inert), SIGTERM to exit {:.2}s, the logged kubectl command cleared those in {:.2}s",
+        "{name}: Corefile restored byte for byte {:.2}s after the first DELETE, every object gone after {:.2}s but the ClusterRole and binding (held, inert), SIGTERM to exit {:.2}s,{} the logged kubectl command cleared those in {:.2}s",
         restored.as_secs_f64(),
         gone.as_secs_f64(),
         exited.as_secs_f64(),
+        if reinstall {
+            " installed again (the new controller wrote its block, took them for leftovers),"
+        } else {
+            ""
+        },
         cleared.as_secs_f64()
     );
     (restored, gone)
@@ -318,7 +350,7 @@ fn kubectl_delete_restores_the_corefile() {
     };
     c.start_controller("20s");
     let order = c.manifest.clone();
-    removal_scenario(&mut c, "kubectl delete -f", &order);
+    removal_scenario(&mut c, "kubectl delete -f", &order, true);
 }
 
 /// The same with the RBAC objects deleted first (and the namespace last).
@@ -342,7 +374,7 @@ fn rbac_deleted_first_still_restores() {
             .filter(|o| o["kind"] == "Namespace")
             .cloned(),
     );
-    removal_scenario(&mut c, "RBAC first", &order);
+    removal_scenario(&mut c, "RBAC first", &order, false);
 }
 
 /// `kubectl delete namespace hairpin`: the cluster-scoped objects stay (as they would without
