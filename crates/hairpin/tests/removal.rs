@@ -433,12 +433,13 @@ fn refused_restore_does_not_hold_the_deletion() {
         .apply(&json!({"apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "freeze-coredns"},
         "spec": {"policyName": "freeze-coredns", "validationActions": ["Deny"]}}));
-    let mut probe = c.api.get(COREDNS).expect("coredns");
-    probe["metadata"]["annotations"] = json!({"probe": "x"});
+    // In force once a write of the ConfigMap (read afresh: no conflict) is refused by it.
     c.wait("the policy in force", || {
+        let mut probe = c.api.get(COREDNS).expect("coredns");
+        probe["metadata"]["annotations"] = json!({"probe": "x"});
         c.api
             .request("PUT", COREDNS, Some(("application/json", &probe)))
-            .is_ok_and(|(status, _)| status >= 400)
+            .is_ok_and(|(_, answer)| answer.to_string().contains("CoreDNS's ConfigMap is frozen"))
     });
     let written = c.corefile();
     let pruned: Vec<Value> = c
