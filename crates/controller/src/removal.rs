@@ -224,7 +224,11 @@ async fn hold_one(
 pub async fn arm(client: &kube::Client, p: &RemovalParams) -> Result<Armed, Error> {
     let mut armed = Armed::default();
     let mut metas = BTreeMap::new();
+    // The Deployment first: without one (a local run) nothing else is asked.
     for held in Held::ALL {
+        if held != Held::Deployment && !armed.is_armed() {
+            return Ok(armed);
+        }
         let (_, name) = held.at(p);
         let found = held
             .api(client, p)
@@ -593,6 +597,49 @@ pub async fn restore_and_release(
     }
 }
 
+/// Arms the guard, again with a backoff while the API server cannot be reached (an outage at
+/// start does not turn it off; the watches report the outage); `None` without a controller
+/// Deployment, without the rights (an older chart's RBAC), or at the shutdown.
+async fn arm_until_done(
+    client: &kube::Client,
+    p: &RemovalParams,
+    shutdown: &hairpin_runtime::Shutdown,
+) -> Option<Armed> {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match arm(client, p).await {
+            Ok(armed) if armed.is_armed() => {
+                tracing::info!(deployment = %p.deployment, "removal guard armed: a removal of hairpin (not a restart) restores the cluster first");
+                let leftovers = armed.leftovers(p);
+                if !leftovers.is_empty() {
+                    tracing::warn!(
+                        "{} are left from an earlier removal of hairpin, being deleted and held by its finalizer (they still grant this install's rights); once let go they are deleted: run {}, then apply the manifest again (or helm upgrade) and restart the controller",
+                        leftovers.join(" and "),
+                        leftover_command(&leftovers)
+                    );
+                }
+                return Some(armed);
+            }
+            Ok(_) => {
+                tracing::info!(deployment = %p.deployment, "no controller Deployment: the removal guard is off (a local run)");
+                return None;
+            }
+            Err(err) if err.status_code().is_some_and(|c| c == 401 || c == 403) => {
+                tracing::warn!(error = %err, "removal guard off (no rights to hold its objects): a removal other than `hairpin uninstall` would leave hairpin's changes in place");
+                return None;
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, retry_in = ?backoff, "removal guard not armed yet");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = shutdown.draining() => return None,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
 /// Arms the guard, then looks for a removal every `poll` until the shutdown starts, and once
 /// more then. On a removal: [`restore_and_release`]. Returns the outcome, if there was one.
 pub async fn guard(
@@ -603,28 +650,7 @@ pub async fn guard(
     metrics: Metrics,
     shutdown: hairpin_runtime::Shutdown,
 ) -> Option<RemovalOutcome> {
-    let armed = match arm(&client, &p).await {
-        Ok(armed) if armed.is_armed() => {
-            tracing::info!(deployment = %p.deployment, "removal guard armed: a removal of hairpin (not a restart) restores the cluster first");
-            let leftovers = armed.leftovers(&p);
-            if !leftovers.is_empty() {
-                tracing::warn!(
-                    "{} are left from an earlier removal of hairpin, being deleted and held by its finalizer (they still grant this install's rights); once let go they are deleted: run {}, then apply the manifest again (or helm upgrade) and restart the controller",
-                    leftovers.join(" and "),
-                    leftover_command(&leftovers)
-                );
-            }
-            armed
-        }
-        Ok(_) => {
-            tracing::info!(deployment = %p.deployment, "no controller Deployment: the removal guard is off (a local run)");
-            return None;
-        }
-        Err(err) => {
-            tracing::warn!(error = %err, "removal guard off: a removal other than `hairpin uninstall` would leave hairpin's changes in place");
-            return None;
-        }
-    };
+    let armed = arm_until_done(&client, &p, &shutdown).await?;
     let events = Events::new(client.clone(), &identity, metrics);
     loop {
         let last = tokio::select! {
