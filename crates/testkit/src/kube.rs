@@ -1363,3 +1363,90 @@ impl Curl {
         self.exit == Some(0)
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// kube-controller-manager (issue 40): the garbage collector, namespace deletion, ReplicaSets.
+
+/// A real kube-controller-manager against an [`ApiServer`] (every upstream controller: the
+/// garbage collector, namespace deletion, Deployments' ReplicaSets and Pods, EndpointSlices).
+/// No scheduler or kubelet: Pods stay Pending. Killed on drop.
+#[derive(Debug)]
+pub struct ControllerManager {
+    process: Group,
+    started_in: Duration,
+}
+
+impl ControllerManager {
+    /// Starts kube-controller-manager with the admin's kubeconfig and waits until it serves:
+    /// a namespace created after the start gets its `default` ServiceAccount (about 3 s).
+    pub fn start(api: &ApiServer) -> io::Result<ControllerManager> {
+        let started = Instant::now();
+        let dir = api.dir();
+        let mut command = isolated_command(api.bin_dir().join("kube-controller-manager"));
+        command.args([
+            &format!("--kubeconfig={}", api.admin_kubeconfig().display()),
+            "--leader-elect=false",
+            "--secure-port=0",
+            &format!(
+                "--service-account-private-key-file={}",
+                dir.join("sa.key").display()
+            ),
+            &format!("--root-ca-file={}", dir.join("ca.crt").display()),
+            "--cluster-cidr=10.244.0.0/16",
+            "--controllers=*",
+            "--profiling=false",
+        ]);
+        let log = dir.join(format!("kube-controller-manager-{}.log", free_port()));
+        let mut process = Group::spawn("kube-controller-manager", command, log)?;
+        let probe = format!("kcm-probe-{}", random_token().get(..8).unwrap_or("x"));
+        api.ensure_namespace(&probe);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let path = format!("/api/v1/namespaces/{probe}/serviceaccounts/default");
+        while api.get(&path).is_none() {
+            process.check_alive()?;
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "kube-controller-manager not serving after {READY_TIMEOUT:?}:\n{}",
+                        tail(&process.log(), 40)
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        api.delete(&format!("/api/v1/namespaces/{probe}"));
+        Ok(ControllerManager {
+            process,
+            started_in: started.elapsed(),
+        })
+    }
+
+    /// How long [`ControllerManager::start`] took.
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+}
+
+impl Group {
+    /// Sends SIGTERM to the process (not its group) and waits up to `timeout` for it to exit;
+    /// how long it took, `None` when it did not.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .output();
+        while started.elapsed() < timeout {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
