@@ -491,6 +491,18 @@ fn every_vip_mark_is_recognised() {
             Box::new(|_| {}),
         ),
         (
+            "kube-vip",
+            json!({ "kube-vip.io/ignore": "false" }),
+            Box::new(|_| {}),
+        ),
+        (
+            "PureLB",
+            json!({}),
+            Box::new(|s: &mut Service| {
+                s.spec.as_mut().unwrap().load_balancer_class = Some("purelb.io/purelbv2".into());
+            }),
+        ),
+        (
             "Cilium LB-IPAM",
             json!({ "lbipam.cilium.io/ips": LB_IP }),
             Box::new(|_| {}),
