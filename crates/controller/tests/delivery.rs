@@ -22,6 +22,7 @@ const SVC: &str = "/api/v1/namespaces/ingress-nginx/services/ingress-nginx-contr
 
 /// A DigitalOcean-annotated PROXY load balancer whose address MetalLB allocated.
 fn seed(fake: &FakeApiServer) {
+    fake.install_hairpin_crd();
     fake.create_namespace("hairpin");
     let mut lb = fixtures::proxy_load_balancer(
         "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol",
@@ -104,6 +105,33 @@ async fn auto_never_writes_ip_mode_on_a_metallb_address_and_says_why() {
             )
             && note.contains("cut off every client outside the cluster"),
         "{note}"
+    );
+    // The Hairpin status says it too.
+    let status_of = |f: &FakeApiServer| {
+        f.get(
+            "hairpin.io/v1alpha1",
+            "Hairpin",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+        .map(|h| h["status"].clone())
+        .unwrap_or_default()
+    };
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| status_of(f)["delivery"]
+            == "vip")
+            .await
+            .is_some(),
+        "{}",
+        status_of(&fake)
+    );
+    let status = status_of(&fake);
+    assert_eq!(status["cure"], "dns");
+    assert!(
+        status["cureReason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("native never tried")),
+        "{status}"
     );
     let event = &events(&fake, "NativeCureNotTried")[0];
     assert_eq!(event["type"], "Normal");
