@@ -213,6 +213,13 @@ impl CureFacts {
         format!("{}: {}", self.cure.as_str(), self.why)
     }
 
+    /// The load balancer is a VIP the nodes receive: never `ipMode: Proxy`.
+    pub fn is_vip(&self) -> bool {
+        self.delivery
+            .as_ref()
+            .is_some_and(|d| d.kind == Delivery::Vip)
+    }
+
     /// The delivery line: `proxy: DigitalOcean (...)`, `vip: MetalLB, annotation ...: hairpin
     /// never sets ipMode: Proxy here, which would cut off ...` (escaped).
     pub fn describe_delivery(&self) -> Option<String> {
