@@ -4,6 +4,7 @@
 use hairpin_planner::escape::Text;
 use serde::Serialize;
 
+use crate::admission::AdmissionPolicyFacts;
 use crate::cure::{CcmFacts, CertManagerFacts, CureFacts, CureKind};
 pub use crate::dataplane::CniFacts;
 use crate::dataplane::{IpModeSupport, KubeProxyFacts};
@@ -91,6 +92,8 @@ pub struct ClusterFacts {
     pub cure: Option<CureFacts>,
     /// cert-manager, when it runs.
     pub cert_manager: Option<CertManagerFacts>,
+    /// hairpin's status admission policy (None: not read).
+    pub admission_policy: Option<AdmissionPolicyFacts>,
     /// Things that could not be read (forbidden lists...).
     pub gaps: Vec<String>,
 }
@@ -426,6 +429,12 @@ fn context<'a>(
     let lb = match cluster {
         ClusterView::Checked(facts) => {
             notes.extend(facts.gaps.iter().map(|gap| format!("not checked: {gap}")));
+            notes.extend(
+                facts
+                    .admission_policy
+                    .as_ref()
+                    .and_then(AdmissionPolicyFacts::warning),
+            );
             if let Some(eks) = &facts.dns.eks_add_on {
                 notes.push(format!("{}.", eks.describe()));
             }

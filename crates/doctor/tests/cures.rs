@@ -31,6 +31,7 @@ fn cluster_options(fake: &FakeApiServer, dir: &Path) -> ClusterOptions {
             cure: CureMode::Auto,
             ..PlannerConfig::default()
         },
+        admission_policy: cluster::DEFAULT_ADMISSION_POLICY.into(),
     }
 }
 
