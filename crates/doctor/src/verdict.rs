@@ -756,6 +756,9 @@ fn provider_fixes(facts: &ClusterFacts) -> Vec<String> {
     let cure = facts.cure.as_ref();
     let hairpin = install_hairpin(facts.dns.uneditable.as_ref(), cure);
     let native = cure.is_some_and(|cure| cure.cure == CureKind::Native);
+    // A VIP the nodes receive: `ipMode: Proxy`, from anyone, would cut off every client outside
+    // the cluster. No fix suggests it.
+    let vip = cure.is_some_and(CureFacts::is_vip);
     // Forcing matters only where the status says `ipMode: Proxy` (else hairpin plans the load
     // balancer anyway).
     if let Some(lb) = lb
@@ -776,9 +779,13 @@ fn provider_fixes(facts: &ClusterFacts) -> Vec<String> {
         if native {
             return out;
         }
+        if vip {
+            out.push(hairpin);
+            return out;
+        }
         return without_provider(out, hairpin);
     };
-    if let Some(native) = provider.native_ip_mode() {
+    if !vip && let Some(native) = provider.native_ip_mode() {
         out.push(native_ip_mode(native, ignoring, facts.kubernetes_version));
     }
     if let Some((annotation, value)) = provider.hostname_annotation() {
