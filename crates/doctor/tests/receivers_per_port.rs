@@ -36,6 +36,7 @@ async fn a_mismatch_on_one_port_is_that_ports_only() {
         context: None,
         timeout: Duration::from_secs(2),
         planner: PlannerConfig::default(),
+        admission_policy: cluster::DEFAULT_ADMISSION_POLICY.into(),
     };
     let client = cluster::client(&options).await.unwrap();
     let read = cluster::read(&client, &options).await.unwrap();
