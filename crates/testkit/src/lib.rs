@@ -8,6 +8,7 @@
 
 pub mod coredns;
 pub mod kube;
+pub mod outside;
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
