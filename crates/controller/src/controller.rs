@@ -883,6 +883,36 @@ impl Reconciler {
             .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
     }
 
+    /// An Event on each load balancer the native cure is not tried on because of how it
+    /// delivers traffic (a VIP, or unknown), or refused on (forced on a VIP): the plan's
+    /// reason, which names the outage native would cause.
+    async fn report_delivery(
+        &mut self,
+        plan: &Plan,
+        regarding_service: &impl Fn(&ObjectRef) -> ObjectReference,
+    ) {
+        use hairpin_planner::CureMode;
+        use hairpin_planner::delivery::Delivery;
+        let barred = plan.cures.iter().filter(|c| {
+            c.mode != CureMode::Dns && c.native.is_none() && c.delivery.kind != Delivery::Proxy
+        });
+        for choice in barred {
+            let refused = choice.delivery.kind == Delivery::Vip && choice.mode == CureMode::Native;
+            let reason = if refused {
+                reason::NATIVE_REFUSED
+            } else {
+                reason::NATIVE_NOT_TRIED
+            };
+            // Escaped by the planner (it quotes the Service's annotations).
+            let note = format!(
+                "{} (delivery {}: {})",
+                choice.reason, choice.delivery.kind, choice.delivery.evidence
+            );
+            let regarding = regarding_service(&choice.service);
+            self.events.publish(&regarding, refused, reason, note).await;
+        }
+    }
+
     async fn report(&mut self, plan: &Plan, snapshot: &hairpin_planner::ClusterSnapshot) {
         // The Event is about the Service, named with its uid when it is cached.
         let regarding_service = |svc: &ObjectRef| {
@@ -943,6 +973,7 @@ impl Reconciler {
                 .publish(&regarding, true, reason::RECEIVER_MISMATCH, message)
                 .await;
         }
+        self.report_delivery(plan, &regarding_service).await;
         for conflict in &plan.conflicts {
             let lbs: Vec<String> = conflict
                 .load_balancers

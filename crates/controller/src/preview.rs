@@ -565,6 +565,7 @@ pub fn json(plan: &Plan, changes: &[Change], source: &str) -> Value {
                 "cure": c.cure,
                 "mode": c.mode,
                 "reason": c.reason,
+                "delivery": c.delivery,
             });
             if let Some(native) = c.native {
                 cure["native"] = json!(native);

@@ -45,6 +45,12 @@ pub mod reason {
     pub const IP_MODE_SET: &str = "IpModeProxySet";
     /// The native cure was proven by probe.
     pub const NATIVE_PROVEN: &str = "NativeCureProven";
+    /// The native cure is not tried on a load balancer that is not known to be a proxy (a VIP
+    /// the nodes receive, or an unknown delivery); the note says why. Its names stay on DNS.
+    pub const NATIVE_NOT_TRIED: &str = "NativeCureNotTried";
+    /// The native cure was asked for (`--cure native` or the Service's annotation) on a VIP
+    /// load balancer and refused: the note names the outage it would cause.
+    pub const NATIVE_REFUSED: &str = "NativeCureRefused";
     /// hairpin put a load balancer's `ipMode` back as it was.
     pub const IP_MODE_RESTORED: &str = "IpModeRestored";
     /// Another writer (an upgraded cloud controller) set `ipMode: Proxy` itself: hairpin

@@ -943,7 +943,13 @@ fn cure_facts(
     let choice = service
         .as_ref()
         .and_then(|service| plan.cures.iter().find(|c| c.service == *service));
-    cure::judge(lb, ccm, ip_mode, entry, choice)
+    // How it reaches the nodes: the plan's word, or read from the Service as the plan would.
+    let delivery = choice.map(|c| c.delivery.clone()).or_else(|| {
+        object.map(|svc| {
+            hairpin_planner::delivery::delivery_of(svc, &read.snapshot, config, &mut Vec::new())
+        })
+    });
+    cure::judge(lb, ccm, ip_mode, entry, choice, delivery)
 }
 
 /// The load balancer behind `host`: the planned one that has it among its hostnames or

@@ -11,6 +11,8 @@
 //! the ACME server to validate; `pkg/controller/acmechallenges/readiness.go` in
 //! cert-manager/cert-manager, release notes 1.21).
 
+use hairpin_planner::CureMode;
+use hairpin_planner::delivery::{Delivery, DeliveryOf, VIP_NODES, VIP_OUTAGE};
 use hairpin_planner::escape::Text;
 use hairpin_planner::native::{CureChoice, NativeEntry, NativeProgress, ProbeState};
 use serde::Serialize;
@@ -195,6 +197,9 @@ pub struct CureFacts {
     pub probe: Option<ProbeRecord>,
     /// The plan sets `ipMode: Proxy` and probes (to be proven, or probing).
     pub plan_tries_native: bool,
+    /// How the load balancer reaches the nodes: a proxy (native is safe), a VIP the nodes
+    /// receive (native would cut off every client outside the cluster) or unknown.
+    pub delivery: Option<DeliveryOf>,
 }
 
 impl CureFacts {
@@ -202,20 +207,48 @@ impl CureFacts {
     pub fn describe(&self) -> String {
         format!("{}: {}", self.cure.as_str(), self.why)
     }
+
+    /// The delivery line: `proxy: DigitalOcean (...)`, `vip: MetalLB, annotation ...: hairpin
+    /// never sets ipMode: Proxy here, which would cut off ...` (escaped).
+    pub fn describe_delivery(&self) -> Option<String> {
+        let delivery = self.delivery.as_ref()?;
+        Some(match delivery.kind {
+            Delivery::Proxy => format!(
+                "proxy: {} (ipMode: Proxy cuts no client outside the cluster off)",
+                delivery.evidence
+            ),
+            Delivery::Vip => format!(
+                "vip: {}: {VIP_NODES}. hairpin never sets ipMode: Proxy here, the outage it \
+                 avoids: {VIP_OUTAGE}",
+                delivery.evidence
+            ),
+            Delivery::Unknown => format!(
+                "unknown: {}. hairpin's `--cure auto` tries native only on a proxy load \
+                 balancer: were it a VIP, {VIP_OUTAGE}",
+                delivery.evidence
+            ),
+        })
+    }
 }
 
 /// The cure for `lb`: `ccm` computes its `ipMode` (when it does), `support` says whether its
-/// IP's handler honours `ipMode`, `record` is hairpin's probe record, `plan` the plan's choice.
+/// IP's handler honours `ipMode`, `record` is hairpin's probe record, `plan` the plan's choice,
+/// `delivery` how the load balancer reaches the nodes (native only on a proxy).
 pub fn judge(
     lb: &LoadBalancerFacts,
     ccm: Option<&CcmFacts>,
     support: &IpModeSupport,
     record: Option<&NativeEntry>,
     plan: Option<&CureChoice>,
+    delivery: Option<DeliveryOf>,
 ) -> CureFacts {
+    let forced = plan.is_some_and(|choice| choice.mode == CureMode::Native);
     let (cure, why) = match ccm {
         Some(ccm) => by_the_ccm(lb, ccm, support),
-        None => by_hairpin(lb, support, record),
+        None => match not_native(lb, delivery.as_ref(), forced) {
+            Some(why) => (CureKind::Dns, why),
+            None => by_hairpin(lb, support, record),
+        },
     };
     CureFacts {
         cure,
@@ -236,6 +269,37 @@ pub fn judge(
                 Some(NativeProgress::ToProve | NativeProgress::Probing)
             )
         }),
+        delivery,
+    }
+}
+
+/// Why hairpin's native cure is not for this load balancer, whatever the data plane: a VIP the
+/// nodes receive (never), or an unknown delivery (`--cure auto` tries native only on a proxy;
+/// `forced`: `--cure native` or the Service's annotation, which may force it there).
+fn not_native(
+    lb: &LoadBalancerFacts,
+    delivery: Option<&DeliveryOf>,
+    forced: bool,
+) -> Option<String> {
+    if !lb.needs_hairpin {
+        return None;
+    }
+    let delivery = delivery?;
+    match delivery.kind {
+        Delivery::Proxy => None,
+        Delivery::Vip => Some(format!(
+            "{VIP_NODES} ({}): hairpin cures it by DNS and never sets ipMode: Proxy, which \
+             would cut off every client outside the cluster (kube-proxy drops every rule for \
+             that IP)",
+            delivery.evidence
+        )),
+        Delivery::Unknown if !forced => Some(format!(
+            "not known to be a proxy load balancer ({}): hairpin cures it by DNS; if the load \
+             balancer terminates TCP and connects to the NodePorts or pods itself, \
+             `hairpin.io/delivery: proxy` on the Service lets the controller try ipMode: Proxy",
+            delivery.evidence
+        )),
+        Delivery::Unknown => None,
     }
 }
 
@@ -448,6 +512,7 @@ mod tests {
             &support(Some(true)),
             None,
             None,
+            None,
         );
         assert_eq!(facts.cure, CureKind::Ccm, "{facts:?}");
         assert!(
@@ -461,12 +526,14 @@ mod tests {
             &support(Some(false)),
             None,
             None,
+            None,
         );
         assert_eq!(ignored.cure, CureKind::Dns);
         let old = judge(
             &lb("VIP", true),
             Some(&hcloud("v1.20.1")),
             &support(Some(true)),
+            None,
             None,
             None,
         );
@@ -477,15 +544,31 @@ mod tests {
     #[test]
     fn hairpin_cures_by_the_handler_and_the_probe_record() {
         assert_eq!(
-            judge(&lb("VIP", true), None, &support(Some(true)), None, None).cure,
+            judge(
+                &lb("VIP", true),
+                None,
+                &support(Some(true)),
+                None,
+                None,
+                None
+            )
+            .cure,
             CureKind::Native
         );
         assert_eq!(
-            judge(&lb("VIP", true), None, &support(Some(false)), None, None).cure,
+            judge(
+                &lb("VIP", true),
+                None,
+                &support(Some(false)),
+                None,
+                None,
+                None
+            )
+            .cure,
             CureKind::Dns
         );
         assert_eq!(
-            judge(&lb("VIP", true), None, &support(None), None, None).cure,
+            judge(&lb("VIP", true), None, &support(None), None, None, None).cure,
             CureKind::Unknown
         );
         let entry = |state| NativeEntry {
@@ -508,6 +591,7 @@ mod tests {
             &support(Some(true)),
             Some(&entry(ProbeState::Failed)),
             None,
+            None,
         );
         assert_eq!(failed.cure, CureKind::Dns);
         let proven = judge(
@@ -515,6 +599,7 @@ mod tests {
             None,
             &support(None),
             Some(&entry(ProbeState::Proven)),
+            None,
             None,
         );
         assert_eq!(proven.cure, CureKind::Native);
@@ -529,6 +614,70 @@ mod tests {
             "the record's reason is escaped: {proven:?}"
         );
         assert!(!proven.why.contains('\u{1b}'));
+    }
+
+    fn delivery(kind: Delivery, evidence: &str) -> Option<DeliveryOf> {
+        Some(DeliveryOf {
+            kind,
+            evidence: evidence.into(),
+        })
+    }
+
+    /// A VIP load balancer is never on native, whatever the data plane and the record say,
+    /// and the doctor names the outage hairpin avoids there.
+    #[test]
+    fn a_vip_is_never_native_and_the_outage_is_named() {
+        let vip = judge(
+            &lb("VIP", true),
+            None,
+            &support(Some(true)),
+            None,
+            None,
+            delivery(
+                Delivery::Vip,
+                "MetalLB, annotation metallb.io/address-pool=public",
+            ),
+        );
+        assert_eq!(vip.cure, CureKind::Dns, "{vip:?}");
+        assert!(vip.why.contains("MetalLB"), "{vip:?}");
+        let line = vip.describe_delivery().unwrap();
+        assert!(
+            line.starts_with("vip: MetalLB, annotation metallb.io/address-pool=public: the nodes receive")
+                && line.contains(
+                    "would cut off every client outside the cluster: kube-proxy drops every rule for that IP"
+                ),
+            "{line}"
+        );
+        // An unknown delivery: DNS unless the plan forces native.
+        let unknown = judge(
+            &lb("VIP", true),
+            None,
+            &support(Some(true)),
+            None,
+            None,
+            delivery(Delivery::Unknown, "nothing says"),
+        );
+        assert_eq!(unknown.cure, CureKind::Dns, "{unknown:?}");
+        assert!(
+            unknown.why.contains("hairpin.io/delivery: proxy"),
+            "{unknown:?}"
+        );
+        // A proxy: the data plane decides, as before.
+        let proxy = judge(
+            &lb("VIP", true),
+            None,
+            &support(Some(true)),
+            None,
+            None,
+            delivery(Delivery::Proxy, "DigitalOcean"),
+        );
+        assert_eq!(proxy.cure, CureKind::Native, "{proxy:?}");
+        assert!(
+            proxy
+                .describe_delivery()
+                .unwrap()
+                .starts_with("proxy: DigitalOcean")
+        );
     }
 
     #[test]

@@ -347,6 +347,9 @@ fn render_cure(out: &mut String, facts: &ClusterFacts) {
     }
     if let Some(cure) = &facts.cure {
         let _ = writeln!(out, "  cure            {}", controls(&cure.describe()));
+        if let Some(delivery) = cure.describe_delivery() {
+            let _ = writeln!(out, "  delivery        {}", controls(&delivery));
+        }
         if let Some(plan) = &cure.plan {
             let _ = writeln!(out, "  hairpin plans   {}", controls(plan));
         }

@@ -338,3 +338,47 @@ async fn the_three_clusters_as_the_doctor_prints_them() {
     );
     assert!(cilium.contains("`waitInsteadOfSelfCheck: 30s`"), "{cilium}");
 }
+
+/// Issue 36: the same cluster, but the load balancer's address is MetalLB's (the nodes
+/// receive it as destination). The data plane honours `ipMode`, yet the doctor says DNS,
+/// tells the VIP from a proxy and names the outage native would cause; no fix suggests the
+/// native cure.
+#[tokio::test]
+async fn a_metallb_address_is_a_vip_and_the_doctor_names_the_outage_avoided() {
+    let mut objects = clusters::digitalocean_cluster(IP);
+    objects[0]["metadata"]["annotations"]["metallb.io/ip-allocated-from-pool"] = json!("public");
+    let facts = facts_of(objects).await;
+    assert_eq!(facts.ip_mode.honours, Some(true), "{:?}", facts.ip_mode);
+    let cure = facts.cure.as_ref().unwrap();
+    assert_eq!(cure.cure, CureKind::Dns, "{cure:?}");
+    let delivery = cure.describe_delivery().expect("a delivery line");
+    assert!(
+        delivery.starts_with("vip: MetalLB, annotation metallb.io/ip-allocated-from-pool=public")
+            && delivery.contains(
+                "would cut off every client outside the cluster: kube-proxy drops every rule for that IP"
+            ),
+        "{delivery}"
+    );
+    assert!(
+        cure.plan
+            .as_deref()
+            .is_some_and(|plan| plan.starts_with("dns (--cure auto): native never tried")),
+        "{cure:?}"
+    );
+    let fixes = from_a_pod(&facts).fixes;
+    assert!(
+        fixes
+            .iter()
+            .all(|fix| !fix.contains("native cure works here")),
+        "{fixes:?}"
+    );
+    // The DigitalOcean load balancer itself is a proxy: said so, native as before.
+    let proxy = facts_of(clusters::digitalocean_cluster(IP)).await;
+    let cure = proxy.cure.as_ref().unwrap();
+    assert_eq!(cure.cure, CureKind::Native, "{cure:?}");
+    assert!(
+        cure.describe_delivery()
+            .is_some_and(|line| line.starts_with("proxy: DigitalOcean")),
+        "{cure:?}"
+    );
+}

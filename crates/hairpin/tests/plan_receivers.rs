@@ -112,6 +112,8 @@ async fn a_live_plan_reads_the_receiver_as_the_offline_one() {
         "-f",
         BARE_METAL,
         "--verify-hostnames=off",
+        "--cure",
+        "auto",
         "-o",
         "json",
     ]);
@@ -131,4 +133,79 @@ async fn a_live_plan_reads_the_receiver_as_the_offline_one() {
         text.contains("receiver         ingress-nginx Deployment ingress-nginx/ingress-nginx-controller: PROXY required by use-proxy-protocol: \"true\" (ConfigMap ingress-nginx/ingress-nginx-controller)"),
         "{text}"
     );
+}
+
+/// Issue 36: nothing says how this load balancer reaches the nodes (a MetalLB address with an
+/// HAProxy pair in front, or a proxy appliance): `auto` (the default) does not try the native
+/// cure, and the plan says why and how to declare it.
+#[test]
+fn bare_metal_plan_says_why_native_is_not_tried() {
+    // The test helper sets HAIRPIN_CURE=dns: the flag says what the default is.
+    let (code, text, err) = plan(&[
+        "plan",
+        "-f",
+        BARE_METAL,
+        "--verify-hostnames=off",
+        "--cure",
+        "auto",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    for expected in [
+        "  cure             dns (native not tried: not known to be a proxy load balancer (no provider annotation or VIP implementation says how it reaches the nodes; declare it with hairpin.io/delivery: proxy or vip))\n",
+        "  delivery         unknown: no provider annotation or VIP implementation says how it reaches the nodes; declare it with hairpin.io/delivery: proxy or vip\n",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?}:\n{text}");
+    }
+    let (code, json, err) = plan(&[
+        "plan",
+        "-f",
+        BARE_METAL,
+        "--verify-hostnames=off",
+        "--cure",
+        "auto",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let cure = &doc["cures"][0];
+    assert_eq!(cure["cure"], "dns");
+    assert_eq!(cure["mode"], "auto");
+    assert_eq!(cure["delivery"]["kind"], "unknown");
+    assert!(cure.get("native").is_none(), "{cure}");
+}
+
+/// The same cluster on a MetalLB address, and `--cure native`: refused, with the outage named
+/// in the warning, and the DNS cure in place.
+#[test]
+fn forcing_native_on_a_metallb_address_is_refused_with_the_outage() {
+    let text = std::fs::read_to_string(BARE_METAL)
+        .unwrap()
+        .replacen(
+            "  namespace: ingress-nginx\n  labels:",
+            "  namespace: ingress-nginx\n  annotations:\n    metallb.io/address-pool: public\n  labels:",
+            1,
+        );
+    assert!(text.contains("metallb.io/address-pool"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("metallb.yaml");
+    std::fs::write(&path, text).unwrap();
+    let path = path.to_str().unwrap();
+    for cure in ["auto", "native"] {
+        let (code, text, err) =
+            plan(&["plan", "-f", path, "--verify-hostnames=off", "--cure", cure]);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(
+            text.contains(
+                "  delivery         vip: MetalLB, annotation metallb.io/address-pool=public\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("  cure             dns ("), "{text}");
+        let warned = text.contains(
+            "would cut off every client outside the cluster: kube-proxy drops every rule for that IP. It stays on the DNS cure",
+        );
+        assert_eq!(warned, cure == "native", "--cure {cure}:\n{text}");
+        assert!(text.contains("git.example.net"), "{text}");
+    }
 }

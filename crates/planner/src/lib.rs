@@ -19,7 +19,9 @@
 //! 2. `discovery`: which load balancers need a hairpin (`providers`: PROXY protocol from
 //!    provider annotations and ours; [`receivers`]: the receiving side's own PROXY setting,
 //!    read from the [`workloads`] and custom resources of the snapshot).
-//!    [`native`]: the cure of each (`ipMode: Proxy` where proven, else DNS).
+//!    [`delivery`]: how each load balancer reaches the nodes (a proxy, or a VIP the nodes
+//!    receive); [`native`]: the cure of each (`ipMode: Proxy` where proven on a proxy, else
+//!    DNS).
 //! 3. [`sources`], [`hostnames`]: the hostnames each load balancer serves, and conflicts; each
 //!    claim passes [`admission`]: which hostnames may be redirected, on whose word.
 //! 4. [`verify`]: which of them are proven, by resolution, to be their load balancer's.
@@ -45,6 +47,7 @@ mod balancers;
 mod config;
 mod coredns;
 pub mod corefile;
+pub mod delivery;
 mod desired;
 mod discovery;
 mod error;

@@ -12,6 +12,14 @@
 //! says per load balancer which cure applies ([`CureChoice`]) and which status writes the
 //! controller makes ([`NativeAction`]).
 //!
+//! Native is only ever safe where the load balancer is itself a proxy ([`crate::delivery`]):
+//! kube-proxy drops every rule for an IP whose `ipMode` is `Proxy`, for clients outside the
+//! cluster too, so a load balancer whose packets reach the nodes with its address as
+//! destination (MetalLB, kube-vip, Cilium LB-IPAM...) would lose every outside client. `auto`
+//! tries native only on a [`Delivery::Proxy`]; `native` is refused on a [`Delivery::Vip`] (a
+//! plan warning names the outage) and hairpin's record of such a load balancer is restored. An
+//! `ipMode` other than `VIP` and `Proxy` is another writer's and never written.
+//!
 //! With `--cure auto` (per Service: annotation `<prefix>/cure`), a load balancer keeps the DNS
 //! cure until the probe proved native (make before break), then loses its DNS rules and hosts
 //! entries; a failed probe puts the status back and keeps DNS. A load balancer whose cloud
@@ -24,6 +32,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{CureMode, PlannerConfig};
+use crate::delivery::{Delivery, DeliveryOf, VIP_NODES, VIP_OUTAGE, delivery_of};
 use crate::escape;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::warning::Warning;
@@ -33,6 +42,9 @@ pub const NATIVE_KEY: &str = "native.json";
 
 /// The value of `ipMode` that makes kube-proxy leave a load balancer IP alone.
 pub const IP_MODE_PROXY: &str = "Proxy";
+
+/// The default `ipMode` (also what an unset one means): kube-proxy short-circuits the IP.
+pub const IP_MODE_VIP: &str = "VIP";
 
 /// The field manager of hairpin's status writes: how hairpin tells its own `ipMode` from one
 /// another writer (an upgraded cloud controller, an operator) set.
@@ -299,6 +311,9 @@ pub struct CureChoice {
     pub cure: Cure,
     /// The setting that decided (`auto`, `native`, `dns`), after the annotation.
     pub mode: CureMode,
+    /// How the load balancer reaches the nodes ([`crate::delivery`]): native is tried only on a
+    /// proxy, forced only where it is not a VIP.
+    pub delivery: DeliveryOf,
     /// Where native stands (`None`: not tried).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub native: Option<NativeProgress>,
@@ -561,7 +576,8 @@ pub fn choose(
         let entry = record
             .entry(lb.service, svc.metadata.uid.as_deref())
             .filter(|_| !forgotten.contains(lb.service));
-        let (choice, action) = choose_one(svc, *lb, mode, entry);
+        let delivery = delivery_of(svc, snapshot, config, warnings);
+        let (choice, action) = choose_one(svc, *lb, mode, entry, &delivery, config, warnings);
         cures.choices.push(choice);
         cures.actions.extend(action);
     }
@@ -575,12 +591,16 @@ fn choose_one(
     lb: Needed<'_>,
     mode: CureMode,
     entry: Option<&NativeEntry>,
+    delivery: &DeliveryOf,
+    config: &PlannerConfig,
+    warnings: &mut Vec<Warning>,
 ) -> (CureChoice, Option<NativeAction>) {
     let service = lb.service.clone();
     let dns = |reason: String, native: Option<NativeProgress>| CureChoice {
         service: service.clone(),
         cure: Cure::Dns,
         mode,
+        delivery: delivery.clone(),
         native,
         reason,
     };
@@ -607,7 +627,10 @@ fn choose_one(
         let why = "--cure dns (or the Service's cure annotation)";
         return (dns(why.into(), None), restore(why));
     }
-    by_state(svc, service, mode, entry)
+    if let Some(why) = native_barred(svc, mode, delivery, config, warnings) {
+        return (dns(why.clone(), None), restore(&why));
+    }
+    by_state(svc, service, mode, entry, delivery)
 }
 
 /// The cure of a load balancer native may be tried on, from where its record stands, and
@@ -617,11 +640,13 @@ fn by_state(
     service: ObjectRef,
     mode: CureMode,
     entry: Option<&NativeEntry>,
+    delivery: &DeliveryOf,
 ) -> (CureChoice, Option<NativeAction>) {
     let dns = |reason: String, native: Option<NativeProgress>| CureChoice {
         service: service.clone(),
         cure: Cure::Dns,
         mode,
+        delivery: delivery.clone(),
         native,
         reason,
     };
@@ -641,6 +666,7 @@ fn by_state(
         service: service.clone(),
         cure: Cure::Native,
         mode,
+        delivery: delivery.clone(),
         native: Some(progress),
         reason,
     };
@@ -714,12 +740,65 @@ fn by_state(
     }
 }
 
+/// Why native is not tried (or refused) on this load balancer, before any record or probe:
+/// an `ipMode` of another writer on its status, or how it delivers traffic ([`Delivery`]).
+/// `auto` tries native only on a [`Delivery::Proxy`]; `native` (flag or annotation) forces it
+/// only where the delivery is not [`Delivery::Vip`], and forcing it on a VIP is refused with a
+/// warning that names the outage.
+fn native_barred(
+    svc: &Service,
+    mode: CureMode,
+    delivery: &DeliveryOf,
+    config: &PlannerConfig,
+    warnings: &mut Vec<Warning>,
+) -> Option<String> {
+    if let Some(foreign) = status_ingress(svc).iter().find(|e| foreign_ip_mode(e)) {
+        return Some(format!(
+            "status IP {} has ipMode {}, another writer's (hairpin only turns VIP into Proxy): hairpin leaves this status alone",
+            escape::text(foreign.ip.as_deref().unwrap_or_default()),
+            escape::text(foreign.ip_mode.as_deref().unwrap_or_default()),
+        ));
+    }
+    let evidence = &delivery.evidence;
+    match (delivery.kind, mode) {
+        (Delivery::Proxy, _) | (Delivery::Unknown, CureMode::Native) => None,
+        (Delivery::Vip, CureMode::Native) => {
+            warnings.push(Warning::escaped_message(
+                format!("Service {}", ObjectRef::from_meta(&svc.metadata)),
+                format!(
+                    "the native cure (--cure native or annotation {}) is refused: {VIP_NODES} ({evidence}), and {VIP_OUTAGE}. It stays on the DNS cure",
+                    escape::Text(&config.annotation("cure")),
+                ),
+            ));
+            Some(format!(
+                "native refused: {VIP_NODES} ({evidence}), and {VIP_OUTAGE}"
+            ))
+        }
+        (Delivery::Vip, _) => Some(format!(
+            "native never tried: {VIP_NODES} ({evidence}), and {VIP_OUTAGE}"
+        )),
+        (Delivery::Unknown, _) => Some(format!(
+            "native not tried: not known to be a proxy load balancer ({evidence})"
+        )),
+    }
+}
+
+/// An `ipMode` hairpin neither writes nor reads as the default (a future `Router`): another
+/// writer's, never changed.
+fn foreign_ip_mode(e: &LoadBalancerIngress) -> bool {
+    e.ip_mode
+        .as_deref()
+        .is_some_and(|m| m != IP_MODE_PROXY && m != IP_MODE_VIP)
+}
+
 /// The status IPs of `svc` not at `ipMode: Proxy`, with what they say: the first time every
 /// bypassed IP, later every IP another writer put back (or a cloud controller brought new).
-pub fn not_proxy(svc: &Service) -> Vec<IpModeWas> {
+/// An IP at an `ipMode` of another writer ([`foreign_ip_mode`]) is never one of them.
+fn not_proxy(svc: &Service) -> Vec<IpModeWas> {
     status_ingress(svc)
         .iter()
         .filter(|e| e.ip_mode.as_deref() != Some(IP_MODE_PROXY))
+        .filter(|e| !foreign_ip_mode(e))
         .filter_map(|e| {
             Some(IpModeWas {
                 ip: e.ip.clone()?,

@@ -128,6 +128,12 @@ fn load_balancer_text(
     }
     if let Some(cure) = cure {
         let _ = writeln!(out, "  {:<16} {}", "cure", cure_text(cure));
+        // Escaped by the planner (it quotes the Service's annotations).
+        let _ = writeln!(
+            out,
+            "  {:<16} {}: {}",
+            "delivery", cure.delivery.kind, cure.delivery.evidence
+        );
     }
     if let Some(why) = &l.forced {
         let _ = writeln!(out, "  {:<16} {}", "forced", Text(why));

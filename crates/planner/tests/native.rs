@@ -3,6 +3,7 @@
 
 mod support;
 
+use hairpin_planner::delivery::Delivery;
 use hairpin_planner::native::{
     Cure, IpModeWas, NATIVE_KEY, NativeAction, NativeEntry, NativeProgress, NativeRecord,
     ProbeState,
@@ -429,6 +430,379 @@ fn the_data_plane_is_the_kube_proxy_and_cni_daemonsets_generations() {
     assert_eq!(
         hairpin_planner::native::data_plane(&snapshot),
         "kube-system/cilium@12; kube-system/kube-proxy@3"
+    );
+}
+
+// --- The delivery gate (issue 36): native only where the load balancer is a proxy. ---
+
+/// The DigitalOcean load balancer of [`cluster`] with `extra` annotations (VIP marks) merged.
+fn do_with(extra: serde_json::Value) -> serde_json::Value {
+    let mut annotations = do_proxy();
+    let map = annotations.as_object_mut().unwrap();
+    for (k, v) in extra.as_object().unwrap() {
+        map.insert(k.clone(), v.clone());
+    }
+    annotations
+}
+
+#[test]
+fn auto_never_tries_native_on_a_metallb_address_and_says_why() {
+    let snapshot = cluster(
+        do_with(json!({ "metallb.io/address-pool": "public" })),
+        json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    let choice = &plan.cures[0];
+    assert_eq!((choice.cure, choice.native), (Cure::Dns, None));
+    assert_eq!(choice.delivery.kind, Delivery::Vip);
+    assert!(
+        choice.delivery.evidence.contains("MetalLB")
+            && choice
+                .delivery
+                .evidence
+                .contains("metallb.io/address-pool=public"),
+        "{}",
+        choice.delivery.evidence
+    );
+    assert!(
+        choice.reason.contains(
+            "native never tried: the nodes receive this load balancer's address as destination"
+        ) && choice
+            .reason
+            .contains("cut off every client outside the cluster"),
+        "{}",
+        choice.reason
+    );
+    assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+    assert_eq!(dns_names(&plan), ["shop.example.com"]);
+    // Not tried is not a warning: nothing was asked.
+    assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+}
+
+/// A change to a Service of a test case.
+type Edit = Box<dyn Fn(&mut Service)>;
+
+/// Every mark a VIP implementation leaves on a Service makes it a VIP.
+#[test]
+fn every_vip_mark_is_recognised() {
+    let cases: Vec<(&str, serde_json::Value, Edit)> = vec![
+        (
+            "MetalLB",
+            json!({ "metallb.universe.tf/allow-shared-ip": "k" }),
+            Box::new(|_| {}),
+        ),
+        (
+            "MetalLB",
+            json!({ "metallb.io/ip-allocated-from-pool": "p" }),
+            Box::new(|_| {}),
+        ),
+        (
+            "kube-vip",
+            json!({ "kube-vip.io/loadbalancerIPs": LB_IP }),
+            Box::new(|_| {}),
+        ),
+        (
+            "Cilium LB-IPAM",
+            json!({ "lbipam.cilium.io/ips": LB_IP }),
+            Box::new(|_| {}),
+        ),
+        (
+            "Cilium LB-IPAM",
+            json!({ "io.cilium/lb-ipam-ips": LB_IP }),
+            Box::new(|_| {}),
+        ),
+        (
+            "OpenELB",
+            json!({ "lb.kubesphere.io/v1alpha1": "openelb" }),
+            Box::new(|_| {}),
+        ),
+        (
+            "OpenELB",
+            json!({ "eip.openelb.kubesphere.io/v1alpha2": "eip" }),
+            Box::new(|_| {}),
+        ),
+        (
+            "PureLB",
+            json!({ "purelb.io/allocated-by": "PureLB" }),
+            Box::new(|_| {}),
+        ),
+        (
+            "LoxiLB",
+            json!({ "loxilb.io/lbmode": "fullnat" }),
+            Box::new(|_| {}),
+        ),
+        (
+            "k3s ServiceLB",
+            json!({}),
+            Box::new(|s: &mut Service| {
+                s.metadata.finalizers = Some(vec!["svccontroller.k3s.cattle.io/daemonset".into()]);
+            }),
+        ),
+        (
+            "Cilium LB-IPAM (L2",
+            json!({}),
+            Box::new(|s: &mut Service| {
+                s.spec.as_mut().unwrap().load_balancer_class =
+                    Some("io.cilium/l2-announcer".into());
+            }),
+        ),
+        (
+            "kube-vip",
+            json!({}),
+            Box::new(|s: &mut Service| {
+                s.spec.as_mut().unwrap().load_balancer_class =
+                    Some("kube-vip.io/kube-vip-class".into());
+            }),
+        ),
+        (
+            "Cilium LB-IPAM",
+            json!({}),
+            Box::new(|s: &mut Service| {
+                s.status.as_mut().unwrap().conditions = Some(vec![serde_json::from_value(json!({
+                "type": "cilium.io/IPAMRequestSatisfied", "status": "True", "reason": "satisfied",
+                "message": "", "lastTransitionTime": "2026-11-27T10:00:00Z"
+            })).unwrap()]);
+            }),
+        ),
+    ];
+    for (what, extra, edit) in cases {
+        let mut snapshot = cluster(do_with(extra.clone()), json!([{ "ip": LB_IP }]));
+        edit(&mut snapshot.services[0]);
+        let plan = desired(&snapshot, &config(CureMode::Auto));
+        let choice = &plan.cures[0];
+        assert_eq!(choice.delivery.kind, Delivery::Vip, "{what} {extra}");
+        assert!(
+            choice.delivery.evidence.starts_with(what),
+            "{what}: {}",
+            choice.delivery.evidence
+        );
+        assert!(
+            plan.native_actions.is_empty(),
+            "{what}: {:?}",
+            plan.native_actions
+        );
+    }
+}
+
+#[test]
+fn k3s_servicelb_is_known_by_its_daemonset() {
+    let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP }]));
+    snapshot
+        .receivers
+        .workloads
+        .push(hairpin_planner::workloads::Workload {
+            kind: "DaemonSet".into(),
+            metadata: serde_json::from_value(json!({
+                "name": "svclb-nginx-0123abcd", "namespace": "kube-system",
+                "labels": { "svccontroller.k3s.cattle.io/svcname": "nginx",
+                            "svccontroller.k3s.cattle.io/svcnamespace": "ingress" }
+            }))
+            .unwrap(),
+            ..Default::default()
+        });
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(plan.cures[0].delivery.kind, Delivery::Vip);
+    assert!(
+        plan.cures[0]
+            .delivery
+            .evidence
+            .contains("DaemonSet kube-system/svclb-nginx-0123abcd"),
+        "{}",
+        plan.cures[0].delivery.evidence
+    );
+    // The same DaemonSet for another Service says nothing about this one.
+    snapshot.services[0].metadata.name = Some("other".into());
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert!(plan.cures.iter().all(|c| c.delivery.kind != Delivery::Vip));
+}
+
+#[test]
+fn kube_vip_told_to_ignore_the_service_is_no_vip_mark() {
+    let snapshot = cluster(
+        do_with(json!({ "kube-vip.io/ignore": "true", "kube-vip.io/loadbalancerIPs": LB_IP })),
+        json!([{ "ip": LB_IP }]),
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(plan.cures[0].delivery.kind, Delivery::Proxy);
+}
+
+#[test]
+fn forcing_native_on_a_vip_is_refused_with_the_outage_and_the_status_restored() {
+    for (mode, annotations) in [
+        (
+            CureMode::Native,
+            json!({ "metallb.io/address-pool": "public" }),
+        ),
+        (
+            CureMode::Auto,
+            json!({ "metallb.io/address-pool": "public", "hairpin.io/cure": "native" }),
+        ),
+    ] {
+        // A record from before: hairpin had set Proxy on this MetalLB address.
+        let mut snapshot = cluster(
+            do_with(annotations),
+            json!([{ "ip": LB_IP, "ipMode": "Proxy" }]),
+        );
+        snapshot.config_maps.push(record(ProbeState::Proven));
+        let plan = desired(&snapshot, &config(mode));
+        let choice = &plan.cures[0];
+        assert_eq!((choice.cure, choice.mode), (Cure::Dns, CureMode::Native));
+        assert!(
+            choice
+                .reason
+                .starts_with("native refused: the nodes receive"),
+            "{}",
+            choice.reason
+        );
+        assert_eq!(dns_names(&plan), ["shop.example.com"]);
+        let warning = plan
+            .warnings
+            .iter()
+            .find(|w| w.subject == "Service ingress/nginx")
+            .expect("a warning on the Service");
+        assert!(
+            warning.message.contains("refused")
+                && warning.message.contains(
+                    "would cut off every client outside the cluster: kube-proxy drops every rule for that IP"
+                ),
+            "{}",
+            warning.message
+        );
+        assert!(
+            matches!(
+                &plan.native_actions[..],
+                [NativeAction::Restore { original, .. }]
+                    if original[0].ip_mode.as_deref() == Some("VIP")
+            ),
+            "{:?}",
+            plan.native_actions
+        );
+    }
+}
+
+#[test]
+fn hairpins_delivery_annotation_declares_it_and_wins() {
+    // A MetalLB address that an operator declares a proxy (an appliance in front of it).
+    let snapshot = cluster(
+        do_with(json!({ "metallb.io/address-pool": "p", "hairpin.io/delivery": "proxy" })),
+        json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(plan.cures[0].delivery.kind, Delivery::Proxy);
+    assert_eq!(plan.cures[0].native, Some(NativeProgress::ToProve));
+    assert!(matches!(
+        &plan.native_actions[..],
+        [NativeAction::SetProxy { .. }]
+    ));
+    // A DigitalOcean load balancer declared a VIP: never native.
+    let snapshot = cluster(
+        do_with(json!({ "hairpin.io/delivery": " VIP " })),
+        json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(plan.cures[0].delivery.kind, Delivery::Vip);
+    assert!(plan.native_actions.is_empty());
+    // A word it does not know: a warning, and the rest decides (DigitalOcean: a proxy).
+    let snapshot = cluster(
+        do_with(json!({ "hairpin.io/delivery": "router\u{1b}[2J" })),
+        json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(plan.cures[0].delivery.kind, Delivery::Proxy);
+    let warning = plan
+        .warnings
+        .iter()
+        .find(|w| w.message.contains("hairpin.io/delivery"))
+        .expect("a warning");
+    assert!(
+        warning.message.contains("expected proxy or vip"),
+        "{}",
+        warning.message
+    );
+    assert!(!warning.message.contains('\u{1b}'), "{}", warning.message);
+}
+
+#[test]
+fn a_proxy_provider_says_so_with_its_evidence() {
+    let snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "VIP" }]));
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    let delivery = &plan.cures[0].delivery;
+    assert_eq!(delivery.kind, Delivery::Proxy);
+    assert!(
+        delivery.evidence.starts_with(
+            "DigitalOcean (annotation service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol=true)"
+        ),
+        "{}",
+        delivery.evidence
+    );
+}
+
+/// An unknown delivery: `auto` keeps DNS (native not tried), `native` forces it (not a VIP).
+#[test]
+fn an_unknown_delivery_is_not_tried_by_auto_but_may_be_forced() {
+    // OCI's network load balancer: pass-through, its delivery depends on its settings.
+    let annotations =
+        json!({ "oci-network-load-balancer.oraclecloud.com/is-ppv2-enabled": "true" });
+    let snapshot = cluster(
+        annotations.clone(),
+        json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    let choice = &plan.cures[0];
+    assert_eq!(choice.delivery.kind, Delivery::Unknown);
+    assert_eq!((choice.cure, choice.native), (Cure::Dns, None));
+    assert!(
+        choice.reason.contains("known to be a proxy"),
+        "{}",
+        choice.reason
+    );
+    assert!(plan.native_actions.is_empty());
+    let plan = desired(&snapshot, &config(CureMode::Native));
+    assert_eq!(
+        (plan.cures[0].cure, plan.cures[0].native),
+        (Cure::Native, Some(NativeProgress::ToProve))
+    );
+    assert!(matches!(
+        &plan.native_actions[..],
+        [NativeAction::SetProxy { .. }]
+    ));
+}
+
+/// An `ipMode` other than VIP and Proxy (a future `Router`) is another writer's: never
+/// written, in any mode.
+#[test]
+fn an_ip_mode_of_another_writer_is_left_alone() {
+    for mode in [CureMode::Auto, CureMode::Native] {
+        let snapshot = cluster(
+            do_proxy(),
+            json!([{ "ip": LB_IP, "ipMode": "Router" }, { "ip": "203.0.113.11", "ipMode": "VIP" }]),
+        );
+        let plan = desired(&snapshot, &config(mode));
+        let choice = &plan.cures[0];
+        assert_eq!(choice.cure, Cure::Dns, "{mode:?}");
+        assert!(
+            choice.reason.contains("ipMode Router, another writer's"),
+            "{}",
+            choice.reason
+        );
+        assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+    }
+}
+
+#[test]
+fn the_plan_json_carries_the_delivery() {
+    let snapshot = cluster(
+        do_with(json!({ "metallb.io/address-pool": "public" })),
+        json!([{ "ip": LB_IP }]),
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    let value = serde_json::to_value(&plan.cures[0]).unwrap();
+    assert_eq!(value["delivery"]["kind"], "vip");
+    assert!(
+        value["delivery"]["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("MetalLB")
     );
 }
 

@@ -1,7 +1,7 @@
 //! Golden plans: every cluster fixture under `tests/fixtures/plans/` (one per provider,
 //! hostname source and cluster shape), planned with the default settings (or those its
-//! `# planner: --dns-mode <mode>` and `# planner: --stub-domain-nameserver <ip>` lines ask
-//! for) and printed as `hairpin plan -f <fixture>` prints it, is compared with
+//! `# planner: --dns-mode <mode>`, `# planner: --cure <mode>` and
+//! `# planner: --stub-domain-nameserver <ip>` lines ask for) and printed as `hairpin plan -f <fixture>` prints it, is compared with
 //! `tests/golden/plans/<name>.plan.txt`.
 //!
 //! `HAIRPIN_BLESS=1 cargo test -p hairpin-planner --test plan_golden` rewrites the goldens.
@@ -29,12 +29,15 @@ fn fixtures() -> Vec<String> {
     names
 }
 
-/// The settings a fixture asks for on a `# planner: --dns-mode <mode>` line.
+/// The settings a fixture asks for on its `# planner: ...` lines.
 fn config_for(text: &str) -> PlannerConfig {
     let mut config = PlannerConfig::default();
     for line in text.lines() {
         if let Some(mode) = line.strip_prefix("# planner: --dns-mode ") {
             config.dns_mode = mode.trim().parse().unwrap();
+        }
+        if let Some(cure) = line.strip_prefix("# planner: --cure ") {
+            config.cure = cure.trim().parse().unwrap();
         }
         if let Some(server) = line.strip_prefix("# planner: --stub-domain-nameserver ") {
             config
