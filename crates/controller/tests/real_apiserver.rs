@@ -965,6 +965,9 @@ async fn ingress_writers(client: &kube::Client, namespace: &str) -> Vec<(String,
         since: String::new(),
         reason: String::new(),
         data_plane: String::new(),
+        failures: 0,
+        server_version: String::new(),
+        due: false,
     };
     let writes = [
         ("cloud-controller", json!({"ip": "203.0.113.77"})),

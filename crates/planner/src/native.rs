@@ -126,12 +126,35 @@ pub fn ccm_ip_mode(svc: &Service) -> Option<(&'static str, &'static str)> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProbeState {
-    /// `ipMode: Proxy` is set; the probe has not answered yet.
+    /// `ipMode: Proxy` is set; the probe has not answered yet (or a proven cure is probed
+    /// again before it is trusted: at the controller's start).
     Probing,
-    /// The probe reached the load balancer through its address on every port.
+    /// The probe reached the load balancer through its address on every port, several times
+    /// in a row.
     Proven,
-    /// The probe did not (the status was put back).
+    /// The probe did not (the status was put back), or the problem could not be proven
+    /// before any change (some ports answered without a header).
     Failed,
+    /// Every port answered a request without a header before any change: nothing to cure,
+    /// nothing written.
+    #[serde(rename = "not-needed")]
+    NotNeeded,
+    /// The API server dropped the `ipMode` hairpin wrote (older than 1.30, or the feature gate
+    /// `LoadBalancerIPMode` off): not tried again until its version changes.
+    Unsupported,
+}
+
+impl ProbeState {
+    /// As written in the record.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeState::Probing => "probing",
+            ProbeState::Proven => "proven",
+            ProbeState::Failed => "failed",
+            ProbeState::NotNeeded => "not-needed",
+            ProbeState::Unsupported => "unsupported",
+        }
+    }
 }
 
 /// One status `ingress[]` IP as it was before hairpin set `ipMode: Proxy` on it.
@@ -168,6 +191,26 @@ pub struct NativeEntry {
         skip_serializing_if = "String::is_empty"
     )]
     pub data_plane: String,
+    /// Failed attempts in a row: the next try waits `retry` doubled this many times less one,
+    /// capped. Reset by a proven cure or a change of the data plane.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+    /// The API server's version (`gitVersion`) that dropped `ipMode` (state `unsupported`):
+    /// tried again once it changes.
+    #[serde(
+        default,
+        rename = "serverVersion",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub server_version: String,
+    /// The wait after a `failed`, `not-needed` or `unsupported` verdict is over: the plan
+    /// proposes the cure again (the controller proves the problem first).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub due: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The native cures hairpin made, by load balancer (`namespace/name`): the content of its
@@ -290,6 +333,10 @@ pub enum NativeProgress {
     Proven,
     /// The probe failed; the status was put back; DNS in effect.
     Failed,
+    /// A request without a header was answered before any change: nothing written.
+    NotNeeded,
+    /// The API server does not keep `ipMode`: nothing kept, DNS in effect.
+    Unsupported,
 }
 
 /// A status write the controller makes for the native cure.
@@ -369,7 +416,10 @@ pub fn ours(record: &NativeRecord, svc: &Service) -> Vec<String> {
     let Some(entry) = record.entry(&service, svc.metadata.uid.as_deref()) else {
         return Vec::new();
     };
-    if taken_over(svc, entry).is_some() {
+    // Nothing written (not needed), or nothing kept (the API server dropped it).
+    if matches!(entry.state, ProbeState::NotNeeded | ProbeState::Unsupported)
+        || taken_over(svc, entry).is_some()
+    {
         return Vec::new();
     }
     entry.original.iter().map(|was| was.ip.clone()).collect()
@@ -580,8 +630,29 @@ fn choose_one(
     if let Some(why) = native_barred(svc, mode, delivery, config, warnings) {
         return (dns(why.clone(), None), restore(&why));
     }
+    by_state(svc, service, mode, entry, delivery)
+}
+
+/// The cure of a load balancer native may be tried on, from where its record stands, and
+/// its status write, if any.
+fn by_state(
+    svc: &Service,
+    service: ObjectRef,
+    mode: CureMode,
+    entry: Option<&NativeEntry>,
+    delivery: &DeliveryOf,
+) -> (CureChoice, Option<NativeAction>) {
+    let dns = |reason: String, native: Option<NativeProgress>| CureChoice {
+        service: service.clone(),
+        cure: Cure::Dns,
+        mode,
+        delivery: delivery.clone(),
+        native,
+        reason,
+    };
     let uid = svc.metadata.uid.clone().unwrap_or_default();
-    let state = entry.map(|e| e.state);
+    // A wait that is over (`due`) proposes the cure again, as if it had never been tried.
+    let state = entry.filter(|e| !e.due).map(|e| e.state);
     let set_proxy = |proven: bool| {
         let ips = not_proxy(svc);
         (!ips.is_empty()).then(|| NativeAction::SetProxy {
@@ -603,12 +674,27 @@ fn choose_one(
         .map(|e| escape::text(&e.reason).into_owned())
         .unwrap_or_default();
     match (mode, state) {
+        // Whatever the mode: a write the API server drops is not made again.
+        (_, Some(ProbeState::Unsupported)) => (
+            dns(
+                format!("the API server does not keep ipMode: {detail}"),
+                Some(NativeProgress::Unsupported),
+            ),
+            None,
+        ),
+        (CureMode::Native, Some(ProbeState::NotNeeded)) => (
+            native(
+                NativeProgress::NotNeeded,
+                format!("not needed (--cure native: no DNS rule either): {detail}"),
+            ),
+            None,
+        ),
         (CureMode::Native, state) => {
             let progress = match state {
                 Some(ProbeState::Proven) => NativeProgress::Proven,
                 Some(ProbeState::Failed) => NativeProgress::Failed,
                 Some(ProbeState::Probing) => NativeProgress::Probing,
-                None => NativeProgress::ToProve,
+                _ => NativeProgress::ToProve,
             };
             let why = "--cure native: ipMode: Proxy, no DNS rules, proven or not".to_owned();
             // Probed once (the verdict is reported, never acted on): later writes re-assert.
@@ -635,6 +721,13 @@ fn choose_one(
                 Some(NativeProgress::Failed),
             ),
             // Put back by the controller already; again if another writer set it meanwhile.
+            None,
+        ),
+        (_, Some(ProbeState::NotNeeded)) => (
+            dns(
+                format!("not needed: {detail}"),
+                Some(NativeProgress::NotNeeded),
+            ),
             None,
         ),
         (_, None) => (

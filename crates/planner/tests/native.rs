@@ -47,6 +47,11 @@ fn do_proxy() -> serde_json::Value {
 }
 
 fn record(state: ProbeState) -> ConfigMap {
+    record_with(state, |_| {})
+}
+
+/// The record of one entry in `state`, changed by `change`.
+fn record_with(state: ProbeState, change: impl FnOnce(&mut NativeEntry)) -> ConfigMap {
     let mut record = NativeRecord::default();
     record.load_balancers.insert(
         "ingress/nginx".into(),
@@ -60,8 +65,14 @@ fn record(state: ProbeState) -> ConfigMap {
             since: "2026-11-27T10:00:00Z".into(),
             reason: "203.0.113.10:80 answered".into(),
             data_plane: String::new(),
+            failures: 0,
+            server_version: String::new(),
+            due: false,
         },
     );
+    if let Some(entry) = record.load_balancers.values_mut().next() {
+        change(entry);
+    }
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": { "name": "hairpin-native", "namespace": "hairpin",
@@ -792,5 +803,126 @@ fn the_plan_json_carries_the_delivery() {
             .as_str()
             .unwrap()
             .contains("MetalLB")
+    );
+}
+
+/// Nothing written (the baseline was answered): DNS, the reason, no status write; with
+/// `--cure native` no DNS rule either (in-cluster clients reach it without one) and no write.
+#[test]
+fn a_load_balancer_answered_without_a_header_is_not_needed_and_never_written() {
+    for (mode, cure) in [
+        (CureMode::Auto, Cure::Dns),
+        (CureMode::Native, Cure::Native),
+    ] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "VIP" }]));
+        snapshot
+            .config_maps
+            .push(record_with(ProbeState::NotNeeded, |e| {
+                e.reason =
+                    "answered without a header before any change: 203.0.113.10:80 answered 3 of 3"
+                        .into();
+            }));
+        let plan = desired(&snapshot, &config(mode));
+        let choice = &plan.cures[0];
+        assert_eq!(
+            (choice.cure, choice.native),
+            (cure, Some(NativeProgress::NotNeeded)),
+            "{mode:?}"
+        );
+        assert!(
+            choice.reason.starts_with("not needed")
+                && choice
+                    .reason
+                    .contains("answered without a header before any change"),
+            "{}",
+            choice.reason
+        );
+        assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+        let text = hairpin_planner::render::cure_text(choice);
+        assert!(text.contains("native not tried: not needed"), "{text}");
+        assert_eq!(dns_names(&plan).is_empty(), mode == CureMode::Native);
+    }
+}
+
+/// The API server dropped the field: DNS whatever the mode, never written again until the
+/// controller marks it due (its version changed).
+#[test]
+fn an_unsupported_ip_mode_is_not_written_again_until_due() {
+    for mode in [CureMode::Auto, CureMode::Native] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "VIP" }]));
+        snapshot
+            .config_maps
+            .push(record_with(ProbeState::Unsupported, |e| {
+                e.reason = "the API server (v1.29.9) dropped the ipMode".into();
+                e.server_version = "v1.29.9".into();
+            }));
+        let plan = desired(&snapshot, &config(mode));
+        assert_eq!(
+            (plan.cures[0].cure, plan.cures[0].native),
+            (Cure::Dns, Some(NativeProgress::Unsupported))
+        );
+        assert!(plan.cures[0].reason.contains("v1.29.9"));
+        assert_eq!(dns_names(&plan), ["shop.example.com"]);
+        assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+    }
+}
+
+/// A `failed`, `not-needed` or `unsupported` entry whose wait is over (`due`) is proposed
+/// again as a first attempt (the controller proves the problem first), DNS kept meanwhile.
+#[test]
+fn a_due_entry_is_proposed_again_as_a_first_attempt() {
+    for state in [
+        ProbeState::Failed,
+        ProbeState::NotNeeded,
+        ProbeState::Unsupported,
+    ] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "VIP" }]));
+        snapshot
+            .config_maps
+            .push(record_with(state, |e| e.due = true));
+        let plan = desired(&snapshot, &config(CureMode::Auto));
+        assert_eq!(
+            (plan.cures[0].cure, plan.cures[0].native),
+            (Cure::Dns, Some(NativeProgress::ToProve)),
+            "{state:?}"
+        );
+        assert_eq!(dns_names(&plan), ["shop.example.com"]);
+        assert!(
+            matches!(
+                &plan.native_actions[..],
+                [NativeAction::SetProxy { proven: false, .. }]
+            ),
+            "{state:?}: {:?}",
+            plan.native_actions
+        );
+    }
+}
+
+/// The record's new fields are written only when set, and read back as written.
+#[test]
+fn the_record_round_trips_its_states_and_counters() {
+    let cm = record_with(ProbeState::Unsupported, |e| {
+        e.failures = 3;
+        e.server_version = "v1.29.9".into();
+        e.due = true;
+    });
+    let text = &cm.data.as_ref().unwrap()[NATIVE_KEY];
+    let value: serde_json::Value = serde_json::from_str(text).unwrap();
+    let entry = &value["loadBalancers"]["ingress/nginx"];
+    assert_eq!(entry["state"], "unsupported");
+    assert_eq!(entry["failures"], 3);
+    assert_eq!(entry["serverVersion"], "v1.29.9");
+    assert_eq!(entry["due"], true);
+    let plain = record(ProbeState::NotNeeded);
+    let text = &plain.data.as_ref().unwrap()[NATIVE_KEY];
+    assert!(text.contains("\"not-needed\""), "{text}");
+    assert!(
+        !text.contains("failures") && !text.contains("due"),
+        "{text}"
+    );
+    let back: NativeRecord = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        back.load_balancers["ingress/nginx"].state,
+        ProbeState::NotNeeded
     );
 }
