@@ -20,6 +20,19 @@
 //!   is never written, the DNS cure is; the outside client never fails. Run against `auto` as
 //!   it was before the delivery gate, this scenario saw the outage (5 of 20 requests
 //!   failed, over 8 s, until the probe's deadline put the status back).
+//! - c) a receiver hairpin cannot identify that answers with or without a header (`hairpin
+//!   echo --proxy-protocol optional`) behind the proxy load balancer: the baseline probe is
+//!   answered without a header, nothing is written, the record and the `Hairpin` status say
+//!   `not-needed` ("answered without a header before any change").
+//! - d) kube-apiserver with `--feature-gates=LoadBalancerIPMode=false`: the dropped `ipMode` is
+//!   read back, recorded `unsupported` with the server's version, explained in the status; the
+//!   load balancer stays on dns and Service edits bring no new write.
+//! - e) a stand-in MetalLB controller (a loop in the test, field manager `metallb-controller`)
+//!   writes the status without `ipMode` on every event: the fight is detected, named in the
+//!   record and the status, hairpin stops writing, the load balancer ends on dns with `VIP`.
+//! - f) the controller restarted after kube-proxy was restarted with its gate off (the cure
+//!   broken, its DNS rule gone): the proven record is probed again at start, the DNS rule is
+//!   back first (make before break), the probe fails and `ipMode` is put back.
 //!
 //! Each scenario prints its figures (outside-client requests and failures, native effective
 //! time). Needs root, etcd, HAProxy, nginx and the test peers; without them each test prints
@@ -28,11 +41,14 @@
 #[path = "support/cluster.rs"]
 mod cluster;
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use cluster::*;
 use hairpin_testkit::kube::{self, ApiServer};
 use hairpin_testkit::outside::{ClientLoop, Outside};
+use serde_json::json;
 
 #[test]
 fn proxy_lb_native_proven_outside_client_unharmed() {
@@ -168,4 +184,301 @@ fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
     );
     assert!(record(&api).is_none(), "{:?}", record(&api));
     assert!(node.has_lb_rule(lb_ip), "kube-proxy's rule stays");
+}
+
+#[test]
+fn receiver_answering_without_header_not_needed() {
+    let test = "receiver_answering_without_header_not_needed";
+    if let Some(reason) = kube::skip_reason() {
+        println!("SKIPPED {test}: {reason}");
+        return;
+    }
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-optional", "203.0.113.42", Receiver::Optional);
+    let writers_before = status_writers(&api);
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let verdict = wait_for(
+        "the load balancer reported not needed",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "not-needed"),
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    assert!(
+        entry["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("answered without a header")),
+        "{entry}"
+    );
+    wait_for(
+        "the Hairpin status says not needed",
+        Duration::from_secs(20),
+        || hairpin_status(&api).is_some_and(|s| s["nativeCure"] == "not-needed"),
+        log,
+    );
+    let status = hairpin_status(&api).unwrap_or_default();
+    let log = log();
+    scene.finish("c", &log);
+    assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
+    assert_eq!(
+        status_writers(&api),
+        writers_before,
+        "nothing but the test wrote the status\n{log}"
+    );
+    assert!(!log.contains("ipMode: Proxy set"), "{log}");
+    println!(
+        "c) not needed {verdict:.1?} after the controller started, nothing written; record: {entry}; Hairpin status: cure {}, nativeCure {}, reason: {}",
+        status["cure"], status["nativeCure"], status["cureReason"]
+    );
+}
+
+#[test]
+fn api_server_dropping_ip_mode_detected_no_retry_loop() {
+    let test = "api_server_dropping_ip_mode_detected_no_retry_loop";
+    if let Some(reason) = kube::skip_reason() {
+        println!("SKIPPED {test}: {reason}");
+        return;
+    }
+    let api = ApiServer::start_with(&["--feature-gates=LoadBalancerIPMode=false"])
+        .expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-api-gate-off", "203.0.113.43", Receiver::Nginx);
+    assert_eq!(
+        ip_mode(&api),
+        None,
+        "the API server's gate is off: no ipMode"
+    );
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let verdict = wait_for(
+        "the dropped ipMode detected",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "unsupported"),
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    assert!(entry.to_string().contains(kube::VERSION), "{entry}");
+    wait_for(
+        "the Hairpin status says unsupported, on dns",
+        Duration::from_secs(20),
+        || {
+            hairpin_status(&api)
+                .is_some_and(|s| s["nativeCure"] == "unsupported" && s["cure"] == "dns")
+        },
+        log,
+    );
+    let status = hairpin_status(&api).unwrap_or_default();
+    assert!(
+        status["cureReason"]
+            .as_str()
+            .is_some_and(|r| r.contains(kube::VERSION)),
+        "{status}"
+    );
+    assert!(
+        corefile(&api).contains(HOST),
+        "the DNS cure: {}",
+        corefile(&api)
+    );
+    // No retry loop: Service events (edits) bring no new write.
+    let writes = proxy_writes(&log());
+    assert!(writes >= 1, "the write was made (and dropped)\n{}", log());
+    for n in 0..3 {
+        touch_service(&api, n);
+    }
+    let end = scene.client.elapsed() + Duration::from_secs(3);
+    scene
+        .client
+        .wait_answered_after(end, Duration::from_secs(10));
+    let log = log();
+    assert_eq!(proxy_writes(&log), writes, "no write again\n{log}");
+    assert_eq!(ip_mode(&api), None);
+    scene.finish("d", &log);
+    println!(
+        "d) the dropped ipMode detected {verdict:.1?} after the controller started ({writes} write(s), none after 3 Service edits); record: {entry}; Hairpin status reason: {}",
+        status["cureReason"]
+    );
+}
+
+/// A stand-in MetalLB controller: on every event of the Service (a new resourceVersion), it
+/// writes the status as it computes it, without `ipMode` (field manager
+/// `metallb-controller`), until `stop`. Returns how many of its writes put back an `ipMode:
+/// Proxy` hairpin had set, each with its time since `started`.
+fn stand_in_metallb(
+    api: &ApiServer,
+    lb_ip: &str,
+    started: Instant,
+    stop: &AtomicBool,
+    reverts: &Mutex<Vec<Duration>>,
+) {
+    let mut seen = String::new();
+    let path = format!("{SERVICE}/status?fieldManager=metallb-controller");
+    let status = json!({"status": {"loadBalancer": {"ingress": [{"ip": lb_ip}]}}});
+    while !stop.load(Ordering::Relaxed) {
+        let Some(svc) = api.get(SERVICE) else {
+            continue;
+        };
+        let version = svc["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default();
+        if version != seen {
+            let proxy = svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] == "Proxy";
+            let stored = api.request_ok(
+                "PATCH",
+                &path,
+                Some(("application/merge-patch+json", &status)),
+            );
+            if proxy {
+                reverts
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(started.elapsed());
+            }
+            seen = stored["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn status_fight_detected_named_backed_off_ends_on_dns() {
+    let test = "status_fight_detected_named_backed_off_ends_on_dns";
+    if let Some(reason) = kube::skip_reason() {
+        println!("SKIPPED {test}: {reason}");
+        return;
+    }
+    let lb_ip = "203.0.113.44";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-fight", lb_ip, Receiver::Nginx);
+    let log = || scene.node.log("controller");
+    let stop = AtomicBool::new(false);
+    let reverts = Mutex::new(Vec::new());
+    let started = Instant::now();
+    let (detected, quiet) = std::thread::scope(|scope| {
+        let _stop = StopOnDrop(&stop);
+        let (stop, reverts, api) = (&stop, &reverts, &api);
+        scope.spawn(move || stand_in_metallb(api, lb_ip, started, stop, reverts));
+        let _controller = scene.controller(api, "controller", &[]);
+        let detected = wait_for(
+            "the fight detected, named, on dns",
+            Duration::from_secs(60),
+            || {
+                hairpin_status(api).is_some_and(|s| {
+                    s["cure"] == "dns"
+                        && s["cureReason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("metallb-controller"))
+                })
+            },
+            log,
+        );
+        // Backed off: hairpin sets ipMode no more, so the stand-in has nothing to revert.
+        let before = reverts.lock().map(|r| r.len()).unwrap_or_default();
+        let end = scene.client.elapsed() + Duration::from_secs(3);
+        scene
+            .client
+            .wait_answered_after(end, Duration::from_secs(10));
+        let after = reverts.lock().map(|r| r.len()).unwrap_or_default();
+        (detected, after - before)
+    });
+    let reverts = reverts.into_inner().unwrap_or_default();
+    let entry = record(&api).unwrap_or_default();
+    let status = hairpin_status(&api).unwrap_or_default();
+    let log = log();
+    assert_eq!(quiet, 0, "reverts after the fight was detected\n{log}");
+    assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
+    assert!(
+        corefile(&api).contains(HOST),
+        "the DNS cure: {}",
+        corefile(&api)
+    );
+    assert!(
+        entry.to_string().contains("metallb-controller"),
+        "the record names the writer: {entry}"
+    );
+    scene.finish("e", &log);
+    println!(
+        "e) the fight detected and named {detected:.1?} after the controller started, after {} revert(s) by the stand-in (at {reverts:.1?}), {} ipMode write(s) by hairpin, none in the 3 s after; record: {entry}; Hairpin status reason: {}",
+        reverts.len(),
+        proxy_writes(&log),
+        status["cureReason"]
+    );
+}
+
+#[test]
+fn restart_after_kube_proxy_stopped_honouring_reprobes_back_to_dns() {
+    let test = "restart_after_kube_proxy_stopped_honouring_reprobes_back_to_dns";
+    if let Some(reason) = kube::skip_reason() {
+        println!("SKIPPED {test}: {reason}");
+        return;
+    }
+    let lb_ip = "203.0.113.45";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let mut scene = Scene::start(&api, "node-restart", lb_ip, Receiver::Nginx);
+    let first = scene.controller(&api, "controller-0", &[]);
+    let log0 = || scene.node.log("controller-0");
+    wait_for(
+        "the native cure proven",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "proven"),
+        log0,
+    );
+    wait_for(
+        "no DNS rule for the native load balancer",
+        Duration::from_secs(10),
+        || !corefile(&api).contains(HOST),
+        log0,
+    );
+    stop_controller(first);
+    // kube-proxy restarted with the gate off (a changed flag, an older kube-proxy): the rule
+    // for the LB IP is back, the cure no longer works and the DNS rule is gone.
+    scene
+        .node
+        .restart_kube_proxy(&api, false)
+        .expect("restart kube-proxy");
+    scene
+        .node
+        .wait_lb_rule(lb_ip, true, Duration::from_secs(10))
+        .expect("kube-proxy short-circuits the LB IP again");
+    let broken = scene.node.curl(&scene.url, &[]);
+    assert_eq!(broken.exit, Some(52), "the cure broken: {broken:?}");
+    assert_eq!(ip_mode(&api).as_deref(), Some("Proxy"));
+
+    let _second = scene.controller(&api, "controller-1", &[]);
+    let started = Instant::now();
+    let log1 = || scene.node.log("controller-1");
+    let (mut verdict, mut put_back, mut dns) = (None, None, None);
+    wait_for(
+        "re-probed at start: failed, ipMode put back, the DNS rule back",
+        Duration::from_secs(40),
+        || {
+            let now = started.elapsed();
+            if verdict.is_none() && record(&api).is_some_and(|e| e["state"] == "failed") {
+                verdict = Some(now);
+            }
+            if put_back.is_none() && ip_mode(&api).as_deref() == Some("VIP") {
+                put_back = Some(now);
+            }
+            if dns.is_none() && corefile(&api).contains(HOST) {
+                dns = Some(now);
+            }
+            verdict.is_some() && put_back.is_some() && dns.is_some()
+        },
+        log1,
+    );
+    let (verdict, put_back, dns) = (
+        verdict.unwrap_or_default(),
+        put_back.unwrap_or_default(),
+        dns.unwrap_or_default(),
+    );
+    let entry = record(&api).unwrap_or_default();
+    let log = log1();
+    scene.finish("f", &log);
+    let apart = put_back.as_secs_f64() - verdict.as_secs_f64();
+    println!(
+        "f) after the restart: DNS rule back {dns:.1?}, the re-probe's verdict recorded {verdict:.1?}, ipMode put back {put_back:.1?} after the controller started (put back {:+.0} ms from the recorded verdict); record: {entry}",
+        apart * 1000.0
+    );
 }

@@ -341,10 +341,11 @@ pub fn assert_no_failure(scenario: &str, tally: &Tally, log: &str) {
     );
 }
 
-/// How many times the controller's log says it set `ipMode: Proxy` (first time or again).
+/// How many times the controller's log says it wrote `ipMode: Proxy` (first time or again),
+/// kept or dropped by the API server.
 pub fn proxy_writes(log: &str) -> usize {
     log.lines()
-        .filter(|l| l.contains("ipMode: Proxy set"))
+        .filter(|l| l.contains("ipMode: Proxy set") || l.contains("the API server dropped ipMode"))
         .count()
 }
 
