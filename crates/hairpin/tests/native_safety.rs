@@ -30,6 +30,10 @@
 //! - e) a stand-in MetalLB controller (a loop in the test, field manager `metallb-controller`)
 //!   writes the status without `ipMode` on every event: the fight is detected, named in the
 //!   record and the status, hairpin stops writing, the load balancer ends on dns with `VIP`.
+//! - g) a proxy load balancer that does not answer its own backends (an ICMP "network
+//!   unreachable" for the node's connections, as some network load balancers do): the write is
+//!   put back as soon as the failure is definite, not after the probe's deadline; the time from
+//!   the write to the put-back is printed.
 //! - f) the controller restarted after kube-proxy was restarted with its gate off (the cure
 //!   broken, its DNS rule gone): the proven record is probed again at start, the DNS rule is
 //!   back first (make before break), the probe fails and `ipMode` is put back.
@@ -480,5 +484,95 @@ fn restart_after_kube_proxy_stopped_honouring_reprobes_back_to_dns() {
     println!(
         "f) after the restart: DNS rule back {dns:.1?}, the re-probe's verdict recorded {verdict:.1?}, ipMode put back {put_back:.1?} after the controller started (put back {:+.0} ms from the recorded verdict); record: {entry}",
         apart * 1000.0
+    );
+}
+
+/// Seconds since midnight of a text log line's timestamp (`2026-11-28T18:17:20.485436Z ...`).
+fn log_time(line: &str) -> Option<f64> {
+    let time = line.split_whitespace().next()?.split_once('T')?.1;
+    let time = time.strip_suffix('Z')?;
+    let mut parts = time.split(':');
+    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(h.parse::<f64>().ok()? * 3600.0 + m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+}
+
+/// The time of the first line of `log` containing `text`.
+fn first_logged(log: &str, text: &str) -> Option<f64> {
+    log.lines().find(|l| l.contains(text)).and_then(log_time)
+}
+
+#[test]
+fn lb_not_answering_its_backends_put_back_at_once() {
+    let test = "lb_not_answering_its_backends_put_back_at_once";
+    if let Some(reason) = kube::skip_reason() {
+        println!("SKIPPED {test}: {reason}");
+        return;
+    }
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-unreachable", "203.0.113.46", Receiver::Nginx);
+    // The load balancer answers the outside client but not the node's own connections.
+    let node_side = scene.lb.node_side_address().to_string();
+    scene
+        .lb
+        .exec_ok(&[
+            "iptables",
+            "-I",
+            "INPUT",
+            "-s",
+            &node_side,
+            "-p",
+            "tcp",
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "icmp-net-unreachable",
+        ])
+        .expect("the load balancer rejects the node");
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let verdict = wait_for(
+        "the probe failed",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "failed"),
+        log,
+    );
+    wait_for(
+        "ipMode put back",
+        Duration::from_secs(10),
+        || ip_mode(&api).as_deref() == Some("VIP"),
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    assert!(
+        entry["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("unreachable")),
+        "{entry}"
+    );
+    assert!(
+        corefile(&api).contains(HOST),
+        "the DNS cure: {}",
+        corefile(&api)
+    );
+    let log = log();
+    let set = first_logged(&log, "ipMode: Proxy set");
+    let failed = first_logged(&log, "native cure not proven");
+    // The write that put it back (the verdict's line says "ipMode put back" too).
+    let back = first_logged(&log, ": ipMode put back service=");
+    scene.finish("g", &log);
+    let (Some(set), Some(failed), Some(back)) = (set, failed, back) else {
+        panic!("the write, the verdict and the put-back logged:\n{log}");
+    };
+    println!(
+        "g) probe failed {verdict:.1?} after the controller started; from the write: verdict {:.0} ms, ipMode put back {:.0} ms ({:.0} ms after the verdict; the probe's deadline is 10 s); record: {entry}",
+        (failed - set) * 1000.0,
+        (back - set) * 1000.0,
+        (back - failed) * 1000.0
+    );
+    // Put back on the definite failure, not at the probe's deadline.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("native cure not proven") && l.contains("definite=true")),
+        "{log}"
     );
 }

@@ -290,6 +290,12 @@ impl CloudLb {
         self.ns.peer_address()
     }
 
+    /// Runs `args` inside the load balancer's namespace (an `iptables` rule, say); an error
+    /// unless it exits 0.
+    pub fn exec_ok(&self, args: &[&str]) -> io::Result<Output> {
+        self.ns.exec_ok(args)
+    }
+
     /// HAProxy's log.
     pub fn log(&self) -> String {
         self.ns.log("haproxy")
