@@ -38,6 +38,9 @@
 //!   broken, its DNS rule gone): the proven record is probed again at start, the DNS rule is
 //!   back first (make before break), the probe fails and `ipMode` is put back.
 //!
+//! b) to e) also wait for the Event on the Service that says why (`NativeCureNotTried`,
+//! `NativeCureNotNeeded`, `IpModeDropped`, `IpModeWriteReverted`).
+//!
 //! Each scenario prints its figures (outside-client requests and failures, native effective
 //! time). Needs root, etcd, HAProxy, nginx and the test peers; without them each test prints
 //! why and passes.
@@ -170,6 +173,7 @@ fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
         },
         log,
     );
+    let event = wait_event(&api, "NativeCureNotTried", "MetalLB", log);
     // The outside client a while longer with the controller running.
     let end = client.elapsed() + Duration::from_secs(3);
     client.wait_answered_after(end, Duration::from_secs(10));
@@ -188,6 +192,7 @@ fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
     );
     assert!(record(&api).is_none(), "{:?}", record(&api));
     assert!(node.has_lb_rule(lb_ip), "kube-proxy's rule stays");
+    println!("b) Event NativeCureNotTried: {event}");
 }
 
 #[test]
@@ -222,6 +227,12 @@ fn receiver_answering_without_header_not_needed() {
         log,
     );
     let status = hairpin_status(&api).unwrap_or_default();
+    let event = wait_event(
+        &api,
+        "NativeCureNotNeeded",
+        "answered without a header",
+        log,
+    );
     let log = log();
     scene.finish("c", &log);
     assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
@@ -235,6 +246,7 @@ fn receiver_answering_without_header_not_needed() {
         "c) not needed {verdict:.1?} after the controller started, nothing written; record: {entry}; Hairpin status: cure {}, nativeCure {}, reason: {}",
         status["cure"], status["nativeCure"], status["cureReason"]
     );
+    println!("c) Event NativeCureNotNeeded: {event}");
 }
 
 #[test]
@@ -283,6 +295,7 @@ fn api_server_dropping_ip_mode_detected_no_retry_loop() {
         "the DNS cure: {}",
         corefile(&api)
     );
+    let event = wait_event(&api, "IpModeDropped", kube::VERSION, log);
     // No retry loop: Service events (edits) bring no new write.
     let writes = proxy_writes(&log());
     assert!(writes >= 1, "the write was made (and dropped)\n{}", log());
@@ -301,6 +314,7 @@ fn api_server_dropping_ip_mode_detected_no_retry_loop() {
         "d) the dropped ipMode detected {verdict:.1?} after the controller started ({writes} write(s), none after 3 Service edits); record: {entry}; Hairpin status reason: {}",
         status["cureReason"]
     );
+    println!("d) Event IpModeDropped: {event}");
 }
 
 /// A stand-in MetalLB controller: on every event of the Service (a new resourceVersion), it
@@ -388,6 +402,7 @@ fn status_fight_detected_named_backed_off_ends_on_dns() {
         (detected, after - before)
     });
     let reverts = reverts.into_inner().unwrap_or_default();
+    let event = wait_event(&api, "IpModeWriteReverted", "metallb-controller", log);
     let entry = record(&api).unwrap_or_default();
     let status = hairpin_status(&api).unwrap_or_default();
     let log = log();
@@ -409,6 +424,7 @@ fn status_fight_detected_named_backed_off_ends_on_dns() {
         proxy_writes(&log),
         status["cureReason"]
     );
+    println!("e) Event IpModeWriteReverted: {event}");
 }
 
 #[test]

@@ -370,3 +370,45 @@ pub fn touch_service(api: &ApiServer, n: usize) {
         )),
     );
 }
+
+/// The Events on the load balancer Service (`reason`, `note`/`message`), as the core API lists
+/// them (the controller writes `events.k8s.io/v1`, the same objects).
+pub fn service_events(api: &ApiServer) -> Vec<(String, String)> {
+    let list = api
+        .get("/api/v1/namespaces/ingress/events")
+        .unwrap_or_default();
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["involvedObject"]["kind"] == "Service" && e["involvedObject"]["name"] == "nginx"
+        })
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_owned(),
+                e["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Waits for an Event `reason` on the load balancer Service whose message contains `text`;
+/// its message.
+pub fn wait_event(api: &ApiServer, reason: &str, text: &str, log: impl Fn() -> String) -> String {
+    let mut found = String::new();
+    wait_for(
+        &format!("an Event {reason} on the Service"),
+        Duration::from_secs(20),
+        || {
+            found = service_events(api)
+                .into_iter()
+                .find(|(r, m)| r == reason && m.contains(text))
+                .map(|(_, m)| m)
+                .unwrap_or_default();
+            !found.is_empty()
+        },
+        || format!("{}\n--- Events ---\n{:#?}", log(), service_events(api)),
+    );
+    found
+}
