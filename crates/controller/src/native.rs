@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use hairpin_planner::escape;
 use hairpin_planner::native::{
     FIELD_MANAGER, IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeAction, NativeEntry, NativeRecord,
-    ProbeState, ingress_writer,
+    ProbeState, ingress_writer, taken_over,
 };
 use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, ObjectRef, Plan, PlannerConfig};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
@@ -1194,32 +1194,51 @@ fn forced_native(plan: &Plan, service: &ObjectRef) -> bool {
 }
 
 /// [`write_ip_modes`] for putting back: only IPs still at `Proxy` change (another writer that
-/// set something else since wins), and only while hairpin is the last writer of the status's
-/// `ingress` list: a `Proxy` another writer set since (an upgraded cloud controller) stays.
+/// set something else since wins).
 pub async fn restore_ip_modes(
     client: &kube::Client,
     service: &ObjectRef,
     uid: &str,
     modes: &BTreeMap<String, Option<String>>,
 ) -> Result<Written, kube::Error> {
-    replace_ip_modes(client, service, uid, |current| {
-        if ingress_writer(current).is_some_and(|w| w != FIELD_MANAGER) {
+    replace_ip_modes(client, service, uid, |current| still_proxy(current, modes)).await
+}
+
+/// [`restore_ip_modes`] of a record's entry, unless another writer took the status over
+/// ([`taken_over`]: it set `Proxy` itself, not merely touched the list): uninstall.
+/// `forced`: the cure was forced native.
+pub async fn restore_entry(
+    client: &kube::Client,
+    service: &ObjectRef,
+    entry: &NativeEntry,
+    forced: bool,
+) -> Result<Written, kube::Error> {
+    let modes: BTreeMap<String, Option<String>> = entry
+        .original
+        .iter()
+        .map(|was| (was.ip.clone(), was.ip_mode.clone()))
+        .collect();
+    replace_ip_modes(client, service, &entry.uid, |current| {
+        if taken_over(current, entry, forced).is_some() {
             return BTreeMap::new();
         }
-        current
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref())
-            .into_iter()
-            .flatten()
-            .filter(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
-            .filter_map(|e| {
-                let ip = e.ip.clone()?;
-                let mode = modes.get(&ip)?.clone();
-                Some((ip, mode))
-            })
-            .collect()
+        still_proxy(current, &modes)
     })
     .await
+}
+
+/// Of `modes`, the IPs `current` still says `Proxy` on.
+fn still_proxy(
+    current: &Service,
+    modes: &BTreeMap<String, Option<String>>,
+) -> BTreeMap<String, Option<String>> {
+    status_ingress(current)
+        .iter()
+        .filter(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
+        .filter_map(|e| {
+            let ip = e.ip.clone()?;
+            let mode = modes.get(&ip)?.clone();
+            Some((ip, mode))
+        })
+        .collect()
 }

@@ -323,67 +323,105 @@ async fn a_cure_left_probing_by_an_earlier_leader_is_probed_again() {
     receiver.stop().await;
 }
 
-/// A cloud controller upgraded to one that computes `ipMode` rewrites the status itself with
-/// `Proxy` (and something else changed: here a hostname): hairpin steps back. Its entry goes,
-/// it writes the status no more, an Event names the writer, and uninstall leaves the status as
-/// that writer made it.
-#[tokio::test]
-async fn a_cloud_controller_that_starts_to_set_ip_mode_takes_over() {
+/// Rewrites the load balancer's status as the field manager `manager`: a hostname added, and
+/// every IP's `ipMode` set to `ip_mode` (`None`: as it is).
+async fn rewrite_status(fake: &FakeApiServer, manager: &str, ip_mode: Option<&str>) {
     use k8s_openapi::api::core::v1::Service;
     use kube::api::{Api, PostParams};
+    let services: Api<Service> = Api::namespaced(fake.client(), "ingress-nginx");
+    let mut svc = services.get("ingress-nginx-controller").await.unwrap();
+    let points = svc
+        .status
+        .as_mut()
+        .and_then(|s| s.load_balancer.as_mut())
+        .and_then(|lb| lb.ingress.as_mut())
+        .unwrap();
+    for point in points.iter_mut() {
+        point.hostname = Some("lb.example.net".into());
+        if let Some(mode) = ip_mode {
+            point.ip_mode = Some(mode.into());
+        }
+    }
+    let params = PostParams {
+        field_manager: Some(manager.into()),
+        ..PostParams::default()
+    };
+    services
+        .replace_status("ingress-nginx-controller", &params, &svc)
+        .await
+        .unwrap();
+}
+
+/// Item 7: a cloud controller upgraded to one that computes `ipMode` sets `Proxy` itself on a
+/// status hairpin had put back (its probe failed): hairpin steps back. Its entry goes, it
+/// writes the status no more, an Event names the writer, and uninstall leaves the status as
+/// that writer made it.
+#[tokio::test]
+async fn a_cloud_controller_that_sets_ip_mode_itself_takes_over() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake, "127.0.0.45");
+    let receiver = Receiver::start("127.0.0.45", false).await;
+    let running = start(&fake, auto_config());
+    assert_failed_and_reverted(&fake).await;
+    rewrite_status(
+        &fake,
+        "digitalocean-cloud-controller-manager",
+        Some("Proxy"),
+    )
+    .await;
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f).is_null())
+            .await
+            .is_some(),
+        "record {:?}",
+        entry(&fake)
+    );
+    let puts = status_puts(&fake).len();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(status_puts(&fake).len(), puts, "no more status writes");
+    assert_eq!(ip_mode(&fake), "Proxy");
+    let notes = events(&fake, "IpModeHandedOver");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("digitalocean-cloud-controller-manager")),
+        "{notes:?}"
+    );
+    running.stop().await;
+    let report = uninstall(&fake).await;
+    assert!(report.ip_modes_restored.is_empty(), "{report:?}");
+    assert_eq!(ip_mode(&fake), "Proxy");
+    receiver.stop().await;
+}
+
+/// Item 7: another writer that only touches the status list while hairpin's `Proxy` is on it
+/// (`kubectl edit --subresource=status` adding a hostname) takes nothing over: hairpin keeps
+/// its entry, and uninstall puts `VIP` back (before, it forgot its `Proxy` and left it).
+#[tokio::test]
+async fn a_writer_that_only_touches_the_list_takes_nothing_over_and_uninstall_restores() {
     // Native forced: the unanswered probe leaves ipMode: Proxy in place.
-    let (fake, receiver, running) = start_native("127.0.0.45").await;
+    let (fake, receiver, running) = start_native("127.0.0.54").await;
     assert!(
         fake.wait_until(Duration::from_secs(10), |f| ip_mode(f) == "Proxy"
             && record_state(f) == "failed")
             .await
             .is_some(),
         "record {:?}, ipMode {:?}",
-        record_state(&fake),
+        entry(&fake),
         ip_mode(&fake)
     );
-    let services: Api<Service> = Api::namespaced(fake.client(), "ingress-nginx");
-    let mut svc = services.get("ingress-nginx-controller").await.unwrap();
-    let ingress = &mut svc
-        .status
-        .as_mut()
-        .unwrap()
-        .load_balancer
-        .as_mut()
-        .unwrap()
-        .ingress;
-    ingress.as_mut().unwrap()[0].hostname = Some("lb.example.net".into());
-    let ccm = PostParams {
-        field_manager: Some("digitalocean-cloud-controller-manager".into()),
-        ..PostParams::default()
-    };
-    services
-        .replace_status("ingress-nginx-controller", &ccm, &svc)
-        .await
-        .unwrap();
-    assert!(
-        fake.wait_until(Duration::from_secs(10), |f| record_state(f).is_null())
-            .await
-            .is_some(),
-        "record {:?}",
-        record_state(&fake)
-    );
-    let puts = status_puts(&fake).len();
+    rewrite_status(&fake, "kubectl-edit", None).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(status_puts(&fake).len(), puts, "no more status writes");
+    assert_eq!(record_state(&fake), "failed", "{:?}", entry(&fake));
+    assert!(events(&fake, "IpModeHandedOver").is_empty());
     assert_eq!(ip_mode(&fake), "Proxy");
-    let events = fake.list("events.k8s.io/v1", "Event");
-    assert!(
-        events.iter().any(|e| e["reason"] == "IpModeHandedOver"
-            && e["note"]
-                .as_str()
-                .is_some_and(|n| n.contains("digitalocean-cloud-controller-manager"))),
-        "{events:#?}"
-    );
     running.stop().await;
     let report = uninstall(&fake).await;
-    assert!(report.ip_modes_restored.is_empty(), "{report:?}");
-    assert_eq!(ip_mode(&fake), "Proxy");
+    assert_eq!(
+        report.ip_modes_restored,
+        ["ingress-nginx/ingress-nginx-controller"]
+    );
+    assert_eq!(ip_mode(&fake), "VIP");
     receiver.stop().await;
 }
 

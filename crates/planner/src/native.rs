@@ -411,14 +411,14 @@ fn status_ingress(svc: &Service) -> &[LoadBalancerIngress] {
 
 /// The status IPs of `svc` with `ipMode: Proxy` that hairpin set (per its record), so that
 /// discovery keeps the load balancer as one that needs a cure.
-pub fn ours(record: &NativeRecord, svc: &Service) -> Vec<String> {
+pub fn ours(record: &NativeRecord, svc: &Service, config: &PlannerConfig) -> Vec<String> {
     let service = ObjectRef::from_meta(&svc.metadata);
     let Some(entry) = record.entry(&service, svc.metadata.uid.as_deref()) else {
         return Vec::new();
     };
     // Nothing written (not needed), or nothing kept (the API server dropped it).
     if matches!(entry.state, ProbeState::NotNeeded | ProbeState::Unsupported)
-        || taken_over(svc, entry).is_some()
+        || taken_over(svc, entry, forced_native(svc, config)).is_some()
     {
         return Vec::new();
     }
@@ -441,13 +441,20 @@ pub fn ingress_writer(svc: &Service) -> Option<&str> {
         .and_then(|m| m.manager.as_deref())
 }
 
-/// Another writer set `ipMode: Proxy` itself on hairpin's cure: it changed the status last and
-/// every IP of the cure says `Proxy` (a cloud controller upgraded to one that computes `ipMode`,
-/// an operator). hairpin then steps back: it neither re-asserts nor puts back what that writer
-/// chose. Returns the writer. (A writer whose status equals hairpin's changes nothing, so the
-/// API server keeps hairpin as the owner: that writer is seen at its first different write.)
-pub fn taken_over<'a>(svc: &'a Service, entry: &NativeEntry) -> Option<&'a str> {
+/// Another writer set `ipMode: Proxy` itself on hairpin's cure: it changed the status last,
+/// every IP of the cure says `Proxy`, and hairpin's own `Proxy` was not there for it to keep
+/// ([`proxy_in_place`]: hairpin put it back, never wrote it, or the API server dropped it), so
+/// the `Proxy` is that writer's own (a cloud controller upgraded to one that computes
+/// `ipMode`, an operator). hairpin then steps back: it neither re-asserts nor puts back what
+/// that writer chose. Returns the writer. A writer that only touched the list while hairpin's
+/// `Proxy` was on it (Cilium LB-IPAM, `kubectl edit --subresource=status`, an added address)
+/// takes nothing over: the list is atomic, so its write owns the list, but not the `ipMode`
+/// hairpin set. `forced`: the cure is forced native (its failed probe left `Proxy` in place).
+pub fn taken_over<'a>(svc: &'a Service, entry: &NativeEntry, forced: bool) -> Option<&'a str> {
     let writer = ingress_writer(svc).filter(|w| *w != FIELD_MANAGER)?;
+    if proxy_in_place(entry, forced) {
+        return None;
+    }
     let ingress = status_ingress(svc);
     let mut ips = entry
         .original
@@ -457,6 +464,31 @@ pub fn taken_over<'a>(svc: &'a Service, entry: &NativeEntry) -> Option<&'a str> 
     ips.peek()?;
     ips.all(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
         .then_some(writer)
+}
+
+/// Whether hairpin's own `ipMode: Proxy` is on the status, by its record: written and not put
+/// back (`probing`, `proven`; `failed` only when `forced`, whose failed probe is reported and
+/// not acted on). Not after a put-back, nor when nothing was written or kept.
+pub fn proxy_in_place(entry: &NativeEntry, forced: bool) -> bool {
+    match entry.state {
+        ProbeState::Probing | ProbeState::Proven => true,
+        ProbeState::Failed => forced && !entry.due,
+        ProbeState::NotNeeded | ProbeState::Unsupported => false,
+    }
+}
+
+/// Whether `svc`'s cure is forced native (its annotation, else the flag); an unreadable
+/// annotation is the flag (the plan warns about it).
+pub fn forced_native(svc: &Service, config: &PlannerConfig) -> bool {
+    let key = config.annotation("cure");
+    let mode = svc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(&key))
+        .and_then(|v| v.parse::<CureMode>().ok())
+        .unwrap_or(config.cure);
+    mode == CureMode::Native
 }
 
 /// Which kube-proxy and CNI agents run, at which generation (`namespace/name@generation`,
@@ -539,7 +571,9 @@ pub fn choose(
         let current = snapshot
             .service(namespace, name)
             .filter(|s| s.metadata.uid.as_deref() == Some(entry.uid.as_str()));
-        if let Some(writer) = current.and_then(|svc| taken_over(svc, entry)) {
+        if let Some(writer) =
+            current.and_then(|svc| taken_over(svc, entry, forced_native(svc, config)))
+        {
             let writer = escape::text(writer).into_owned();
             cures.actions.push(NativeAction::Forget {
                 reason: format!(

@@ -334,9 +334,20 @@ fn a_writer_that_sets_ip_mode_proxy_itself_takes_over_and_hairpin_steps_back() {
     assert_eq!(plan.cures[0].cure, Cure::Native);
     assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
 
-    // An upgraded cloud controller rewrote the status, itself with ipMode: Proxy: hairpin
-    // forgets its entry and neither re-asserts nor puts VIP back; the load balancer no longer
-    // needs a cure (its status says Proxy, and not hairpin's).
+    // Another writer that only touched the list while hairpin's Proxy was on it (Cilium
+    // LB-IPAM, kubectl edit --subresource=status) did not set Proxy itself: nothing changes,
+    // the cure stays hairpin's (uninstall included).
+    written_by(&mut snapshot, "cilium-operator-lbipam");
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(plan.cures[0].cure, Cure::Native);
+    assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+
+    // hairpin's probe failed and it put VIP back; an upgraded cloud controller then rewrote
+    // the status with ipMode: Proxy, its own: hairpin forgets its entry and neither
+    // re-asserts nor puts VIP back; the load balancer no longer needs a cure (its status says
+    // Proxy, and not hairpin's).
+    snapshot.config_maps.pop();
+    snapshot.config_maps.push(record(ProbeState::Failed));
     written_by(
         &mut snapshot,
         "digitalocean-cloud-controller-manager\u{1b}[2J",
@@ -365,7 +376,9 @@ fn a_writer_that_sets_ip_mode_proxy_itself_takes_over_and_hairpin_steps_back() {
     }
     assert!(dns_names(&plan).is_empty());
 
-    // The same writer putting VIP back is no takeover: hairpin re-asserts.
+    // On a proven cure, the same writer putting VIP back is no takeover: hairpin re-asserts.
+    snapshot.config_maps.pop();
+    snapshot.config_maps.push(record(ProbeState::Proven));
     snapshot.services[0].status = lb_service(
         "ingress",
         "nginx",
@@ -385,7 +398,7 @@ fn a_takeover_under_hairpins_forcing_annotation_restores_nothing() {
     let mut annotations = do_proxy();
     annotations["hairpin.io/proxy-protocol"] = json!("v1");
     let mut snapshot = cluster(annotations, json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
-    snapshot.config_maps.push(record(ProbeState::Proven));
+    snapshot.config_maps.push(record(ProbeState::Failed));
     written_by(&mut snapshot, "cloud-controller-manager");
     let plan = desired(&snapshot, &config(CureMode::Auto));
     // Forced to DNS by the annotation, but the status is the other writer's: no Restore.
@@ -925,4 +938,36 @@ fn the_record_round_trips_its_states_and_counters() {
         back.load_balancers["ingress/nginx"].state,
         ProbeState::NotNeeded
     );
+}
+
+/// A writer that touched the list while hairpin's `Proxy` was on it is no takeover: a cure no
+/// longer wanted (`--cure dns`) is put back all the same; under a forced native cure whose
+/// probe failed (its `Proxy` left in place) neither.
+#[test]
+fn touching_the_list_over_hairpins_proxy_is_no_takeover() {
+    for (state, mode) in [
+        (ProbeState::Proven, CureMode::Dns),
+        (ProbeState::Probing, CureMode::Dns),
+        (ProbeState::Failed, CureMode::Native),
+    ] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
+        snapshot.config_maps.push(record(state));
+        written_by(&mut snapshot, "kubectl-edit");
+        let plan = desired(&snapshot, &config(mode));
+        assert!(
+            !plan
+                .native_actions
+                .iter()
+                .any(|a| matches!(a, NativeAction::Forget { .. })),
+            "{state:?} {mode:?}: {:?}",
+            plan.native_actions
+        );
+        if mode == CureMode::Dns {
+            assert!(
+                matches!(&plan.native_actions[..], [NativeAction::Restore { .. }]),
+                "{state:?}: {:?}",
+                plan.native_actions
+            );
+        }
+    }
 }
