@@ -19,7 +19,8 @@
 //!   cluster does; the receiver reading says PROXY, MetalLB's annotation says VIP): `ipMode`
 //!   is never written, the DNS cure is; the outside client never fails. Run against `auto` as
 //!   it was before the delivery gate, this scenario saw the outage (5 of 20 requests
-//!   failed, over 8 s, until the probe's deadline put the status back).
+//!   failed, over 8 s, until the probe's deadline put the status back). Run with kube-proxy in
+//!   iptables mode and again in nftables mode.
 //! - c) a receiver hairpin cannot identify that answers with or without a header (`hairpin
 //!   echo --proxy-protocol optional`) behind the proxy load balancer: the baseline probe is
 //!   answered without a header, nothing is written, the record and the `Hairpin` status say
@@ -53,7 +54,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cluster::*;
-use hairpin_testkit::kube::{self, ApiServer};
+use hairpin_testkit::kube::{self, ApiServer, NodeOptions};
 use hairpin_testkit::outside::{ClientLoop, Outside};
 use serde_json::json;
 
@@ -117,10 +118,29 @@ fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
         println!("SKIPPED {test}: {reason}");
         return;
     }
-    let lb_ip = "203.0.113.41";
+    vip_lb(&NodeOptions::iptables("node-vip-lb"), "203.0.113.41", "b");
+}
+
+/// b) with kube-proxy in nftables mode (its `service-ips` map is the only way in).
+#[test]
+fn vip_lb_never_written_nftables_outside_client_unharmed() {
+    let test = "vip_lb_never_written_nftables_outside_client_unharmed";
+    if let Some(reason) = kube::skip_reason() {
+        println!("SKIPPED {test}: {reason}");
+        return;
+    }
+    vip_lb(
+        &NodeOptions::nftables("node-vip-nft"),
+        "203.0.113.47",
+        "b-nft",
+    );
+}
+
+/// b) on a node whose kube-proxy runs with `options`, printing under `scenario`.
+fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str) {
     let api = ApiServer::start().expect("start kube-apiserver");
     seed(&api, Shape::Vip, lb_ip);
-    let mut node = node_with_receiver(&api, "node-vip-lb", Receiver::Nginx);
+    let mut node = node_with_receiver(&api, options, Receiver::Nginx);
     // MetalLB L2: the LB IP is on no interface; the network sends its packets to the node
     // (the outside client's route). The node's own route for it points the other way (its
     // default route, here towards the outside namespace): kube-proxy's rule is the only way
@@ -180,10 +200,10 @@ fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
     let tally = client.stop();
     let status = hairpin_status(&api).unwrap_or_default();
     println!(
-        "b) DNS cure written {dns:.1?} after the controller started; Hairpin status: cure {}, nativeCure {}, reason: {}",
+        "{scenario}) DNS cure written {dns:.1?} after the controller started; Hairpin status: cure {}, nativeCure {}, reason: {}",
         status["cure"], status["nativeCure"], status["cureReason"]
     );
-    assert_no_failure("b", &tally, &log());
+    assert_no_failure(scenario, &tally, &log());
     assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
     assert_eq!(
         status_writers(&api),
@@ -192,7 +212,7 @@ fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
     );
     assert!(record(&api).is_none(), "{:?}", record(&api));
     assert!(node.has_lb_rule(lb_ip), "kube-proxy's rule stays");
-    println!("b) Event NativeCureNotTried: {event}");
+    println!("{scenario}) Event NativeCureNotTried: {event}");
 }
 
 #[test]

@@ -212,8 +212,8 @@ pub fn controller_command(api: &ApiServer, node: &KubeNode, identity: &str, cure
 }
 
 /// A node with kube-proxy and the receiver on [`POD_IP`]:80.
-pub fn node_with_receiver(api: &ApiServer, name: &str, receiver: Receiver) -> KubeNode {
-    let mut node = KubeNode::start(api, &NodeOptions::iptables(name)).expect("start the node");
+pub fn node_with_receiver(api: &ApiServer, options: &NodeOptions, receiver: Receiver) -> KubeNode {
+    let mut node = KubeNode::start(api, options).expect("start the node");
     node.add_address(POD_IP);
     match receiver {
         Receiver::Nginx => node.start_ingress(POD_IP, 80).expect("start nginx"),
@@ -259,7 +259,7 @@ impl Scene {
     /// client has had an answer.
     pub fn start(api: &ApiServer, node: &str, lb_ip: &str, receiver: Receiver) -> Scene {
         let node_port = seed(api, Shape::Proxy, lb_ip);
-        let node = node_with_receiver(api, node, receiver);
+        let node = node_with_receiver(api, &NodeOptions::iptables(node), receiver);
         let lb = CloudLb::start(&node, lb_ip, 80, node_port, false).expect("start the cloud LB");
         node.wait_lb_rule(lb_ip, true, Duration::from_secs(10))
             .expect("kube-proxy short-circuits the LB IP");
