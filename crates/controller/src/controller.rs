@@ -961,10 +961,14 @@ impl Reconciler {
             .iter()
             .filter(|n| n.reason == hairpin_planner::SkipReason::ReceiverMismatch)
             .filter_map(|n| {
-                let warning = plan.warnings.iter().find(|w| {
-                    w.subject == subject(&n.service) && w.message.starts_with("BROKEN")
-                })?;
-                Some((&n.service, warning.message.clone()))
+                // One warning per port that disagrees (issue 38), or one for the whole.
+                let broken: Vec<&str> = plan
+                    .warnings
+                    .iter()
+                    .filter(|w| w.subject == subject(&n.service) && w.message.starts_with("BROKEN"))
+                    .map(|w| w.message.as_str())
+                    .collect();
+                (!broken.is_empty()).then(|| (&n.service, broken.join("; ")))
             });
         let mismatches: Vec<(&ObjectRef, String)> = kept.chain(left).collect();
         for (svc, message) in mismatches {

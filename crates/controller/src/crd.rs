@@ -96,6 +96,12 @@ pub struct HairpinStatus {
     /// Why this cure, in words.
     #[serde(default)]
     pub cure_reason: String,
+    /// How the load balancer reaches the nodes: `proxy` (it terminates TCP and connects to the
+    /// NodePorts or pods: native may be tried), `vip` (the nodes receive its address as
+    /// destination: never native, which would cut off every client outside the cluster) or
+    /// `unknown` (not tried by `--cure auto`; declare it with `hairpin.io/delivery`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
     /// DNS state in one word: `Written` (the rules are in place, not yet seen answering),
     /// `Effective` (the cluster DNS answers with the hairpin Service), `NotEffective` (it
     /// still does not, after the deadline), `Refused` (hairpin could not write them) or
@@ -172,10 +178,34 @@ pub struct ReceiverStatus {
     #[serde(default)]
     pub read_from: String,
     /// Set while the load balancer and its receiver disagree about the PROXY protocol
-    /// (broken for clients outside the cluster too): both settings and the fix. hairpin
-    /// keeps the cure it had in place and changes nothing else until they agree.
+    /// (broken for clients outside the cluster too): both settings and the fix, per port
+    /// where they disagree on some ports only. hairpin keeps the cure it had in place and
+    /// changes nothing else for those ports until they agree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mismatch: Option<String>,
+    /// Where the setting differs per port (`proxyProtocol: per-port`): each Service port's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<ReceiverPortStatus>,
+}
+
+/// The receiver's PROXY setting on one port of the load balancer's Service (issue 38). Every
+/// field is escaped.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiverPortStatus {
+    /// The Service port.
+    pub port: i32,
+    /// The Service port's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `required`, `optional`, `off` or `unknown` on this port.
+    pub proxy_protocol: String,
+    /// The setting as read for this port (`entry point web (:8000) has no proxyProtocol`).
+    #[serde(default)]
+    pub setting: String,
+    /// Where it was read.
+    #[serde(default)]
+    pub read_from: String,
 }
 
 /// One redirected hostname.

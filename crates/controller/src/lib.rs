@@ -16,6 +16,8 @@
 //! - [`lease`]: leader election on a Lease, and the uninstall fence on it.
 //! - [`gate`]: the write gate every API write of the controller passes.
 //! - [`uninstall`]: removing everything hairpin wrote.
+//! - [`removal`]: a removal without the uninstall hook (a GitOps prune, `kubectl delete -f`, a
+//!   deleted namespace) told from a restart; the restore then, with what it needs held.
 //! - [`upstream`]: the upstream resolver: the hostnames resolved as the cluster DNS would
 //!   without hairpin's rules, for hostname verification.
 //! - [`preview`]: `hairpin plan` against a cluster: what the controller would write now.
@@ -35,6 +37,7 @@ pub mod metrics;
 pub mod native;
 pub mod preview;
 pub mod propagation;
+pub mod removal;
 pub mod report;
 pub mod status;
 pub mod uninstall;

@@ -653,6 +653,21 @@ fn receiver_json(receiver: &Receiver, mismatch: Option<&str>) -> Value {
     if let Some(mismatch) = mismatch {
         value["mismatch"] = json!(mismatch);
     }
+    if !receiver.ports.is_empty() {
+        value["ports"] = receiver
+            .ports
+            .iter()
+            .map(|p| {
+                json!({
+                    "port": p.port,
+                    "name": p.name,
+                    "proxyProtocol": p.requirement.as_str(),
+                    "setting": p.setting,
+                    "readFrom": p.read_from,
+                })
+            })
+            .collect();
+    }
     value
 }
 

@@ -127,6 +127,7 @@ fn planned_status(plan: &Plan, lb: &LoadBalancerPlan) -> HairpinStatus {
             .map(|n| native_word(n).to_owned()),
         // Escaped by the planner (it quotes the probe's outcome and the Service's settings).
         cure_reason: choice.map(|c| c.reason.clone()).unwrap_or_default(),
+        delivery: choice.map(|c| c.delivery.kind.as_str().to_owned()),
         host_count: i32::try_from(lb.hostnames.len()).unwrap_or(i32::MAX),
         dns: if choice.is_some_and(|c| c.cure == Cure::Native) {
             condition::DNS_NOT_USED
@@ -180,6 +181,17 @@ fn receiver_status(lb: &hairpin_planner::LoadBalancer) -> Option<ReceiverStatus>
         setting: text(&r.setting),
         read_from: text(&r.read_from),
         mismatch: lb.receiver_mismatch.clone(),
+        ports: r
+            .ports
+            .iter()
+            .map(|p| crate::crd::ReceiverPortStatus {
+                port: p.port,
+                name: p.name.as_deref().map(text),
+                proxy_protocol: p.requirement.as_str().to_owned(),
+                setting: text(&p.setting),
+                read_from: text(&p.read_from),
+            })
+            .collect(),
     })
 }
 

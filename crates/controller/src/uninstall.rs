@@ -456,6 +456,15 @@ async fn fence(
             report.fence.displaced = displaced;
             true
         }
+        // In a namespace being deleted (its Lease deleted with it) no Lease can be made: no
+        // controller can lead there any more (a leader that cannot renew stops writing), so
+        // there is nothing to fence.
+        Err(err)
+            if err.status_code() == Some(403) && err.to_string().contains("being terminated") =>
+        {
+            tracing::info!(namespace = %hairpin_planner::escape::text(ns), "the namespace is being deleted and its Lease with it: no controller leads, nothing to fence");
+            true
+        }
         Err(err) => {
             tracing::error!(error = %err, "cannot fence the controller; nothing removed");
             report.failures.push(format!(

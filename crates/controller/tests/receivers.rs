@@ -494,3 +494,123 @@ async fn a_mismatch_without_a_cure_in_place_starts_none_and_warns() {
     assert!(do_hairpin(&fake).is_none());
     running.stop().await;
 }
+
+/// Issue 38: a fixture of `crates/planner/tests/fixtures/receivers/` in the fake, with the
+/// shipped manifest's grants and the CoreDNS ConfigMap, and `annotation` on its load balancer.
+fn receiver_fixture(fake: &FakeApiServer, yaml: &str, annotation: Option<&str>) {
+    fake.install_hairpin_crd();
+    fake.create_namespace("hairpin");
+    fake.apply(fixtures::coredns(COREFILE));
+    let yaml = match annotation {
+        Some(a) => yaml.replacen(
+            "kind: Service\nmetadata:\n",
+            &format!("kind: Service\nmetadata:\n  annotations:\n    {a}\n"),
+            1,
+        ),
+        None => yaml.to_owned(),
+    };
+    load(fake, &yaml);
+    fake.authorize_only(manifest_grants());
+}
+
+/// The `Hairpin` of `namespace/name` once its status names the receiver.
+async fn with_receiver(fake: &FakeApiServer, namespace: &str, name: &str) -> Value {
+    fake.wait_until(Duration::from_secs(15), |f| {
+        hairpin(f, namespace, name).is_some_and(|h| h["status"]["receiver"].is_object())
+    })
+    .await
+    .unwrap_or_else(|| panic!("not hairpinned: {:?}", hairpin(fake, namespace, name)));
+    let forbidden: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.status == 403)
+        .map(|r| format!("{} {}", r.method, r.uri))
+        .collect();
+    assert!(
+        forbidden.is_empty(),
+        "the manifest grants it: {forbidden:?}"
+    );
+    hairpin(fake, namespace, name).unwrap()
+}
+
+/// Issue 38: Kong with `proxy_protocol` on its 8443 listeners only, bare metal: the status
+/// carries the setting per port, and only 443 is hairpinned with PROXY.
+#[tokio::test]
+async fn a_per_port_receiver_is_in_the_status_per_port() {
+    let fake = FakeApiServer::start().await;
+    receiver_fixture(
+        &fake,
+        include_str!("../../planner/tests/fixtures/receivers/kong-tls-only.yaml"),
+        None,
+    );
+    let running = start(&fake, dns_config("pod-a"));
+    let h = with_receiver(&fake, "kong", "kong-kong-proxy").await;
+    let receiver = &h["status"]["receiver"];
+    assert_eq!(receiver["proxyProtocol"], "per-port", "{receiver}");
+    assert_eq!(receiver["ports"][0]["port"], 80);
+    assert_eq!(receiver["ports"][0]["proxyProtocol"], "off");
+    assert_eq!(receiver["ports"][1]["port"], 443);
+    assert_eq!(receiver["ports"][1]["proxyProtocol"], "required");
+    assert_eq!(condition(&h, "ReceiverMismatch"), Value::Null);
+    running.stop().await;
+}
+
+/// Issue 38: Istio with PROXY turned on by an EnvoyFilter, read from its CRD with the
+/// manifest's grants: unknown, never off; the load balancer's annotation decides and nothing
+/// says BROKEN.
+#[tokio::test]
+async fn an_envoy_filter_on_the_gateway_makes_its_setting_unknown_not_off() {
+    let fake = FakeApiServer::start().await;
+    fake.register(ResourceType::new(
+        "networking.istio.io",
+        "v1alpha3",
+        "envoyfilters",
+        "EnvoyFilter",
+        true,
+    ));
+    receiver_fixture(
+        &fake,
+        include_str!("../../planner/tests/fixtures/receivers/istio-envoyfilter.yaml"),
+        Some("load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\""),
+    );
+    let running = start(&fake, dns_config("pod-a"));
+    let h = with_receiver(&fake, "istio-system", "istio-ingressgateway").await;
+    let receiver = &h["status"]["receiver"];
+    assert_eq!(receiver["proxyProtocol"], "unknown", "{receiver}");
+    assert!(
+        receiver["setting"]
+            .as_str()
+            .is_some_and(|s| s.contains("EnvoyFilter istio-system/proxy-protocol")),
+        "{receiver}"
+    );
+    assert_eq!(h["status"]["proxy"], "v1");
+    assert_eq!(condition(&h, "ReceiverMismatch"), Value::Null);
+    running.stop().await;
+}
+
+/// Issue 38: NGINX Gateway Fabric 1.x, its cluster-scoped NginxProxy (v1alpha1) named by the
+/// GatewayClass, read from its CRD with the manifest's grants: PROXY required, hairpinned on
+/// bare metal.
+#[tokio::test]
+async fn ngf_1x_cluster_scoped_nginx_proxy_is_read() {
+    let fake = FakeApiServer::start().await;
+    fake.install_gateway_api();
+    fake.register(ResourceType::new(
+        "gateway.nginx.org",
+        "v1alpha1",
+        "nginxproxies",
+        "NginxProxy",
+        false,
+    ));
+    receiver_fixture(
+        &fake,
+        include_str!("../../planner/tests/fixtures/receivers/nginx-gateway-fabric-1x.yaml"),
+        None,
+    );
+    let running = start(&fake, dns_config("pod-a"));
+    let h = with_receiver(&fake, "nginx-gateway", "ngf-nginx-gateway-fabric").await;
+    let receiver = &h["status"]["receiver"];
+    assert_eq!(receiver["proxyProtocol"], "required", "{receiver}");
+    assert_eq!(receiver["readFrom"], "NginxProxy ngf-proxy-config");
+    running.stop().await;
+}

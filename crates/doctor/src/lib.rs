@@ -5,6 +5,7 @@
 //! around it is thin and bounded by short timeouts.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod cluster;
 pub mod cure;
 pub mod dataplane;
@@ -198,12 +199,13 @@ pub async fn run(
     Ok(examine(&hosts, options, |host, network| match &read {
         Ok((read, plan, cluster_options)) => {
             let addresses: Vec<_> = network.resolution.first().into_iter().collect();
-            ClusterView::Checked(Box::new(cluster::facts_for(
+            ClusterView::Checked(Box::new(cluster::facts_for_port(
                 read,
                 plan,
                 &cluster_options.planner,
                 host,
                 &addresses,
+                Some(options.port),
             )))
         }
         Err(reason) => ClusterView::NotChecked {

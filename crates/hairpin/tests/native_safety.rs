@@ -43,8 +43,8 @@
 //! `NativeCureNotNeeded`, `IpModeDropped`, `IpModeWriteReverted`).
 //!
 //! Each scenario prints its figures (outside-client requests and failures, native effective
-//! time). Needs root, etcd, HAProxy, nginx and the test peers; without them each test prints
-//! why and passes.
+//! time). Needs root, etcd, HAProxy, nginx and the test peers; without them each test records
+//! a skip ([`hairpin_testkit::skip`]: a failure under CI).
 
 #[path = "support/cluster.rs"]
 mod cluster;
@@ -56,13 +56,14 @@ use std::time::{Duration, Instant};
 use cluster::*;
 use hairpin_testkit::kube::{self, ApiServer, NodeOptions};
 use hairpin_testkit::outside::{ClientLoop, Outside};
-use serde_json::json;
+use hairpin_testkit::skip::{self, Cause};
+use serde_json::{Value, json};
 
 #[test]
 fn proxy_lb_native_proven_outside_client_unharmed() {
     let test = "proxy_lb_native_proven_outside_client_unharmed";
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED {test}: {reason}");
+        skip::skip(test, Cause::Missing, &reason);
         return;
     }
     let api = ApiServer::start().expect("start kube-apiserver");
@@ -115,7 +116,7 @@ fn proxy_lb_native_proven_outside_client_unharmed() {
 fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
     let test = "vip_lb_never_written_dns_cure_outside_client_unharmed";
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED {test}: {reason}");
+        skip::skip(test, Cause::Missing, &reason);
         return;
     }
     vip_lb(&NodeOptions::iptables("node-vip-lb"), "203.0.113.41", "b");
@@ -126,7 +127,7 @@ fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
 fn vip_lb_never_written_nftables_outside_client_unharmed() {
     let test = "vip_lb_never_written_nftables_outside_client_unharmed";
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED {test}: {reason}");
+        skip::skip(test, Cause::Missing, &reason);
         return;
     }
     vip_lb(
@@ -219,7 +220,7 @@ fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str) {
 fn receiver_answering_without_header_not_needed() {
     let test = "receiver_answering_without_header_not_needed";
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED {test}: {reason}");
+        skip::skip(test, Cause::Missing, &reason);
         return;
     }
     let api = ApiServer::start().expect("start kube-apiserver");
@@ -273,7 +274,7 @@ fn receiver_answering_without_header_not_needed() {
 fn api_server_dropping_ip_mode_detected_no_retry_loop() {
     let test = "api_server_dropping_ip_mode_detected_no_retry_loop";
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED {test}: {reason}");
+        skip::skip(test, Cause::Missing, &reason);
         return;
     }
     let api = ApiServer::start_with(&["--feature-gates=LoadBalancerIPMode=false"])
@@ -339,8 +340,8 @@ fn api_server_dropping_ip_mode_detected_no_retry_loop() {
 
 /// A stand-in MetalLB controller: on every event of the Service (a new resourceVersion), it
 /// writes the status as it computes it, without `ipMode` (field manager
-/// `metallb-controller`), until `stop`. Returns how many of its writes put back an `ipMode:
-/// Proxy` hairpin had set, each with its time since `started`.
+/// `metallb-controller`), until `stop`. Each of its writes that put back an `ipMode: Proxy`
+/// hairpin had set goes into `reverts`, with its time since `started`.
 fn stand_in_metallb(
     api: &ApiServer,
     lb_ip: &str,
@@ -352,39 +353,48 @@ fn stand_in_metallb(
     let path = format!("{SERVICE}/status?fieldManager=metallb-controller");
     let status = json!({"status": {"loadBalancer": {"ingress": [{"ip": lb_ip}]}}});
     while !stop.load(Ordering::Relaxed) {
-        let Some(svc) = api.get(SERVICE) else {
-            continue;
-        };
-        let version = svc["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or_default();
-        if version != seen {
-            let proxy = svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] == "Proxy";
-            let stored = api.request_ok(
-                "PATCH",
-                &path,
-                Some(("application/merge-patch+json", &status)),
-            );
-            if proxy {
-                reverts
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(started.elapsed());
-            }
-            seen = stored["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
+        if rewrite_on_event(api, &path, &status, &mut seen) {
+            reverts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(started.elapsed());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// One look of the stand-in MetalLB controller: when the Service changed since `seen` (its
+/// resourceVersion), it writes `status` and remembers the version its write left. Whether that
+/// write put back an `ipMode: Proxy`.
+fn rewrite_on_event(api: &ApiServer, path: &str, status: &Value, seen: &mut String) -> bool {
+    let Some(svc) = api.get(SERVICE) else {
+        return false;
+    };
+    if svc["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        == seen.as_str()
+    {
+        return false;
+    }
+    let proxy = svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] == "Proxy";
+    let stored = api.request_ok(
+        "PATCH",
+        path,
+        Some(("application/merge-patch+json", status)),
+    );
+    stored["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .clone_into(seen);
+    proxy
 }
 
 #[test]
 fn status_fight_detected_named_backed_off_ends_on_dns() {
     let test = "status_fight_detected_named_backed_off_ends_on_dns";
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED {test}: {reason}");
+        skip::skip(test, Cause::Missing, &reason);
         return;
     }
     let lb_ip = "203.0.113.44";
@@ -451,7 +461,7 @@ fn status_fight_detected_named_backed_off_ends_on_dns() {
 fn restart_after_kube_proxy_stopped_honouring_reprobes_back_to_dns() {
     let test = "restart_after_kube_proxy_stopped_honouring_reprobes_back_to_dns";
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED {test}: {reason}");
+        skip::skip(test, Cause::Missing, &reason);
         return;
     }
     let lb_ip = "203.0.113.45";
@@ -541,7 +551,7 @@ fn first_logged(log: &str, text: &str) -> Option<f64> {
 fn lb_not_answering_its_backends_put_back_at_once() {
     let test = "lb_not_answering_its_backends_put_back_at_once";
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED {test}: {reason}");
+        skip::skip(test, Cause::Missing, &reason);
         return;
     }
     let api = ApiServer::start().expect("start kube-apiserver");

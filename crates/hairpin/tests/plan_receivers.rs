@@ -135,6 +135,52 @@ async fn a_live_plan_reads_the_receiver_as_the_offline_one() {
     );
 }
 
+/// Issue 38: a receiver whose setting differs per port (Kong with `proxy_protocol` on its 8443
+/// listeners only) is shown per port, and only that port is hairpinned with PROXY.
+#[test]
+fn a_per_port_receiver_is_shown_per_port() {
+    let receivers = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../planner/tests/fixtures/receivers/kong-tls-only.yaml"
+    );
+    // The fixture and a CoreDNS ConfigMap to plan the DNS rule in.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.yaml");
+    let coredns = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: coredns\n  namespace: kube-system\ndata:\n  Corefile: |\n    .:53 {\n        kubernetes cluster.local in-addr.arpa ip6.arpa\n        forward . /etc/resolv.conf\n    }\n";
+    std::fs::write(&path, std::fs::read_to_string(receivers).unwrap() + coredns).unwrap();
+    let fixture = path.to_str().unwrap();
+    let (code, json, err) = plan(&[
+        "plan",
+        "-f",
+        fixture,
+        "-o",
+        "json",
+        "--verify-hostnames=off",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let receiver = &doc["loadBalancers"][0]["receiver"];
+    assert_eq!(receiver["proxyProtocol"], "per-port", "{json}");
+    let ports: Vec<(i64, &str)> = receiver["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["port"].as_i64().unwrap(),
+                p["proxyProtocol"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ports, [(80, "off"), (443, "required")]);
+    let (code, text, err) = plan(&["plan", "-f", fixture, "--verify-hostnames=off"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        text.contains("PROXY per port: 80 (kong-proxy) off by KONG_PROXY_LISTEN 0.0.0.0:8000, [::]:8000: no proxy_protocol (Deployment kong/kong-kong); 443 (kong-proxy-tls) required by"),
+        "{text}"
+    );
+}
+
 /// Issue 36: nothing says how this load balancer reaches the nodes (a MetalLB address with an
 /// HAProxy pair in front, or a proxy appliance): `auto` (the default) does not try the native
 /// cure, and the plan says why and how to declare it.

@@ -396,6 +396,9 @@ fn with_receiver(
     let Some(receiver) = receiver else {
         return Ok(None);
     };
+    if !receiver.ports.is_empty() {
+        return with_receiver_per_port(svc, service, proxy, receiver, cured, warnings);
+    }
     let sends = !proxy.ports.is_empty();
     let annotations = proxy.sources.join(", ");
     let mut mismatch = |what: String, fix: &str| {
@@ -455,6 +458,96 @@ fn with_receiver(
         }
         _ => Ok(None),
     }
+}
+
+/// [`with_receiver`] for a receiver whose setting differs per port (issue 38): each port on
+/// its own merits. A port whose receiver requires the header is planned with PROXY; one that
+/// accepts a missing header needs no cure; one where the load balancer and the receiver
+/// disagree gets a BROKEN warning of its own and is left as it is (not planned, or, where
+/// hairpin already cures the load balancer, planned as before). `Ok(Some(why))`: the load
+/// balancer is planned for its other ports (or kept) with the disagreement of these; `Err`:
+/// no port needs a hairpin, and why.
+fn with_receiver_per_port(
+    svc: &Service,
+    service: &ObjectRef,
+    proxy: &mut ProxyProtocol,
+    receiver: &Receiver,
+    cured: bool,
+    warnings: &mut Vec<Warning>,
+) -> Result<Option<String>, SkipReason> {
+    let annotations = proxy.sources.join(", ");
+    let sent = proxy.ports.clone();
+    let mut broken: Vec<String> = Vec::new();
+    let mut learnt: Vec<String> = Vec::new();
+    let mut accepts = false;
+    let action = if cured {
+        "hairpin keeps the cure it already has in place for this port and changes nothing for it until they agree"
+    } else {
+        "hairpin changes nothing for this port (the other ports are planned on their own)"
+    };
+    for port in tcp_port_numbers(svc).collect::<Vec<_>>() {
+        let on = receiver.on_port(port);
+        let sends = sent.contains_key(&port);
+        let version = on.required_version().unwrap_or(ProxyVersion::V1);
+        let (what, fix) = match on.requirement {
+            Requirement::Required { .. } if !sends => match provider_without_proxy(svc) {
+                Some(why) => {
+                    if cured {
+                        proxy.ports.insert(port, version);
+                    }
+                    (
+                        format!(
+                            "the load balancer sends no PROXY header ({why}) but {}",
+                            on.describe()
+                        ),
+                        "turn the PROXY protocol off on the receiver",
+                    )
+                }
+                None => {
+                    proxy.ports.insert(port, version);
+                    learnt.push(format!("{} {}", on.implementation.name(), on.source()));
+                    continue;
+                }
+            },
+            Requirement::Off if sends => {
+                if !cured {
+                    proxy.ports.remove(&port);
+                }
+                (
+                    format!(
+                        "the load balancer sends a PROXY header ({annotations}) but {}",
+                        on.describe()
+                    ),
+                    "turn the PROXY protocol on in the receiver for this port, or off on the load balancer",
+                )
+            }
+            Requirement::Optional if sends && !proxy.explicit => {
+                proxy.ports.remove(&port);
+                accepts = true;
+                continue;
+            }
+            _ => continue,
+        };
+        let message = format!(
+            "BROKEN for clients outside the cluster too, on port {port}: {what}; {action}. Fix: {fix}"
+        );
+        let warning = Warning::new(format!("Service {service}"), message);
+        broken.push(warning.message.clone());
+        warnings.push(warning);
+    }
+    if !learnt.is_empty() {
+        proxy.sources.extend(learnt);
+    }
+    if !broken.is_empty() {
+        if proxy.ports.is_empty() && !cured {
+            return Err(SkipReason::ReceiverMismatch);
+        }
+        return Ok(Some(broken.join("; ")));
+    }
+    if proxy.ports.is_empty() && accepts {
+        return Err(SkipReason::ReceiverAcceptsNoHeader);
+    }
+    Ok(None)
 }
 
 /// The Service's TCP port numbers.

@@ -16,7 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Service};
+use k8s_openapi::api::core::v1::{Container, Service, ServicePort};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -26,6 +27,7 @@ use crate::snapshot::ClusterSnapshot;
 use crate::workloads::{DynamicObject, Workload};
 
 mod gateways;
+mod ports;
 
 /// The implementations hairpin reads the PROXY setting of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -55,6 +57,8 @@ pub enum Implementation {
     HaproxyIngress,
     /// Kong.
     Kong,
+    /// HAProxy Ingress (jcmoraisjr/haproxy-ingress).
+    JcmoraisjrHaproxyIngress,
     /// Something else: the receiver's setting is not read.
     Unknown,
 }
@@ -75,6 +79,7 @@ impl Implementation {
             Implementation::Kgateway => "kgateway",
             Implementation::HaproxyIngress => "HAProxy Kubernetes Ingress",
             Implementation::Kong => "Kong",
+            Implementation::JcmoraisjrHaproxyIngress => "HAProxy Ingress (jcmoraisjr)",
             Implementation::Unknown => "unknown receiver",
         }
     }
@@ -95,6 +100,9 @@ pub enum Requirement {
     Off,
     /// The setting could not be read (the detail says why).
     Unknown,
+    /// The setting differs from one port of the load balancer to another: see
+    /// [`Receiver::ports`] (issue 38).
+    PerPort,
 }
 
 impl Requirement {
@@ -106,6 +114,7 @@ impl Requirement {
             Requirement::Optional => "optional",
             Requirement::Off => "off",
             Requirement::Unknown => "unknown",
+            Requirement::PerPort => "per-port",
         }
     }
 }
@@ -123,9 +132,61 @@ pub struct Receiver {
     pub setting: String,
     /// Where it was read (`ConfigMap ingress-nginx/ingress-nginx-controller`).
     pub read_from: String,
+    /// The setting per TCP port of the load balancer's Service, where it differs from one
+    /// port to another (`requirement` is then [`Requirement::PerPort`]); empty where one
+    /// setting holds for every port.
+    pub ports: Vec<PortReceiver>,
+}
+
+/// The receiver's setting on one port of the load balancer's Service (issue 38): the Service
+/// port, through its `targetPort` and the container port, to the receiver's listener (Traefik
+/// entry point, Kong listener, Gateway listener).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortReceiver {
+    /// The Service port.
+    pub port: i32,
+    /// The Service port's name, if any.
+    pub name: Option<String>,
+    /// Required, optional, off or unknown on this port.
+    pub requirement: Requirement,
+    /// The setting as read for this port (`entry point web (:8000): no proxyProtocol`), or why
+    /// it could not be read.
+    pub setting: String,
+    /// Where it was read.
+    pub read_from: String,
+}
+
+impl PortReceiver {
+    /// `80 (web)`: the port as reports name it.
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{} ({name})", self.port),
+            None => self.port.to_string(),
+        }
+    }
 }
 
 impl Receiver {
+    /// The receiver as it is on Service port `port`: itself where one setting holds for every
+    /// port, else that port's setting (unknown for a port it was not read for).
+    pub fn on_port(&self, port: i32) -> Receiver {
+        if self.ports.is_empty() {
+            return self.clone();
+        }
+        let found = self.ports.iter().find(|p| p.port == port);
+        Receiver {
+            implementation: self.implementation,
+            workload: self.workload.clone(),
+            requirement: found.map_or(Requirement::Unknown, |p| p.requirement),
+            setting: found.map_or_else(
+                || format!("port {port} not read"),
+                |p| format!("port {}: {}", p.label(), p.setting),
+            ),
+            read_from: found.map(|p| p.read_from.clone()).unwrap_or_default(),
+            ports: Vec::new(),
+        }
+    }
+
     /// The PROXY version a load balancer in front of it must send: v1 unless the receiver
     /// accepts only v2; `None` unless the header is required.
     pub fn required_version(&self) -> Option<ProxyVersion> {
@@ -154,7 +215,33 @@ impl Receiver {
             Requirement::Optional => "PROXY optional by",
             Requirement::Off => "PROXY off by",
             Requirement::Unknown => "PROXY setting unknown:",
+            Requirement::PerPort => "PROXY per port:",
         };
+        if self.requirement == Requirement::PerPort {
+            let ports: Vec<String> = self
+                .ports
+                .iter()
+                .map(|p| {
+                    let from = if p.read_from.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", p.read_from)
+                    };
+                    format!(
+                        "{} {} by {}{from}",
+                        p.label(),
+                        p.requirement.as_str(),
+                        p.setting
+                    )
+                })
+                .collect();
+            return format!(
+                "{} {}: {what} {}",
+                self.implementation.name(),
+                self.workload,
+                ports.join("; ")
+            );
+        }
         format!(
             "{} {}: {what} {}",
             self.implementation.name(),
@@ -206,6 +293,7 @@ pub fn receiver_of(snapshot: &ClusterSnapshot, svc: &Service) -> Option<Receiver
                     requirement: Requirement::Unknown,
                     setting: format!("images {}: not an implementation hairpin reads", images(w)),
                     read_from: String::new(),
+                    ports: Vec::new(),
                 });
             }
             None => return None,
@@ -217,7 +305,22 @@ pub fn receiver_of(snapshot: &ClusterSnapshot, svc: &Service) -> Option<Receiver
         workload,
         gateway,
     };
-    let (requirement, setting, read_from) = found.read(implementation);
+    let (mut requirement, mut setting, mut read_from) = found.read(implementation);
+    let mut ports = found.read_ports(implementation).unwrap_or_default();
+    // One setting on every port: the whole reading stands (or the ports' common one).
+    if let Some(first) = ports.first().cloned()
+        && ports.iter().all(|p| p.requirement == first.requirement)
+    {
+        if first.requirement != requirement {
+            (requirement, setting, read_from) = (first.requirement, first.setting, first.read_from);
+        }
+        ports.clear();
+    }
+    if !ports.is_empty() {
+        requirement = Requirement::PerPort;
+        setting = "the setting differs per port".to_owned();
+        read_from = String::new();
+    }
     let described = match (found.workload, &found.gateway) {
         (Some(w), _) => w.describe(),
         (None, Some(g)) => format!(
@@ -236,7 +339,29 @@ pub fn receiver_of(snapshot: &ClusterSnapshot, svc: &Service) -> Option<Receiver
         requirement,
         setting,
         read_from,
+        ports,
     })
+}
+
+/// The TCP ports of the Service.
+fn tcp_service_ports(svc: &Service) -> impl Iterator<Item = &ServicePort> {
+    svc.spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+}
+
+/// The container port a Service port sends to: its `targetPort` (a number, or the name of a
+/// container port of the workload), or the port itself when none is set.
+fn container_port(w: &Workload, port: &ServicePort) -> Option<i32> {
+    match &port.target_port {
+        None => Some(port.port),
+        Some(IntOrString::Int(n)) => Some(*n),
+        Some(IntOrString::String(name)) => containers(w)
+            .flat_map(|c| c.ports.iter().flatten())
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .map(|p| p.container_port),
+    }
 }
 
 /// The workloads in the Service's namespace whose pod labels its selector picks, Pods first,
@@ -300,7 +425,7 @@ fn identify(w: &Workload) -> Option<Implementation> {
     if any(&|r| r.ends_with("/envoy-wrapper")) {
         return Some(Implementation::Kgateway);
     }
-    if any(&|r| last(r) == "proxyv2") {
+    if any(&|r| last(r) == "proxyv2") || istio_injected(w) {
         return Some(Implementation::Istio);
     }
     if any(&|r| r.contains("nginx-gateway-fabric")) {
@@ -318,11 +443,34 @@ fn identify(w: &Workload) -> Option<Implementation> {
         // Bitnami's repackaged ingress-nginx.
         "nginx-ingress-controller" => Some(Implementation::IngressNginx),
         "nginx-ingress" | "nginx-plus-ingress" => Some(Implementation::F5NginxIngress),
-        "traefik" => Some(Implementation::Traefik),
+        // k3s packages Traefik as rancher/mirrored-library-traefik (k3s
+        // manifests/traefik.yaml, the chart's `image.repository`).
+        "traefik" | "mirrored-library-traefik" => Some(Implementation::Traefik),
+        "haproxy-ingress" if r.contains("jcmoraisjr") => {
+            Some(Implementation::JcmoraisjrHaproxyIngress)
+        }
         "kubernetes-ingress" if r.contains("haproxytech") => Some(Implementation::HaproxyIngress),
         "kong" | "kong-gateway" => Some(Implementation::Kong),
         _ => None,
     })
+}
+
+/// An Istio gateway installed by the `istio/gateway` Helm chart
+/// (manifests/charts/gateway/templates/deployment.yaml): its `istio-proxy` container has
+/// `image: auto`, filled in by the injection webhook, and the pods ask for injection
+/// (`sidecar.istio.io/inject: "true"`, the `inject.istio.io/templates: gateway` annotation
+/// of the chart's `podAnnotations`).
+fn istio_injected(w: &Workload) -> bool {
+    let auto = containers(w).any(|c| c.image.as_deref() == Some("auto"));
+    let asks = w
+        .labels()
+        .get("sidecar.istio.io/inject")
+        .map(String::as_str)
+        == Some("true")
+        || w.annotation("sidecar.istio.io/inject") == Some("true")
+        || w.annotation("inject.istio.io/templates")
+            .is_some_and(|t| t.split(',').any(|t| t.trim() == "gateway"));
+    auto && asks
 }
 
 const EG_OWNING_NAME: &str = "gateway.envoyproxy.io/owning-gateway-name";
@@ -497,6 +645,19 @@ impl Found<'_> {
             .unwrap_or_default()
     }
 
+    /// The setting of `implementation` per TCP port of the Service, for the implementations
+    /// whose setting is per listener (Traefik entry points, Kong listeners, Envoy Gateway
+    /// listeners, kgateway `perPort`); `None` where one setting holds for the whole receiver.
+    fn read_ports(&self, implementation: Implementation) -> Option<Vec<PortReceiver>> {
+        match implementation {
+            Implementation::Traefik => self.traefik_ports(),
+            Implementation::Kong => self.kong_ports(),
+            Implementation::EnvoyGateway => self.envoy_gateway_ports(),
+            Implementation::Kgateway => self.kgateway_ports(),
+            _ => None,
+        }
+    }
+
     /// The setting of `implementation`.
     fn read(&self, implementation: Implementation) -> Read {
         match implementation {
@@ -516,6 +677,7 @@ impl Found<'_> {
             Implementation::HaproxyIngress => self.haproxy(),
             Implementation::Traefik => self.traefik(),
             Implementation::Kong => self.kong(),
+            Implementation::JcmoraisjrHaproxyIngress => self.jcmoraisjr_haproxy_ingress(),
             Implementation::Contour => self.contour(),
             Implementation::Istio => self.istio(),
             // cilium operator/pkg/ingress/cell.go and operator/pkg/gateway-api/cell.go: "Note
@@ -621,49 +783,18 @@ impl Found<'_> {
         let Some(w) = self.workload else {
             return unknown("no Traefik workload found for the Service's selector");
         };
-        for c in containers(w) {
-            let args = c.command.iter().flatten().chain(c.args.iter().flatten());
-            if let Some(arg) = args.into_iter().find(|a| {
-                let a = a.to_ascii_lowercase();
-                a.contains(".proxyprotocol.insecure") || a.contains(".proxyprotocol.trustedips")
-            }) {
-                return read(Requirement::Optional, arg.clone(), w.describe());
-            }
-            if let Some(e) = c.env.iter().flatten().find(|e| {
-                e.name.starts_with("TRAEFIK_ENTRYPOINTS_") && e.name.contains("_PROXYPROTOCOL_")
-            }) {
-                return read(
-                    Requirement::Optional,
-                    format!("{}={}", e.name, e.value.clone().unwrap_or_default()),
-                    w.describe(),
-                );
-            }
+        let eps = match self.traefik_entry_points(w) {
+            Ok(eps) => eps,
+            Err(read) => return read,
+        };
+        match eps.values().find_map(|e| e.proxy.clone()) {
+            Some((setting, from)) => read(Requirement::Optional, setting, from),
+            None => read(
+                Requirement::Off,
+                "no entry point has proxyProtocol",
+                w.describe(),
+            ),
         }
-        // A static configuration file from a ConfigMap volume.
-        let volumes = w
-            .spec()
-            .and_then(|s| s.volumes.as_ref())
-            .into_iter()
-            .flatten();
-        for cm in volumes.filter_map(|v| v.config_map.as_ref()) {
-            let Some(found) = self.snapshot.config_map(self.namespace(), &cm.name) else {
-                continue;
-            };
-            for (key, value) in found.data.iter().flatten() {
-                if value.to_ascii_lowercase().contains("proxyprotocol") {
-                    return read(
-                        Requirement::Optional,
-                        format!("proxyProtocol in {key}"),
-                        format!("ConfigMap {}/{}", self.namespace(), cm.name),
-                    );
-                }
-            }
-        }
-        read(
-            Requirement::Off,
-            "no entry point has proxyProtocol",
-            w.describe(),
-        )
     }
 
     /// Kong kong/templates/kong_defaults.lua (`proxy_listen`, no `proxy_protocol` by default)
@@ -674,21 +805,26 @@ impl Found<'_> {
             return unknown("no Kong workload found for the Service's selector");
         };
         let Some(listen) = env(w, "KONG_PROXY_LISTEN") else {
+            if containers(w).any(|c| {
+                c.env_from.is_some()
+                    || c.env
+                        .iter()
+                        .flatten()
+                        .any(|e| e.name == "KONG_PROXY_LISTEN")
+            }) {
+                return unknown(format!(
+                    "KONG_PROXY_LISTEN of {} comes from a reference (valueFrom, envFrom) hairpin does not read",
+                    w.describe()
+                ));
+            }
             return read(
                 Requirement::Off,
                 "KONG_PROXY_LISTEN not set (default proxy_listen has no proxy_protocol)",
                 w.describe(),
             );
         };
-        let listeners: Vec<&str> = listen
-            .split(',')
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && *l != "off")
-            .collect();
-        let with = listeners
-            .iter()
-            .filter(|l| l.split_whitespace().any(|f| f == "proxy_protocol"))
-            .count();
+        let listeners = ports::kong_listeners(&listen);
+        let with = listeners.iter().filter(|l| l.2).count();
         let setting = format!("KONG_PROXY_LISTEN={listen}");
         match with {
             0 => read(Requirement::Off, setting, w.describe()),
@@ -699,6 +835,38 @@ impl Found<'_> {
             ),
             _ => unknown(format!("{setting}: proxy_protocol on some listeners only")),
         }
+    }
+
+    /// jcmoraisjr/haproxy-ingress docs/content/en/docs/configuration/keys.md
+    /// (`use-proxy-protocol`, global, default false) and pkg/haproxy/types (the frontend's
+    /// `bind ... accept-proxy`: required); the ConfigMap is the one `--configmap` names
+    /// (haproxy-ingress/charts templates/_podtemplate.yaml). A custom template or a snippet
+    /// that speaks of the PROXY protocol may set it elsewhere: unknown.
+    fn jcmoraisjr_haproxy_ingress(&self) -> Read {
+        if let Some(w) = self.workload
+            && let Some(v) = w
+                .spec()
+                .and_then(|s| s.volumes.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|v| v.name == "haproxy-template")
+        {
+            return unknown(format!(
+                "a custom HAProxy template (volume {} of {}) may set the PROXY protocol",
+                v.name,
+                w.describe()
+            ));
+        }
+        let (where_, data) = match self.flagged_config_map("configmap") {
+            Ok(found) => found,
+            Err(read) => return read,
+        };
+        if let Some((key, _)) = data.iter().find(|(k, v)| {
+            k.starts_with("config-") && (v.contains("accept-proxy") || v.contains("expect-proxy"))
+        }) {
+            return unknown(format!("{key} in {where_} speaks of the PROXY protocol"));
+        }
+        self.config_map_bool("configmap", "use-proxy-protocol")
     }
 
     fn cilium(&self, key: &str) -> Read {

@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec, Volume,
+    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, PodSpec,
+    PodTemplateSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
@@ -94,6 +95,7 @@ pub const DYNAMIC_KINDS: &[(&str, &str)] = &[
     ("gateway.kgateway.dev", "ListenerPolicy"),
     ("projectcontour.io", "ContourConfiguration"),
     ("projectcontour.io", "ContourDeployment"),
+    ("networking.istio.io", "EnvoyFilter"),
 ];
 
 /// How a reader lists the [`DYNAMIC_KINDS`]: (group, kind, plural, versions newest first).
@@ -133,6 +135,12 @@ pub const DYNAMIC_APIS: &[(&str, &str, &str, &[&str])] = &[
         "ContourDeployment",
         "contourdeployments",
         &["v1alpha1"],
+    ),
+    (
+        "networking.istio.io",
+        "EnvoyFilter",
+        "envoyfilters",
+        &["v1alpha3"],
     ),
 ];
 
@@ -205,16 +213,21 @@ impl ReceiverObjects {
 
 /// The pod annotation the receivers read ([`crate::receivers`]: Istio's per-gateway proxy
 /// config).
-const READ_ANNOTATIONS: &[&str] = &["proxy.istio.io/config"];
+const READ_ANNOTATIONS: &[&str] = &[
+    "proxy.istio.io/config",
+    "inject.istio.io/templates",
+    "sidecar.istio.io/inject",
+];
 
 /// Keeps of a pod template only what [`crate::receivers`] reads, so that a reader that keeps
 /// every workload of the cluster (the controller's caches) holds little of each: the pods'
 /// labels and the annotations it reads; per container (and init container) its image,
-/// command, arguments and the environment variables it reads (`KONG_PROXY_LISTEN`, Traefik's
-/// `TRAEFIK_ENTRYPOINTS_*_PROXYPROTOCOL_*`, and those an argument expands as `$(NAME)`, with
-/// a literal value or a `fieldRef`; never a Secret's or ConfigMap's reference); and the names
-/// of ConfigMap volumes. Resources, probes, ports, mounts, security contexts, affinities and
-/// every other variable are dropped: they are most of a pod template, and some hold what
+/// command, arguments, its ports' names and numbers (a Service's named `targetPort`, issue 38),
+/// whether it has an `envFrom` (not what it names), and the environment variables it reads
+/// (`KONG_PROXY_LISTEN`, Traefik's `TRAEFIK_ENTRYPOINTS_*_PROXYPROTOCOL_*` and `_ADDRESS`, and
+/// those an argument expands as `$(NAME)`, with a literal value or a `fieldRef`; never a
+/// Secret's or ConfigMap's reference); and the names of ConfigMap volumes. Resources, probes,
+/// mounts, security contexts, affinities and every other variable are dropped: they are most of a pod template, and some hold what
 /// hairpin has no business keeping. A slimmed template reads exactly as the whole one.
 pub fn slim_template(template: &mut PodTemplateSpec) {
     if let Some(meta) = template.metadata.take() {
@@ -268,7 +281,8 @@ fn slim_container(c: Container) -> Container {
     };
     let read = |e: &EnvVar| {
         e.name == "KONG_PROXY_LISTEN"
-            || (e.name.starts_with("TRAEFIK_ENTRYPOINTS_") && e.name.contains("_PROXYPROTOCOL_"))
+            || (e.name.starts_with("TRAEFIK_ENTRYPOINTS_")
+                && (e.name.contains("_PROXYPROTOCOL") || e.name.ends_with("_ADDRESS")))
             || expanded(&e.name)
     };
     let env: Vec<EnvVar> =
@@ -293,6 +307,20 @@ fn slim_container(c: Container) -> Container {
         command: c.command,
         args: c.args,
         env: (!env.is_empty()).then_some(env),
+        // Only whether there is one: a variable read may come from it (Kong's).
+        env_from: c.env_from.map(|_| Vec::new()),
+        // A Service's named targetPort is found through them (issue 38).
+        ports: c.ports.map(|ports| {
+            ports
+                .into_iter()
+                .map(|p| ContainerPort {
+                    name: p.name,
+                    container_port: p.container_port,
+                    protocol: p.protocol,
+                    ..ContainerPort::default()
+                })
+                .collect()
+        }),
         ..Container::default()
     }
 }

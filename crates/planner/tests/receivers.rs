@@ -145,6 +145,43 @@ const FIXTURES: &[(&str, Implementation, Requirement)] = &[
     ),
     ("kong-required.yaml", Implementation::Kong, REQUIRED),
     ("kong-off.yaml", Implementation::Kong, Requirement::Off),
+    // Issue 38: per port, and every install method.
+    (
+        "traefik-websecure-only.yaml",
+        Implementation::Traefik,
+        Requirement::PerPort,
+    ),
+    (
+        "kong-tls-only.yaml",
+        Implementation::Kong,
+        Requirement::PerPort,
+    ),
+    (
+        "envoy-gateway-two-policies.yaml",
+        Implementation::EnvoyGateway,
+        Requirement::PerPort,
+    ),
+    (
+        "nginx-gateway-fabric-1x.yaml",
+        Implementation::NginxGatewayFabric,
+        REQUIRED,
+    ),
+    ("istio-gateway-chart.yaml", Implementation::Istio, REQUIRED),
+    (
+        "istio-envoyfilter.yaml",
+        Implementation::Istio,
+        Requirement::Unknown,
+    ),
+    (
+        "traefik-k3s.yaml",
+        Implementation::Traefik,
+        Requirement::Off,
+    ),
+    (
+        "haproxy-ingress-required.yaml",
+        Implementation::JcmoraisjrHaproxyIngress,
+        REQUIRED,
+    ),
 ];
 
 #[test]
@@ -169,7 +206,7 @@ fn every_fixture_is_read_right() {
             "{name}: {receiver:?}"
         );
         assert!(!receiver.setting.is_empty(), "{name}");
-        if *requirement != Requirement::Unknown {
+        if !matches!(requirement, Requirement::Unknown | Requirement::PerPort) {
             assert!(!receiver.read_from.is_empty(), "{name}: {receiver:?}");
         }
     }
@@ -538,4 +575,267 @@ fn slimmed_workloads_read_exactly_as_whole_ones() {
         );
     }
     assert!(smaller >= 5, "{smaller}");
+}
+
+/// The requirement read on each Service port (`port -> requirement`).
+fn per_port(name: &str) -> Vec<(i32, Requirement)> {
+    let s = fixture(name);
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    r.ports.iter().map(|p| (p.port, p.requirement)).collect()
+}
+
+#[test]
+fn traefik_is_read_per_entry_point() {
+    assert_eq!(
+        per_port("traefik-websecure-only.yaml"),
+        [(80, Requirement::Off), (443, Requirement::Optional)]
+    );
+    let s = fixture("traefik-websecure-only.yaml");
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert!(
+        r.ports[0]
+            .setting
+            .contains("entry point web (:8000) has no proxyProtocol"),
+        "{:?}",
+        r.ports[0]
+    );
+    assert!(r.describe().contains("80 (web) off by"), "{}", r.describe());
+    // The load balancer sends PROXY on every port: port 80 is broken for everyone and says
+    // so, port 443 accepts a missing header and needs no cure.
+    let s = with_annotation(
+        "traefik-websecure-only.yaml",
+        "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol: \"true\"",
+    );
+    let d = discover(&s, &PlannerConfig::default());
+    assert!(d.load_balancers.is_empty(), "{d:?}");
+    assert_eq!(d.not_needed[0].reason, SkipReason::ReceiverMismatch);
+    let [warning] = d.warnings.as_slice() else {
+        panic!("{:?}", d.warnings)
+    };
+    assert!(
+        warning
+            .message
+            .starts_with("BROKEN for clients outside the cluster too, on port 80:"),
+        "{}",
+        warning.message
+    );
+    assert!(!warning.message.contains("443"), "{}", warning.message);
+}
+
+#[test]
+fn kong_is_read_per_listener() {
+    assert_eq!(
+        per_port("kong-tls-only.yaml"),
+        [(80, Requirement::Off), (443, REQUIRED)]
+    );
+    // Bare metal, no annotation: 443 is hairpinned with PROXY, 80 needs nothing; no warning.
+    let s = fixture("kong-tls-only.yaml");
+    let d = discover(&s, &PlannerConfig::default());
+    assert_eq!(d.load_balancers.len(), 1, "{d:?}");
+    let lb = &d.load_balancers[0];
+    let ports: Vec<_> = lb
+        .ports
+        .iter()
+        .map(|p| (p.port, p.proxy_protocol))
+        .collect();
+    assert_eq!(ports, [(80, None), (443, Some(ProxyVersion::V1))]);
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+    assert_eq!(lb.receiver_mismatch, None);
+    // A load balancer that sends PROXY on both: 443 is cured, 80 is BROKEN on its own.
+    let s = with_annotation(
+        "kong-tls-only.yaml",
+        "load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\"",
+    );
+    let d = discover(&s, &PlannerConfig::default());
+    assert_eq!(d.load_balancers.len(), 1, "{d:?}");
+    let lb = &d.load_balancers[0];
+    let ports: Vec<_> = lb
+        .ports
+        .iter()
+        .map(|p| (p.port, p.proxy_protocol))
+        .collect();
+    assert_eq!(ports, [(80, None), (443, Some(ProxyVersion::V1))]);
+    let [warning] = d.warnings.as_slice() else {
+        panic!("{:?}", d.warnings)
+    };
+    assert!(
+        warning.message.contains("on port 80:"),
+        "{}",
+        warning.message
+    );
+    assert_eq!(
+        lb.receiver_mismatch.as_deref(),
+        Some(warning.message.as_str())
+    );
+}
+
+#[test]
+fn envoy_gateway_listener_policy_overrides_the_gateway_wide_one() {
+    assert_eq!(
+        per_port("envoy-gateway-two-policies.yaml"),
+        [(80, Requirement::Off), (443, REQUIRED)]
+    );
+    let s = fixture("envoy-gateway-two-policies.yaml");
+    let d = discover(&s, &PlannerConfig::default());
+    assert_eq!(d.load_balancers.len(), 1, "{d:?}");
+    let lb = &d.load_balancers[0];
+    let ports: Vec<_> = lb
+        .ports
+        .iter()
+        .map(|p| (p.port, p.proxy_protocol))
+        .collect();
+    assert_eq!(ports, [(80, None), (443, Some(ProxyVersion::V1))]);
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+    assert!(
+        lb.proxy_sources[0].contains("listener https: proxyProtocol: {}"),
+        "{:?}",
+        lb.proxy_sources
+    );
+    // Among listener-scoped policies the oldest wins: a newer one saying nothing changes
+    // nothing; an older one does.
+    let newer = "---\napiVersion: gateway.envoyproxy.io/v1alpha1\nkind: ClientTrafficPolicy\nmetadata:\n  name: later\n  namespace: default\n  creationTimestamp: \"2025-08-01T10:00:00Z\"\nspec:\n  targetRefs:\n    - kind: Gateway\n      name: eg\n      sectionName: https\n";
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/receivers/envoy-gateway-two-policies.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let s = snapshot(&format!("{text}{newer}"));
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert_eq!(r.on_port(443).requirement, REQUIRED);
+    let older = newer.replace("2025-08-01", "2025-06-15");
+    let s = snapshot(&format!("{text}{older}"));
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert_eq!(r.requirement, Requirement::Off, "{r:?}");
+}
+
+#[test]
+fn a_listener_set_port_of_envoy_gateway_is_unknown() {
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/receivers/envoy-gateway-two-policies.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    // A port the Gateway has no listener for (a ListenerSet's), and a policy on a ListenerSet.
+    let text = text.replacen(
+        "      targetPort: 10443\n",
+        "      targetPort: 10443\n    - name: tcp-8443\n      port: 8443\n      protocol: TCP\n      targetPort: 18443\n",
+        1,
+    );
+    let extra = "---\napiVersion: gateway.envoyproxy.io/v1alpha1\nkind: ClientTrafficPolicy\nmetadata:\n  name: on-listener-set\n  namespace: default\nspec:\n  targetRefs:\n    - group: gateway.networking.x-k8s.io\n      kind: XListenerSet\n      name: extra\n  proxyProtocol: {}\n";
+    let s = snapshot(&format!("{text}{extra}"));
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert_eq!(r.on_port(8443).requirement, Requirement::Unknown, "{r:?}");
+    assert!(r.on_port(8443).setting.contains("ListenerSet"), "{r:?}");
+}
+
+#[test]
+fn istio_with_an_envoy_filter_is_unknown_never_off() {
+    let s = fixture("istio-envoyfilter.yaml");
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert_eq!(r.requirement, Requirement::Unknown);
+    assert!(
+        r.setting
+            .contains("EnvoyFilter istio-system/proxy-protocol"),
+        "{}",
+        r.setting
+    );
+    // The LB's own annotation decides; no BROKEN warning.
+    let s = with_annotation(
+        "istio-envoyfilter.yaml",
+        "load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\"",
+    );
+    let d = discover(&s, &PlannerConfig::default());
+    assert_eq!(d.load_balancers.len(), 1, "{d:?}");
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+    // An EnvoyFilter that selects other pods changes nothing: off.
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/receivers/istio-envoyfilter.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+    .replace(
+        "      istio: ingressgateway\n  configPatches",
+        "      istio: eastwestgateway\n  configPatches",
+    );
+    let s = snapshot(&text);
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert_eq!(r.requirement, Requirement::Off, "{r:?}");
+}
+
+#[test]
+fn install_methods_are_identified() {
+    // istio/gateway chart: image auto, injected.
+    let s = fixture("istio-gateway-chart.yaml");
+    let d = discover(&s, &PlannerConfig::default());
+    assert_eq!(d.load_balancers.len(), 1, "{d:?}");
+    // NGF 1.x: the cluster-scoped NginxProxy through the GatewayClass.
+    let s = fixture("nginx-gateway-fabric-1x.yaml");
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert_eq!(r.read_from, "NginxProxy ngf-proxy-config");
+    // jcmoraisjr's haproxy-ingress, with use-proxy-protocol off: off.
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/receivers/haproxy-ingress-required.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let s = snapshot(&text.replace(
+        "use-proxy-protocol: \"true\"",
+        "use-proxy-protocol: \"false\"",
+    ));
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    assert_eq!(r.requirement, Requirement::Off, "{r:?}");
+}
+
+#[test]
+fn settings_from_what_is_not_read_are_unknown_never_off() {
+    let read = |name: &str, from: &str, to: &str| {
+        let text = std::fs::read_to_string(format!(
+            "{}/tests/fixtures/receivers/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        assert!(text.contains(from), "{name}: {from}");
+        let s = snapshot(&text.replacen(from, to, 1));
+        receiver_of(&s, &s.services[0]).unwrap()
+    };
+    // Kong's KONG_PROXY_LISTEN from a ConfigMap reference.
+    let r = read(
+        "kong-off.yaml",
+        "              value: \"0.0.0.0:8000, [::]:8000, 0.0.0.0:8443 http2 ssl, [::]:8443 http2 ssl\"\n",
+        "              valueFrom:\n                configMapKeyRef:\n                  name: kong-env\n                  key: proxy-listen\n",
+    );
+    assert_eq!(r.requirement, Requirement::Unknown, "{r:?}");
+    // Traefik's static configuration in a ConfigMap volume the snapshot lacks.
+    let r = read(
+        "traefik-k3s.yaml",
+        "    spec:\n      containers:\n",
+        "    spec:\n      volumes:\n        - name: config\n          configMap:\n            name: traefik-config\n      containers:\n",
+    );
+    assert_eq!(r.requirement, Requirement::Unknown, "{r:?}");
+    // jcmoraisjr's haproxy-ingress with a custom template.
+    let r = read(
+        "haproxy-ingress-required.yaml",
+        "    spec:\n      containers:\n",
+        "    spec:\n      volumes:\n        - name: haproxy-template\n          configMap:\n            name: haproxy-ingress-template\n      containers:\n",
+    );
+    assert_eq!(r.requirement, Requirement::Unknown, "{r:?}");
+}
+
+#[test]
+fn kgateway_per_port_replaces_the_default_for_its_port() {
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/receivers/kgateway-required.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    // A `perPort` entry for 80 without proxyProtocol: 80 off, 443 keeps the default.
+    let text = text.replacen(
+        "  default:\n",
+        "  perPort:\n    - port: 80\n      listener:\n        perConnectionBufferLimitBytes: 32768\n  default:\n",
+        1,
+    );
+    let s = snapshot(&text);
+    let r = receiver_of(&s, &s.services[0]).unwrap();
+    let ports: Vec<_> = r.ports.iter().map(|p| (p.port, p.requirement)).collect();
+    assert_eq!(ports, [(80, Requirement::Off), (443, REQUIRED)], "{r:?}");
 }

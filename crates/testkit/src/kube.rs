@@ -2,8 +2,8 @@
 //!
 //! The binaries are the Kubernetes v1.31.14 test peers in `../shared/peers/kubernetes`
 //! (README there), unpacked once into `target/kube-peers-v1.31.14/`; etcd is Debian's `etcd-server`.
-//! Call [`skip_reason`] first: without root, the peers or etcd a test prints the reason and
-//! returns.
+//! Call [`skip_without`] first: without root, the peers or etcd it records a skip
+//! ([`crate::skip`]; under CI the test fails instead) and the test returns.
 //!
 //! ```text
 //!  root namespace                                    network namespace hpk-<slot> (KubeNode)
@@ -28,8 +28,7 @@
 //! ```no_run
 //! use hairpin_testkit::kube::{self, ApiServer, KubeNode, NodeOptions};
 //! use serde_json::json;
-//! if let Some(reason) = kube::skip_reason() {
-//!     println!("SKIPPED: {reason}");
+//! if kube::skip_without("demo") {
 //!     return;
 //! }
 //! let api = ApiServer::start().unwrap();
@@ -80,11 +79,9 @@ pub fn skip_reason() -> Option<String> {
             "not running as root (the real kube-apiserver tests need network namespaces)".into(),
         );
     }
-    let Some(dir) = peers_dir() else {
-        return Some(format!(
-            "the Kubernetes {VERSION} test peers (../shared/peers/kubernetes/kube-apiserver.xz, \
-             kube-proxy.xz) are absent; CI has them"
-        ));
+    let dir = match peers_dir() {
+        Ok(dir) => dir,
+        Err(why) => return Some(format!("the Kubernetes {VERSION} test peers: {why}")),
     };
     for file in ["kube-apiserver.xz", "kube-proxy.xz"] {
         if !dir.join(file).is_file() {
@@ -120,17 +117,17 @@ fn find_binary(name: &str) -> Option<PathBuf> {
 }
 
 /// `shared/peers/kubernetes` in the nearest ancestor of the workspace that has it
-/// (`$HAIRPIN_TEST_KUBE_PEERS` first).
-fn peers_dir() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HAIRPIN_TEST_KUBE_PEERS") {
-        return Some(PathBuf::from(p)).filter(|p| p.is_dir());
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let workspace = workspace.canonicalize().unwrap_or(workspace);
-    workspace
-        .ancestors()
-        .map(|a| a.join("shared/peers/kubernetes"))
-        .find(|p| p.join("kube-apiserver.xz").is_file())
+/// (`$HAIRPIN_TEST_KUBE_PEERS` first), or where it was looked for.
+fn peers_dir() -> Result<PathBuf, String> {
+    crate::shared_path("peers/kubernetes", "HAIRPIN_TEST_KUBE_PEERS", |p| {
+        p.join("kube-apiserver.xz").is_file()
+    })
+}
+
+/// For a test that needs the real kube-apiserver: `true` (after [`crate::skip::skip`], which
+/// fails the test under CI) when [`skip_reason`] says it cannot run here.
+pub fn skip_without(test: &str) -> bool {
+    crate::skip::missing(test, skip_reason())
 }
 
 /// The unpacked binaries' folder: `$CARGO_TARGET_DIR/kube-peers-<version>` (or the
@@ -143,13 +140,13 @@ fn unpacked() -> io::Result<PathBuf> {
     let _one_at_a_time = UNPACKING
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let peers = peers_dir().ok_or_else(|| io::Error::other("Kubernetes test peers absent"))?;
+    let peers = peers_dir().map_err(io::Error::other)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
     let dir = target.join(format!("kube-peers-{VERSION}"));
     std::fs::create_dir_all(&dir)?;
-    for name in ["kube-apiserver", "kube-proxy"] {
+    for name in ["kube-apiserver", "kube-proxy", "kube-controller-manager"] {
         let path = dir.join(name);
         if path.is_file() {
             continue;
@@ -510,6 +507,41 @@ impl ApiServer {
         curl_api(&self.url, &self.ca_file(), &self.token, method, path, body)
     }
 
+    /// Starts kube-controller-manager against this apiserver with only `controllers` (its
+    /// `--controllers` names, e.g. `validatingadmissionpolicy-status-controller`), as the
+    /// admin; stopped when the [`Group`] is dropped. Its log is `kcm-<n>.log` here.
+    pub fn start_controller_manager(&self, controllers: &[&str]) -> io::Result<Group> {
+        let d = |name: &str| self.dir.path().join(name);
+        let mut command = Command::new(self.bin.join("kube-controller-manager"));
+        command
+            .arg("--kubeconfig")
+            .arg(self.admin_kubeconfig())
+            .args(["--leader-elect=false", "--secure-port=0"])
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                d("sa.key").display()
+            ))
+            .arg(format!("--root-ca-file={}", d("ca.crt").display()))
+            .args(["--cluster-cidr", CLUSTER_CIDR])
+            .arg(format!("--controllers={}", controllers.join(",")));
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = d(&format!("kcm-{n}.log"));
+        Group::spawn("kube-controller-manager", command, log)
+    }
+
+    /// [`ApiServer::request`] with another bearer token (a ServiceAccount's, from
+    /// [`ApiServer::service_account_token`]): what that identity is allowed or denied.
+    pub fn request_as(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &Value)>,
+    ) -> io::Result<(u16, Value)> {
+        curl_api(&self.url, &self.ca_file(), token, method, path, body)
+    }
+
     /// Like [`ApiServer::request`], panicking unless the answer is 2xx.
     pub fn request_ok(&self, method: &str, path: &str, body: Option<(&str, &Value)>) -> Value {
         let (status, answer) = self
@@ -688,7 +720,11 @@ pub fn object_path(object: &Value) -> String {
     };
     let plural = if kind.ends_with('s') {
         format!("{kind}es")
-    } else if let Some(stem) = kind.strip_suffix('y') {
+    } else if let Some(stem) = kind
+        .strip_suffix('y')
+        .filter(|stem| !stem.ends_with(['a', 'e', 'o', 'u']))
+    {
+        // `nginxproxy` -> `nginxproxies`, but `gateway` -> `gateways`.
         format!("{stem}ies")
     } else {
         format!("{kind}s")
@@ -1385,5 +1421,92 @@ impl Curl {
     /// True when curl got an answer (exit 0).
     pub fn ok(&self) -> bool {
         self.exit == Some(0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// kube-controller-manager (issue 40): the garbage collector, namespace deletion, ReplicaSets.
+
+/// A real kube-controller-manager against an [`ApiServer`] (every upstream controller: the
+/// garbage collector, namespace deletion, Deployments' ReplicaSets and Pods, EndpointSlices).
+/// No scheduler or kubelet: Pods stay Pending. Killed on drop.
+#[derive(Debug)]
+pub struct ControllerManager {
+    process: Group,
+    started_in: Duration,
+}
+
+impl ControllerManager {
+    /// Starts kube-controller-manager with the admin's kubeconfig and waits until it serves:
+    /// a namespace created after the start gets its `default` ServiceAccount (about 3 s).
+    pub fn start(api: &ApiServer) -> io::Result<ControllerManager> {
+        let started = Instant::now();
+        let dir = api.dir();
+        let mut command = isolated_command(api.bin_dir().join("kube-controller-manager"));
+        command.args([
+            &format!("--kubeconfig={}", api.admin_kubeconfig().display()),
+            "--leader-elect=false",
+            "--secure-port=0",
+            &format!(
+                "--service-account-private-key-file={}",
+                dir.join("sa.key").display()
+            ),
+            &format!("--root-ca-file={}", dir.join("ca.crt").display()),
+            "--cluster-cidr=10.244.0.0/16",
+            "--controllers=*",
+            "--profiling=false",
+        ]);
+        let log = dir.join(format!("kube-controller-manager-{}.log", free_port()));
+        let mut process = Group::spawn("kube-controller-manager", command, log)?;
+        let probe = format!("kcm-probe-{}", random_token().get(..8).unwrap_or("x"));
+        api.ensure_namespace(&probe);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let path = format!("/api/v1/namespaces/{probe}/serviceaccounts/default");
+        while api.get(&path).is_none() {
+            process.check_alive()?;
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "kube-controller-manager not serving after {READY_TIMEOUT:?}:\n{}",
+                        tail(&process.log(), 40)
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        api.delete(&format!("/api/v1/namespaces/{probe}"));
+        Ok(ControllerManager {
+            process,
+            started_in: started.elapsed(),
+        })
+    }
+
+    /// How long [`ControllerManager::start`] took.
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+}
+
+impl Group {
+    /// Sends SIGTERM to the process (not its group) and waits up to `timeout` for it to exit;
+    /// how long it took, `None` when it did not.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .output();
+        while started.elapsed() < timeout {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 }

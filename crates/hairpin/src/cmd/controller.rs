@@ -12,6 +12,7 @@ use hairpin_controller::client::ClientArgs;
 use hairpin_controller::fight::FightParams;
 use hairpin_controller::lease::LeaseParams;
 use hairpin_controller::propagation::PropagationParams;
+use hairpin_controller::removal::RemovalParams;
 use hairpin_controller::upstream::UpstreamParams;
 use hairpin_controller::{ControllerConfig, Metrics};
 use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
@@ -103,6 +104,44 @@ pub(crate) struct Args {
     )]
     pub(crate) verify_nameservers: Vec<SocketAddr>,
 
+    /// Tell a removal of hairpin (its Deployment, namespace, ServiceAccount or RBAC being
+    /// deleted: a GitOps prune, `kubectl delete -f`) from a restart, and restore the cluster
+    /// then as `hairpin uninstall` does. Holds those objects with finalizers until the restore
+    /// is done (docs/controller.md, "Removal"). Off by itself without a controller Deployment.
+    #[arg(long, env = "HAIRPIN_REMOVAL_GUARD", default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) removal_guard: bool,
+
+    /// The controller Deployment in `--namespace` (the removal guard holds it).
+    #[arg(
+        long,
+        env = "HAIRPIN_CONTROLLER_DEPLOYMENT",
+        default_value = "hairpin-controller"
+    )]
+    pub(crate) controller_deployment: String,
+
+    /// The controller's ServiceAccount, Role and RoleBinding in `--namespace`, and its
+    /// ClusterRole and ClusterRoleBinding (the removal guard holds them).
+    #[arg(long, env = "HAIRPIN_RBAC_NAME", default_value = "hairpin-controller")]
+    pub(crate) rbac_name: String,
+
+    /// The controller's Role and RoleBinding in the CoreDNS namespace.
+    #[arg(
+        long,
+        env = "HAIRPIN_COREDNS_RBAC_NAME",
+        default_value = "hairpin-coredns"
+    )]
+    pub(crate) coredns_rbac_name: String,
+
+    /// How often the removal guard looks for a removal while running.
+    #[arg(long, env = "HAIRPIN_REMOVAL_POLL", default_value = "3s", value_parser = parse_positive_duration)]
+    pub(crate) removal_poll: Duration,
+
+    /// How long the restore on removal may take; the held objects are released then, done or
+    /// not (keep it below the Pod's grace period, 30 s, and the 60 s a deleted
+    /// ServiceAccount's token stays valid).
+    #[arg(long, env = "HAIRPIN_REMOVAL_DEADLINE", default_value = "20s", value_parser = parse_positive_duration)]
+    pub(crate) removal_deadline: Duration,
+
     #[command(flatten)]
     pub(crate) admin: AdminArgs,
 
@@ -136,6 +175,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let planner = args.planner.config()?;
+    let removal = args.removal_guard.then(|| RemovalParams {
+        deployment: args.controller_deployment.clone(),
+        rbac_name: args.rbac_name.clone(),
+        coredns_rbac_name: args.coredns_rbac_name.clone(),
+        poll: args.removal_poll,
+        deadline: args.removal_deadline,
+        lease_name: args.lease_name.clone(),
+        ..RemovalParams::new(&planner.namespace, &planner.coredns_namespace)
+    });
     let mut config = ControllerConfig::new(planner.clone(), &identity);
     config.debounce = args.debounce;
     config.resync = args.resync;
@@ -190,9 +238,29 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             "controller starting"
         );
         let admin_task = tokio::spawn(admin.serve(Arc::new(registry), readiness, shutdown.clone()));
+        // Beside the controller: it restores on a removal even while the controller waits.
+        let guard = removal.map(|params| {
+            tokio::spawn(hairpin_controller::removal::guard(
+                client.clone(),
+                planner.clone(),
+                params,
+                identity.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ))
+        });
         hairpin_controller::run(client, config, metrics, ready, shutdown).await?;
+        // It looks once more at the shutdown, and restores if this is a removal.
+        let removed = match guard {
+            Some(guard) => guard.await.ok().flatten(),
+            None => None,
+        };
         admin_task.abort();
         tracing::info!("controller stopped");
+        if let Some(note) = removed.and_then(|outcome| outcome.left_note) {
+            // The last line the Pod logs: what a removal left behind, and the command.
+            tracing::error!("{note}");
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

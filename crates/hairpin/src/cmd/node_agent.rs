@@ -53,9 +53,16 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_REMOVE")]
     pub(crate) remove: bool,
 
-    /// Remove the block when stopped by SIGTERM/SIGINT.
+    /// Remove the block when stopped by SIGTERM/SIGINT (with `--daemonset`: only when that
+    /// DaemonSet is being removed).
     #[arg(long, env = "HAIRPIN_REMOVE_ON_EXIT")]
     pub(crate) remove_on_exit: bool,
+
+    /// The node agent's DaemonSet in `--hosts-namespace`: with `--remove-on-exit`, the block
+    /// is removed at exit only when the DaemonSet is being deleted or is gone (or cannot be
+    /// read: the safe side), and kept on a restart (a rollout, an upgrade, a crash).
+    #[arg(long, env = "HAIRPIN_NODE_AGENT_DAEMONSET")]
+    pub(crate) daemonset: Option<String>,
 
     #[command(flatten)]
     pub(crate) admin: AdminArgs,
@@ -79,9 +86,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
+    // With a DaemonSet to ask, the removal at exit is decided below, after the run.
+    let removal_check = args
+        .daemonset
+        .clone()
+        .filter(|_| args.remove_on_exit && args.source_file.is_none());
     let options = AgentOptions {
         interval: args.interval,
-        remove_on_exit: args.remove_on_exit,
+        remove_on_exit: args.remove_on_exit && removal_check.is_none(),
     };
     if args.once {
         let path = args
@@ -107,10 +119,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
         let admin = AdminServer::bind(args.admin.admin_addr).await?;
         let registry = Registry::default();
+        let mut client_for_exit = None;
         let agent = match &args.source_file {
             Some(path) => Agent::new(hosts, SourceFile::new(path), options),
             None => {
                 let client = args.client.client().await?;
+                client_for_exit = Some(client.clone());
                 let changed = Arc::new(Notify::new());
                 let source = ConfigMapSource::start(
                     client,
@@ -133,6 +147,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             "node agent started"
         );
         agent.run_with_admin(admin, registry, &shutdown).await?;
+        // The block goes when the DaemonSet is removed (or cannot be read: the safe side),
+        // and stays on a restart.
+        if let (Some(name), Some(client)) = (removal_check, client_for_exit) {
+            let ds = hairpin_planner::escape::text(&name);
+            match hairpin_controller::removal::daemonset_removal(&client, &args.hosts.namespace, &name).await {
+                None => tracing::info!(daemonset = %ds, "a restart, not a removal: the hairpin block stays in the hosts file"),
+                Some(reason) => {
+                    let outcome = HostsFile::new(&args.hosts_file).remove()?;
+                    tracing::info!(path = %args.hosts_file.display(), ?outcome, reason = %reason, "removed the hairpin block on exit");
+                }
+            }
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

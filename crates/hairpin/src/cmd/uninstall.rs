@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use hairpin_controller::UninstallReport;
 use hairpin_controller::client::ClientArgs;
+use hairpin_controller::removal::RemovalParams;
 use hairpin_controller::uninstall::FenceReport;
 use hairpin_planner::PlannerConfig;
 use hairpin_runtime::LogArgs;
@@ -34,6 +35,21 @@ pub(crate) struct Args {
     )]
     pub(crate) controller_deployment: String,
 
+    /// The controller's ServiceAccount, Role, RoleBinding (in `--namespace`), ClusterRole and
+    /// ClusterRoleBinding: uninstall removes the controller's removal-guard finalizer
+    /// (`hairpin.io/restore`) from them and from the Deployment, so their deletion waits on
+    /// nothing.
+    #[arg(long, env = "HAIRPIN_RBAC_NAME", default_value = "hairpin-controller")]
+    pub(crate) rbac_name: String,
+
+    /// The controller's Role and RoleBinding in the CoreDNS namespace (finalizer removed too).
+    #[arg(
+        long,
+        env = "HAIRPIN_COREDNS_RBAC_NAME",
+        default_value = "hairpin-coredns"
+    )]
+    pub(crate) coredns_rbac_name: String,
+
     #[command(flatten)]
     pub(crate) log: LogArgs,
 }
@@ -51,7 +67,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             controller_deployment: args.controller_deployment.clone(),
             ..hairpin_controller::UninstallParams::new(&args.lease_name)
         };
-        let report = hairpin_controller::uninstall_with(&client, &planner, &params).await;
+        let mut report = hairpin_controller::uninstall_with(&client, &planner, &params).await;
+        // After the restore (the fence stays): nothing of hairpin's waits on its finalizer.
+        let holds = RemovalParams {
+            deployment: args.controller_deployment.clone(),
+            rbac_name: args.rbac_name.clone(),
+            coredns_rbac_name: args.coredns_rbac_name.clone(),
+            ..RemovalParams::new(&planner.namespace, &planner.coredns_namespace)
+        };
+        let release_errors = hairpin_controller::removal::release_all(&client, &holds).await;
+        if release_errors.is_empty() {
+            println!(
+                "released the controller's objects: no finalizer {} is left on them",
+                hairpin_controller::removal::RESTORE_FINALIZER
+            );
+        }
+        report.failures.extend(release_errors);
         print_fence(&report.fence, &planner.namespace, &args.lease_name);
         print_deleted(&report, &planner, &args.lease_name);
         print_left_alone(&report);

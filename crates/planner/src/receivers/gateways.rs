@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::{Found, Read, Requirement, containers, flag, read, text_at, unknown};
+use super::{Found, PortReceiver, Read, Requirement, containers, flag, read, text_at, unknown};
 use crate::workloads::DynamicObject;
 
 const REQUIRED: Requirement = Requirement::Required { only_v2: false };
@@ -51,21 +51,69 @@ fn targets(policy: &DynamicObject, gateway: &Value) -> bool {
     by_ref || by_selector
 }
 
-/// Whether a policy targets only some listeners (`sectionName`).
-fn per_section(policy: &DynamicObject) -> bool {
-    policy
+/// The references of a policy (`targetRef`, `targetRefs`).
+fn references(policy: &DynamicObject) -> impl Iterator<Item = &Value> {
+    policy.spec.get("targetRef").into_iter().chain(
+        policy
+            .spec
+            .get("targetRefs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten(),
+    )
+}
+
+/// The listeners (`sectionName`s) of the Gateway a policy targets one by one; empty for a
+/// policy that targets the whole Gateway (a reference without `sectionName`, or a selector).
+fn sections<'p>(policy: &'p DynamicObject, gateway: &Value) -> Vec<&'p str> {
+    let name = text_at(gateway, "/metadata/name");
+    let to_gateway: Vec<&Value> = references(policy)
+        .filter(|r| r.get("kind").and_then(Value::as_str).unwrap_or("Gateway") == "Gateway")
+        .filter(|r| r.get("name").and_then(Value::as_str) == Some(name))
+        .collect();
+    let whole = policy.spec.get("targetSelectors").is_some()
+        || to_gateway.is_empty()
+        || to_gateway.iter().any(|r| r.get("sectionName").is_none());
+    if whole {
+        return Vec::new();
+    }
+    to_gateway
+        .iter()
+        .filter_map(|r| r.get("sectionName").and_then(Value::as_str))
+        .collect()
+}
+
+/// Whether a policy targets a `ListenerSet` (Gateway API's `XListenerSet`, or `ListenerSet`):
+/// its listeners are not read.
+fn targets_listener_set(policy: &DynamicObject) -> bool {
+    references(policy).any(|r| {
+        r.get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.ends_with("ListenerSet"))
+    })
+}
+
+/// What one ClientTrafficPolicy sets.
+fn client_traffic(policy: &DynamicObject) -> Read {
+    let where_ = policy.describe();
+    if let Some(pp) = policy.spec.get("proxyProtocol").filter(|v| !v.is_null()) {
+        return match pp.get("optional").and_then(Value::as_bool) {
+            Some(true) => read(
+                Requirement::Optional,
+                "proxyProtocol: {optional: true}",
+                where_,
+            ),
+            _ => read(REQUIRED, "proxyProtocol: {}", where_),
+        };
+    }
+    match policy
         .spec
-        .get("targetRef")
-        .into_iter()
-        .chain(
-            policy
-                .spec
-                .get("targetRefs")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten(),
-        )
-        .any(|r| r.get("sectionName").is_some())
+        .get("enableProxyProtocol")
+        .and_then(Value::as_bool)
+    {
+        Some(true) => read(REQUIRED, "enableProxyProtocol: true", where_),
+        _ => read(Requirement::Off, "no proxyProtocol", where_),
+    }
 }
 
 impl Found<'_> {
@@ -98,43 +146,101 @@ impl Found<'_> {
     /// `enableProxyProtocol: true` ("Proxy Protocol must be present when this field is set,
     /// else the connection is closed"); `proxyProtocol.optional: true` sets Envoy's
     /// `allow_requests_without_proxy_protocol` (internal/xds/translator/proxy_protocol.go).
+    /// Precedence as Envoy Gateway has it (internal/gatewayapi/clienttrafficpolicy.go; the
+    /// ClientTrafficPolicy concept page): a policy that targets a listener (`sectionName`)
+    /// applies to it, one that targets the whole Gateway to the remaining listeners; among
+    /// equals the oldest wins. This is the Gateway-wide setting; [`Found::envoy_gateway_ports`]
+    /// reads each listener.
     pub(super) fn envoy_gateway(&self) -> Read {
         let policies = match self.policies("gateway.envoyproxy.io", "ClientTrafficPolicy") {
             Ok(p) => p,
             Err(read) => return read,
         };
-        let gateway = self.gateway_name();
-        let Some(policy) = policies.first() else {
-            return read(
-                Requirement::Off,
-                "no ClientTrafficPolicy targets the Gateway",
-                gateway,
-            );
+        let Some(gateway) = &self.gateway else {
+            return unknown("no Gateway found whose address is the load balancer's");
         };
-        let where_ = policy.describe();
-        if per_section(policy) {
-            return unknown(format!(
-                "{where_} targets single listeners (sectionName): per-listener settings are not read"
-            ));
+        match policies.iter().find(|p| sections(p, gateway).is_empty()) {
+            Some(policy) => client_traffic(policy),
+            None => read(
+                Requirement::Off,
+                "no ClientTrafficPolicy targets the whole Gateway",
+                self.gateway_name(),
+            ),
         }
-        if let Some(pp) = policy.spec.get("proxyProtocol").filter(|v| !v.is_null()) {
-            return match pp.get("optional").and_then(Value::as_bool) {
-                Some(true) => read(
-                    Requirement::Optional,
-                    "proxyProtocol: {optional: true}",
-                    where_,
-                ),
-                _ => read(REQUIRED, "proxyProtocol: {}", where_),
+    }
+
+    /// Envoy Gateway per Service port: the Gateway's listeners on that port (Envoy Gateway's
+    /// Service ports are its Gateway's listener ports), each with the policy that targets it by
+    /// `sectionName`, else the Gateway-wide one. A port without a listener of the Gateway (a
+    /// `ListenerSet`'s) is unknown. `None` where no policy targets single listeners or a
+    /// `ListenerSet` (the whole reading holds).
+    pub(super) fn envoy_gateway_ports(&self) -> Option<Vec<PortReceiver>> {
+        let policies = self
+            .policies("gateway.envoyproxy.io", "ClientTrafficPolicy")
+            .ok()?;
+        let gateway = self.gateway.as_ref()?;
+        let namespace = text_at(gateway, "/metadata/namespace");
+        let listener_sets = self.snapshot.receivers.objects.iter().any(|o| {
+            o.kind == "ClientTrafficPolicy"
+                && o.metadata.namespace.as_deref() == Some(namespace)
+                && targets_listener_set(o)
+        });
+        if !listener_sets && policies.iter().all(|p| sections(p, gateway).is_empty()) {
+            return None;
+        }
+        let whole = self.envoy_gateway();
+        let listeners: Vec<(&str, i64)> = gateway
+            .pointer("/spec/listeners")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|l| {
+                Some((
+                    l.get("name").and_then(Value::as_str)?,
+                    l.get("port").and_then(Value::as_i64)?,
+                ))
+            })
+            .collect();
+        let on_listener = |name: &str| -> Read {
+            match policies
+                .iter()
+                .find(|p| sections(p, gateway).contains(&name))
+            {
+                Some(policy) => {
+                    let (r, setting, from) = client_traffic(policy);
+                    (r, format!("listener {name}: {setting}"), from)
+                }
+                None => whole.clone(),
+            }
+        };
+        let ports = super::tcp_service_ports(self.svc).map(|sp| {
+            let reads: Vec<(&str, Read)> = listeners
+                .iter()
+                .filter(|(_, port)| *port == i64::from(sp.port))
+                .map(|(name, _)| (*name, on_listener(name)))
+                .collect();
+            let (requirement, setting, read_from) = match reads.first() {
+                None => unknown(format!(
+                    "no listener of {} on port {} (a ListenerSet's listeners are not read)",
+                    self.gateway_name(),
+                    sp.port
+                )),
+                Some((_, first)) if reads.iter().all(|(_, r)| r.0 == first.0) => first.clone(),
+                Some(_) => unknown(format!(
+                    "the listeners {} on port {} differ",
+                    reads.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
+                    sp.port
+                )),
             };
-        }
-        match policy
-            .spec
-            .get("enableProxyProtocol")
-            .and_then(Value::as_bool)
-        {
-            Some(true) => read(REQUIRED, "enableProxyProtocol: true", where_),
-            _ => read(Requirement::Off, "no proxyProtocol", where_),
-        }
+            PortReceiver {
+                port: sp.port,
+                name: sp.name.clone(),
+                requirement,
+                setting,
+                read_from,
+            }
+        });
+        Some(ports.collect())
     }
 
     fn gateway_name(&self) -> String {
@@ -162,6 +268,8 @@ impl Found<'_> {
             .get("name")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        // An empty `namespace`: a cluster-scoped object (NGINX Gateway Fabric 1.x's
+        // NginxProxy v1alpha1, named by the GatewayClass without a namespace).
         let ns = reference
             .get("namespace")
             .and_then(Value::as_str)
@@ -169,9 +277,14 @@ impl Found<'_> {
         let found = self.snapshot.receivers.objects.iter().find(|o| {
             o.kind == kind
                 && o.metadata.name.as_deref() == Some(name)
-                && o.metadata.namespace.as_deref() == Some(ns)
+                && o.metadata.namespace.as_deref().unwrap_or_default() == ns
         });
-        Some(found.ok_or_else(|| format!("{kind} {ns}/{name} is not in the snapshot")))
+        let what = if ns.is_empty() {
+            format!("{kind} {name} (cluster-scoped)")
+        } else {
+            format!("{kind} {ns}/{name}")
+        };
+        Some(found.ok_or_else(|| format!("{what} is not in the snapshot")))
     }
 
     /// nginx/nginx-gateway-fabric apis/v1alpha2/nginxproxy_types.go: `rewriteClientIP.mode:
@@ -190,9 +303,11 @@ impl Found<'_> {
                 namespace,
                 "NginxProxy",
             ),
-            class.and_then(|c| {
-                self.parameters(c.spec.get("parametersRef"), namespace, "NginxProxy")
-            }),
+            // NGINX Gateway Fabric 1.x: the GatewayClass names a cluster-scoped NginxProxy
+            // (gateway.nginx.org/v1alpha1, apis/v1alpha1/nginxproxy_types.go
+            // `+kubebuilder:resource:scope=Cluster`) without a namespace; 2.x names a
+            // namespaced v1alpha2 one with its namespace.
+            class.and_then(|c| self.parameters(c.spec.get("parametersRef"), "", "NginxProxy")),
         ];
         for candidate in candidates.into_iter().flatten() {
             let proxy = match candidate {
@@ -225,7 +340,7 @@ impl Found<'_> {
 
     /// kgateway-dev/kgateway api/v1alpha1/kgateway/listener_policy_types.go: `proxyProtocol`
     /// ("When set, Envoy will expect connections to include the PROXY protocol header") in
-    /// `default`, or per port in `perPort[].listener`.
+    /// `default`; `perPort[].listener` replaces it for its port ([`Found::kgateway_ports`]).
     pub(super) fn kgateway(&self) -> Read {
         let policies = match self.policies("gateway.kgateway.dev", "ListenerPolicy") {
             Ok(p) => p,
@@ -239,22 +354,67 @@ impl Found<'_> {
             {
                 return read(REQUIRED, "default.proxyProtocol: {}", policy.describe());
             }
-            let per_port = policy.spec.get("perPort").and_then(Value::as_array);
-            if per_port.is_some_and(|p| {
-                p.iter()
-                    .any(|p| p.pointer("/listener/proxyProtocol").is_some())
-            }) {
-                return unknown(format!(
-                    "{}: proxyProtocol set per port only: per-port settings are not read",
-                    policy.describe()
-                ));
-            }
         }
         read(
             Requirement::Off,
-            "no ListenerPolicy sets proxyProtocol",
+            "no ListenerPolicy sets default.proxyProtocol",
             self.gateway_name(),
         )
+    }
+
+    /// kgateway per Service port (its Service ports are the Gateway's listener ports): a
+    /// `perPort` entry for the port "completely replaces the default configuration for all
+    /// listeners handling traffic that match this port" (listener_policy_types.go); the oldest
+    /// policy's entry wins. `None` where no policy has `perPort`.
+    pub(super) fn kgateway_ports(&self) -> Option<Vec<PortReceiver>> {
+        let policies = self
+            .policies("gateway.kgateway.dev", "ListenerPolicy")
+            .ok()?;
+        let entries = |p: &&DynamicObject| {
+            p.spec
+                .get("perPort")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+        };
+        if !policies.iter().any(entries) {
+            return None;
+        }
+        let whole = self.kgateway();
+        let ports = super::tcp_service_ports(self.svc).map(|sp| {
+            let entry = policies.iter().find_map(|p| {
+                let e =
+                    p.spec.get("perPort")?.as_array()?.iter().find(|e| {
+                        e.get("port").and_then(Value::as_i64) == Some(i64::from(sp.port))
+                    })?;
+                Some((p, e))
+            });
+            let (requirement, setting, read_from) = match entry {
+                Some((p, e))
+                    if e.pointer("/listener/proxyProtocol")
+                        .is_some_and(|v| !v.is_null()) =>
+                {
+                    read(
+                        REQUIRED,
+                        format!("perPort {}: listener.proxyProtocol: {{}}", sp.port),
+                        p.describe(),
+                    )
+                }
+                Some((p, _)) => read(
+                    Requirement::Off,
+                    format!("perPort {}: no listener.proxyProtocol", sp.port),
+                    p.describe(),
+                ),
+                None => whole.clone(),
+            };
+            PortReceiver {
+                port: sp.port,
+                name: sp.name.clone(),
+                requirement,
+                setting,
+                read_from,
+            }
+        });
+        Some(ports.collect())
     }
 
     /// projectcontour/contour cmd/contour/serve.go (`--use-proxy-protocol`, "Use PROXY
@@ -346,6 +506,65 @@ impl Found<'_> {
                 );
             }
         }
+        let read = self.istio_mesh();
+        if read.0 == Requirement::Off
+            && let Some(filter) = self.istio_envoy_filter()
+        {
+            return unknown(format!(
+                "{filter} selects the gateway and speaks of the PROXY protocol: EnvoyFilters are not read"
+            ));
+        }
+        read
+    }
+
+    /// An EnvoyFilter that applies to the gateway and speaks of the PROXY protocol (how
+    /// Istio's own blog turns it on): `Kind namespace/name`. It applies to the gateway when it
+    /// is in the gateway's namespace or the root namespace (`istio-system`) and its
+    /// `workloadSelector` (none: every proxy there) picks the pods, or its `targetRefs` name
+    /// the Gateway (networking/v1alpha3/envoy_filter.proto).
+    fn istio_envoy_filter(&self) -> Option<String> {
+        let namespace = self.namespace();
+        let labels = self.workload.map(crate::workloads::Workload::labels);
+        let gateway = self.gateway.as_ref().map(|g| text_at(g, "/metadata/name"));
+        self.snapshot
+            .receivers
+            .objects
+            .iter()
+            .filter(|o| o.kind == "EnvoyFilter" && o.group() == "networking.istio.io")
+            .filter(|o| {
+                let ns = o.metadata.namespace.as_deref().unwrap_or_default();
+                let by_ref = o
+                    .spec
+                    .get("targetRefs")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|r| {
+                        r.get("kind").and_then(Value::as_str) == Some("Gateway")
+                            && gateway.is_some()
+                            && r.get("name").and_then(Value::as_str) == gateway
+                    });
+                let selected = match o
+                    .spec
+                    .pointer("/workloadSelector/labels")
+                    .and_then(Value::as_object)
+                {
+                    Some(wanted) => wanted.iter().all(|(k, v)| {
+                        labels.and_then(|l| l.get(k)).map(String::as_str) == v.as_str()
+                    }),
+                    None => o.spec.get("targetRefs").is_none(),
+                };
+                (ns == namespace || ns == "istio-system") && (by_ref || selected)
+            })
+            .find(|o| {
+                let text = o.spec.to_string().to_ascii_lowercase();
+                text.contains("proxy_protocol") || text.contains("proxyprotocol")
+            })
+            .map(|o| o.describe())
+    }
+
+    /// Istio's mesh-wide setting (ConfigMap `istio`, key `mesh`).
+    fn istio_mesh(&self) -> Read {
         let mesh = self
             .snapshot
             .config_maps

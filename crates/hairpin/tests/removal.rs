@@ -1,0 +1,764 @@
+//! Issue 40: every way of removing hairpin leaves the cluster as before. Against a real
+//! kube-apiserver AND kube-controller-manager 1.31 (`../shared/peers/kubernetes`, driven by
+//! `hairpin_testkit::kube`: the garbage collector, namespace deletion, ReplicaSets), with the
+//! shipped manifest (every object, the workloads too: their Pods stay Pending, nothing runs
+//! them) and `hairpin controller` running beside the cluster with the shipped
+//! `hairpin-controller` ServiceAccount's token, as its Pod would. The deletions are made as
+//! `kubectl delete -f deploy/hairpin.yaml` makes them: every object in file order, background
+//! propagation. Each scenario prints its timings.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hairpin_testkit::kube::{self, ApiServer, ControllerManager, Group, object_path};
+use serde_json::{Value, json};
+
+const COREFILE: &str = ".:53 {\n    errors\n    health\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    loop\n    reload\n    loadbalance\n}\n";
+const COREDNS: &str = "/api/v1/namespaces/kube-system/configmaps/coredns";
+const CRB: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/hairpin-controller";
+const CLUSTER_ROLE: &str = "/apis/rbac.authorization.k8s.io/v1/clusterroles/hairpin-controller";
+const HOST: &str = "shop.example.test";
+const LB_IP: &str = "203.0.113.40";
+/// Generous: only catches hangs (the figures are printed).
+const WAIT: Duration = Duration::from_secs(120);
+
+/// One scenario at a time: each starts its own apiserver and controller-manager.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+struct Cluster {
+    controller: Option<Group>,
+    // Drop order: the controller, then the controller-manager, then the apiserver.
+    _kcm: ControllerManager,
+    api: ApiServer,
+    manifest: Vec<Value>,
+}
+
+fn manifest() -> Vec<Value> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/hairpin.yaml"
+    ))
+    .expect("read deploy/hairpin.yaml");
+    text.split("\n---")
+        .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
+        .filter(|o| o["kind"].as_str().is_some_and(|k| !k.is_empty()))
+        .collect()
+}
+
+/// The apiserver, the controller-manager, the whole shipped manifest, CoreDNS's ConfigMap
+/// and a PROXY load balancer with an Ingress on it; `None` (printed) when the peers are
+/// absent here.
+fn cluster(test: &str) -> Option<Cluster> {
+    if let Some(reason) = kube::skip_reason() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test}: a test peer is missing under CI: {reason}"
+        );
+        println!("SKIPPED {test}: {reason}");
+        return None;
+    }
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let kcm = ControllerManager::start(&api).expect("start kube-controller-manager");
+    println!(
+        "{test}: apiserver ready in {:.1}s, controller-manager in {:.1}s",
+        api.started_in().as_secs_f64(),
+        kcm.started_in().as_secs_f64()
+    );
+    let manifest = manifest();
+    for object in &manifest {
+        api.apply(object);
+    }
+    api.apply(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"namespace": "kube-system", "name": "coredns"},
+        "data": {"Corefile": COREFILE}}));
+    api.ensure_namespace("ingress");
+    api.ensure_namespace("web");
+    api.apply(&json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"namespace": "ingress", "name": "nginx", "annotations": {
+            "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol": "true"}},
+        "spec": {"type": "LoadBalancer",
+                 "ports": [{"name": "http", "port": 80, "targetPort": 80, "protocol": "TCP"}]}}));
+    api.patch_status(
+        "/api/v1/namespaces/ingress/services/nginx",
+        &json!({"status": {"loadBalancer": {"ingress": [{"ip": LB_IP}]}}}),
+    );
+    api.apply(
+        &json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"namespace": "web", "name": "shop"},
+        "spec": {"rules": [{"host": HOST, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": "shop", "port": {"number": 80}}}}]}}]}}),
+    );
+    api.patch_status(
+        "/apis/networking.k8s.io/v1/namespaces/web/ingresses/shop",
+        &json!({"status": {"loadBalancer": {"ingress": [{"ip": LB_IP}]}}}),
+    );
+    Some(Cluster {
+        controller: None,
+        _kcm: kcm,
+        api,
+        manifest,
+    })
+}
+
+impl Cluster {
+    /// `hairpin controller` with the shipped ServiceAccount's token (the `dns` cure), and
+    /// waits until its Corefile block is written and its removal guard holds what it needs.
+    fn start_controller(&mut self, deadline: &str) {
+        let token = self
+            .api
+            .service_account_token("hairpin", "hairpin-controller");
+        let kubeconfig = self
+            .api
+            .kubeconfig_for("hairpin-controller", &token)
+            .expect("kubeconfig");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+        command
+            .args(["controller", "--identity", "controller-0", "--cure", "dns"])
+            .args(["--verify-hostnames", "off", "--admin-addr", "127.0.0.1:0"])
+            .args(["--debounce", "50ms", "--log-format", "text"])
+            .args(["--removal-poll", "200ms", "--removal-deadline", deadline])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig);
+        let log: PathBuf = self.api.dir().join("controller.log");
+        self.controller = Some(Group::spawn("controller", command, log).expect("start"));
+        self.wait("the hairpin Corefile block", || {
+            self.corefile().contains(HOST)
+        });
+        self.wait("the removal guard's holds", || self.holds());
+    }
+
+    fn log(&self) -> String {
+        self.controller.as_ref().map(Group::log).unwrap_or_default()
+    }
+
+    fn corefile(&self) -> String {
+        self.api
+            .get(COREDNS)
+            .and_then(|cm| cm["data"]["Corefile"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// The Deployment, the ServiceAccount and the ClusterRoleBinding hold `hairpin.io/restore`.
+    fn holds(&self) -> bool {
+        let has = |path: &str, finalizer: &str| {
+            self.api.get(path).is_some_and(|o| {
+                o["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|f| f == finalizer))
+            })
+        };
+        has(
+            "/apis/apps/v1/namespaces/hairpin/deployments/hairpin-controller",
+            "hairpin.io/restore",
+        ) && has(
+            "/api/v1/namespaces/hairpin/serviceaccounts/hairpin-controller",
+            "hairpin.io/restore",
+        ) && has(CRB, "hairpin.io/restore")
+    }
+
+    /// The command the controller's log gives after its last "Remove it with: " for the
+    /// objects it left held.
+    fn held_command(&self) -> String {
+        let log = self.log();
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("keep hairpin's finalizer"))
+            .unwrap_or_else(|| panic!("no note of what stays held:\n{log}"));
+        let command = line
+            .rsplit("Remove it with: ")
+            .next()
+            .expect("a command")
+            .trim();
+        assert!(command.starts_with("kubectl "), "{command}");
+        command.to_owned()
+    }
+
+    /// Runs `command` ([`Cluster::held_command`]) as the admin; how long until the ClusterRole
+    /// and its binding are gone.
+    fn clear_held(&self, command: &str) -> Duration {
+        let out = Command::new("sh")
+            .args(["-c", command])
+            .env("KUBECONFIG", self.api.admin_kubeconfig())
+            .output()
+            .expect("run kubectl");
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let started = Instant::now();
+        self.wait("the held ClusterRole and binding gone", || {
+            self.api.get(CRB).is_none() && self.api.get(CLUSTER_ROLE).is_none()
+        });
+        started.elapsed()
+    }
+
+    fn wait(&self, what: &str, mut done: impl FnMut() -> bool) -> Duration {
+        let started = Instant::now();
+        while !done() {
+            assert!(
+                started.elapsed() < WAIT,
+                "{what}: not within {WAIT:?}\n--- controller log ---\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        started.elapsed()
+    }
+
+    /// DELETE as kubectl sends it (background propagation).
+    fn delete(&self, object: &Value) {
+        let path = object_path(object);
+        let options = json!({"apiVersion": "v1", "kind": "DeleteOptions",
+            "propagationPolicy": "Background"});
+        let (status, answer) = self
+            .api
+            .request("DELETE", &path, Some(("application/json", &options)))
+            .expect("DELETE");
+        assert!(
+            [200, 202, 404].contains(&status),
+            "DELETE {path}: {status} {answer}"
+        );
+    }
+
+    /// Every object of `objects` is gone, but the controller's ClusterRole and binding, which
+    /// stay held (inert) when they are being deleted themselves.
+    fn all_gone(&self, objects: &[Value]) -> bool {
+        objects
+            .iter()
+            .map(object_path)
+            .filter(|path| path != CRB && path != CLUSTER_ROLE)
+            .all(|path| self.api.get(&path).is_none())
+    }
+
+    fn terminate(&mut self) -> Duration {
+        let controller = self.controller.as_mut().expect("a controller");
+        controller
+            .terminate(Duration::from_secs(40))
+            .unwrap_or_else(|| panic!("the controller did not exit:\n{}", controller.log()))
+    }
+}
+
+fn is_rbac(object: &Value) -> bool {
+    matches!(
+        object["kind"].as_str(),
+        Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding")
+    )
+}
+
+/// A restart (a rollout, a drain): SIGTERM without any deletion keeps the block and the
+/// objects.
+#[test]
+fn sigterm_without_removal_keeps_the_corefile_block() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("restart") else {
+        return;
+    };
+    c.start_controller("20s");
+    let written = c.corefile();
+    let exited = c.terminate();
+    assert_eq!(c.corefile(), written, "the block stays on a restart");
+    let deployment = c
+        .api
+        .get("/apis/apps/v1/namespaces/hairpin/deployments/hairpin-controller")
+        .expect("the Deployment stays");
+    assert!(deployment["metadata"]["deletionTimestamp"].is_null());
+    assert!(c.log().contains("shutdown without removal"), "{}", c.log());
+    println!(
+        "restart: SIGTERM to exit {:.2}s, the Corefile block kept",
+        exited.as_secs_f64()
+    );
+}
+
+/// Deletes `order`, then waits for the Corefile to come back byte for byte and for every
+/// object of the manifest to be gone; prints and returns (restored, all gone).
+fn removal_scenario(
+    c: &mut Cluster,
+    name: &str,
+    order: &[Value],
+    reinstall: bool,
+) -> (Duration, Duration) {
+    let started = Instant::now();
+    for object in order {
+        c.delete(object);
+    }
+    c.wait("the Corefile restored", || c.corefile() == COREFILE);
+    let restored = started.elapsed();
+    assert_eq!(c.corefile(), COREFILE, "byte for byte");
+    let manifest = c.manifest.clone();
+    c.wait("every object of the manifest gone", || {
+        c.all_gone(&manifest)
+    });
+    let gone = started.elapsed();
+    let exited = c.terminate();
+    assert!(
+        c.log()
+            .contains("hairpin removed: everything it wrote was restored"),
+        "{}",
+        c.log()
+    );
+    let held = c.api.get(CRB).expect("the ClusterRoleBinding stays held");
+    assert!(!held["metadata"]["deletionTimestamp"].is_null());
+    assert!(
+        c.api
+            .get("/api/v1/namespaces/hairpin/services/hairpin-ingress-nginx")
+            .is_none(),
+        "the hairpin Service is gone"
+    );
+    let command = c.held_command();
+    if reinstall {
+        // Installed again before the leftovers were cleared: they still grant, and the new
+        // controller knows them for leftovers, not for its own removal.
+        for object in &manifest {
+            c.api.apply(object);
+        }
+        c.start_controller("20s");
+        assert!(
+            c.log().contains("left from an earlier removal"),
+            "{}",
+            c.log()
+        );
+        assert!(!c.log().contains("hairpin is being removed"), "{}", c.log());
+        c.terminate();
+    }
+    let cleared = c.clear_held(&command);
+    println!(
+        "{name}: Corefile restored byte for byte {:.2}s after the first DELETE, every object gone after {:.2}s but the ClusterRole and binding (held, inert), SIGTERM to exit {:.2}s,{} the logged kubectl command cleared those in {:.2}s",
+        restored.as_secs_f64(),
+        gone.as_secs_f64(),
+        exited.as_secs_f64(),
+        if reinstall {
+            " installed again (the new controller wrote its block, took them for leftovers),"
+        } else {
+            ""
+        },
+        cleared.as_secs_f64()
+    );
+    (restored, gone)
+}
+
+/// `kubectl delete -f deploy/hairpin.yaml` with the controller running (the Namespace
+/// first, as in the file).
+#[test]
+fn kubectl_delete_restores_the_corefile() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("kubectl delete -f") else {
+        return;
+    };
+    c.start_controller("20s");
+    let order = c.manifest.clone();
+    removal_scenario(&mut c, "kubectl delete -f", &order, true);
+}
+
+/// The same with the RBAC objects deleted first (and the namespace last).
+#[test]
+fn rbac_deleted_first_still_restores() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("RBAC first") else {
+        return;
+    };
+    c.start_controller("20s");
+    let mut order: Vec<Value> = c.manifest.iter().filter(|o| is_rbac(o)).cloned().collect();
+    order.extend(
+        c.manifest
+            .iter()
+            .filter(|o| !is_rbac(o) && o["kind"] != "Namespace")
+            .cloned(),
+    );
+    order.extend(
+        c.manifest
+            .iter()
+            .filter(|o| o["kind"] == "Namespace")
+            .cloned(),
+    );
+    removal_scenario(&mut c, "RBAC first", &order, false);
+}
+
+/// `kubectl delete namespace hairpin`: the cluster-scoped objects stay (as they would without
+/// hairpin), the Corefile comes back and the namespace goes.
+#[test]
+fn namespace_deletion_restores_the_corefile() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("namespace deletion") else {
+        return;
+    };
+    c.start_controller("20s");
+    let started = Instant::now();
+    c.delete(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hairpin"}}));
+    c.wait("the Corefile restored", || c.corefile() == COREFILE);
+    let restored = started.elapsed();
+    c.wait("the namespace gone", || {
+        c.api.get("/api/v1/namespaces/hairpin").is_none()
+    });
+    let gone = started.elapsed();
+    let exited = c.terminate();
+    assert!(
+        c.api
+            .get(CRB)
+            .is_some_and(|crb| crb["metadata"]["finalizers"].is_null()),
+        "the ClusterRoleBinding (not deleted) is released"
+    );
+    println!(
+        "namespace deletion: Corefile restored byte for byte after {:.2}s, namespace gone after {:.2}s, SIGTERM to exit {:.2}s",
+        restored.as_secs_f64(),
+        gone.as_secs_f64(),
+        exited.as_secs_f64()
+    );
+}
+
+/// The API refuses the restore (a ValidatingAdmissionPolicy freezes CoreDNS's ConfigMap): the
+/// deletion is not held past the controller's bound, and the last log line and an Event say
+/// what is left and the command that removes it. A prune of the app (its namespace kept, as
+/// Argo CD's `CreateNamespace` leaves it).
+#[test]
+fn refused_restore_does_not_hold_the_deletion() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("restore refused") else {
+        return;
+    };
+    c.start_controller("5s");
+    c.api
+        .apply(&json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "freeze-coredns"},
+        "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [{
+            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+            "resources": ["configmaps"]}]},
+            "validations": [{"expression":
+                "object.metadata.name != 'coredns' || object.metadata.namespace != 'kube-system'",
+                "message": "CoreDNS's ConfigMap is frozen"}]}}));
+    c.api
+        .apply(&json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "freeze-coredns"},
+        "spec": {"policyName": "freeze-coredns", "validationActions": ["Deny"]}}));
+    // In force once a write of the ConfigMap (read afresh: no conflict) is refused by it.
+    c.wait("the policy in force", || {
+        let mut probe = c.api.get(COREDNS).expect("coredns");
+        probe["metadata"]["annotations"] = json!({"probe": "x"});
+        c.api
+            .request("PUT", COREDNS, Some(("application/json", &probe)))
+            .is_ok_and(|(_, answer)| answer.to_string().contains("CoreDNS's ConfigMap is frozen"))
+    });
+    let written = c.corefile();
+    let pruned: Vec<Value> = c
+        .manifest
+        .iter()
+        .filter(|o| o["kind"] != "Namespace")
+        .cloned()
+        .collect();
+    let started = Instant::now();
+    for object in &pruned {
+        c.delete(object);
+    }
+    c.wait("every pruned object gone", || c.all_gone(&pruned));
+    let gone = started.elapsed();
+    assert!(
+        gone < Duration::from_secs(5 + 25),
+        "held past the bound: {gone:?}\n{}",
+        c.log()
+    );
+    assert_eq!(c.corefile(), written, "the refused restore left the block");
+    let events = c
+        .api
+        .get("/apis/events.k8s.io/v1/namespaces/hairpin/events")
+        .expect("events");
+    let event = events["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|e| e["reason"] == "RestoreIncomplete"))
+        .unwrap_or_else(|| panic!("a RestoreIncomplete Event: {events}"));
+    assert!(
+        event["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("hairpin uninstall")),
+        "{event}"
+    );
+    let exited = c.terminate();
+    let log = c.log();
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        last.contains("left behind")
+            && last.contains("hairpin uninstall --namespace hairpin")
+            && last.contains("kubectl patch clusterrole hairpin-controller"),
+        "the last log line says what is left and the command:\n{log}"
+    );
+    println!(
+        "restore refused: every pruned object gone {:.2}s after the first DELETE (bound 5s), the block left and said; SIGTERM to exit {:.2}s\nlast log line: {last}",
+        gone.as_secs_f64(),
+        exited.as_secs_f64()
+    );
+}
+
+/// The documented uninstall (Helm's pre-delete hook, Argo CD's PreDelete, the uninstall
+/// Job): `hairpin uninstall` as the controller's ServiceAccount restores and lets every hold
+/// go, so the deletion that follows (`kubectl delete -f`) leaves nothing behind, the
+/// ClusterRole and binding included.
+#[test]
+fn hairpin_uninstall_releases_every_hold() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("uninstall hook") else {
+        return;
+    };
+    c.start_controller("20s");
+    let token = c.api.service_account_token("hairpin", "hairpin-controller");
+    let kubeconfig = c
+        .api
+        .kubeconfig_for("uninstall", &token)
+        .expect("kubeconfig");
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+        .args(["uninstall", "--log-format", "text", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .expect("run hairpin uninstall");
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("released the controller's objects"),
+        "{stdout}"
+    );
+    assert_eq!(c.corefile(), COREFILE, "byte for byte");
+    for object in c
+        .manifest
+        .iter()
+        .filter(|o| is_rbac(o) || o["kind"] == "Deployment")
+    {
+        let stored = c.api.get(&object_path(object)).expect("still there");
+        assert!(
+            !stored["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == "hairpin.io/restore")),
+            "{} keeps the finalizer",
+            object_path(object)
+        );
+    }
+    let deleted = Instant::now();
+    let manifest = c.manifest.clone();
+    for object in &manifest {
+        c.delete(object);
+    }
+    c.wait("every object of the manifest gone", || {
+        manifest
+            .iter()
+            .all(|o| c.api.get(&object_path(o)).is_none())
+    });
+    let gone = deleted.elapsed();
+    c.terminate();
+    println!(
+        "uninstall hook: hairpin uninstall (restore and release) {:.2}s, then kubectl delete -f: every object gone after {:.2}s, nothing held",
+        took.as_secs_f64(),
+        gone.as_secs_f64()
+    );
+}
+
+/// The node agent (issue 40 item 2), as the chart runs it (`--remove-on-exit` with its
+/// DaemonSet named, the chart's Role: `hairpin-hosts` and its own DaemonSet by name): a
+/// SIGTERM while the DaemonSet stands (a restart) keeps the hosts block; once the DaemonSet
+/// is deleted, its SIGTERM removes it.
+#[test]
+fn node_agent_removes_its_block_only_when_its_daemonset_goes() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("node agent") else {
+        return;
+    };
+    c.start_controller("20s");
+    let rbac = "rbac.authorization.k8s.io/v1";
+    c.api.apply(&json!({"apiVersion": rbac, "kind": "Role",
+        "metadata": {"namespace": "hairpin", "name": "hairpin-node-agent"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["hairpin-hosts"],
+             "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["daemonsets"],
+             "resourceNames": ["hairpin-node-agent"], "verbs": ["get"]}]}));
+    c.api
+        .apply(&json!({"apiVersion": rbac, "kind": "RoleBinding",
+        "metadata": {"namespace": "hairpin", "name": "hairpin-node-agent"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "hairpin-node-agent"},
+        "subjects": [{"kind": "ServiceAccount", "name": "hairpin-node-agent",
+                      "namespace": "hairpin"}]}));
+    let daemonset = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"namespace": "hairpin", "name": "hairpin-node-agent"},
+        "spec": {"selector": {"matchLabels": {"app": "node-agent"}},
+            "template": {"metadata": {"labels": {"app": "node-agent"}},
+                "spec": {"serviceAccountName": "hairpin-node-agent",
+                    "containers": [{"name": "node-agent", "image": "hairpin"}]}}}});
+    c.api.apply(&daemonset);
+    let token = c.api.service_account_token("hairpin", "hairpin-node-agent");
+    let kubeconfig = c
+        .api
+        .kubeconfig_for("hairpin-node-agent", &token)
+        .expect("kubeconfig");
+    let hosts = c.api.dir().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("write hosts");
+    let read = || std::fs::read_to_string(&hosts).unwrap_or_default();
+    let start = |n: u32| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hairpin"));
+        command
+            .args([
+                "node-agent",
+                "--remove-on-exit",
+                "--daemonset",
+                "hairpin-node-agent",
+            ])
+            .args([
+                "--interval",
+                "1s",
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "text",
+            ])
+            .arg("--hosts-file")
+            .arg(&hosts)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig);
+        Group::spawn(
+            "node-agent",
+            command,
+            c.api.dir().join(format!("node-agent-{n}.log")),
+        )
+        .expect("start the node agent")
+    };
+    let mut agent = start(1);
+    c.wait("the hosts block", || read().contains(HOST));
+    let restarted = agent.terminate(Duration::from_secs(20)).expect("exit");
+    assert!(
+        read().contains(HOST),
+        "a restart keeps the block:\n{}",
+        agent.log()
+    );
+    assert!(
+        agent.log().contains("a restart, not a removal"),
+        "{}",
+        agent.log()
+    );
+    let mut agent = start(2);
+    c.wait("the hosts block", || read().contains(HOST));
+    c.delete(&daemonset);
+    c.wait("the DaemonSet gone", || {
+        c.api.get(&object_path(&daemonset)).is_none()
+    });
+    let removed = agent.terminate(Duration::from_secs(20)).expect("exit");
+    assert_eq!(read(), "127.0.0.1 localhost\n", "{}", agent.log());
+    println!(
+        "node agent: SIGTERM with its DaemonSet standing kept the block (exit {:.2}s); after the DaemonSet's deletion its SIGTERM removed it (exit {:.2}s)",
+        restarted.as_secs_f64(),
+        removed.as_secs_f64()
+    );
+}
+
+/// A controller that is not running (stopped, crash-looping) when hairpin is pruned: its holds
+/// keep what a restore needs (the Deployment's ReplicaSet and Pod, the ServiceAccount's
+/// token, the RBAC) and the deletion waits; `hairpin uninstall` (the one command the docs
+/// give, run as an admin) restores and lets every hold go, and the deletion finishes.
+#[test]
+fn a_stopped_controller_holds_until_hairpin_uninstall() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("stopped controller") else {
+        return;
+    };
+    c.start_controller("20s");
+    c.terminate();
+    let written = c.corefile();
+    let token = c.api.service_account_token("hairpin", "hairpin-controller");
+    let pruned: Vec<Value> = c
+        .manifest
+        .iter()
+        .filter(|o| o["kind"] != "Namespace")
+        .cloned()
+        .collect();
+    for object in &pruned {
+        c.delete(object);
+    }
+    let deployment = c
+        .api
+        .get("/apis/apps/v1/namespaces/hairpin/deployments/hairpin-controller")
+        .expect("the Deployment is held");
+    assert!(!deployment["metadata"]["deletionTimestamp"].is_null());
+    let sa = c
+        .api
+        .get("/api/v1/namespaces/hairpin/serviceaccounts/hairpin-controller")
+        .expect("the ServiceAccount is held");
+    assert!(!sa["metadata"]["deletionTimestamp"].is_null());
+    // Its token still works (the restore could run), through its held RBAC.
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+        .arg(c.api.ca_file())
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!("{}{COREDNS}", c.api.url()))
+        .output()
+        .expect("curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "the token and rights still work"
+    );
+    let replica_sets = c
+        .api
+        .get("/apis/apps/v1/namespaces/hairpin/replicasets")
+        .expect("replicasets");
+    assert!(
+        replica_sets["items"].as_array().is_some_and(|items| items
+            .iter()
+            .any(|rs| rs["metadata"]["ownerReferences"][0]["name"] == "hairpin-controller")),
+        "the garbage collector keeps the held Deployment's ReplicaSet: {replica_sets}"
+    );
+    assert_eq!(
+        c.corefile(),
+        written,
+        "nothing restored yet: the controller is stopped"
+    );
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_hairpin"))
+        .args([
+            "uninstall",
+            "--namespace",
+            "hairpin",
+            "--log-format",
+            "text",
+            "--kubeconfig",
+        ])
+        .arg(c.api.admin_kubeconfig())
+        .output()
+        .expect("run hairpin uninstall");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(c.corefile(), COREFILE, "byte for byte");
+    c.wait("every pruned object gone", || {
+        pruned.iter().all(|o| c.api.get(&object_path(o)).is_none())
+    });
+    let gone = started.elapsed();
+    c.wait("the controller's Pods gone", || {
+        c.api
+            .get("/api/v1/namespaces/hairpin/pods")
+            .is_some_and(|pods| {
+                pods["items"].as_array().is_some_and(|items| {
+                    !items.iter().any(|p| {
+                        p["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.starts_with("hairpin-controller-"))
+                    })
+                })
+            })
+    });
+    println!(
+        "stopped controller: the prune waited on the holds (Deployment, ReplicaSet, token and RBAC kept); hairpin uninstall as an admin restored the Corefile and every pruned object was gone {:.2}s after it started",
+        gone.as_secs_f64()
+    );
+}
