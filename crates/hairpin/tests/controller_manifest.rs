@@ -841,6 +841,7 @@ fn the_admission_policies_bind_the_controllers_account_only_and_deny() {
         names,
         [
             "hairpin-create-names",
+            "hairpin-guard-finalizers-only",
             "hairpin-own-services",
             "hairpin-status-ipmode-only"
         ]
@@ -871,7 +872,7 @@ fn the_admission_policies_bind_the_controllers_account_only_and_deny() {
             "{name}: every namespace"
         );
     }
-    let status = policies[2];
+    let status = policies[3];
     assert_eq!(
         status["spec"]["matchConstraints"]["resourceRules"],
         serde_json::json!([{"apiGroups": [""], "apiVersions": ["*"], "operations": ["UPDATE"],
