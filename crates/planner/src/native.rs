@@ -707,6 +707,11 @@ fn by_state(
     let detail = entry
         .map(|e| escape::text(&e.reason).into_owned())
         .unwrap_or_default();
+    // A status IP the cure never had (the load balancer's address changed, or one was added):
+    // the cure starts over for it, proven first; DNS meanwhile.
+    let moved = entry.map(|e| new_ips(svc, e)).unwrap_or_default();
+    let state = state
+        .filter(|s| moved.is_empty() || !matches!(s, ProbeState::Proven | ProbeState::Probing));
     match (mode, state) {
         // Whatever the mode: a write the API server drops is not made again.
         (_, Some(ProbeState::Unsupported)) => (
@@ -764,6 +769,16 @@ fn by_state(
             ),
             None,
         ),
+        (_, None) if !moved.is_empty() => (
+            dns(
+                format!(
+                    "the load balancer's address changed (new: {}): ipMode: Proxy is to be proven by probe again; DNS until then",
+                    escape::text(&moved.join(", "))
+                ),
+                Some(NativeProgress::ToProve),
+            ),
+            set_proxy(false),
+        ),
         (_, None) => (
             dns(
                 "ipMode: Proxy is to be proven by probe; DNS until then".into(),
@@ -772,6 +787,15 @@ fn by_state(
             set_proxy(false),
         ),
     }
+}
+
+/// The status IPs of `svc` that `entry`'s cure never had.
+fn new_ips(svc: &Service, entry: &NativeEntry) -> Vec<String> {
+    status_ingress(svc)
+        .iter()
+        .filter_map(|e| e.ip.clone())
+        .filter(|ip| !entry.original.iter().any(|was| was.ip == *ip))
+        .collect()
 }
 
 /// Why native is not tried (or refused) on this load balancer, before any record or probe:
