@@ -23,11 +23,19 @@ import kubernetes_validate
 import yaml
 
 KUBE_VERSIONS = ["1.26.0", "1.35.0"]
+# Kinds newer than the oldest version: validated only from the version that serves them (the
+# chart refuses to install them on an older cluster, admission-policy.yaml).
+SINCE = {"ValidatingAdmissionPolicy": "1.30.0", "ValidatingAdmissionPolicyBinding": "1.30.0"}
+
+
+def version_tuple(version):
+    return tuple(int(p) for p in version.split("."))
+
 NAMESPACE = "hairpin"
 
 # name -> (values, what must be rendered: kinds expected among the objects)
 COMBINATIONS = {
-    "defaults": ([], {"Deployment", "Service", "Job", "Pod"}),
+    "defaults": ([], {"Deployment", "Service", "Job", "Pod", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}),
     "node agent": (["nodeAgent.enabled=true", "nodeAgent.dacOverride=true"], {"DaemonSet"}),
     "monitors": (
         [
@@ -72,9 +80,11 @@ COMBINATIONS = {
             "test.enabled=false",
             "controller.podDisruptionBudget.enabled=false",
             "proxy.podDisruptionBudget.enabled=false",
+            "admissionPolicy.enabled=false",
         ],
         {"Deployment"},
     ),
+    "dns cure": (["controller.cure=dns"], {"ClusterRole", "ValidatingAdmissionPolicy"}),
 }
 
 # Each must be rejected by values.schema.json.
@@ -266,6 +276,8 @@ def check_render(chart, name, sets, expected_kinds, metrics):
                     for target in panel.get("targets", []):
                         check_metric_names(target["expr"], metrics, where)
             for version in KUBE_VERSIONS:
+                if version_tuple(version) < version_tuple(SINCE.get(kind, "0")):
+                    continue
                 try:
                     kubernetes_validate.validate(doc, version, strict=True)
                 except kubernetes_validate.ValidationError as err:
@@ -275,6 +287,7 @@ def check_render(chart, name, sets, expected_kinds, metrics):
     check_node_agent_rbac(docs, name)
     check_dns_endpoint_rbac(docs, name, values)
     check_config_map_rbac(docs, name)
+    check_status_rbac(docs, name, values)
     check_test_pod_rbac(docs, name, doctor_reads(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     missing = expected_kinds - kinds
     if missing:
@@ -329,6 +342,30 @@ def check_config_map_rbac(docs, name):
         for rule in doc.get("rules") or []:
             if "configmaps" in (rule.get("resources") or []) and not rule.get("resourceNames"):
                 fail("[%s] ClusterRole %s grants every ConfigMap: %r" % (name, doc["metadata"]["name"], rule))
+
+
+def check_status_rbac(docs, name, values):
+    """The native cure's grant: `update` of services/status (never `patch`, which the code does
+    not use), only when the cure can be native (not `controller.cure: dns`); with it, the
+    admission policy that pins the write to ipMode, bound, unless admissionPolicy is off."""
+    native = values.get("controller", {}).get("cure", "auto") != "dns"
+    verbs = set()
+    for doc in docs:
+        if doc["kind"] not in ("Role", "ClusterRole"):
+            continue
+        for rule in doc.get("rules") or []:
+            if "services/status" in (rule.get("resources") or []) or "*" in (rule.get("resources") or []):
+                verbs.update(rule.get("verbs") or [])
+    wanted = {"update"} if native else set()
+    if verbs != wanted:
+        fail("[%s] services/status verbs %s, wanted %s" % (name, sorted(verbs), sorted(wanted)))
+    enabled = values.get("admissionPolicy", {}).get("enabled", True)
+    policies = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    bound = {d["spec"]["policyName"] for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    if enabled and not any(p.endswith("-status-ipmode-only") for p in policies & bound):
+        fail("[%s] no bound status-ipmode-only policy among %s" % (name, sorted(policies)))
+    if not enabled and (policies or bound):
+        fail("[%s] admissionPolicy.enabled=false renders %s" % (name, sorted(policies | bound)))
 
 
 def doctor_reads(repo):

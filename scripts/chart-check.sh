@@ -15,3 +15,6 @@ if ! "$VENV/bin/python" -c "import helm_python, kubernetes_validate, yaml" 2>/de
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "${REQUIREMENTS[@]}"
 fi
 "$VENV/bin/python" scripts/chart-check.py charts/hairpin
+# The `hairpin plan -o yaml` goldens, validated against the same schemas (not by the renderer
+# that wrote them).
+"$VENV/bin/python" scripts/goldens-check.py

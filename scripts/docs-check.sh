@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# docs/architecture.svg is generated from docs/architecture.dot with graphviz `dot`.
+# docs/architecture.svg is generated from docs/architecture.dot with graphviz `dot`; and every
+# test target that a `cargo test` command names in the docs and source comments exists
+# (scripts/test-targets-check.py).
 #
 #   scripts/docs-check.sh          fail (with a diff) when the SVG is not what the .dot gives
 #   scripts/docs-check.sh --write  regenerate it
@@ -8,6 +10,8 @@
 # generated with Debian bookworm's (2.42), the one CI has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+python3 scripts/test-targets-check.py
 
 if ! command -v dot >/dev/null 2>&1; then
     echo "docs-check: installing graphviz" >&2

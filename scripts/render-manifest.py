@@ -15,7 +15,8 @@ import helm_python as helm
 # Helm's install order for the kinds the chart renders.
 ORDER = [
     "Namespace", "CustomResourceDefinition", "NetworkPolicy", "PodDisruptionBudget", "ServiceAccount", "ConfigMap",
-    "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "DaemonSet",
+    "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Service", "DaemonSet",
     "Deployment", "Job",
 ]
 

@@ -96,6 +96,12 @@ pub struct HairpinStatus {
     /// Why this cure, in words.
     #[serde(default)]
     pub cure_reason: String,
+    /// How the load balancer reaches the nodes: `proxy` (it terminates TCP and connects to the
+    /// NodePorts or pods: native may be tried), `vip` (the nodes receive its address as
+    /// destination: never native, which would cut off every client outside the cluster) or
+    /// `unknown` (not tried by `--cure auto`; declare it with `hairpin.io/delivery`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
     /// DNS state in one word: `Written` (the rules are in place, not yet seen answering),
     /// `Effective` (the cluster DNS answers with the hairpin Service), `NotEffective` (it
     /// still does not, after the deadline), `Refused` (hairpin could not write them) or

@@ -127,6 +127,7 @@ fn planned_status(plan: &Plan, lb: &LoadBalancerPlan) -> HairpinStatus {
             .map(|n| native_word(n).to_owned()),
         // Escaped by the planner (it quotes the probe's outcome and the Service's settings).
         cure_reason: choice.map(|c| c.reason.clone()).unwrap_or_default(),
+        delivery: choice.map(|c| c.delivery.kind.as_str().to_owned()),
         host_count: i32::try_from(lb.hostnames.len()).unwrap_or(i32::MAX),
         dns: if choice.is_some_and(|c| c.cure == Cure::Native) {
             condition::DNS_NOT_USED

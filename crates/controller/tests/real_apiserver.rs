@@ -55,7 +55,11 @@ impl Cluster {
     /// (after saying why) when the real apiserver cannot run here.
     async fn new(tag: &str) -> Option<Cluster> {
         if let Some(reason) = real::skip_reason() {
-            println!("SKIPPED {tag} on the real kube-apiserver: {reason}");
+            hairpin_testkit::skip::skip(
+                &format!("real_apiserver {tag}"),
+                hairpin_testkit::skip::Cause::Missing,
+                &reason,
+            );
             return None;
         }
         let started = Instant::now();

@@ -10,6 +10,7 @@ use hairpin_dataplane::routes::{ProxyProtocol, Route, RouteTable};
 use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics};
 use hairpin_proxy_protocol::Version;
 use hairpin_runtime::Shutdown as ShutdownSignal;
+use hairpin_testkit::skip::{Cause, skip};
 use hairpin_testkit::{free_addr, free_port_on};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -329,9 +330,17 @@ fn a_route_without_a_header_forwards_the_bytes_as_they_are() {
 
 #[test]
 fn ipv6_clients_get_a_tcp6_header() {
-    let Ok(up) = TcpListener::bind("[::1]:0") else {
-        eprintln!("SKIPPED: no IPv6 loopback on this machine");
-        return;
+    let up = match TcpListener::bind("[::1]:0") {
+        Ok(up) => up,
+        Err(err) => {
+            // A property of the machine (IPv6 disabled in its kernel or container), not a peer.
+            skip(
+                "ipv6_clients_get_a_tcp6_header",
+                Cause::Machine,
+                &format!("no IPv6 loopback on this machine: binding [::1]:0 fails: {err}"),
+            );
+            return;
+        }
     };
     let up_addr = up.local_addr().unwrap();
     let listen = SocketAddr::new("::1".parse().unwrap(), free_port_on("::1".parse().unwrap()));
@@ -513,10 +522,13 @@ fn idle_connections_are_closed() {
     client.read_to_end(&mut rest).unwrap();
     let waited = started.elapsed();
     assert!(rest.is_empty());
+    // Not before the timeout (a lower bound a slow machine cannot break); the metric below says
+    // which timeout closed it, and the read timeout `T` catches a hang. The delay is a figure.
     assert!(
-        waited >= Duration::from_millis(250) && waited < Duration::from_secs(3),
+        waited >= Duration::from_millis(250),
         "closed after {waited:?}"
     );
+    println!("figure: closed {waited:?} after the last byte");
     server.read_to_end(&mut rest).unwrap();
     proxy.wait_metric("hairpin_proxy_idle_timeouts_total{route=\"idle\"} 1");
 }
@@ -554,10 +566,13 @@ fn a_half_closed_connection_gets_its_own_timeout_and_frees_its_slot() {
     client.read_to_end(&mut rest).unwrap();
     let waited = started.elapsed();
     assert!(rest.is_empty());
+    // Not before the timeout (a lower bound a slow machine cannot break); the metric below says
+    // which timeout closed it, and the read timeout `T` catches a hang. The delay is a figure.
     assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        waited >= Duration::from_millis(300),
         "closed after {waited:?}"
     );
+    println!("figure: closed {waited:?} after the last byte");
     proxy.wait_metric("hairpin_proxy_half_close_timeouts_total{route=\"half\"} 1");
     assert_eq!(
         proxy.value("hairpin_proxy_idle_timeouts_total{route=\"half\"}"),
@@ -588,7 +603,13 @@ fn a_silent_upstream_hits_the_connect_timeout() {
         }
     }
     if TcpStream::connect_timeout(&silent, Duration::from_millis(300)).is_ok() {
-        eprintln!("SKIPPED: this kernel does not drop SYNs to a full accept queue");
+        // How a full accept queue is handled is the kernel's (and its sysctls') choice.
+        skip(
+            "a_silent_upstream_hits_the_connect_timeout",
+            Cause::Machine,
+            "this kernel does not drop SYNs to a full accept queue (a listener with backlog 0 \
+             took one more connection)",
+        );
         return;
     }
     let listen = free_addr();
@@ -605,10 +626,13 @@ fn a_silent_upstream_hits_the_connect_timeout() {
     let _ = client.read_to_end(&mut rest);
     let waited = started.elapsed();
     assert!(rest.is_empty());
+    // Not before the timeout (a lower bound a slow machine cannot break); the metric below says
+    // which timeout closed it, and the read timeout `T` catches a hang. The delay is a figure.
     assert!(
-        waited >= Duration::from_millis(250) && waited < Duration::from_secs(3),
+        waited >= Duration::from_millis(250),
         "closed after {waited:?}"
     );
+    println!("figure: closed {waited:?} after the last byte");
     proxy.wait_metric(
         "hairpin_proxy_upstream_connect_errors_total{route=\"slow\",reason=\"timeout\"} 1",
     );

@@ -19,6 +19,9 @@ use hairpin_planner::workloads::{DYNAMIC_APIS, ReceiverObjects};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig, SkipReason};
 use hairpin_planner::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_runtime::kubeconfig::ConfigError;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -29,6 +32,7 @@ use kube::api::{
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 
+use crate::admission::AdmissionPolicyFacts;
 use crate::cure::{self, CCM_DEPLOYMENTS, CcmFacts, CertManagerFacts};
 use crate::dataplane::{self, AgentFacts, CniFacts, KubeProxyFacts};
 use crate::providers::Provider;
@@ -48,7 +52,13 @@ pub struct ClusterOptions {
     pub timeout: Duration,
     /// The planner's settings (hairpin's namespace, CoreDNS names...).
     pub planner: PlannerConfig,
+    /// The name of hairpin's ValidatingAdmissionPolicy that pins its Service status writes to
+    /// `ipMode`, and of its binding ([`DEFAULT_ADMISSION_POLICY`] for the chart's defaults).
+    pub admission_policy: String,
 }
+
+/// The chart's status policy with its default release name (`<release>-status-ipmode-only`).
+pub const DEFAULT_ADMISSION_POLICY: &str = "hairpin-status-ipmode-only";
 
 /// Why the cluster could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +100,9 @@ pub struct ClusterRead {
     /// A CoreDNS, `coredns-custom` or node-local-dns ConfigMap could not be read: its absence
     /// proves nothing.
     pub dns_unread: bool,
+    /// hairpin's status admission policy and its binding; None when they could not be read
+    /// (a gap says why).
+    pub admission_policy: Option<AdmissionPolicyFacts>,
     /// Reads that failed (forbidden...), for the report.
     pub gaps: Vec<String>,
     /// Reads of the receivers' objects that failed: hairpin's grants do not cover them yet
@@ -164,6 +177,15 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
     let ccms = read_ccms(client, &snapshot, bound, &mut gaps).await;
     let cert_manager = read_cert_manager(client, bound, &mut gaps).await;
     let kube_dns = read_kube_dns(client, config, &snapshot, bound, &mut gaps).await;
+    let admission_policy = read_admission_policy(
+        client,
+        &options.admission_policy,
+        version,
+        hairpins.is_some() || !hairpin_services.is_empty(),
+        bound,
+        &mut gaps,
+    )
+    .await;
     Ok(ClusterRead {
         version,
         snapshot,
@@ -176,6 +198,7 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
         cert_manager,
         kube_dns,
         dns_unread,
+        admission_policy,
         gaps,
         receiver_gaps,
     })
@@ -652,6 +675,86 @@ fn deployment_version(deployment: &Deployment, names: &[&str]) -> Option<String>
         .and_then(dataplane::image_tag)
 }
 
+/// hairpin's status admission policy `name` and its binding of the same name (the chart's),
+/// both by name. A cluster before 1.30 cannot have one (nothing is read); there, and where the
+/// API is not served, the facts say it is not available.
+async fn read_admission_policy(
+    client: &Client,
+    name: &str,
+    version: Option<(u32, u32)>,
+    hairpin_installed: bool,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Option<AdmissionPolicyFacts> {
+    let mut facts = AdmissionPolicyFacts {
+        name: name.to_owned(),
+        available: version.is_none_or(|v| v >= (1, 30)),
+        hairpin_installed,
+        ..AdmissionPolicyFacts::default()
+    };
+    if !facts.available {
+        return Some(facts);
+    }
+    let policy = get_served::<ValidatingAdmissionPolicy>(client, name, bound, gaps).await?;
+    let binding = get_served::<ValidatingAdmissionPolicyBinding>(client, name, bound, gaps).await?;
+    let (Found::Served(policy), Found::Served(binding)) = (policy, binding) else {
+        // The API is not served (an older or trimmed API server).
+        facts.available = false;
+        return Some(facts);
+    };
+    facts.policy = policy.is_some();
+    facts.failure_policy = policy
+        .as_ref()
+        .and_then(|p| p.spec.as_ref()?.failure_policy.clone());
+    facts.binding_actions = binding
+        .as_ref()
+        .and_then(|b| b.spec.as_ref())
+        .filter(|spec| spec.policy_name.as_deref() == Some(name))
+        .and_then(|spec| spec.validation_actions.clone())
+        .unwrap_or_default();
+    facts.binding = binding.is_some();
+    Some(facts)
+}
+
+/// What a get by name found.
+enum Found<K> {
+    /// The API is served; the object, when it exists.
+    Served(Option<K>),
+    /// The API is not served: a bare 404 (no Status), not the 404 of an absent object.
+    NotServed,
+}
+
+/// A cluster-scoped object by name; `None` with a gap when it cannot be read.
+async fn get_served<K>(
+    client: &Client,
+    name: &str,
+    bound: Duration,
+    gaps: &mut Vec<String>,
+) -> Option<Found<K>>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let what = format!("{} {name}", K::kind(&()));
+    let api: Api<K> = Api::all(client.clone());
+    match tokio::time::timeout(bound, api.get_opt(name)).await {
+        Ok(Ok(object)) => Some(Found::Served(object)),
+        // A 404 that is not "this object is absent" (that one is `Ok(None)`): the API itself
+        // is not served.
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 => Some(Found::NotServed),
+        Ok(Err(err)) => {
+            gaps.push(format!("{what}: {}", short_kube_error(&err)));
+            None
+        }
+        Err(_) => {
+            gaps.push(format!("{what}: no answer within {bound:?}"));
+            None
+        }
+    }
+}
+
 /// Whether GKE's kube-dns runs: its Deployment or its ConfigMap in kube-system.
 async fn read_kube_dns(
     client: &Client,
@@ -889,6 +992,7 @@ pub fn facts_for(
         ccm,
         cure,
         cert_manager: read.cert_manager.clone(),
+        admission_policy: read.admission_policy.clone(),
         gaps: read.gaps.clone(),
     }
 }

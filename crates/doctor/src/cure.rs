@@ -208,6 +208,13 @@ impl CureFacts {
         format!("{}: {}", self.cure.as_str(), self.why)
     }
 
+    /// The load balancer is a VIP the nodes receive: never `ipMode: Proxy`.
+    pub fn is_vip(&self) -> bool {
+        self.delivery
+            .as_ref()
+            .is_some_and(|d| d.kind == Delivery::Vip)
+    }
+
     /// The delivery line: `proxy: DigitalOcean (...)`, `vip: MetalLB, annotation ...: hairpin
     /// never sets ipMode: Proxy here, which would cut off ...` (escaped).
     pub fn describe_delivery(&self) -> Option<String> {
@@ -281,10 +288,19 @@ fn not_native(
     delivery: Option<&DeliveryOf>,
     forced: bool,
 ) -> Option<String> {
-    if !lb.needs_hairpin {
-        return None;
-    }
     let delivery = delivery?;
+    if !lb.needs_hairpin {
+        // Another writer's `ipMode: Proxy` on a VIP: the outage is happening now.
+        return (status_proxy(lb) && delivery.kind == Delivery::Vip).then(|| {
+            format!(
+                "its status says ipMode: Proxy, but {VIP_NODES} ({}): kube-proxy drops every \
+                 rule for that IP, so every client outside the cluster is cut off now. Remove \
+                 ipMode: Proxy from the status (hairpin never sets it on a VIP); hairpin's DNS \
+                 cure then applies",
+                delivery.evidence
+            )
+        });
+    }
     match delivery.kind {
         Delivery::Proxy => None,
         Delivery::Vip => Some(format!(
@@ -648,6 +664,20 @@ mod tests {
                 ),
             "{line}"
         );
+        // Another writer's Proxy on a VIP: DNS, and the outage now named.
+        let cut = judge(
+            &lb("Proxy", false),
+            None,
+            &support(Some(true)),
+            None,
+            None,
+            delivery(
+                Delivery::Vip,
+                "MetalLB, annotation metallb.io/address-pool=public",
+            ),
+        );
+        assert_eq!(cut.cure, CureKind::Dns, "{cut:?}");
+        assert!(cut.why.contains("cut off now"), "{cut:?}");
         // An unknown delivery: DNS unless the plan forces native.
         let unknown = judge(
             &lb("VIP", true),

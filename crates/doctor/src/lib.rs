@@ -5,6 +5,7 @@
 //! around it is thin and bounded by short timeouts.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod cluster;
 pub mod cure;
 pub mod dataplane;

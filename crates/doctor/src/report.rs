@@ -189,6 +189,9 @@ fn render_cluster(out: &mut String, facts: &ClusterFacts) {
     if let Some(status) = &facts.hairpin.status {
         let _ = writeln!(out, "  hairpin status  {}", controls(&status.describe()));
     }
+    if let Some(policy) = &facts.admission_policy {
+        let _ = writeln!(out, "  status policy   {}", controls(&policy.describe()));
+    }
 }
 
 fn render_load_balancer(out: &mut String, lb: Option<&LoadBalancerFacts>) {

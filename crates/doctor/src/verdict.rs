@@ -4,6 +4,7 @@
 use hairpin_planner::escape::Text;
 use serde::Serialize;
 
+use crate::admission::AdmissionPolicyFacts;
 use crate::cure::{CcmFacts, CertManagerFacts, CureFacts, CureKind};
 pub use crate::dataplane::CniFacts;
 use crate::dataplane::{IpModeSupport, KubeProxyFacts};
@@ -91,6 +92,8 @@ pub struct ClusterFacts {
     pub cure: Option<CureFacts>,
     /// cert-manager, when it runs.
     pub cert_manager: Option<CertManagerFacts>,
+    /// hairpin's status admission policy (None: not read).
+    pub admission_policy: Option<AdmissionPolicyFacts>,
     /// Things that could not be read (forbidden lists...).
     pub gaps: Vec<String>,
 }
@@ -426,6 +429,12 @@ fn context<'a>(
     let lb = match cluster {
         ClusterView::Checked(facts) => {
             notes.extend(facts.gaps.iter().map(|gap| format!("not checked: {gap}")));
+            notes.extend(
+                facts
+                    .admission_policy
+                    .as_ref()
+                    .and_then(AdmissionPolicyFacts::warning),
+            );
             if let Some(eks) = &facts.dns.eks_add_on {
                 notes.push(format!("{}.", eks.describe()));
             }
@@ -747,6 +756,9 @@ fn provider_fixes(facts: &ClusterFacts) -> Vec<String> {
     let cure = facts.cure.as_ref();
     let hairpin = install_hairpin(facts.dns.uneditable.as_ref(), cure);
     let native = cure.is_some_and(|cure| cure.cure == CureKind::Native);
+    // A VIP the nodes receive: `ipMode: Proxy`, from anyone, would cut off every client outside
+    // the cluster. No fix suggests it.
+    let vip = cure.is_some_and(CureFacts::is_vip);
     // Forcing matters only where the status says `ipMode: Proxy` (else hairpin plans the load
     // balancer anyway).
     if let Some(lb) = lb
@@ -767,9 +779,13 @@ fn provider_fixes(facts: &ClusterFacts) -> Vec<String> {
         if native {
             return out;
         }
+        if vip {
+            out.push(hairpin);
+            return out;
+        }
         return without_provider(out, hairpin);
     };
-    if let Some(native) = provider.native_ip_mode() {
+    if !vip && let Some(native) = provider.native_ip_mode() {
         out.push(native_ip_mode(native, ignoring, facts.kubernetes_version));
     }
     if let Some((annotation, value)) = provider.hostname_annotation() {

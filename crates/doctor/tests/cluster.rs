@@ -60,6 +60,7 @@ async fn options_for(fake: &FakeApiServer, dir: &tempfile::TempDir) -> ClusterOp
         context: None,
         timeout: Duration::from_secs(2),
         planner: PlannerConfig::default(),
+        admission_policy: cluster::DEFAULT_ADMISSION_POLICY.into(),
     }
 }
 
@@ -1087,6 +1088,14 @@ async fn the_doctor_reads_kube_system_by_name_with_the_charts_grants_only() {
     assert!(shop.dns.coredns_found && shop.dns.markers_present && shop.dns.host_in_block);
     assert_eq!(shop.dns.reload_plugin, Some(true));
     assert!(shop.dns.node_local_dns, "kubespray's nodelocaldns is found");
+    // The fake serves no admissionregistration.k8s.io (a bare 404, as a real API server
+    // without the API): the status policy is not available there, which is no gap and no
+    // warning (issue 37; tests/admission_policy.rs in crates/hairpin reads a real one).
+    let policy = shop.admission_policy.as_ref().expect("the policy read");
+    assert!(
+        !policy.available && policy.warning().is_none(),
+        "{policy:?}"
+    );
     assert_eq!(shop.dns.uneditable, None);
     assert_eq!(
         shop.cni.cilium.as_ref().and_then(|c| c.version.as_deref()),

@@ -31,6 +31,7 @@ fn cluster_options(fake: &FakeApiServer, dir: &Path) -> ClusterOptions {
             cure: CureMode::Auto,
             ..PlannerConfig::default()
         },
+        admission_policy: cluster::DEFAULT_ADMISSION_POLICY.into(),
     }
 }
 
@@ -380,5 +381,40 @@ async fn a_metallb_address_is_a_vip_and_the_doctor_names_the_outage_avoided() {
         cure.describe_delivery()
             .is_some_and(|line| line.starts_with("proxy: DigitalOcean")),
         "{cure:?}"
+    );
+}
+
+/// Bare metal: a MetalLB address that only hairpin's annotation says sends PROXY (no
+/// provider). No fix suggests `ipMode: Proxy` (it would cut every outside client off): hairpin's
+/// DNS cure is the fix.
+#[tokio::test]
+async fn no_fix_suggests_ip_mode_proxy_for_a_metallb_address() {
+    let mut objects = clusters::digitalocean_cluster(IP);
+    objects[0]["metadata"]["annotations"] = json!({
+        "hairpin.io/proxy-protocol": "v1",
+        "metallb.io/ip-allocated-from-pool": "public",
+    });
+    let facts = facts_of(objects.clone()).await;
+    let cure = facts.cure.as_ref().unwrap();
+    assert_eq!(cure.cure, CureKind::Dns, "{cure:?}");
+    assert!(cure.is_vip(), "{cure:?}");
+    let fixes = from_a_pod(&facts).fixes;
+    assert!(
+        fixes.iter().all(|fix| !fix.contains("ipMode: Proxy")),
+        "{fixes:?}"
+    );
+    assert!(
+        fixes.iter().any(|fix| fix.starts_with("install hairpin")),
+        "{fixes:?}"
+    );
+    // Without MetalLB's mark (unknown delivery) the generic fixes stay, native among them.
+    objects[0]["metadata"]["annotations"] = json!({"hairpin.io/proxy-protocol": "v1"});
+    let unknown = facts_of(objects).await;
+    let fixes = from_a_pod(&unknown).fixes;
+    assert!(
+        fixes
+            .iter()
+            .any(|fix| fix.starts_with("native: if your cloud controller")),
+        "{fixes:?}"
     );
 }

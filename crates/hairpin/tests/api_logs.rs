@@ -7,7 +7,7 @@ mod support;
 use std::io::Read as _;
 use std::net::TcpListener;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[test]
 fn an_unreachable_api_server_is_one_warning_with_its_url_and_backoff() {
@@ -24,13 +24,14 @@ fn an_unreachable_api_server_is_one_warning_with_its_url_and_backoff() {
         ),
     )
     .unwrap();
+    let admin = hairpin_testkit::free_addr();
     let mut cmd = support::hairpin_command();
     let mut child = cmd
         .args([
             "controller",
             "--leader-election=false",
             "--admin-addr",
-            "127.0.0.1:0",
+            &admin.to_string(),
         ])
         .arg("--kubeconfig")
         .arg(&kubeconfig)
@@ -39,8 +40,20 @@ fn an_unreachable_api_server_is_one_warning_with_its_url_and_backoff() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Long enough for every watch to retry several times (the first backoff is 0.8 s).
-    std::thread::sleep(Duration::from_secs(5));
+    // Until the watches have failed several times over, counted in its metrics (about 35
+    // failures a round, one per watch and discovery read), not a guess of how long that takes.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut errors = 0.0;
+    while errors < 200.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the watches did not fail {errors} times"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        errors = hairpin_testkit::http_get(admin, "admin", "/metrics")
+            .map(|(_, body)| errors_total(&body))
+            .unwrap_or(0.0);
+    }
     child.kill().unwrap();
     let mut stderr = String::new();
     child
@@ -66,4 +79,13 @@ fn an_unreachable_api_server_is_one_warning_with_its_url_and_backoff() {
         !stderr.contains("failed with error"),
         "kube-client's own lines are folded:\n{stderr}"
     );
+}
+
+/// The sum of `hairpin_controller_errors_total` over its labels.
+fn errors_total(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("hairpin_controller_errors_total"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -85,3 +85,34 @@ fn dash_n_is_hairpins_namespace_as_in_kubectl() {
     assert!(!default.contains("edge-system"));
     assert!(default.contains("namespace: hairpin"), "{default}");
 }
+
+/// Issue 36: `hairpin --help` and `hairpin controller --help` describe both cures, and that
+/// native is never used where the nodes receive the load balancer's address.
+#[test]
+fn help_describes_both_cures_and_where_native_is_never_used() {
+    for args in [&["--help"][..], &["controller", "--help"][..]] {
+        let text = stdout(&hairpin(args));
+        // clap wraps lines at the terminal width: compare the words.
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for expected in [
+            "- dns:",
+            "proxy, which adds",
+            "- native:",
+            "`ipMode: Proxy` on the load balancer's status",
+            "MetalLB, kube-vip, Cilium LB-IPAM",
+            "kube-proxy would drop every rule for that IP and cut every client outside the cluster off",
+        ] {
+            assert!(
+                words.contains(expected),
+                "{args:?}: missing {expected:?}:\n{text}"
+            );
+        }
+    }
+    let text = stdout(&hairpin(&["plan", "--help"]));
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("`<prefix>delivery: proxy`")
+            && words.contains("it is refused with a warning"),
+        "{text}"
+    );
+}

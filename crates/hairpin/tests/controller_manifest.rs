@@ -61,6 +61,10 @@ fn parse() -> Objects {
             "RoleBinding" => objects
                 .role_bindings
                 .push(serde_json::from_value(value).unwrap()),
+            // Checked on a real API server: tests/admission_policy.rs.
+            "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" => {
+                assert_eq!(value["apiVersion"], "admissionregistration.k8s.io/v1");
+            }
             other => panic!("unexpected kind {other} in the static manifest"),
         }
         objects.kinds.push(kind);
@@ -374,7 +378,6 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         // get, replaced under its resourceVersion; uninstall puts it back).
         ("", "", "services", "get", Some("ingress-nginx")),
         ("", "", "services/status", "update", Some("ingress-nginx")),
-        ("", "", "services/status", "patch", Some("ingress-nginx")),
         (
             "hairpin",
             "discovery.k8s.io",
@@ -539,6 +542,21 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         ("", "", "services", "create", None),
         ("", "", "services", "delete", Some("x")),
         ("", "", "services/status", "get", Some("x")),
+        // Replaced, never patched (issue 37: only the verbs the code uses).
+        ("", "", "services/status", "patch", Some("x")),
+        ("hairpin", "", "services", "patch", Some("hairpin-lb")),
+        ("hairpin", "", "configmaps", "patch", Some("hairpin-routes")),
+        ("kube-system", "", "configmaps", "patch", Some("coredns")),
+        (
+            "hairpin",
+            "coordination.k8s.io",
+            "leases",
+            "patch",
+            Some("hairpin-controller"),
+        ),
+        ("", "hairpin.io", "hairpins", "patch", Some("x")),
+        ("", "hairpin.io", "hairpins", "update", Some("x")),
+        ("", "hairpin.io", "hairpins/status", "update", Some("x")),
         ("", "", "services/status", "create", None),
         ("", "", "services/status", "delete", Some("x")),
         ("", "", "services/proxy", "get", Some("x")),
@@ -784,5 +802,70 @@ fn the_controller_budget_never_protects_a_pod_that_is_not_ready() {
             .unhealthy_pod_eviction_policy
             .as_deref(),
         Some("AlwaysAllow")
+    );
+}
+
+/// The admission policies (issue 37) match the very account the controller Deployment and the
+/// uninstall Job run as, and nobody else; each fails closed and is bound with `Deny`. What they
+/// allow and deny is shown on a real API server in tests/admission_policy.rs.
+#[test]
+fn the_admission_policies_bind_the_controllers_account_only_and_deny() {
+    let objects = parse();
+    let account = pod_spec(deployment(&objects, "controller"))
+        .service_account_name
+        .clone()
+        .expect("the controller's ServiceAccount");
+    let user = format!("system:serviceaccount:hairpin:{account}");
+    let docs: Vec<Value> = MANIFEST
+        .split("\n---\n")
+        .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
+        .collect();
+    let policies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .collect();
+    let names: Vec<&str> = policies
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "hairpin-create-names",
+            "hairpin-own-services",
+            "hairpin-status-ipmode-only"
+        ]
+    );
+    for policy in &policies {
+        let name = policy["metadata"]["name"].as_str().unwrap();
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail", "{name}");
+        let conditions = policy["spec"]["matchConditions"].as_array().unwrap();
+        assert_eq!(conditions.len(), 1, "{name}");
+        assert_eq!(
+            conditions[0]["expression"],
+            format!("request.userInfo.username == \"{user}\""),
+            "{name}"
+        );
+        let binding = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "ValidatingAdmissionPolicyBinding" && d["metadata"]["name"] == name
+            })
+            .unwrap_or_else(|| panic!("a binding for {name}"));
+        assert_eq!(binding["spec"]["policyName"], name);
+        assert_eq!(
+            binding["spec"]["validationActions"],
+            serde_json::json!(["Deny"])
+        );
+        assert!(
+            binding["spec"]["matchResources"].is_null(),
+            "{name}: every namespace"
+        );
+    }
+    let status = policies[2];
+    assert_eq!(
+        status["spec"]["matchConstraints"]["resourceRules"],
+        serde_json::json!([{"apiGroups": [""], "apiVersions": ["*"], "operations": ["UPDATE"],
+                            "resources": ["services/status"]}])
     );
 }

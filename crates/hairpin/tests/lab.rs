@@ -173,18 +173,22 @@ fn run_ok(command: &mut Command) -> Output {
     out
 }
 
-fn skip_reason() -> Option<String> {
-    if !hairpin_testkit::is_root() {
-        return Some("not running as root".into());
-    }
-    match Command::new("ip").args(["netns", "list"]).output() {
-        Ok(out) if out.status.success() => None,
-        Ok(out) => Some(format!(
-            "`ip netns` fails: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )),
-        Err(err) => Some(format!("`ip` is not available: {err}")),
-    }
+/// `true` (after a skip, which fails the test under CI: CI runs the suite as root) when the lab
+/// cannot run here: it needs root and `ip netns`.
+fn skip_without(test: &str) -> bool {
+    let reason = if !hairpin_testkit::is_root() {
+        Some("not running as root: the lab needs root and `ip netns` (CI runs it as root)".into())
+    } else {
+        match Command::new("ip").args(["netns", "list"]).output() {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => Some(format!(
+                "`ip netns` fails: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )),
+            Err(err) => Some(format!("`ip` is not available: {err}")),
+        }
+    };
+    hairpin_testkit::skip::missing(test, reason)
 }
 
 fn curl(lab: &Lab, ns: &str, url: &str, extra: &[&str]) -> (Option<i32>, String, String) {
@@ -227,11 +231,7 @@ fn doctor(lab: &Lab, ns: &str, port: &str) -> (Option<i32>, String) {
 
 #[test]
 fn hairpin_lab_in_network_namespaces() {
-    if let Some(reason) = skip_reason() {
-        show(
-            "SKIPPED hairpin_lab_in_network_namespaces",
-            &format!("{reason}: the lab needs root and `ip netns` (CI runs it as root)"),
-        );
+    if skip_without("hairpin_lab_in_network_namespaces") {
         return;
     }
     let hairpin = env!("CARGO_BIN_EXE_hairpin");
@@ -673,11 +673,7 @@ fn hairpin_lab_in_network_namespaces() {
 /// serving IPv4 clients.
 #[test]
 fn the_ipv6_wildcard_falls_back_to_ipv4_where_the_node_has_ipv6_disabled() {
-    if let Some(reason) = skip_reason() {
-        show(
-            "SKIPPED the_ipv6_wildcard_falls_back_to_ipv4_where_the_node_has_ipv6_disabled",
-            &format!("{reason}: needs root and `ip netns`"),
-        );
+    if skip_without("the_ipv6_wildcard_falls_back_to_ipv4_where_the_node_has_ipv6_disabled") {
         return;
     }
     hairpin_testkit::require_binary("curl");

@@ -11,8 +11,9 @@
 //!   LB IP and of its hostname from the namespace reaches nginx with HAProxy's header.
 //! - c) a stand-in cloud controller writes the status back without `ipMode` (as the service
 //!   controller does on a Service change): hairpin re-asserts it; the window is printed.
-//! - e) `hairpin uninstall` with the controller running: the status says what it said before
-//!   (`ipMode: VIP`) and the Corefile is the original, byte for byte.
+//! - e) `hairpin uninstall` with the controller running, as the uninstall Job runs it (the
+//!   controller's ServiceAccount): the status says what it said before (`ipMode: VIP`) and the
+//!   Corefile is the original, byte for byte.
 //! - b) kube-proxy with `--feature-gates=LoadBalancerIPMode=false`: the probe fails, `ipMode`
 //!   is put back, the record says `failed` with the probe's outcome, and the DNS cure is
 //!   written for the name: real CoreDNS running the Corefile hairpin wrote answers the name
@@ -66,7 +67,8 @@ const INGRESS_FQDN: &str = "nginx.ingress.svc.cluster.local";
 const HOST: &str = "shop.example.test";
 const COREFILE: &str = ".:53 {\n    errors\n    health\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    loop\n    reload\n    loadbalance\n}\n";
 
-/// Every object of the shipped manifest but the workloads (nothing runs them here).
+/// Every object of the shipped manifest but the workloads (nothing runs them here); its
+/// admission policies too, so every write of the controller and of uninstall passes them.
 fn install_manifest(api: &ApiServer) {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -455,7 +457,11 @@ fn resolve(server: std::net::SocketAddr) -> Result<(IpAddr, u32), String> {
 #[test]
 fn native_cure_proven_reasserted_and_restored_by_uninstall() {
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED native_cure_proven_reasserted_and_restored_by_uninstall: {reason}");
+        hairpin_testkit::skip::skip(
+            "native_cure_proven_reasserted_and_restored_by_uninstall",
+            hairpin_testkit::skip::Cause::Missing,
+            &reason,
+        );
         return;
     }
     let lb_ip = "203.0.113.20";
@@ -522,11 +528,17 @@ fn native_cure_proven_reasserted_and_restored_by_uninstall() {
         "c) a rewrite without ipMode was re-asserted after {window:?}; curl through the LB worked again {working:?} later"
     );
 
-    // e) uninstall with the controller running: the status and the Corefile as before.
+    // e) uninstall with the controller running: the status and the Corefile as before. As
+    // the uninstall Job runs it: with the controller's ServiceAccount, under its admission
+    // policy (putting `ipMode: VIP` back is an ipMode change).
+    let token = api.service_account_token("hairpin", "hairpin-controller");
+    let kubeconfig = api
+        .kubeconfig_for("hairpin-uninstall", &token)
+        .expect("kubeconfig");
     let out = support::hairpin_command()
         .arg("uninstall")
         .arg("--kubeconfig")
-        .arg(api.admin_kubeconfig())
+        .arg(&kubeconfig)
         .output()
         .expect("run hairpin uninstall");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -551,7 +563,11 @@ fn native_cure_proven_reasserted_and_restored_by_uninstall() {
 #[test]
 fn native_cure_not_honoured_falls_back_to_dns() {
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED native_cure_not_honoured_falls_back_to_dns: {reason}");
+        hairpin_testkit::skip::skip(
+            "native_cure_not_honoured_falls_back_to_dns",
+            hairpin_testkit::skip::Cause::Missing,
+            &reason,
+        );
         return;
     }
     let lb_ip = "203.0.113.21";
@@ -842,13 +858,10 @@ fn check_switch(switch: &Switch, proxy_ip: &str, lb_ip: &str, log: &str) {
 fn dns_install_upgraded_to_auto_keeps_names_working() {
     let test = "dns_install_upgraded_to_auto_keeps_names_working";
     if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED {test}: {reason}");
+        hairpin_testkit::skip::skip(test, hairpin_testkit::skip::Cause::Missing, &reason);
         return;
     }
-    if coredns::binary().is_none() {
-        println!(
-            "SKIPPED {test}: the CoreDNS test peer (../shared/peers/coredns/coredns) is absent; CI has it"
-        );
+    if coredns::skip_without(test) {
         return;
     }
     let lb_ip = "203.0.113.22";

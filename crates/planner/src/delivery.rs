@@ -121,7 +121,7 @@ pub const VIP_ANNOTATIONS: &[(&str, &str)] = &[
 ];
 
 /// Annotations under a [`VIP_ANNOTATIONS`] prefix that say the implementation leaves the
-/// Service alone, when `true`.
+/// Service alone, when exactly `true`.
 const VIP_OPT_OUTS: &[&str] = &["kube-vip.io/ignore"];
 
 /// `spec.loadBalancerClass` values of VIP implementations.
@@ -138,8 +138,9 @@ pub const VIP_CLASSES: &[(&str, &str)] = &[
     ),
     // kube-vip's cloud provider with KUBEVIP_ENABLE_LOADBALANCERCLASS.
     ("kube-vip.io/kube-vip-class", "kube-vip"),
-    // https://purelb.gitlab.io/docs/ (loadBalancerClass purelb.io/purelb).
+    // PureLB v1 and v2 (purelb pkg/apis/purelb/v1 and v2 ServiceLBClass).
     ("purelb.io/purelb", "PureLB"),
+    ("purelb.io/purelbv2", "PureLB"),
     // kube-loxilb handles only this class.
     ("loxilb.io/loxilb", "LoxiLB"),
 ];
@@ -318,15 +319,16 @@ fn vip_mark(svc: &Service, snapshot: &ClusterSnapshot) -> Option<DeliveryOf> {
             o.starts_with(prefix)
                 && annotations
                     .and_then(|a| a.get(*o))
-                    .and_then(|v| crate::providers::parse_bool(v))
-                    .unwrap_or(false)
+                    // kube-vip compares with "true" exactly (pkg/manager/watch_services.go).
+                    .is_some_and(|v| v == "true")
         })
     };
     for (key, value) in annotations.into_iter().flatten() {
         let Some((prefix, what)) = VIP_ANNOTATIONS.iter().find(|(p, _)| key.starts_with(p)) else {
             continue;
         };
-        if VIP_OPT_OUTS.contains(&key.as_str()) || ignored(prefix) {
+        // kube-vip writes `kube-vip.io/ignore: "false"` on the Services it serves: a mark too.
+        if ignored(prefix) {
             continue;
         }
         return vip(what, format!("annotation {key}={value}"));

@@ -6,6 +6,7 @@ use crate::Plan;
 use crate::balancers::{self, HostsPlan, LoadBalancerPlan, Placing};
 use crate::config::{DnsMode, PlannerConfig};
 use crate::coredns::{self, ClusterDns, DnsChange};
+use crate::delivery::{Delivery, VIP_NODES, delivery_of};
 use crate::discovery::{Discovery, discover};
 use crate::error::PlanError;
 use crate::external_dns;
@@ -108,6 +109,7 @@ fn cures(
             (NativeRecord::default(), false)
         }
     };
+    warnings.extend(vip_outages(snapshot, config, &record));
     let needed: Vec<Needed<'_>> = discovery
         .load_balancers
         .iter()
@@ -121,6 +123,53 @@ fn cures(
         cures.actions.clear();
     }
     cures
+}
+
+/// A warning per load balancer whose address the nodes receive (a VIP) and whose status
+/// another writer set to `ipMode: Proxy`: kube-proxy then drops every rule for that address,
+/// and every client outside the cluster is cut off now. hairpin never writes that (its own
+/// earlier `Proxy` there is put back by the plan); the warning says what to remove.
+fn vip_outages(
+    snapshot: &ClusterSnapshot,
+    config: &PlannerConfig,
+    record: &NativeRecord,
+) -> Vec<Warning> {
+    let mut out = Vec::new();
+    for svc in &snapshot.services {
+        let spec = svc.spec.as_ref();
+        if spec.and_then(|s| s.type_.as_deref()) != Some("LoadBalancer") {
+            continue;
+        }
+        let ours = native::ours(record, svc, config);
+        let ingress = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_deref())
+            .unwrap_or_default();
+        let ips: Vec<&str> = ingress
+            .iter()
+            .filter(|e| e.ip_mode.as_deref() == Some(native::IP_MODE_PROXY))
+            .filter_map(|e| e.ip.as_deref())
+            .filter(|ip| !ours.iter().any(|o| o == ip))
+            .collect();
+        if ips.is_empty() {
+            continue;
+        }
+        let delivery = delivery_of(svc, snapshot, config, &mut Vec::new());
+        if delivery.kind != Delivery::Vip {
+            continue;
+        }
+        out.push(Warning::escaped_message(
+            format!("Service {}", ObjectRef::from_meta(&svc.metadata)),
+            format!(
+                "status IP {} says ipMode: Proxy, but {VIP_NODES} ({}): kube-proxy drops every rule for that IP, so every client outside the cluster is cut off now. hairpin never sets it on a VIP; remove ipMode: Proxy from the status (kubectl edit service --subresource=status)",
+                crate::escape::text(&ips.join(", ")),
+                delivery.evidence
+            ),
+        ));
+    }
+    out
 }
 
 /// The plan's errors: why there is no DNS change, if there is none.

@@ -118,8 +118,8 @@ fn tenant_fixture_rewrites_only_its_legitimate_hosts_and_reports_each_refusal() 
 
     let text = render::text(&plan);
     let golden = repo_file("crates/planner/tests/golden/admission/tenant-admission.plan.txt");
-    if std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1") {
-        fs::write(&golden, &text).unwrap();
+    if hairpin_testkit::golden::blessing() {
+        hairpin_testkit::golden::bless(&golden, &text);
     }
     let expected = fs::read_to_string(&golden).unwrap();
     assert_eq!(
@@ -727,8 +727,15 @@ fn psl_parents_match_the_list() {
         .map(|d| d.path().join(format!("psl-{version}/data/rules.txt")))
         .find(|p| p.is_file());
     let Some(rules) = rules else {
-        println!(
-            "SKIPPED psl_parents_match_the_list: the sources of psl {version} are not in Cargo's registry"
+        // Cargo unpacks them to build the crate: a fixture every build has.
+        hairpin_testkit::skip::skip(
+            "psl_parents_match_the_list",
+            hairpin_testkit::skip::Cause::Missing,
+            &format!(
+                "the sources of psl {version} are not in Cargo's registry (looked for \
+                 psl-{version}/data/rules.txt under {})",
+                cargo_home.join("registry/src").display()
+            ),
         );
         return;
     };
@@ -755,8 +762,8 @@ fn psl_parents_match_the_list() {
         .collect();
     let generated: String = depth.iter().map(|(n, d)| format!("{n} {d}\n")).collect();
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/psl_parents.txt");
-    if std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1") {
-        fs::write(&path, format!("{header}{generated}")).unwrap();
+    if hairpin_testkit::golden::blessing() {
+        hairpin_testkit::golden::bless(&path, &format!("{header}{generated}"));
         return;
     }
     assert_eq!(

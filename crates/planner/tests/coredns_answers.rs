@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use hairpin_planner::corefile::{self, DnsEntry, PlaceOptions};
 use hairpin_planner::name::WildcardLabels;
-use hairpin_testkit::coredns::{CoreDns, Options, RecordType, UPSTREAM_V4, binary};
+use hairpin_testkit::coredns::{CoreDns, Options, RecordType, UPSTREAM_V4, skip_without};
 
 fn golden(sub: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -190,8 +190,7 @@ fn runnable(text: &str) -> String {
 
 #[test]
 fn planned_corefiles_answer_right_in_real_coredns() {
-    if binary().is_none() {
-        println!("SKIPPED planned_corefiles_answer_right_in_real_coredns: no CoreDNS test peer");
+    if skip_without("planned_corefiles_answer_right_in_real_coredns") {
         return;
     }
     let mut failures = Vec::new();
@@ -310,4 +309,71 @@ fn user_rewrites_keep_their_order_around_hairpins_stop_rules() {
         let got = dns.query(name, RecordType::A);
         assert_eq!(got.addresses(), [ip(want)], "{name}: {got}");
     }
+}
+
+/// The Corefile goldens themselves (`tests/golden/corefile/*.insert.Corefile` and
+/// `*.update.Corefile`, written by `corefile_golden` with its sets A and B), checked by real
+/// CoreDNS rather than by the renderer that wrote them: each one starts, its hairpinned names
+/// answer with their load balancer's hairpin Service, and after the update a name of set A only
+/// is answered from upstream again.
+#[test]
+fn the_corefile_goldens_answer_right_in_real_coredns() {
+    const LB1: &str = "hairpin-lb-1.hairpin.svc.cluster.local";
+    const LB2: &str = "hairpin-lb-2.hairpin.svc.cluster.local";
+    let test = "the_corefile_goldens_answer_right_in_real_coredns";
+    if skip_without(test) {
+        return;
+    }
+    let (lb1, lb2) = (ip("10.96.0.101"), ip("10.96.0.102"));
+    let options = Options {
+        records: vec![(LB1.into(), lb1), (LB2.into(), lb2)],
+        ..Options::default()
+    };
+    let upstream = IpAddr::V4(UPSTREAM_V4);
+    // (golden suffix, name, the address it must answer with)
+    let expectations: [(&str, &[(&str, IpAddr)]); 2] = [
+        (
+            ".insert.Corefile",
+            &[
+                ("www.example.com.", lb1),
+                ("App.Example.COM.", lb1),
+                ("x.apps.example.org.", lb2),
+                ("other.example.com.", upstream),
+            ],
+        ),
+        (
+            ".update.Corefile",
+            &[
+                ("app-7.team-a.example.com.", lb1),
+                ("auth.example.net.", lb1),
+                ("registry.example.org.", lb2),
+                ("x.example.io.", lb2),
+                // A wildcard stands for one label, as in an Ingress.
+                ("deep.x.example.io.", upstream),
+                ("www.example.com.", upstream),
+            ],
+        ),
+    ];
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (name, text) in support::corefile::read_fixtures(&golden("corefile"), |p| {
+        p.extension().is_some_and(|x| x == "Corefile")
+    }) {
+        let file = format!("{name}.Corefile");
+        let Some((_, names)) = expectations.iter().find(|(s, _)| file.ends_with(s)) else {
+            continue;
+        };
+        let Some(dns) = CoreDns::start_with(&file, &runnable(&text), &options) else {
+            return;
+        };
+        checked += 1;
+        for (query, want) in *names {
+            let answer = dns.query(query, RecordType::A);
+            if answer.addresses() != [*want] {
+                failures.push(format!("{file}: {query} answered {answer}, not {want}"));
+            }
+        }
+    }
+    assert!(checked >= 30, "only {checked} Corefile goldens found");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -30,7 +30,7 @@ fn expected_dir() -> PathBuf {
 }
 
 fn bless() -> bool {
-    std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1")
+    hairpin_testkit::golden::blessing()
 }
 
 /// Compare with (or, when blessing, write) a golden file. Returns a description of the
@@ -38,8 +38,7 @@ fn bless() -> bool {
 fn check_golden(name: &str, actual: &str, failures: &mut Vec<String>) {
     let path = expected_dir().join(name);
     if bless() {
-        fs::create_dir_all(expected_dir()).unwrap();
-        fs::write(&path, actual).unwrap();
+        hairpin_testkit::golden::bless(&path, actual);
         return;
     }
     match fs::read_to_string(&path) {
@@ -120,14 +119,23 @@ fn analysis_summary(info: &corefile::CorefileInfo) -> String {
 
 #[test]
 fn fixture_copies_match_the_shared_fixtures() {
-    let shared = crate_dir().join("../../../shared/fixtures/corefiles");
-    if !shared.is_dir() {
-        eprintln!(
-            "NOTE: {} not found; checking the in-repo copies only",
-            shared.display()
-        );
-        return;
-    }
+    // Looked for like the peers (`../shared` beside the project, `../../shared` from a worktree
+    // below it): a fixed `../shared` missed it from a worktree, and the test passed unchecked.
+    let shared = match hairpin_testkit::shared_path(
+        "fixtures/corefiles",
+        "HAIRPIN_TEST_COREFILE_FIXTURES",
+        Path::is_dir,
+    ) {
+        Ok(shared) => shared,
+        Err(why) => {
+            hairpin_testkit::skip::skip(
+                "fixture_copies_match_the_shared_fixtures",
+                hairpin_testkit::skip::Cause::Missing,
+                &format!("the shared Corefile fixtures: {why}"),
+            );
+            return;
+        }
+    };
     let names = |dir: &Path| {
         let mut v: Vec<String> = fs::read_dir(dir)
             .unwrap()

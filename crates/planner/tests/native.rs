@@ -515,6 +515,18 @@ fn every_vip_mark_is_recognised() {
             Box::new(|_| {}),
         ),
         (
+            "kube-vip",
+            json!({ "kube-vip.io/ignore": "false" }),
+            Box::new(|_| {}),
+        ),
+        (
+            "PureLB",
+            json!({}),
+            Box::new(|s: &mut Service| {
+                s.spec.as_mut().unwrap().load_balancer_class = Some("purelb.io/purelbv2".into());
+            }),
+        ),
+        (
             "Cilium LB-IPAM",
             json!({ "lbipam.cilium.io/ips": LB_IP }),
             Box::new(|_| {}),
@@ -1011,4 +1023,35 @@ fn a_changed_address_starts_the_cure_over() {
             "{status}"
         );
     }
+}
+
+/// Another writer set `ipMode: Proxy` on a MetalLB address: every outside client is cut off
+/// now. The plan says so (hairpin writes nothing there); a proxy load balancer at `Proxy` is
+/// no warning.
+#[test]
+fn a_vip_at_ip_mode_proxy_by_another_writer_is_an_outage_warning() {
+    let snapshot = cluster(
+        do_with(json!({ "metallb.io/address-pool": "public" })),
+        json!([{ "ip": LB_IP, "ipMode": "Proxy" }]),
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+    let warning = plan
+        .warnings
+        .iter()
+        .find(|w| w.subject == "Service ingress/nginx")
+        .expect("an outage warning");
+    assert!(
+        warning
+            .message
+            .starts_with("status IP 203.0.113.10 says ipMode: Proxy, but the nodes receive")
+            && warning
+                .message
+                .contains("every client outside the cluster is cut off now"),
+        "{}",
+        warning.message
+    );
+    let snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
 }

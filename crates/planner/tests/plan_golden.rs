@@ -50,7 +50,7 @@ fn config_for(text: &str) -> PlannerConfig {
 
 #[test]
 fn every_fixture_plans_as_its_golden_says() {
-    let bless = std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1");
+    let bless = hairpin_testkit::golden::blessing();
     let mut failures = Vec::new();
     let names = fixtures();
     assert!(!names.is_empty());
@@ -63,7 +63,7 @@ fn every_fixture_plans_as_its_golden_says() {
         let actual = render::text(&plan);
         let golden = dir("golden/plans").join(format!("{name}.plan.txt"));
         if bless {
-            fs::write(&golden, &actual).unwrap();
+            hairpin_testkit::golden::bless(&golden, &actual);
         }
         match fs::read_to_string(&golden) {
             Ok(expected) if expected == actual => {}

@@ -123,8 +123,12 @@ fn haproxy_as_the_haproxy_ingress_renders_proxy_protocol_answers_as_classified()
 #[test]
 fn go_proxyproto_as_traefik_runs_proxy_protocol_answers_as_classified() {
     assert_eq!(requirement("traefik-optional.yaml"), Requirement::Optional);
-    if let Some(why) = ProxyprotoOptional::unavailable() {
-        println!("SKIPPED: the go-proxyproto peer cannot run here: {why}");
+    // scripts/install-test-deps.sh installs Go and go-proxyproto's source: a peer.
+    if hairpin_testkit::skip::missing(
+        "go_proxyproto_as_traefik_runs_proxy_protocol_answers_as_classified",
+        ProxyprotoOptional::unavailable()
+            .map(|why| format!("the go-proxyproto peer cannot run here: {why}")),
+    ) {
         return;
     }
     // traefik/traefik pkg/server/server_entrypoint_tcp.go: policy USE for `trustedIPs`, IGNORE

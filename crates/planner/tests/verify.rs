@@ -312,9 +312,10 @@ status: { loadBalancer: { ingress: [{ ip: 192.0.2.5 }] } }
 /// names under its wildcard with the tenant's hairpin Service.
 #[test]
 fn real_coredns_answers_another_teams_names_from_upstream_under_the_tenants_wildcard() {
-    use hairpin_testkit::coredns::{CoreDns, RecordType, UPSTREAM_V4, binary};
-    if binary().is_none() {
-        println!("SKIPPED real_coredns_answers_another_teams_names...: no CoreDNS test peer");
+    use hairpin_testkit::coredns::{CoreDns, RecordType, UPSTREAM_V4, skip_without};
+    if skip_without(
+        "real_coredns_answers_another_teams_names_from_upstream_under_the_tenants_wildcard",
+    ) {
         return;
     }
     let plan = desired(&snapshot(TWO_TEAMS), &resolve(VerifyMode::Off));

@@ -208,11 +208,12 @@ async fn at_the_cap_the_oldest_connection_is_closed_and_the_newest_answered() {
                 stream
             })
             .collect();
+        // Answered at all proves the eviction: without it the probe would wait for the 60 s
+        // header timeout, and `get` gives up after 10 s. How fast is a figure.
         let started = Instant::now();
         assert_eq!(get(addr, "/livez"), (200, "ok\n".to_owned()));
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "/livez took {:?} behind silent connections",
+        println!(
+            "figure: /livez answered in {:?} behind ten silent connections",
             started.elapsed()
         );
         // The probe took a slot (and gave it back): of the ten, the oldest seven were closed

@@ -14,8 +14,8 @@
 //! the names of [`Options::upstream`] (their own address). [`CoreDns::write_corefile`] puts a
 //! changed cluster Corefile in place, localized the same way, for the `reload` plugin.
 //!
-//! Tests call [`CoreDns::start`]; where the binary is absent it prints a skip message and
-//! returns `None`, and the test returns.
+//! Tests call [`CoreDns::start`]; where the binary is absent it records a skip
+//! ([`crate::skip`]: under CI the test fails instead) and returns `None`, and the test returns.
 
 use std::fmt;
 use std::io;
@@ -38,23 +38,23 @@ pub const UPSTREAM_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x
 /// in the nearest ancestor of the workspace that has it (`../shared` from the project root,
 /// `../../shared` from a worktree below it).
 pub fn binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HAIRPIN_TEST_COREDNS") {
-        return Some(PathBuf::from(p)).filter(|p| p.is_file());
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let workspace = workspace.canonicalize().unwrap_or(workspace);
-    workspace
-        .ancestors()
-        .map(|a| a.join("shared/peers/coredns/coredns"))
-        .find(|p| p.is_file())
+    locate().ok()
 }
 
-/// The line a skipped test prints.
-fn skip_message(test: &str) -> String {
-    format!(
-        "SKIPPED {test}: the CoreDNS test peer (../shared/peers/coredns/coredns) is absent; \
-         CI has it"
+/// [`binary`], or what is missing and where it was looked for.
+pub fn locate() -> Result<PathBuf, String> {
+    crate::shared_path(
+        "peers/coredns/coredns",
+        "HAIRPIN_TEST_COREDNS",
+        Path::is_file,
     )
+    .map_err(|why| format!("the CoreDNS test peer: {why}"))
+}
+
+/// For a test that needs the CoreDNS peer: `true` (after [`crate::skip::skip`], which fails
+/// the test under CI) when it is absent.
+pub fn skip_without(test: &str) -> bool {
+    crate::skip::missing(test, locate().err())
 }
 
 /// Plugins whose fixed ports or side effects do not belong in a test run.
@@ -218,14 +218,16 @@ impl CoreDns {
     }
 
     /// Start CoreDNS on a free loopback port with `corefile` made local ([`localize`]) plus the
-    /// upstream block, and wait until it answers. `None` (after printing a skip message naming
-    /// `test`) when the binary is absent. Panics when CoreDNS does not start (with its
+    /// upstream block, and wait until it answers. `None` (after a [`crate::skip::skip`] naming
+    /// `test`, which fails the test under CI) when the binary is absent. Panics when CoreDNS does not start (with its
     /// output and the Corefile).
     pub fn start_with(test: &str, corefile: &str, options: &Options) -> Option<Self> {
-        let Some(binary) = binary() else {
-            println!("{}", skip_message(test));
-            eprintln!("{}", skip_message(test));
-            return None;
+        let binary = match locate() {
+            Ok(binary) => binary,
+            Err(why) => {
+                crate::skip::skip(test, crate::skip::Cause::Missing, &why);
+                return None;
+            }
         };
         let port = free_port();
         let (text, upstream) = if options.verbatim {

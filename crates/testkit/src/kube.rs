@@ -2,8 +2,8 @@
 //!
 //! The binaries are the Kubernetes v1.31.14 test peers in `../shared/peers/kubernetes`
 //! (README there), unpacked once into `target/kube-peers-v1.31.14/`; etcd is Debian's `etcd-server`.
-//! Call [`skip_reason`] first: without root, the peers or etcd a test prints the reason and
-//! returns.
+//! Call [`skip_without`] first: without root, the peers or etcd it records a skip
+//! ([`crate::skip`]; under CI the test fails instead) and the test returns.
 //!
 //! ```text
 //!  root namespace                                    network namespace hpk-<slot> (KubeNode)
@@ -28,8 +28,7 @@
 //! ```no_run
 //! use hairpin_testkit::kube::{self, ApiServer, KubeNode, NodeOptions};
 //! use serde_json::json;
-//! if let Some(reason) = kube::skip_reason() {
-//!     println!("SKIPPED: {reason}");
+//! if kube::skip_without("demo") {
 //!     return;
 //! }
 //! let api = ApiServer::start().unwrap();
@@ -80,11 +79,9 @@ pub fn skip_reason() -> Option<String> {
             "not running as root (the real kube-apiserver tests need network namespaces)".into(),
         );
     }
-    let Some(dir) = peers_dir() else {
-        return Some(format!(
-            "the Kubernetes {VERSION} test peers (../shared/peers/kubernetes/kube-apiserver.xz, \
-             kube-proxy.xz) are absent; CI has them"
-        ));
+    let dir = match peers_dir() {
+        Ok(dir) => dir,
+        Err(why) => return Some(format!("the Kubernetes {VERSION} test peers: {why}")),
     };
     for file in ["kube-apiserver.xz", "kube-proxy.xz"] {
         if !dir.join(file).is_file() {
@@ -120,17 +117,17 @@ fn find_binary(name: &str) -> Option<PathBuf> {
 }
 
 /// `shared/peers/kubernetes` in the nearest ancestor of the workspace that has it
-/// (`$HAIRPIN_TEST_KUBE_PEERS` first).
-fn peers_dir() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HAIRPIN_TEST_KUBE_PEERS") {
-        return Some(PathBuf::from(p)).filter(|p| p.is_dir());
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let workspace = workspace.canonicalize().unwrap_or(workspace);
-    workspace
-        .ancestors()
-        .map(|a| a.join("shared/peers/kubernetes"))
-        .find(|p| p.join("kube-apiserver.xz").is_file())
+/// (`$HAIRPIN_TEST_KUBE_PEERS` first), or where it was looked for.
+fn peers_dir() -> Result<PathBuf, String> {
+    crate::shared_path("peers/kubernetes", "HAIRPIN_TEST_KUBE_PEERS", |p| {
+        p.join("kube-apiserver.xz").is_file()
+    })
+}
+
+/// For a test that needs the real kube-apiserver: `true` (after [`crate::skip::skip`], which
+/// fails the test under CI) when [`skip_reason`] says it cannot run here.
+pub fn skip_without(test: &str) -> bool {
+    crate::skip::missing(test, skip_reason())
 }
 
 /// The unpacked binaries' folder: `$CARGO_TARGET_DIR/kube-peers-<version>` (or the
@@ -143,13 +140,13 @@ fn unpacked() -> io::Result<PathBuf> {
     let _one_at_a_time = UNPACKING
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let peers = peers_dir().ok_or_else(|| io::Error::other("Kubernetes test peers absent"))?;
+    let peers = peers_dir().map_err(io::Error::other)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
     let dir = target.join(format!("kube-peers-{VERSION}"));
     std::fs::create_dir_all(&dir)?;
-    for name in ["kube-apiserver", "kube-proxy"] {
+    for name in ["kube-apiserver", "kube-proxy", "kube-controller-manager"] {
         let path = dir.join(name);
         if path.is_file() {
             continue;
@@ -475,6 +472,41 @@ impl ApiServer {
         body: Option<(&str, &Value)>,
     ) -> io::Result<(u16, Value)> {
         curl_api(&self.url, &self.ca_file(), &self.token, method, path, body)
+    }
+
+    /// Starts kube-controller-manager against this apiserver with only `controllers` (its
+    /// `--controllers` names, e.g. `validatingadmissionpolicy-status-controller`), as the
+    /// admin; stopped when the [`Group`] is dropped. Its log is `kcm-<n>.log` here.
+    pub fn start_controller_manager(&self, controllers: &[&str]) -> io::Result<Group> {
+        let d = |name: &str| self.dir.path().join(name);
+        let mut command = Command::new(self.bin.join("kube-controller-manager"));
+        command
+            .arg("--kubeconfig")
+            .arg(self.admin_kubeconfig())
+            .args(["--leader-elect=false", "--secure-port=0"])
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                d("sa.key").display()
+            ))
+            .arg(format!("--root-ca-file={}", d("ca.crt").display()))
+            .args(["--cluster-cidr", CLUSTER_CIDR])
+            .arg(format!("--controllers={}", controllers.join(",")));
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = d(&format!("kcm-{n}.log"));
+        Group::spawn("kube-controller-manager", command, log)
+    }
+
+    /// [`ApiServer::request`] with another bearer token (a ServiceAccount's, from
+    /// [`ApiServer::service_account_token`]): what that identity is allowed or denied.
+    pub fn request_as(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &Value)>,
+    ) -> io::Result<(u16, Value)> {
+        curl_api(&self.url, &self.ca_file(), token, method, path, body)
     }
 
     /// Like [`ApiServer::request`], panicking unless the answer is 2xx.

@@ -7,7 +7,9 @@
 #![forbid(unsafe_code)]
 
 pub mod coredns;
+pub mod golden;
 pub mod kube;
+pub mod skip;
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -141,6 +143,35 @@ pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> io::Result<()> {
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
+}
+
+/// `shared/<rel>` in the nearest ancestor of the workspace that has it (`../shared` beside the
+/// project, `../../shared` from a worktree below it), found when `found` accepts it; `$env`, when
+/// set, names the path instead. Where nothing is found, the error says where it was looked for
+/// (the text a skip, or under CI a failure, prints).
+pub fn shared_path(rel: &str, env: &str, found: impl Fn(&Path) -> bool) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(env) {
+        let p = PathBuf::from(p);
+        return if found(&p) {
+            Ok(p)
+        } else {
+            Err(format!("{} (${env}) is absent", p.display()))
+        };
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let workspace = workspace.canonicalize().unwrap_or(workspace);
+    let candidates: Vec<PathBuf> = workspace
+        .ancestors()
+        .map(|a| a.join("shared").join(rel))
+        .collect();
+    if let Some(p) = candidates.iter().find(|p| found(p)) {
+        return Ok(p.clone());
+    }
+    let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+    Err(format!(
+        "shared/{rel} is absent: looked for it in {} (and ${env} is not set); CI has it beside the project",
+        looked.join(", ")
+    ))
 }
 
 /// Finds a system binary (`nginx`, `haproxy`, `curl`, `wrk`...) in PATH or the sbin folders.
@@ -502,7 +533,12 @@ mod tests {
     fn ports_come_from_below_the_ephemeral_range_where_clients_never_land() {
         let (low, high) = below_ephemeral();
         if high == 0 {
-            println!("SKIPPED: the ephemeral range leaves no room below it");
+            // The range is the machine's sysctl (net.ipv4.ip_local_port_range), not a peer.
+            crate::skip::skip(
+                "ports_come_from_below_the_ephemeral_range_where_clients_never_land",
+                crate::skip::Cause::Machine,
+                "net.ipv4.ip_local_port_range leaves fewer than 1000 ports above 10000 below it",
+            );
             return;
         }
         // Hold many outgoing connections open meanwhile: none takes a port handed out.

@@ -131,8 +131,7 @@ fn scenario(api: &ApiServer, options: &NodeOptions, lb_ip: &str) -> Option<Durat
 
 #[test]
 fn ip_mode_proxy_takes_the_lb_ip_out_of_kube_proxy_iptables_and_nftables() {
-    if let Some(reason) = kube::skip_reason() {
-        println!("SKIPPED ip_mode_proxy_takes_the_lb_ip_out_of_kube_proxy: {reason}");
+    if kube::skip_without("ip_mode_proxy_takes_the_lb_ip_out_of_kube_proxy_iptables_and_nftables") {
         return;
     }
     let api = ApiServer::start().expect("start kube-apiserver");

@@ -77,6 +77,16 @@ pub(crate) struct Args {
     /// The hosts file to report on.
     #[arg(long, env = "HAIRPIN_DOCTOR_HOSTS_FILE", default_value = "/etc/hosts")]
     pub(crate) hosts_file: PathBuf,
+
+    /// The ValidatingAdmissionPolicy (and its binding, of the same name) that pins the
+    /// controller's Service status writes to `ipMode`: `<release>-status-ipmode-only`.
+    #[arg(
+        long,
+        env = "HAIRPIN_ADMISSION_POLICY",
+        default_value = hairpin_doctor::cluster::DEFAULT_ADMISSION_POLICY,
+        value_name = "NAME"
+    )]
+    pub(crate) admission_policy: String,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -113,6 +123,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         context: args.context.clone(),
         timeout: step,
         planner: args.planner.config()?,
+        admission_policy: args.admission_policy.clone(),
     };
     let cluster = (!args.no_cluster).then_some(&cluster_options);
     let report = runtime.block_on(hairpin_doctor::run(&args.hosts, &options, cluster));

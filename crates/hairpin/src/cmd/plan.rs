@@ -148,17 +148,23 @@ pub(crate) struct PlannerArgs {
     /// they resolved to their load balancers.
     #[arg(long, env = "HAIRPIN_VERIFY_HOSTNAMES", default_value = "resolve")]
     pub(crate) verify_hostnames: VerifyMode,
-    /// How each load balancer that needs a hairpin is cured. `auto`: the controller sets
-    /// `ipMode: Proxy` on its status (Kubernetes >= 1.30: kube-proxy, Cilium >= 1.17 but not
-    /// 1.18.0, Antrea >= 2.0 and kube-router >= 2.9 then leave its address alone, and
-    /// in-cluster traffic crosses the real load balancer, which adds the real header), probes
-    /// the address from inside the cluster, and keeps it only when a request without a header
-    /// is answered; until then and where it is not honoured, the DNS cure (the names point at
-    /// hairpin's proxy). `native`: `ipMode: Proxy` without DNS rules, proven or not. `dns`:
-    /// the DNS cure only; no status is written. A load balancer whose cloud controller computes
-    /// ipMode itself (Hetzner, OpenStack, Scaleway, cloudscale, STACKIT, Oracle) always gets
-    /// `dns`. The Service annotation `<prefix>cure` (`auto`, `native`, `dns`) overrides this
-    /// per load balancer. `hairpin plan -f` proves nothing: `auto` shows native as to be proven.
+    /// How each load balancer that needs a hairpin is cured. `auto`: on a load balancer that
+    /// is itself a proxy (it terminates TCP and connects to the NodePorts: known by its
+    /// provider, or declared with the Service annotation `<prefix>delivery: proxy`), the
+    /// controller sets `ipMode: Proxy` on its status (Kubernetes >= 1.30: kube-proxy, Cilium >=
+    /// 1.17 but not 1.18.0, Antrea >= 2.0 and kube-router >= 2.9 then leave its address alone,
+    /// and in-cluster traffic crosses the real load balancer, which adds the real header),
+    /// probes the address from inside the cluster, and keeps it only when a request without a
+    /// header is answered; until then, and on every other load balancer, the DNS cure (the
+    /// names point at hairpin's proxy). `native`: `ipMode: Proxy` without DNS rules, proven or
+    /// not, except on a VIP the nodes receive (MetalLB, kube-vip, Cilium LB-IPAM, k3s
+    /// ServiceLB..., or `<prefix>delivery: vip`): there kube-proxy would drop every rule for
+    /// that IP and cut every client outside the cluster off, so it is refused with a warning
+    /// and the DNS cure applies. `dns`: the DNS cure only; no status is written. A load
+    /// balancer whose cloud controller computes ipMode itself (Hetzner, OpenStack, Scaleway,
+    /// cloudscale, STACKIT, Oracle) always gets `dns`. The Service annotation `<prefix>cure`
+    /// (`auto`, `native`, `dns`) overrides this per load balancer. `hairpin plan -f` proves
+    /// nothing: `auto` shows native as to be proven.
     #[arg(long, env = "HAIRPIN_CURE", default_value = "auto", value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<CureMode>()))]
     pub(crate) cure: CureMode,
 }

@@ -38,8 +38,8 @@ pub fn read_fixtures(dir: &Path, keep: impl Fn(&Path) -> bool) -> Vec<(String, S
 
 /// Compares `actual` with the file at `path`; `HAIRPIN_BLESS=1` rewrites the file instead.
 pub fn check_golden(path: &Path, actual: &str) {
-    if std::env::var_os("HAIRPIN_BLESS").is_some_and(|v| v == "1") {
-        fs::write(path, actual).unwrap();
+    if hairpin_testkit::golden::blessing() {
+        hairpin_testkit::golden::bless(path, actual);
         return;
     }
     let expected = fs::read_to_string(path)
