@@ -1065,7 +1065,11 @@ impl NativeCurer {
             ProbeState::Failed
         };
         entry.since = now_rfc3339();
-        entry.reason.clone_from(&verdict.detail);
+        entry.reason = if verdict.proven {
+            verdict.detail.clone()
+        } else {
+            format!("ipMode: Proxy was not honoured: {}", verdict.detail)
+        };
         entry.data_plane.clone_from(&self.data_plane.0);
         entry.due = false;
         let failures = entry.failures;

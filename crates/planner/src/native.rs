@@ -755,8 +755,14 @@ fn by_state(
             set_proxy(false),
         ),
         (_, Some(ProbeState::Failed)) => (
+            // The controller's words: a probe not answered, a status fight (naming the
+            // writer), or a problem that could not be shown.
             dns(
-                format!("ipMode: Proxy was not honoured: {detail}"),
+                if detail.is_empty() {
+                    "ipMode: Proxy was not honoured".to_owned()
+                } else {
+                    detail
+                },
                 Some(NativeProgress::Failed),
             ),
             // Put back by the controller already; again if another writer set it meanwhile.
