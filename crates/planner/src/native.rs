@@ -775,24 +775,22 @@ fn by_state(
             ),
             None,
         ),
-        (_, None) if !moved.is_empty() => (
-            dns(
-                format!(
-                    "the load balancer's address changed (new: {}): ipMode: Proxy is to be proven by probe again; DNS until then",
-                    escape::text(&moved.join(", "))
-                ),
-                Some(NativeProgress::ToProve),
-            ),
-            set_proxy(false),
-        ),
         (_, None) => (
-            dns(
-                "ipMode: Proxy is to be proven by probe; DNS until then".into(),
-                Some(NativeProgress::ToProve),
-            ),
+            dns(to_prove(&moved), Some(NativeProgress::ToProve)),
             set_proxy(false),
         ),
     }
+}
+
+/// Why native is to be proven: never tried, or the address changed (`moved`: the new IPs).
+fn to_prove(moved: &[String]) -> String {
+    if moved.is_empty() {
+        return "ipMode: Proxy is to be proven by probe; DNS until then".into();
+    }
+    format!(
+        "the load balancer's address changed (new: {}): ipMode: Proxy is to be proven by probe again; DNS until then",
+        escape::text(&moved.join(", "))
+    )
 }
 
 /// The status IPs of `svc` that `entry`'s cure never had.
