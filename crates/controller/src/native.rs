@@ -590,9 +590,15 @@ impl NativeCurer {
         {
             return Ok(());
         }
-        let reassert = existing
-            .is_some_and(|e| !e.due && matches!(e.state, ProbeState::Probing | ProbeState::Proven))
-            || proven;
+        // Only IPs the cure already had are re-asserted; a new one (the address changed) is a
+        // new attempt, proven first.
+        let had_all = |e: &NativeEntry| {
+            ips.iter()
+                .all(|ip| e.original.iter().any(|o| o.ip == ip.ip))
+        };
+        let reassert = existing.is_some_and(|e| {
+            !e.due && matches!(e.state, ProbeState::Probing | ProbeState::Proven) && had_all(e)
+        }) || (proven && existing.is_none_or(had_all));
         if !reassert && !self.take_shown(&key, uid) {
             self.start_baseline(plan, service, uid, ips);
             return Ok(());
@@ -612,6 +618,16 @@ impl NativeCurer {
             entry.since = now_rfc3339();
             entry.reason.clear();
             entry.due = false;
+            // IPs the status no longer has (the address changed) are stale.
+            if let Some(svc) = snapshot.service(&service.namespace, &service.name) {
+                let current: Vec<&str> = status_ingress(svc)
+                    .iter()
+                    .filter_map(|e| e.ip.as_deref())
+                    .collect();
+                entry
+                    .original
+                    .retain(|was| current.contains(&was.ip.as_str()));
+            }
         }
         for was in ips {
             if !entry.original.iter().any(|o| o.ip == was.ip) {
@@ -1049,7 +1065,11 @@ impl NativeCurer {
             ProbeState::Failed
         };
         entry.since = now_rfc3339();
-        entry.reason.clone_from(&verdict.detail);
+        entry.reason = if verdict.proven {
+            verdict.detail.clone()
+        } else {
+            format!("ipMode: Proxy was not honoured: {}", verdict.detail)
+        };
         entry.data_plane.clone_from(&self.data_plane.0);
         entry.due = false;
         let failures = entry.failures;

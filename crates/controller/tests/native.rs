@@ -788,6 +788,63 @@ async fn a_writer_that_keeps_removing_ip_mode_is_a_fight_and_the_load_balancer_e
     receiver.stop().await;
 }
 
+/// Item 6: the load balancer's address changes after the cure was proven: the cure starts
+/// over for the new address (its problem shown first, then proven again), the old address's
+/// stale record is dropped, and the DNS rule is back meanwhile.
+#[tokio::test]
+async fn a_changed_address_is_proven_again_and_the_old_one_dropped() {
+    let fake = Arc::new(FakeApiServer::start().await);
+    seed(&fake, "127.0.0.55");
+    let old = Receiver::start("127.0.0.55", false).await;
+    let old_follow = old.follow(fake.clone(), "127.0.0.55");
+    let new = Receiver::start("127.0.0.56", false).await;
+    let new_follow = new.follow(fake.clone(), "127.0.0.56");
+    let running = start(&fake, auto_config());
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "proven"
+            && !corefile(f).contains(HOST))
+            .await
+            .is_some(),
+        "{:?}",
+        entry(&fake)
+    );
+    // The cloud controller moves the load balancer to another address.
+    let mut svc = service(&fake);
+    svc["status"]["loadBalancer"]["ingress"] = json!([{"ip": "127.0.0.56"}]);
+    fake.apply(svc);
+    // And the ingress controller publishes it on its Ingress.
+    fake.apply(fixtures::ingress("shop", "shop", &[HOST], "127.0.0.56"));
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| corefile(f).contains(HOST))
+            .await
+            .is_some(),
+        "DNS back while the new address is proven"
+    );
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "proven"
+            && entry(f)["original"]
+                == json!([{"ip": "127.0.0.56", "ipMode": "VIP"}])
+            && !corefile(f).contains(HOST))
+            .await
+            .is_some(),
+        "{:?}",
+        entry(&fake)
+    );
+    assert_eq!(ip_mode_of(&fake, "127.0.0.56"), "Proxy");
+    // The new address was asked without a header (closed) before its write, then answered.
+    assert!(
+        new.closed() >= 3 && new.answered() >= 3,
+        "{} {}",
+        new.closed(),
+        new.answered()
+    );
+    running.stop().await;
+    old_follow.abort();
+    new_follow.abort();
+    old.stop().await;
+    new.stop().await;
+}
+
 /// The wait between two tries of a failing cure: `retry`, doubling, capped.
 #[test]
 fn a_failing_cure_backs_off_doubling_up_to_the_cap() {

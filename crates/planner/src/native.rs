@@ -707,6 +707,11 @@ fn by_state(
     let detail = entry
         .map(|e| escape::text(&e.reason).into_owned())
         .unwrap_or_default();
+    // A status IP the cure never had (the load balancer's address changed, or one was added):
+    // the cure starts over for it, proven first; DNS meanwhile.
+    let moved = entry.map(|e| new_ips(svc, e)).unwrap_or_default();
+    let state = state
+        .filter(|s| moved.is_empty() || !matches!(s, ProbeState::Proven | ProbeState::Probing));
     match (mode, state) {
         // Whatever the mode: a write the API server drops is not made again.
         (_, Some(ProbeState::Unsupported)) => (
@@ -750,8 +755,14 @@ fn by_state(
             set_proxy(false),
         ),
         (_, Some(ProbeState::Failed)) => (
+            // The controller's words: a probe not answered, a status fight (naming the
+            // writer), or a problem that could not be shown.
             dns(
-                format!("ipMode: Proxy was not honoured: {detail}"),
+                if detail.is_empty() {
+                    "ipMode: Proxy was not honoured".to_owned()
+                } else {
+                    detail
+                },
                 Some(NativeProgress::Failed),
             ),
             // Put back by the controller already; again if another writer set it meanwhile.
@@ -765,13 +776,30 @@ fn by_state(
             None,
         ),
         (_, None) => (
-            dns(
-                "ipMode: Proxy is to be proven by probe; DNS until then".into(),
-                Some(NativeProgress::ToProve),
-            ),
+            dns(to_prove(&moved), Some(NativeProgress::ToProve)),
             set_proxy(false),
         ),
     }
+}
+
+/// Why native is to be proven: never tried, or the address changed (`moved`: the new IPs).
+fn to_prove(moved: &[String]) -> String {
+    if moved.is_empty() {
+        return "ipMode: Proxy is to be proven by probe; DNS until then".into();
+    }
+    format!(
+        "the load balancer's address changed (new: {}): ipMode: Proxy is to be proven by probe again; DNS until then",
+        escape::text(&moved.join(", "))
+    )
+}
+
+/// The status IPs of `svc` that `entry`'s cure never had.
+fn new_ips(svc: &Service, entry: &NativeEntry) -> Vec<String> {
+    status_ingress(svc)
+        .iter()
+        .filter_map(|e| e.ip.clone())
+        .filter(|ip| !entry.original.iter().any(|was| was.ip == *ip))
+        .collect()
 }
 
 /// Why native is not tried (or refused) on this load balancer, before any record or probe:

@@ -155,7 +155,8 @@ fn a_failed_probe_keeps_dns_and_writes_nothing() {
         (plan.cures[0].cure, plan.cures[0].native),
         (Cure::Dns, Some(NativeProgress::Failed))
     );
-    assert!(plan.cures[0].reason.contains("not honoured"));
+    // The controller's words, as recorded.
+    assert_eq!(plan.cures[0].reason, "203.0.113.10:80 answered");
     assert_eq!(dns_names(&plan), ["shop.example.com"]);
     assert!(plan.native_actions.is_empty());
 }
@@ -981,6 +982,47 @@ fn touching_the_list_over_hairpins_proxy_is_no_takeover() {
                 plan.native_actions
             );
         }
+    }
+}
+
+/// Item 6: the load balancer's address changed (or an IP was added) since the cure was
+/// proven: the cure starts over for the new IP, proven first (no re-assertion without a
+/// probe), and its names keep their DNS rules meanwhile.
+#[test]
+fn a_changed_address_starts_the_cure_over() {
+    for status in [
+        json!([{ "ip": "203.0.113.20", "ipMode": "VIP" }]),
+        json!([{ "ip": LB_IP, "ipMode": "Proxy" }, { "ip": "203.0.113.20", "ipMode": "VIP" }]),
+    ] {
+        let mut snapshot = cluster(do_proxy(), status.clone());
+        snapshot.config_maps.push(record(ProbeState::Proven));
+        let plan = desired(&snapshot, &config(CureMode::Auto));
+        let choice = &plan.cures[0];
+        assert_eq!(
+            (choice.cure, choice.native),
+            (Cure::Dns, Some(NativeProgress::ToProve)),
+            "{status}"
+        );
+        assert!(
+            choice
+                .reason
+                .contains("address changed (new: 203.0.113.20)"),
+            "{}",
+            choice.reason
+        );
+        assert_eq!(
+            plan.native_actions,
+            [NativeAction::SetProxy {
+                service: lb(),
+                uid: "uid-1".into(),
+                ips: vec![IpModeWas {
+                    ip: "203.0.113.20".into(),
+                    ip_mode: Some("VIP".into())
+                }],
+                proven: false,
+            }],
+            "{status}"
+        );
     }
 }
 
