@@ -78,3 +78,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - name: HAIRPIN_LOG
   value: {{ .Values.log.level | quote }}
 {{- end }}
+
+{{/*
+A pod's annotations: hairpin's pods opt out of service-mesh sidecar injection (Istio, Linkerd),
+then the chart value's annotations (which win). A sidecar in the controller's pod would answer
+the native cure's probe itself and "prove" a cure that does not work; in the proxy's pod it
+would sit between the PROXY header and the ingress; in the uninstall Job it would keep the Job
+running. docs/controller.md says why.
+*/}}
+{{- define "hairpin.podAnnotations" -}}
+{{- $mesh := dict "sidecar.istio.io/inject" "false" "linkerd.io/inject" "disabled" -}}
+{{- toYaml (merge (deepCopy (. | default dict)) $mesh) -}}
+{{- end }}

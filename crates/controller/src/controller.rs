@@ -386,8 +386,10 @@ impl Reconciler {
         let native = NativeCurer::new(
             client.clone(),
             events.clone(),
+            metrics.clone(),
             config.planner.clone(),
             config.native.clone(),
+            config.fight.clone(),
             changed.clone(),
         );
         Reconciler {

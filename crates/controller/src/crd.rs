@@ -87,7 +87,9 @@ pub struct HairpinStatus {
     #[serde(default)]
     pub cure: String,
     /// Where the native cure stands: `to-prove` (hairpin will set `ipMode: Proxy` and probe),
-    /// `probing`, `proven` or `failed` (the status was put back). Absent: native is not tried
+    /// `probing`, `proven`, `failed` (the status was put back), `not-needed` (a request
+    /// without a header was answered before any change: nothing written) or `unsupported`
+    /// (the API server drops `ipMode`). Absent: native is not tried
     /// (`--cure dns`, or the cloud controller computes `ipMode` itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_cure: Option<String>,
@@ -262,7 +264,9 @@ pub mod condition {
     /// is to be proven or probing, `False` when it failed or is not tried (reasons
     /// [`ToProve`](super::cure_reason::TO_PROVE), [`Probing`](super::cure_reason::PROBING),
     /// [`Proven`](super::cure_reason::PROVEN), [`Failed`](super::cure_reason::FAILED),
-    /// [`NotEligible`](super::cure_reason::NOT_ELIGIBLE)).
+    /// [`NotEligible`](super::cure_reason::NOT_ELIGIBLE),
+    /// [`NotNeeded`](super::cure_reason::NOT_NEEDED),
+    /// [`Unsupported`](super::cure_reason::UNSUPPORTED)).
     pub const NATIVE_CURE: &str = "NativeCure";
     /// In-cluster clients reach the load balancer as they should: on the DNS cure every
     /// condition above but `NativeCure`; on the native cure, `NativeCure`.
@@ -289,6 +293,12 @@ pub mod cure_reason {
     /// Native is not tried: `--cure dns` (or the Service's cure annotation), hairpin's
     /// proxy-protocol annotation forces DNS, or the cloud controller computes `ipMode` itself.
     pub const NOT_ELIGIBLE: &str = "NotEligible";
+    /// Every PROXY port answered a request without a header before any change: the load
+    /// balancer needs no cure here; nothing was written.
+    pub const NOT_NEEDED: &str = "NotNeeded";
+    /// The API server dropped the `ipMode` hairpin wrote (older than 1.30, or the feature
+    /// gate `LoadBalancerIPMode` off): not tried again until its version changes.
+    pub const UNSUPPORTED: &str = "Unsupported";
 }
 
 /// The CRD as YAML, exactly as checked in under `charts/hairpin/crds/`.

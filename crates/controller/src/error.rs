@@ -73,6 +73,9 @@ pub enum Error {
     /// A one-shot read of the cluster (`hairpin plan`) could not list what it needs.
     #[error("cannot read the cluster: {0}")]
     Read(String),
+    /// A write the API server accepted but its answer does not hold (read back).
+    #[error("{0}: the API server's answer does not hold the change")]
+    NotApplied(String),
     /// The Kubernetes client could not be configured (kubeconfig, context, in-cluster env).
     #[error("cannot configure the Kubernetes client: {0}")]
     Config(String),
@@ -104,6 +107,7 @@ impl Error {
             Error::Encode { .. } => "encode",
             Error::Config(_) => "config",
             Error::Read(_) => "read",
+            Error::NotApplied(_) => "not_applied",
         }
     }
 

@@ -43,6 +43,36 @@ pub struct CureLabels {
     pub cure: String,
 }
 
+/// Label set of `hairpin_controller_native_probes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    /// `baseline` (before any write) or `proof` (after it).
+    pub phase: String,
+    /// [`crate::native::Attempt::label`]: `answered`, `no-answer`, `unreachable`.
+    pub outcome: String,
+}
+
+/// Label set of `hairpin_controller_native_verdicts_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    /// `proven`, `failed`, `not-needed`, `unprovable`, `unsupported`.
+    pub verdict: String,
+}
+
+/// Label set of `hairpin_controller_ip_mode_writes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IpModeWriteLabels {
+    /// `set` (first write), `reassert` (again after another writer removed it), `restore`.
+    pub kind: String,
+}
+
+/// Label set of `hairpin_controller_ip_mode_reverts_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriterLabels {
+    /// The field manager that removed hairpin's `ipMode: Proxy` (escaped).
+    pub writer: String,
+}
+
 /// Metrics the controller updates.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -94,6 +124,19 @@ pub struct Metrics {
     /// Seconds from a DNS write until the cluster DNS answered with the hairpin Service
     /// (`hairpin_dns_propagation_seconds`).
     pub dns_propagation: Histogram,
+    /// Native-cure probe connections, by phase and outcome.
+    pub native_probes: Family<ProbeLabels, Counter>,
+    /// Seconds one native-cure probe connection took (connect and first answer).
+    pub native_probe_duration: Histogram,
+    /// Native-cure verdicts, by verdict.
+    pub native_verdicts: Family<VerdictLabels, Counter>,
+    /// `ipMode` writes to load balancer statuses, by kind.
+    pub ip_mode_writes: Family<IpModeWriteLabels, Counter>,
+    /// Times another writer removed hairpin's `ipMode: Proxy`, by writer.
+    pub ip_mode_reverts: Family<WriterLabels, Counter>,
+    /// Load balancers whose `ipMode` writes are backed off because another writer keeps
+    /// removing them.
+    pub ip_mode_fight: Gauge,
 }
 
 impl Metrics {
@@ -106,7 +149,60 @@ impl Metrics {
         metrics.register_fights(sub);
         metrics.register_writers(sub);
         metrics.register_outcomes(sub);
+        metrics.register_native(sub);
         metrics
+    }
+
+    /// The native cure: probes, verdicts, status writes, other writers.
+    fn register_native(&self, sub: &mut Registry) {
+        sub.register(
+            "native_probes",
+            "Native-cure probe connections, by phase (baseline before any write, proof after) and outcome",
+            self.native_probes.clone(),
+        );
+        sub.register(
+            "native_probe_duration_seconds",
+            "Time one native-cure probe connection took",
+            self.native_probe_duration.clone(),
+        );
+        sub.register(
+            "native_verdicts",
+            "Native-cure verdicts (proven, failed, not-needed, unprovable, unsupported)",
+            self.native_verdicts.clone(),
+        );
+        sub.register(
+            "ip_mode_writes",
+            "ipMode writes to load balancer statuses, by kind (set, reassert, restore)",
+            self.ip_mode_writes.clone(),
+        );
+        sub.register(
+            "ip_mode_reverts",
+            "Times another writer removed the ipMode: Proxy hairpin set, by writer",
+            self.ip_mode_reverts.clone(),
+        );
+        sub.register(
+            "ip_mode_fight",
+            "Load balancers whose ipMode writes are backed off because another writer keeps removing them",
+            self.ip_mode_fight.clone(),
+        );
+    }
+
+    /// Counts a native-cure verdict.
+    pub fn native_verdict(&self, verdict: &str) {
+        self.native_verdicts
+            .get_or_create(&VerdictLabels {
+                verdict: verdict.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts an `ipMode` write of `kind`.
+    pub fn ip_mode_write(&self, kind: &str) {
+        self.ip_mode_writes
+            .get_or_create(&IpModeWriteLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     fn new() -> Self {
@@ -137,6 +233,14 @@ impl Metrics {
             dns_propagation: Histogram::new([
                 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0,
             ]),
+            native_probes: Family::default(),
+            native_probe_duration: Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            native_verdicts: Family::default(),
+            ip_mode_writes: Family::default(),
+            ip_mode_reverts: Family::default(),
+            ip_mode_fight: Gauge::default(),
         }
     }
 

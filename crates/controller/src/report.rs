@@ -56,6 +56,20 @@ pub mod reason {
     /// Another writer (an upgraded cloud controller) set `ipMode: Proxy` itself: hairpin
     /// stepped back from that load balancer's status.
     pub const IP_MODE_HANDED_OVER: &str = "IpModeHandedOver";
+    /// Every PROXY port of a load balancer answered a request without a header before any
+    /// change: it needs no cure here; nothing was written.
+    pub const NATIVE_NOT_NEEDED: &str = "NativeCureNotNeeded";
+    /// The native cure cannot be proven (some requests without a header were answered before
+    /// any change, or the address is unreachable from the controller): nothing was written.
+    pub const NATIVE_UNPROVABLE: &str = "NativeCureUnprovable";
+    /// The API server dropped the `ipMode` hairpin wrote (older than 1.30, or the feature
+    /// gate `LoadBalancerIPMode` off).
+    pub const IP_MODE_DROPPED: &str = "IpModeDropped";
+    /// Another writer keeps removing the `ipMode: Proxy` hairpin sets: hairpin backs off and
+    /// the load balancer is on the DNS cure.
+    pub const IP_MODE_FIGHT: &str = "IpModeWriteReverted";
+    /// hairpin put `ipMode` back but the API server's answer still says `Proxy`.
+    pub const IP_MODE_NOT_RESTORED: &str = "IpModeNotRestored";
     /// A load balancer and its receiver disagree about the PROXY protocol (broken for clients
     /// outside the cluster too); the note names both settings and the fix. hairpin keeps the
     /// cure it had in place and changes nothing else for it.

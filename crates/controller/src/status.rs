@@ -202,6 +202,8 @@ fn native_word(progress: NativeProgress) -> &'static str {
         NativeProgress::Probing => "probing",
         NativeProgress::Proven => "proven",
         NativeProgress::Failed => "failed",
+        NativeProgress::NotNeeded => "not-needed",
+        NativeProgress::Unsupported => "unsupported",
     }
 }
 
@@ -820,6 +822,8 @@ fn native_cure(status: &HairpinStatus) -> Part {
         Some("probing") => (None, cure_reason::PROBING),
         Some("to-prove") => (None, cure_reason::TO_PROVE),
         Some("failed") => (Some(false), cure_reason::FAILED),
+        Some("not-needed") => (Some(false), cure_reason::NOT_NEEDED),
+        Some("unsupported") => (Some(false), cure_reason::UNSUPPORTED),
         _ => (Some(false), cure_reason::NOT_ELIGIBLE),
     };
     Part::new(

@@ -586,20 +586,27 @@ async fn restore_ip_modes(
             continue;
         };
         let service = ObjectRef::new(namespace, svc_name);
-        let modes = entry
-            .original
-            .iter()
-            .map(|was| (was.ip.clone(), was.ip_mode.clone()))
-            .collect();
+        // Read back: a restore the API server's answer does not hold is retried, and in the
+        // end a failure (the record stays), never counted as done.
         let result = retry("put a load balancer's ipMode back", || async {
-            native::restore_ip_modes(client, &service, &entry.uid, &modes)
-                .await
-                .map_err(|e| Error::kube(format!("put ipMode back on Service {service}"), e))
+            // A `failed` entry's `Proxy` counts as hairpin's (as under a forced cure): the
+            // running controller forgot every status another writer took over, and whether
+            // this one was forced (`--cure native`) is the controller's flag, not known here.
+            match native::restore_entry(client, &service, entry, true).await {
+                Ok(native::Written::NotApplied(_)) => Err(Error::NotApplied(format!(
+                    "put ipMode back on Service {service}"
+                ))),
+                Ok(written) => Ok(written),
+                Err(e) => Err(Error::kube(
+                    format!("put ipMode back on Service {service}"),
+                    e,
+                )),
+            }
         })
         .await;
         match result {
-            Ok(true) => report.ip_modes_restored.push(key.clone()),
-            Ok(false) => {}
+            Ok(native::Written::Applied(_)) => report.ip_modes_restored.push(key.clone()),
+            Ok(_) => {}
             Err(err) => {
                 all_restored = false;
                 step_failed(report, err);

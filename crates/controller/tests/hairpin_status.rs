@@ -279,6 +279,9 @@ async fn a_load_balancer_on_the_proven_native_cure_says_so() {
             since: "2026-11-27T10:00:00Z".into(),
             reason: "203.0.113.10:80 answered HTTP/1.1 308".into(),
             data_plane: String::new(),
+            failures: 0,
+            server_version: String::new(),
+            due: false,
         },
     );
     fake.apply(object(

@@ -965,10 +965,15 @@ async fn ingress_writers(client: &kube::Client, namespace: &str) -> Vec<(String,
             ip: "203.0.113.77".into(),
             ip_mode: Some("VIP".into()),
         }],
-        state: ProbeState::Proven,
+        // hairpin's own Proxy is not in place (its probe failed and it put VIP back): a
+        // writer's Proxy is then that writer's own.
+        state: ProbeState::Failed,
         since: String::new(),
         reason: String::new(),
         data_plane: String::new(),
+        failures: 0,
+        server_version: String::new(),
+        due: false,
     };
     let writes = [
         ("cloud-controller", json!({"ip": "203.0.113.77"})),
@@ -1002,7 +1007,7 @@ async fn ingress_writers(client: &kube::Client, namespace: &str) -> Vec<(String,
             .unwrap();
         out.push((
             ingress_writer(&written).unwrap_or("?").to_owned(),
-            taken_over(&written, &entry).is_some(),
+            taken_over(&written, &entry, false).is_some(),
         ));
     }
     services.delete("owned", &Default::default()).await.unwrap();

@@ -157,12 +157,7 @@ pub struct ProbeRecord {
 impl ProbeRecord {
     fn of(entry: &NativeEntry) -> ProbeRecord {
         ProbeRecord {
-            state: match entry.state {
-                ProbeState::Probing => "probing",
-                ProbeState::Proven => "proven",
-                ProbeState::Failed => "failed",
-            }
-            .into(),
+            state: entry.state.as_str().into(),
             since: entry.since.clone(),
             reason: entry.reason.clone(),
             ips: entry.original.iter().map(|was| was.ip.clone()).collect(),
@@ -447,6 +442,20 @@ fn by_hairpin(
                     format!("the controller's probe of ipMode: Proxy failed ({probe}); {handler}"),
                 );
             }
+            ProbeState::NotNeeded => {
+                return (
+                    CureKind::Dns,
+                    format!(
+                        "the controller's probe found it not needed: a request without a header was answered before any change ({probe}); {handler}"
+                    ),
+                );
+            }
+            ProbeState::Unsupported => {
+                return (
+                    CureKind::Dns,
+                    format!("the API server does not keep ipMode ({probe}); {handler}"),
+                );
+            }
             ProbeState::Probing => {}
         }
     }
@@ -588,6 +597,9 @@ mod tests {
             since: "2026-11-27T10:00:00Z".into(),
             reason: "port 80: HTTP/1.1 200 OK\u{1b}[2J".into(),
             data_plane: String::new(),
+            failures: 0,
+            server_version: String::new(),
+            due: false,
         };
         let failed = judge(
             &lb("VIP", true),

@@ -192,6 +192,16 @@ fn discovery(state: &State, parts: &[&str]) -> Option<Value> {
         })
     };
     match parts {
+        ["version"] => {
+            let version = &state.git_version;
+            let minor = version.split('.').nth(1).unwrap_or_default();
+            Some(serde_json::json!({
+                "major": "1", "minor": minor, "gitVersion": version,
+                "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+                "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0",
+                "compiler": "gc", "platform": "linux/amd64",
+            }))
+        }
         ["api"] => Some(serde_json::json!({ "kind": "APIVersions", "versions": ["v1"] })),
         ["api", version] => resource_list("", version),
         ["apis"] => {

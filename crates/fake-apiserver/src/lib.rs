@@ -304,6 +304,18 @@ impl FakeApiServer {
         self.shared.lock().net.families = service::ServiceNet::DUAL_STACK.families;
     }
 
+    /// Turns the `LoadBalancerIPMode` feature gate on or off (on by default, as since 1.30).
+    /// Off, the server drops the `ipMode` a client writes into a Service status that had
+    /// none, as kube-apiserver `--feature-gates=LoadBalancerIPMode=false` does.
+    pub fn set_ip_mode_gate(&self, on: bool) {
+        self.shared.lock().net.ip_mode_gate = on;
+    }
+
+    /// Sets what `/version` answers as `gitVersion` (`v1.31.14` by default).
+    pub fn set_version(&self, git_version: &str) {
+        self.shared.lock().git_version = git_version.to_owned();
+    }
+
     /// Makes the cluster IPv6 only: Services get IPv6 ClusterIPs from `fd00:10:96::/108`, an
     /// IPv4 family is refused, and `PreferDualStack` gives one family, as on a real IPv6-only
     /// cluster.

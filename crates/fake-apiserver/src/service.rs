@@ -25,6 +25,10 @@ pub(crate) struct ServiceNet {
     pub(crate) families: &'static [&'static str],
     /// The IPv4 range (`--service-cluster-ip-range`), when not the default.
     pub(crate) v4: Option<(Ipv4Addr, u8)>,
+    /// The `LoadBalancerIPMode` feature gate (on by default since 1.30). Off, the server
+    /// neither defaults `ipMode` nor keeps one a client writes, unless the old object already
+    /// had one (`dropDisabledStatusFields`, `pkg/api/service/util.go`).
+    pub(crate) ip_mode_gate: bool,
 }
 
 impl Default for ServiceNet {
@@ -38,14 +42,17 @@ impl ServiceNet {
     pub(crate) const IPV4: Self = Self {
         families: &["IPv4"],
         v4: None,
+        ip_mode_gate: true,
     };
     pub(crate) const IPV6: Self = Self {
         families: &["IPv6"],
         v4: None,
+        ip_mode_gate: true,
     };
     pub(crate) const DUAL_STACK: Self = Self {
         families: &["IPv4", "IPv6"],
         v4: None,
+        ip_mode_gate: true,
     };
 
     fn dual_stack(self) -> bool {
@@ -204,6 +211,17 @@ pub(crate) fn admit(
     if svc["status"].is_null() {
         svc["status"] = serde_json::json!({ "loadBalancer": {} });
     }
+    if !net.ip_mode_gate && !ip_mode_in_use(old) {
+        let points = svc
+            .pointer_mut("/status/loadBalancer/ingress")
+            .and_then(Value::as_array_mut);
+        for ingress in points.into_iter().flatten() {
+            if let Some(point) = ingress.as_object_mut() {
+                point.remove("ipMode");
+            }
+        }
+        return causes;
+    }
     // `ipMode` defaults to `VIP` wherever an ingress point has an `ip` (LoadBalancerIPMode,
     // on by default since 1.30).
     let points = svc
@@ -215,6 +233,13 @@ pub(crate) fn admit(
         }
     }
     causes
+}
+
+/// Whether `old`'s status has an `ipMode` anywhere (`loadbalancerIPModeInUse`).
+fn ip_mode_in_use(old: Option<&Value>) -> bool {
+    old.and_then(|o| o.pointer("/status/loadBalancer/ingress"))
+        .and_then(Value::as_array)
+        .is_some_and(|points| points.iter().any(|p| !absent(&p["ipMode"])))
 }
 
 /// `patchAllocatedValues` and `NormalizeClusterIPs` of an update: values the server allocated

@@ -65,6 +65,8 @@ pub(crate) struct State {
     pub(crate) faults: Vec<Fault>,
     pub(crate) log: Vec<Recorded>,
     pub(crate) net: ServiceNet,
+    /// What `/version` says (`gitVersion`).
+    pub(crate) git_version: String,
     /// RBAC-like authorization: `None` allows everything.
     pub(crate) grants: Option<Vec<Grant>>,
 }
@@ -158,6 +160,7 @@ impl State {
             faults: Vec::new(),
             log: Vec::new(),
             net: ServiceNet::default(),
+            git_version: "v1.31.14".into(),
             grants: None,
         };
         for ty in [

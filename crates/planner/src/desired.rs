@@ -140,7 +140,7 @@ fn vip_outages(
         if spec.and_then(|s| s.type_.as_deref()) != Some("LoadBalancer") {
             continue;
         }
-        let ours = native::ours(record, svc);
+        let ours = native::ours(record, svc, config);
         let ingress = svc
             .status
             .as_ref()

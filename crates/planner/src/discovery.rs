@@ -231,7 +231,7 @@ pub fn discover(snapshot: &ClusterSnapshot, config: &PlannerConfig) -> Discovery
             continue;
         }
         let receiver = receivers::receiver_of(snapshot, svc);
-        let ours = native::ours(&record, svc);
+        let ours = native::ours(&record, svc, config);
         let cured = !ours.is_empty() || with_service.contains(&ObjectRef::from_meta(&svc.metadata));
         let found = Found {
             receiver,

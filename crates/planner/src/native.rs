@@ -126,12 +126,35 @@ pub fn ccm_ip_mode(svc: &Service) -> Option<(&'static str, &'static str)> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProbeState {
-    /// `ipMode: Proxy` is set; the probe has not answered yet.
+    /// `ipMode: Proxy` is set; the probe has not answered yet (or a proven cure is probed
+    /// again before it is trusted: at the controller's start).
     Probing,
-    /// The probe reached the load balancer through its address on every port.
+    /// The probe reached the load balancer through its address on every port, several times
+    /// in a row.
     Proven,
-    /// The probe did not (the status was put back).
+    /// The probe did not (the status was put back), or the problem could not be proven
+    /// before any change (some ports answered without a header).
     Failed,
+    /// Every port answered a request without a header before any change: nothing to cure,
+    /// nothing written.
+    #[serde(rename = "not-needed")]
+    NotNeeded,
+    /// The API server dropped the `ipMode` hairpin wrote (older than 1.30, or the feature gate
+    /// `LoadBalancerIPMode` off): not tried again until its version changes.
+    Unsupported,
+}
+
+impl ProbeState {
+    /// As written in the record.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeState::Probing => "probing",
+            ProbeState::Proven => "proven",
+            ProbeState::Failed => "failed",
+            ProbeState::NotNeeded => "not-needed",
+            ProbeState::Unsupported => "unsupported",
+        }
+    }
 }
 
 /// One status `ingress[]` IP as it was before hairpin set `ipMode: Proxy` on it.
@@ -168,6 +191,26 @@ pub struct NativeEntry {
         skip_serializing_if = "String::is_empty"
     )]
     pub data_plane: String,
+    /// Failed attempts in a row: the next try waits `retry` doubled this many times less one,
+    /// capped. Reset by a proven cure or a change of the data plane.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+    /// The API server's version (`gitVersion`) that dropped `ipMode` (state `unsupported`):
+    /// tried again once it changes.
+    #[serde(
+        default,
+        rename = "serverVersion",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub server_version: String,
+    /// The wait after a `failed`, `not-needed` or `unsupported` verdict is over: the plan
+    /// proposes the cure again (the controller proves the problem first).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub due: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The native cures hairpin made, by load balancer (`namespace/name`): the content of its
@@ -290,6 +333,10 @@ pub enum NativeProgress {
     Proven,
     /// The probe failed; the status was put back; DNS in effect.
     Failed,
+    /// A request without a header was answered before any change: nothing written.
+    NotNeeded,
+    /// The API server does not keep `ipMode`: nothing kept, DNS in effect.
+    Unsupported,
 }
 
 /// A status write the controller makes for the native cure.
@@ -364,12 +411,15 @@ fn status_ingress(svc: &Service) -> &[LoadBalancerIngress] {
 
 /// The status IPs of `svc` with `ipMode: Proxy` that hairpin set (per its record), so that
 /// discovery keeps the load balancer as one that needs a cure.
-pub fn ours(record: &NativeRecord, svc: &Service) -> Vec<String> {
+pub fn ours(record: &NativeRecord, svc: &Service, config: &PlannerConfig) -> Vec<String> {
     let service = ObjectRef::from_meta(&svc.metadata);
     let Some(entry) = record.entry(&service, svc.metadata.uid.as_deref()) else {
         return Vec::new();
     };
-    if taken_over(svc, entry).is_some() {
+    // Nothing written (not needed), or nothing kept (the API server dropped it).
+    if matches!(entry.state, ProbeState::NotNeeded | ProbeState::Unsupported)
+        || taken_over(svc, entry, forced_native(svc, config)).is_some()
+    {
         return Vec::new();
     }
     entry.original.iter().map(|was| was.ip.clone()).collect()
@@ -391,13 +441,20 @@ pub fn ingress_writer(svc: &Service) -> Option<&str> {
         .and_then(|m| m.manager.as_deref())
 }
 
-/// Another writer set `ipMode: Proxy` itself on hairpin's cure: it changed the status last and
-/// every IP of the cure says `Proxy` (a cloud controller upgraded to one that computes `ipMode`,
-/// an operator). hairpin then steps back: it neither re-asserts nor puts back what that writer
-/// chose. Returns the writer. (A writer whose status equals hairpin's changes nothing, so the
-/// API server keeps hairpin as the owner: that writer is seen at its first different write.)
-pub fn taken_over<'a>(svc: &'a Service, entry: &NativeEntry) -> Option<&'a str> {
+/// Another writer set `ipMode: Proxy` itself on hairpin's cure: it changed the status last,
+/// every IP of the cure says `Proxy`, and hairpin's own `Proxy` was not there for it to keep
+/// ([`proxy_in_place`]: hairpin put it back, never wrote it, or the API server dropped it), so
+/// the `Proxy` is that writer's own (a cloud controller upgraded to one that computes
+/// `ipMode`, an operator). hairpin then steps back: it neither re-asserts nor puts back what
+/// that writer chose. Returns the writer. A writer that only touched the list while hairpin's
+/// `Proxy` was on it (Cilium LB-IPAM, `kubectl edit --subresource=status`, an added address)
+/// takes nothing over: the list is atomic, so its write owns the list, but not the `ipMode`
+/// hairpin set. `forced`: the cure is forced native (its failed probe left `Proxy` in place).
+pub fn taken_over<'a>(svc: &'a Service, entry: &NativeEntry, forced: bool) -> Option<&'a str> {
     let writer = ingress_writer(svc).filter(|w| *w != FIELD_MANAGER)?;
+    if proxy_in_place(entry, forced) {
+        return None;
+    }
     let ingress = status_ingress(svc);
     let mut ips = entry
         .original
@@ -407,6 +464,31 @@ pub fn taken_over<'a>(svc: &'a Service, entry: &NativeEntry) -> Option<&'a str> 
     ips.peek()?;
     ips.all(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
         .then_some(writer)
+}
+
+/// Whether hairpin's own `ipMode: Proxy` is on the status, by its record: written and not put
+/// back (`probing`, `proven`; `failed` only when `forced`, whose failed probe is reported and
+/// not acted on). Not after a put-back, nor when nothing was written or kept.
+pub fn proxy_in_place(entry: &NativeEntry, forced: bool) -> bool {
+    match entry.state {
+        ProbeState::Probing | ProbeState::Proven => true,
+        ProbeState::Failed => forced && !entry.due,
+        ProbeState::NotNeeded | ProbeState::Unsupported => false,
+    }
+}
+
+/// Whether `svc`'s cure is forced native (its annotation, else the flag); an unreadable
+/// annotation is the flag (the plan warns about it).
+pub fn forced_native(svc: &Service, config: &PlannerConfig) -> bool {
+    let key = config.annotation("cure");
+    let mode = svc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(&key))
+        .and_then(|v| v.parse::<CureMode>().ok())
+        .unwrap_or(config.cure);
+    mode == CureMode::Native
 }
 
 /// Which kube-proxy and CNI agents run, at which generation (`namespace/name@generation`,
@@ -489,7 +571,9 @@ pub fn choose(
         let current = snapshot
             .service(namespace, name)
             .filter(|s| s.metadata.uid.as_deref() == Some(entry.uid.as_str()));
-        if let Some(writer) = current.and_then(|svc| taken_over(svc, entry)) {
+        if let Some(writer) =
+            current.and_then(|svc| taken_over(svc, entry, forced_native(svc, config)))
+        {
             let writer = escape::text(writer).into_owned();
             cures.actions.push(NativeAction::Forget {
                 reason: format!(
@@ -580,8 +664,29 @@ fn choose_one(
     if let Some(why) = native_barred(svc, mode, delivery, config, warnings) {
         return (dns(why.clone(), None), restore(&why));
     }
+    by_state(svc, service, mode, entry, delivery)
+}
+
+/// The cure of a load balancer native may be tried on, from where its record stands, and
+/// its status write, if any.
+fn by_state(
+    svc: &Service,
+    service: ObjectRef,
+    mode: CureMode,
+    entry: Option<&NativeEntry>,
+    delivery: &DeliveryOf,
+) -> (CureChoice, Option<NativeAction>) {
+    let dns = |reason: String, native: Option<NativeProgress>| CureChoice {
+        service: service.clone(),
+        cure: Cure::Dns,
+        mode,
+        delivery: delivery.clone(),
+        native,
+        reason,
+    };
     let uid = svc.metadata.uid.clone().unwrap_or_default();
-    let state = entry.map(|e| e.state);
+    // A wait that is over (`due`) proposes the cure again, as if it had never been tried.
+    let state = entry.filter(|e| !e.due).map(|e| e.state);
     let set_proxy = |proven: bool| {
         let ips = not_proxy(svc);
         (!ips.is_empty()).then(|| NativeAction::SetProxy {
@@ -602,13 +707,33 @@ fn choose_one(
     let detail = entry
         .map(|e| escape::text(&e.reason).into_owned())
         .unwrap_or_default();
+    // A status IP the cure never had (the load balancer's address changed, or one was added):
+    // the cure starts over for it, proven first; DNS meanwhile.
+    let moved = entry.map(|e| new_ips(svc, e)).unwrap_or_default();
+    let state = state
+        .filter(|s| moved.is_empty() || !matches!(s, ProbeState::Proven | ProbeState::Probing));
     match (mode, state) {
+        // Whatever the mode: a write the API server drops is not made again.
+        (_, Some(ProbeState::Unsupported)) => (
+            dns(
+                format!("the API server does not keep ipMode: {detail}"),
+                Some(NativeProgress::Unsupported),
+            ),
+            None,
+        ),
+        (CureMode::Native, Some(ProbeState::NotNeeded)) => (
+            native(
+                NativeProgress::NotNeeded,
+                format!("not needed (--cure native: no DNS rule either): {detail}"),
+            ),
+            None,
+        ),
         (CureMode::Native, state) => {
             let progress = match state {
                 Some(ProbeState::Proven) => NativeProgress::Proven,
                 Some(ProbeState::Failed) => NativeProgress::Failed,
                 Some(ProbeState::Probing) => NativeProgress::Probing,
-                None => NativeProgress::ToProve,
+                _ => NativeProgress::ToProve,
             };
             let why = "--cure native: ipMode: Proxy, no DNS rules, proven or not".to_owned();
             // Probed once (the verdict is reported, never acted on): later writes re-assert.
@@ -630,21 +755,51 @@ fn choose_one(
             set_proxy(false),
         ),
         (_, Some(ProbeState::Failed)) => (
+            // The controller's words: a probe not answered, a status fight (naming the
+            // writer), or a problem that could not be shown.
             dns(
-                format!("ipMode: Proxy was not honoured: {detail}"),
+                if detail.is_empty() {
+                    "ipMode: Proxy was not honoured".to_owned()
+                } else {
+                    detail
+                },
                 Some(NativeProgress::Failed),
             ),
             // Put back by the controller already; again if another writer set it meanwhile.
             None,
         ),
-        (_, None) => (
+        (_, Some(ProbeState::NotNeeded)) => (
             dns(
-                "ipMode: Proxy is to be proven by probe; DNS until then".into(),
-                Some(NativeProgress::ToProve),
+                format!("not needed: {detail}"),
+                Some(NativeProgress::NotNeeded),
             ),
+            None,
+        ),
+        (_, None) => (
+            dns(to_prove(&moved), Some(NativeProgress::ToProve)),
             set_proxy(false),
         ),
     }
+}
+
+/// Why native is to be proven: never tried, or the address changed (`moved`: the new IPs).
+fn to_prove(moved: &[String]) -> String {
+    if moved.is_empty() {
+        return "ipMode: Proxy is to be proven by probe; DNS until then".into();
+    }
+    format!(
+        "the load balancer's address changed (new: {}): ipMode: Proxy is to be proven by probe again; DNS until then",
+        escape::text(&moved.join(", "))
+    )
+}
+
+/// The status IPs of `svc` that `entry`'s cure never had.
+fn new_ips(svc: &Service, entry: &NativeEntry) -> Vec<String> {
+    status_ingress(svc)
+        .iter()
+        .filter_map(|e| e.ip.clone())
+        .filter(|ip| !entry.original.iter().any(|was| was.ip == *ip))
+        .collect()
 }
 
 /// Why native is not tried (or refused) on this load balancer, before any record or probe:

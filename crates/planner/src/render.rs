@@ -78,6 +78,8 @@ pub fn cure_text(choice: &CureChoice) -> String {
         (Cure::Dns, Some(NativeProgress::ToProve)) => "native to be proven by probe".to_owned(),
         (Cure::Dns, Some(NativeProgress::Probing)) => format!("native probing: {why}"),
         (Cure::Dns, Some(NativeProgress::Failed)) => format!("native failed: {why}"),
+        (_, Some(NativeProgress::NotNeeded)) => format!("native not tried: {why}"),
+        (Cure::Dns, Some(NativeProgress::Unsupported)) => format!("native not possible: {why}"),
         (Cure::Native, Some(NativeProgress::Proven)) => format!("proven: {why}"),
         (Cure::Native, Some(NativeProgress::ToProve)) => format!("to be proven by probe: {why}"),
         (Cure::Native, Some(NativeProgress::Probing)) => format!("probing: {why}"),

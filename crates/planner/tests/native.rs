@@ -47,6 +47,11 @@ fn do_proxy() -> serde_json::Value {
 }
 
 fn record(state: ProbeState) -> ConfigMap {
+    record_with(state, |_| {})
+}
+
+/// The record of one entry in `state`, changed by `change`.
+fn record_with(state: ProbeState, change: impl FnOnce(&mut NativeEntry)) -> ConfigMap {
     let mut record = NativeRecord::default();
     record.load_balancers.insert(
         "ingress/nginx".into(),
@@ -60,8 +65,14 @@ fn record(state: ProbeState) -> ConfigMap {
             since: "2026-11-27T10:00:00Z".into(),
             reason: "203.0.113.10:80 answered".into(),
             data_plane: String::new(),
+            failures: 0,
+            server_version: String::new(),
+            due: false,
         },
     );
+    if let Some(entry) = record.load_balancers.values_mut().next() {
+        change(entry);
+    }
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": { "name": "hairpin-native", "namespace": "hairpin",
@@ -144,7 +155,8 @@ fn a_failed_probe_keeps_dns_and_writes_nothing() {
         (plan.cures[0].cure, plan.cures[0].native),
         (Cure::Dns, Some(NativeProgress::Failed))
     );
-    assert!(plan.cures[0].reason.contains("not honoured"));
+    // The controller's words, as recorded.
+    assert_eq!(plan.cures[0].reason, "203.0.113.10:80 answered");
     assert_eq!(dns_names(&plan), ["shop.example.com"]);
     assert!(plan.native_actions.is_empty());
 }
@@ -323,9 +335,20 @@ fn a_writer_that_sets_ip_mode_proxy_itself_takes_over_and_hairpin_steps_back() {
     assert_eq!(plan.cures[0].cure, Cure::Native);
     assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
 
-    // An upgraded cloud controller rewrote the status, itself with ipMode: Proxy: hairpin
-    // forgets its entry and neither re-asserts nor puts VIP back; the load balancer no longer
-    // needs a cure (its status says Proxy, and not hairpin's).
+    // Another writer that only touched the list while hairpin's Proxy was on it (Cilium
+    // LB-IPAM, kubectl edit --subresource=status) did not set Proxy itself: nothing changes,
+    // the cure stays hairpin's (uninstall included).
+    written_by(&mut snapshot, "cilium-operator-lbipam");
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(plan.cures[0].cure, Cure::Native);
+    assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+
+    // hairpin's probe failed and it put VIP back; an upgraded cloud controller then rewrote
+    // the status with ipMode: Proxy, its own: hairpin forgets its entry and neither
+    // re-asserts nor puts VIP back; the load balancer no longer needs a cure (its status says
+    // Proxy, and not hairpin's).
+    snapshot.config_maps.pop();
+    snapshot.config_maps.push(record(ProbeState::Failed));
     written_by(
         &mut snapshot,
         "digitalocean-cloud-controller-manager\u{1b}[2J",
@@ -354,7 +377,9 @@ fn a_writer_that_sets_ip_mode_proxy_itself_takes_over_and_hairpin_steps_back() {
     }
     assert!(dns_names(&plan).is_empty());
 
-    // The same writer putting VIP back is no takeover: hairpin re-asserts.
+    // On a proven cure, the same writer putting VIP back is no takeover: hairpin re-asserts.
+    snapshot.config_maps.pop();
+    snapshot.config_maps.push(record(ProbeState::Proven));
     snapshot.services[0].status = lb_service(
         "ingress",
         "nginx",
@@ -374,7 +399,7 @@ fn a_takeover_under_hairpins_forcing_annotation_restores_nothing() {
     let mut annotations = do_proxy();
     annotations["hairpin.io/proxy-protocol"] = json!("v1");
     let mut snapshot = cluster(annotations, json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
-    snapshot.config_maps.push(record(ProbeState::Proven));
+    snapshot.config_maps.push(record(ProbeState::Failed));
     written_by(&mut snapshot, "cloud-controller-manager");
     let plan = desired(&snapshot, &config(CureMode::Auto));
     // Forced to DNS by the annotation, but the status is the other writer's: no Restore.
@@ -805,6 +830,200 @@ fn the_plan_json_carries_the_delivery() {
             .unwrap()
             .contains("MetalLB")
     );
+}
+
+/// Nothing written (the baseline was answered): DNS, the reason, no status write; with
+/// `--cure native` no DNS rule either (in-cluster clients reach it without one) and no write.
+#[test]
+fn a_load_balancer_answered_without_a_header_is_not_needed_and_never_written() {
+    for (mode, cure) in [
+        (CureMode::Auto, Cure::Dns),
+        (CureMode::Native, Cure::Native),
+    ] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "VIP" }]));
+        snapshot
+            .config_maps
+            .push(record_with(ProbeState::NotNeeded, |e| {
+                e.reason =
+                    "answered without a header before any change: 203.0.113.10:80 answered 3 of 3"
+                        .into();
+            }));
+        let plan = desired(&snapshot, &config(mode));
+        let choice = &plan.cures[0];
+        assert_eq!(
+            (choice.cure, choice.native),
+            (cure, Some(NativeProgress::NotNeeded)),
+            "{mode:?}"
+        );
+        assert!(
+            choice.reason.starts_with("not needed")
+                && choice
+                    .reason
+                    .contains("answered without a header before any change"),
+            "{}",
+            choice.reason
+        );
+        assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+        let text = hairpin_planner::render::cure_text(choice);
+        assert!(text.contains("native not tried: not needed"), "{text}");
+        assert_eq!(dns_names(&plan).is_empty(), mode == CureMode::Native);
+    }
+}
+
+/// The API server dropped the field: DNS whatever the mode, never written again until the
+/// controller marks it due (its version changed).
+#[test]
+fn an_unsupported_ip_mode_is_not_written_again_until_due() {
+    for mode in [CureMode::Auto, CureMode::Native] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "VIP" }]));
+        snapshot
+            .config_maps
+            .push(record_with(ProbeState::Unsupported, |e| {
+                e.reason = "the API server (v1.29.9) dropped the ipMode".into();
+                e.server_version = "v1.29.9".into();
+            }));
+        let plan = desired(&snapshot, &config(mode));
+        assert_eq!(
+            (plan.cures[0].cure, plan.cures[0].native),
+            (Cure::Dns, Some(NativeProgress::Unsupported))
+        );
+        assert!(plan.cures[0].reason.contains("v1.29.9"));
+        assert_eq!(dns_names(&plan), ["shop.example.com"]);
+        assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+    }
+}
+
+/// A `failed`, `not-needed` or `unsupported` entry whose wait is over (`due`) is proposed
+/// again as a first attempt (the controller proves the problem first), DNS kept meanwhile.
+#[test]
+fn a_due_entry_is_proposed_again_as_a_first_attempt() {
+    for state in [
+        ProbeState::Failed,
+        ProbeState::NotNeeded,
+        ProbeState::Unsupported,
+    ] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "VIP" }]));
+        snapshot
+            .config_maps
+            .push(record_with(state, |e| e.due = true));
+        let plan = desired(&snapshot, &config(CureMode::Auto));
+        assert_eq!(
+            (plan.cures[0].cure, plan.cures[0].native),
+            (Cure::Dns, Some(NativeProgress::ToProve)),
+            "{state:?}"
+        );
+        assert_eq!(dns_names(&plan), ["shop.example.com"]);
+        assert!(
+            matches!(
+                &plan.native_actions[..],
+                [NativeAction::SetProxy { proven: false, .. }]
+            ),
+            "{state:?}: {:?}",
+            plan.native_actions
+        );
+    }
+}
+
+/// The record's new fields are written only when set, and read back as written.
+#[test]
+fn the_record_round_trips_its_states_and_counters() {
+    let cm = record_with(ProbeState::Unsupported, |e| {
+        e.failures = 3;
+        e.server_version = "v1.29.9".into();
+        e.due = true;
+    });
+    let text = &cm.data.as_ref().unwrap()[NATIVE_KEY];
+    let value: serde_json::Value = serde_json::from_str(text).unwrap();
+    let entry = &value["loadBalancers"]["ingress/nginx"];
+    assert_eq!(entry["state"], "unsupported");
+    assert_eq!(entry["failures"], 3);
+    assert_eq!(entry["serverVersion"], "v1.29.9");
+    assert_eq!(entry["due"], true);
+    let plain = record(ProbeState::NotNeeded);
+    let text = &plain.data.as_ref().unwrap()[NATIVE_KEY];
+    assert!(text.contains("\"not-needed\""), "{text}");
+    assert!(
+        !text.contains("failures") && !text.contains("due"),
+        "{text}"
+    );
+    let back: NativeRecord = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        back.load_balancers["ingress/nginx"].state,
+        ProbeState::NotNeeded
+    );
+}
+
+/// A writer that touched the list while hairpin's `Proxy` was on it is no takeover: a cure no
+/// longer wanted (`--cure dns`) is put back all the same; under a forced native cure whose
+/// probe failed (its `Proxy` left in place) neither.
+#[test]
+fn touching_the_list_over_hairpins_proxy_is_no_takeover() {
+    for (state, mode) in [
+        (ProbeState::Proven, CureMode::Dns),
+        (ProbeState::Probing, CureMode::Dns),
+        (ProbeState::Failed, CureMode::Native),
+    ] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
+        snapshot.config_maps.push(record(state));
+        written_by(&mut snapshot, "kubectl-edit");
+        let plan = desired(&snapshot, &config(mode));
+        assert!(
+            !plan
+                .native_actions
+                .iter()
+                .any(|a| matches!(a, NativeAction::Forget { .. })),
+            "{state:?} {mode:?}: {:?}",
+            plan.native_actions
+        );
+        if mode == CureMode::Dns {
+            assert!(
+                matches!(&plan.native_actions[..], [NativeAction::Restore { .. }]),
+                "{state:?}: {:?}",
+                plan.native_actions
+            );
+        }
+    }
+}
+
+/// Item 6: the load balancer's address changed (or an IP was added) since the cure was
+/// proven: the cure starts over for the new IP, proven first (no re-assertion without a
+/// probe), and its names keep their DNS rules meanwhile.
+#[test]
+fn a_changed_address_starts_the_cure_over() {
+    for status in [
+        json!([{ "ip": "203.0.113.20", "ipMode": "VIP" }]),
+        json!([{ "ip": LB_IP, "ipMode": "Proxy" }, { "ip": "203.0.113.20", "ipMode": "VIP" }]),
+    ] {
+        let mut snapshot = cluster(do_proxy(), status.clone());
+        snapshot.config_maps.push(record(ProbeState::Proven));
+        let plan = desired(&snapshot, &config(CureMode::Auto));
+        let choice = &plan.cures[0];
+        assert_eq!(
+            (choice.cure, choice.native),
+            (Cure::Dns, Some(NativeProgress::ToProve)),
+            "{status}"
+        );
+        assert!(
+            choice
+                .reason
+                .contains("address changed (new: 203.0.113.20)"),
+            "{}",
+            choice.reason
+        );
+        assert_eq!(
+            plan.native_actions,
+            [NativeAction::SetProxy {
+                service: lb(),
+                uid: "uid-1".into(),
+                ips: vec![IpModeWas {
+                    ip: "203.0.113.20".into(),
+                    ip_mode: Some("VIP".into())
+                }],
+                proven: false,
+            }],
+            "{status}"
+        );
+    }
 }
 
 /// Another writer set `ipMode: Proxy` on a MetalLB address: every outside client is cut off

@@ -167,7 +167,7 @@ fn unpacked() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-fn run_checked(command: &mut Command) -> io::Result<Output> {
+pub(crate) fn run_checked(command: &mut Command) -> io::Result<Output> {
     let out = command.stdin(Stdio::null()).output()?;
     if out.status.success() {
         Ok(out)
@@ -184,15 +184,15 @@ fn run_checked(command: &mut Command) -> io::Result<Output> {
 /// A /30 in 10.201.0.0/16 and interface names, claimed under `/run/hairpin-testkit` for this
 /// process; released on drop.
 #[derive(Debug)]
-struct Slot {
-    n: u32,
-    path: PathBuf,
+pub(crate) struct Slot {
+    pub(crate) n: u32,
+    pub(crate) path: PathBuf,
 }
 
 const SLOTS: u32 = 16_000;
 
 impl Slot {
-    fn claim() -> io::Result<Slot> {
+    pub(crate) fn claim() -> io::Result<Slot> {
         let dir = Path::new("/run/hairpin-testkit");
         std::fs::create_dir_all(dir)?;
         let start = std::process::id().wrapping_mul(2_654_435_761) % SLOTS;
@@ -231,14 +231,16 @@ impl Slot {
         for link in [format!("hpk{n}"), format!("hpv{n}")] {
             let _ = Command::new("ip").args(["link", "del", &link]).output();
         }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &format!("hpk-{n}")])
-            .output();
+        // hpk-: a node's or an apiserver's; hpo-, hpl-: an outside client's, a load
+        // balancer's (crate::outside).
+        for netns in [format!("hpk-{n}"), format!("hpo-{n}"), format!("hpl-{n}")] {
+            let _ = Command::new("ip").args(["netns", "del", &netns]).output();
+        }
         std::fs::write(path.join("pid"), std::process::id().to_string()).is_ok()
     }
 
     /// The `i`th address of the slot's /30 (1 and 2 are usable).
-    fn addr(&self, i: u32) -> Ipv4Addr {
+    pub(crate) fn addr(&self, i: u32) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 201, 0, 0)) + self.n * 4 + i)
     }
 }
@@ -259,8 +261,18 @@ pub struct Group {
 
 impl Group {
     /// Spawns `command` in a new process group, stdout and stderr to `log`.
-    pub fn spawn(name: &str, mut command: Command, log: PathBuf) -> io::Result<Group> {
+    pub fn spawn(name: &str, command: Command, log: PathBuf) -> io::Result<Group> {
         let out = std::fs::File::create(&log)?;
+        Group::spawn_to(name, command, out, log)
+    }
+
+    /// [`Group::spawn`] writing to `out`, an opened `log` (appended to, say).
+    fn spawn_to(
+        name: &str,
+        mut command: Command,
+        out: std::fs::File,
+        log: PathBuf,
+    ) -> io::Result<Group> {
         let child = command
             .process_group(0)
             .stdin(Stdio::null())
@@ -285,8 +297,22 @@ impl Group {
         self.child.id()
     }
 
+    /// Waits up to `timeout` for the process to exit; whether it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> io::Result<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.child.try_wait()?.is_some() {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// An error when the process has exited, with its log.
-    fn check_alive(&mut self) -> io::Result<()> {
+    pub(crate) fn check_alive(&mut self) -> io::Result<()> {
         if let Some(status) = self.child.try_wait()? {
             return Err(io::Error::other(format!(
                 "{} exited with {status}:\n{}",
@@ -308,7 +334,7 @@ impl Drop for Group {
     }
 }
 
-fn tail(text: &str, lines: usize) -> String {
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
@@ -343,6 +369,13 @@ pub struct ApiServer {
 impl ApiServer {
     /// Starts etcd and kube-apiserver and waits for `/readyz` (about 5 s).
     pub fn start() -> io::Result<ApiServer> {
+        ApiServer::start_with(&[])
+    }
+
+    /// [`ApiServer::start`] with `extra` flags for kube-apiserver (e.g.
+    /// `--feature-gates=LoadBalancerIPMode=false`, as an API server before 1.30 or with the
+    /// gate off).
+    pub fn start_with(extra: &[&str]) -> io::Result<ApiServer> {
         let started = Instant::now();
         let bin = unpacked()?;
         let dir = tempfile::Builder::new().prefix("hairpin-kube-").tempdir()?;
@@ -359,7 +392,7 @@ impl ApiServer {
         let mut etcd = start_etcd(dir.path(), &etcd_url)?;
         let port = free_port();
         let addr = SocketAddr::new(ip.into(), port);
-        let mut apiserver = start_apiserver(&bin, dir.path(), &etcd_url, addr)?;
+        let mut apiserver = start_apiserver(&bin, dir.path(), &etcd_url, addr, extra)?;
         let url = format!("https://{addr}");
         wait_ready(&url, dir.path(), &token, &mut apiserver, &mut etcd)?;
         let reaper = spawn_reaper(
@@ -842,7 +875,13 @@ fn start_etcd(dir: &Path, client_url: &str) -> io::Result<Group> {
     Group::spawn("etcd", command, dir.join("etcd.log"))
 }
 
-fn start_apiserver(bin: &Path, dir: &Path, etcd: &str, addr: SocketAddr) -> io::Result<Group> {
+fn start_apiserver(
+    bin: &Path,
+    dir: &Path,
+    etcd: &str,
+    addr: SocketAddr,
+    extra: &[&str],
+) -> io::Result<Group> {
     let d = |name: &str| dir.join(name).display().to_string();
     let mut command = isolated_command(bin.join("kube-apiserver"));
     command.args([
@@ -863,6 +902,7 @@ fn start_apiserver(bin: &Path, dir: &Path, etcd: &str, addr: SocketAddr) -> io::
         &format!("--cert-dir={}", d("certs")),
         "--profiling=false",
     ]);
+    command.args(extra);
     Group::spawn("kube-apiserver", command, dir.join("kube-apiserver.log"))
 }
 
@@ -977,25 +1017,45 @@ impl KubeNode {
         node.reaper = Some(node.spawn_reaper()?);
         node.wire(api)?;
         node.register(api);
-        let kubeconfig = node.dir.path().join("kube-proxy.kubeconfig");
+        node.start_kube_proxy(api)?;
+        Ok(node)
+    }
+
+    /// Runs kube-proxy as the options say; returns once it answers `/healthz`.
+    fn start_kube_proxy(&mut self, api: &ApiServer) -> io::Result<()> {
+        let kubeconfig = self.dir.path().join("kube-proxy.kubeconfig");
         api.write_kubeconfig(&kubeconfig, api.admin_token())?;
-        let mut command = node.command(api.bin_dir().join("kube-proxy"));
+        let mut command = self.command(api.bin_dir().join("kube-proxy"));
         command
             .arg("--kubeconfig")
             .arg(&kubeconfig)
-            .args(["--hostname-override", &options.name])
-            .args(["--proxy-mode", options.mode.flag()])
+            .args(["--hostname-override", &self.options.name])
+            .args(["--proxy-mode", self.options.mode.flag()])
             .args(["--cluster-cidr", CLUSTER_CIDR])
             .args(["--conntrack-max-per-core=0", "-v=2"])
             .args(["--healthz-bind-address", "127.0.0.1:10256"])
             .args(["--metrics-bind-address", "127.0.0.1:10249"]);
-        if !options.honour_ip_mode {
+        if !self.options.honour_ip_mode {
             command.arg("--feature-gates=LoadBalancerIPMode=false");
         }
-        let log = node.dir.path().join("kube-proxy.log");
-        node.kube_proxy = Some(Group::spawn("kube-proxy", command, log)?);
-        node.wait_healthy()?;
-        Ok(node)
+        // Appended to: a restarted kube-proxy's log follows the first one's.
+        let log = self.dir.path().join("kube-proxy.log");
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
+        self.kube_proxy = Some(Group::spawn_to("kube-proxy", command, out, log)?);
+        self.wait_healthy()
+    }
+
+    /// Stops kube-proxy (its rules stay, as when its pod is replaced) and starts it again
+    /// with `honour_ip_mode` (false: `--feature-gates=LoadBalancerIPMode=false`, as a changed
+    /// flag or an older kube-proxy would); returns once the new one answers `/healthz`
+    /// (its first sync done).
+    pub fn restart_kube_proxy(&mut self, api: &ApiServer, honour_ip_mode: bool) -> io::Result<()> {
+        self.kube_proxy = None;
+        self.options.honour_ip_mode = honour_ip_mode;
+        self.start_kube_proxy(api)
     }
 
     /// `lo` up with the node IP; a veth pair with the apiserver's address routed through it.

@@ -9,6 +9,7 @@
 pub mod coredns;
 pub mod golden;
 pub mod kube;
+pub mod outside;
 pub mod skip;
 
 use std::collections::HashSet;

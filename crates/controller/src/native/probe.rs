@@ -1,0 +1,326 @@
+//! The native cure's probe, from the controller's pod (an in-cluster client subject to the
+//! same kube-proxy or CNI rules as any pod): every PROXY port of every IP, asked as any client
+//! would, without a header: an HTTP request (HTTP ports) or a TLS ClientHello with a
+//! hairpinned name as SNI (TLS ports).
+//!
+//! What counts as an answer, the same before and after the write: an HTTP status line other
+//! than `400` (a server that read the request as a request), or a TLS ServerHello. Everything
+//! else is no answer: an empty reply or a reset (nginx and HAProxy close a connection whose
+//! first bytes are not a PROXY header, nginx logging `broken header`), silence, a `400` (what
+//! a receiver answers to bytes it could not read as a request), bytes that are neither HTTP
+//! nor TLS. A refused connection or an unreachable network or host is a *definite* failure:
+//! the address leads nowhere from here.
+//!
+//! - [`baseline`], before any status write: the problem must show, every attempt on every
+//!   port unanswered. Answered on every attempt: the load balancer needs no cure here.
+//! - [`prove`], after the write: proven only when every port answered several times in a
+//!   row (a failure resets the count), so that a lucky answer, or one from before kube-proxy
+//!   followed the change, proves nothing. A definite failure repeated on a port ends the
+//!   probe at once, without waiting for the deadline.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::NativeParams;
+
+/// One address and port to probe, and how to ask.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeTarget {
+    /// The load balancer IP and port.
+    pub addr: SocketAddr,
+    /// Ask with TLS (a ClientHello) instead of HTTP.
+    pub tls: bool,
+    /// The name to ask for (Host header, SNI).
+    pub host: String,
+}
+
+/// What one probe connection got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// Answered as a server answers a client: the status line, or `TLS ServerHello`.
+    Answered(String),
+    /// No answer: an empty reply, a reset, silence, an answer that is not one.
+    NoAnswer(String),
+    /// The connection was refused, or the network or host is unreachable from here.
+    Unreachable(String),
+}
+
+impl Attempt {
+    /// `answer` as the metrics label it: `answered`, `no-answer`, `unreachable`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Attempt::Answered(_) => "answered",
+            Attempt::NoAnswer(_) => "no-answer",
+            Attempt::Unreachable(_) => "unreachable",
+        }
+    }
+
+    fn answered(&self) -> bool {
+        matches!(self, Attempt::Answered(_))
+    }
+
+    /// In words, escaped (the answer quotes the server).
+    fn describe(&self) -> String {
+        match self {
+            Attempt::Answered(line) => format!("answered ({line})"),
+            Attempt::NoAnswer(why) | Attempt::Unreachable(why) => why.clone(),
+        }
+    }
+}
+
+/// Called with every attempt's outcome and latency (the metrics).
+pub type Observer = Arc<dyn Fn(&Attempt, Duration) + Send + Sync>;
+
+/// One probe connection.
+pub async fn probe_once(target: &ProbeTarget, timeout: Duration) -> Attempt {
+    let connect = tokio::time::timeout(timeout, TcpStream::connect(target.addr)).await;
+    let mut stream = match connect {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(err)) => {
+            use std::io::ErrorKind::{ConnectionRefused, HostUnreachable, NetworkUnreachable};
+            let why = format!("cannot connect: {err}");
+            return match err.kind() {
+                ConnectionRefused | HostUnreachable | NetworkUnreachable => {
+                    Attempt::Unreachable(why)
+                }
+                _ => Attempt::NoAnswer(why),
+            };
+        }
+        Err(_) => return Attempt::NoAnswer(format!("no TCP answer within {timeout:?}")),
+    };
+    let request = if target.tls {
+        match client_hello(&target.host) {
+            Ok(hello) => hello,
+            Err(why) => return Attempt::NoAnswer(format!("no ClientHello: {why}")),
+        }
+    } else {
+        format!(
+            "GET / HTTP/1.1\r\nHost: {}\r\nUser-Agent: hairpin-native-probe\r\nConnection: close\r\n\r\n",
+            target.host
+        )
+        .into_bytes()
+    };
+    let exchange = async {
+        stream.write_all(&request).await?;
+        let mut answer = vec![0u8; 512];
+        let n = stream.read(&mut answer).await?;
+        answer.truncate(n);
+        Ok::<_, std::io::Error>(answer)
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Err(_) => Attempt::NoAnswer("no answer before the timeout".into()),
+        Ok(Err(err)) => Attempt::NoAnswer(format!("no answer: {err}")),
+        Ok(Ok(answer)) => judge(&answer, target.tls),
+    }
+}
+
+/// The first bytes a server sent back, judged.
+fn judge(answer: &[u8], tls: bool) -> Attempt {
+    if answer.is_empty() {
+        return Attempt::NoAnswer("empty reply (the ingress got no PROXY header)".into());
+    }
+    if tls {
+        // A TLS record of type handshake (22) carrying a ServerHello (2).
+        return if answer.first() == Some(&22) && answer.get(5) == Some(&2) {
+            Attempt::Answered("TLS ServerHello".into())
+        } else {
+            Attempt::NoAnswer("an answer that is not a TLS ServerHello".into())
+        };
+    }
+    let line = answer.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line).trim_end().to_owned();
+    let escaped = hairpin_planner::escape::text(&line).into_owned();
+    let status = line.split_whitespace().nth(1);
+    if !line.starts_with("HTTP/") {
+        Attempt::NoAnswer("an answer that is not HTTP".into())
+    } else if status == Some("400") {
+        Attempt::NoAnswer(format!(
+            "{escaped} (the request was not read as one: what a receiver that wants a header answers)"
+        ))
+    } else {
+        Attempt::Answered(escaped)
+    }
+}
+
+/// A TLS ClientHello for `host` (SNI), as rustls writes it. Only its bytes are used: the probe
+/// needs a ServerHello back, not a session.
+fn client_hello(host: &str) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::ServerName;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+    let mut conn =
+        rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+    let mut hello = Vec::new();
+    conn.write_tls(&mut hello).map_err(|e| e.to_string())?;
+    Ok(hello)
+}
+
+/// One attempt, timed and reported to `observe`.
+async fn attempt(target: &ProbeTarget, timeout: Duration, observe: Option<&Observer>) -> Attempt {
+    let started = Instant::now();
+    let outcome = probe_once(target, timeout).await;
+    if let Some(observe) = observe {
+        observe(&outcome, started.elapsed());
+    }
+    outcome
+}
+
+/// What a proof found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeVerdict {
+    /// Every port answered [`NativeParams::answers`] times in a row.
+    pub proven: bool,
+    /// Ended before the deadline on a definite failure (refused, unreachable) repeated.
+    pub definite: bool,
+    /// The outcome per address, in words.
+    pub detail: String,
+    /// How long it took from the status write.
+    pub took: Duration,
+}
+
+/// Per port during a proof: answers and definite failures in a row, and the last outcome.
+#[derive(Default)]
+struct Streak {
+    answered: u32,
+    unreachable: u32,
+    last: Option<Attempt>,
+}
+
+/// Probes every target until each answered [`NativeParams::answers`] times in a row, a port
+/// failed definitely that many times in a row, or the deadline passed.
+pub async fn prove(
+    targets: Vec<ProbeTarget>,
+    params: &NativeParams,
+    observe: Option<Observer>,
+) -> ProbeVerdict {
+    let started = Instant::now();
+    let needed = params.answers.max(1);
+    let mut streaks: BTreeMap<SocketAddr, Streak> = BTreeMap::new();
+    loop {
+        for target in &targets {
+            let streak = streaks.entry(target.addr).or_default();
+            if streak.answered >= needed {
+                continue;
+            }
+            let outcome = attempt(target, params.timeout, observe.as_ref()).await;
+            match &outcome {
+                Attempt::Answered(_) => {
+                    (streak.answered, streak.unreachable) = (streak.answered + 1, 0)
+                }
+                Attempt::Unreachable(_) => {
+                    (streak.answered, streak.unreachable) = (0, streak.unreachable + 1)
+                }
+                Attempt::NoAnswer(_) => (streak.answered, streak.unreachable) = (0, 0),
+            }
+            streak.last = Some(outcome);
+        }
+        let proven = !targets.is_empty() && streaks.values().all(|s| s.answered >= needed);
+        let definite = streaks.values().any(|s| s.unreachable >= needed);
+        if proven || definite || started.elapsed() >= params.deadline {
+            let detail = if targets.is_empty() {
+                "no PROXY port to probe".to_owned()
+            } else {
+                streaks
+                    .iter()
+                    .map(|(addr, s)| match &s.last {
+                        Some(a) if s.answered >= needed => format!(
+                            "{addr} answered through the load balancer {} times in a row ({})",
+                            s.answered,
+                            a.describe()
+                        ),
+                        Some(a) if s.unreachable >= needed => format!(
+                            "{addr}: {} ({} times in a row: the address leads nowhere from inside the cluster now)",
+                            a.describe(),
+                            s.unreachable
+                        ),
+                        Some(a) => format!("{addr}: {}", a.describe()),
+                        None => format!("{addr}: not probed"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            return ProbeVerdict {
+                proven,
+                definite: definite && !proven,
+                detail,
+                took: started.elapsed(),
+            };
+        }
+        tokio::time::sleep(params.interval).await;
+    }
+}
+
+/// What the probe before any write found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Baseline {
+    /// Every attempt on every port went unanswered: the short-circuit is there; the cure may
+    /// be tried (and an answer afterwards means something).
+    Shown,
+    /// Every attempt on every port was answered without a header: nothing to cure.
+    NotNeeded(String),
+    /// Some attempts were answered, others not, or some address leads nowhere from here:
+    /// an answer after the write would prove nothing.
+    Unclear(String),
+}
+
+/// Asks every target [`NativeParams::answers`] times without a header, before any write.
+pub async fn baseline(
+    targets: &[ProbeTarget],
+    params: &NativeParams,
+    observe: Option<Observer>,
+) -> Baseline {
+    if targets.is_empty() {
+        return Baseline::Unclear("no PROXY port to probe".into());
+    }
+    let rounds = params.answers.max(1);
+    let mut seen: BTreeMap<SocketAddr, Vec<Attempt>> = BTreeMap::new();
+    for round in 0..rounds {
+        if round > 0 {
+            tokio::time::sleep(params.interval).await;
+        }
+        for target in targets {
+            let outcome = attempt(target, params.timeout, observe.as_ref()).await;
+            seen.entry(target.addr).or_default().push(outcome);
+        }
+    }
+    let all = |f: fn(&Attempt) -> bool| seen.values().flatten().all(f);
+    let describe = |addr: &SocketAddr, attempts: &[Attempt]| {
+        let answered = attempts.iter().filter(|a| a.answered()).count();
+        let last = attempts.last().map(Attempt::describe).unwrap_or_default();
+        format!("{addr} answered {answered} of {} ({last})", attempts.len())
+    };
+    let detail = seen
+        .iter()
+        .map(|(addr, attempts)| describe(addr, attempts))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if all(Attempt::answered) {
+        Baseline::NotNeeded(format!(
+            "answered without a header before any change: {detail}"
+        ))
+    } else if all(|a| matches!(a, Attempt::NoAnswer(_))) {
+        Baseline::Shown
+    } else if seen
+        .values()
+        .flatten()
+        .any(|a| matches!(a, Attempt::Unreachable(_)))
+    {
+        Baseline::Unclear(format!(
+            "the address cannot be reached from the controller before any change, so no probe could prove the cure: {detail}"
+        ))
+    } else {
+        Baseline::Unclear(format!(
+            "some requests without a header were answered before any change, so an answer afterwards would prove nothing: {detail}"
+        ))
+    }
+}

@@ -1,0 +1,624 @@
+//! The native cure never makes anything worse, for clients outside the cluster too (issue
+//! 36), end to end on a real kube-apiserver and kube-proxy (v1.31.14, `../shared/peers/
+//! kubernetes`, driven by `hairpin_testkit::kube`) with a client OUTSIDE the cluster
+//! (`hairpin_testkit::outside`): a network namespace of its own, sending requests to the load
+//! balancer IP in a loop during the whole scenario, every one of which must be answered.
+//!
+//! `hairpin controller --cure auto` (the default) runs inside the node's network namespace with
+//! the shipped ServiceAccount's token, so its probe is an in-cluster client subject to
+//! kube-proxy's rules like any pod; the ingress is nginx requiring the PROXY protocol on the pod
+//! IP behind a LoadBalancer Service whose EndpointSlice the test writes.
+//!
+//! - a) a proxy load balancer (DigitalOcean's shape: HAProxy in a namespace of its own holding
+//!   the LB IP, connecting to the NodePort with `send-proxy`; the outside client reaches it
+//!   without crossing the node): native proven and effective, an in-cluster client crosses
+//!   HAProxy, no DNS rule; the outside client never fails.
+//! - b) a VIP load balancer (MetalLB L2's shape: the outside client's packets reach the node
+//!   with the LB IP as destination and kube-proxy's rule for that IP is their only way in; the
+//!   outside client sends the PROXY header itself, as the HAProxy pair in front of a bare-metal
+//!   cluster does; the receiver reading says PROXY, MetalLB's annotation says VIP): `ipMode`
+//!   is never written, the DNS cure is; the outside client never fails. Run against `auto` as
+//!   it was before the delivery gate, this scenario saw the issue's outage (5 of 20 requests
+//!   failed, over 8 s, until the probe's deadline put the status back). Run with kube-proxy in
+//!   iptables mode and again in nftables mode.
+//! - c) a receiver hairpin cannot identify that answers with or without a header (`hairpin
+//!   echo --proxy-protocol optional`) behind the proxy load balancer: the baseline probe is
+//!   answered without a header, nothing is written, the record and the `Hairpin` status say
+//!   `not-needed` ("answered without a header before any change").
+//! - d) kube-apiserver with `--feature-gates=LoadBalancerIPMode=false`: the dropped `ipMode` is
+//!   read back, recorded `unsupported` with the server's version, explained in the status; the
+//!   load balancer stays on dns and Service edits bring no new write.
+//! - e) a stand-in MetalLB controller (a loop in the test, field manager `metallb-controller`)
+//!   writes the status without `ipMode` on every event: the fight is detected, named in the
+//!   record and the status, hairpin stops writing, the load balancer ends on dns with `VIP`.
+//! - g) a proxy load balancer that does not answer its own backends (an ICMP "network
+//!   unreachable" for the node's connections, as some network load balancers do): the write is
+//!   put back as soon as the failure is definite, not after the probe's deadline; the time from
+//!   the write to the put-back is printed.
+//! - f) the controller restarted after kube-proxy was restarted with its gate off (the cure
+//!   broken, its DNS rule gone): the proven record is probed again at start, the DNS rule is
+//!   back first (make before break), the probe fails and `ipMode` is put back.
+//!
+//! b) to e) also wait for the Event on the Service that says why (`NativeCureNotTried`,
+//! `NativeCureNotNeeded`, `IpModeDropped`, `IpModeWriteReverted`).
+//!
+//! Each scenario prints its figures (outside-client requests and failures, native effective
+//! time). Needs root, etcd, HAProxy, nginx and the test peers; without them each test records
+//! a skip ([`hairpin_testkit::skip`]: a failure under CI).
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cluster::*;
+use hairpin_testkit::kube::{self, ApiServer, NodeOptions};
+use hairpin_testkit::outside::{ClientLoop, Outside};
+use hairpin_testkit::skip::{self, Cause};
+use serde_json::{Value, json};
+
+#[test]
+fn proxy_lb_native_proven_outside_client_unharmed() {
+    let test = "proxy_lb_native_proven_outside_client_unharmed";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-proxy-lb", "203.0.113.40", Receiver::Nginx);
+    let (node, url) = (&scene.node, &scene.url);
+    let inside = ClientLoop::start(node.netns(), node.dir(), url, &[]).expect("in-cluster loop");
+    let started = inside.elapsed();
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || node.log("controller");
+    let proven = wait_for(
+        "the native cure proven",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "proven"),
+        log,
+    );
+    assert_eq!(ip_mode(&api).as_deref(), Some("Proxy"));
+    let effective = inside
+        .wait_answered_after(started, Duration::from_secs(10))
+        .map(|at| at - started);
+    assert!(effective.is_some(), "{:?}", inside.attempts());
+    wait_for(
+        "no DNS rule for the native load balancer",
+        Duration::from_secs(10),
+        || !corefile(&api).contains(HOST),
+        log,
+    );
+    // The in-cluster client crosses HAProxy (the header names its address on the node's
+    // link to the load balancer).
+    let via_lb = node.curl(url, &[]);
+    assert!(
+        via_lb.body.starts_with(&format!(
+            "proxy_protocol_addr={} ",
+            scene.lb.node_side_address()
+        )),
+        "answered through HAProxy's header: {via_lb:?}\n{}",
+        scene.lb.log()
+    );
+    let inside = inside.stop();
+    let entry = record(&api).unwrap_or_default();
+    let log = log();
+    scene.finish("a", &log);
+    println!(
+        "a) native proven {proven:.1?} after the controller started, effective (an in-cluster request through the LB answered) {:.1?} after it; record: {entry}",
+        effective.unwrap_or_default(),
+    );
+    println!("a) in-cluster client: {inside}");
+}
+
+#[test]
+fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
+    let test = "vip_lb_never_written_dns_cure_outside_client_unharmed";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    vip_lb(&NodeOptions::iptables("node-vip-lb"), "203.0.113.41", "b");
+}
+
+/// b) with kube-proxy in nftables mode (its `service-ips` map is the only way in).
+#[test]
+fn vip_lb_never_written_nftables_outside_client_unharmed() {
+    let test = "vip_lb_never_written_nftables_outside_client_unharmed";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    vip_lb(
+        &NodeOptions::nftables("node-vip-nft"),
+        "203.0.113.47",
+        "b-nft",
+    );
+}
+
+/// b) on a node whose kube-proxy runs with `options`, printing under `scenario`.
+fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str) {
+    let api = ApiServer::start().expect("start kube-apiserver");
+    seed(&api, Shape::Vip, lb_ip);
+    let mut node = node_with_receiver(&api, options, Receiver::Nginx);
+    // MetalLB L2: the LB IP is on no interface; the network sends its packets to the node
+    // (the outside client's route). The node's own route for it points the other way (its
+    // default route, here towards the outside namespace): kube-proxy's rule is the only way
+    // to the ingress for both.
+    let outside = Outside::client(node.netns()).expect("the outside client's namespace");
+    outside.route(lb_ip).expect("route the LB IP to the node");
+    node.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        &format!("{lb_ip}/32"),
+        "via",
+        &outside.address().to_string(),
+    ])
+    .expect("the node's route");
+    node.wait_lb_rule(lb_ip, true, Duration::from_secs(10))
+        .expect("kube-proxy short-circuits the LB IP");
+    let url = format!("http://{lb_ip}/");
+    let broken = node.curl(&url, &[]);
+    assert_eq!(broken.exit, Some(52), "the hairpin failure: {broken:?}");
+    // The outside client sends the PROXY header itself (the HAProxy pair in front).
+    let client = outside
+        .client_loop(&url, &["--haproxy-protocol"])
+        .expect("start the outside client");
+    first_answer(&client, "the outside client through kube-proxy's rule");
+    let writers_before = status_writers(&api);
+
+    let command = controller_command(&api, &node, "controller-0", "auto");
+    node.spawn("controller", command)
+        .expect("start hairpin controller");
+    let log = || node.log("controller");
+    let dns = wait_for(
+        "the DNS cure written",
+        Duration::from_secs(40),
+        || corefile(&api).contains(HOST),
+        log,
+    );
+    // The reason in the status: never tried, MetalLB's mark named.
+    wait_for(
+        "the Hairpin status says dns, native never tried on MetalLB's address",
+        Duration::from_secs(20),
+        || {
+            hairpin_status(&api).is_some_and(|s| {
+                s["cure"] == "dns"
+                    && s["nativeCure"].is_null()
+                    && s["cureReason"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("native never tried") && r.contains("MetalLB"))
+            })
+        },
+        log,
+    );
+    let event = wait_event(&api, "NativeCureNotTried", "MetalLB", log);
+    // The outside client a while longer with the controller running.
+    let end = client.elapsed() + Duration::from_secs(3);
+    client.wait_answered_after(end, Duration::from_secs(10));
+    let tally = client.stop();
+    let status = hairpin_status(&api).unwrap_or_default();
+    println!(
+        "{scenario}) DNS cure written {dns:.1?} after the controller started; Hairpin status: cure {}, nativeCure {}, reason: {}",
+        status["cure"], status["nativeCure"], status["cureReason"]
+    );
+    assert_no_failure(scenario, &tally, &log());
+    assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
+    assert_eq!(
+        status_writers(&api),
+        writers_before,
+        "nothing but the test wrote the status"
+    );
+    assert!(record(&api).is_none(), "{:?}", record(&api));
+    assert!(node.has_lb_rule(lb_ip), "kube-proxy's rule stays");
+    println!("{scenario}) Event NativeCureNotTried: {event}");
+}
+
+#[test]
+fn receiver_answering_without_header_not_needed() {
+    let test = "receiver_answering_without_header_not_needed";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-optional", "203.0.113.42", Receiver::Optional);
+    let writers_before = status_writers(&api);
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let verdict = wait_for(
+        "the load balancer reported not needed",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "not-needed"),
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    assert!(
+        entry["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("answered without a header")),
+        "{entry}"
+    );
+    wait_for(
+        "the Hairpin status says not needed",
+        Duration::from_secs(20),
+        || hairpin_status(&api).is_some_and(|s| s["nativeCure"] == "not-needed"),
+        log,
+    );
+    let status = hairpin_status(&api).unwrap_or_default();
+    let event = wait_event(
+        &api,
+        "NativeCureNotNeeded",
+        "answered without a header",
+        log,
+    );
+    let log = log();
+    scene.finish("c", &log);
+    assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
+    assert_eq!(
+        status_writers(&api),
+        writers_before,
+        "nothing but the test wrote the status\n{log}"
+    );
+    assert!(!log.contains("ipMode: Proxy set"), "{log}");
+    println!(
+        "c) not needed {verdict:.1?} after the controller started, nothing written; record: {entry}; Hairpin status: cure {}, nativeCure {}, reason: {}",
+        status["cure"], status["nativeCure"], status["cureReason"]
+    );
+    println!("c) Event NativeCureNotNeeded: {event}");
+}
+
+#[test]
+fn api_server_dropping_ip_mode_detected_no_retry_loop() {
+    let test = "api_server_dropping_ip_mode_detected_no_retry_loop";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let api = ApiServer::start_with(&["--feature-gates=LoadBalancerIPMode=false"])
+        .expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-api-gate-off", "203.0.113.43", Receiver::Nginx);
+    assert_eq!(
+        ip_mode(&api),
+        None,
+        "the API server's gate is off: no ipMode"
+    );
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let verdict = wait_for(
+        "the dropped ipMode detected",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "unsupported"),
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    assert!(entry.to_string().contains(kube::VERSION), "{entry}");
+    wait_for(
+        "the Hairpin status says unsupported, on dns",
+        Duration::from_secs(20),
+        || {
+            hairpin_status(&api)
+                .is_some_and(|s| s["nativeCure"] == "unsupported" && s["cure"] == "dns")
+        },
+        log,
+    );
+    let status = hairpin_status(&api).unwrap_or_default();
+    assert!(
+        status["cureReason"]
+            .as_str()
+            .is_some_and(|r| r.contains(kube::VERSION)),
+        "{status}"
+    );
+    assert!(
+        corefile(&api).contains(HOST),
+        "the DNS cure: {}",
+        corefile(&api)
+    );
+    let event = wait_event(&api, "IpModeDropped", kube::VERSION, log);
+    // No retry loop: Service events (edits) bring no new write.
+    let writes = proxy_writes(&log());
+    assert!(writes >= 1, "the write was made (and dropped)\n{}", log());
+    for n in 0..3 {
+        touch_service(&api, n);
+    }
+    let end = scene.client.elapsed() + Duration::from_secs(3);
+    scene
+        .client
+        .wait_answered_after(end, Duration::from_secs(10));
+    let log = log();
+    assert_eq!(proxy_writes(&log), writes, "no write again\n{log}");
+    assert_eq!(ip_mode(&api), None);
+    scene.finish("d", &log);
+    println!(
+        "d) the dropped ipMode detected {verdict:.1?} after the controller started ({writes} write(s), none after 3 Service edits); record: {entry}; Hairpin status reason: {}",
+        status["cureReason"]
+    );
+    println!("d) Event IpModeDropped: {event}");
+}
+
+/// A stand-in MetalLB controller: on every event of the Service (a new resourceVersion), it
+/// writes the status as it computes it, without `ipMode` (field manager
+/// `metallb-controller`), until `stop`. Each of its writes that put back an `ipMode: Proxy`
+/// hairpin had set goes into `reverts`, with its time since `started`.
+fn stand_in_metallb(
+    api: &ApiServer,
+    lb_ip: &str,
+    started: Instant,
+    stop: &AtomicBool,
+    reverts: &Mutex<Vec<Duration>>,
+) {
+    let mut seen = String::new();
+    let path = format!("{SERVICE}/status?fieldManager=metallb-controller");
+    let status = json!({"status": {"loadBalancer": {"ingress": [{"ip": lb_ip}]}}});
+    while !stop.load(Ordering::Relaxed) {
+        if rewrite_on_event(api, &path, &status, &mut seen) {
+            reverts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One look of the stand-in MetalLB controller: when the Service changed since `seen` (its
+/// resourceVersion), it writes `status` and remembers the version its write left. Whether that
+/// write put back an `ipMode: Proxy`.
+fn rewrite_on_event(api: &ApiServer, path: &str, status: &Value, seen: &mut String) -> bool {
+    let Some(svc) = api.get(SERVICE) else {
+        return false;
+    };
+    if svc["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        == seen.as_str()
+    {
+        return false;
+    }
+    let proxy = svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] == "Proxy";
+    let stored = api.request_ok(
+        "PATCH",
+        path,
+        Some(("application/merge-patch+json", status)),
+    );
+    stored["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .clone_into(seen);
+    proxy
+}
+
+#[test]
+fn status_fight_detected_named_backed_off_ends_on_dns() {
+    let test = "status_fight_detected_named_backed_off_ends_on_dns";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let lb_ip = "203.0.113.44";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-fight", lb_ip, Receiver::Nginx);
+    let log = || scene.node.log("controller");
+    let stop = AtomicBool::new(false);
+    let reverts = Mutex::new(Vec::new());
+    let started = Instant::now();
+    let (detected, quiet) = std::thread::scope(|scope| {
+        let _stop = StopOnDrop(&stop);
+        let (stop, reverts, api) = (&stop, &reverts, &api);
+        scope.spawn(move || stand_in_metallb(api, lb_ip, started, stop, reverts));
+        let _controller = scene.controller(api, "controller", &[]);
+        let detected = wait_for(
+            "the fight detected, named, on dns",
+            Duration::from_secs(60),
+            || {
+                hairpin_status(api).is_some_and(|s| {
+                    s["cure"] == "dns"
+                        && s["cureReason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("metallb-controller"))
+                })
+            },
+            log,
+        );
+        // Backed off: hairpin sets ipMode no more, so the stand-in has nothing to revert.
+        let before = reverts.lock().map(|r| r.len()).unwrap_or_default();
+        let end = scene.client.elapsed() + Duration::from_secs(3);
+        scene
+            .client
+            .wait_answered_after(end, Duration::from_secs(10));
+        let after = reverts.lock().map(|r| r.len()).unwrap_or_default();
+        (detected, after - before)
+    });
+    let reverts = reverts.into_inner().unwrap_or_default();
+    let event = wait_event(&api, "IpModeWriteReverted", "metallb-controller", log);
+    let entry = record(&api).unwrap_or_default();
+    let status = hairpin_status(&api).unwrap_or_default();
+    let log = log();
+    assert_eq!(quiet, 0, "reverts after the fight was detected\n{log}");
+    assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
+    assert!(
+        corefile(&api).contains(HOST),
+        "the DNS cure: {}",
+        corefile(&api)
+    );
+    assert!(
+        entry.to_string().contains("metallb-controller"),
+        "the record names the writer: {entry}"
+    );
+    scene.finish("e", &log);
+    println!(
+        "e) the fight detected and named {detected:.1?} after the controller started, after {} revert(s) by the stand-in (at {reverts:.1?}), {} ipMode write(s) by hairpin, none in the 3 s after; record: {entry}; Hairpin status reason: {}",
+        reverts.len(),
+        proxy_writes(&log),
+        status["cureReason"]
+    );
+    println!("e) Event IpModeWriteReverted: {event}");
+}
+
+#[test]
+fn restart_after_kube_proxy_stopped_honouring_reprobes_back_to_dns() {
+    let test = "restart_after_kube_proxy_stopped_honouring_reprobes_back_to_dns";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let lb_ip = "203.0.113.45";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let mut scene = Scene::start(&api, "node-restart", lb_ip, Receiver::Nginx);
+    let first = scene.controller(&api, "controller-0", &[]);
+    let log0 = || scene.node.log("controller-0");
+    wait_for(
+        "the native cure proven",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "proven"),
+        log0,
+    );
+    wait_for(
+        "no DNS rule for the native load balancer",
+        Duration::from_secs(10),
+        || !corefile(&api).contains(HOST),
+        log0,
+    );
+    stop_controller(first);
+    // kube-proxy restarted with the gate off (a changed flag, an older kube-proxy): the rule
+    // for the LB IP is back, the cure no longer works and the DNS rule is gone.
+    scene
+        .node
+        .restart_kube_proxy(&api, false)
+        .expect("restart kube-proxy");
+    scene
+        .node
+        .wait_lb_rule(lb_ip, true, Duration::from_secs(10))
+        .expect("kube-proxy short-circuits the LB IP again");
+    let broken = scene.node.curl(&scene.url, &[]);
+    assert_eq!(broken.exit, Some(52), "the cure broken: {broken:?}");
+    assert_eq!(ip_mode(&api).as_deref(), Some("Proxy"));
+
+    let _second = scene.controller(&api, "controller-1", &[]);
+    let started = Instant::now();
+    let log1 = || scene.node.log("controller-1");
+    let (mut verdict, mut put_back, mut dns) = (None, None, None);
+    wait_for(
+        "re-probed at start: failed, ipMode put back, the DNS rule back",
+        Duration::from_secs(40),
+        || {
+            let now = started.elapsed();
+            if verdict.is_none() && record(&api).is_some_and(|e| e["state"] == "failed") {
+                verdict = Some(now);
+            }
+            if put_back.is_none() && ip_mode(&api).as_deref() == Some("VIP") {
+                put_back = Some(now);
+            }
+            if dns.is_none() && corefile(&api).contains(HOST) {
+                dns = Some(now);
+            }
+            verdict.is_some() && put_back.is_some() && dns.is_some()
+        },
+        log1,
+    );
+    let (verdict, put_back, dns) = (
+        verdict.unwrap_or_default(),
+        put_back.unwrap_or_default(),
+        dns.unwrap_or_default(),
+    );
+    let entry = record(&api).unwrap_or_default();
+    let log = log1();
+    scene.finish("f", &log);
+    let apart = put_back.as_secs_f64() - verdict.as_secs_f64();
+    println!(
+        "f) after the restart: DNS rule back {dns:.1?}, the re-probe's verdict recorded {verdict:.1?}, ipMode put back {put_back:.1?} after the controller started (put back {:+.0} ms from the recorded verdict); record: {entry}",
+        apart * 1000.0
+    );
+}
+
+/// Seconds since midnight of a text log line's timestamp (`2026-11-28T18:17:20.485436Z ...`).
+fn log_time(line: &str) -> Option<f64> {
+    let time = line.split_whitespace().next()?.split_once('T')?.1;
+    let time = time.strip_suffix('Z')?;
+    let mut parts = time.split(':');
+    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(h.parse::<f64>().ok()? * 3600.0 + m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+}
+
+/// The time of the first line of `log` containing `text`.
+fn first_logged(log: &str, text: &str) -> Option<f64> {
+    log.lines().find(|l| l.contains(text)).and_then(log_time)
+}
+
+#[test]
+fn lb_not_answering_its_backends_put_back_at_once() {
+    let test = "lb_not_answering_its_backends_put_back_at_once";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-unreachable", "203.0.113.46", Receiver::Nginx);
+    // The load balancer answers the outside client but not the node's own connections.
+    let node_side = scene.lb.node_side_address().to_string();
+    scene
+        .lb
+        .exec_ok(&[
+            "iptables",
+            "-I",
+            "INPUT",
+            "-s",
+            &node_side,
+            "-p",
+            "tcp",
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "icmp-net-unreachable",
+        ])
+        .expect("the load balancer rejects the node");
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let verdict = wait_for(
+        "the probe failed",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "failed"),
+        log,
+    );
+    wait_for(
+        "ipMode put back",
+        Duration::from_secs(10),
+        || ip_mode(&api).as_deref() == Some("VIP"),
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    assert!(
+        entry["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("unreachable")),
+        "{entry}"
+    );
+    assert!(
+        corefile(&api).contains(HOST),
+        "the DNS cure: {}",
+        corefile(&api)
+    );
+    let log = log();
+    let set = first_logged(&log, "ipMode: Proxy set");
+    let failed = first_logged(&log, "native cure not proven");
+    // The write that put it back (the verdict's line says "ipMode put back" too).
+    let back = first_logged(&log, ": ipMode put back service=");
+    scene.finish("g", &log);
+    let (Some(set), Some(failed), Some(back)) = (set, failed, back) else {
+        panic!("the write, the verdict and the put-back logged:\n{log}");
+    };
+    println!(
+        "g) probe failed {verdict:.1?} after the controller started; from the write: verdict {:.0} ms, ipMode put back {:.0} ms ({:.0} ms after the verdict; the probe's deadline is 10 s); record: {entry}",
+        (failed - set) * 1000.0,
+        (back - set) * 1000.0,
+        (back - failed) * 1000.0
+    );
+    // Put back on the definite failure, not at the probe's deadline.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("native cure not proven") && l.contains("definite=true")),
+        "{log}"
+    );
+}
