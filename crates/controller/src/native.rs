@@ -60,7 +60,8 @@ pub struct NativeParams {
     /// How long after setting `ipMode: Proxy` the probe may take to succeed (kube-proxy
     /// follows a status change within its sync period, 1 s by default).
     pub deadline: Duration,
-    /// Between two probe rounds.
+    /// Between two probe rounds (a quarter of it between the baseline's rounds, and once every
+    /// port answers: the answers that prove the cure follow in a short window).
     pub interval: Duration,
     /// One connection's connect and answer timeout.
     pub timeout: Duration,
