@@ -11,16 +11,20 @@
 //! RoleBinding (each behaviour measured on kube-apiserver and kube-controller-manager 1.31:
 //! `crates/hairpin/tests/removal.rs`).
 //!
-//! **Released** (`release`) once the restore is done or the deadline passed, through the
-//! ClusterRole's rights: the Deployment, the Roles and RoleBindings, then the ServiceAccount
-//! (its token dies with it). The ClusterRole and its binding grant that last request, so when
-//! they are being deleted themselves, nothing the controller holds can release them after it:
-//! they stay, inert (they bind a ServiceAccount that is gone), until one command removes their
-//! finalizer ([`leftover_command`]); said in the last log line and an Event. (Kubernetes'
-//! own `foregroundDeletion` finalizer cannot carry this: a DELETE that names a propagation
-//! policy, as kubectl, Helm and the namespace controller send, drops it.) Neither blocks a
-//! namespace deletion, and `hairpin uninstall` (the Helm hook, the uninstall Job) releases
-//! every hold before the objects are deleted, so the documented uninstalls leave nothing.
+//! **Released** (`release`) once the restore is done or the deadline passed: the Deployment,
+//! the Roles and RoleBindings, the ClusterRole and its binding, then the ServiceAccount (its
+//! token dies with it). When the ClusterRole and its binding are being deleted themselves,
+//! they cannot grant the requests after their own release: the **release pair** does
+//! ([`ensure_release_pair`], made at start: ClusterRole and ClusterRoleBinding
+//! `<release>-release`, `get`/`patch` on those three by name, owned by the controller's
+//! Namespace, so the garbage collector deletes them after the namespace, which goes after the
+//! ServiceAccount; an owner released before the ServiceAccount would race it). Without the
+//! pair (refused, an older chart) the ClusterRole and its binding stay, inert, until one
+//! command removes their finalizer ([`leftover_command`]); said in the last log line and an
+//! Event. (Kubernetes' own `foregroundDeletion` finalizer cannot carry this: a DELETE that
+//! names a propagation policy, as kubectl, Helm and the namespace controller send, drops it.)
+//! `hairpin uninstall` (the Helm hook, the uninstall Job) releases every hold before the
+//! objects are deleted, and deletes the pair.
 //!
 //! **Removal, not restart** ([`removal`]): the Deployment, the namespace, the ServiceAccount,
 //! the ClusterRole, its binding or the CoreDNS RoleBinding is being deleted or is gone (gone only

@@ -36,6 +36,9 @@ struct Cluster {
     _kcm: ControllerManager,
     api: ApiServer,
     manifest: Vec<Value>,
+    /// The DELETEs' propagation policy: `Background` as kubectl sends, `Foreground` as Argo CD
+    /// prunes by default.
+    propagation: &'static str,
 }
 
 fn manifest() -> Vec<Value> {
@@ -102,6 +105,7 @@ fn cluster(test: &str) -> Option<Cluster> {
         _kcm: kcm,
         api,
         manifest,
+        propagation: "Background",
     })
 }
 
@@ -266,7 +270,7 @@ impl Cluster {
     fn delete(&self, object: &Value) {
         let path = object_path(object);
         let options = json!({"apiVersion": "v1", "kind": "DeleteOptions",
-            "propagationPolicy": "Background"});
+            "propagationPolicy": self.propagation});
         let (status, answer) = self
             .api
             .request("DELETE", &path, Some(("application/json", &options)))
@@ -453,6 +457,93 @@ fn without_the_release_pair_the_clusterrole_stays_held_and_is_said() {
     );
     println!(
         "no release pair: Corefile restored {:.2}s after the first DELETE, every other object gone after {:.2}s, the ClusterRole and binding held and said; the logged command cleared them in {:.2}s",
+        restored.as_secs_f64(),
+        gone.as_secs_f64(),
+        cleared.as_secs_f64()
+    );
+}
+
+/// An Argo CD prune (its default: foreground propagation) of everything but the namespace
+/// (Argo CD's `CreateNamespace` keeps it): nothing is left held or in Terminating; the release
+/// pair, owned by the namespace, stays (inert), and the last log line says how to delete it.
+#[test]
+fn foreground_prune_keeping_the_namespace_leaves_nothing_held() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("foreground prune") else {
+        return;
+    };
+    c.propagation = "Foreground";
+    c.start_controller("20s");
+    let pruned: Vec<Value> = c
+        .manifest
+        .iter()
+        .filter(|o| o["kind"] != "Namespace")
+        .cloned()
+        .collect();
+    let started = Instant::now();
+    for object in &pruned {
+        c.delete(object);
+    }
+    c.wait("the Corefile restored", || c.corefile() == COREFILE);
+    let restored = started.elapsed();
+    c.wait("every pruned object gone", || c.all_gone(&pruned));
+    let gone = started.elapsed();
+    assert_eq!(
+        c.none_terminating(),
+        Vec::<String>::new(),
+        "left in Terminating"
+    );
+    assert!(c.release_pair_made(), "the pair stays with the namespace");
+    c.terminate();
+    let log = c.log();
+    assert!(!log.contains("keep hairpin's finalizer"), "{log}");
+    assert!(
+        log.contains("kubectl delete clusterrolebinding,clusterrole hairpin-release"),
+        "{log}"
+    );
+    println!(
+        "foreground prune, namespace kept: Corefile restored {:.2}s after the first DELETE, every pruned object gone (ClusterRole and binding included) after {:.2}s, nothing in Terminating; the release pair stays with the namespace (inert, its deletion command logged)",
+        restored.as_secs_f64(),
+        gone.as_secs_f64()
+    );
+}
+
+/// The limit: a foreground deletion of the namespace itself (Argo CD pruning
+/// `deploy/hairpin.yaml` with its Namespace) makes the garbage collector delete the namespace's
+/// dependents first, the release pair among them, before the last releases: the fallback, the
+/// ClusterRole and binding held and said with the command, which clears them.
+#[test]
+fn foreground_namespace_deletion_falls_back_to_the_logged_command() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("foreground, namespace too") else {
+        return;
+    };
+    c.propagation = "Foreground";
+    c.start_controller("20s");
+    let started = Instant::now();
+    let manifest = c.manifest.clone();
+    for object in &manifest {
+        c.delete(object);
+    }
+    c.wait("the Corefile restored", || c.corefile() == COREFILE);
+    let restored = started.elapsed();
+    let others: Vec<Value> = manifest
+        .iter()
+        .filter(|o| ![CRB, CLUSTER_ROLE].contains(&object_path(o).as_str()))
+        .cloned()
+        .collect();
+    c.wait("every other object gone", || c.all_gone(&others));
+    let gone = started.elapsed();
+    c.terminate();
+    let command = c.held_command();
+    let cleared = c.clear_held(&command);
+    assert_eq!(
+        c.none_terminating(),
+        Vec::<String>::new(),
+        "left in Terminating"
+    );
+    println!(
+        "foreground, namespace too: Corefile restored {:.2}s after the first DELETE, every other object gone after {:.2}s; the release pair went first (the namespace's dependents), the ClusterRole and binding held and said; the logged command cleared them in {:.2}s",
         restored.as_secs_f64(),
         gone.as_secs_f64(),
         cleared.as_secs_f64()
