@@ -876,6 +876,40 @@ mod tests {
     }
 
     #[test]
+    fn the_release_pair_grants_the_last_releases_to_the_account_owned_by_its_namespace() {
+        let mut p = RemovalParams::new("hp", "kube-system");
+        assert_eq!(p.release_name(), "hairpin-release");
+        let (role, binding) = release_pair(&p, "ns-uid");
+        assert_eq!(role["metadata"]["name"], "hairpin-release");
+        assert_eq!(
+            role["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "Namespace", "name": "hp", "uid": "ns-uid"}])
+        );
+        assert!(role["metadata"]["finalizers"].is_null());
+        assert_eq!(
+            role["rules"],
+            json!([
+                {"apiGroups": ["rbac.authorization.k8s.io"],
+                 "resources": ["clusterroles", "clusterrolebindings"],
+                 "resourceNames": ["hairpin-controller"], "verbs": ["get", "patch"]},
+                {"apiGroups": [""], "resources": ["serviceaccounts"],
+                 "resourceNames": ["hairpin-controller"], "verbs": ["get", "patch"]},
+            ])
+        );
+        assert_eq!(binding["roleRef"]["name"], "hairpin-release");
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "hairpin-controller", "namespace": "hp"}])
+        );
+        assert_eq!(
+            binding["metadata"]["ownerReferences"],
+            role["metadata"]["ownerReferences"]
+        );
+        p.rbac_name = "edge".into();
+        assert_eq!(p.release_name(), "edge-release");
+    }
+
+    #[test]
     fn a_namespace_with_a_newline_is_escaped_in_the_command() {
         let planner = PlannerConfig {
             namespace: "hair\npin".into(),
