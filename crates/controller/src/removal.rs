@@ -11,16 +11,20 @@
 //! RoleBinding (each behaviour measured on kube-apiserver and kube-controller-manager 1.31:
 //! `crates/hairpin/tests/removal.rs`).
 //!
-//! **Released** (`release`) once the restore is done or the deadline passed, through the
-//! ClusterRole's rights: the Deployment, the Roles and RoleBindings, then the ServiceAccount
-//! (its token dies with it). The ClusterRole and its binding grant that last request, so when
-//! they are being deleted themselves, nothing the controller holds can release them after it:
-//! they stay, inert (they bind a ServiceAccount that is gone), until one command removes their
-//! finalizer ([`leftover_command`]); said in the last log line and an Event. (Kubernetes'
-//! own `foregroundDeletion` finalizer cannot carry this: a DELETE that names a propagation
-//! policy, as kubectl, Helm and the namespace controller send, drops it.) Neither blocks a
-//! namespace deletion, and `hairpin uninstall` (the Helm hook, the uninstall Job) releases
-//! every hold before the objects are deleted, so the documented uninstalls leave nothing.
+//! **Released** (`release`) once the restore is done or the deadline passed: the Deployment,
+//! the Roles and RoleBindings, the ClusterRole and its binding, then the ServiceAccount (its
+//! token dies with it). When the ClusterRole and its binding are being deleted themselves,
+//! they cannot grant the requests after their own release: the **release pair** does
+//! ([`ensure_release_pair`], made at start: ClusterRole and ClusterRoleBinding
+//! `<release>-release`, `get`/`patch` on those three by name, owned by the controller's
+//! Namespace, so the garbage collector deletes them after the namespace, which goes after the
+//! ServiceAccount; an owner released before the ServiceAccount would race it). Without the
+//! pair (refused, an older chart) the ClusterRole and its binding stay, inert, until one
+//! command removes their finalizer ([`leftover_command`]); said in the last log line and an
+//! Event. (Kubernetes' own `foregroundDeletion` finalizer cannot carry this: a DELETE that
+//! names a propagation policy, as kubectl, Helm and the namespace controller send, drops it.)
+//! `hairpin uninstall` (the Helm hook, the uninstall Job) releases every hold before the
+//! objects are deleted, and deletes the pair.
 //!
 //! **Removal, not restart** ([`removal`]): the Deployment, the namespace, the ServiceAccount,
 //! the ClusterRole, its binding or the CoreDNS RoleBinding is being deleted or is gone (gone only
@@ -41,7 +45,7 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::report::{Events, object_ref};
@@ -84,6 +88,14 @@ impl RemovalParams {
             poll: Duration::from_secs(3),
             deadline: Duration::from_secs(20),
             lease_name: "hairpin-controller".into(),
+        }
+    }
+
+    /// The release pair's name: `<release>-release` for the chart's `<release>-controller`.
+    pub fn release_name(&self) -> String {
+        match self.rbac_name.strip_suffix("-controller") {
+            Some(release) => format!("{release}-release"),
+            None => format!("{}-release", self.rbac_name),
         }
     }
 }
@@ -174,6 +186,8 @@ impl Held {
 #[derive(Clone, Debug, Default)]
 pub struct Armed {
     uids: BTreeMap<Held, String>,
+    /// Whether the release pair ([`ensure_release_pair`]) was made or found at start.
+    release_pair: bool,
     /// Objects left held by an earlier removal ([`RELEASED_ANNOTATION`], being deleted): not a
     /// removal of this install, said at start with the command that lets them go.
     leftovers: Vec<Held>,
@@ -183,6 +197,12 @@ impl Armed {
     /// Whether the guard holds anything (false: no controller Deployment, e.g. a local run).
     pub fn is_armed(&self) -> bool {
         self.uids.contains_key(&Held::Deployment)
+    }
+
+    /// Whether the release pair was made or found at start (without it, a removal that
+    /// deletes the ClusterRole leaves it and its binding held, as said then).
+    pub fn has_release_pair(&self) -> bool {
+        self.release_pair
     }
 
     /// The objects left held by an earlier removal (`Kind name`).
@@ -265,7 +285,120 @@ pub async fn arm(client: &kube::Client, p: &RemovalParams) -> Result<Armed, Erro
             .await
             .map_err(|e| Error::kube(format!("hold {}", held.describe(p)), e))?;
     }
+    match ensure_release_pair(client, p).await {
+        Ok(()) => armed.release_pair = true,
+        Err(err) => tracing::warn!(
+            error = %err,
+            "no release pair (ClusterRole and ClusterRoleBinding {}): a removal that deletes the ClusterRole {} would leave it and its binding held by {RESTORE_FINALIZER}, said then with the command that lets them go",
+            p.release_name(),
+            p.rbac_name
+        ),
+    }
     Ok(armed)
+}
+
+/// The release pair, ClusterRole and ClusterRoleBinding `<release>-release` (not in the
+/// manifest): they grant the controller's ServiceAccount `get` and `patch` on the ClusterRole
+/// and ClusterRoleBinding it holds and on itself, by name, so that the last releases of a
+/// removal are authorized by something that is not held. Owned by the controller's Namespace
+/// (cluster-scoped owner, cluster-scoped dependents): the garbage collector deletes them once
+/// the namespace is gone, which is after the ServiceAccount, released last. No finalizer.
+/// (The ClusterRole, then the ClusterRoleBinding, as JSON.)
+pub fn release_pair(
+    p: &RemovalParams,
+    namespace_uid: &str,
+) -> (serde_json::Value, serde_json::Value) {
+    let name = p.release_name();
+    let owner = json!([{"apiVersion": "v1", "kind": "Namespace", "name": p.namespace, "uid": namespace_uid}]);
+    let labels =
+        json!({"app.kubernetes.io/name": "hairpin", "app.kubernetes.io/component": "release"});
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": labels, "ownerReferences": owner},
+        "rules": [
+            {"apiGroups": ["rbac.authorization.k8s.io"],
+             "resources": ["clusterroles", "clusterrolebindings"],
+             "resourceNames": [p.rbac_name], "verbs": ["get", "patch"]},
+            {"apiGroups": [""], "resources": ["serviceaccounts"],
+             "resourceNames": [p.rbac_name], "verbs": ["get", "patch"]},
+        ],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name, "labels": labels, "ownerReferences": owner},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": p.rbac_name, "namespace": p.namespace}],
+    });
+    (role, binding)
+}
+
+/// Makes the release pair, or finds it (owned by this namespace, not being deleted); one
+/// owned by an earlier namespace of the same name is deleted and made again.
+///
+/// # Errors
+/// An API error: no rights (an older chart's RBAC), or the admission policy refused it.
+pub async fn ensure_release_pair(client: &kube::Client, p: &RemovalParams) -> Result<(), Error> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = namespaces
+        .get(&p.namespace)
+        .await
+        .map_err(|e| Error::kube(format!("get namespace {}", p.namespace), e))?;
+    let uid = namespace.metadata.uid.unwrap_or_default();
+    let (role, binding) = release_pair(p, &uid);
+    let name = p.release_name();
+    for (object, resource) in [
+        (role, ApiResource::erase::<ClusterRole>(&())),
+        (binding, ApiResource::erase::<ClusterRoleBinding>(&())),
+    ] {
+        let what = format!("{} {name}", resource.kind);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let found = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| Error::kube(format!("get {what}"), e))?;
+        if let Some(found) = found {
+            let ours = found.metadata.deletion_timestamp.is_none()
+                && found
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == uid);
+            if ours {
+                continue;
+            }
+            api.delete(&name, &Default::default())
+                .await
+                .map_err(|e| Error::kube(format!("delete the stale {what}"), e))?;
+        }
+        let object: DynamicObject = serde_json::from_value(object)
+            .map_err(|e| Error::Config(format!("release pair: {e}")))?;
+        api.create(&PostParams::default(), &object)
+            .await
+            .map_err(|e| Error::kube(format!("create {what}"), e))?;
+    }
+    Ok(())
+}
+
+/// Deletes the release pair (`hairpin uninstall`, after its releases); the errors but 404 and
+/// 403 (an older chart: none was made).
+pub async fn delete_release_pair(client: &kube::Client, p: &RemovalParams) -> Vec<String> {
+    let name = p.release_name();
+    let mut errors = Vec::new();
+    for resource in [
+        ApiResource::erase::<ClusterRoleBinding>(&()),
+        ApiResource::erase::<ClusterRole>(&()),
+    ] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        match api.delete(&name, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 403 || status.code == 404 => {}
+            Err(err) => errors.push(format!("delete {} {name}: {err}", resource.kind)),
+        }
+    }
+    errors
 }
 
 /// Why this is a removal, or `None` (a restart: keep everything). An object that cannot be
@@ -312,9 +445,19 @@ pub async fn removal(client: &kube::Client, p: &RemovalParams, armed: &Armed) ->
     })
 }
 
+/// Whether the release pair made at start still grants (both there, neither being deleted).
+async fn release_pair_stands(client: &kube::Client, p: &RemovalParams) -> bool {
+    let name = p.release_name();
+    let role: Api<ClusterRole> = Api::all(client.clone());
+    let binding: Api<ClusterRoleBinding> = Api::all(client.clone());
+    matches!(role.get_opt(&name).await, Ok(Some(r)) if r.metadata.deletion_timestamp.is_none())
+        && matches!(binding.get_opt(&name).await, Ok(Some(b)) if b.metadata.deletion_timestamp.is_none())
+}
+
 /// The order the held objects are let go in, the ServiceAccount last (see the module
-/// documentation), and what stays held: the ClusterRole and its binding when they are being
-/// deleted (releasing one would take the rights for the next request).
+/// documentation), and what stays held: without the release pair, the ClusterRole and its
+/// binding when they are being deleted (releasing one would take the rights for the next
+/// request); with it, nothing (the pair grants the last releases).
 async fn release_plan(
     client: &kube::Client,
     p: &RemovalParams,
@@ -328,8 +471,13 @@ async fn release_plan(
         Held::Role,
         Held::RoleBinding,
     ];
+    let paired = armed.release_pair && release_pair_stands(client, p).await;
     for held in [Held::ClusterRole, Held::ClusterRoleBinding] {
         let (_, name) = held.at(p);
+        if paired {
+            order.push(held);
+            continue;
+        }
         match held.api(client, p).get_opt(name).await {
             Ok(Some(o)) if o.metadata.deletion_timestamp.is_some() => left.push(held.describe(p)),
             _ => order.push(held),
@@ -579,6 +727,9 @@ pub async fn restore_and_release(
     still_held.extend(failures.iter().map(|(object, _)| object.clone()));
     let note = left_note(&reason, &missing, &still_held, planner);
     match &note {
+        None if armed.release_pair => {
+            tracing::info!(reason = %reason, took = ?restore_took, "hairpin removed: everything it wrote was restored, its objects released; the release pair (ClusterRole and ClusterRoleBinding {name}, inert now) goes with the namespace {ns} (if the namespace stays: kubectl delete clusterrolebinding,clusterrole {name})", name = p.release_name(), ns = p.namespace);
+        }
         None => {
             tracing::info!(reason = %reason, took = ?restore_took, "hairpin removed: everything it wrote was restored, its objects released");
         }
@@ -722,6 +873,40 @@ mod tests {
             note.contains("kubectl patch clusterrolebinding hairpin-controller"),
             "{note}"
         );
+    }
+
+    #[test]
+    fn the_release_pair_grants_the_last_releases_to_the_account_owned_by_its_namespace() {
+        let mut p = RemovalParams::new("hp", "kube-system");
+        assert_eq!(p.release_name(), "hairpin-release");
+        let (role, binding) = release_pair(&p, "ns-uid");
+        assert_eq!(role["metadata"]["name"], "hairpin-release");
+        assert_eq!(
+            role["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "Namespace", "name": "hp", "uid": "ns-uid"}])
+        );
+        assert!(role["metadata"]["finalizers"].is_null());
+        assert_eq!(
+            role["rules"],
+            json!([
+                {"apiGroups": ["rbac.authorization.k8s.io"],
+                 "resources": ["clusterroles", "clusterrolebindings"],
+                 "resourceNames": ["hairpin-controller"], "verbs": ["get", "patch"]},
+                {"apiGroups": [""], "resources": ["serviceaccounts"],
+                 "resourceNames": ["hairpin-controller"], "verbs": ["get", "patch"]},
+            ])
+        );
+        assert_eq!(binding["roleRef"]["name"], "hairpin-release");
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "hairpin-controller", "namespace": "hp"}])
+        );
+        assert_eq!(
+            binding["metadata"]["ownerReferences"],
+            role["metadata"]["ownerReferences"]
+        );
+        p.rbac_name = "edge".into();
+        assert_eq!(p.release_name(), "edge-release");
     }
 
     #[test]

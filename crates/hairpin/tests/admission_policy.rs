@@ -11,6 +11,10 @@
 //! - `hairpin-own-services`: in hairpin's namespace the account creates a ClusterIP Service,
 //!   never one with externalIPs, a LoadBalancer or a NodePort.
 //! - `hairpin-create-names`: it creates its own ConfigMaps and Lease, no other name.
+//! - `hairpin-release-pair` (issue 40): it creates exactly the release pair the controller
+//!   makes (`hairpin_controller::removal::release_pair`), and no other ClusterRole or
+//!   ClusterRoleBinding: another name, other rules, another subject or roleRef, a finalizer,
+//!   another owner are denied with the policy's message; RBAC refuses it any update of them.
 //! - Nobody else is affected: the admin, and another ServiceAccount bound to the very same
 //!   ClusterRole, change an `ip` as before.
 //!
@@ -31,6 +35,7 @@ const POLICY: &str = "hairpin-status-ipmode-only";
 const SERVICES_POLICY: &str = "hairpin-own-services";
 const CREATE_POLICY: &str = "hairpin-create-names";
 const GUARD_POLICY: &str = "hairpin-guard-finalizers-only";
+const RELEASE_POLICY: &str = "hairpin-release-pair";
 const NS: &str = "shop";
 const SVC: &str = "/api/v1/namespaces/shop/services/web";
 const LB_IP: &str = "203.0.113.40";
@@ -551,6 +556,142 @@ fn guard_patches(api: &ApiServer, token: &str) {
     assert!(api.delete(objects[1]));
 }
 
+/// The release pair (issue 40): the account creates exactly the pair the controller makes,
+/// and nothing else; it may delete it, never update it.
+fn release_pair_creation(api: &ApiServer, token: &str) {
+    const ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
+    const BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
+    let send = |method: &str, path: &str, body: &Value| {
+        api.request_as(token, method, path, Some(("application/json", body)))
+            .expect("request")
+    };
+    let uid = api
+        .get("/api/v1/namespaces/hairpin")
+        .expect("the namespace")["metadata"]["uid"]
+        .as_str()
+        .expect("a uid")
+        .to_owned();
+    let params = hairpin_controller::removal::RemovalParams::new("hairpin", "kube-system");
+    let (role, binding) = hairpin_controller::removal::release_pair(&params, &uid);
+    let changed = |base: &Value, edit: &dyn Fn(&mut Value)| {
+        let mut object = base.clone();
+        edit(&mut object);
+        object
+    };
+    // ClusterRoles other than the release ClusterRole (each within the account's own rights,
+    // so RBAC's escalation check lets them through to the policy).
+    let denied_roles = [
+        (
+            "another name",
+            changed(&role, &|o| o["metadata"]["name"] = json!("hairpin-other")),
+        ),
+        (
+            "other rules (read Services)",
+            changed(&role, &|o| {
+                o["rules"] =
+                    json!([{"apiGroups": [""], "resources": ["services"], "verbs": ["get"]}]);
+            }),
+        ),
+        (
+            "one rule of the two",
+            changed(&role, &|o| {
+                o["rules"].as_array_mut().expect("rules").pop();
+            }),
+        ),
+        (
+            "a finalizer",
+            changed(&role, &|o| {
+                o["metadata"]["finalizers"] = json!(["hairpin.io/restore"])
+            }),
+        ),
+        (
+            "another owner (the ClusterRole hairpin-controller)",
+            changed(&role, &|o| {
+                let owner = api
+                    .get("/apis/rbac.authorization.k8s.io/v1/clusterroles/hairpin-controller")
+                    .expect("the ClusterRole");
+                o["metadata"]["ownerReferences"] = json!([{"apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole", "name": "hairpin-controller",
+                    "uid": owner["metadata"]["uid"]}]);
+            }),
+        ),
+    ];
+    for (what, object) in &denied_roles {
+        assert_denied_by(
+            RELEASE_POLICY,
+            &format!("controller SA: create a ClusterRole with {what}"),
+            send("POST", ROLES, object),
+        );
+    }
+    assert_allowed(
+        "controller SA: create the release ClusterRole",
+        send("POST", ROLES, &role),
+    );
+    let denied_bindings = [
+        (
+            "another subject",
+            changed(&binding, &|o| {
+                o["subjects"] =
+                    json!([{"kind": "ServiceAccount", "name": "default", "namespace": "shop"}]);
+            }),
+        ),
+        (
+            "a second subject",
+            changed(&binding, &|o| {
+                o["subjects"].as_array_mut().expect("subjects").push(
+                    json!({"kind": "ServiceAccount", "name": "default", "namespace": "shop"}),
+                );
+            }),
+        ),
+        (
+            "another roleRef (hairpin-controller)",
+            changed(&binding, &|o| {
+                o["roleRef"]["name"] = json!("hairpin-controller")
+            }),
+        ),
+        (
+            "another name",
+            changed(&binding, &|o| {
+                o["metadata"]["name"] = json!("hairpin-other")
+            }),
+        ),
+    ];
+    for (what, object) in &denied_bindings {
+        assert_denied_by(
+            RELEASE_POLICY,
+            &format!("controller SA: create a ClusterRoleBinding with {what}"),
+            send("POST", BINDINGS, object),
+        );
+    }
+    assert_allowed(
+        "controller SA: create the release ClusterRoleBinding",
+        send("POST", BINDINGS, &binding),
+    );
+    // Never updated: RBAC grants no update or patch of them.
+    let more = json!({"rules": [{"apiGroups": [""], "resources": ["services"], "verbs": ["get"]}]});
+    let (code, message) = show(
+        "controller SA: patch the release ClusterRole",
+        api.request_as(
+            token,
+            "PATCH",
+            &format!("{ROLES}/hairpin-release"),
+            Some(("application/merge-patch+json", &more)),
+        )
+        .expect("PATCH"),
+    );
+    assert_eq!(code, 403, "{message}");
+    for path in [
+        format!("{BINDINGS}/hairpin-release"),
+        format!("{ROLES}/hairpin-release"),
+    ] {
+        assert_allowed(
+            &format!("controller SA: delete {path}"),
+            api.request_as(token, "DELETE", &path, None)
+                .expect("DELETE"),
+        );
+    }
+}
+
 /// `hairpin doctor` (as the admin, from this machine; the host is a closed loopback port, the
 /// cluster checks are what matters) reports the status policy.
 fn doctor_text(api: &ApiServer) -> String {
@@ -615,7 +756,13 @@ fn the_controller_account_may_change_ip_mode_and_nothing_else() {
         .start_controller_manager(&["validatingadmissionpolicy-status-controller"])
         .expect("start kube-controller-manager");
     seed(api);
-    for name in [POLICY, SERVICES_POLICY, CREATE_POLICY, GUARD_POLICY] {
+    for name in [
+        POLICY,
+        SERVICES_POLICY,
+        CREATE_POLICY,
+        GUARD_POLICY,
+        RELEASE_POLICY,
+    ] {
         assert_type_checked(api, name);
     }
     let token = api.service_account_token("hairpin", "hairpin-controller");
@@ -627,6 +774,7 @@ fn the_controller_account_may_change_ip_mode_and_nothing_else() {
     own_services(api, &token);
     create_names(api, &token);
     guard_patches(api, &token);
+    release_pair_creation(api, &token);
     others_are_not_affected(api);
     doctor_reports_the_policy(api);
 }

@@ -543,6 +543,60 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
             "the controller may {request:?}"
         );
     }
+    // The release pair (issue 40): created, read and deleted by name, never updated; the
+    // ClusterRole it makes grants nothing the controller does not hold (so the API server's
+    // RBAC escalation check admits it without `escalate` or `bind`).
+    let release = Some("hairpin-release");
+    for resource in ["clusterroles", "clusterrolebindings"] {
+        let rbac = "rbac.authorization.k8s.io";
+        assert!(allowed(
+            &objects,
+            controller,
+            ("", rbac, resource, "create", None)
+        ));
+        for verb in ["get", "delete"] {
+            assert!(allowed(
+                &objects,
+                controller,
+                ("", rbac, resource, verb, release)
+            ));
+        }
+        for verb in ["update", "patch", "escalate", "bind", "list"] {
+            assert!(
+                !allowed(&objects, controller, ("", rbac, resource, verb, release)),
+                "the controller must not {verb} {resource} hairpin-release"
+            );
+        }
+        assert!(!allowed(
+            &objects,
+            controller,
+            ("", rbac, resource, "delete", Some("hairpin-controller"))
+        ));
+    }
+    let params = hairpin_controller::removal::RemovalParams::new("hairpin", "kube-system");
+    let (role, _) = hairpin_controller::removal::release_pair(&params, "uid");
+    let role: ClusterRole = serde_json::from_value(role).expect("a ClusterRole");
+    for rule in role.rules.iter().flatten() {
+        for (group, resource) in rule
+            .api_groups
+            .iter()
+            .flatten()
+            .flat_map(|g| rule.resources.iter().flatten().map(move |r| (g, r)))
+        {
+            for verb in &rule.verbs {
+                for name in rule.resource_names.iter().flatten() {
+                    assert!(
+                        allowed(
+                            &objects,
+                            controller,
+                            ("hairpin", group, resource, verb, Some(name))
+                        ),
+                        "the release pair grants {verb} {resource} {name}, which the controller lacks"
+                    );
+                }
+            }
+        }
+    }
     let denied: Vec<Request<'_>> = vec![
         ("", "", "services", "update", Some("x")),
         // The status subresource only: never a Service's spec, never created or deleted, and
@@ -843,6 +897,7 @@ fn the_admission_policies_bind_the_controllers_account_only_and_deny() {
             "hairpin-create-names",
             "hairpin-guard-finalizers-only",
             "hairpin-own-services",
+            "hairpin-release-pair",
             "hairpin-status-ipmode-only"
         ]
     );
@@ -872,7 +927,14 @@ fn the_admission_policies_bind_the_controllers_account_only_and_deny() {
             "{name}: every namespace"
         );
     }
-    let status = policies[3];
+    let release = policies[3];
+    assert_eq!(
+        release["spec"]["matchConstraints"]["resourceRules"],
+        serde_json::json!([{"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["*"],
+                            "operations": ["CREATE"],
+                            "resources": ["clusterroles", "clusterrolebindings"]}])
+    );
+    let status = policies[4];
     assert_eq!(
         status["spec"]["matchConstraints"]["resourceRules"],
         serde_json::json!([{"apiGroups": [""], "apiVersions": ["*"], "operations": ["UPDATE"],

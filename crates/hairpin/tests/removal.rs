@@ -19,6 +19,9 @@ const COREFILE: &str = ".:53 {\n    errors\n    health\n    ready\n    kubernete
 const COREDNS: &str = "/api/v1/namespaces/kube-system/configmaps/coredns";
 const CRB: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/hairpin-controller";
 const CLUSTER_ROLE: &str = "/apis/rbac.authorization.k8s.io/v1/clusterroles/hairpin-controller";
+/// The release pair the controller makes at start (not in the manifest).
+const RELEASE_CRB: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/hairpin-release";
+const RELEASE_ROLE: &str = "/apis/rbac.authorization.k8s.io/v1/clusterroles/hairpin-release";
 const HOST: &str = "shop.example.test";
 const LB_IP: &str = "203.0.113.40";
 /// Generous: only catches hangs (the figures are printed).
@@ -33,6 +36,9 @@ struct Cluster {
     _kcm: ControllerManager,
     api: ApiServer,
     manifest: Vec<Value>,
+    /// The DELETEs' propagation policy: `Background` as kubectl sends, `Foreground` as Argo CD
+    /// prunes by default.
+    propagation: &'static str,
 }
 
 fn manifest() -> Vec<Value> {
@@ -94,6 +100,7 @@ fn cluster(test: &str) -> Option<Cluster> {
         _kcm: kcm,
         api,
         manifest,
+        propagation: "Background",
     })
 }
 
@@ -135,7 +142,8 @@ impl Cluster {
             .unwrap_or_default()
     }
 
-    /// The Deployment, the ServiceAccount and the ClusterRoleBinding hold `hairpin.io/restore`.
+    /// The Deployment, the ServiceAccount and the ClusterRoleBinding hold `hairpin.io/restore`,
+    /// and the release pair is made.
     fn holds(&self) -> bool {
         let has = |path: &str, finalizer: &str| {
             self.api.get(path).is_some_and(|o| {
@@ -151,6 +159,55 @@ impl Cluster {
             "/api/v1/namespaces/hairpin/serviceaccounts/hairpin-controller",
             "hairpin.io/restore",
         ) && has(CRB, "hairpin.io/restore")
+            && self.release_pair_made()
+    }
+
+    /// Both objects of the release pair are there, owned by the namespace `hairpin` only, and
+    /// hold no finalizer.
+    fn release_pair_made(&self) -> bool {
+        let Some(namespace) = self.api.get("/api/v1/namespaces/hairpin") else {
+            return false;
+        };
+        [RELEASE_ROLE, RELEASE_CRB].iter().all(|path| {
+            self.api.get(path).is_some_and(|o| {
+                o["metadata"]["finalizers"].is_null()
+                    && o["metadata"]["ownerReferences"]
+                        == json!([{"apiVersion": "v1", "kind": "Namespace", "name": "hairpin",
+                                   "uid": namespace["metadata"]["uid"]}])
+            })
+        })
+    }
+
+    fn release_pair_gone(&self) -> bool {
+        self.api.get(RELEASE_ROLE).is_none() && self.api.get(RELEASE_CRB).is_none()
+    }
+
+    /// hairpin's objects being deleted (its namespace's, and those named `hairpin*`): none is
+    /// left in Terminating when this is empty.
+    fn none_terminating(&self) -> Vec<String> {
+        let mut terminating = Vec::new();
+        for list in [
+            "/api/v1/namespaces",
+            "/api/v1/serviceaccounts",
+            "/apis/apps/v1/deployments",
+            "/apis/apps/v1/replicasets",
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            "/apis/rbac.authorization.k8s.io/v1/roles",
+            "/apis/rbac.authorization.k8s.io/v1/rolebindings",
+        ] {
+            let items = self.api.get(list).expect("list");
+            for item in items["items"].as_array().into_iter().flatten() {
+                let hairpins = item["metadata"]["namespace"] == "hairpin"
+                    || item["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("hairpin"));
+                if hairpins && !item["metadata"]["deletionTimestamp"].is_null() {
+                    terminating.push(format!("{list}: {}", item["metadata"]["name"]));
+                }
+            }
+        }
+        terminating
     }
 
     /// The command the controller's log gives after its last "Remove it with: " for the
@@ -208,7 +265,7 @@ impl Cluster {
     fn delete(&self, object: &Value) {
         let path = object_path(object);
         let options = json!({"apiVersion": "v1", "kind": "DeleteOptions",
-            "propagationPolicy": "Background"});
+            "propagationPolicy": self.propagation});
         let (status, answer) = self
             .api
             .request("DELETE", &path, Some(("application/json", &options)))
@@ -219,13 +276,11 @@ impl Cluster {
         );
     }
 
-    /// Every object of `objects` is gone, but the controller's ClusterRole and binding, which
-    /// stay held (inert) when they are being deleted themselves.
+    /// Every object of `objects` is gone, the controller's ClusterRole and binding included.
     fn all_gone(&self, objects: &[Value]) -> bool {
         objects
             .iter()
             .map(object_path)
-            .filter(|path| path != CRB && path != CLUSTER_ROLE)
             .all(|path| self.api.get(&path).is_none())
     }
 
@@ -268,8 +323,10 @@ fn sigterm_without_removal_keeps_the_corefile_block() {
     );
 }
 
-/// Deletes `order`, then waits for the Corefile to come back byte for byte and for every
-/// object of the manifest to be gone; prints and returns (restored, all gone).
+/// Deletes `order`, then waits for the Corefile to come back byte for byte, for every
+/// object of the manifest to be gone (the ClusterRole and binding too: the release pair
+/// authorized their release) and for the garbage collector to delete the release pair; then
+/// nothing is left in Terminating. Prints and returns (restored, all gone).
 fn removal_scenario(
     c: &mut Cluster,
     name: &str,
@@ -288,49 +345,54 @@ fn removal_scenario(
         c.all_gone(&manifest)
     });
     let gone = started.elapsed();
-    let exited = c.terminate();
-    assert!(
-        c.log()
-            .contains("hairpin removed: everything it wrote was restored"),
-        "{}",
-        c.log()
+    c.wait("the release pair garbage-collected", || {
+        c.release_pair_gone()
+    });
+    let collected = started.elapsed();
+    assert_eq!(
+        c.none_terminating(),
+        Vec::<String>::new(),
+        "left in Terminating"
     );
-    let held = c.api.get(CRB).expect("the ClusterRoleBinding stays held");
-    assert!(!held["metadata"]["deletionTimestamp"].is_null());
+    let exited = c.terminate();
+    let log = c.log();
+    assert!(
+        log.contains("hairpin removed: everything it wrote was restored, its objects released"),
+        "{log}"
+    );
+    assert!(!log.contains("keep hairpin's finalizer"), "{log}");
     assert!(
         c.api
             .get("/api/v1/namespaces/hairpin/services/hairpin-ingress-nginx")
             .is_none(),
         "the hairpin Service is gone"
     );
-    let command = c.held_command();
     if reinstall {
-        // Installed again before the leftovers were cleared: they still grant, and the new
-        // controller knows them for leftovers, not for its own removal.
+        // Installed again: nothing was left over, the new controller holds afresh and makes
+        // a new release pair, owned by the new namespace.
         for object in &manifest {
             c.api.apply(object);
         }
         c.start_controller("20s");
         assert!(
-            c.log().contains("left from an earlier removal"),
+            !c.log().contains("left from an earlier removal"),
             "{}",
             c.log()
         );
         assert!(!c.log().contains("hairpin is being removed"), "{}", c.log());
         c.terminate();
     }
-    let cleared = c.clear_held(&command);
     println!(
-        "{name}: Corefile restored byte for byte {:.2}s after the first DELETE, every object gone after {:.2}s but the ClusterRole and binding (held, inert), SIGTERM to exit {:.2}s,{} the logged kubectl command cleared those in {:.2}s",
+        "{name}: Corefile restored byte for byte {:.2}s after the first DELETE, every object of the manifest gone (ClusterRole and binding included) after {:.2}s, the release pair garbage-collected after {:.2}s, nothing left in Terminating; SIGTERM to exit {:.2}s{}",
         restored.as_secs_f64(),
         gone.as_secs_f64(),
+        collected.as_secs_f64(),
         exited.as_secs_f64(),
         if reinstall {
-            " installed again (the new controller wrote its block, took them for leftovers),"
+            "; installed again: held afresh, a new release pair"
         } else {
             ""
         },
-        cleared.as_secs_f64()
     );
     (restored, gone)
 }
@@ -346,6 +408,141 @@ fn kubectl_delete_restores_the_corefile() {
     c.start_controller("20s");
     let order = c.manifest.clone();
     removal_scenario(&mut c, "kubectl delete -f", &order, true);
+}
+
+/// Without the release pair (deleted by an admin here; refused, or an older install), the
+/// fallback: every object goes but the ClusterRole and its binding, which stay held (inert);
+/// the last log line gives the command that lets them go, and it does.
+#[test]
+fn without_the_release_pair_the_clusterrole_stays_held_and_is_said() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("no release pair") else {
+        return;
+    };
+    c.start_controller("20s");
+    for path in [RELEASE_CRB, RELEASE_ROLE] {
+        let (status, answer) = c.api.request("DELETE", path, None).expect("DELETE");
+        assert_eq!(status, 200, "DELETE {path}: {answer}");
+    }
+    let started = Instant::now();
+    let manifest = c.manifest.clone();
+    for object in &manifest {
+        c.delete(object);
+    }
+    c.wait("the Corefile restored", || c.corefile() == COREFILE);
+    let restored = started.elapsed();
+    let others: Vec<Value> = manifest
+        .iter()
+        .filter(|o| ![CRB, CLUSTER_ROLE].contains(&object_path(o).as_str()))
+        .cloned()
+        .collect();
+    c.wait("every other object gone", || c.all_gone(&others));
+    let gone = started.elapsed();
+    c.terminate();
+    for path in [CRB, CLUSTER_ROLE] {
+        let held = c.api.get(path).expect("held");
+        assert!(!held["metadata"]["deletionTimestamp"].is_null(), "{path}");
+    }
+    let command = c.held_command();
+    let cleared = c.clear_held(&command);
+    assert_eq!(
+        c.none_terminating(),
+        Vec::<String>::new(),
+        "left in Terminating"
+    );
+    println!(
+        "no release pair: Corefile restored {:.2}s after the first DELETE, every other object gone after {:.2}s, the ClusterRole and binding held and said; the logged command cleared them in {:.2}s",
+        restored.as_secs_f64(),
+        gone.as_secs_f64(),
+        cleared.as_secs_f64()
+    );
+}
+
+/// An Argo CD prune (its default: foreground propagation) of everything but the namespace
+/// (Argo CD's `CreateNamespace` keeps it): nothing is left held or in Terminating; the release
+/// pair, owned by the namespace, stays (inert), and the last log line says how to delete it.
+#[test]
+fn foreground_prune_keeping_the_namespace_leaves_nothing_held() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("foreground prune") else {
+        return;
+    };
+    c.propagation = "Foreground";
+    c.start_controller("20s");
+    let pruned: Vec<Value> = c
+        .manifest
+        .iter()
+        .filter(|o| o["kind"] != "Namespace")
+        .cloned()
+        .collect();
+    let started = Instant::now();
+    for object in &pruned {
+        c.delete(object);
+    }
+    c.wait("the Corefile restored", || c.corefile() == COREFILE);
+    let restored = started.elapsed();
+    c.wait("every pruned object gone", || c.all_gone(&pruned));
+    let gone = started.elapsed();
+    assert_eq!(
+        c.none_terminating(),
+        Vec::<String>::new(),
+        "left in Terminating"
+    );
+    assert!(c.release_pair_made(), "the pair stays with the namespace");
+    c.terminate();
+    let log = c.log();
+    assert!(!log.contains("keep hairpin's finalizer"), "{log}");
+    assert!(
+        log.contains("kubectl delete clusterrolebinding,clusterrole hairpin-release"),
+        "{log}"
+    );
+    println!(
+        "foreground prune, namespace kept: Corefile restored {:.2}s after the first DELETE, every pruned object gone (ClusterRole and binding included) after {:.2}s, nothing in Terminating; the release pair stays with the namespace (inert, its deletion command logged)",
+        restored.as_secs_f64(),
+        gone.as_secs_f64()
+    );
+}
+
+/// The limit: a foreground deletion of the namespace itself (Argo CD pruning
+/// `deploy/hairpin.yaml` with its Namespace) makes the garbage collector delete the namespace's
+/// dependents first, the release pair among them, before the last releases: the fallback, the
+/// ClusterRole and binding held and said with the command, which clears them.
+#[test]
+fn foreground_namespace_deletion_falls_back_to_the_logged_command() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(mut c) = cluster("foreground, namespace too") else {
+        return;
+    };
+    c.propagation = "Foreground";
+    c.start_controller("20s");
+    let started = Instant::now();
+    let manifest = c.manifest.clone();
+    for object in &manifest {
+        c.delete(object);
+    }
+    c.wait("the Corefile restored", || c.corefile() == COREFILE);
+    let restored = started.elapsed();
+    let others: Vec<Value> = manifest
+        .iter()
+        .filter(|o| ![CRB, CLUSTER_ROLE].contains(&object_path(o).as_str()))
+        .cloned()
+        .collect();
+    c.wait("every other object gone", || c.all_gone(&others));
+    let gone = started.elapsed();
+    c.terminate();
+    let command = c.held_command();
+    let cleared = c.clear_held(&command);
+    assert_eq!(
+        c.none_terminating(),
+        Vec::<String>::new(),
+        "left in Terminating"
+    );
+    println!(
+        "foreground, namespace too: Corefile restored {:.2}s after the first DELETE, every other object gone after {:.2}s; the release pair went first (the namespace's dependents), the ClusterRole and binding held and said; the logged command cleared them in {:.2}s",
+        restored.as_secs_f64(),
+        gone.as_secs_f64(),
+        cleared.as_secs_f64()
+    );
 }
 
 /// The same with the RBAC objects deleted first (and the namespace last).
@@ -389,17 +586,30 @@ fn namespace_deletion_restores_the_corefile() {
         c.api.get("/api/v1/namespaces/hairpin").is_none()
     });
     let gone = started.elapsed();
-    let exited = c.terminate();
-    assert!(
-        c.api
-            .get(CRB)
-            .is_some_and(|crb| crb["metadata"]["finalizers"].is_null()),
-        "the ClusterRoleBinding (not deleted) is released"
+    c.wait("the release pair garbage-collected", || {
+        c.release_pair_gone()
+    });
+    let collected = started.elapsed();
+    assert_eq!(
+        c.none_terminating(),
+        Vec::<String>::new(),
+        "left in Terminating"
     );
+    let exited = c.terminate();
+    for path in [CRB, CLUSTER_ROLE] {
+        assert!(
+            c.api
+                .get(path)
+                .is_some_and(|o| o["metadata"]["finalizers"].is_null()
+                    && o["metadata"]["deletionTimestamp"].is_null()),
+            "{path} (not deleted) stays, released"
+        );
+    }
     println!(
-        "namespace deletion: Corefile restored byte for byte after {:.2}s, namespace gone after {:.2}s, SIGTERM to exit {:.2}s",
+        "namespace deletion: Corefile restored byte for byte after {:.2}s, namespace gone after {:.2}s, the release pair garbage-collected after {:.2}s, nothing left in Terminating (the ClusterRole and binding, not deleted, stay released); SIGTERM to exit {:.2}s",
         restored.as_secs_f64(),
         gone.as_secs_f64(),
+        collected.as_secs_f64(),
         exited.as_secs_f64()
     );
 }
@@ -478,10 +688,17 @@ fn refused_restore_does_not_hold_the_deletion() {
         .unwrap_or_default()
         .to_owned();
     assert!(
-        last.contains("left behind")
-            && last.contains("hairpin uninstall --namespace hairpin")
-            && last.contains("kubectl patch clusterrole hairpin-controller"),
+        last.contains("left behind") && last.contains("hairpin uninstall --namespace hairpin"),
         "the last log line says what is left and the command:\n{log}"
+    );
+    assert!(
+        !log.contains("keep hairpin's finalizer"),
+        "nothing held (the release pair let the ClusterRole and binding go):\n{log}"
+    );
+    assert_eq!(
+        c.none_terminating(),
+        Vec::<String>::new(),
+        "left in Terminating"
     );
     println!(
         "restore refused: every pruned object gone {:.2}s after the first DELETE (bound 5s), the block left and said; SIGTERM to exit {:.2}s\nlast log line: {last}",
@@ -524,6 +741,10 @@ fn hairpin_uninstall_releases_every_hold() {
         "{stdout}"
     );
     assert_eq!(c.corefile(), COREFILE, "byte for byte");
+    assert!(
+        c.release_pair_gone(),
+        "hairpin uninstall deletes the release pair"
+    );
     for object in c
         .manifest
         .iter()

@@ -75,7 +75,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             coredns_rbac_name: args.coredns_rbac_name.clone(),
             ..RemovalParams::new(&planner.namespace, &planner.coredns_namespace)
         };
-        let release_errors = hairpin_controller::removal::release_all(&client, &holds).await;
+        let mut release_errors = hairpin_controller::removal::release_all(&client, &holds).await;
+        // The release pair the controller made at start (it would go with the namespace).
+        release_errors
+            .extend(hairpin_controller::removal::delete_release_pair(&client, &holds).await);
         if release_errors.is_empty() {
             println!(
                 "released the controller's objects: no finalizer {} is left on them",
