@@ -109,10 +109,11 @@ async fn first_sync_writes_the_plan_and_changes_follow_quickly() {
     let probes = fake.requests().iter().filter(|r| r.uri == "/apis").count();
     // One per kind and candidate version: Gateway API 6 (TLSRoute tries 3 versions), Hairpin
     // 1, the CRD hostname sources 8 (Traefik 2 kinds x 2 groups, Istio 3 versions, Contour
-    // 1), and the receivers' custom resources 8 (GatewayClass 2 versions, NginxProxy 2,
-    // ClientTrafficPolicy, ListenerPolicy, ContourConfiguration, ContourDeployment 1 each).
+    // 1), and the receivers' custom resources 9 (GatewayClass 2 versions, NginxProxy 2,
+    // ClientTrafficPolicy, ListenerPolicy, ContourConfiguration, ContourDeployment and Istio's
+    // EnvoyFilter 1 each).
     assert!(
-        (4..=23).contains(&probes),
+        (4..=24).contains(&probes),
         "one discovery read per kind and version: {probes}"
     );
 
