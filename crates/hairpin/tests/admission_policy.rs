@@ -40,25 +40,6 @@ const NS: &str = "shop";
 const SVC: &str = "/api/v1/namespaces/shop/services/web";
 const LB_IP: &str = "203.0.113.40";
 
-/// Every object of the shipped manifest but the workloads (nothing runs them here).
-fn install_manifest(api: &ApiServer) {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/hairpin.yaml"
-    ))
-    .expect("read deploy/hairpin.yaml");
-    for doc in text.split("\n---") {
-        let Ok(object) = serde_saphyr::from_str::<Value>(doc) else {
-            continue;
-        };
-        let kind = object["kind"].as_str().unwrap_or_default();
-        if kind.is_empty() || ["Deployment", "DaemonSet", "PodDisruptionBudget"].contains(&kind) {
-            continue;
-        }
-        api.apply(&object);
-    }
-}
-
 /// Polls `f` every 100 ms until it returns `Some`, for at most `limit` (a deadline that only
 /// catches a hang).
 fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
@@ -138,7 +119,7 @@ fn ingress(api: &ApiServer) -> Value {
 /// The cluster: the manifest, a LoadBalancer Service with two status entries (an IP with a
 /// port, a hostname) and a condition, written as a cloud controller would (the admin).
 fn seed(api: &ApiServer) {
-    install_manifest(api);
+    support::install_manifest(api);
     api.ensure_namespace(NS);
     api.apply(&json!({
         "apiVersion": "v1", "kind": "Service",

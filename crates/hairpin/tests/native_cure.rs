@@ -67,31 +67,11 @@ const INGRESS_FQDN: &str = "nginx.ingress.svc.cluster.local";
 const HOST: &str = "shop.example.test";
 const COREFILE: &str = ".:53 {\n    errors\n    health\n    ready\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    loop\n    reload\n    loadbalance\n}\n";
 
-/// Every object of the shipped manifest but the workloads (nothing runs them here); its
-/// admission policies too, so every write of the controller and of uninstall passes them.
-fn install_manifest(api: &ApiServer) {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/hairpin.yaml"
-    ))
-    .expect("read deploy/hairpin.yaml");
-    for doc in text.split("\n---") {
-        let Ok(object) = serde_saphyr::from_str::<Value>(doc) else {
-            continue;
-        };
-        let kind = object["kind"].as_str().unwrap_or_default();
-        if kind.is_empty() || ["Deployment", "DaemonSet", "PodDisruptionBudget"].contains(&kind) {
-            continue;
-        }
-        api.apply(&object);
-    }
-}
-
 /// The cluster of one scenario: CoreDNS's ConfigMap, the ingress LoadBalancer Service (a
 /// DigitalOcean PROXY load balancer: its controller never sets ipMode) with its EndpointSlice
 /// and status, an Ingress for [`HOST`] on it. Returns the nodePort.
 fn seed(api: &ApiServer, lb_ip: &str) -> u16 {
-    install_manifest(api);
+    support::install_manifest(api);
     api.apply(&json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"namespace": "kube-system", "name": "coredns"},

@@ -48,6 +48,7 @@
 
 #[path = "support/cluster.rs"]
 mod cluster;
+mod support;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};

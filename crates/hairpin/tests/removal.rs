@@ -7,6 +7,8 @@
 //! `kubectl delete -f deploy/hairpin.yaml` makes them: every object in file order, background
 //! propagation. Each scenario prints its timings.
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
@@ -41,18 +43,6 @@ struct Cluster {
     propagation: &'static str,
 }
 
-fn manifest() -> Vec<Value> {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/hairpin.yaml"
-    ))
-    .expect("read deploy/hairpin.yaml");
-    text.split("\n---")
-        .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
-        .filter(|o| o["kind"].as_str().is_some_and(|k| !k.is_empty()))
-        .collect()
-}
-
 /// The apiserver, the controller-manager, the whole shipped manifest, CoreDNS's ConfigMap
 /// and a PROXY load balancer with an Ingress on it; `None` (printed) when the peers are
 /// absent here.
@@ -67,7 +57,7 @@ fn cluster(test: &str) -> Option<Cluster> {
         api.started_in().as_secs_f64(),
         kcm.started_in().as_secs_f64()
     );
-    let manifest = manifest();
+    let manifest = support::manifest();
     for object in &manifest {
         api.apply(object);
     }

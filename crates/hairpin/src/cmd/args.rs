@@ -77,3 +77,49 @@ mod tests {
         }
     }
 }
+
+/// The controller's own objects by name: its Deployment, its ServiceAccount and RBAC, and its
+/// Role and RoleBinding in the CoreDNS namespace. The removal guard holds them with its
+/// finalizer (`hairpin.io/restore`) while it restores (docs/controller.md, "Removal"); `hairpin
+/// uninstall` removes that finalizer, so their deletion waits on nothing, and owns the fence
+/// by the Deployment.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct OwnObjectsArgs {
+    /// The controller Deployment in `--namespace`: the fence Lease is owned by it (it goes with
+    /// the Deployment), and the removal guard holds it.
+    #[arg(
+        long,
+        env = "HAIRPIN_CONTROLLER_DEPLOYMENT",
+        default_value = "hairpin-controller"
+    )]
+    pub(crate) controller_deployment: String,
+
+    /// The controller's ServiceAccount, Role and RoleBinding in `--namespace`, and its
+    /// ClusterRole and ClusterRoleBinding.
+    #[arg(long, env = "HAIRPIN_RBAC_NAME", default_value = "hairpin-controller")]
+    pub(crate) rbac_name: String,
+
+    /// The controller's Role and RoleBinding in the CoreDNS namespace.
+    #[arg(
+        long,
+        env = "HAIRPIN_COREDNS_RBAC_NAME",
+        default_value = "hairpin-coredns"
+    )]
+    pub(crate) coredns_rbac_name: String,
+}
+
+impl OwnObjectsArgs {
+    /// The removal guard's names, in `namespace` and `coredns_namespace`; the rest defaults.
+    pub(crate) fn removal_params(
+        &self,
+        namespace: &str,
+        coredns_namespace: &str,
+    ) -> hairpin_controller::removal::RemovalParams {
+        hairpin_controller::removal::RemovalParams {
+            deployment: self.controller_deployment.clone(),
+            rbac_name: self.rbac_name.clone(),
+            coredns_rbac_name: self.coredns_rbac_name.clone(),
+            ..hairpin_controller::removal::RemovalParams::new(namespace, coredns_namespace)
+        }
+    }
+}

@@ -111,26 +111,8 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_REMOVAL_GUARD", default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) removal_guard: bool,
 
-    /// The controller Deployment in `--namespace` (the removal guard holds it).
-    #[arg(
-        long,
-        env = "HAIRPIN_CONTROLLER_DEPLOYMENT",
-        default_value = "hairpin-controller"
-    )]
-    pub(crate) controller_deployment: String,
-
-    /// The controller's ServiceAccount, Role and RoleBinding in `--namespace`, and its
-    /// ClusterRole and ClusterRoleBinding (the removal guard holds them).
-    #[arg(long, env = "HAIRPIN_RBAC_NAME", default_value = "hairpin-controller")]
-    pub(crate) rbac_name: String,
-
-    /// The controller's Role and RoleBinding in the CoreDNS namespace.
-    #[arg(
-        long,
-        env = "HAIRPIN_COREDNS_RBAC_NAME",
-        default_value = "hairpin-coredns"
-    )]
-    pub(crate) coredns_rbac_name: String,
+    #[command(flatten)]
+    pub(crate) own: crate::cmd::args::OwnObjectsArgs,
 
     /// How often the removal guard looks for a removal while running.
     #[arg(long, env = "HAIRPIN_REMOVAL_POLL", default_value = "3s", value_parser = parse_positive_duration)]
@@ -176,13 +158,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let planner = args.planner.config()?;
     let removal = args.removal_guard.then(|| RemovalParams {
-        deployment: args.controller_deployment.clone(),
-        rbac_name: args.rbac_name.clone(),
-        coredns_rbac_name: args.coredns_rbac_name.clone(),
         poll: args.removal_poll,
         deadline: args.removal_deadline,
         lease_name: args.lease_name.clone(),
-        ..RemovalParams::new(&planner.namespace, &planner.coredns_namespace)
+        ..args
+            .own
+            .removal_params(&planner.namespace, &planner.coredns_namespace)
     });
     let mut config = ControllerConfig::new(planner.clone(), &identity);
     config.debounce = args.debounce;

@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use hairpin_controller::UninstallReport;
 use hairpin_controller::client::ClientArgs;
-use hairpin_controller::removal::RemovalParams;
 use hairpin_controller::uninstall::FenceReport;
 use hairpin_planner::PlannerConfig;
 use hairpin_runtime::LogArgs;
@@ -26,29 +25,8 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_LEASE_NAME", default_value = "hairpin-controller")]
     pub(crate) lease_name: String,
 
-    /// Name of the controller Deployment in `--namespace`: the fence is owned by it, so it
-    /// stays while the Deployment's pods run and goes with it.
-    #[arg(
-        long,
-        env = "HAIRPIN_CONTROLLER_DEPLOYMENT",
-        default_value = "hairpin-controller"
-    )]
-    pub(crate) controller_deployment: String,
-
-    /// The controller's ServiceAccount, Role, RoleBinding (in `--namespace`), ClusterRole and
-    /// ClusterRoleBinding: uninstall removes the controller's removal-guard finalizer
-    /// (`hairpin.io/restore`) from them and from the Deployment, so their deletion waits on
-    /// nothing.
-    #[arg(long, env = "HAIRPIN_RBAC_NAME", default_value = "hairpin-controller")]
-    pub(crate) rbac_name: String,
-
-    /// The controller's Role and RoleBinding in the CoreDNS namespace (finalizer removed too).
-    #[arg(
-        long,
-        env = "HAIRPIN_COREDNS_RBAC_NAME",
-        default_value = "hairpin-coredns"
-    )]
-    pub(crate) coredns_rbac_name: String,
+    #[command(flatten)]
+    pub(crate) own: crate::cmd::args::OwnObjectsArgs,
 
     #[command(flatten)]
     pub(crate) log: LogArgs,
@@ -64,17 +42,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         // The error says what it is about, in the words every command uses.
         let client = args.client.client().await?;
         let params = hairpin_controller::UninstallParams {
-            controller_deployment: args.controller_deployment.clone(),
+            controller_deployment: args.own.controller_deployment.clone(),
             ..hairpin_controller::UninstallParams::new(&args.lease_name)
         };
         let mut report = hairpin_controller::uninstall_with(&client, &planner, &params).await;
         // After the restore (the fence stays): nothing of hairpin's waits on its finalizer.
-        let holds = RemovalParams {
-            deployment: args.controller_deployment.clone(),
-            rbac_name: args.rbac_name.clone(),
-            coredns_rbac_name: args.coredns_rbac_name.clone(),
-            ..RemovalParams::new(&planner.namespace, &planner.coredns_namespace)
-        };
+        let holds = args
+            .own
+            .removal_params(&planner.namespace, &planner.coredns_namespace);
         let mut release_errors = hairpin_controller::removal::release_all(&client, &holds).await;
         // The release pair the controller made at start (it would go with the namespace).
         release_errors
@@ -197,7 +172,7 @@ fn print_still_running(report: &UninstallReport, ns: &str, args: &Args) {
     for running in &report.still_running {
         println!(
             "still running: {running}, fenced: its pods write nothing. Delete it to finish (`helm uninstall` and `kubectl delete -f deploy/hairpin.yaml` do, or `kubectl -n {ns} delete deployment {}`); the fence (Lease {ns}/{}) goes with it, so a later install starts unfenced.",
-            args.controller_deployment, args.lease_name
+            args.own.controller_deployment, args.lease_name
         );
     }
 }

@@ -18,24 +18,7 @@ pub const COREFILE: &str = ".:53 {\n    errors\n    health\n    ready\n    kuber
 /// The load balancer Service of every scenario.
 pub const SERVICE: &str = "/api/v1/namespaces/ingress/services/nginx";
 
-/// Every object of the shipped manifest but the workloads (nothing runs them here).
-pub fn install_manifest(api: &ApiServer) {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/hairpin.yaml"
-    ))
-    .expect("read deploy/hairpin.yaml");
-    for doc in text.split("\n---") {
-        let Ok(object) = serde_saphyr::from_str::<Value>(doc) else {
-            continue;
-        };
-        let kind = object["kind"].as_str().unwrap_or_default();
-        if kind.is_empty() || ["Deployment", "DaemonSet", "PodDisruptionBudget"].contains(&kind) {
-            continue;
-        }
-        api.apply(&object);
-    }
-}
+pub use crate::support::install_manifest;
 
 /// How the load balancer delivers traffic to the nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,8 @@
 use std::process::Command;
 
 use hairpin_fake_apiserver::{FakeApiServer, fixtures};
-use serde_json::json;
+use hairpin_testkit::kube::ApiServer;
+use serde_json::{Value, json};
 
 /// A kubeadm-style Corefile.
 pub const COREFILE: &str = ".:53 {\n    errors\n    health\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n       fallthrough in-addr.arpa ip6.arpa\n    }\n    forward . /etc/resolv.conf\n    cache 30\n    reload\n}\n";
@@ -50,4 +51,29 @@ pub fn seed(fake: &FakeApiServer) {
 /// Reads the Corefile of `kube-system/coredns`.
 pub fn corefile(fake: &FakeApiServer) -> String {
     fixtures::corefile(fake)
+}
+
+/// Every object of the shipped manifest, `deploy/hairpin.yaml`, in its order.
+pub fn manifest() -> Vec<Value> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/hairpin.yaml"
+    ))
+    .expect("read deploy/hairpin.yaml");
+    text.split("\n---")
+        .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
+        .filter(|o| o["kind"].as_str().is_some_and(|k| !k.is_empty()))
+        .collect()
+}
+
+/// Every object of the shipped manifest but the workloads (nothing runs them on a test
+/// apiserver); its admission policies too, so every write of the controller and of uninstall
+/// passes them.
+pub fn install_manifest(api: &ApiServer) {
+    for object in manifest() {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        if !["Deployment", "DaemonSet", "PodDisruptionBudget"].contains(&kind) {
+            api.apply(&object);
+        }
+    }
 }
