@@ -579,7 +579,13 @@ async fn a_dropped_ip_mode_is_unsupported_until_the_server_changes() {
     );
     assert!(corefile(&fake).contains(HOST));
     // No retry loop: several version reads later, still the one write.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let reads = fake.count("GET", "/version");
+    let read_again = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            f.count("GET", "/version") >= reads + 3
+        })
+        .await;
+    assert!(read_again.is_some(), "the server's version is read again");
     assert_eq!(status_puts(&fake), [200]);
     // The API server upgraded: tried again (the problem proven first), and now it holds.
     fake.set_ip_mode_gate(true);
