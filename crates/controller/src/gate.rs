@@ -234,7 +234,12 @@ mod tests {
             api.create(&PostParams::default(), &config_map("slow"))
                 .await
         });
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The write is under way once it holds the gate's in-flight lock.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while gate.inner.in_flight.try_write().is_ok() {
+            assert!(Instant::now() < deadline, "the write never started");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let started = Instant::now();
         gate.close().await;
         assert!(

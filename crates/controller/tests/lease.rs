@@ -107,7 +107,14 @@ async fn a_crashed_leader_is_replaced_after_the_lease_expires() {
     let mut a = start(&fake, "pod-a");
     wait_leader(&mut a.rx, Duration::from_secs(5)).await;
     let mut b = start(&fake, "pod-b");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // b has seen a's Lease (a follower of pod-a) before a crashes.
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        b.rx.wait_for(|l| *l == Leadership::Follower(Some("pod-a".into()))),
+    )
+    .await
+    .expect("b follows pod-a")
+    .expect("manager alive");
     // A crash: no vacate.
     a.task.abort();
     let took = wait_leader(&mut b.rx, Duration::from_secs(6)).await;

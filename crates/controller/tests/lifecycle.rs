@@ -356,16 +356,24 @@ async fn a_leader_whose_lease_is_deleted_writes_nothing_afterwards() {
         "hairpin-controller"
     ));
     let deleted = Instant::now();
-    // A change that a leader would write at once.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The leader saw the deletion (its gate closed); then a change that a leader would
+    // write at once.
+    let stood_down = fake
+        .wait_until(Duration::from_secs(10), |_| a.metrics.leader.get() == 0)
+        .await;
+    assert!(stood_down.is_some(), "the leader saw its Lease deleted");
     fake.apply(ingress("shop", "late", "late.example.com"));
-    tokio::time::sleep(Duration::from_millis(2300)).await;
-    assert_eq!(
-        writes_after(&fake, deleted),
-        Vec::<String>::new(),
-        "no write after the Lease was deleted"
-    );
-    assert_eq!(a.metrics.leader.get() + b.metrics.leader.get(), 0);
+    // During the hold-off (the test Lease's 3 s, less a margin): no write, no leader,
+    // checked at every change of the server and at least every 5 ms.
+    while deleted.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(
+            writes_after(&fake, deleted),
+            Vec::<String>::new(),
+            "no write after the Lease was deleted"
+        );
+        assert_eq!(a.metrics.leader.get() + b.metrics.leader.get(), 0);
+        fake.wait_until(Duration::from_millis(5), |_| false).await;
+    }
     // After the hold-off (the test Lease's 3 s), the normal election: one claims it again.
     let back = fake
         .wait_until(Duration::from_secs(5), |f| {
@@ -398,7 +406,10 @@ async fn a_leader_whose_lease_is_taken_stops_writing_at_once() {
     taken["spec"]["renewTime"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
     fake.apply(taken);
     let at = Instant::now();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stood_down = fake
+        .wait_until(Duration::from_secs(10), |_| a.metrics.leader.get() == 0)
+        .await;
+    assert!(stood_down.is_some(), "the leader saw its Lease taken");
     fake.apply(ingress("shop", "late", "late.example.com"));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(

@@ -287,8 +287,15 @@ async fn an_api_outage_reverts_nothing_and_uninstall_restores() {
     );
     fake.go_down();
     tokio::time::sleep(Duration::from_millis(700)).await;
+    let reconciles = running.metrics.reconciles.get();
     fake.come_back(true);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Back: the caches listed again (their history compacted) and a reconcile ran on them.
+    let seen = fake
+        .wait_until(Duration::from_secs(30), |_| {
+            running.metrics.reconciles.get() > reconciles
+        })
+        .await;
+    assert!(seen.is_some(), "no reconcile after the API came back");
     assert_eq!(ip_mode(&fake), "Proxy");
     assert!(!corefile(&fake).contains(HOST));
     running.stop().await;
@@ -410,8 +417,19 @@ async fn a_writer_that_only_touches_the_list_takes_nothing_over_and_uninstall_re
         entry(&fake),
         ip_mode(&fake)
     );
+    let reconciles = running.metrics.reconciles.get();
     rewrite_status(&fake, "kubectl-edit", None).await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The window ends on a reconcile after the other writer's change, not on a guess of how
+    // long one takes.
+    let seen = fake
+        .wait_until(Duration::from_secs(30), |_| {
+            running.metrics.reconciles.get() > reconciles
+        })
+        .await;
+    assert!(
+        seen.is_some(),
+        "no reconcile after the status was rewritten"
+    );
     assert_eq!(record_state(&fake), "failed", "{:?}", entry(&fake));
     assert!(events(&fake, "IpModeHandedOver").is_empty());
     assert_eq!(ip_mode(&fake), "Proxy");
@@ -579,8 +597,20 @@ async fn a_dropped_ip_mode_is_unsupported_until_the_server_changes() {
     );
     assert!(corefile(&fake).contains(HOST));
     // No retry loop: several version reads later, still the one write.
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(status_puts(&fake), [200]);
+    let reads = fake.count("GET", "/version");
+    let read_again = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            f.count("GET", "/version") >= reads + 3
+        })
+        .await;
+    assert!(read_again.is_some(), "the server's version is read again");
+    let log: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method != "GET" || r.uri == "/version")
+        .map(|r| format!("{} {} {}", r.method, r.uri, r.status))
+        .collect();
+    assert_eq!(status_puts(&fake), [200], "{log:#?}\n{:?}", entry(&fake));
     // The API server upgraded: tried again (the problem proven first), and now it holds.
     fake.set_ip_mode_gate(true);
     fake.set_version("v1.31.14");

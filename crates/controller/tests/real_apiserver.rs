@@ -558,7 +558,11 @@ async fn a_leader_whose_lease_is_deleted_writes_nothing_until_it_is_claimed_agai
         cluster.hairpin
     )));
     let deleted = Instant::now();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The leader saw the deletion (its gate closed) before the change comes.
+    let stood_down = cluster
+        .wait_until(Duration::from_secs(10), |_| a.metrics.leader.get() == 0)
+        .await;
+    assert!(stood_down.is_some(), "the leader saw its Lease deleted");
     cluster.apply(&cluster.ingress("late", "late.example.com"));
     // For the hold-off (the Lease duration, 3 s, less a margin): no Lease, no write.
     while deleted.elapsed() < Duration::from_millis(2500) {

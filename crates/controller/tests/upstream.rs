@@ -525,8 +525,15 @@ async fn a_restart_waits_for_the_answers_before_writing() {
     );
     let before = fake.requests().len();
     let second = support::controller::start(&fake, config());
-    // Long enough for its first reconciles (debounce 50 ms) and the answers to come.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Its first reconciles (debounce 50 ms) held the write; the slow answer came, and a
+    // reconcile went past the hold (it counts the managed names only then). Stopping lets
+    // that reconcile finish its writes.
+    let planned = fake
+        .wait_until(Duration::from_secs(20), |_| {
+            second.metrics.managed_hostnames.get() >= 1
+        })
+        .await;
+    assert!(planned.is_some(), "planned once the answers came");
     second.stop().await;
     let writes: Vec<_> = fake.requests()[before..]
         .iter()

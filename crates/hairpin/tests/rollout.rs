@@ -4,11 +4,12 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hairpin_testkit::{free_addr, http_get};
@@ -114,6 +115,26 @@ fn one(listen: SocketAddr, payload: &[u8]) -> std::io::Result<String> {
         .ok_or_else(|| std::io::Error::other(format!("bad header {header:?}")))
 }
 
+/// Waits (a deadline that only catches a hang) until each proxy named has answered at least
+/// its count.
+fn wait_for_answers(live: &Mutex<HashMap<String, usize>>, want: &[(&str, usize)]) {
+    let deadline = Instant::now() + T;
+    loop {
+        let answered = live.lock().unwrap().clone();
+        if want
+            .iter()
+            .all(|(proxy, n)| answered.get(*proxy).is_some_and(|got| got >= n))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "waiting for {want:?}: {answered:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn restarting_one_of_two_proxies_on_a_port_refuses_and_resets_no_connection() {
     let up = upstream();
@@ -123,11 +144,14 @@ fn restarting_one_of_two_proxies_on_a_port_refuses_and_resets_no_connection() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let terminated: Arc<std::sync::OnceLock<Instant>> = Arc::default();
+    // Answers so far by proxy, as they come (the tallies are read at the end).
+    let live: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     // Four clients, one connection at a time each: bounded load.
     let clients: Vec<_> = (0..4)
         .map(|i| {
             let stop = stop.clone();
             let terminated = terminated.clone();
+            let live = live.clone();
             std::thread::spawn(move || {
                 let mut tally = Tally::default();
                 let payload = format!("client {i}\n");
@@ -137,6 +161,7 @@ fn restarting_one_of_two_proxies_on_a_port_refuses_and_resets_no_connection() {
                         Ok(destination) => {
                             tally.answered += 1;
                             let after = terminated.get().is_some_and(|t| started > *t);
+                            *live.lock().unwrap().entry(destination.clone()).or_default() += 1;
                             let entry = tally.by_proxy.entry(destination).or_default();
                             entry.0 += 1;
                             entry.1 += usize::from(after);
@@ -163,7 +188,8 @@ fn restarting_one_of_two_proxies_on_a_port_refuses_and_resets_no_connection() {
         })
         .collect();
 
-    std::thread::sleep(Duration::from_secs(1));
+    // Load flows through both proxies before the restart.
+    wait_for_answers(&live, &[("192.0.2.1", 50), ("192.0.2.2", 50)]);
     // The restart: SIGTERM to the old process, and a new one in its place.
     let mut old = old;
     let _ = terminated.set(Instant::now());
@@ -185,7 +211,8 @@ fn restarting_one_of_two_proxies_on_a_port_refuses_and_resets_no_connection() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    std::thread::sleep(Duration::from_secs(1));
+    // The new proxy takes its share after the old one exited.
+    wait_for_answers(&live, &[("192.0.2.3", 50)]);
     stop.store(true, Ordering::Relaxed);
 
     let mut total = Tally::default();

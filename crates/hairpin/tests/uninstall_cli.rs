@@ -3,15 +3,18 @@
 
 mod support;
 
+use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use hairpin_fake_apiserver::{FakeApiServer, object};
 use support::{COREFILE, corefile, hairpin};
 
-fn controller(kubeconfig: &str, identity: &str) -> Child {
-    let admin = hairpin_testkit::free_addr().to_string();
-    hairpin(&[
+/// A `hairpin controller` process, and its admin address.
+fn controller(kubeconfig: &str, identity: &str) -> (Child, SocketAddr) {
+    let admin_addr = hairpin_testkit::free_addr();
+    let admin = admin_addr.to_string();
+    let child = hairpin(&[
         "controller",
         "--kubeconfig",
         kubeconfig,
@@ -29,7 +32,14 @@ fn controller(kubeconfig: &str, identity: &str) -> Child {
     .stdout(Stdio::null())
     .stderr(Stdio::piped())
     .spawn()
-    .unwrap()
+    .unwrap();
+    (child, admin_addr)
+}
+
+/// `/readyz` answers 200: caches synced (the leader, or a warm standby).
+fn ready(admin: SocketAddr) -> bool {
+    hairpin_testkit::http_get(admin, "localhost", "/readyz")
+        .is_ok_and(|(status, _)| status.split_whitespace().nth(1) == Some("200"))
 }
 
 fn stop(child: Child) -> String {
@@ -54,15 +64,20 @@ async fn the_uninstall_job_fences_two_running_controllers_and_says_what_still_ru
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = fake.write_kubeconfig(dir.path());
     let kubeconfig = kubeconfig.to_str().unwrap().to_owned();
-    let a = controller(&kubeconfig, "hairpin-controller-a");
-    let b = controller(&kubeconfig, "hairpin-controller-b");
+    let (a, a_admin) = controller(&kubeconfig, "hairpin-controller-a");
+    let (b, b_admin) = controller(&kubeconfig, "hairpin-controller-b");
     let written = fake
         .wait_until(Duration::from_secs(20), |f| {
             corefile(f).contains("web.example.com")
         })
         .await;
     assert!(written.is_some(), "the leader wrote the DNS change");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Both ready: the leader, and the standby warm.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(ready(a_admin) && ready(b_admin)) {
+        assert!(Instant::now() < deadline, "both controllers ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let job = kubeconfig.clone();
     let uninstall =

@@ -9,6 +9,7 @@ use std::time::Duration;
 use hairpin_fake_apiserver::{FakeApiServer, object};
 use hairpin_node_agent::{Agent, AgentOptions, ConfigMapSource, EntrySource, HostsFile};
 use hairpin_runtime::{Readiness, Shutdown};
+use prometheus_client::registry::Registry;
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -23,6 +24,16 @@ fn hosts_cm(value: &str) -> serde_json::Value {
         json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "hairpin"}},
                "data": {"hosts.json": value}}),
     )
+}
+
+/// The agent's sync passes so far, all results (`hairpin_node_agent_syncs_total`).
+fn syncs(registry: &Registry) -> u64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("hairpin_node_agent_syncs_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
@@ -91,13 +102,16 @@ async fn the_agent_writes_the_published_block_and_only_watches_that_configmap() 
         },
     )
     .wake_on(changed);
+    let mut registry = Registry::default();
+    agent.register_metrics(&mut registry);
     let readiness = Readiness::new();
     let ready = readiness.condition("hosts file in sync");
     let read = || std::fs::read_to_string(&hosts).unwrap();
     let run = agent.run(&shutdown, &ready);
     let check = async {
-        // Nothing is written while the ConfigMap is absent, and the agent is not ready.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Nothing is written while the ConfigMap is absent, and the agent is not ready: once
+        // its first pass is done (counted).
+        wait_for("the first pass", || syncs(&registry) >= 1).await;
         assert_eq!(read(), ORIGINAL);
         assert!(!readiness.is_ready());
 
@@ -125,10 +139,15 @@ async fn the_agent_writes_the_published_block_and_only_watches_that_configmap() 
         assert!(!read().contains("fd00:10:96::50"), "{}", read());
 
         // A malformed value: the last good block stays, the agent stays ready.
+        let passes = syncs(&registry);
         fake.apply(hosts_cm(
             r#"[{"ip":"not an address","hostnames":["x.example.com"]}]"#,
         ));
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        // The watch event woke the agent, and it made a pass with the malformed value.
+        wait_for("a pass after the malformed value", || {
+            syncs(&registry) > passes
+        })
+        .await;
         assert!(read().contains("10.96.0.51\tapi.example.com shop.example.com"));
         assert_eq!(
             source.entries().unwrap()[0].ip,
