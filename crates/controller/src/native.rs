@@ -281,7 +281,15 @@ pub(crate) struct NativeCurer {
     started: bool,
     /// Writers that keep removing hairpin's `ipMode: Proxy`, per Service.
     fights: Fights,
+    /// The record this instance wrote last, and when, until the snapshot shows it: a plan made
+    /// from a cache that has not seen it yet (the status write's own event comes first) would
+    /// repeat a write the record already says not to make.
+    written: Option<(NativeRecord, Instant)>,
 }
+
+/// How long a snapshot may lag behind the record this instance wrote before it is trusted
+/// all the same (someone else changed the record meanwhile: uninstall deleted it).
+const RECORD_CACHE_LAG: Duration = Duration::from_secs(5);
 
 impl Drop for NativeCurer {
     fn drop(&mut self) {
@@ -340,6 +348,7 @@ impl NativeCurer {
             server_version: None,
             started: false,
             fights,
+            written: None,
         }
     }
 
@@ -395,6 +404,14 @@ impl NativeCurer {
             // The plan warned; nothing is written while the record is not hairpin's.
             return Ok(None);
         };
+        if let Some((written, at)) = &self.written {
+            if *written != before && at.elapsed() < RECORD_CACHE_LAG {
+                // The cache has not seen this instance's own last record yet: no status write
+                // from a plan made without it; look again shortly.
+                return Ok(Some(Instant::now() + self.params.interval));
+            }
+            self.written = None;
+        }
         let mut record = before.clone();
         let server = self.server_version().await;
         let mut data_plane = hairpin_planner::native::data_plane(snapshot);
@@ -1162,7 +1179,7 @@ impl NativeCurer {
 
     /// Writes the record when it differs from `before` (the snapshot's).
     async fn write_record(
-        &self,
+        &mut self,
         record: &NativeRecord,
         before: &NativeRecord,
     ) -> Result<(), Error> {
@@ -1180,6 +1197,7 @@ impl NativeCurer {
             )
         };
         write_key(&self.client, &edit).await?;
+        self.written = Some((record.clone(), Instant::now()));
         Ok(())
     }
 }
