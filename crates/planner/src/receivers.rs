@@ -262,6 +262,18 @@ fn unknown(why: impl Into<String>) -> Read {
     read(Requirement::Unknown, why, "")
 }
 
+/// The reading of one Service port.
+fn port_read(sp: &k8s_openapi::api::core::v1::ServicePort, read: Read) -> PortReceiver {
+    let (requirement, setting, read_from) = read;
+    PortReceiver {
+        port: sp.port,
+        name: sp.name.clone(),
+        requirement,
+        setting,
+        read_from,
+    }
+}
+
 /// What the receiver of `svc` is read from.
 struct Found<'a> {
     snapshot: &'a ClusterSnapshot,

@@ -5,7 +5,9 @@
 
 use serde_json::Value;
 
-use super::{Found, PortReceiver, Read, Requirement, containers, flag, read, text_at, unknown};
+use super::{
+    Found, PortReceiver, Read, Requirement, containers, flag, port_read, read, text_at, unknown,
+};
 use crate::workloads::DynamicObject;
 
 const REQUIRED: Requirement = Requirement::Required { only_v2: false };
@@ -219,7 +221,7 @@ impl Found<'_> {
                 .filter(|(_, port)| *port == i64::from(sp.port))
                 .map(|(name, _)| (*name, on_listener(name)))
                 .collect();
-            let (requirement, setting, read_from) = match reads.first() {
+            let reading = match reads.first() {
                 None => unknown(format!(
                     "no listener of {} on port {} (a ListenerSet's listeners are not read)",
                     self.gateway_name(),
@@ -232,13 +234,7 @@ impl Found<'_> {
                     sp.port
                 )),
             };
-            PortReceiver {
-                port: sp.port,
-                name: sp.name.clone(),
-                requirement,
-                setting,
-                read_from,
-            }
+            port_read(sp, reading)
         });
         Some(ports.collect())
     }
@@ -388,7 +384,7 @@ impl Found<'_> {
                     })?;
                 Some((p, e))
             });
-            let (requirement, setting, read_from) = match entry {
+            let reading = match entry {
                 Some((p, e))
                     if e.pointer("/listener/proxyProtocol")
                         .is_some_and(|v| !v.is_null()) =>
@@ -406,13 +402,7 @@ impl Found<'_> {
                 ),
                 None => whole.clone(),
             };
-            PortReceiver {
-                port: sp.port,
-                name: sp.name.clone(),
-                requirement,
-                setting,
-                read_from,
-            }
+            port_read(sp, reading)
         });
         Some(ports.collect())
     }

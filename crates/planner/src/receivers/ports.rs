@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::{
-    Found, PortReceiver, Read, Requirement, container_port, containers, read, tcp_service_ports,
-    unknown,
+    Found, PortReceiver, Read, Requirement, container_port, containers, port_read, read,
+    tcp_service_ports, unknown,
 };
 use crate::workloads::Workload;
 
@@ -146,7 +146,7 @@ impl Found<'_> {
         let ports = tcp_service_ports(self.svc).map(|sp| {
             let port = container_port(w, sp);
             let ep = port.and_then(|p| eps.iter().find(|(_, e)| e.port == Some(p)));
-            let (requirement, setting, read_from) = match (port, ep) {
+            let reading = match (port, ep) {
                 (None, _) => unknown(format!(
                     "targetPort {} is no container port of {}",
                     target(sp),
@@ -166,13 +166,7 @@ impl Found<'_> {
                     ),
                 },
             };
-            PortReceiver {
-                port: sp.port,
-                name: sp.name.clone(),
-                requirement,
-                setting,
-                read_from,
-            }
+            port_read(sp, reading)
         });
         Some(ports.collect())
     }
@@ -195,7 +189,7 @@ impl Found<'_> {
                 .filter(|l| port.is_some() && l.0 == port)
                 .collect();
             let entries = on.iter().map(|l| l.1).collect::<Vec<_>>().join(", ");
-            let (requirement, setting, read_from) = match port {
+            let reading = match port {
                 None => unknown(format!(
                     "targetPort {} is no container port of {}",
                     target(sp),
@@ -218,13 +212,7 @@ impl Found<'_> {
                     "KONG_PROXY_LISTEN {entries}: proxy_protocol on some listeners of port {p} only"
                 )),
             };
-            PortReceiver {
-                port: sp.port,
-                name: sp.name.clone(),
-                requirement,
-                setting,
-                read_from,
-            }
+            port_read(sp, reading)
         });
         Some(ports.collect())
     }
