@@ -1,15 +1,16 @@
 //! Issue 38 against the real kube-apiserver v1.31.14 (`hairpin_testkit::kube`): Istio's
-//! EnvoyFilter CRD installed as upstream ships it (`tests/fixtures/envoyfilter-crd.yaml`, from
-//! istio/api), an istioctl gateway whose PROXY protocol an EnvoyFilter turns on, behind a
-//! load balancer that sends PROXY: the controller reads the EnvoyFilter from the real server
-//! (what its schema keeps of it), reports the receiver's setting unknown, not off, and the
-//! load balancer's annotation decides (hairpinned, no mismatch).
+//! EnvoyFilter kind served as Istio serves it (`tests/fixtures/envoyfilter-crd.yaml`: the same
+//! group, version, names and scope; a stand-in written here, since upstream's file is not copied
+//! into this repository), an istioctl gateway whose PROXY protocol an EnvoyFilter turns on,
+//! behind a load balancer that sends PROXY: the controller reads the EnvoyFilter from the real
+//! server, reports the receiver's setting unknown, not off, and the load balancer's annotation
+//! decides (hairpinned, no mismatch).
 //!
-//! NGINX Gateway Fabric 1.x's cluster-scoped NginxProxy CRD as upstream ships it (v1.6.2,
+//! NGINX Gateway Fabric 1.x's cluster-scoped NginxProxy kind (v1alpha1, the stand-in
 //! `tests/fixtures/ngf-1.6.2-nginxproxies-crd.yaml`), named by the GatewayClass without a
 //! namespace, is read from the real server too.
 //!
-//! Needs root, etcd and the test peers; without them each test prints why and passes.
+//! Needs root, etcd and the test peers; without them each test is skipped (a failure under CI).
 
 use std::time::{Duration, Instant};
 
@@ -141,7 +142,7 @@ async fn hairpin_of(api: &ApiServer, client: kube::Client, path: &str) -> Value 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_envoy_filter_from_its_upstream_crd_makes_the_gateway_unknown_not_off() {
+async fn an_envoy_filter_on_the_real_server_makes_the_gateway_unknown_not_off() {
     let _serial = SERIAL.lock().await;
     let Some((api, client)) = cluster(
         &[ENVOY_FILTER_CRD],
@@ -195,7 +196,7 @@ async fn an_envoy_filter_from_its_upstream_crd_makes_the_gateway_unknown_not_off
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ngf_1x_cluster_scoped_nginx_proxy_from_its_upstream_crd_is_read() {
+async fn ngf_1x_cluster_scoped_nginx_proxy_is_read_from_the_real_server() {
     let _serial = SERIAL.lock().await;
     use kube::CustomResourceExt as _;
     // The Gateway API kinds as the gateway-api crate generates them from upstream's types,
