@@ -11,25 +11,30 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::time::Instant;
 
 use hairpin_planner::ObjectRef;
 use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, Plan, PlannerConfig, ProxyHeader};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
 use crate::crd::{
     Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, ReceiverStatus, RefusedHostname,
-    UnverifiedHostname, condition, cure_reason,
+    UnverifiedHostname, condition,
 };
 use crate::error::is_not_found;
 use crate::metrics::Metrics;
-use crate::propagation::{self, CheckOutcome, join};
+use crate::propagation;
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::is_managed;
 use hairpin_planner::native::{Cure, NativeProgress};
+
+mod render;
+mod tracking;
+
+use render::Probe;
+use tracking::Written;
 
 /// Where the DNS change stands after one reconcile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -242,19 +247,6 @@ fn unverified_of(plan: &Plan, svc: &ObjectRef) -> Vec<UnverifiedHostname> {
         .collect()
 }
 
-/// One load balancer's DNS history, as far as this controller knows it.
-#[derive(Clone, Debug, Default)]
-struct Written {
-    /// The hostnames last known to be in the DNS rules, joined.
-    hosts: String,
-    /// When they were last written.
-    time: Option<Time>,
-    /// The same moment, to measure propagation; taken by the check it starts.
-    instant: Option<Instant>,
-    /// The last measured propagation of that write.
-    propagation: Option<f64>,
-}
-
 /// Writes the Hairpin objects and runs the propagation checks.
 pub(crate) struct StatusWriter {
     client: kube::Client,
@@ -408,225 +400,6 @@ impl StatusWriter {
         self.checks.retain(&lbs);
     }
 
-    /// Records a DNS write that changed this load balancer's hostnames.
-    fn track_write(
-        &mut self,
-        lb: &ObjectRef,
-        status: &HairpinStatus,
-        existing: Option<&Hairpin>,
-        dns: &DnsState,
-    ) {
-        let hosts = hosts_key(&status.hostnames);
-        let entry = self.written.entry(lb.clone()).or_insert_with(|| {
-            // What an earlier run (or the other replica) recorded.
-            let old = existing.and_then(|h| h.status.as_ref());
-            Written {
-                hosts: old.map(|s| hosts_key(&s.hostnames)).unwrap_or_default(),
-                time: old.and_then(|s| s.last_write_time.clone()),
-                instant: None,
-                propagation: old.and_then(|s| s.propagation_seconds),
-            }
-        });
-        if entry.hosts != hosts {
-            entry.hosts = hosts;
-            if *dns == (DnsState::InPlace { wrote: true }) {
-                entry.time = Some(now());
-                entry.instant = Some(Instant::now());
-                entry.propagation = None;
-            }
-        }
-    }
-
-    /// Starts (or restarts) the propagation check when the hostnames or the ClusterIP changed.
-    #[allow(clippy::too_many_arguments)]
-    fn start_check(
-        &mut self,
-        plan: &Plan,
-        snapshot: &ClusterSnapshot,
-        lb: &ObjectRef,
-        status: &HairpinStatus,
-        cluster_ips: &[IpAddr],
-        port: Option<u16>,
-        external: Option<&ExternalDnsProgress>,
-    ) {
-        if cluster_ips.is_empty() || status.hostnames.is_empty() {
-            return;
-        }
-        let Some(servers) = self.checks.dns_servers(plan, snapshot) else {
-            return;
-        };
-        let ips: Vec<String> = cluster_ips.iter().map(ToString::to_string).collect();
-        // In external-dns mode, external-dns processing the DNSEndpoints starts a new check:
-        // one that gave up before it did says nothing about the records it published.
-        let processed = external.map_or("", |e| {
-            if e.waiting.is_empty() {
-                "#processed"
-            } else {
-                "#waiting"
-            }
-        });
-        let fingerprint = format!(
-            "{}@{}{processed}",
-            hosts_key(&status.hostnames),
-            ips.join(",")
-        );
-        if self.checks.is_running(lb, &fingerprint) {
-            return;
-        }
-        let written = self.written.get_mut(lb).and_then(|w| w.instant.take());
-        self.checks.start(
-            plan,
-            snapshot,
-            lb,
-            propagation::Start {
-                servers,
-                hostnames: status.hostnames.iter().map(|h| h.name.clone()).collect(),
-                fingerprint,
-                cluster_ips,
-                port,
-                external_cause: external.map(ExternalDnsProgress::cause),
-                written,
-            },
-        );
-    }
-
-    /// Adds the runtime part: ready endpoints, DNS word, write time, conditions.
-    fn overlay(
-        &mut self,
-        lb: &ObjectRef,
-        status: &mut HairpinStatus,
-        existing: Option<&Hairpin>,
-        probe: &Probe<'_>,
-    ) {
-        let stamp = Stamp {
-            generation: existing.and_then(|h| h.metadata.generation),
-            previous: existing
-                .and_then(|h| h.status.as_ref())
-                .map(|s| s.conditions.clone())
-                .unwrap_or_default(),
-        };
-        let (outcome, measured) = self.checks.outcome(lb);
-        let written = self.written.entry(lb.clone()).or_default();
-        if let Some(outcome) = outcome.as_ref().filter(|o| o.effective && measured) {
-            written.propagation = Some((outcome.elapsed.as_secs_f64() * 1000.0).round() / 1000.0);
-        }
-        status.observed_generation = stamp.generation;
-        status.ready_endpoints = probe.ready;
-        status.last_write_time = written.time.clone();
-        status.propagation_seconds = written.propagation;
-
-        let native = native_cure(status);
-        let (parts, ready) = if on_native(status) {
-            let parts = [
-                service_written(probe.service_fight, &status.service),
-                dns_not_used(condition::DNS_WRITTEN),
-                dns_not_used(condition::DNS_EFFECTIVE),
-                proxy_ready(probe.ready, None, &status.service),
-            ];
-            status.dns = condition::DNS_NOT_USED.into();
-            (parts, native_ready(&native))
-        } else {
-            let parts = [
-                service_written(probe.service_fight, &status.service),
-                dns_written(probe.dns, status),
-                self.dns_effective(lb, status, probe, outcome.as_ref()),
-                proxy_ready(probe.ready, outcome.as_ref(), &status.service),
-            ];
-            let ready = all_ready(&parts);
-            status.dns = match (probe.dns, &outcome) {
-                (DnsState::InPlace { .. }, Some(o)) if o.effective => "Effective",
-                (DnsState::InPlace { .. }, Some(_)) => "NotEffective",
-                (DnsState::InPlace { .. }, None) => "Written",
-                _ => "Refused",
-            }
-            .into();
-            (parts, ready)
-        };
-        let mismatch = receiver_mismatch(status);
-        status.conditions = parts
-            .into_iter()
-            .chain([native, ready])
-            .chain(mismatch)
-            .map(|part| stamp.condition(part))
-            .collect();
-    }
-
-    /// `DNSEffective`: whether the cluster DNS answers the hostnames with the hairpin Service,
-    /// or why that cannot be known yet.
-    fn dns_effective(
-        &self,
-        lb: &ObjectRef,
-        status: &HairpinStatus,
-        probe: &Probe<'_>,
-        outcome: Option<&CheckOutcome>,
-    ) -> Part {
-        let unknown = |reason: &str, message: String| {
-            Part::new(condition::DNS_EFFECTIVE, None, reason, message)
-        };
-        let (cluster_ips, external) = (probe.cluster_ips, probe.external);
-        if !matches!(probe.dns, DnsState::InPlace { .. }) {
-            return unknown("NotWritten", "the DNS rules are not written".into());
-        }
-        if status.hostnames.is_empty() {
-            return unknown(
-                "NoHostnames",
-                "no hostname points at this load balancer".into(),
-            );
-        }
-        if cluster_ips.is_empty() {
-            return unknown(
-                "NoClusterIP",
-                "the hairpin Service has no ClusterIP yet".into(),
-            );
-        }
-        if !self.checks.has_server(lb) {
-            return unknown(
-                "NoClusterDNS",
-                format!(
-                    "no cluster DNS address: no cluster DNS Service with a ClusterIP in {} (kube-dns, one named like a CoreDNS ConfigMap candidate, or one labelled k8s-app=kube-dns or coredns); set --cluster-dns",
-                    self.planner.coredns_namespace
-                ),
-            );
-        }
-        match outcome {
-            None if external.is_some_and(|e| !e.waiting.is_empty()) => unknown(
-                "WaitingForExternalDNS",
-                external
-                    .map(ExternalDnsProgress::waiting_note)
-                    .unwrap_or_default(),
-            ),
-            None => unknown(
-                "Checking",
-                format!(
-                    "asking the cluster DNS until the hostnames answer with {}",
-                    join(cluster_ips)
-                ),
-            ),
-            Some(o) if o.effective => Part::new(
-                condition::DNS_EFFECTIVE,
-                Some(true),
-                "Answered",
-                format!(
-                    "the cluster DNS answers the hostnames with the hairpin Service ({})",
-                    join(cluster_ips)
-                ),
-            ),
-            Some(o) => Part::new(
-                condition::DNS_EFFECTIVE,
-                Some(false),
-                "NotEffective",
-                match external {
-                    Some(e) => format!(
-                        "{}; {}",
-                        propagation::wrong_answers(o, cluster_ips),
-                        e.cause()
-                    ),
-                    None => propagation::wrong_answers(o, cluster_ips),
-                },
-            ),
-        }
-    }
-
     /// Creates the object when missing, then patches its status unless nothing changed.
     async fn write(
         &self,
@@ -673,226 +446,6 @@ impl StatusWriter {
             .map_err(|err| Error::kube(format!("patch {what} status"), err))?;
         self.metrics.writes.inc();
         Ok(())
-    }
-}
-
-/// What the overlay reads besides the plan: the DNS state, a write fight over the hairpin
-/// Service, the ready endpoints, its ClusterIPs and, in external-dns mode, how far external-dns has got.
-#[derive(Clone, Copy)]
-struct Probe<'a> {
-    dns: &'a DnsState,
-    /// Writes to the hairpin Service are backed off (a write fight).
-    service_fight: bool,
-    ready: i32,
-    cluster_ips: &'a [IpAddr],
-    external: Option<&'a ExternalDnsProgress>,
-}
-
-/// One condition of a `Hairpin` status before it is stamped with its transition time.
-struct Part {
-    type_: &'static str,
-    /// `True`, `False`, or `Unknown` (None).
-    value: Option<bool>,
-    reason: String,
-    message: String,
-}
-
-impl Part {
-    fn new(type_: &'static str, value: Option<bool>, reason: &str, message: String) -> Self {
-        Self {
-            type_,
-            value,
-            reason: reason.into(),
-            message,
-        }
-    }
-
-    fn word(&self) -> &'static str {
-        match self.value {
-            Some(true) => "True",
-            Some(false) => "False",
-            None => "Unknown",
-        }
-    }
-}
-
-/// What turns a [`Part`] into a condition: the object's generation, and its previous
-/// conditions, whose `lastTransitionTime` stays while a condition keeps its status.
-struct Stamp {
-    generation: Option<i64>,
-    previous: Vec<Condition>,
-}
-
-impl Stamp {
-    fn condition(&self, part: Part) -> Condition {
-        let status = part.word();
-        let last_transition_time = self
-            .previous
-            .iter()
-            .find(|c| c.type_ == part.type_ && c.status == status)
-            .map_or_else(now, |c| c.last_transition_time.clone());
-        Condition {
-            type_: part.type_.into(),
-            status: status.into(),
-            reason: part.reason,
-            message: part.message,
-            observed_generation: self.generation,
-            last_transition_time,
-        }
-    }
-}
-
-/// `ServiceWritten`: `False` while another writer keeps changing the hairpin Service.
-fn service_written(service_fight: bool, service: &str) -> Part {
-    if service_fight {
-        Part::new(
-            condition::SERVICE_WRITTEN,
-            Some(false),
-            "WriteFight",
-            format!(
-                "another writer keeps changing the hairpin Service {service}; hairpin's writes to it are backed off, so it may not lead to the hairpin proxy"
-            ),
-        )
-    } else {
-        Part::new(
-            condition::SERVICE_WRITTEN,
-            Some(true),
-            "Written",
-            format!("the hairpin Service {service} is as planned"),
-        )
-    }
-}
-
-/// `DNSWritten`: where the rules are, or why they could not be written.
-fn dns_written(dns: &DnsState, status: &HairpinStatus) -> Part {
-    match dns {
-        DnsState::InPlace { .. } => {
-            let where_ = if status.dns_endpoints.is_empty() {
-                status.config_maps.join(", ")
-            } else {
-                format!("DNSEndpoint {}", status.dns_endpoints.join(", "))
-            };
-            Part::new(
-                condition::DNS_WRITTEN,
-                Some(true),
-                "Written",
-                format!(
-                    "rules for {} hostname(s) are in {where_}",
-                    status.hostnames.len()
-                ),
-            )
-        }
-        DnsState::Refused { reason, message } => {
-            Part::new(condition::DNS_WRITTEN, Some(false), reason, message.clone())
-        }
-        DnsState::NotReached => unreachable!("sync returns before"),
-    }
-}
-
-/// `ProxyReady`: ready endpoints, and the TCP connect made once DNS was effective.
-fn proxy_ready(ready: i32, outcome: Option<&CheckOutcome>, service: &str) -> Part {
-    let connect = outcome.and_then(|o| o.connect.clone());
-    match (ready, connect) {
-        (0, _) => Part::new(
-            condition::PROXY_READY,
-            Some(false),
-            "NoReadyEndpoints",
-            format!("the hairpin Service {service} has no ready proxy pod"),
-        ),
-        (_, Some(Err(err))) => Part::new(condition::PROXY_READY, Some(false), "ConnectFailed", err),
-        (n, Some(Ok(()))) => Part::new(
-            condition::PROXY_READY,
-            Some(true),
-            "Connected",
-            format!("{n} ready endpoint(s); a TCP connect to the hairpin Service succeeded"),
-        ),
-        (n, None) => Part::new(
-            condition::PROXY_READY,
-            Some(true),
-            "EndpointsReady",
-            format!("{n} ready endpoint(s)"),
-        ),
-    }
-}
-
-/// `NativeCure`: where the native cure stands, with the planner's reason.
-fn native_cure(status: &HairpinStatus) -> Part {
-    let (value, reason) = match status.native_cure.as_deref() {
-        Some("proven") => (Some(true), cure_reason::PROVEN),
-        Some("probing") => (None, cure_reason::PROBING),
-        Some("to-prove") => (None, cure_reason::TO_PROVE),
-        Some("failed") => (Some(false), cure_reason::FAILED),
-        Some("not-needed") => (Some(false), cure_reason::NOT_NEEDED),
-        Some("unsupported") => (Some(false), cure_reason::UNSUPPORTED),
-        _ => (Some(false), cure_reason::NOT_ELIGIBLE),
-    };
-    Part::new(
-        condition::NATIVE_CURE,
-        value,
-        reason,
-        status.cure_reason.clone(),
-    )
-}
-
-/// `ReceiverMismatch`, while the load balancer and its receiver disagree.
-fn receiver_mismatch(status: &HairpinStatus) -> Option<Part> {
-    let mismatch = status.receiver.as_ref()?.mismatch.as_ref()?;
-    Some(Part::new(
-        condition::RECEIVER_MISMATCH,
-        Some(true),
-        "Mismatch",
-        mismatch.clone(),
-    ))
-}
-
-/// `DNSWritten` and `DNSEffective` of a load balancer on the native cure: it has no DNS rule.
-fn dns_not_used(type_: &'static str) -> Part {
-    Part::new(
-        type_,
-        Some(false),
-        "NativeCure",
-        "no DNS rule: this load balancer is on the native cure (ipMode: Proxy on its status)"
-            .into(),
-    )
-}
-
-/// `Ready` on the native cure: what the `NativeCure` condition says (the hairpin Service and
-/// the DNS are not on the path of in-cluster clients then).
-fn native_ready(native: &Part) -> Part {
-    if native.value == Some(true) {
-        return Part::new(
-            condition::READY,
-            Some(true),
-            "Ready",
-            "in-cluster clients of this load balancer's address cross the real load balancer (ipMode: Proxy, proven by probe)".into(),
-        );
-    }
-    Part::new(
-        condition::READY,
-        native.value,
-        &native.reason,
-        format!("{}: {}", native.type_, native.message),
-    )
-}
-
-/// `Ready` takes the first `False` part, else the first `Unknown` one, with its reason.
-fn all_ready(parts: &[Part]) -> Part {
-    let blocking = [Some(false), None]
-        .into_iter()
-        .find_map(|value| parts.iter().find(|p| p.value == value));
-    match blocking {
-        Some(part) => Part::new(
-            condition::READY,
-            part.value,
-            &part.reason,
-            format!("{}: {}", part.type_, part.message),
-        ),
-        None => Part::new(
-            condition::READY,
-            Some(true),
-            "Ready",
-            "in-cluster clients of these hostnames reach the load balancer through the hairpin proxy".into(),
-        ),
     }
 }
 
@@ -956,14 +509,6 @@ fn external_dns_progress(plan: &Plan, lb: &ObjectRef) -> Option<ExternalDnsProgr
     (!objects.is_empty()).then_some(ExternalDnsProgress { objects, waiting })
 }
 
-fn hosts_key(hostnames: &[HostnameStatus]) -> String {
-    hostnames
-        .iter()
-        .map(|h| h.name.as_str())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// The hairpin Service's first port: where the DNS check connects once DNS is effective.
 fn first_port(lb: &LoadBalancerPlan) -> Option<u16> {
     lb.service
@@ -989,42 +534,4 @@ fn cluster_ips(lb: &hairpin_planner::LoadBalancerPlan) -> Vec<IpAddr> {
     ips.sort();
     ips.dedup();
     ips
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn status(cure: &str, native: Option<&str>) -> HairpinStatus {
-        HairpinStatus {
-            cure: cure.into(),
-            native_cure: native.map(Into::into),
-            cure_reason: "why".into(),
-            ..HairpinStatus::default()
-        }
-    }
-
-    /// Each native progress gives its condition, and on the native cure `Ready` follows it.
-    #[test]
-    fn native_cure_condition_and_ready_per_progress() {
-        for (cure, native, value, reason, ready) in [
-            ("native", Some("proven"), Some(true), "Proven", Some(true)),
-            ("native", Some("probing"), None, "Probing", None),
-            ("native", Some("failed"), Some(false), "Failed", Some(false)),
-            ("dns", Some("to-prove"), None, "ToProve", None),
-            ("dns", Some("failed"), Some(false), "Failed", Some(false)),
-            ("dns", None, Some(false), "NotEligible", Some(false)),
-        ] {
-            let status = status(cure, native);
-            let part = native_cure(&status);
-            assert_eq!(
-                (part.value, part.reason.as_str()),
-                (value, reason),
-                "{native:?}"
-            );
-            assert_eq!(part.message, "why");
-            assert_eq!(on_native(&status), cure == "native");
-            assert_eq!(native_ready(&part).value, ready, "{native:?}");
-        }
-    }
 }

@@ -1,0 +1,118 @@
+//! The DNS write history of each load balancer and the propagation check it starts.
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{DnsState, ExternalDnsProgress, StatusWriter, now};
+use crate::crd::{Hairpin, HairpinStatus, HostnameStatus};
+use crate::propagation;
+
+/// One load balancer's DNS history, as far as this controller knows it.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Written {
+    /// The hostnames last known to be in the DNS rules, joined.
+    pub(super) hosts: String,
+    /// When they were last written.
+    pub(super) time: Option<Time>,
+    /// The same moment, to measure propagation; taken by the check it starts.
+    pub(super) instant: Option<Instant>,
+    /// The last measured propagation of that write.
+    pub(super) propagation: Option<f64>,
+}
+
+fn hosts_key(hostnames: &[HostnameStatus]) -> String {
+    hostnames
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+// === impl StatusWriter ===
+
+impl StatusWriter {
+    /// Records a DNS write that changed this load balancer's hostnames.
+    pub(super) fn track_write(
+        &mut self,
+        lb: &ObjectRef,
+        status: &HairpinStatus,
+        existing: Option<&Hairpin>,
+        dns: &DnsState,
+    ) {
+        let hosts = hosts_key(&status.hostnames);
+        let entry = self.written.entry(lb.clone()).or_insert_with(|| {
+            // What an earlier run (or the other replica) recorded.
+            let old = existing.and_then(|h| h.status.as_ref());
+            Written {
+                hosts: old.map(|s| hosts_key(&s.hostnames)).unwrap_or_default(),
+                time: old.and_then(|s| s.last_write_time.clone()),
+                instant: None,
+                propagation: old.and_then(|s| s.propagation_seconds),
+            }
+        });
+        if entry.hosts != hosts {
+            entry.hosts = hosts;
+            if *dns == (DnsState::InPlace { wrote: true }) {
+                entry.time = Some(now());
+                entry.instant = Some(Instant::now());
+                entry.propagation = None;
+            }
+        }
+    }
+
+    /// Starts (or restarts) the propagation check when the hostnames or the ClusterIP changed.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_check(
+        &mut self,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+        lb: &ObjectRef,
+        status: &HairpinStatus,
+        cluster_ips: &[IpAddr],
+        port: Option<u16>,
+        external: Option<&ExternalDnsProgress>,
+    ) {
+        if cluster_ips.is_empty() || status.hostnames.is_empty() {
+            return;
+        }
+        let Some(servers) = self.checks.dns_servers(plan, snapshot) else {
+            return;
+        };
+        let ips: Vec<String> = cluster_ips.iter().map(ToString::to_string).collect();
+        // In external-dns mode, external-dns processing the DNSEndpoints starts a new check:
+        // one that gave up before it did says nothing about the records it published.
+        let processed = external.map_or("", |e| {
+            if e.waiting.is_empty() {
+                "#processed"
+            } else {
+                "#waiting"
+            }
+        });
+        let fingerprint = format!(
+            "{}@{}{processed}",
+            hosts_key(&status.hostnames),
+            ips.join(",")
+        );
+        if self.checks.is_running(lb, &fingerprint) {
+            return;
+        }
+        let written = self.written.get_mut(lb).and_then(|w| w.instant.take());
+        self.checks.start(
+            plan,
+            snapshot,
+            lb,
+            propagation::Start {
+                servers,
+                hostnames: status.hostnames.iter().map(|h| h.name.clone()).collect(),
+                fingerprint,
+                cluster_ips,
+                port,
+                external_cause: external.map(ExternalDnsProgress::cause),
+                written,
+            },
+        );
+    }
+}
