@@ -45,12 +45,17 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
 use crate::report::{Events, object_ref};
 use crate::uninstall::{UninstallParams, UninstallReport, uninstall_with};
 use crate::{Error, Metrics};
+
+mod release_pair;
+
+use release_pair::release_pair_stands;
+pub use release_pair::{delete_release_pair, ensure_release_pair, release_pair};
 
 /// hairpin's finalizer: "hairpin restores the cluster before this goes".
 pub const RESTORE_FINALIZER: &str = "hairpin.io/restore";
@@ -297,110 +302,6 @@ pub async fn arm(client: &kube::Client, p: &RemovalParams) -> Result<Armed, Erro
     Ok(armed)
 }
 
-/// The release pair, ClusterRole and ClusterRoleBinding `<release>-release` (not in the
-/// manifest): they grant the controller's ServiceAccount `get` and `patch` on the ClusterRole
-/// and ClusterRoleBinding it holds and on itself, by name, so that the last releases of a
-/// removal are authorized by something that is not held. Owned by the controller's Namespace
-/// (cluster-scoped owner, cluster-scoped dependents): the garbage collector deletes them once
-/// the namespace is gone, which is after the ServiceAccount, released last. No finalizer.
-/// (The ClusterRole, then the ClusterRoleBinding, as JSON.)
-pub fn release_pair(
-    p: &RemovalParams,
-    namespace_uid: &str,
-) -> (serde_json::Value, serde_json::Value) {
-    let name = p.release_name();
-    let owner = json!([{"apiVersion": "v1", "kind": "Namespace", "name": p.namespace, "uid": namespace_uid}]);
-    let labels =
-        json!({"app.kubernetes.io/name": "hairpin", "app.kubernetes.io/component": "release"});
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": name, "labels": labels, "ownerReferences": owner},
-        "rules": [
-            {"apiGroups": ["rbac.authorization.k8s.io"],
-             "resources": ["clusterroles", "clusterrolebindings"],
-             "resourceNames": [p.rbac_name], "verbs": ["get", "patch"]},
-            {"apiGroups": [""], "resources": ["serviceaccounts"],
-             "resourceNames": [p.rbac_name], "verbs": ["get", "patch"]},
-        ],
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": name, "labels": labels, "ownerReferences": owner},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": p.rbac_name, "namespace": p.namespace}],
-    });
-    (role, binding)
-}
-
-/// Makes the release pair, or finds it (owned by this namespace, not being deleted); one
-/// owned by an earlier namespace of the same name is deleted and made again.
-///
-/// # Errors
-/// An API error: no rights (an older chart's RBAC), or the admission policy refused it.
-pub async fn ensure_release_pair(client: &kube::Client, p: &RemovalParams) -> Result<(), Error> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let namespace = namespaces
-        .get(&p.namespace)
-        .await
-        .map_err(|e| Error::kube(format!("get namespace {}", p.namespace), e))?;
-    let uid = namespace.metadata.uid.unwrap_or_default();
-    let (role, binding) = release_pair(p, &uid);
-    let name = p.release_name();
-    for (object, resource) in [
-        (role, ApiResource::erase::<ClusterRole>(&())),
-        (binding, ApiResource::erase::<ClusterRoleBinding>(&())),
-    ] {
-        let what = format!("{} {name}", resource.kind);
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let found = api
-            .get_opt(&name)
-            .await
-            .map_err(|e| Error::kube(format!("get {what}"), e))?;
-        if let Some(found) = found {
-            let ours = found.metadata.deletion_timestamp.is_none()
-                && found
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.uid == uid);
-            if ours {
-                continue;
-            }
-            api.delete(&name, &Default::default())
-                .await
-                .map_err(|e| Error::kube(format!("delete the stale {what}"), e))?;
-        }
-        let object: DynamicObject = serde_json::from_value(object)
-            .map_err(|e| Error::Config(format!("release pair: {e}")))?;
-        api.create(&PostParams::default(), &object)
-            .await
-            .map_err(|e| Error::kube(format!("create {what}"), e))?;
-    }
-    Ok(())
-}
-
-/// Deletes the release pair (`hairpin uninstall`, after its releases); the errors but 404 and
-/// 403 (an older chart: none was made).
-pub async fn delete_release_pair(client: &kube::Client, p: &RemovalParams) -> Vec<String> {
-    let name = p.release_name();
-    let mut errors = Vec::new();
-    for resource in [
-        ApiResource::erase::<ClusterRoleBinding>(&()),
-        ApiResource::erase::<ClusterRole>(&()),
-    ] {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        match api.delete(&name, &Default::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 403 || status.code == 404 => {}
-            Err(err) => errors.push(format!("delete {} {name}: {err}", resource.kind)),
-        }
-    }
-    errors
-}
-
 /// Why this is a removal, or `None` (a restart: keep everything). An object that cannot be
 /// read for another reason than 404 says nothing (an API outage is not a removal), but a 401
 /// or 403 on all of them is: the controller's token or rights are gone.
@@ -443,15 +344,6 @@ pub async fn removal(client: &kube::Client, p: &RemovalParams, armed: &Armed) ->
     (asked > 0 && refused == asked).then(|| {
         "the controller's token or rights are gone (every read refused with 401/403)".to_owned()
     })
-}
-
-/// Whether the release pair made at start still grants (both there, neither being deleted).
-async fn release_pair_stands(client: &kube::Client, p: &RemovalParams) -> bool {
-    let name = p.release_name();
-    let role: Api<ClusterRole> = Api::all(client.clone());
-    let binding: Api<ClusterRoleBinding> = Api::all(client.clone());
-    matches!(role.get_opt(&name).await, Ok(Some(r)) if r.metadata.deletion_timestamp.is_none())
-        && matches!(binding.get_opt(&name).await, Ok(Some(b)) if b.metadata.deletion_timestamp.is_none())
 }
 
 /// The order the held objects are let go in, the ServiceAccount last (see the module
@@ -840,81 +732,4 @@ pub async fn daemonset_removal(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_leftover_command_names_each_object_with_its_namespace() {
-        let command = leftover_command(&[
-            "ClusterRole hairpin-controller".to_owned(),
-            "Role kube-system/hairpin-coredns".to_owned(),
-        ]);
-        assert_eq!(
-            command,
-            "kubectl patch clusterrole hairpin-controller --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]' && kubectl -n kube-system patch role hairpin-coredns --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]'"
-        );
-    }
-
-    #[test]
-    fn the_note_says_what_is_left_and_how_to_remove_it_or_nothing() {
-        let planner = PlannerConfig::default();
-        assert_eq!(left_note("r", &[], &[], &planner), None);
-        let missing = not_restored(None, Duration::from_secs(20));
-        let note = left_note("r", &missing, &[], &planner).expect("a note");
-        assert!(note.contains("did not finish within 20s"), "{note}");
-        assert!(
-            note.contains("hairpin uninstall --namespace hairpin"),
-            "{note}"
-        );
-        let held = ["ClusterRoleBinding hairpin-controller".to_owned()];
-        let note = left_note("r", &[], &held, &planner).expect("a note");
-        assert!(!note.contains("hairpin uninstall"), "{note}");
-        assert!(
-            note.contains("kubectl patch clusterrolebinding hairpin-controller"),
-            "{note}"
-        );
-    }
-
-    #[test]
-    fn the_release_pair_grants_the_last_releases_to_the_account_owned_by_its_namespace() {
-        let mut p = RemovalParams::new("hp", "kube-system");
-        assert_eq!(p.release_name(), "hairpin-release");
-        let (role, binding) = release_pair(&p, "ns-uid");
-        assert_eq!(role["metadata"]["name"], "hairpin-release");
-        assert_eq!(
-            role["metadata"]["ownerReferences"],
-            json!([{"apiVersion": "v1", "kind": "Namespace", "name": "hp", "uid": "ns-uid"}])
-        );
-        assert!(role["metadata"]["finalizers"].is_null());
-        assert_eq!(
-            role["rules"],
-            json!([
-                {"apiGroups": ["rbac.authorization.k8s.io"],
-                 "resources": ["clusterroles", "clusterrolebindings"],
-                 "resourceNames": ["hairpin-controller"], "verbs": ["get", "patch"]},
-                {"apiGroups": [""], "resources": ["serviceaccounts"],
-                 "resourceNames": ["hairpin-controller"], "verbs": ["get", "patch"]},
-            ])
-        );
-        assert_eq!(binding["roleRef"]["name"], "hairpin-release");
-        assert_eq!(
-            binding["subjects"],
-            json!([{"kind": "ServiceAccount", "name": "hairpin-controller", "namespace": "hp"}])
-        );
-        assert_eq!(
-            binding["metadata"]["ownerReferences"],
-            role["metadata"]["ownerReferences"]
-        );
-        p.rbac_name = "edge".into();
-        assert_eq!(p.release_name(), "edge-release");
-    }
-
-    #[test]
-    fn a_namespace_with_a_newline_is_escaped_in_the_command() {
-        let planner = PlannerConfig {
-            namespace: "hair\npin".into(),
-            ..PlannerConfig::default()
-        };
-        assert!(!cleanup_command(&planner).contains('\n'));
-    }
-}
+mod tests;
