@@ -1,5 +1,5 @@
 # Everyday commands. CI runs `.ci/run`, which is fmt-check + lint + test.
-.PHONY: run test fmt lint ci bench generate fuzz-build fn-lengths hot-symbols
+.PHONY: run test fmt lint ci bench generate fuzz-build fn-lengths sizes hot-symbols
 
 run:  ## the main job on the bundled example, no cluster needed
 	cargo run --release -- plan -f examples/cluster.yaml
@@ -18,6 +18,9 @@ ci:
 
 fn-lengths: ## the ten longest functions in crates/*/src (`--top N`, `--max L`)
 	python3 scripts/fn-lengths.py
+
+sizes: ## the ten longest impl blocks and files in crates/*/src, tests aside (`--crate C`, `--max-impl L`, `--max-file L`)
+	python3 scripts/sizes.py
 
 generate: ## the Hairpin CRD from its Rust type, then the static manifest from the chart
 	cargo run -q -- crd > charts/hairpin/crds/hairpin.io_hairpins.yaml
