@@ -171,6 +171,8 @@ enum Step {
     Fenced(Box<Lease>),
 }
 
+// === impl LeaseManager ===
+
 impl LeaseManager {
     /// A manager for the Lease described by `params`. `client` is used as is: give it the
     /// plain client, not one behind the gate it opens.

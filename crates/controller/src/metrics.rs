@@ -142,6 +142,8 @@ pub struct Metrics {
     pub ip_mode_fight: Gauge,
 }
 
+// === impl Metrics ===
+
 impl Metrics {
     /// Creates the metrics and registers them under `hairpin_controller_`.
     pub fn register(registry: &mut Registry) -> Self {

@@ -265,6 +265,8 @@ fn now() -> Time {
     Time(Timestamp::from_second(second).unwrap_or_else(|_| Timestamp::now()))
 }
 
+// === impl StatusWriter ===
+
 impl StatusWriter {
     /// A writer running `checks`, writing with their client, metrics and planner settings.
     pub(crate) fn new(checks: propagation::Checks) -> Self {
