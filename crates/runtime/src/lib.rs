@@ -1,10 +1,12 @@
 //! Pieces every long-running `hairpin` command shares: the admin server (`/livez`, `/readyz`,
 //! `/metrics`), shutdown signals (the first drains, the second forces), logging, the file
 //! descriptor limit, rate-limited logging, the kubeconfig, following one ConfigMap key by
-//! name, and the clap argument groups that configure them.
+//! name, and the clap argument groups that configure them. [`Builder`] starts a command with
+//! them: the one start-up path of every long-running command.
 #![forbid(unsafe_code)]
 
-pub mod admin;
+mod admin;
+mod builder;
 pub mod configmap;
 pub mod duration;
 pub mod fdlimit;
@@ -15,7 +17,10 @@ pub mod process;
 pub mod ratelimit;
 pub mod shutdown;
 
-pub use admin::{AdminArgs, AdminError, AdminLimits, AdminServer, Readiness};
+pub use admin::{AdminArgs, AdminError, AdminLimits, AdminServer, Readiness, ReadyCondition};
+pub use builder::{
+    Admin, AdminSlot, AdminTask, BuildError, Builder, FdBudget, Runtime, Started, Threads,
+};
 pub use duration::{parse_duration, parse_positive_duration};
 pub use logging::{LogArgs, LogFormat};
 pub use ratelimit::LogLimiter;

@@ -10,9 +10,9 @@ use hairpin_controller::client::ClientArgs;
 
 use crate::cmd::args::HostsConfigMapArgs;
 use hairpin_node_agent::{
-    Agent, AgentOptions, ConfigMapSource, HostsFile, Registry, SourceFile, SyncOutcome,
+    Agent, AgentOptions, ConfigMapSource, HostsFile, SourceFile, SyncOutcome,
 };
-use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Shutdown, parse_positive_duration};
+use hairpin_runtime::{AdminArgs, Builder, LogArgs, Threads, parse_positive_duration};
 use tokio::sync::Notify;
 
 /// Keeps a marked block in a hosts file that maps every planned hostname to its hairpin
@@ -72,7 +72,17 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
+    let client = args.client.clone();
+    let connect = args
+        .source_file
+        .is_none()
+        .then(|| async move { client.client().await });
+    let runtime = Builder::new()
+        .with_log(&args.log)
+        .with_threads(Threads::Multi { workers: 1 })
+        .with_admin(&args.admin)
+        .with_optional_client(connect)
+        .build()?;
     let hosts = HostsFile::new(&args.hosts_file);
     if args.remove {
         let outcome = hosts.remove()?;
@@ -111,23 +121,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
-        let admin = AdminServer::bind(args.admin.admin_addr).await?;
-        let registry = Registry::default();
-        let mut client_for_exit = None;
-        let agent = match &args.source_file {
-            Some(path) => Agent::new(hosts, SourceFile::new(path), options),
-            None => {
-                let client = args.client.client().await?;
-                client_for_exit = Some(client.clone());
+    runtime.run(|mut started| async move {
+        let shutdown = started.shutdown;
+        let agent = match (&args.source_file, started.client.clone()) {
+            (Some(path), _) => Agent::new(hosts, SourceFile::new(path), options),
+            (None, client) => {
                 let changed = Arc::new(Notify::new());
                 let source = ConfigMapSource::start(
-                    client,
+                    client.context("the cluster source needs an API client")?,
                     &args.hosts.namespace,
                     &args.hosts.hosts_config_map,
                     hairpin_planner::HOSTS_KEY,
@@ -138,7 +139,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         };
         tracing::info!(
-            admin = %admin.local_addr(),
+            admin = %started.admin.local_addr(),
             hosts_file = %args.hosts_file.display(),
             source = args.source_file.as_ref().map_or_else(
                 || format!("ConfigMap {}/{}", args.hosts.namespace, args.hosts.hosts_config_map),
@@ -146,10 +147,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             ),
             "node agent started"
         );
-        agent.run_with_admin(admin, registry, &shutdown).await?;
+        agent.register_metrics(&mut started.registry);
+        let ready = started.admin.condition("hosts file in sync");
+        let admin = started.admin.serve(started.registry);
+        let result = agent.run(&shutdown, &ready).await;
+        drop(admin);
+        result?;
         // The block goes when the DaemonSet is removed (or cannot be read: the safe side),
         // and stays on a restart.
-        if let (Some(name), Some(client)) = (removal_check, client_for_exit) {
+        if let (Some(name), Some(client)) = (removal_check, started.client) {
             let ds = hairpin_planner::escape::text(&name);
             match hairpin_controller::removal::daemonset_removal(&client, &args.hosts.namespace, &name).await {
                 None => tracing::info!(daemonset = %ds, "a restart, not a removal: the hairpin block stays in the hosts file"),
