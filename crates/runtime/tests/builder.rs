@@ -5,7 +5,8 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hairpin_runtime::{AdminArgs, AdminError, BuildError, Builder, LogArgs, LogFormat, Threads};
+use hairpin_runtime::logging::{LogArgs, LogFormat};
+use hairpin_runtime::{AdminArgs, AdminError, BuildError, Builder, Threads};
 
 fn admin_args(admin_addr: SocketAddr) -> AdminArgs {
     AdminArgs { admin_addr }

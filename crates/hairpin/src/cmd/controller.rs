@@ -13,7 +13,8 @@ use hairpin_controller::propagation::PropagationParams;
 use hairpin_controller::removal::RemovalParams;
 use hairpin_controller::upstream::UpstreamParams;
 use hairpin_controller::{ControllerConfig, Metrics};
-use hairpin_runtime::{AdminArgs, Builder, LogArgs, Threads};
+use hairpin_runtime::logging::LogArgs;
+use hairpin_runtime::{AdminArgs, Builder, Threads};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
 
 use crate::cmd::plan::PlannerArgs;

@@ -5,8 +5,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use hairpin_doctor::echo::{EchoLimits, EchoServer, ProxyMode};
+use hairpin_runtime::logging::LogArgs;
 use hairpin_runtime::parse_positive_duration;
-use hairpin_runtime::{Builder, FdBudget, LogArgs, Threads};
+use hairpin_runtime::{Builder, FdBudget, Threads};
 
 /// `--proxy-protocol` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

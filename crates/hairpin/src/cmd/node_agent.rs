@@ -12,7 +12,8 @@ use crate::cmd::args::HostsConfigMapArgs;
 use hairpin_node_agent::{
     Agent, AgentOptions, ConfigMapSource, HostsFile, SourceFile, SyncOutcome,
 };
-use hairpin_runtime::{AdminArgs, Builder, LogArgs, Threads, parse_positive_duration};
+use hairpin_runtime::logging::LogArgs;
+use hairpin_runtime::{AdminArgs, Builder, Threads, parse_positive_duration};
 use tokio::sync::Notify;
 
 /// Keeps a marked block in a hosts file that maps every planned hostname to its hairpin
@@ -76,7 +77,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let connect = args
         .source_file
         .is_none()
-        .then(|| async move { client.client().await });
+        .then_some(async move { client.client().await });
     let runtime = Builder::new()
         .with_log(&args.log)
         .with_threads(Threads::Multi { workers: 1 })

@@ -12,8 +12,9 @@ use hairpin_dataplane::routes::{ProxyProtocol, Route, RouteTable, Upstream};
 use hairpin_dataplane::routes_configmap;
 use hairpin_dataplane::routes_file::RoutesFile;
 use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics, Shards};
-use hairpin_runtime::shutdown::DrainOutcome;
-use hairpin_runtime::{Admin, AdminArgs, Builder, FdBudget, LogArgs, Started, Threads};
+use hairpin_runtime::DrainOutcome;
+use hairpin_runtime::logging::LogArgs;
+use hairpin_runtime::{Admin, AdminArgs, Builder, FdBudget, Started, Threads};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
 
 use crate::cmd::args::parse_configmap_ref;
@@ -148,7 +149,10 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = args.client.clone();
-    let connect = (args.routes_configmap.is_some()).then(|| async move { client.client().await });
+    let connect = args
+        .routes_configmap
+        .is_some()
+        .then_some(async move { client.client().await });
     let runtime = Builder::new()
         .with_log(&args.log)
         // Two descriptors per connection (the client's and the upstream's), and the splice pipes.
