@@ -81,19 +81,18 @@ type Connect<C> = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = Result<C, Buil
 ///
 /// `C` is the client handed to the command (`()` without [`Builder::with_client`]), `A` the
 /// admin server (`()` without [`Builder::with_admin`]).
-pub struct Builder<C = (), A = ()> {
+pub struct Builder<C = (), A: AdminSlot = ()> {
     log: Option<LogArgs>,
     fds: Option<FdBudget>,
     threads: Threads,
-    admin: Option<SocketAddr>,
+    admin: A::Addr,
     connect: Connect<C>,
     shutdown_timeout: Option<Duration>,
     on_exit: Option<Box<dyn FnOnce()>>,
-    _admin: std::marker::PhantomData<A>,
 }
 
 /// A built start-up, ready to [`Runtime::run`] the command.
-pub struct Runtime<C = (), A = ()> {
+pub struct Runtime<C = (), A: AdminSlot = ()> {
     builder: Builder<C, A>,
 }
 
@@ -124,9 +123,12 @@ pub struct AdminTask(JoinHandle<()>);
 
 /// How the admin slot of a [`Builder`] is filled: bound, or nothing.
 pub trait AdminSlot: Sized {
-    /// Binds `addr` (present exactly when the slot is [`Admin`]).
+    /// What [`Builder::with_admin`] sets: the address for [`Admin`], nothing for `()`.
+    type Addr: Copy + std::fmt::Debug;
+
+    /// Binds `addr`.
     fn bind(
-        addr: Option<SocketAddr>,
+        addr: Self::Addr,
         shutdown: &Shutdown,
     ) -> impl Future<Output = Result<Self, BuildError>>;
 }
@@ -140,11 +142,10 @@ impl Builder {
             log: None,
             fds: None,
             threads: Threads::Current { max_blocking: None },
-            admin: None,
+            admin: (),
             connect: Box::new(|| Box::pin(async { Ok(()) })),
             shutdown_timeout: None,
             on_exit: None,
-            _admin: std::marker::PhantomData,
         }
     }
 }
@@ -155,7 +156,7 @@ impl Default for Builder {
     }
 }
 
-impl<A> Builder<(), A> {
+impl<A: AdminSlot> Builder<(), A> {
     /// Builds the API client with `connect` once the admin address is bound.
     pub fn with_client<C, E, F>(self, connect: F) -> Builder<C, A>
     where
@@ -201,7 +202,6 @@ impl<A> Builder<(), A> {
             connect,
             shutdown_timeout: self.shutdown_timeout,
             on_exit: self.on_exit,
-            _admin: std::marker::PhantomData,
         }
     }
 }
@@ -213,11 +213,10 @@ impl<C> Builder<C, ()> {
             log: self.log,
             fds: self.fds,
             threads: self.threads,
-            admin: Some(args.admin_addr),
+            admin: args.admin_addr,
             connect: self.connect,
             shutdown_timeout: self.shutdown_timeout,
             on_exit: self.on_exit,
-            _admin: std::marker::PhantomData,
         }
     }
 }
@@ -271,7 +270,7 @@ impl<C, A: AdminSlot> Builder<C, A> {
     }
 }
 
-impl<C, A> std::fmt::Debug for Builder<C, A> {
+impl<C, A: AdminSlot> std::fmt::Debug for Builder<C, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Builder")
             .field("log", &self.log)
@@ -350,7 +349,7 @@ impl<C, A: AdminSlot> Runtime<C, A> {
     }
 }
 
-impl<C, A> std::fmt::Debug for Runtime<C, A> {
+impl<C, A: AdminSlot> std::fmt::Debug for Runtime<C, A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
             .field("builder", &self.builder)
@@ -383,9 +382,9 @@ impl Admin {
 }
 
 impl AdminSlot for Admin {
-    async fn bind(addr: Option<SocketAddr>, shutdown: &Shutdown) -> Result<Self, BuildError> {
-        // Only `Builder::with_admin` makes this slot, and it sets the address.
-        let addr = addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    type Addr = SocketAddr;
+
+    async fn bind(addr: SocketAddr, shutdown: &Shutdown) -> Result<Self, BuildError> {
         Ok(Self {
             server: AdminServer::bind(addr).await?,
             readiness: Readiness::new(),
@@ -395,7 +394,9 @@ impl AdminSlot for Admin {
 }
 
 impl AdminSlot for () {
-    async fn bind(_: Option<SocketAddr>, _: &Shutdown) -> Result<Self, BuildError> {
+    type Addr = ();
+
+    async fn bind((): (), _: &Shutdown) -> Result<Self, BuildError> {
         Ok(())
     }
 }
