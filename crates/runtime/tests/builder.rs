@@ -120,3 +120,38 @@ fn on_exit_runs_after_the_work_and_the_work_result_is_returned() {
     assert_eq!(result.expect("run"), "done");
     assert_eq!(*order.lock().expect("lock"), ["work", "exit"]);
 }
+
+#[test]
+fn the_admin_server_serves_the_commands_metrics_and_readiness() {
+    use prometheus_client::metrics::counter::Counter;
+
+    let served: Result<(String, String, String), BuildError> = Builder::new()
+        .with_admin(&admin_args("127.0.0.1:0".parse().expect("addr")))
+        .build()
+        .expect("build")
+        .run(|mut started| async move {
+            let requests = Counter::<u64>::default();
+            started
+                .registry
+                .register("test_requests", "Requests of the test", requests.clone());
+            requests.inc_by(3);
+            let addr = started.admin.local_addr();
+            let loaded = started.admin.condition("routes loaded");
+            let _admin = started.admin.serve(started.registry);
+            let get = move |path: &'static str| {
+                tokio::task::spawn_blocking(move || {
+                    hairpin_testkit::http_get(addr, "test", path).expect("GET")
+                })
+            };
+            let waiting = get("/readyz").await.expect("join").1;
+            loaded.set(true);
+            let ready = get("/readyz").await.expect("join").1;
+            let metrics = get("/metrics").await.expect("join").1;
+            Ok((waiting, ready, metrics))
+        });
+    let (waiting, ready, metrics) = served.expect("run");
+    assert_eq!(waiting, "not ready: waiting for routes loaded\n");
+    assert_eq!(ready, "ready\n");
+    assert!(metrics.contains("test_requests_total 3"), "{metrics}");
+    assert!(metrics.contains("hairpin_build_info{"), "{metrics}");
+}

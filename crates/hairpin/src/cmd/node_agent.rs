@@ -13,7 +13,7 @@ use hairpin_node_agent::{
     Agent, AgentOptions, ConfigMapSource, HostsFile, SourceFile, SyncOutcome,
 };
 use hairpin_runtime::logging::LogArgs;
-use hairpin_runtime::{AdminArgs, Builder, Threads, parse_positive_duration};
+use hairpin_runtime::{Admin, AdminArgs, Builder, Started, Threads, parse_positive_duration};
 use tokio::sync::Notify;
 
 /// Keeps a marked block in a hosts file that maps every planned hostname to its hairpin
@@ -122,50 +122,64 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    runtime.run(|mut started| async move {
-        let shutdown = started.shutdown;
-        let agent = match (&args.source_file, started.client.clone()) {
-            (Some(path), _) => Agent::new(hosts, SourceFile::new(path), options),
-            (None, client) => {
-                let changed = Arc::new(Notify::new());
-                let source = ConfigMapSource::start(
-                    client.context("the cluster source needs an API client")?,
-                    &args.hosts.namespace,
-                    &args.hosts.hosts_config_map,
-                    hairpin_planner::HOSTS_KEY,
-                    changed.clone(),
-                    &shutdown,
-                );
-                Agent::new(hosts, source, options).wake_on(changed)
+    runtime.run(|started| serve(args, hosts, options, removal_check, started))
+}
+
+/// Follows the source into the hosts file until shutdown; at exit, removes the block if the
+/// node agent's DaemonSet is being removed.
+async fn serve(
+    args: Args,
+    hosts: HostsFile,
+    options: AgentOptions,
+    removal_check: Option<String>,
+    mut started: Started<Option<kube::Client>, Admin>,
+) -> anyhow::Result<ExitCode> {
+    let shutdown = started.shutdown;
+    let agent = match (&args.source_file, started.client.clone()) {
+        (Some(path), _) => Agent::new(hosts, SourceFile::new(path), options),
+        (None, client) => {
+            let changed = Arc::new(Notify::new());
+            let source = ConfigMapSource::start(
+                client.context("the cluster source needs an API client")?,
+                &args.hosts.namespace,
+                &args.hosts.hosts_config_map,
+                hairpin_planner::HOSTS_KEY,
+                changed.clone(),
+                &shutdown,
+            );
+            Agent::new(hosts, source, options).wake_on(changed)
+        }
+    };
+    tracing::info!(
+        admin = %started.admin.local_addr(),
+        hosts_file = %args.hosts_file.display(),
+        source = args.source_file.as_ref().map_or_else(
+            || format!("ConfigMap {}/{}", args.hosts.namespace, args.hosts.hosts_config_map),
+            |p| p.display().to_string(),
+        ),
+        "node agent started"
+    );
+    agent.register_metrics(&mut started.registry);
+    let ready = started.admin.condition("hosts file in sync");
+    let admin = started.admin.serve(started.registry);
+    let result = agent.run(&shutdown, &ready).await;
+    drop(admin);
+    result?;
+    // The block goes when the DaemonSet is removed (or cannot be read: the safe side),
+    // and stays on a restart.
+    if let (Some(name), Some(client)) = (removal_check, started.client) {
+        let ds = hairpin_planner::escape::text(&name);
+        match hairpin_controller::removal::daemonset_removal(&client, &args.hosts.namespace, &name)
+            .await
+        {
+            None => {
+                tracing::info!(daemonset = %ds, "a restart, not a removal: the hairpin block stays in the hosts file")
             }
-        };
-        tracing::info!(
-            admin = %started.admin.local_addr(),
-            hosts_file = %args.hosts_file.display(),
-            source = args.source_file.as_ref().map_or_else(
-                || format!("ConfigMap {}/{}", args.hosts.namespace, args.hosts.hosts_config_map),
-                |p| p.display().to_string(),
-            ),
-            "node agent started"
-        );
-        agent.register_metrics(&mut started.registry);
-        let ready = started.admin.condition("hosts file in sync");
-        let admin = started.admin.serve(started.registry);
-        let result = agent.run(&shutdown, &ready).await;
-        drop(admin);
-        result?;
-        // The block goes when the DaemonSet is removed (or cannot be read: the safe side),
-        // and stays on a restart.
-        if let (Some(name), Some(client)) = (removal_check, started.client) {
-            let ds = hairpin_planner::escape::text(&name);
-            match hairpin_controller::removal::daemonset_removal(&client, &args.hosts.namespace, &name).await {
-                None => tracing::info!(daemonset = %ds, "a restart, not a removal: the hairpin block stays in the hosts file"),
-                Some(reason) => {
-                    let outcome = HostsFile::new(&args.hosts_file).remove()?;
-                    tracing::info!(path = %args.hosts_file.display(), ?outcome, reason = %reason, "removed the hairpin block on exit");
-                }
+            Some(reason) => {
+                let outcome = HostsFile::new(&args.hosts_file).remove()?;
+                tracing::info!(path = %args.hosts_file.display(), ?outcome, reason = %reason, "removed the hairpin block on exit");
             }
         }
-        Ok(ExitCode::SUCCESS)
-    })
+    }
+    Ok(ExitCode::SUCCESS)
 }
