@@ -13,8 +13,9 @@ use hairpin_controller::propagation::PropagationParams;
 use hairpin_controller::removal::RemovalParams;
 use hairpin_controller::upstream::UpstreamParams;
 use hairpin_controller::{ControllerConfig, Metrics};
+use hairpin_planner::PlannerConfig;
 use hairpin_runtime::logging::LogArgs;
-use hairpin_runtime::{AdminArgs, Builder, Threads};
+use hairpin_runtime::{Admin, AdminArgs, Builder, Started, Threads};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
 
 use crate::cmd::plan::PlannerArgs;
@@ -205,41 +206,52 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..LeaseParams::new(&planner.namespace, &args.lease_name, &identity)
     });
 
-    runtime.run(|mut started| async move {
-        let metrics = Metrics::register(&mut started.registry);
-        let ready = started.admin.condition("caches synced");
-        tracing::info!(
-            admin = %started.admin.local_addr(),
-            identity,
-            namespace = %planner.namespace,
-            leader_election = args.leader_election,
-            "controller starting"
-        );
-        let admin_task = started.admin.serve(started.registry);
-        let (client, shutdown) = (started.client, started.shutdown);
-        // Beside the controller: it restores on a removal even while the controller waits.
-        let guard = removal.map(|params| {
-            tokio::spawn(hairpin_controller::removal::guard(
-                client.clone(),
-                planner.clone(),
-                params,
-                identity.clone(),
-                metrics.clone(),
-                shutdown.clone(),
-            ))
-        });
-        hairpin_controller::run(client, config, metrics, ready, shutdown).await?;
-        // It looks once more at the shutdown, and restores if this is a removal.
-        let removed = match guard {
-            Some(guard) => guard.await.ok().flatten(),
-            None => None,
-        };
-        drop(admin_task);
-        tracing::info!("controller stopped");
-        if let Some(note) = removed.and_then(|outcome| outcome.left_note) {
-            // The last line the Pod logs: what a removal left behind, and the command.
-            tracing::error!("{note}");
-        }
-        Ok(ExitCode::SUCCESS)
-    })
+    let leader_election = args.leader_election;
+    runtime.run(|started| serve(started, config, planner, identity, removal, leader_election))
+}
+
+/// Runs the controller (and the removal guard beside it) until shutdown.
+async fn serve(
+    mut started: Started<kube::Client, Admin>,
+    config: ControllerConfig,
+    planner: PlannerConfig,
+    identity: String,
+    removal: Option<RemovalParams>,
+    leader_election: bool,
+) -> anyhow::Result<ExitCode> {
+    let metrics = Metrics::register(&mut started.registry);
+    let ready = started.admin.condition("caches synced");
+    tracing::info!(
+        admin = %started.admin.local_addr(),
+        identity,
+        namespace = %planner.namespace,
+        leader_election,
+        "controller starting"
+    );
+    let admin_task = started.admin.serve(started.registry);
+    let (client, shutdown) = (started.client, started.shutdown);
+    // Beside the controller: it restores on a removal even while the controller waits.
+    let guard = removal.map(|params| {
+        tokio::spawn(hairpin_controller::removal::guard(
+            client.clone(),
+            planner.clone(),
+            params,
+            identity.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ))
+    });
+    hairpin_controller::run(client, config, metrics, ready, shutdown).await?;
+    // It looks once more at the shutdown, and restores if this is a removal.
+    let removed = match guard {
+        Some(guard) => guard.await.ok().flatten(),
+        None => None,
+    };
+    drop(admin_task);
+    tracing::info!("controller stopped");
+    if let Some(note) = removed.and_then(|outcome| outcome.left_note) {
+        // The last line the Pod logs: what a removal left behind, and the command.
+        tracing::error!("{note}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
