@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hairpin_runtime::shutdown::DrainOutcome;
+use hairpin_runtime::DrainOutcome;
 use hairpin_runtime::{Shutdown, fdlimit};
 use tokio::net::TcpListener;
 use tokio::sync::watch;

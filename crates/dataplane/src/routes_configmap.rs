@@ -3,7 +3,7 @@
 //! [`hairpin_runtime::configmap::watch_configmap_key`].
 
 use futures::{Stream, StreamExt as _};
-use hairpin_runtime::admin::ReadyCondition;
+use hairpin_runtime::ReadyCondition;
 use hairpin_runtime::configmap::KeyUpdate;
 use tokio::sync::watch;
 

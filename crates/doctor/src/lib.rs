@@ -20,9 +20,10 @@ use std::path::PathBuf;
 
 use hairpin_planner::markers;
 
-pub use probe::Timeouts;
-pub use report::{HostReport, Report};
-pub use verdict::{ClusterView, NetworkChecks, Status, Vantage, Verdict};
+// One path per type: each public type is reached through its module only.
+use probe::Timeouts;
+use report::{HostReport, Report};
+use verdict::{ClusterView, NetworkChecks, Vantage};
 
 /// Errors of the doctor and the echo server.
 #[derive(Debug, thiserror::Error)]

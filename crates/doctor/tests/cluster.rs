@@ -260,7 +260,7 @@ async fn a_whole_run_joins_the_probes_and_the_cluster_view() {
     let cluster_options = options_for(&fake, &dir).await;
     let options = hairpin_doctor::Options {
         port: ingress_addr.port(),
-        timeouts: hairpin_doctor::Timeouts::default(),
+        timeouts: hairpin_doctor::probe::Timeouts::default(),
         hosts_file: dir.path().join("no-hosts-file"),
         vantage: Vantage::Pod,
     };

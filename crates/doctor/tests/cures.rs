@@ -301,7 +301,7 @@ async fn whole_run(objects: Vec<serde_json::Value>, requires_proxy: bool) -> Str
     let cluster_options = cluster_options(&fake, dir.path());
     let options = hairpin_doctor::Options {
         port: addr.port(),
-        timeouts: hairpin_doctor::Timeouts::default(),
+        timeouts: hairpin_doctor::probe::Timeouts::default(),
         hosts_file: dir.path().join("no-hosts-file"),
         vantage: Vantage::Pod,
     };

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hairpin_runtime::admin::ReadyCondition;
+use hairpin_runtime::ReadyCondition;
 use hairpin_runtime::{AdminServer, Readiness, Shutdown};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

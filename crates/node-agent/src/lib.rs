@@ -10,16 +10,15 @@
 //! ([`ConfigMapSource`]); the agent watches that object only.
 #![forbid(unsafe_code)]
 
-pub mod agent;
-pub mod configmap_source;
-pub mod hostsfile;
-pub mod source;
+mod agent;
+mod configmap_source;
+mod hostsfile;
+mod source;
 
+// One path per type: the modules are private, their public items are here.
 pub use agent::{Agent, AgentOptions};
 pub use configmap_source::ConfigMapSource;
-pub use hairpin_planner::hosts::HostsEntry;
-pub use hostsfile::{HostsFile, SyncOutcome};
-pub use prometheus_client::registry::Registry;
+pub use hostsfile::{HostsFile, MAX_HOSTS_FILE_BYTES, SyncOutcome};
 pub use source::{EntrySource, SourceFile, parse_entries};
 
 use std::path::PathBuf;

@@ -1,22 +1,29 @@
 //! Pieces every long-running `hairpin` command shares: the admin server (`/livez`, `/readyz`,
 //! `/metrics`), shutdown signals (the first drains, the second forces), logging, the file
 //! descriptor limit, rate-limited logging, the kubeconfig, following one ConfigMap key by
-//! name, and the clap argument groups that configure them.
+//! name, and the clap argument groups that configure them. [`Builder`] starts a command with
+//! them: the one start-up path of every long-running command.
 #![forbid(unsafe_code)]
 
-pub mod admin;
+// One path per type: a private module's public items are re-exported here; a public module's
+// are reached through it only.
+
+mod admin;
+mod builder;
 pub mod configmap;
-pub mod duration;
+mod duration;
 pub mod fdlimit;
 pub mod kubeconfig;
 pub mod logging;
 pub mod net;
 pub mod process;
-pub mod ratelimit;
-pub mod shutdown;
+mod ratelimit;
+mod shutdown;
 
-pub use admin::{AdminArgs, AdminError, AdminLimits, AdminServer, Readiness};
+pub use admin::{AdminArgs, AdminError, AdminLimits, AdminServer, Readiness, ReadyCondition};
+pub use builder::{
+    Admin, AdminSlot, AdminTask, BuildError, Builder, FdBudget, Runtime, Started, Threads,
+};
 pub use duration::{parse_duration, parse_positive_duration};
-pub use logging::{LogArgs, LogFormat};
 pub use ratelimit::LogLimiter;
-pub use shutdown::Shutdown;
+pub use shutdown::{DrainOutcome, Shutdown};

@@ -4,10 +4,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use hairpin_controller::client::ClientArgs;
 use hairpin_controller::fight::FightParams;
 use hairpin_controller::lease::LeaseParams;
@@ -15,9 +13,10 @@ use hairpin_controller::propagation::PropagationParams;
 use hairpin_controller::removal::RemovalParams;
 use hairpin_controller::upstream::UpstreamParams;
 use hairpin_controller::{ControllerConfig, Metrics};
-use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
+use hairpin_planner::PlannerConfig;
+use hairpin_runtime::logging::LogArgs;
+use hairpin_runtime::{Admin, AdminArgs, Builder, Started, Threads};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
-use prometheus_client::registry::Registry;
 
 use crate::cmd::plan::PlannerArgs;
 
@@ -146,7 +145,20 @@ fn default_identity() -> String {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
+    // One thread: the controller waits on the API server, and its CPU work (a plan) is one
+    // task at a time anyway. Every thread that allocates gets its own glibc malloc arena, and
+    // memory freed in one arena is not reused by another: with two workers the process held
+    // 13 MiB more at 10,000 Ingresses (`memory_10k`). The blocking pool (name resolution) is
+    // kept to one thread for the same reason.
+    let client = args.client.clone();
+    let runtime = Builder::new()
+        .with_log(&args.log)
+        .with_threads(Threads::Current {
+            max_blocking: Some(1),
+        })
+        .with_admin(&args.admin)
+        .with_client(async move { client.client().await })
+        .build()?;
     if args.lease_duration < Duration::from_secs(2) {
         anyhow::bail!("--lease-duration must be at least 2s");
     }
@@ -194,54 +206,52 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..LeaseParams::new(&planner.namespace, &args.lease_name, &identity)
     });
 
-    // One thread: the controller waits on the API server, and its CPU work (a plan) is one
-    // task at a time anyway. Every thread that allocates gets its own glibc malloc arena, and
-    // memory freed in one arena is not reused by another: with two workers the process held
-    // 13 MiB more at 10,000 Ingresses (`memory_10k`). The blocking pool (name resolution) is
-    // kept to one thread for the same reason.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .max_blocking_threads(1)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
-        let admin = AdminServer::bind(args.admin.admin_addr).await?;
-        let client = args.client.client().await?;
-        let mut registry = Registry::default();
-        let metrics = Metrics::register(&mut registry);
-        let readiness = Readiness::new();
-        let ready = readiness.condition("caches synced");
-        tracing::info!(
-            admin = %admin.local_addr(),
-            identity,
-            namespace = %planner.namespace,
-            leader_election = args.leader_election,
-            "controller starting"
-        );
-        let admin_task = tokio::spawn(admin.serve(Arc::new(registry), readiness, shutdown.clone()));
-        // Beside the controller: it restores on a removal even while the controller waits.
-        let guard = removal.map(|params| {
-            tokio::spawn(hairpin_controller::removal::guard(
-                client.clone(),
-                planner.clone(),
-                params,
-                identity.clone(),
-                metrics.clone(),
-                shutdown.clone(),
-            ))
-        });
-        hairpin_controller::run(client, config, metrics, ready, shutdown).await?;
-        // It looks once more at the shutdown, and restores if this is a removal.
-        let removed = match guard {
-            Some(guard) => guard.await.ok().flatten(),
-            None => None,
-        };
-        admin_task.abort();
-        tracing::info!("controller stopped");
-        if let Some(note) = removed.and_then(|outcome| outcome.left_note) {
-            // The last line the Pod logs: what a removal left behind, and the command.
-            tracing::error!("{note}");
-        }
-        Ok(ExitCode::SUCCESS)
-    })
+    let leader_election = args.leader_election;
+    runtime.run(|started| serve(started, config, planner, identity, removal, leader_election))
+}
+
+/// Runs the controller (and the removal guard beside it) until shutdown.
+async fn serve(
+    mut started: Started<kube::Client, Admin>,
+    config: ControllerConfig,
+    planner: PlannerConfig,
+    identity: String,
+    removal: Option<RemovalParams>,
+    leader_election: bool,
+) -> anyhow::Result<ExitCode> {
+    let metrics = Metrics::register(&mut started.registry);
+    let ready = started.admin.condition("caches synced");
+    tracing::info!(
+        admin = %started.admin.local_addr(),
+        identity,
+        namespace = %planner.namespace,
+        leader_election,
+        "controller starting"
+    );
+    let admin_task = started.admin.serve(started.registry);
+    let (client, shutdown) = (started.client, started.shutdown);
+    // Beside the controller: it restores on a removal even while the controller waits.
+    let guard = removal.map(|params| {
+        tokio::spawn(hairpin_controller::removal::guard(
+            client.clone(),
+            planner.clone(),
+            params,
+            identity.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ))
+    });
+    hairpin_controller::run(client, config, metrics, ready, shutdown).await?;
+    // It looks once more at the shutdown, and restores if this is a removal.
+    let removed = match guard {
+        Some(guard) => guard.await.ok().flatten(),
+        None => None,
+    };
+    drop(admin_task);
+    tracing::info!("controller stopped");
+    if let Some(note) = removed.and_then(|outcome| outcome.left_note) {
+        // The last line the Pod logs: what a removal left behind, and the command.
+        tracing::error!("{note}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -4,8 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use hairpin_doctor::Options;
 use hairpin_doctor::cluster::ClusterOptions;
-use hairpin_doctor::{Options, Timeouts, Vantage};
+use hairpin_doctor::probe::Timeouts;
+use hairpin_doctor::verdict::Vantage;
 
 use hairpin_runtime::parse_positive_duration;
 

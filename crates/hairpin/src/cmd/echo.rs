@@ -4,10 +4,10 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use hairpin_doctor::echo::{EchoLimits, EchoServer, ProxyMode};
+use hairpin_runtime::logging::LogArgs;
 use hairpin_runtime::parse_positive_duration;
-use hairpin_runtime::{LogArgs, Shutdown};
+use hairpin_runtime::{Builder, FdBudget, Threads};
 
 /// `--proxy-protocol` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -48,13 +48,16 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
-    hairpin_runtime::fdlimit::raise_and_report(
-        1,
-        0,
-        args.max_connections.into(),
-        "--max-connections",
-    );
+    let runtime = Builder::new()
+        .with_log(&args.log)
+        .with_fd_budget(FdBudget {
+            per_connection: 1,
+            also_reserved: 0,
+            max_connections: args.max_connections.into(),
+            flag: "--max-connections",
+        })
+        .with_threads(Threads::Multi { workers: 2 })
+        .build()?;
     let limits = EchoLimits {
         header_timeout: args.header_timeout,
         max_connections: args.max_connections as usize,
@@ -64,12 +67,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Mode::Optional => ProxyMode::Optional,
         Mode::Off => ProxyMode::Off,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
+    runtime.run(|started| async move {
         let server = EchoServer::bind(args.listen, mode)
             .await?
             .with_limits(limits);
@@ -78,7 +76,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             proxy_protocol = mode.as_str(),
             "echo server listening"
         );
-        server.serve_until(shutdown.draining()).await;
+        server.serve_until(started.shutdown.draining()).await;
         Ok(ExitCode::SUCCESS)
     })
 }

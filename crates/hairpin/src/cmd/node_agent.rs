@@ -10,9 +10,10 @@ use hairpin_controller::client::ClientArgs;
 
 use crate::cmd::args::HostsConfigMapArgs;
 use hairpin_node_agent::{
-    Agent, AgentOptions, ConfigMapSource, HostsFile, Registry, SourceFile, SyncOutcome,
+    Agent, AgentOptions, ConfigMapSource, HostsFile, SourceFile, SyncOutcome,
 };
-use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Shutdown, parse_positive_duration};
+use hairpin_runtime::logging::LogArgs;
+use hairpin_runtime::{Admin, AdminArgs, Builder, Started, Threads, parse_positive_duration};
 use tokio::sync::Notify;
 
 /// Keeps a marked block in a hosts file that maps every planned hostname to its hairpin
@@ -72,7 +73,17 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
+    let client = args.client.clone();
+    let connect = args
+        .source_file
+        .is_none()
+        .then_some(async move { client.client().await });
+    let runtime = Builder::new()
+        .with_log(&args.log)
+        .with_threads(Threads::Multi { workers: 1 })
+        .with_admin(&args.admin)
+        .with_optional_client(connect)
+        .build()?;
     let hosts = HostsFile::new(&args.hosts_file);
     if args.remove {
         let outcome = hosts.remove()?;
@@ -111,54 +122,64 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        let shutdown = Shutdown::from_signals().context("installing signal handlers")?;
-        let admin = AdminServer::bind(args.admin.admin_addr).await?;
-        let registry = Registry::default();
-        let mut client_for_exit = None;
-        let agent = match &args.source_file {
-            Some(path) => Agent::new(hosts, SourceFile::new(path), options),
+    runtime.run(|started| serve(args, hosts, options, removal_check, started))
+}
+
+/// Follows the source into the hosts file until shutdown; at exit, removes the block if the
+/// node agent's DaemonSet is being removed.
+async fn serve(
+    args: Args,
+    hosts: HostsFile,
+    options: AgentOptions,
+    removal_check: Option<String>,
+    mut started: Started<Option<kube::Client>, Admin>,
+) -> anyhow::Result<ExitCode> {
+    let shutdown = started.shutdown;
+    let agent = match (&args.source_file, started.client.clone()) {
+        (Some(path), _) => Agent::new(hosts, SourceFile::new(path), options),
+        (None, client) => {
+            let changed = Arc::new(Notify::new());
+            let source = ConfigMapSource::start(
+                client.context("the cluster source needs an API client")?,
+                &args.hosts.namespace,
+                &args.hosts.hosts_config_map,
+                hairpin_planner::HOSTS_KEY,
+                changed.clone(),
+                &shutdown,
+            );
+            Agent::new(hosts, source, options).wake_on(changed)
+        }
+    };
+    tracing::info!(
+        admin = %started.admin.local_addr(),
+        hosts_file = %args.hosts_file.display(),
+        source = args.source_file.as_ref().map_or_else(
+            || format!("ConfigMap {}/{}", args.hosts.namespace, args.hosts.hosts_config_map),
+            |p| p.display().to_string(),
+        ),
+        "node agent started"
+    );
+    agent.register_metrics(&mut started.registry);
+    let ready = started.admin.condition("hosts file in sync");
+    let admin = started.admin.serve(started.registry);
+    let result = agent.run(&shutdown, &ready).await;
+    drop(admin);
+    result?;
+    // The block goes when the DaemonSet is removed (or cannot be read: the safe side),
+    // and stays on a restart.
+    if let (Some(name), Some(client)) = (removal_check, started.client) {
+        let ds = hairpin_planner::escape::text(&name);
+        match hairpin_controller::removal::daemonset_removal(&client, &args.hosts.namespace, &name)
+            .await
+        {
             None => {
-                let client = args.client.client().await?;
-                client_for_exit = Some(client.clone());
-                let changed = Arc::new(Notify::new());
-                let source = ConfigMapSource::start(
-                    client,
-                    &args.hosts.namespace,
-                    &args.hosts.hosts_config_map,
-                    hairpin_planner::HOSTS_KEY,
-                    changed.clone(),
-                    &shutdown,
-                );
-                Agent::new(hosts, source, options).wake_on(changed)
+                tracing::info!(daemonset = %ds, "a restart, not a removal: the hairpin block stays in the hosts file")
             }
-        };
-        tracing::info!(
-            admin = %admin.local_addr(),
-            hosts_file = %args.hosts_file.display(),
-            source = args.source_file.as_ref().map_or_else(
-                || format!("ConfigMap {}/{}", args.hosts.namespace, args.hosts.hosts_config_map),
-                |p| p.display().to_string(),
-            ),
-            "node agent started"
-        );
-        agent.run_with_admin(admin, registry, &shutdown).await?;
-        // The block goes when the DaemonSet is removed (or cannot be read: the safe side),
-        // and stays on a restart.
-        if let (Some(name), Some(client)) = (removal_check, client_for_exit) {
-            let ds = hairpin_planner::escape::text(&name);
-            match hairpin_controller::removal::daemonset_removal(&client, &args.hosts.namespace, &name).await {
-                None => tracing::info!(daemonset = %ds, "a restart, not a removal: the hairpin block stays in the hosts file"),
-                Some(reason) => {
-                    let outcome = HostsFile::new(&args.hosts_file).remove()?;
-                    tracing::info!(path = %args.hosts_file.display(), ?outcome, reason = %reason, "removed the hairpin block on exit");
-                }
+            Some(reason) => {
+                let outcome = HostsFile::new(&args.hosts_file).remove()?;
+                tracing::info!(path = %args.hosts_file.display(), ?outcome, reason = %reason, "removed the hairpin block on exit");
             }
         }
-        Ok(ExitCode::SUCCESS)
-    })
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -6,16 +6,15 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use hairpin_dataplane::routes::{ProxyProtocol, Route, RouteTable, Upstream};
 use hairpin_dataplane::routes_configmap;
 use hairpin_dataplane::routes_file::RoutesFile;
 use hairpin_dataplane::{Proxy, ProxyConfig, ProxyMetrics, Shards};
-use hairpin_runtime::shutdown::DrainOutcome;
-use hairpin_runtime::{AdminArgs, AdminServer, LogArgs, Readiness, Shutdown};
+use hairpin_runtime::DrainOutcome;
+use hairpin_runtime::logging::LogArgs;
+use hairpin_runtime::{Admin, AdminArgs, Builder, FdBudget, Started, Threads};
 use hairpin_runtime::{parse_duration, parse_positive_duration};
 
 use crate::cmd::args::parse_configmap_ref;
@@ -149,48 +148,55 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
-    // Two descriptors per connection (the client's and the upstream's), and the splice pipes.
-    hairpin_runtime::fdlimit::raise_and_report(
-        2,
-        hairpin_dataplane::PIPE_DESCRIPTORS,
-        args.max_connections.into(),
-        "--max-connections",
-    );
+    let client = args.client.clone();
+    let connect = args
+        .routes_configmap
+        .is_some()
+        .then_some(async move { client.client().await });
+    let runtime = Builder::new()
+        .with_log(&args.log)
+        // Two descriptors per connection (the client's and the upstream's), and the splice pipes.
+        .with_fd_budget(FdBudget {
+            per_connection: 2,
+            also_reserved: hairpin_dataplane::PIPE_DESCRIPTORS,
+            max_connections: args.max_connections.into(),
+            flag: "--max-connections",
+        })
+        // The control plane (admin server, signals, routes file) is light: one thread is plenty.
+        .with_threads(Threads::Current { max_blocking: None })
+        .with_admin(&args.admin)
+        .with_optional_client(connect)
+        // Connections still open at exit were given up on (drain timeout or forced): do not wait.
+        .with_shutdown_timeout(Duration::from_millis(200))
+        .build()?;
     let workers = args.workers.map_or_else(
         || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         usize::from,
     );
     let shards = Shards::start(workers)?;
-    // The control plane (admin server, signals, routes file) is light: one thread is plenty.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let result = runtime.block_on(serve(args, shards.handles()));
-    // Connections still open here were given up on (drain timeout or forced): do not wait.
-    shards.stop();
-    runtime.shutdown_timeout(Duration::from_millis(200));
-    result
+    let handles = shards.handles();
+    runtime
+        .on_exit(|| shards.stop())
+        .run(|started| serve(args, handles, started))
 }
 
-async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Result<ExitCode> {
+async fn serve(
+    args: Args,
+    shards: Vec<tokio::runtime::Handle>,
+    mut started: Started<Option<kube::Client>, Admin>,
+) -> anyhow::Result<ExitCode> {
     let workers = shards.len();
-    let shutdown = Shutdown::from_signals().context("cannot install signal handlers")?;
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = ProxyMetrics::register(registry.sub_registry_with_prefix("hairpin_proxy"));
-    let readiness = Readiness::new();
-    let routes_loaded = readiness.condition("routes loaded");
-    let listeners_bound = readiness.condition("listeners bound");
-
-    let admin = AdminServer::bind(args.admin.admin_addr).await?;
-    tracing::info!(addr = %admin.local_addr(), "admin server listening");
-    tokio::spawn(admin.serve(Arc::new(registry), readiness, shutdown.clone()));
+    let shutdown = started.shutdown;
+    let metrics =
+        ProxyMetrics::register(started.registry.sub_registry_with_prefix("hairpin_proxy"));
+    let routes_loaded = started.admin.condition("routes loaded");
+    let listeners_bound = started.admin.condition("listeners bound");
+    tracing::info!(addr = %started.admin.local_addr(), "admin server listening");
+    let _admin = started.admin.serve(started.registry);
 
     let (table, file) = initial_routes(&args).await?;
-    let configmap = match &args.routes_configmap {
-        Some((namespace, name)) => {
-            let client = args.client.client().await?;
+    let configmap = match (&args.routes_configmap, started.client) {
+        (Some((namespace, name)), Some(client)) => {
             Some(hairpin_runtime::configmap::watch_configmap_key(
                 client,
                 namespace,
@@ -198,7 +204,7 @@ async fn serve(args: Args, shards: Vec<tokio::runtime::Handle>) -> anyhow::Resul
                 &args.routes_configmap_key,
             ))
         }
-        None => {
+        _ => {
             routes_loaded.set(true);
             None
         }

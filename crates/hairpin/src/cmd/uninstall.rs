@@ -7,7 +7,7 @@ use hairpin_controller::UninstallReport;
 use hairpin_controller::client::ClientArgs;
 use hairpin_controller::uninstall::FenceReport;
 use hairpin_planner::PlannerConfig;
-use hairpin_runtime::LogArgs;
+use hairpin_runtime::logging::LogArgs;
 
 use crate::cmd::plan::PlannerArgs;
 
