@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hairpin_runtime::ReadyCondition;
-use hairpin_runtime::{AdminServer, Readiness, Shutdown};
+use hairpin_runtime::Shutdown;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -64,26 +64,6 @@ impl Agent {
             "Hosts-file sync passes by result (unchanged, written, or the error kind)",
             self.syncs.clone(),
         );
-    }
-
-    /// Serves `/livez`, `/readyz` (ready once the file is in sync) and `/metrics` (the agent's
-    /// and whatever `registry` already holds) on `admin` while [`Agent::run`] runs.
-    ///
-    /// # Errors
-    /// As [`Agent::run`].
-    pub async fn run_with_admin(
-        &self,
-        admin: AdminServer,
-        mut registry: Registry,
-        shutdown: &Shutdown,
-    ) -> Result<(), AgentError> {
-        self.register_metrics(&mut registry);
-        let readiness = Readiness::new();
-        let ready = readiness.condition("hosts file in sync");
-        let server = tokio::spawn(admin.serve(Arc::new(registry), readiness, shutdown.clone()));
-        let result = self.run(shutdown, &ready).await;
-        server.abort();
-        result
     }
 
     /// One pass: read the source, sync the file.
