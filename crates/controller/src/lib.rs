@@ -25,6 +25,7 @@
 
 pub mod apply;
 pub mod client;
+pub mod context;
 pub mod controller;
 pub mod crd;
 pub mod dns_endpoints;
