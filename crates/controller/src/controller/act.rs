@@ -70,29 +70,9 @@ impl Reconciler {
             tokio::spawn(upstream.clone().run(stop.clone()));
         }
         Reconciler {
-            dns_endpoints: DnsEndpointWriter::new(
-                ctx.client.clone(),
-                ctx.events.clone(),
-                ctx.metrics.clone(),
-                &ctx.planner,
-            ),
-            native: NativeCurer::new(
-                ctx.client.clone(),
-                ctx.events.clone(),
-                ctx.metrics.clone(),
-                ctx.planner.clone(),
-                config.native.clone(),
-                config.fight.clone(),
-                ctx.changed.clone(),
-            ),
-            status: StatusWriter::new(Checks::new(
-                ctx.client.clone(),
-                ctx.events.clone(),
-                ctx.metrics.clone(),
-                config.propagation.clone(),
-                ctx.planner.clone(),
-                ctx.changed.clone(),
-            )),
+            dns_endpoints: DnsEndpointWriter::new(ctx),
+            native: NativeCurer::new(ctx, config.native.clone(), config.fight.clone()),
+            status: StatusWriter::new(ctx, Checks::new(ctx, config.propagation.clone())),
             upstream,
             verified_once: false,
             ctx: ctx.clone(),
