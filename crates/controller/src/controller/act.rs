@@ -7,24 +7,24 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hairpin_planner::{ClusterSnapshot, DnsChange, DnsWrite, Plan};
+use hairpin_planner::{ClusterSnapshot, Plan};
 use k8s_openapi::api::core::v1::Service;
 
-use super::decide::{
-    self, Counter, DnsWritten, Effect, Gauge, OwnKey, Reported, Restored, earliest,
-};
+use super::decide::{self, Counter, Effect, Gauge, OwnKey, Reported, Restored, earliest};
 use super::{ControllerConfig, StopFuture};
 use crate::Error;
 use crate::apply::{KeyEdit, KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
 use crate::context::Context;
 use crate::dns_endpoints::DnsEndpointWriter;
-use crate::edits::{dns_edit, hosts_edit, mode_switch_edits, routes_edit};
+use crate::edits::{hosts_edit, routes_edit};
 use crate::fight::{Decision, Fights};
 use crate::native::NativeCurer;
 use crate::propagation::Checks;
 use crate::status::{DnsState, StatusWriter};
 use crate::upstream::UpstreamResolver;
 use crate::watch::Caches;
+
+mod dns;
 
 /// The leader's writers and what it remembers between reconciles.
 pub(super) struct Reconciler {
@@ -117,7 +117,7 @@ impl Reconciler {
         }
         self.ctx.metrics.set_unverified(&plan.verification);
         self.ctx.metrics.set_cures(&plan.cures);
-        self.execute(decide::plan_gauges(&plan)).await;
+        execute(&self.ctx, decide::plan_gauges(&plan)).await;
         self.dns_state = DnsState::NotReached;
         self.dns_endpoints.crd_served(caches.dns_endpoints_served());
         let deleted = self
@@ -131,7 +131,7 @@ impl Reconciler {
             .reconcile_duration
             .observe(started.elapsed().as_secs_f64());
         let intent = decide::reports(&plan, &snapshot, &self.reported);
-        self.execute(intent.effects).await;
+        execute(&self.ctx, intent.effects).await;
         self.reported = intent.reported;
         for warning in &plan.warnings {
             tracing::warn!(subject = %warning.subject, "{}", warning.message);
@@ -152,54 +152,9 @@ impl Reconciler {
         Ok(requeue)
     }
 
-    /// Executes `effects`, in order.
-    async fn execute(&self, effects: Vec<Effect>) {
-        let metrics = &self.ctx.metrics;
-        for effect in effects {
-            match effect {
-                Effect::Publish {
-                    regarding,
-                    warning,
-                    reason,
-                    note,
-                } => {
-                    self.ctx
-                        .events
-                        .publish(&regarding, warning, reason, note)
-                        .await;
-                }
-                Effect::Forget { regarding, reason } => {
-                    self.ctx.events.forget(&regarding, reason).await;
-                }
-                Effect::Count(counter, n) => {
-                    let counter = match counter {
-                        Counter::ServiceReverts => &metrics.service_reverts,
-                        Counter::DnsReverts => &metrics.dns_reverts,
-                        Counter::ConfigMapReverts => &metrics.config_map_reverts,
-                        Counter::DnsWriteFailures => &metrics.dns_write_failures,
-                    };
-                    counter.inc_by(n);
-                }
-                Effect::Set(gauge, value) => {
-                    let gauge = match gauge {
-                        Gauge::ServiceFight => &metrics.service_fight,
-                        Gauge::DnsFight => &metrics.dns_fight,
-                        Gauge::ConfigMapFight => &metrics.config_map_fight,
-                        Gauge::DnsPlanErrors => &metrics.dns_plan_errors,
-                        Gauge::ManagedLoadBalancers => &metrics.managed_load_balancers,
-                        Gauge::ManagedHostnames => &metrics.managed_hostnames,
-                    };
-                    gauge.set(value);
-                }
-                Effect::Refused(label) => metrics.refused(label),
-                Effect::CountError(label) => metrics.count_error(label),
-            }
-        }
-    }
-
     /// Executes a verdict's effects; returns its requeue.
     async fn follow(&self, verdict: decide::Verdict) -> Option<Instant> {
-        self.execute(verdict.effects).await;
+        execute(&self.ctx, verdict.effects).await;
         verdict.requeue
     }
 
@@ -245,8 +200,11 @@ impl Reconciler {
             requeue = earliest(requeue, self.write_own_key(&own, edit).await?);
             fight |= self.fights.in_fight(&own.target());
         }
-        self.execute(vec![Effect::Set(Gauge::ConfigMapFight, i64::from(fight))])
-            .await;
+        execute(
+            &self.ctx,
+            vec![Effect::Set(Gauge::ConfigMapFight, i64::from(fight))],
+        )
+        .await;
 
         // The native cure before the DNS: the plan already keeps the DNS rules of every load
         // balancer not proven (make before break).
@@ -322,124 +280,46 @@ impl Reconciler {
         );
         self.follow(verdict).await
     }
+}
 
-    async fn apply_dns(
-        &mut self,
-        plan: &Plan,
-        snapshot: &ClusterSnapshot,
-    ) -> Result<Option<Instant>, Error> {
-        let Some(dns) = &plan.dns else {
-            let (verdict, state) = decide::dns_not_planned(plan);
-            self.dns_state = state;
-            return Ok(self.follow(verdict).await);
-        };
-        self.execute(vec![Effect::Set(Gauge::DnsPlanErrors, 0)])
-            .await;
-        for edit in mode_switch_edits(dns, snapshot, &self.config.planner) {
-            write_key(&self.ctx.client, &edit).await?;
-        }
-        if let Some(endpoints) = &dns.dns_endpoints {
-            let applied = self
-                .dns_endpoints
-                .apply(
-                    plan,
-                    endpoints,
-                    snapshot,
-                    &mut self.fights,
-                    &mut self.dns_state,
-                )
-                .await?;
-            let Some(changes) = applied else {
-                return Ok(None);
-            };
-            self.ctx.count_writes(changes.writes());
-            let requeue = self.report_reverts("DNSEndpoint", &changes).await;
-            self.dns_endpoints.announce(endpoints, &changes).await;
-            return Ok(requeue);
-        }
-
-        let mut requeue: Option<Instant> = None;
-        for (i, write) in dns.writes.iter().enumerate() {
-            let next = self.apply_write(plan, dns, write, i == 0).await?;
-            requeue = earliest(requeue, next);
-        }
-        Ok(requeue)
-    }
-
-    /// Sets the DNS state the Hairpin statuses report, when `primary`.
-    fn dns_state(&mut self, primary: bool, state: DnsState) {
-        if primary {
-            self.dns_state = state;
-        }
-    }
-
-    /// One DNS key: written when it differs, guarded against a write fight per key. The
-    /// `primary` (CoreDNS) write decides the DNS state the Hairpin statuses report.
-    async fn apply_write(
-        &mut self,
-        plan: &Plan,
-        dns: &DnsChange,
-        write: &DnsWrite,
-        primary: bool,
-    ) -> Result<Option<Instant>, Error> {
-        let target = write.target();
-        if !write.changed {
-            self.dns_state(primary, DnsState::InPlace { wrote: false });
-            if self.fights.held(&target, Instant::now()) {
-                self.execute(decide::dns_fight_over(write)).await;
+/// Executes `effects`, in order.
+pub(super) async fn execute(ctx: &Context, effects: Vec<Effect>) {
+    let metrics = &ctx.metrics;
+    for effect in effects {
+        match effect {
+            Effect::Publish {
+                regarding,
+                warning,
+                reason,
+                note,
+            } => {
+                ctx.events.publish(&regarding, warning, reason, note).await;
             }
-            return Ok(None);
+            Effect::Forget { regarding, reason } => {
+                ctx.events.forget(&regarding, reason).await;
+            }
+            Effect::Count(counter, n) => {
+                let counter = match counter {
+                    Counter::ServiceReverts => &metrics.service_reverts,
+                    Counter::DnsReverts => &metrics.dns_reverts,
+                    Counter::ConfigMapReverts => &metrics.config_map_reverts,
+                    Counter::DnsWriteFailures => &metrics.dns_write_failures,
+                };
+                counter.inc_by(n);
+            }
+            Effect::Set(gauge, value) => {
+                let gauge = match gauge {
+                    Gauge::ServiceFight => &metrics.service_fight,
+                    Gauge::DnsFight => &metrics.dns_fight,
+                    Gauge::ConfigMapFight => &metrics.config_map_fight,
+                    Gauge::DnsPlanErrors => &metrics.dns_plan_errors,
+                    Gauge::ManagedLoadBalancers => &metrics.managed_load_balancers,
+                    Gauge::ManagedHostnames => &metrics.managed_hostnames,
+                };
+                gauge.set(value);
+            }
+            Effect::Refused(label) => metrics.refused(label),
+            Effect::CountError(label) => metrics.count_error(label),
         }
-        if let Decision::BackedOff(until) = self.fights.decide(&target, Instant::now()) {
-            self.dns_state(primary, decide::dns_backed_off(write));
-            return Ok(Some(until));
-        }
-        let edit = dns_edit(write);
-        let outcome = match write_key(&self.ctx.client, &edit).await {
-            Ok(outcome) => outcome,
-            // Not leading any more: not a failure of the DNS write.
-            Err(err) if crate::gate::is_withheld(&err) => return Err(err),
-            Err(err) => {
-                let (verdict, state) = decide::dns_write_failed(write, &err);
-                self.dns_state(primary, state);
-                self.follow(verdict).await;
-                return Err(err);
-            }
-        };
-        let (after, managed_fields) = match outcome {
-            KeyOutcome::Written {
-                after,
-                managed_fields,
-                ..
-            } => (after, managed_fields),
-            KeyOutcome::Unchanged { .. } => {
-                self.dns_state(primary, DnsState::InPlace { wrote: false });
-                return Ok(None);
-            }
-            KeyOutcome::ConfigMapMissing => {
-                self.dns_state(primary, decide::dns_config_map_missing(write));
-                return Ok(None);
-            }
-        };
-        self.dns_state(primary, DnsState::InPlace { wrote: true });
-        self.ctx.count_writes(1);
-        tracing::info!(configmap = %write.config_map, key = %write.key, entries = dns.entries.len(), "DNS change written");
-        let observation = self.fights.written(&target, after, Instant::now());
-        let writer = last_writer(&managed_fields);
-        let written = DnsWritten {
-            dns,
-            write,
-            observation,
-            managed_fields: &managed_fields,
-            writer: writer.as_deref(),
-            coredns: &plan.coredns,
-        };
-        let verdict = decide::dns_written(
-            &written,
-            &self.config.planner,
-            self.config.fight.window,
-            Instant::now(),
-        );
-        Ok(self.follow(verdict).await)
     }
 }
