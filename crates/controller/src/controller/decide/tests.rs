@@ -293,3 +293,44 @@ fn no_dns_change_without_errors_says_so_without_an_event() {
         }
     ));
 }
+
+#[test]
+fn unverified_hostnames_are_published_when_their_list_changes() {
+    use hairpin_planner::verify::{Unverified, UnverifiedReason};
+    let lb = ObjectRef::new("ingress", "lb");
+    let unverified = |hostname: &str, reason| Unverified {
+        hostname: hostname.into(),
+        load_balancer: lb.clone(),
+        reason,
+        detail: format!("{hostname} resolves to 198.51.100.9, not this load balancer"),
+        sources: Vec::new(),
+    };
+    let mut plan = empty_plan();
+    plan.verification.unverified = vec![
+        unverified("shop.example.com", UnverifiedReason::ResolvesElsewhere),
+        // A moment's state, not news.
+        unverified("new.example.com", UnverifiedReason::NotResolved),
+    ];
+    let snapshot = ClusterSnapshot::default();
+    let first = reports(&plan, &snapshot, &Reported::default());
+    let events = published(&first.effects);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let (kind, name, warning, reason, note) = &events[0];
+    assert_eq!((kind.as_str(), name.as_str()), ("Service", "lb"));
+    assert!(*warning);
+    assert_eq!(*reason, reason::HOSTNAME_UNVERIFIED);
+    assert!(note.contains("shop.example.com resolves to"), "{note}");
+    assert!(!note.contains("new.example.com"), "{note}");
+
+    // Unchanged: nothing published again.
+    let again = reports(&plan, &snapshot, &first.reported);
+    assert!(published(&again.effects).is_empty());
+    assert_eq!(again.reported, first.reported);
+
+    // Changed: published again.
+    plan.verification
+        .unverified
+        .push(unverified("cart.example.com", UnverifiedReason::NxDomain));
+    let changed = reports(&plan, &snapshot, &again.reported);
+    assert_eq!(published(&changed.effects).len(), 1);
+}
