@@ -1,4 +1,10 @@
 //! The control loop: caches -> debounced pure plan -> apply, only while leading.
+//!
+//! This module is the loop alone (run, elect, schedule, debounce). What a plan leads to (the
+//! Events and their texts, the metric choices, the write-fight policy, the DNS state) is
+//! decided without a client in `decide`; `act` writes and executes what was decided, keeping
+//! what happened for the next reconcile. Every writer borrows the one [`Context`] that
+//! [`ControllerConfig::build`] makes.
 
 mod act;
 mod decide;
