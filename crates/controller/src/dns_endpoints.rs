@@ -8,19 +8,21 @@
 //! changing them is backed off from ([`crate::fight`]). A missing CRD is not an error:
 //! [`Applied::CrdMissing`].
 
+use std::sync::Arc;
+
 use hairpin_planner::DnsEndpoint;
 use hairpin_planner::external_dns::{self, DnsEndpoints};
-use hairpin_planner::{ClusterSnapshot, DnsMode, Plan, PlannerConfig};
+use hairpin_planner::{ClusterSnapshot, DnsMode, Plan};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 
 use crate::Error;
 use crate::apply::{ObjectChanges, Owned, apply_owned, list_labelled};
+use crate::context::Context;
 use crate::error::is_not_found;
 use crate::fight::Fights;
-use crate::metrics::Metrics;
-use crate::report::{Events, list_note, object_ref, reason};
+use crate::report::{list_note, object_ref, reason};
 use crate::status::DnsState;
 
 /// The `DNSEndpoint` resource.
@@ -127,9 +129,8 @@ pub async fn delete_dns_endpoints(
 /// the ones an earlier run left. It holds what it learnt between reconciles: whether the CRD
 /// is served, whether its absence was logged, whether the clean-up ran.
 pub(crate) struct DnsEndpointWriter {
-    client: kube::Client,
-    events: Events,
-    metrics: Metrics,
+    /// The loop's client, Events and metrics.
+    ctx: Arc<Context>,
     /// hairpin's namespace, where its DNSEndpoints live.
     namespace: String,
     /// The annotation naming each object's source load balancer.
@@ -145,18 +146,11 @@ pub(crate) struct DnsEndpointWriter {
 }
 
 impl DnsEndpointWriter {
-    pub(crate) fn new(
-        client: kube::Client,
-        events: Events,
-        metrics: Metrics,
-        planner: &PlannerConfig,
-    ) -> Self {
+    pub(crate) fn new(ctx: &Arc<Context>) -> Self {
         Self {
-            client,
-            events,
-            metrics,
-            namespace: planner.namespace.clone(),
-            source: planner.annotation("source"),
+            ctx: ctx.clone(),
+            namespace: ctx.planner.namespace.clone(),
+            source: ctx.planner.annotation("source"),
             crd: None,
             crd_missing_logged: false,
             cleaned: false,
@@ -178,7 +172,7 @@ impl DnsEndpointWriter {
             return 0;
         }
         self.cleaned = true;
-        match delete_dns_endpoints(&self.client, &self.namespace, &self.source).await {
+        match delete_dns_endpoints(&self.ctx.client, &self.namespace, &self.source).await {
             Ok(deleted) if !deleted.is_empty() => {
                 tracing::info!(deleted = ?deleted, mode = mode.as_str(), "DNSEndpoints of an earlier external-dns mode deleted");
                 deleted.len()
@@ -209,7 +203,7 @@ impl DnsEndpointWriter {
             Applied::CrdMissing
         } else {
             let written = apply_dns_endpoints(
-                &self.client,
+                &self.ctx.client,
                 &self.namespace,
                 &self.source,
                 &desired,
@@ -220,7 +214,7 @@ impl DnsEndpointWriter {
                 Ok(applied) => applied,
                 Err(err) if crate::gate::is_withheld(&err) => return Err(err),
                 Err(err) => {
-                    self.metrics.dns_write_failures.inc();
+                    self.ctx.metrics.dns_write_failures.inc();
                     *dns_state = DnsState::Refused {
                         reason: "WriteFailed",
                         message: format!("cannot write the DNSEndpoints: {err}"),
@@ -277,7 +271,8 @@ impl DnsEndpointWriter {
                 .service(&svc.namespace, &svc.name)
                 .and_then(|s| s.metadata.uid.clone());
             let regarding = object_ref("Service", &svc.namespace, &svc.name, uid);
-            self.events
+            self.ctx
+                .events
                 .publish(
                     &regarding,
                     true,
@@ -309,7 +304,8 @@ impl DnsEndpointWriter {
                 o.object.spec.endpoints.len(),
                 o.load_balancer
             );
-            self.events
+            self.ctx
+                .events
                 .publish(&regarding, false, reason::DNS_UPDATED, note)
                 .await;
         }

@@ -5,7 +5,10 @@
 //! - [`status`]: the `Hairpin` objects' status, and the propagation check behind it.
 //! - [`propagation`]: asking the cluster DNS whether a write took effect.
 //! - [`watch`]: reflector caches of what the planner reads, and the snapshot.
-//! - [`controller`]: the debounced plan-and-apply loop, run only by the leader.
+//! - [`controller`]: the debounced plan-and-apply loop, run only by the leader: the loop,
+//!   a pure `decide` (Events, their texts, metric choices, the write-fight policy) and `act`.
+//! - [`context`]: what the loop's writers share (client, Events, metrics, planner settings,
+//!   change signal), built once by [`ControllerConfig::build`].
 //! - [`edits`]: the pure edits the loop and `preview` write (routes, hosts block, DNS keys,
 //!   mode-switch clean-up) and the fix named in a write fight.
 //! - [`apply`]: writing a plan (Services, ConfigMap keys guarded by resourceVersion).
@@ -25,6 +28,7 @@
 
 pub mod apply;
 pub mod client;
+pub mod context;
 pub mod controller;
 pub mod crd;
 pub mod dns_endpoints;

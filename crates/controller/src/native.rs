@@ -36,12 +36,11 @@ use hairpin_planner::native::{
     FIELD_MANAGER, IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeAction, NativeEntry, NativeRecord,
     ProbeState, ingress_writer, taken_over,
 };
-use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, ObjectRef, Plan, PlannerConfig};
+use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, ObjectRef, Plan};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
-use tokio::sync::Notify;
 
 pub use probe::{
     Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, baseline, probe_once, prove,
@@ -49,10 +48,11 @@ pub use probe::{
 
 use crate::Error;
 use crate::apply::{KeyEdit, write_key};
+use crate::context::Context;
 use crate::error::{is_conflict, is_not_found};
 use crate::fight::{Decision, FightParams, Fights, Observation};
-use crate::metrics::{Metrics, ProbeLabels, WriterLabels};
-use crate::report::{Events, object_ref, reason};
+use crate::metrics::{ProbeLabels, WriterLabels};
+use crate::report::{object_ref, reason};
 
 /// Settings of the native cure's probe.
 #[derive(Clone, Debug)]
@@ -259,12 +259,9 @@ const SHOWN_FOR: Duration = Duration::from_secs(60);
 /// The native cure's state between reconciles: the probes running, their verdicts, and when a
 /// failed cure may be tried again.
 pub(crate) struct NativeCurer {
-    client: kube::Client,
-    events: Events,
-    metrics: Metrics,
-    planner: PlannerConfig,
+    /// The loop's client, Events, metrics, planner settings and change signal.
+    ctx: Arc<Context>,
     params: NativeParams,
-    changed: Arc<Notify>,
     /// Verdicts of finished probes, by `namespace/name`.
     verdicts: Verdicts,
     /// Probes running, by `namespace/name`.
@@ -324,23 +321,11 @@ fn fight_target(service: &ObjectRef) -> String {
 }
 
 impl NativeCurer {
-    pub(crate) fn new(
-        client: kube::Client,
-        events: Events,
-        metrics: Metrics,
-        planner: PlannerConfig,
-        params: NativeParams,
-        fight: FightParams,
-        changed: Arc<Notify>,
-    ) -> Self {
+    pub(crate) fn new(ctx: &Arc<Context>, params: NativeParams, fight: FightParams) -> Self {
         let fights = Fights::new(fight);
         Self {
-            client,
-            events,
-            metrics,
-            planner,
+            ctx: ctx.clone(),
             params,
-            changed,
             verdicts: Arc::default(),
             running: BTreeMap::new(),
             shown: BTreeMap::new(),
@@ -367,7 +352,10 @@ impl NativeCurer {
             &service.name,
             Some(uid.to_owned()),
         );
-        self.events.publish(&regarding, warning, reason, note).await;
+        self.ctx
+            .events
+            .publish(&regarding, warning, reason, note)
+            .await;
     }
 
     /// The API server's `gitVersion`, read again when older than `version_every` (empty when
@@ -378,7 +366,7 @@ impl NativeCurer {
         {
             return version.clone();
         }
-        let version = match self.client.apiserver_version().await {
+        let version = match self.ctx.client.apiserver_version().await {
             Ok(info) => info.git_version,
             Err(err) => {
                 tracing::debug!(error = %err, "cannot read the API server's version");
@@ -400,7 +388,7 @@ impl NativeCurer {
         plan: &Plan,
         snapshot: &ClusterSnapshot,
     ) -> Result<Option<Instant>, Error> {
-        let Ok(before) = NativeRecord::read(snapshot, &self.planner) else {
+        let Ok(before) = NativeRecord::read(snapshot, &self.ctx.planner) else {
             // The plan warned; nothing is written while the record is not hairpin's.
             return Ok(None);
         };
@@ -659,7 +647,7 @@ impl NativeCurer {
             .iter()
             .map(|was| (was.ip.clone(), Some(IP_MODE_PROXY.to_owned())))
             .collect();
-        let stored = match write_ip_modes(&self.client, service, uid, &modes).await {
+        let stored = match write_ip_modes(&self.ctx.client, service, uid, &modes).await {
             Ok(Written::Applied(stored)) => stored,
             Ok(Written::Nothing) => return Ok(()),
             Ok(Written::NotApplied(stored)) => {
@@ -669,7 +657,8 @@ impl NativeCurer {
             Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
             Err(err) => return Err(Error::kube(format!("set ipMode on Service {service}"), err)),
         };
-        self.metrics
+        self.ctx
+            .metrics
             .ip_mode_write(if reassert { "reassert" } else { "set" });
         drop(stored);
         let ip_list: Vec<&str> = ips.iter().map(|w| w.ip.as_str()).collect();
@@ -756,14 +745,15 @@ impl NativeCurer {
         if let Some(task) = self.running.remove(&service.to_string()) {
             task.abort();
         }
-        self.metrics.native_verdict("failed");
+        self.ctx.metrics.native_verdict("failed");
         self.on_service(service, uid, true, reason::IP_MODE_FIGHT, why)
             .await;
         false
     }
 
     fn count_revert(&self, writer: &str) {
-        self.metrics
+        self.ctx
+            .metrics
             .ip_mode_reverts
             .get_or_create(&WriterLabels {
                 writer: writer.to_owned(),
@@ -787,7 +777,7 @@ impl NativeCurer {
             .filter(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
             .filter_map(|e| e.ip.as_deref())
             .collect();
-        self.metrics.ip_mode_write("set");
+        self.ctx.metrics.ip_mode_write("set");
         let version = self.server_version().await;
         let shown = if version.is_empty() {
             "version unknown".to_owned()
@@ -810,7 +800,7 @@ impl NativeCurer {
             entry.server_version = version;
             entry.due = false;
         }
-        self.metrics.native_verdict("unsupported");
+        self.ctx.metrics.native_verdict("unsupported");
         self.on_service(service, uid, true, reason::IP_MODE_DROPPED, why.clone())
             .await;
         if !kept.is_empty() {
@@ -874,7 +864,7 @@ impl NativeCurer {
             .load_balancers
             .iter()
             .find(|lb| lb.load_balancer.service == *service)?;
-        let metrics = self.metrics.clone();
+        let metrics = self.ctx.metrics.clone();
         let observer: Observer = Arc::new(move |attempt: &Attempt, took: Duration| {
             metrics
                 .native_probes
@@ -900,7 +890,7 @@ impl NativeCurer {
             return;
         }
         let verdicts = self.verdicts.clone();
-        let changed = self.changed.clone();
+        let changed = self.ctx.changed.clone();
         let task_key = key.clone();
         let task = tokio::spawn(async move {
             let finished = work.await;
@@ -1039,7 +1029,7 @@ impl NativeCurer {
             entry.failures = entry.failures.saturating_add(1);
         }
         let failures = entry.failures;
-        self.metrics.native_verdict(verdict);
+        self.ctx.metrics.native_verdict(verdict);
         let note = if state == ProbeState::NotNeeded {
             tracing::info!(service = %key, why = %why, "native cure not needed; nothing written");
             format!(
@@ -1093,7 +1083,7 @@ impl NativeCurer {
         let failures = entry.failures;
         let original = entry.original.clone();
         if verdict.proven {
-            self.metrics.native_verdict("proven");
+            self.ctx.metrics.native_verdict("proven");
             tracing::info!(service = %key, took = ?verdict.took, detail = %verdict.detail, "native cure proven");
             let note = format!(
                 "ipMode: Proxy is honoured: in-cluster traffic to the load balancer crosses it ({:.1} s after the write: {}); its DNS rules are removed",
@@ -1104,7 +1094,7 @@ impl NativeCurer {
                 .await;
             return Ok(());
         }
-        self.metrics.native_verdict("failed");
+        self.ctx.metrics.native_verdict("failed");
         if forced_native(plan, service) {
             tracing::warn!(service = %key, detail = %verdict.detail, "native cure not proven; kept (--cure native)");
             return Ok(());
@@ -1145,9 +1135,9 @@ impl NativeCurer {
             .iter()
             .map(|was| (was.ip.clone(), was.ip_mode.clone()))
             .collect();
-        match restore_ip_modes(&self.client, service, uid, &modes).await {
+        match restore_ip_modes(&self.ctx.client, service, uid, &modes).await {
             Ok(Written::Applied(_)) => {
-                self.metrics.ip_mode_write("restore");
+                self.ctx.metrics.ip_mode_write("restore");
                 // Not a revert of hairpin's value: the fight count starts over.
                 self.fights
                     .written(&fight_target(service), None, Instant::now());
@@ -1158,7 +1148,7 @@ impl NativeCurer {
                 Ok(true)
             }
             Ok(Written::NotApplied(_)) => {
-                self.metrics.ip_mode_write("restore");
+                self.ctx.metrics.ip_mode_write("restore");
                 tracing::warn!(service = %service, "ipMode put back, but the API server's answer still says Proxy");
                 let note = format!(
                     "hairpin put ipMode back ({why}), but the API server's answer still says Proxy (an admission webhook or another writer?): tried again"
@@ -1190,13 +1180,13 @@ impl NativeCurer {
         let edit = KeyEdit {
             ours_only: true,
             ..KeyEdit::set(
-                &self.planner.namespace,
-                &self.planner.native_config_map,
+                &self.ctx.planner.namespace,
+                &self.ctx.planner.native_config_map,
                 NATIVE_KEY,
                 value,
             )
         };
-        write_key(&self.client, &edit).await?;
+        write_key(&self.ctx.client, &edit).await?;
         self.written = Some((record.clone(), Instant::now()));
         Ok(())
     }

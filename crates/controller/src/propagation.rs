@@ -26,6 +26,7 @@ use kube::Api;
 use kube::api::ListParams;
 use tokio::sync::Notify;
 
+use crate::context::Context;
 use crate::metrics::Metrics;
 use crate::report::{Events, list_note, object_ref, reason};
 
@@ -375,47 +376,20 @@ pub(crate) struct Start<'a> {
 /// The propagation checks of the load balancers, each running in the background after a DNS
 /// write: its outcome is reported as an Event and kept for the `Hairpin` status.
 pub(crate) struct Checks {
-    client: kube::Client,
-    events: Events,
-    metrics: Metrics,
+    /// The loop's client, Events, metrics, planner settings, and the signal poked when a
+    /// check finishes, so its result is written.
+    ctx: Arc<Context>,
     params: PropagationParams,
-    planner: PlannerConfig,
-    /// Poked when a check finishes, so its result is written.
-    changed: Arc<Notify>,
     tracking: Tracking,
 }
 
 impl Checks {
-    pub(crate) fn new(
-        client: kube::Client,
-        events: Events,
-        metrics: Metrics,
-        params: PropagationParams,
-        planner: PlannerConfig,
-        changed: Arc<Notify>,
-    ) -> Self {
+    pub(crate) fn new(ctx: &Arc<Context>, params: PropagationParams) -> Self {
         Self {
-            client,
-            events,
-            metrics,
+            ctx: ctx.clone(),
             params,
-            planner,
-            changed,
             tracking: Arc::default(),
         }
-    }
-
-    /// The client the checks read the DNS servers with.
-    pub(crate) fn client(&self) -> &kube::Client {
-        &self.client
-    }
-
-    pub(crate) fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    pub(crate) fn planner(&self) -> &PlannerConfig {
-        &self.planner
     }
 
     /// A check of `fingerprint` runs (or ran) for `lb`.
@@ -485,13 +459,13 @@ impl Checks {
             measured,
             reload_missing: reload_missing(plan),
             external_cause: start.external_cause,
-            coredns_namespace: self.planner.coredns_namespace.clone(),
-            coredns_pods: coredns_pods(snapshot, &self.planner),
-            client: self.client.clone(),
-            events: self.events.clone(),
-            metrics: self.metrics.clone(),
+            coredns_namespace: self.ctx.planner.coredns_namespace.clone(),
+            coredns_pods: coredns_pods(snapshot, &self.ctx.planner),
+            client: self.ctx.client.clone(),
+            events: self.ctx.events.clone(),
+            metrics: self.ctx.metrics.clone(),
             checks: self.tracking.clone(),
-            changed: self.changed.clone(),
+            changed: self.ctx.changed.clone(),
         };
         let mut tracking = lock(&self.tracking);
         if let Some(old) = tracking.get(lb) {
@@ -518,7 +492,7 @@ impl Checks {
         snapshot: &ClusterSnapshot,
     ) -> Option<Vec<DnsServer>> {
         let cluster = self.params.cluster_dns.or_else(|| {
-            hairpin_planner::cluster_dns_service(snapshot, &self.planner)
+            hairpin_planner::cluster_dns_service(snapshot, &self.ctx.planner)
                 .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())
                 .map(|ip| SocketAddr::new(ip, 53))
         })?;

@@ -11,20 +11,21 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use hairpin_planner::ObjectRef;
-use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, Plan, PlannerConfig, ProxyHeader};
+use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, Plan, ProxyHeader};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
+use crate::context::Context;
 use crate::crd::{
     Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, ReceiverStatus, RefusedHostname,
     UnverifiedHostname, condition,
 };
 use crate::error::is_not_found;
-use crate::metrics::Metrics;
 use crate::propagation;
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::is_managed;
@@ -249,9 +250,8 @@ fn unverified_of(plan: &Plan, svc: &ObjectRef) -> Vec<UnverifiedHostname> {
 
 /// Writes the Hairpin objects and runs the propagation checks.
 pub(crate) struct StatusWriter {
-    client: kube::Client,
-    metrics: Metrics,
-    planner: PlannerConfig,
+    /// The loop's client, metrics and planner settings.
+    ctx: Arc<Context>,
     /// The propagation checks, one per load balancer.
     checks: propagation::Checks,
     written: HashMap<ObjectRef, Written>,
@@ -268,12 +268,10 @@ fn now() -> Time {
 // === impl StatusWriter ===
 
 impl StatusWriter {
-    /// A writer running `checks`, writing with their client, metrics and planner settings.
-    pub(crate) fn new(checks: propagation::Checks) -> Self {
+    /// A writer running `checks`, writing through `ctx`.
+    pub(crate) fn new(ctx: &Arc<Context>, checks: propagation::Checks) -> Self {
         Self {
-            client: checks.client().clone(),
-            metrics: checks.metrics().clone(),
-            planner: checks.planner().clone(),
+            ctx: ctx.clone(),
             checks,
             written: HashMap::new(),
             crd_missing_logged: false,
@@ -309,7 +307,7 @@ impl StatusWriter {
             .into_iter()
             .map(|h| ((h.namespace().unwrap_or_default(), h.name_any()), h))
             .collect();
-        let source_annotation = self.planner.annotation("source");
+        let source_annotation = self.ctx.planner.annotation("source");
         let desired = desired_hairpins(plan, snapshot, &source_annotation);
         let mut keep = Vec::new();
         for (lb, mut hairpin) in plan.load_balancers.iter().zip(desired) {
@@ -368,7 +366,7 @@ impl StatusWriter {
             if !is_managed(&hairpin.metadata, source_annotation) || keep.contains(key) {
                 continue;
             }
-            let api: Api<Hairpin> = Api::namespaced(self.client.clone(), &key.0);
+            let api: Api<Hairpin> = Api::namespaced(self.ctx.client.clone(), &key.0);
             // Only the object as cached: one replaced since fails the precondition (409)
             // and is judged again on the next reconcile.
             match api
@@ -376,7 +374,7 @@ impl StatusWriter {
                 .await
             {
                 Ok(_) => {
-                    self.metrics.writes.inc();
+                    self.ctx.metrics.writes.inc();
                     tracing::info!(hairpin = %format!("{}/{}", key.0, key.1), "stale Hairpin deleted");
                 }
                 Err(err) if is_not_found(&err) || crate::error::is_conflict(&err) => {}
@@ -412,7 +410,7 @@ impl StatusWriter {
         let namespace = hairpin.namespace().unwrap_or_default();
         let name = hairpin.name_any();
         let what = format!("Hairpin {namespace}/{name}");
-        let api: Api<Hairpin> = Api::namespaced(self.client.clone(), &namespace);
+        let api: Api<Hairpin> = Api::namespaced(self.ctx.client.clone(), &namespace);
         if existing.and_then(|h| h.status.as_ref()) == Some(&status) {
             return Ok(());
         }
@@ -425,7 +423,7 @@ impl StatusWriter {
             hairpin.status = None;
             match api.create(&PostParams::default(), &hairpin).await {
                 Ok(_) => {
-                    self.metrics.writes.inc();
+                    self.ctx.metrics.writes.inc();
                 }
                 Err(err) if crate::error::is_conflict(&err) => {
                     // Created meanwhile: written only if that one is hairpin's.
@@ -433,7 +431,7 @@ impl StatusWriter {
                         .get_opt(&name)
                         .await
                         .map_err(|err| Error::kube(format!("get {what}"), err))?;
-                    let source_annotation = self.planner.annotation("source");
+                    let source_annotation = self.ctx.planner.annotation("source");
                     if !now.is_some_and(|h| is_managed(&h.metadata, &source_annotation)) {
                         tracing::warn!(hairpin = %what, "created meanwhile by someone else; left alone");
                         return Ok(());
@@ -446,7 +444,7 @@ impl StatusWriter {
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|err| Error::kube(format!("patch {what} status"), err))?;
-        self.metrics.writes.inc();
+        self.ctx.metrics.writes.inc();
         Ok(())
     }
 }

@@ -329,7 +329,7 @@ impl StatusWriter {
                 "NoClusterDNS",
                 format!(
                     "no cluster DNS address: no cluster DNS Service with a ClusterIP in {} (kube-dns, one named like a CoreDNS ConfigMap candidate, or one labelled k8s-app=kube-dns or coredns); set --cluster-dns",
-                    self.planner.coredns_namespace
+                    self.ctx.planner.coredns_namespace
                 ),
             );
         }

@@ -1,0 +1,44 @@
+//! What every writer of the control loop shares, built once by
+//! [`ControllerConfig::build`](crate::controller::ControllerConfig::build) and borrowed as one
+//! `Arc<Context>` (as kube-rs controllers share theirs): the client whose writes pass the
+//! gate, the Events recorder, the metrics, the planner's settings and the change signal.
+
+use std::sync::Arc;
+
+use hairpin_planner::PlannerConfig;
+use tokio::sync::Notify;
+
+use crate::gate::WriteGate;
+use crate::metrics::Metrics;
+use crate::report::Events;
+
+/// See the module documentation.
+pub struct Context {
+    /// Writes go out only while `gate` is open (reads always).
+    pub client: kube::Client,
+    /// Events, published through the gate.
+    pub events: Events,
+    /// The controller's metrics.
+    pub metrics: Metrics,
+    /// What to plan, and where hairpin's objects live.
+    pub planner: PlannerConfig,
+    /// Poked by whatever should wake the loop (a cache change, an answer, a finished check).
+    pub changed: Arc<Notify>,
+    /// The write gate the leader election opens.
+    pub gate: WriteGate,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// Counts `n` API writes.
+    pub(crate) fn count_writes(&self, n: usize) {
+        self.metrics
+            .writes
+            .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+    }
+}

@@ -1,0 +1,325 @@
+//! Acting on a plan: the writes (hairpin Services, its own ConfigMap keys, the DNS change, the
+//! native cure, the Hairpin statuses) and the [`Effect`]s [`decide`](super::decide) chose,
+//! with what happened kept for the next reconcile (the write-fight state, the Events
+//! published, where the DNS change was left).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hairpin_planner::{ClusterSnapshot, Plan};
+use k8s_openapi::api::core::v1::Service;
+
+use super::decide::{self, Counter, Effect, Gauge, OwnKey, Reported, Restored, earliest};
+use super::{ControllerConfig, StopFuture};
+use crate::Error;
+use crate::apply::{KeyEdit, KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
+use crate::context::Context;
+use crate::dns_endpoints::DnsEndpointWriter;
+use crate::edits::{hosts_edit, routes_edit};
+use crate::fight::{Decision, Fights};
+use crate::native::NativeCurer;
+use crate::propagation::Checks;
+use crate::status::{DnsState, StatusWriter};
+use crate::upstream::UpstreamResolver;
+use crate::watch::Caches;
+
+mod dns;
+
+/// The leader's writers and what it remembers between reconciles.
+pub(super) struct Reconciler {
+    ctx: Arc<Context>,
+    config: ControllerConfig,
+    /// Write-fight state per DNS key (`namespace/name/key`) and per object of hairpin's
+    /// (`Kind namespace/name`).
+    fights: Fights,
+    /// The refused and unverified hostnames reported, to report each change once.
+    reported: Reported,
+    status: StatusWriter,
+    /// Where this reconcile left the DNS change, for the Hairpin statuses.
+    dns_state: DnsState,
+    /// The hairpin Services this reconcile left as another writer made them (a write fight),
+    /// for the Hairpin statuses.
+    services_backed_off: BTreeSet<String>,
+    /// The `DNSEndpoint`s of `--dns-mode external-dns` (and their clean-up after a switch).
+    dns_endpoints: DnsEndpointWriter,
+    /// The native cure's status writes, probes and record.
+    native: NativeCurer,
+    /// The upstream resolver, with `--verify-hostnames=resolve`.
+    upstream: Option<UpstreamResolver>,
+    /// The first write after the start waited for the names' first answers (or for the
+    /// startup grace to end).
+    verified_once: bool,
+}
+
+impl Reconciler {
+    /// The reconciler of a controller whose caches have synced, writing through `ctx`. With
+    /// hostname verification on, its resolver starts here: only the leader plans, so only the
+    /// leader's resolver has names to ask; a new leader holds its first write until their
+    /// answers come (`verified_once`).
+    pub(super) fn new(ctx: &Arc<Context>, config: &ControllerConfig, stop: &StopFuture) -> Self {
+        let upstream = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
+            .then(|| {
+                UpstreamResolver::new(
+                    config.verify.clone(),
+                    ctx.changed.clone(),
+                    ctx.metrics.clone(),
+                )
+            });
+        if let Some(upstream) = &upstream {
+            tokio::spawn(upstream.clone().run(stop.clone()));
+        }
+        Reconciler {
+            dns_endpoints: DnsEndpointWriter::new(ctx),
+            native: NativeCurer::new(ctx, config.native.clone(), config.fight.clone()),
+            status: StatusWriter::new(ctx, Checks::new(ctx, config.propagation.clone())),
+            upstream,
+            verified_once: false,
+            ctx: ctx.clone(),
+            config: config.clone(),
+            fights: Fights::new(config.fight.clone()),
+            reported: Reported::default(),
+            dns_state: DnsState::NotReached,
+            services_backed_off: BTreeSet::new(),
+        }
+    }
+
+    /// One plan-and-apply. Returns when to run again, if sooner than the resync.
+    pub(super) async fn reconcile(&mut self, caches: &Caches) -> Result<Option<Instant>, Error> {
+        let started = Instant::now();
+        self.ctx.metrics.reconciles.inc();
+        let mut snapshot = caches.snapshot();
+        // Do no harm: a receiver whose ConfigMap was just named (a new workload, a new
+        // leader) is read before anything is planned for its load balancer; the watch wakes
+        // the loop once it has listed.
+        let waiting = caches.follow_receivers(&snapshot);
+        if !waiting.is_empty() {
+            tracing::debug!(waiting = %waiting.join(", "), "waiting for the receivers' ConfigMaps to list before planning");
+            return Ok(Some(Instant::now() + Duration::from_millis(500)));
+        }
+        if let Some(upstream) = &self.upstream {
+            snapshot.resolutions = upstream.resolutions();
+        }
+        let plan = hairpin_planner::desired(&snapshot, &self.config.planner);
+        if let Some(upstream) = &self.upstream {
+            upstream.want(&plan.verification.names, &plan.coredns.forward_zones);
+            // Do no harm on a start: names not resolved yet are not redirected, so writing
+            // before their answers come would drop working names for a moment. The resolver
+            // wakes the loop as answers arrive.
+            if !self.verified_once && !upstream.settled() {
+                tracing::info!(
+                    names = plan.verification.names.len(),
+                    "waiting for the first upstream answers before writing"
+                );
+                return Ok(Some(Instant::now() + Duration::from_secs(1)));
+            }
+            self.verified_once = true;
+        }
+        self.ctx.metrics.set_unverified(&plan.verification);
+        self.ctx.metrics.set_cures(&plan.cures);
+        execute(&self.ctx, decide::plan_gauges(&plan)).await;
+        self.dns_state = DnsState::NotReached;
+        self.dns_endpoints.crd_served(caches.dns_endpoints_served());
+        let deleted = self
+            .dns_endpoints
+            .clean_once(self.config.planner.dns_mode)
+            .await;
+        self.ctx.count_writes(deleted);
+        let result = self.apply(&plan, &snapshot).await;
+        self.ctx
+            .metrics
+            .reconcile_duration
+            .observe(started.elapsed().as_secs_f64());
+        let intent = decide::reports(&plan, &snapshot, &self.reported);
+        execute(&self.ctx, intent.effects).await;
+        self.reported = intent.reported;
+        for warning in &plan.warnings {
+            tracing::warn!(subject = %warning.subject, "{}", warning.message);
+        }
+        let statuses = self
+            .status
+            .sync(
+                &plan,
+                &snapshot,
+                caches.hairpins(),
+                |name| caches.ready_endpoints(name),
+                &self.dns_state,
+                &self.services_backed_off,
+            )
+            .await;
+        let requeue = result?;
+        statuses?;
+        Ok(requeue)
+    }
+
+    /// Executes a verdict's effects; returns its requeue.
+    async fn follow(&self, verdict: decide::Verdict) -> Option<Instant> {
+        execute(&self.ctx, verdict.effects).await;
+        verdict.requeue
+    }
+
+    async fn apply(
+        &mut self,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+    ) -> Result<Option<Instant>, Error> {
+        let planner = &self.config.planner;
+        let services: Vec<Service> = plan
+            .load_balancers
+            .iter()
+            .map(|lb| lb.service.clone())
+            .collect();
+        let changes = apply_services(
+            &self.ctx.client,
+            &planner.namespace,
+            &planner.annotation("source"),
+            &services,
+            Some(&mut self.fights),
+        )
+        .await?;
+        self.ctx.count_writes(changes.writes());
+        if changes.writes() > 0 {
+            tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "hairpin Services applied");
+        }
+        let services_requeue = self.report_reverts("Service", &changes).await;
+        self.services_backed_off = changes
+            .backed_off
+            .iter()
+            .map(|(name, _)| name.clone())
+            .collect();
+
+        let planner = &self.config.planner;
+        let [routes, hosts] = decide::own_keys(planner);
+        let own_keys = [
+            (routes, routes_edit(plan, snapshot, planner)),
+            (hosts, hosts_edit(plan, snapshot, planner)),
+        ];
+        let mut requeue = services_requeue;
+        let mut fight = false;
+        for (own, edit) in own_keys {
+            requeue = earliest(requeue, self.write_own_key(&own, edit).await?);
+            fight |= self.fights.in_fight(&own.target());
+        }
+        execute(
+            &self.ctx,
+            vec![Effect::Set(Gauge::ConfigMapFight, i64::from(fight))],
+        )
+        .await;
+
+        // The native cure before the DNS: the plan already keeps the DNS rules of every load
+        // balancer not proven (make before break).
+        let native_requeue = self.native.apply(plan, snapshot).await?;
+        let dns_requeue = self.apply_dns(plan, snapshot).await?;
+        Ok(earliest(earliest(requeue, native_requeue), dns_requeue))
+    }
+
+    /// One of hairpin's own ConfigMap keys: written when the cached copy differs from the plan
+    /// (`edit`), and guarded against a write fight like the DNS keys: another writer that
+    /// keeps changing (or deleting) it is restored `--fight-threshold` times within
+    /// `--fight-window`, then left alone for the backoff, with one Warning Event on the
+    /// ConfigMap naming it. Returns when a backed-off write may be tried again.
+    async fn write_own_key(
+        &mut self,
+        own: &OwnKey,
+        edit: Option<KeyEdit>,
+    ) -> Result<Option<Instant>, Error> {
+        let target = own.target();
+        let config_map = own.config_map();
+        let Some(edit) = edit else {
+            if self.fights.held(&target, Instant::now()) {
+                tracing::info!(configmap = %config_map, "our ConfigMap has held for a whole window; the write fight is over");
+            }
+            return Ok(None);
+        };
+        if let Decision::BackedOff(until) = self.fights.decide(&target, Instant::now()) {
+            tracing::debug!(configmap = %config_map, "write backed off (write fight)");
+            return Ok(Some(until));
+        }
+        let KeyOutcome::Written {
+            after,
+            managed_fields,
+            ..
+        } = write_key(&self.ctx.client, &edit).await?
+        else {
+            return Ok(None);
+        };
+        self.ctx.count_writes(1);
+        tracing::info!(configmap = %config_map, "{} published", own.read_by);
+        let writer = last_writer(&managed_fields);
+        let observation = self.fights.written(&target, after, Instant::now());
+        let verdict = decide::own_key_written(
+            own,
+            observation,
+            writer.as_deref(),
+            self.config.fight.window,
+            Instant::now(),
+        );
+        Ok(self.follow(verdict).await)
+    }
+
+    /// Reports hairpin's objects of `kind` that someone else changed, and sets the fight
+    /// metrics ([`decide::restored`]). Returns when a backed-off object may be written again.
+    async fn report_reverts(&mut self, kind: &str, changes: &ObjectChanges) -> Option<Instant> {
+        let restored: Vec<Restored<'_>> = changes
+            .reverted
+            .iter()
+            .map(|r| Restored {
+                name: &r.name,
+                observation: r.observation,
+                writer: r.writer.as_deref(),
+            })
+            .collect();
+        let verdict = decide::restored(
+            kind,
+            &self.config.planner.namespace,
+            &restored,
+            changes.backed_off.iter().map(|(_, until)| *until),
+            self.fights.in_fight(&format!("{kind} ")),
+            self.config.fight.window,
+            Instant::now(),
+        );
+        self.follow(verdict).await
+    }
+}
+
+/// Executes `effects`, in order.
+pub(super) async fn execute(ctx: &Context, effects: Vec<Effect>) {
+    let metrics = &ctx.metrics;
+    for effect in effects {
+        match effect {
+            Effect::Publish {
+                regarding,
+                warning,
+                reason,
+                note,
+            } => {
+                ctx.events.publish(&regarding, warning, reason, note).await;
+            }
+            Effect::Forget { regarding, reason } => {
+                ctx.events.forget(&regarding, reason).await;
+            }
+            Effect::Count(counter, n) => {
+                let counter = match counter {
+                    Counter::ServiceReverts => &metrics.service_reverts,
+                    Counter::DnsReverts => &metrics.dns_reverts,
+                    Counter::ConfigMapReverts => &metrics.config_map_reverts,
+                    Counter::DnsWriteFailures => &metrics.dns_write_failures,
+                };
+                counter.inc_by(n);
+            }
+            Effect::Set(gauge, value) => {
+                let gauge = match gauge {
+                    Gauge::ServiceFight => &metrics.service_fight,
+                    Gauge::DnsFight => &metrics.dns_fight,
+                    Gauge::ConfigMapFight => &metrics.config_map_fight,
+                    Gauge::DnsPlanErrors => &metrics.dns_plan_errors,
+                    Gauge::ManagedLoadBalancers => &metrics.managed_load_balancers,
+                    Gauge::ManagedHostnames => &metrics.managed_hostnames,
+                };
+                gauge.set(value);
+            }
+            Effect::Refused(label) => metrics.refused(label),
+            Effect::CountError(label) => metrics.count_error(label),
+        }
+    }
+}

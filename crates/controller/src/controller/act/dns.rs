@@ -1,0 +1,136 @@
+//! The DNS change: its keys written one by one, each guarded against a write fight, or the
+//! `DNSEndpoint`s of `--dns-mode external-dns`; where it was left is the DNS state the Hairpin
+//! statuses report.
+
+use std::time::Instant;
+
+use hairpin_planner::{ClusterSnapshot, DnsChange, DnsWrite, Plan};
+
+use super::super::decide::{self, DnsWritten, Effect, Gauge, earliest};
+use super::{Reconciler, execute};
+use crate::Error;
+use crate::apply::{KeyOutcome, last_writer, write_key};
+use crate::edits::{dns_edit, mode_switch_edits};
+use crate::fight::Decision;
+use crate::status::DnsState;
+
+impl Reconciler {
+    pub(super) async fn apply_dns(
+        &mut self,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+    ) -> Result<Option<Instant>, Error> {
+        let Some(dns) = &plan.dns else {
+            let (verdict, state) = decide::dns_not_planned(plan);
+            self.dns_state = state;
+            return Ok(self.follow(verdict).await);
+        };
+        execute(&self.ctx, vec![Effect::Set(Gauge::DnsPlanErrors, 0)]).await;
+        for edit in mode_switch_edits(dns, snapshot, &self.config.planner) {
+            write_key(&self.ctx.client, &edit).await?;
+        }
+        if let Some(endpoints) = &dns.dns_endpoints {
+            let applied = self
+                .dns_endpoints
+                .apply(
+                    plan,
+                    endpoints,
+                    snapshot,
+                    &mut self.fights,
+                    &mut self.dns_state,
+                )
+                .await?;
+            let Some(changes) = applied else {
+                return Ok(None);
+            };
+            self.ctx.count_writes(changes.writes());
+            let requeue = self.report_reverts("DNSEndpoint", &changes).await;
+            self.dns_endpoints.announce(endpoints, &changes).await;
+            return Ok(requeue);
+        }
+
+        let mut requeue: Option<Instant> = None;
+        for (i, write) in dns.writes.iter().enumerate() {
+            let next = self.apply_write(plan, dns, write, i == 0).await?;
+            requeue = earliest(requeue, next);
+        }
+        Ok(requeue)
+    }
+
+    /// Sets the DNS state the Hairpin statuses report, when `primary`.
+    fn dns_state(&mut self, primary: bool, state: DnsState) {
+        if primary {
+            self.dns_state = state;
+        }
+    }
+
+    /// One DNS key: written when it differs, guarded against a write fight per key. The
+    /// `primary` (CoreDNS) write decides the DNS state the Hairpin statuses report.
+    async fn apply_write(
+        &mut self,
+        plan: &Plan,
+        dns: &DnsChange,
+        write: &DnsWrite,
+        primary: bool,
+    ) -> Result<Option<Instant>, Error> {
+        let target = write.target();
+        if !write.changed {
+            self.dns_state(primary, DnsState::InPlace { wrote: false });
+            if self.fights.held(&target, Instant::now()) {
+                execute(&self.ctx, decide::dns_fight_over(write)).await;
+            }
+            return Ok(None);
+        }
+        if let Decision::BackedOff(until) = self.fights.decide(&target, Instant::now()) {
+            self.dns_state(primary, decide::dns_backed_off(write));
+            return Ok(Some(until));
+        }
+        let edit = dns_edit(write);
+        let outcome = match write_key(&self.ctx.client, &edit).await {
+            Ok(outcome) => outcome,
+            // Not leading any more: not a failure of the DNS write.
+            Err(err) if crate::gate::is_withheld(&err) => return Err(err),
+            Err(err) => {
+                let (verdict, state) = decide::dns_write_failed(write, &err);
+                self.dns_state(primary, state);
+                self.follow(verdict).await;
+                return Err(err);
+            }
+        };
+        let (after, managed_fields) = match outcome {
+            KeyOutcome::Written {
+                after,
+                managed_fields,
+                ..
+            } => (after, managed_fields),
+            KeyOutcome::Unchanged { .. } => {
+                self.dns_state(primary, DnsState::InPlace { wrote: false });
+                return Ok(None);
+            }
+            KeyOutcome::ConfigMapMissing => {
+                self.dns_state(primary, decide::dns_config_map_missing(write));
+                return Ok(None);
+            }
+        };
+        self.dns_state(primary, DnsState::InPlace { wrote: true });
+        self.ctx.count_writes(1);
+        tracing::info!(configmap = %write.config_map, key = %write.key, entries = dns.entries.len(), "DNS change written");
+        let observation = self.fights.written(&target, after, Instant::now());
+        let writer = last_writer(&managed_fields);
+        let written = DnsWritten {
+            dns,
+            write,
+            observation,
+            managed_fields: &managed_fields,
+            writer: writer.as_deref(),
+            coredns: &plan.coredns,
+        };
+        let verdict = decide::dns_written(
+            &written,
+            &self.config.planner,
+            self.config.fight.window,
+            Instant::now(),
+        );
+        Ok(self.follow(verdict).await)
+    }
+}

@@ -1,0 +1,746 @@
+//! What the loop does about a plan, decided without a client: the Events and their texts, the
+//! metric choices, the write-fight policy (what a revert or a fight leads to) and the DNS
+//! state the Hairpin statuses report. Every function here is pure: it maps the plan, what the
+//! cluster holds and what the loop remembers to [`Effect`]s, which
+//! [`act`](super::act) executes. (Log lines are written where their texts are chosen.)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Display;
+use std::time::{Duration, Instant};
+
+use hairpin_planner::admission::RefusalReason;
+use hairpin_planner::{
+    ClusterSnapshot, CorednsFacts, DnsChange, DnsWrite, ObjectRef, Plan, PlannerConfig,
+};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+use crate::edits::fight_fix;
+use crate::fight::Observation;
+use crate::report::{list_note, object_ref, reason};
+use crate::status::DnsState;
+
+/// One thing decided: an Event to publish (or forget), or a metric to change.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Effect {
+    /// An Event on `regarding`.
+    Publish {
+        /// The object the Event is about.
+        regarding: ObjectReference,
+        /// A Warning (else Normal).
+        warning: bool,
+        /// The Event's reason.
+        reason: &'static str,
+        /// The Event's note (what it quotes escaped).
+        note: String,
+    },
+    /// The Event series of `reason` on `regarding` is over.
+    Forget {
+        /// The object the Event was about.
+        regarding: ObjectReference,
+        /// The Event's reason.
+        reason: &'static str,
+    },
+    /// A counter goes up by this much.
+    Count(Counter, u64),
+    /// A gauge is set.
+    Set(Gauge, i64),
+    /// One more refused hostname claim, by reason label.
+    Refused(&'static str),
+    /// One more error, by kind label.
+    CountError(&'static str),
+}
+
+/// The counters [`decide`](self) moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Counter {
+    /// hairpin Services restored after another writer changed them.
+    ServiceReverts,
+    /// DNS keys (or DNSEndpoints) restored after another writer changed them.
+    DnsReverts,
+    /// hairpin's own ConfigMap keys restored after another writer changed them.
+    ConfigMapReverts,
+    /// Failed DNS writes.
+    DnsWriteFailures,
+}
+
+/// The gauges [`decide`](self) sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gauge {
+    /// A write fight over a hairpin Service.
+    ServiceFight,
+    /// A write fight over the DNS change.
+    DnsFight,
+    /// A write fight over one of hairpin's ConfigMaps.
+    ConfigMapFight,
+    /// Plan errors that keep the DNS change from being planned.
+    DnsPlanErrors,
+    /// Load balancers hairpinned.
+    ManagedLoadBalancers,
+    /// Hostnames redirected.
+    ManagedHostnames,
+}
+
+/// What follows a write (or a decision not to write): the effects, and when to look again.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Verdict {
+    /// In order.
+    pub effects: Vec<Effect>,
+    /// When to run again, if sooner than the resync.
+    pub requeue: Option<Instant>,
+}
+
+impl Verdict {
+    fn of(effects: Vec<Effect>) -> Self {
+        Self {
+            effects,
+            requeue: None,
+        }
+    }
+}
+
+/// One refused claim: who asked (kind, object), the hostname and the reason.
+pub(crate) type RefusedClaim = (String, ObjectRef, String, RefusalReason);
+
+/// What the loop remembers of the Events it published, to publish each change once.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Reported {
+    /// The refused hostname claims of the last plan, to count and report each once.
+    pub refused: BTreeSet<RefusedClaim>,
+    /// The unverified hostnames reported in Events, per load balancer.
+    pub unverified: BTreeMap<ObjectRef, String>,
+}
+
+/// The Events of a plan, and what to remember of them.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Intent {
+    /// In order.
+    pub effects: Vec<Effect>,
+    /// Replaces what the loop remembered.
+    pub reported: Reported,
+}
+
+/// One of hairpin's own ConfigMap keys (the proxies' routes, the node agents' hosts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct OwnKey {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+    /// Who reads it, in the fight Event.
+    pub read_by: &'static str,
+}
+
+impl OwnKey {
+    /// Key `key` of ConfigMap `name` in hairpin's namespace.
+    fn new(planner: &PlannerConfig, name: &str, key: &str, read_by: &'static str) -> Self {
+        Self {
+            namespace: planner.namespace.clone(),
+            name: name.to_owned(),
+            key: key.to_owned(),
+            read_by,
+        }
+    }
+
+    /// `namespace/name/key`, its fight target (as [`hairpin_planner::DnsWrite::target`]).
+    pub(crate) fn target(&self) -> String {
+        format!("{}/{}/{}", self.namespace, self.name, self.key)
+    }
+
+    /// `namespace/name`.
+    pub(crate) fn config_map(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The proxies' route table and the node agents' hosts block (each agent watches only that
+/// object, never the cluster's Ingresses and routes).
+pub(crate) fn own_keys(planner: &PlannerConfig) -> [OwnKey; 2] {
+    [
+        OwnKey::new(
+            planner,
+            &planner.routes_config_map,
+            &planner.routes_key,
+            "the hairpin proxies' route table",
+        ),
+        OwnKey::new(
+            planner,
+            &planner.hosts_config_map,
+            &planner.hosts_key,
+            "the node agents' hosts block",
+        ),
+    ]
+}
+
+/// The sooner of two optional instants.
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// How many, as a gauge value.
+fn gauge(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// How many, as a counter increment.
+pub(crate) fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// The gauges of a plan: load balancers and hostnames hairpinned.
+pub(crate) fn plan_gauges(plan: &Plan) -> Vec<Effect> {
+    vec![
+        Effect::Set(
+            Gauge::ManagedLoadBalancers,
+            gauge(plan.load_balancers.len()),
+        ),
+        Effect::Set(
+            Gauge::ManagedHostnames,
+            gauge(plan.dns.as_ref().map_or(0, |dns| dns.entries.len())),
+        ),
+    ]
+}
+
+/// The other writer of a write fight, as named in its Event: the field manager of its latest
+/// change (`crate::apply::last_writer`).
+pub(crate) fn other_writer(manager: Option<&str>) -> String {
+    match manager {
+        Some(manager) => format!("another writer (field manager {manager:?})"),
+        None => "another writer (unnamed: the object was deleted, or its managedFields name no other manager)".to_owned(),
+    }
+}
+
+/// The ConfigMap a DNS write goes to, as an Event's `regarding`.
+fn config_map_ref(write: &DnsWrite) -> ObjectReference {
+    object_ref(
+        "ConfigMap",
+        &write.config_map.namespace,
+        &write.config_map.name,
+        None,
+    )
+}
+
+/// After a write of one of hairpin's own ConfigMap keys, what the fight guard observed: a
+/// plain write (nothing more), a revert by another writer (restored, logged), or a fight
+/// (backed off, one Warning Event on the ConfigMap naming the writer).
+pub(crate) fn own_key_written(
+    own: &OwnKey,
+    observation: Observation,
+    writer: Option<&str>,
+    window: Duration,
+    now: Instant,
+) -> Verdict {
+    let config_map = own.config_map();
+    match observation {
+        Observation::Normal => Verdict::default(),
+        Observation::Reverted { .. } => {
+            tracing::warn!(configmap = %config_map, writer = ?writer, "{} changed {}; restored it", other_writer(writer), own.read_by);
+            Verdict::of(vec![Effect::Count(Counter::ConfigMapReverts, 1)])
+        }
+        Observation::Fight { count, backoff } => {
+            let note = format!(
+                "{} changed hairpin's ConfigMap {config_map} (key {}, {}) {count} times within {window:?}; hairpin restored it each time and now leaves it for {backoff:?} (doubling while this goes on), so what reads it gets the other writer's version meanwhile. Exclude hairpin's objects (label {}={}) from that writer.",
+                other_writer(writer),
+                own.key,
+                own.read_by,
+                crate::MANAGED_BY_LABEL,
+                crate::MANAGED_BY_VALUE,
+            );
+            tracing::warn!(configmap = %config_map, writer = ?writer, reverts = count, backoff = ?backoff, "write fight over one of hairpin's ConfigMaps; backing off");
+            Verdict {
+                effects: vec![
+                    Effect::Count(Counter::ConfigMapReverts, 1),
+                    Effect::Publish {
+                        regarding: object_ref("ConfigMap", &own.namespace, &own.name, None),
+                        warning: true,
+                        reason: reason::CONFIG_MAP_FIGHT,
+                        note,
+                    },
+                ],
+                requeue: Some(now + backoff),
+            }
+        }
+    }
+}
+
+/// One of hairpin's objects someone else changed, restored by the last write.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Restored<'a> {
+    /// The object's name.
+    pub name: &'a str,
+    /// A revert, or a fight.
+    pub observation: Observation,
+    /// The other writer, when named.
+    pub writer: Option<&'a str>,
+}
+
+/// hairpin's objects of `kind` (`Service`, `DNSEndpoint`) in `namespace` that someone else
+/// changed: a log line per restore, a Warning Event on the object naming the other writer
+/// when that became a fight, and the fight metrics (`in_fight`: a fight over one of them is
+/// on). `backed_off`: when each object left alone may be written again.
+pub(crate) fn restored(
+    kind: &str,
+    namespace: &str,
+    restored: &[Restored<'_>],
+    backed_off: impl Iterator<Item = Instant>,
+    in_fight: bool,
+    window: Duration,
+    now: Instant,
+) -> Verdict {
+    let (reverts, fight, reason) = match kind {
+        "Service" => (
+            Counter::ServiceReverts,
+            Gauge::ServiceFight,
+            reason::SERVICE_FIGHT,
+        ),
+        _ => (Counter::DnsReverts, Gauge::DnsFight, reason::DNS_FIGHT),
+    };
+    let mut effects = vec![
+        Effect::Count(reverts, count(restored.len())),
+        Effect::Set(fight, i64::from(in_fight)),
+    ];
+    let mut requeue = backed_off.min();
+    for revert in restored {
+        let object = format!("{kind} {namespace}/{}", revert.name);
+        let writer = other_writer(revert.writer);
+        match revert.observation {
+            Observation::Fight { count, backoff } => {
+                let note = format!(
+                    "{writer} changed hairpin's {object} {count} times within {window:?}; hairpin restored it each time and now leaves it for {backoff:?} (doubling while this goes on). Exclude hairpin's objects (label {}={}) from that writer.",
+                    crate::MANAGED_BY_LABEL,
+                    crate::MANAGED_BY_VALUE,
+                );
+                tracing::warn!(object = %object, writer = ?revert.writer, reverts = count, backoff = ?backoff, "write fight over one of hairpin's objects; backing off");
+                effects.push(Effect::Publish {
+                    regarding: object_ref(kind, namespace, revert.name, None),
+                    warning: true,
+                    reason,
+                    note,
+                });
+                requeue = earliest(requeue, Some(now + backoff));
+            }
+            _ => {
+                tracing::warn!(object = %object, writer = ?revert.writer, "{writer} changed one of hairpin's objects; restored it");
+            }
+        }
+    }
+    Verdict { effects, requeue }
+}
+
+/// No DNS change planned: the plan's errors counted and logged, said on the CoreDNS ConfigMap
+/// (when there is one), and the DNS state that says why.
+pub(crate) fn dns_not_planned(plan: &Plan) -> (Verdict, DnsState) {
+    let mut effects = vec![Effect::Set(Gauge::DnsPlanErrors, gauge(plan.errors.len()))];
+    // Each message escapes what it quotes once: printed as it is.
+    let messages: Vec<String> = plan.errors.iter().map(ToString::to_string).collect();
+    let state = DnsState::Refused {
+        reason: "NotPlanned",
+        message: format!("hairpin cannot change DNS: {}", messages.join("; ")),
+    };
+    for err in &plan.errors {
+        effects.push(Effect::CountError(err.metric_label()));
+        tracing::warn!(error = %err, kind = err.metric_label(), "DNS change not planned");
+    }
+    if let Some(cm) = &plan.coredns.config_map
+        && !plan.errors.is_empty()
+    {
+        effects.push(Effect::Publish {
+            regarding: object_ref("ConfigMap", &cm.namespace, &cm.name, None),
+            warning: true,
+            reason: reason::DNS_WRITE_FAILED,
+            note: list_note("hairpin cannot change DNS: ", &messages, "; ", ""),
+        });
+    }
+    (Verdict::of(effects), state)
+}
+
+/// A DNS key already as planned whose write fight has held for a whole window: it is over.
+pub(crate) fn dns_fight_over(write: &DnsWrite) -> Vec<Effect> {
+    tracing::info!(configmap = %write.config_map, "our DNS change has held for a whole window; the write fight is over");
+    vec![Effect::Set(Gauge::DnsFight, 0)]
+}
+
+/// The DNS state while writes of `write` are backed off (a write fight).
+pub(crate) fn dns_backed_off(write: &DnsWrite) -> DnsState {
+    tracing::debug!(configmap = %write.config_map, "DNS write backed off (write fight)");
+    DnsState::Refused {
+        reason: "WriteFight",
+        message: format!(
+            "another writer keeps reverting hairpin's change to {}; writes are backed off",
+            write.config_map
+        ),
+    }
+}
+
+/// The DNS state when the ConfigMap of `write` does not exist.
+pub(crate) fn dns_config_map_missing(write: &DnsWrite) -> DnsState {
+    DnsState::Refused {
+        reason: "ConfigMapMissing",
+        message: format!("the ConfigMap {} does not exist", write.config_map),
+    }
+}
+
+/// A failed DNS write: counted, a Warning Event on the ConfigMap, and the DNS state.
+pub(crate) fn dns_write_failed(write: &DnsWrite, err: &impl Display) -> (Verdict, DnsState) {
+    let warning = format!("cannot write {} key {}: {err}", write.config_map, write.key);
+    let state = DnsState::Refused {
+        reason: "WriteFailed",
+        message: warning.clone(),
+    };
+    let effects = vec![
+        Effect::Count(Counter::DnsWriteFailures, 1),
+        Effect::Publish {
+            regarding: config_map_ref(write),
+            warning: true,
+            reason: reason::DNS_WRITE_FAILED,
+            note: warning,
+        },
+    ];
+    (Verdict::of(effects), state)
+}
+
+/// What a DNS write of hairpin's found, and the facts of its fight Event.
+pub(crate) struct DnsWritten<'a> {
+    /// The DNS change.
+    pub dns: &'a DnsChange,
+    /// The key written.
+    pub write: &'a DnsWrite,
+    /// What the fight guard observed.
+    pub observation: Observation,
+    /// The ConfigMap's `managedFields` as read before the write.
+    pub managed_fields: &'a [ManagedFieldsEntry],
+    /// The field manager of their latest change.
+    pub writer: Option<&'a str>,
+    /// The CoreDNS facts (its custom key suffix, for the fix).
+    pub coredns: &'a CorednsFacts,
+}
+
+/// After a DNS write, what the fight guard observed: a normal write (an Event), a revert by
+/// another writer (rewritten), or a fight (backed off, with an Event naming the writer and
+/// the fix).
+pub(crate) fn dns_written(
+    written: &DnsWritten<'_>,
+    planner: &PlannerConfig,
+    window: Duration,
+    now: Instant,
+) -> Verdict {
+    let write = written.write;
+    match written.observation {
+        Observation::Normal => {
+            let note = format!(
+                "hairpin DNS rules written ({} hostnames)",
+                written.dns.entries.len()
+            );
+            Verdict::of(vec![
+                Effect::Set(Gauge::DnsFight, 0),
+                Effect::Publish {
+                    regarding: config_map_ref(write),
+                    warning: false,
+                    reason: reason::DNS_UPDATED,
+                    note,
+                },
+            ])
+        }
+        Observation::Reverted { count } => {
+            tracing::warn!(configmap = %write.config_map, reverts = count, "another writer reverted our DNS change; rewrote it");
+            Verdict::of(vec![Effect::Count(Counter::DnsReverts, 1)])
+        }
+        Observation::Fight { count, backoff } => {
+            let fix = fight_fix(
+                write,
+                written.managed_fields,
+                written.coredns.custom_key_suffix.as_deref(),
+                planner,
+            );
+            let writer = written.writer;
+            let note = format!(
+                "{} reverted hairpin's change to {} {count} times within {window:?}; backing off for {backoff:?}. {fix}",
+                other_writer(writer),
+                write.config_map,
+            );
+            tracing::warn!(configmap = %write.config_map, writer = ?writer, reverts = count, backoff = ?backoff, fix, "DNS write fight detected; backing off");
+            Verdict {
+                effects: vec![
+                    Effect::Count(Counter::DnsReverts, 1),
+                    Effect::Set(Gauge::DnsFight, 1),
+                    Effect::Publish {
+                        regarding: config_map_ref(write),
+                        warning: true,
+                        reason: reason::DNS_FIGHT,
+                        note,
+                    },
+                ],
+                requeue: Some(now + backoff),
+            }
+        }
+    }
+}
+
+/// The Events of a plan, on the objects it is about, given what the loop `reported` before:
+/// each hairpinned load balancer (configured), each skipped one with a PROXY signal (not
+/// needed), load balancers and receivers that disagree, the native cure not tried or refused,
+/// hostname conflicts, refused and unverified hostnames (published when their list changes).
+pub(crate) fn reports(plan: &Plan, snapshot: &ClusterSnapshot, reported: &Reported) -> Intent {
+    // The Event is about the Service, named with its uid when it is cached.
+    let regarding_service = |svc: &ObjectRef| service_ref(snapshot, svc);
+    let mut effects = Vec::new();
+    let mut publish = |regarding, warning, reason, note| {
+        effects.push(Effect::Publish {
+            regarding,
+            warning,
+            reason,
+            note,
+        });
+    };
+    for lb in &plan.load_balancers {
+        let svc = &lb.load_balancer.service;
+        let hosts: Vec<&str> = lb.hostnames.iter().map(|h| h.name.as_str()).collect();
+        let head = format!(
+            "hairpin Service {} routes {} hostname(s) through the hairpin proxy: ",
+            lb.service_ref(),
+            hosts.len(),
+        );
+        let note = list_note(&head, &hosts, ", ", "");
+        publish(regarding_service(svc), false, reason::CONFIGURED, note);
+    }
+    // A load balancer without any PROXY signal is not hairpin's business: no Event.
+    let relevant = plan
+        .not_needed
+        .iter()
+        .filter(|n| n.reason != hairpin_planner::SkipReason::NoProxyProtocol);
+    for skipped in relevant {
+        let note = format!("no hairpin needed: {}", skipped.reason.describe());
+        publish(
+            regarding_service(&skipped.service),
+            false,
+            reason::NOT_NEEDED,
+            note,
+        );
+    }
+    for (svc, message) in mismatches(plan) {
+        publish(
+            regarding_service(svc),
+            true,
+            reason::RECEIVER_MISMATCH,
+            message,
+        );
+    }
+    for (svc, warning, reason, note) in delivery(plan) {
+        publish(regarding_service(svc), warning, reason, note);
+    }
+    for conflict in &plan.conflicts {
+        let lbs: Vec<String> = conflict
+            .load_balancers
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let note = list_note(
+            &format!(
+                "hostname {} is claimed by several load balancers (",
+                hairpin_planner::escape::Text(&conflict.hostname)
+            ),
+            &lbs,
+            ", ",
+            "); hairpin redirects it for none of them",
+        );
+        for svc in &conflict.load_balancers {
+            publish(
+                regarding_service(svc),
+                true,
+                reason::HOST_CONFLICT,
+                note.clone(),
+            );
+        }
+    }
+    let refused = refused(plan, snapshot, &reported.refused, &mut effects);
+    let unverified = unverified(plan, snapshot, &reported.unverified, &mut effects);
+    Intent {
+        effects,
+        reported: Reported {
+            refused,
+            unverified,
+        },
+    }
+}
+
+/// The load balancer Service `svc` as an Event's `regarding`, with its uid when it is cached.
+fn service_ref(snapshot: &ClusterSnapshot, svc: &ObjectRef) -> ObjectReference {
+    let uid = snapshot
+        .service(&svc.namespace, &svc.name)
+        .and_then(|s| s.metadata.uid.clone());
+    object_ref("Service", &svc.namespace, &svc.name, uid)
+}
+
+/// A load balancer and its receiver that disagree: kept (its cure was in place) or left
+/// alone; either way a Warning on the Service with both settings and the fix.
+fn mismatches(plan: &Plan) -> Vec<(&ObjectRef, String)> {
+    let kept = plan.load_balancers.iter().filter_map(|lb| {
+        let l = &lb.load_balancer;
+        Some((&l.service, l.receiver_mismatch.clone()?))
+    });
+    let subject =
+        |svc: &ObjectRef| hairpin_planner::escape::text(&format!("Service {svc}")).into_owned();
+    let left = plan
+        .not_needed
+        .iter()
+        .filter(|n| n.reason == hairpin_planner::SkipReason::ReceiverMismatch)
+        .filter_map(|n| {
+            // One warning per port that disagrees (issue 38), or one for the whole.
+            let broken: Vec<&str> = plan
+                .warnings
+                .iter()
+                .filter(|w| w.subject == subject(&n.service) && w.message.starts_with("BROKEN"))
+                .map(|w| w.message.as_str())
+                .collect();
+            (!broken.is_empty()).then(|| (&n.service, broken.join("; ")))
+        });
+    kept.chain(left).collect()
+}
+
+/// An Event on each load balancer the native cure is not tried on because of how it delivers
+/// traffic (a VIP, or unknown), or refused on (forced on a VIP): the plan's reason, which
+/// names the outage native would cause. (Service, warning, reason, note.)
+fn delivery(plan: &Plan) -> Vec<(&ObjectRef, bool, &'static str, String)> {
+    use hairpin_planner::CureMode;
+    use hairpin_planner::delivery::Delivery;
+    let barred = plan.cures.iter().filter(|c| {
+        c.mode != CureMode::Dns && c.native.is_none() && c.delivery.kind != Delivery::Proxy
+    });
+    barred
+        .map(|choice| {
+            let refused = choice.delivery.kind == Delivery::Vip && choice.mode == CureMode::Native;
+            let reason = if refused {
+                reason::NATIVE_REFUSED
+            } else {
+                reason::NATIVE_NOT_TRIED
+            };
+            // Escaped by the planner (it quotes the Service's annotations).
+            let note = format!(
+                "{} (delivery {}: {})",
+                choice.reason, choice.delivery.kind, choice.delivery.evidence
+            );
+            (&choice.service, refused, reason, note)
+        })
+        .collect()
+}
+
+/// A Warning Event on each load balancer Service with unverified hostnames, naming each and
+/// the answer seen, published when that list changes. Returns the notes to remember.
+fn unverified(
+    plan: &Plan,
+    snapshot: &ClusterSnapshot,
+    before: &BTreeMap<ObjectRef, String>,
+    effects: &mut Vec<Effect>,
+) -> BTreeMap<ObjectRef, String> {
+    let mut by_lb: BTreeMap<&ObjectRef, Vec<String>> = BTreeMap::new();
+    // A name not resolved yet is a moment's state, not news.
+    let settled = plan
+        .verification
+        .unverified
+        .iter()
+        .filter(|u| u.reason != hairpin_planner::verify::UnverifiedReason::NotResolved);
+    for u in settled {
+        by_lb
+            .entry(&u.load_balancer)
+            .or_default()
+            .push(hairpin_planner::escape::text(&u.detail).into_owned());
+    }
+    let mut reported = BTreeMap::new();
+    for (lb, details) in by_lb {
+        let note = list_note(
+            "hostnames not redirected (not proven to resolve to this load balancer): ",
+            &details,
+            "; ",
+            "",
+        );
+        if before.get(lb) != Some(&note) {
+            effects.push(Effect::Publish {
+                regarding: service_ref(snapshot, lb),
+                warning: true,
+                reason: reason::HOSTNAME_UNVERIFIED,
+                note: note.clone(),
+            });
+        }
+        reported.insert(lb.clone(), note);
+    }
+    reported
+}
+
+/// A Warning Event on each object whose hostnames were refused, naming every refused hostname
+/// and why (one Event per object: the Event recorder merges Events with the same object and
+/// reason into one series), published when that list changes; and the metric, counted once
+/// per claim while it lasts (again if it goes away and comes back). Returns the claims to
+/// remember.
+fn refused(
+    plan: &Plan,
+    snapshot: &ClusterSnapshot,
+    before: &BTreeSet<RefusedClaim>,
+    effects: &mut Vec<Effect>,
+) -> BTreeSet<RefusedClaim> {
+    let regarding = |kind: &str, object: &ObjectRef| {
+        let uid = match kind {
+            "Service" => snapshot
+                .service(&object.namespace, &object.name)
+                .and_then(|s| s.metadata.uid.clone()),
+            "Ingress" => snapshot
+                .ingresses
+                .iter()
+                .find(|i| ObjectRef::from_meta(&i.metadata) == *object)
+                .and_then(|i| i.metadata.uid.clone()),
+            _ => None,
+        };
+        object_ref(kind, &object.namespace, &object.name, uid)
+    };
+    let mut current = BTreeSet::new();
+    let mut by_object: BTreeMap<(&str, &ObjectRef), Vec<String>> = BTreeMap::new();
+    for r in &plan.refused {
+        let claim = (
+            r.kind.clone(),
+            r.object.clone(),
+            r.hostname.clone(),
+            r.reason,
+        );
+        if !before.contains(&claim) {
+            effects.push(Effect::Refused(r.reason.label()));
+        }
+        current.insert(claim);
+        by_object
+            .entry((&r.kind, &r.object))
+            .or_default()
+            .push(format!(
+                "{} ({}: {})",
+                hairpin_planner::escape::Text(&r.hostname),
+                r.reason,
+                r.detail
+            ));
+    }
+    for ((kind, object), refusals) in &by_object {
+        let head = format!(
+            "hairpin does not redirect {} of this object's hostnames: ",
+            refusals.len()
+        );
+        effects.push(Effect::Publish {
+            regarding: regarding(kind, object),
+            warning: true,
+            reason: reason::HOSTNAME_REFUSED,
+            note: list_note(&head, refusals, "; ", ""),
+        });
+    }
+    let gone: BTreeSet<(&str, &ObjectRef)> = before
+        .iter()
+        .map(|(kind, object, ..)| (kind.as_str(), object))
+        .filter(|key| !by_object.contains_key(key))
+        .collect();
+    for (kind, object) in gone {
+        effects.push(Effect::Forget {
+            regarding: regarding(kind, object),
+            reason: reason::HOSTNAME_REFUSED,
+        });
+    }
+    current
+}
+
+#[cfg(test)]
+mod tests;
