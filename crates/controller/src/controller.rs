@@ -15,9 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use tokio::sync::{Notify, watch};
 
 use crate::Error;
-use crate::apply::{KeyEdit, KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
+use crate::apply::{KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
 use crate::dns_endpoints::DnsEndpointWriter;
-use crate::edits::{dns_edit, fight_fix, hosts_edit, mode_switch_edits, routes_edit};
+use crate::edits::{KeyEdit, dns_edit, fight_fix, hosts_edit, mode_switch_edits, routes_edit};
 use crate::fight::{Decision, FightParams, Fights, Observation};
 use crate::gate::WriteGate;
 use crate::lease::{Leadership, LeaseManager, LeaseParams};

@@ -2,16 +2,76 @@
 //! route table, the node agents' hosts block, the DNS keys and blocks, the clean-up after a
 //! DNS mode switch, and the fix to name in a write fight. No I/O: each takes the plan, the
 //! snapshot and the settings, and returns [`KeyEdit`]s (or text) for [`crate::apply`].
+//! A [`KeyEdit`] is data: which key, and the planner's [`KeyChange`] to make of it.
 
-use std::sync::Arc;
-
-use hairpin_planner::corefile;
+use hairpin_planner::dns::{self, DnsEditError, KeyChange};
 use hairpin_planner::{
     ClusterSnapshot, DnsChange, DnsMode, DnsWrite, Plan, PlannerConfig, WriteEdit,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
-use crate::apply::{KeyEdit, remove_block_edit};
+/// A change to one key of one ConfigMap, applied to the key as read before every write attempt
+/// ([`crate::apply::write_key`]) or as cached (`hairpin plan`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyEdit {
+    /// Namespace of the ConfigMap.
+    pub namespace: String,
+    /// Name of the ConfigMap.
+    pub name: String,
+    /// The key edited.
+    pub key: String,
+    /// Create the ConfigMap when it does not exist (for `coredns-custom` and our own).
+    pub create_if_missing: bool,
+    /// Delete the ConfigMap when the edit leaves it empty and we created it.
+    pub delete_if_empty_and_ours: bool,
+    /// The ConfigMap is hairpin's own (the routes and hosts tables): an existing one without
+    /// hairpin's marks is someone else's and is not written ([`crate::Error::NotOwned`]).
+    pub ours_only: bool,
+    /// What to make of the key.
+    pub change: KeyChange,
+}
+
+impl KeyEdit {
+    /// `namespace/name`.
+    pub fn config_map(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// An edit that sets the key to `value` (or removes it when `None`).
+    pub fn set(namespace: &str, name: &str, key: &str, value: Option<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            key: key.into(),
+            create_if_missing: value.is_some(),
+            delete_if_empty_and_ours: true,
+            ours_only: false,
+            change: KeyChange::Set(value),
+        }
+    }
+
+    /// The key's value after this edit, from its `current` one: `Ok(None)` removes the key.
+    ///
+    /// # Errors
+    /// The planner's [`DnsEditError`] when the Corefile editor refuses the text (one line whose
+    /// quoted text is escaped already: printed as it is).
+    pub fn after(&self, current: Option<&str>) -> Result<Option<String>, DnsEditError> {
+        dns::apply(&self.change, current)
+    }
+}
+
+/// An edit that removes our block from a Corefile (leaving every other byte as it was).
+pub fn remove_block_edit(namespace: &str, name: &str, key: &str) -> KeyEdit {
+    KeyEdit {
+        namespace: namespace.into(),
+        name: name.into(),
+        key: key.into(),
+        create_if_missing: false,
+        delete_if_empty_and_ours: false,
+        ours_only: false,
+        change: KeyChange::RemoveBlock,
+    }
+}
 
 /// The field manager of EKS's managed add-ons, which EKS installs by server-side apply.
 pub const EKS_FIELD_MANAGER: &str = "eks";
@@ -222,42 +282,19 @@ fn external_dns_cleanup_edits(snapshot: &ClusterSnapshot, planner: &PlannerConfi
 
 /// The DNS edit, recomputed from a fresh read on every attempt (so a conflict retry edits
 /// what is there now, not what the cache held).
-pub fn dns_edit(write: &hairpin_planner::DnsWrite) -> KeyEdit {
-    let (namespace, name) = (
-        write.config_map.namespace.clone(),
-        write.config_map.name.clone(),
-    );
+pub fn dns_edit(write: &DnsWrite) -> KeyEdit {
+    let (namespace, name) = (&write.config_map.namespace, &write.config_map.name);
     match &write.edit {
-        WriteEdit::Key { value } => {
-            let value = value.clone();
-            KeyEdit {
-                namespace,
-                name,
-                key: write.key.clone(),
-                create_if_missing: value.is_some(),
-                delete_if_empty_and_ours: true,
-                ours_only: false,
-                edit: Arc::new(move |_| Ok(value.clone())),
-            }
-        }
-        WriteEdit::Blocks { inserts } => {
-            let inserts = inserts.clone();
-            KeyEdit {
-                namespace,
-                name,
-                key: write.key.clone(),
-                create_if_missing: false,
-                delete_if_empty_and_ours: false,
-                ours_only: false,
-                edit: Arc::new(move |current| {
-                    let current =
-                        current.ok_or_else(|| "the ConfigMap has no Corefile key".to_owned())?;
-                    corefile::write_blocks(current, &inserts)
-                        .map(|edit| Some(edit.text))
-                        .map_err(|err| err.to_string())
-                }),
-            }
-        }
+        WriteEdit::Key { value } => KeyEdit::set(namespace, name, &write.key, value.clone()),
+        WriteEdit::Blocks { .. } => KeyEdit {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            key: write.key.clone(),
+            create_if_missing: false,
+            delete_if_empty_and_ours: false,
+            ours_only: false,
+            change: KeyChange::from(&write.edit),
+        },
     }
 }
 

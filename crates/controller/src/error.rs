@@ -28,14 +28,15 @@ pub enum Error {
         source: kube::Error,
     },
     /// The CoreDNS configuration could not be edited (the editor refused it).
-    #[error("cannot edit {config_map} key {key}: {reason}")]
+    #[error("cannot edit {config_map} key {key}: {source}")]
     DnsEdit {
         /// `namespace/name` of the ConfigMap.
         config_map: String,
         /// The key being edited.
         key: String,
-        /// Why the editor refused.
-        reason: String,
+        /// Why the editor refused (its message escapes what it quotes).
+        #[source]
+        source: hairpin_planner::dns::DnsEditError,
     },
     /// A write kept conflicting with other writers after every retry.
     #[error("{action}: still conflicting after {attempts} attempts")]

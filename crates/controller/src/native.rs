@@ -48,7 +48,8 @@ pub use probe::{
 };
 
 use crate::Error;
-use crate::apply::{KeyEdit, write_key};
+use crate::apply::write_key;
+use crate::edits::KeyEdit;
 use crate::error::{is_conflict, is_not_found};
 use crate::fight::{Decision, FightParams, Fights, Observation};
 use crate::metrics::{Metrics, ProbeLabels, WriterLabels};

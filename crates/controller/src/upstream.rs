@@ -3,7 +3,7 @@
 //! hairpin's rules, and feeds the answers back into the snapshot.
 //!
 //! - Whom it asks: for each name, the `forward` targets of the Corefile zone holding it
-//!   ([`hairpin_planner::corefile::upstreams`]). A target `/etc/resolv.conf` means the CoreDNS
+//!   ([`hairpin_planner::CorednsFacts::forward_zones`], as the planner read them). A target `/etc/resolv.conf` means the CoreDNS
 //!   pod's resolv.conf, which with CoreDNS's `dnsPolicy: Default` holds the node's resolvers;
 //!   the controller reads its own resolv.conf for it, so the chart runs the controller with
 //!   `dnsPolicy: Default` too (with `ClusterFirst` it would ask CoreDNS, and see hairpin's own
@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hairpin_planner::corefile::{Upstream, ZoneUpstreams, upstreams_for};
+use hairpin_planner::forward::{Upstream, ZoneUpstreams, upstreams_for};
 use hairpin_planner::verify::NameCheck;
 use hairpin_planner::{Resolution, Resolutions};
 use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};

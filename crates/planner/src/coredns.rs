@@ -19,11 +19,12 @@ use crate::balancers::{LoadBalancerPlan, cluster_ips};
 use crate::config::{CLUSTER_DNS_SERVICE, DnsMode, NodeLocalDns, PlannerConfig};
 use crate::corefile::{
     self, BlockInsert, CorefileError, CorefileInfo, DnsEntry, EntryRef, HostPattern, Placement,
-    ZoneUpstreams, normalize_target,
+    normalize_target,
 };
 use crate::error::PlanError;
 use crate::escape::Text;
 use crate::external_dns::DnsEndpoints;
+use crate::forward::ZoneUpstreams;
 use crate::name::{DnsName, WildcardLabels};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::verify;
