@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectM
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Resource};
 
-use hairpin_planner::is_managed;
+use hairpin_planner::{FIELD_MANAGER, is_managed};
 
 use crate::edits::KeyEdit;
 use crate::error::{is_conflict, is_not_found};
@@ -38,7 +38,7 @@ pub fn created_by_hairpin(meta: &ObjectMeta) -> bool {
             .as_ref()
             .and_then(|a| a.get(CREATED_BY_ANNOTATION))
             .map(String::as_str)
-            == Some("hairpin")
+            == Some(MANAGED_BY_VALUE)
 }
 
 /// The marks of [`created_by_hairpin`], for an object hairpin creates.
@@ -52,7 +52,7 @@ pub fn created_by_hairpin_meta(namespace: &str, name: &str) -> ObjectMeta {
         )])),
         annotations: Some(BTreeMap::from([(
             CREATED_BY_ANNOTATION.into(),
-            "hairpin".into(),
+            MANAGED_BY_VALUE.into(),
         )])),
         ..ObjectMeta::default()
     }
@@ -81,7 +81,7 @@ pub enum KeyOutcome {
 }
 
 /// Annotation marking an object hairpin created for itself (a ConfigMap, so uninstall may
-/// delete it once empty; the leader Lease).
+/// delete it once empty; the leader Lease), with the value [`MANAGED_BY_VALUE`].
 pub const CREATED_BY_ANNOTATION: &str = "hairpin.io/created-by";
 
 /// Reads the ConfigMap, applies the edit to the key, and writes it back with the
@@ -115,7 +115,7 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
                 kind: "ConfigMap",
                 object: what,
                 label: MANAGED_BY_LABEL,
-                annotation: format!("{CREATED_BY_ANNOTATION}=hairpin"),
+                annotation: format!("{CREATED_BY_ANNOTATION}={MANAGED_BY_VALUE}"),
             });
         }
         let after = edit
@@ -279,9 +279,6 @@ pub struct Reverted {
     /// (`None`: deleted, or no managedFields to say).
     pub writer: Option<String>,
 }
-
-/// The field manager hairpin's writes carry (so managedFields tell its changes from others').
-pub const FIELD_MANAGER: &str = "hairpin";
 
 /// Create and update options of hairpin's writes.
 pub fn post_params() -> PostParams {

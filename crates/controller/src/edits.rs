@@ -6,7 +6,8 @@
 
 use hairpin_planner::dns::{self, DnsEditError, KeyChange};
 use hairpin_planner::{
-    ClusterSnapshot, DnsChange, DnsMode, DnsWrite, Plan, PlannerConfig, WriteEdit,
+    ClusterSnapshot, DnsChange, DnsMode, DnsWrite, EKS_FIELD_MANAGER, Plan, PlannerConfig,
+    WriteEdit,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
@@ -72,9 +73,6 @@ pub fn remove_block_edit(namespace: &str, name: &str, key: &str) -> KeyEdit {
         change: KeyChange::RemoveBlock,
     }
 }
-
-/// The field manager of EKS's managed add-ons, which EKS installs by server-side apply.
-pub const EKS_FIELD_MANAGER: &str = "eks";
 
 /// The fix to name when another writer keeps reverting hairpin's change to `write`'s
 /// ConfigMap. It depends on that writer: the EKS CoreDNS add-on when a `managedFields` entry

@@ -29,7 +29,7 @@ pub mod controller;
 pub mod crd;
 pub mod dns_endpoints;
 pub mod edits;
-pub mod error;
+mod error;
 pub mod fight;
 pub mod gate;
 pub mod lease;

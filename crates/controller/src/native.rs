@@ -33,10 +33,12 @@ use std::time::{Duration, Instant};
 
 use hairpin_planner::escape;
 use hairpin_planner::native::{
-    FIELD_MANAGER, IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeAction, NativeEntry, NativeRecord,
-    ProbeState, ingress_writer, taken_over,
+    IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeAction, NativeEntry, NativeRecord, ProbeState,
+    ingress_writer, taken_over,
 };
-use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, ObjectRef, Plan, PlannerConfig};
+use hairpin_planner::{
+    ClusterSnapshot, FIELD_MANAGER, LoadBalancerPlan, ObjectRef, Plan, PlannerConfig,
+};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;

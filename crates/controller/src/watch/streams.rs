@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use gateway_api::tlsroutes::TlsRoute;
-use hairpin_planner::PlannerConfig;
 use hairpin_planner::sources::{SOURCE_APIS, TLS_ROUTE_VERSIONS, tls_route_from_value};
 use hairpin_planner::{CustomSource, SourceKind};
+use hairpin_planner::{LAST_APPLIED_ANNOTATION, PlannerConfig};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
@@ -87,7 +87,7 @@ impl Ctx {
 pub(super) fn slim<K: ResourceExt>(object: &mut K) {
     object.meta_mut().managed_fields = None;
     if let Some(annotations) = &mut object.meta_mut().annotations {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+        annotations.remove(LAST_APPLIED_ANNOTATION);
     }
 }
 
