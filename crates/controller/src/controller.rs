@@ -23,10 +23,10 @@ use crate::gate::WriteGate;
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
 use crate::native::{NativeCurer, NativeParams};
+use crate::ownership::{OwnershipParams, OwnershipResolver};
 use crate::propagation::{Checks, PropagationParams};
 use crate::report::{Events, list_note, object_ref, reason};
 use crate::status::{DnsState, StatusWriter};
-use crate::upstream::{UpstreamParams, UpstreamResolver};
 use crate::watch::Caches;
 
 /// Controller settings.
@@ -51,9 +51,9 @@ pub struct ControllerConfig {
     pub max_retry: Duration,
     /// The check, after each DNS write, that the cluster DNS answers with the hairpin Service.
     pub propagation: PropagationParams,
-    /// The upstream resolver of hostname verification (with `planner.verify_hostnames` set to
+    /// The ownership resolver of hostname verification (with `planner.verify_hostnames` set to
     /// `resolve`).
-    pub verify: UpstreamParams,
+    pub ownership: OwnershipParams,
     /// The native cure's probe (with `planner.cure` `auto` or `native`).
     pub native: NativeParams,
 }
@@ -72,7 +72,7 @@ impl ControllerConfig {
             min_retry: Duration::from_millis(500),
             max_retry: Duration::from_secs(60),
             propagation: PropagationParams::default(),
-            verify: UpstreamParams::default(),
+            ownership: OwnershipParams::default(),
             native: NativeParams::default(),
         }
     }
@@ -344,8 +344,8 @@ struct Reconciler {
     dns_endpoints: DnsEndpointWriter,
     /// The native cure's status writes, probes and record.
     native: NativeCurer,
-    /// The upstream resolver, with `--verify-hostnames=resolve`.
-    upstream: Option<UpstreamResolver>,
+    /// The ownership resolver, with `--verify-hostnames=resolve`.
+    upstream: Option<OwnershipResolver>,
     /// The first write after the start waited for the names' first answers (or for the
     /// startup grace to end).
     verified_once: bool,
@@ -371,7 +371,7 @@ impl Reconciler {
     ) -> Self {
         let upstream = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
             .then(|| {
-                UpstreamResolver::new(config.verify.clone(), changed.clone(), metrics.clone())
+                OwnershipResolver::new(config.ownership.clone(), changed.clone(), metrics.clone())
             });
         if let Some(upstream) = &upstream {
             tokio::spawn(upstream.clone().run(stop.clone()));

@@ -18,8 +18,8 @@
 //! - [`uninstall`]: removing everything hairpin wrote.
 //! - [`removal`]: a removal without the uninstall hook (a GitOps prune, `kubectl delete -f`, a
 //!   deleted namespace) told from a restart; the restore then, with what it needs held.
-//! - [`upstream`]: the upstream resolver: the hostnames resolved as the cluster DNS would
-//!   without hairpin's rules, for hostname verification.
+//! - [`ownership`]: the ownership resolver: the hostnames resolved as the cluster DNS would
+//!   without hairpin's rules, proving which load balancer owns each, for hostname verification.
 //! - [`preview`]: `hairpin plan` against a cluster: what the controller would write now.
 #![forbid(unsafe_code)]
 
@@ -35,13 +35,13 @@ pub mod gate;
 pub mod lease;
 pub mod metrics;
 pub mod native;
+pub mod ownership;
 pub mod preview;
 pub mod propagation;
 pub mod removal;
 pub mod report;
 pub mod status;
 pub mod uninstall;
-pub mod upstream;
 pub mod watch;
 
 pub use controller::{ControllerConfig, run};
