@@ -555,7 +555,7 @@ async fn a_restart_waits_for_the_answers_before_writing() {
 }
 
 /// The cost at 20,000 names, by hand (not in the default suite):
-/// `cargo test --release -p hairpin-controller --test upstream cost_at_20000_names -- --ignored --nocapture`.
+/// `cargo test --release -p hairpin-controller --test ownership cost_at_20000_names -- --ignored --nocapture`.
 /// Prints the time of a full first resolution against the loopback test server, the lookups
 /// a later reconcile makes (answers cached), and the planner's time with and without the
 /// verdicts, as figures and ratios (no timed assert).
