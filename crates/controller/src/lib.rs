@@ -4,7 +4,8 @@
 //! - [`crd`]: the `Hairpin` custom resource, status per hairpinned load balancer.
 //! - [`status`]: the `Hairpin` objects' status, and the propagation check behind it.
 //! - [`propagation`]: asking the cluster DNS whether a write took effect.
-//! - [`watch`]: reflector caches of what the planner reads, and the snapshot.
+//! - [`watch`]: reflector caches of what the planner reads (fed in `watch/streams.rs`), and
+//!   the snapshot built from them (`watch/snapshot.rs`).
 //! - [`controller`]: the debounced plan-and-apply loop, run only by the leader.
 //! - [`edits`]: the pure edits the loop and `preview` write (routes, hosts block, DNS keys,
 //!   mode-switch clean-up) and the fix named in a write fight.

@@ -33,13 +33,13 @@ use crate::crd::Hairpin;
 use crate::metrics::Metrics;
 
 mod receivers;
+mod snapshot;
 mod streams;
 
 pub use streams::WatchBackoff;
 use streams::{
-    Ctx, config_maps, custom_objects, custom_sources, feed, optional, optional_versions, required,
-    required_slimmed, slim, slim_ingress, slim_service, tls_routes, typed_tls_routes,
-    watch_error_label,
+    Ctx, config_maps, custom_sources, feed, optional, optional_versions, required,
+    required_slimmed, slim, slim_ingress, slim_service, tls_routes, watch_error_label,
 };
 
 pub use receivers::CONFIG_MAP_GRACE as RECEIVER_CONFIG_MAP_GRACE;
@@ -391,54 +391,6 @@ impl Caches {
             .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
             .count();
         i32::try_from(count).unwrap_or(i32::MAX)
-    }
-
-    /// A point-in-time view of everything cached (the Ingresses are the cache's own, shared;
-    /// a store replaces an object on change rather than mutating it).
-    pub fn snapshot(&self) -> ClusterSnapshot {
-        let services = self.services.objects();
-        let lb_namespaces: std::collections::BTreeSet<&str> = services
-            .iter()
-            .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
-            .filter_map(|s| s.metadata.namespace.as_deref())
-            .collect();
-        let receivers = self.receivers.objects(&lb_namespaces);
-        let mut config_maps: Vec<ConfigMap> =
-            self.config_maps.iter().flat_map(Cache::objects).collect();
-        config_maps.extend(self.receivers.config_maps());
-        ClusterSnapshot {
-            ingresses: self.ingresses.shared(),
-            ingress_classes: self.ingress_classes.objects(),
-            gateways: self.gateways.objects(),
-            http_routes: self.http_routes.objects(),
-            grpc_routes: self.grpc_routes.objects(),
-            tls_routes: typed_tls_routes(&self.tls_routes),
-            custom_sources: self
-                .custom_sources
-                .iter()
-                .flat_map(|(kind, cache)| custom_objects(*kind, cache))
-                .collect(),
-            config_maps,
-            namespaces: self
-                .namespaces
-                .iter()
-                .flat_map(Cache::objects)
-                .map(|ns| Namespace {
-                    metadata: ns.metadata,
-                    ..Namespace::default()
-                })
-                .collect(),
-            dns_endpoints: self
-                .dns_endpoints
-                .iter()
-                .flat_map(|cache| cache.store.state())
-                .filter_map(|object| crate::dns_endpoints::typed(&object))
-                .collect(),
-            // The resolver's answers are not a cache of the API: the control loop adds them.
-            resolutions: Default::default(),
-            receivers,
-            services,
-        }
     }
 
     /// Number of cached Ingresses.

@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use gateway_api::tlsroutes::TlsRoute;
-use hairpin_planner::sources::{SOURCE_APIS, TLS_ROUTE_VERSIONS, tls_route_from_value};
-use hairpin_planner::{CustomSource, SourceKind};
+use hairpin_planner::SourceKind;
+use hairpin_planner::sources::{SOURCE_APIS, TLS_ROUTE_VERSIONS};
 use hairpin_planner::{LAST_APPLIED_ANNOTATION, PlannerConfig};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::Ingress;
@@ -418,44 +417,6 @@ pub(super) fn custom_sources(
                 api.source,
                 optional_versions(apis, writer, api.kind, ctx, stop.clone()),
             )
-        })
-        .collect()
-}
-
-/// The cached objects of one CRD hostname source, for the planner.
-pub(super) fn custom_objects(kind: SourceKind, cache: &Cache<DynamicObject>) -> Vec<CustomSource> {
-    cache
-        .store
-        .state()
-        .iter()
-        .filter_map(|object| {
-            let value = serde_json::to_value(&**object).ok()?;
-            match CustomSource::from_value(kind, value) {
-                Ok(source) => Some(source),
-                Err(err) => {
-                    tracing::warn!(kind = kind.kind(), error = %err, "skipping an object that does not parse");
-                    None
-                }
-            }
-        })
-        .collect()
-}
-
-/// Converts cached TLSRoutes of whatever served version into the typed `v1` form.
-pub(super) fn typed_tls_routes(cache: &Cache<DynamicObject>) -> Vec<TlsRoute> {
-    cache
-        .store
-        .state()
-        .iter()
-        .filter_map(|route| {
-            let value = serde_json::to_value(&**route).ok()?;
-            match tls_route_from_value(value) {
-                Ok(route) => Some(route),
-                Err(err) => {
-                    tracing::warn!(error = %err, "skipping a TLSRoute that does not parse");
-                    None
-                }
-            }
         })
         .collect()
 }
