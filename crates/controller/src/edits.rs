@@ -317,6 +317,55 @@ mod tests {
     }
 
     #[test]
+    fn the_dns_edit_of_each_write_makes_the_planners_text_from_the_one_read() {
+        let mut snapshot = ClusterSnapshot::default();
+        hairpin_planner::load::load_yaml(
+            &mut snapshot,
+            "cluster.yaml",
+            include_str!("../../../examples/cluster.yaml"),
+        )
+        .expect("the example cluster loads");
+        for mode in [DnsMode::Corefile, DnsMode::Custom] {
+            let planner = PlannerConfig {
+                dns_mode: mode,
+                ..PlannerConfig::default()
+            };
+            let plan = hairpin_planner::desired(&snapshot, &planner);
+            let dns = plan.dns.as_ref().expect("a DNS change");
+            let changed: Vec<&DnsWrite> = dns.writes.iter().filter(|w| w.changed).collect();
+            assert!(!changed.is_empty(), "{mode:?}: nothing to write");
+            for write in changed {
+                let edit = dns_edit(write);
+                let after = edit.after(write.current.as_deref()).unwrap();
+                assert_eq!(
+                    after.as_deref().unwrap_or_default(),
+                    write.desired,
+                    "{mode:?} {}",
+                    write.target()
+                );
+                // A Corefile key is never created: a missing one is the editor's typed error.
+                if let WriteEdit::Blocks { .. } = write.edit {
+                    assert!(!edit.create_if_missing);
+                    assert_eq!(edit.after(None), Err(DnsEditError::NoCorefile));
+                }
+            }
+        }
+        // Removing our block gives back the Corefile as it was before hairpin's write.
+        let planner = PlannerConfig {
+            dns_mode: DnsMode::Corefile,
+            ..PlannerConfig::default()
+        };
+        let plan = hairpin_planner::desired(&snapshot, &planner);
+        let write = &plan.dns.as_ref().unwrap().writes[0];
+        assert!(matches!(write.edit, WriteEdit::Blocks { .. }), "{write:?}");
+        let edit = remove_block_edit("kube-system", "coredns", &write.key);
+        assert_eq!(
+            edit.after(Some(&write.desired)).unwrap(),
+            write.current.clone()
+        );
+    }
+
+    #[test]
     fn the_fight_fix_depends_on_the_config_map_and_its_writer() {
         let planner = PlannerConfig::default();
         let node_local = write_to("kube-system", "nodelocaldns", "Corefile");
