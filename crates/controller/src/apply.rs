@@ -5,7 +5,6 @@
 //! resourceVersion, retried on 409 Conflict with a fresh read and skipped when nothing changed.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceSpec};
@@ -13,72 +12,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectM
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Resource};
 
-use hairpin_planner::corefile;
-use hairpin_planner::is_managed;
+use hairpin_planner::{FIELD_MANAGER, is_managed};
 
+use crate::edits::KeyEdit;
 use crate::error::{is_conflict, is_not_found};
 use crate::fight::{Decision, Fights, Observation};
 use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// How many times a write is retried after a 409 Conflict (each time on a fresh read).
 pub const CONFLICT_RETRIES: u32 = 5;
-
-/// Computes the desired value of a key from its current one: `Ok(None)` removes the key.
-/// `Err` says why it cannot, in one line whose quoted text is escaped already (the Corefile
-/// editor's error message): printed as it is.
-pub type EditFn = Arc<dyn Fn(Option<&str>) -> Result<Option<String>, String> + Send + Sync>;
-
-/// A change to one key of one ConfigMap, recomputed from a fresh read on every attempt.
-#[derive(Clone)]
-pub struct KeyEdit {
-    /// Namespace of the ConfigMap.
-    pub namespace: String,
-    /// Name of the ConfigMap.
-    pub name: String,
-    /// The key edited.
-    pub key: String,
-    /// Create the ConfigMap when it does not exist (for `coredns-custom` and our own).
-    pub create_if_missing: bool,
-    /// Delete the ConfigMap when the edit leaves it empty and we created it.
-    pub delete_if_empty_and_ours: bool,
-    /// The ConfigMap is hairpin's own (the routes and hosts tables): an existing one without
-    /// hairpin's marks is someone else's and is not written ([`Error::NotOwned`]).
-    pub ours_only: bool,
-    /// The edit.
-    pub edit: EditFn,
-}
-
-impl std::fmt::Debug for KeyEdit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyEdit")
-            .field("namespace", &self.namespace)
-            .field("name", &self.name)
-            .field("key", &self.key)
-            .field("create_if_missing", &self.create_if_missing)
-            .field("ours_only", &self.ours_only)
-            .finish_non_exhaustive()
-    }
-}
-
-impl KeyEdit {
-    /// `namespace/name`.
-    pub fn config_map(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
-
-    /// An edit that sets the key to `value` (or removes it when `None`).
-    pub fn set(namespace: &str, name: &str, key: &str, value: Option<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-            key: key.into(),
-            create_if_missing: value.is_some(),
-            delete_if_empty_and_ours: true,
-            ours_only: false,
-            edit: Arc::new(move |_| Ok(value.clone())),
-        }
-    }
-}
 
 /// True when hairpin created the ConfigMap: the managed-by label AND
 /// [`CREATED_BY_ANNOTATION`] (see [`is_managed`]).
@@ -96,7 +38,7 @@ pub fn created_by_hairpin(meta: &ObjectMeta) -> bool {
             .as_ref()
             .and_then(|a| a.get(CREATED_BY_ANNOTATION))
             .map(String::as_str)
-            == Some("hairpin")
+            == Some(MANAGED_BY_VALUE)
 }
 
 /// The marks of [`created_by_hairpin`], for an object hairpin creates.
@@ -110,7 +52,7 @@ pub fn created_by_hairpin_meta(namespace: &str, name: &str) -> ObjectMeta {
         )])),
         annotations: Some(BTreeMap::from([(
             CREATED_BY_ANNOTATION.into(),
-            "hairpin".into(),
+            MANAGED_BY_VALUE.into(),
         )])),
         ..ObjectMeta::default()
     }
@@ -139,7 +81,7 @@ pub enum KeyOutcome {
 }
 
 /// Annotation marking an object hairpin created for itself (a ConfigMap, so uninstall may
-/// delete it once empty; the leader Lease).
+/// delete it once empty; the leader Lease), with the value [`MANAGED_BY_VALUE`].
 pub const CREATED_BY_ANNOTATION: &str = "hairpin.io/created-by";
 
 /// Reads the ConfigMap, applies the edit to the key, and writes it back with the
@@ -173,14 +115,16 @@ pub async fn write_key(client: &kube::Client, edit: &KeyEdit) -> Result<KeyOutco
                 kind: "ConfigMap",
                 object: what,
                 label: MANAGED_BY_LABEL,
-                annotation: format!("{CREATED_BY_ANNOTATION}=hairpin"),
+                annotation: format!("{CREATED_BY_ANNOTATION}={MANAGED_BY_VALUE}"),
             });
         }
-        let after = (edit.edit)(before.as_deref()).map_err(|reason| Error::DnsEdit {
-            config_map: what.clone(),
-            key: edit.key.clone(),
-            reason,
-        })?;
+        let after = edit
+            .after(before.as_deref())
+            .map_err(|source| Error::DnsEdit {
+                config_map: what.clone(),
+                key: edit.key.clone(),
+                source,
+            })?;
         if after == before {
             return Ok(match current {
                 Some(_) => KeyOutcome::Unchanged { value: before },
@@ -335,9 +279,6 @@ pub struct Reverted {
     /// (`None`: deleted, or no managedFields to say).
     pub writer: Option<String>,
 }
-
-/// The field manager hairpin's writes carry (so managedFields tell its changes from others').
-pub const FIELD_MANAGER: &str = "hairpin";
 
 /// Create and update options of hairpin's writes.
 pub fn post_params() -> PostParams {
@@ -731,24 +672,6 @@ pub async fn delete_managed_services(
     apply_services(client, namespace, source_annotation, &[], None)
         .await
         .map(|changes| changes.deleted)
-}
-
-/// An edit that removes our block from a Corefile (leaving every other byte as it was).
-pub fn remove_block_edit(namespace: &str, name: &str, key: &str) -> KeyEdit {
-    KeyEdit {
-        namespace: namespace.into(),
-        name: name.into(),
-        key: key.into(),
-        create_if_missing: false,
-        delete_if_empty_and_ours: false,
-        ours_only: false,
-        edit: Arc::new(|current| match current {
-            None => Ok(None),
-            Some(text) => corefile::remove(text)
-                .map(|edit| Some(edit.text))
-                .map_err(|err| err.to_string()),
-        }),
-    }
 }
 
 #[cfg(test)]

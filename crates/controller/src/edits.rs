@@ -2,19 +2,77 @@
 //! route table, the node agents' hosts block, the DNS keys and blocks, the clean-up after a
 //! DNS mode switch, and the fix to name in a write fight. No I/O: each takes the plan, the
 //! snapshot and the settings, and returns [`KeyEdit`]s (or text) for [`crate::apply`].
+//! A [`KeyEdit`] is data: which key, and the planner's [`KeyChange`] to make of it.
 
-use std::sync::Arc;
-
-use hairpin_planner::corefile;
+use hairpin_planner::dns::{self, DnsEditError, KeyChange};
 use hairpin_planner::{
-    ClusterSnapshot, DnsChange, DnsMode, DnsWrite, Plan, PlannerConfig, WriteEdit,
+    ClusterSnapshot, DnsChange, DnsMode, DnsWrite, EKS_FIELD_MANAGER, Plan, PlannerConfig,
+    WriteEdit,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
-use crate::apply::{KeyEdit, remove_block_edit};
+/// A change to one key of one ConfigMap, applied to the key as read before every write attempt
+/// ([`crate::apply::write_key`]) or as cached (`hairpin plan`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyEdit {
+    /// Namespace of the ConfigMap.
+    pub namespace: String,
+    /// Name of the ConfigMap.
+    pub name: String,
+    /// The key edited.
+    pub key: String,
+    /// Create the ConfigMap when it does not exist (for `coredns-custom` and our own).
+    pub create_if_missing: bool,
+    /// Delete the ConfigMap when the edit leaves it empty and we created it.
+    pub delete_if_empty_and_ours: bool,
+    /// The ConfigMap is hairpin's own (the routes and hosts tables): an existing one without
+    /// hairpin's marks is someone else's and is not written ([`crate::Error::NotOwned`]).
+    pub ours_only: bool,
+    /// What to make of the key.
+    pub change: KeyChange,
+}
 
-/// The field manager of EKS's managed add-ons, which EKS installs by server-side apply.
-pub const EKS_FIELD_MANAGER: &str = "eks";
+impl KeyEdit {
+    /// `namespace/name`.
+    pub fn config_map(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// An edit that sets the key to `value` (or removes it when `None`).
+    pub fn set(namespace: &str, name: &str, key: &str, value: Option<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            key: key.into(),
+            create_if_missing: value.is_some(),
+            delete_if_empty_and_ours: true,
+            ours_only: false,
+            change: KeyChange::Set(value),
+        }
+    }
+
+    /// The key's value after this edit, from its `current` one: `Ok(None)` removes the key.
+    ///
+    /// # Errors
+    /// The planner's [`DnsEditError`] when the Corefile editor refuses the text (one line whose
+    /// quoted text is escaped already: printed as it is).
+    pub fn after(&self, current: Option<&str>) -> Result<Option<String>, DnsEditError> {
+        dns::apply(&self.change, current)
+    }
+}
+
+/// An edit that removes our block from a Corefile (leaving every other byte as it was).
+pub fn remove_block_edit(namespace: &str, name: &str, key: &str) -> KeyEdit {
+    KeyEdit {
+        namespace: namespace.into(),
+        name: name.into(),
+        key: key.into(),
+        create_if_missing: false,
+        delete_if_empty_and_ours: false,
+        ours_only: false,
+        change: KeyChange::RemoveBlock,
+    }
+}
 
 /// The fix to name when another writer keeps reverting hairpin's change to `write`'s
 /// ConfigMap. It depends on that writer: the EKS CoreDNS add-on when a `managedFields` entry
@@ -222,42 +280,19 @@ fn external_dns_cleanup_edits(snapshot: &ClusterSnapshot, planner: &PlannerConfi
 
 /// The DNS edit, recomputed from a fresh read on every attempt (so a conflict retry edits
 /// what is there now, not what the cache held).
-pub fn dns_edit(write: &hairpin_planner::DnsWrite) -> KeyEdit {
-    let (namespace, name) = (
-        write.config_map.namespace.clone(),
-        write.config_map.name.clone(),
-    );
+pub fn dns_edit(write: &DnsWrite) -> KeyEdit {
+    let (namespace, name) = (&write.config_map.namespace, &write.config_map.name);
     match &write.edit {
-        WriteEdit::Key { value } => {
-            let value = value.clone();
-            KeyEdit {
-                namespace,
-                name,
-                key: write.key.clone(),
-                create_if_missing: value.is_some(),
-                delete_if_empty_and_ours: true,
-                ours_only: false,
-                edit: Arc::new(move |_| Ok(value.clone())),
-            }
-        }
-        WriteEdit::Blocks { inserts } => {
-            let inserts = inserts.clone();
-            KeyEdit {
-                namespace,
-                name,
-                key: write.key.clone(),
-                create_if_missing: false,
-                delete_if_empty_and_ours: false,
-                ours_only: false,
-                edit: Arc::new(move |current| {
-                    let current =
-                        current.ok_or_else(|| "the ConfigMap has no Corefile key".to_owned())?;
-                    corefile::write_blocks(current, &inserts)
-                        .map(|edit| Some(edit.text))
-                        .map_err(|err| err.to_string())
-                }),
-            }
-        }
+        WriteEdit::Key { value } => KeyEdit::set(namespace, name, &write.key, value.clone()),
+        WriteEdit::Blocks { .. } => KeyEdit {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            key: write.key.clone(),
+            create_if_missing: false,
+            delete_if_empty_and_ours: false,
+            ours_only: false,
+            change: KeyChange::from(&write.edit),
+        },
     }
 }
 
@@ -279,6 +314,55 @@ mod tests {
             changed: true,
             object: None,
         }
+    }
+
+    #[test]
+    fn the_dns_edit_of_each_write_makes_the_planners_text_from_the_one_read() {
+        let mut snapshot = ClusterSnapshot::default();
+        hairpin_planner::load::load_yaml(
+            &mut snapshot,
+            "cluster.yaml",
+            include_str!("../../../examples/cluster.yaml"),
+        )
+        .expect("the example cluster loads");
+        for mode in [DnsMode::Corefile, DnsMode::Custom] {
+            let planner = PlannerConfig {
+                dns_mode: mode,
+                ..PlannerConfig::default()
+            };
+            let plan = hairpin_planner::desired(&snapshot, &planner);
+            let dns = plan.dns.as_ref().expect("a DNS change");
+            let changed: Vec<&DnsWrite> = dns.writes.iter().filter(|w| w.changed).collect();
+            assert!(!changed.is_empty(), "{mode:?}: nothing to write");
+            for write in changed {
+                let edit = dns_edit(write);
+                let after = edit.after(write.current.as_deref()).unwrap();
+                assert_eq!(
+                    after.as_deref().unwrap_or_default(),
+                    write.desired,
+                    "{mode:?} {}",
+                    write.target()
+                );
+                // A Corefile key is never created: a missing one is the editor's typed error.
+                if let WriteEdit::Blocks { .. } = write.edit {
+                    assert!(!edit.create_if_missing);
+                    assert_eq!(edit.after(None), Err(DnsEditError::NoCorefile));
+                }
+            }
+        }
+        // Removing our block gives back the Corefile as it was before hairpin's write.
+        let planner = PlannerConfig {
+            dns_mode: DnsMode::Corefile,
+            ..PlannerConfig::default()
+        };
+        let plan = hairpin_planner::desired(&snapshot, &planner);
+        let write = &plan.dns.as_ref().unwrap().writes[0];
+        assert!(matches!(write.edit, WriteEdit::Blocks { .. }), "{write:?}");
+        let edit = remove_block_edit("kube-system", "coredns", &write.key);
+        assert_eq!(
+            edit.after(Some(&write.desired)).unwrap(),
+            write.current.clone()
+        );
     }
 
     #[test]

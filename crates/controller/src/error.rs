@@ -28,14 +28,15 @@ pub enum Error {
         source: kube::Error,
     },
     /// The CoreDNS configuration could not be edited (the editor refused it).
-    #[error("cannot edit {config_map} key {key}: {reason}")]
+    #[error("cannot edit {config_map} key {key}: {source}")]
     DnsEdit {
         /// `namespace/name` of the ConfigMap.
         config_map: String,
         /// The key being edited.
         key: String,
-        /// Why the editor refused.
-        reason: String,
+        /// Why the editor refused (its message escapes what it quotes).
+        #[source]
+        source: hairpin_planner::dns::DnsEditError,
     },
     /// A write kept conflicting with other writers after every retry.
     #[error("{action}: still conflicting after {attempts} attempts")]
@@ -128,7 +129,7 @@ impl Error {
 }
 
 /// A bounded label for a client error: by HTTP status class, or the transport failure.
-pub fn kube_error_label(error: &kube::Error) -> &'static str {
+pub(crate) fn kube_error_label(error: &kube::Error) -> &'static str {
     match error {
         kube::Error::Api(status) => match status.code {
             401 => "api_unauthorized",
@@ -149,14 +150,14 @@ pub fn kube_error_label(error: &kube::Error) -> &'static str {
 
 /// True when the error is the server's 404 NotFound for the object itself (not for its
 /// namespace: see [`missing_namespace`]).
-pub fn is_not_found(error: &kube::Error) -> bool {
+pub(crate) fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
         && missing_namespace(error).is_none()
 }
 
 /// The namespace a create was refused for because it does not exist: the server answers 404
 /// with `details.kind: namespaces` and the namespace as `details.name`.
-pub fn missing_namespace(error: &kube::Error) -> Option<&str> {
+pub(crate) fn missing_namespace(error: &kube::Error) -> Option<&str> {
     let kube::Error::Api(status) = error else {
         return None;
     };
@@ -166,6 +167,6 @@ pub fn missing_namespace(error: &kube::Error) -> Option<&str> {
 }
 
 /// True when the error is the server's 409 (Conflict or AlreadyExists).
-pub fn is_conflict(error: &kube::Error) -> bool {
+pub(crate) fn is_conflict(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 409)
 }

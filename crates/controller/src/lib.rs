@@ -4,7 +4,8 @@
 //! - [`crd`]: the `Hairpin` custom resource, status per hairpinned load balancer.
 //! - [`status`]: the `Hairpin` objects' status, and the propagation check behind it.
 //! - [`propagation`]: asking the cluster DNS whether a write took effect.
-//! - [`watch`]: reflector caches of what the planner reads, and the snapshot.
+//! - [`watch`]: reflector caches of what the planner reads (fed in `watch/streams.rs`), and
+//!   the snapshot built from them (`watch/snapshot.rs`).
 //! - [`controller`]: the debounced plan-and-apply loop, run only by the leader: the loop,
 //!   a pure `decide` (Events, their texts, metric choices, the write-fight policy) and `act`.
 //! - [`context`]: what the loop's writers share (client, Events, metrics, planner settings,
@@ -21,8 +22,8 @@
 //! - [`uninstall`]: removing everything hairpin wrote.
 //! - [`removal`]: a removal without the uninstall hook (a GitOps prune, `kubectl delete -f`, a
 //!   deleted namespace) told from a restart; the restore then, with what it needs held.
-//! - [`upstream`]: the upstream resolver: the hostnames resolved as the cluster DNS would
-//!   without hairpin's rules, for hostname verification.
+//! - [`ownership`]: the ownership resolver: the hostnames resolved as the cluster DNS would
+//!   without hairpin's rules, proving which load balancer owns each, for hostname verification.
 //! - [`preview`]: `hairpin plan` against a cluster: what the controller would write now.
 #![forbid(unsafe_code)]
 
@@ -33,19 +34,19 @@ pub mod controller;
 pub mod crd;
 pub mod dns_endpoints;
 pub mod edits;
-pub mod error;
+mod error;
 pub mod fight;
 pub mod gate;
 pub mod lease;
 pub mod metrics;
 pub mod native;
+pub mod ownership;
 pub mod preview;
 pub mod propagation;
 pub mod removal;
 pub mod report;
 pub mod status;
 pub mod uninstall;
-pub mod upstream;
 pub mod watch;
 
 pub use controller::{ControllerConfig, run};

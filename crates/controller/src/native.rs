@@ -33,10 +33,10 @@ use std::time::{Duration, Instant};
 
 use hairpin_planner::escape;
 use hairpin_planner::native::{
-    FIELD_MANAGER, IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeAction, NativeEntry, NativeRecord,
-    ProbeState, ingress_writer, taken_over,
+    IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeAction, NativeEntry, NativeRecord, ProbeState,
+    ingress_writer, taken_over,
 };
-use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, ObjectRef, Plan};
+use hairpin_planner::{ClusterSnapshot, FIELD_MANAGER, LoadBalancerPlan, ObjectRef, Plan};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
@@ -47,8 +47,9 @@ pub use probe::{
 };
 
 use crate::Error;
-use crate::apply::{KeyEdit, write_key};
+use crate::apply::write_key;
 use crate::context::Context;
+use crate::edits::KeyEdit;
 use crate::error::{is_conflict, is_not_found};
 use crate::fight::{Decision, FightParams, Fights, Observation};
 use crate::metrics::{ProbeLabels, WriterLabels};

@@ -27,9 +27,9 @@ use tokio::sync::Notify;
 
 use crate::Error;
 use crate::MANAGED_BY_LABEL;
-use crate::apply::{CREATED_BY_ANNOTATION, KeyEdit, config_map_is_ours, service_matches};
+use crate::apply::{CREATED_BY_ANNOTATION, config_map_is_ours, service_matches};
 use crate::crd::{Hairpin, HairpinStatus};
-use crate::edits::{dns_edit, hosts_edit, mode_switch_edits, routes_edit};
+use crate::edits::{KeyEdit, dns_edit, hosts_edit, mode_switch_edits, routes_edit};
 use crate::metrics::Metrics;
 use crate::status::desired_hairpins;
 use crate::watch::Caches;
@@ -230,7 +230,9 @@ fn key_change(edit: &KeyEdit, snapshot: &ClusterSnapshot) -> Result<Option<Chang
             "the ConfigMap exists and is not hairpin's (it lacks the label {MANAGED_BY_LABEL}=hairpin or the annotation {CREATED_BY_ANNOTATION}=hairpin); hairpin leaves it alone"
         ));
     }
-    let after = (edit.edit)(before.as_deref())?;
+    let after = edit
+        .after(before.as_deref())
+        .map_err(|err| err.to_string())?;
     if after == before || (cm.is_none() && !edit.create_if_missing) {
         return Ok(None);
     }

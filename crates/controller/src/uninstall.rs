@@ -34,11 +34,12 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::apply::{
-    KeyEdit, KeyOutcome, config_map_is_ours, created_by_hairpin, created_by_hairpin_meta,
-    delete_as_read, delete_managed_services, post_params, remove_block_edit, write_key,
+    KeyOutcome, config_map_is_ours, created_by_hairpin, created_by_hairpin_meta, delete_as_read,
+    delete_managed_services, post_params, write_key,
 };
 use crate::crd::Hairpin;
 use crate::dns_endpoints::delete_dns_endpoints;
+use crate::edits::{KeyEdit, remove_block_edit};
 use crate::error::is_not_found;
 use crate::lease::{
     FENCE_ACKNOWLEDGED_ANNOTATION, FENCE_ANNOTATION, FENCE_HOLDER,

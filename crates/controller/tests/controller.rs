@@ -812,7 +812,8 @@ async fn a_corefile_hairpin_cannot_edit_is_reported_and_left_alone() {
 
 #[tokio::test]
 async fn a_missing_namespace_is_one_clear_error_naming_it() {
-    use hairpin_controller::apply::{KeyEdit, apply_services, write_key};
+    use hairpin_controller::apply::{apply_services, write_key};
+    use hairpin_controller::edits::KeyEdit;
     // No `hairpin` namespace: the chart was not installed, or --namespace names another.
     let fake = FakeApiServer::start().await;
     let client = fake.client();

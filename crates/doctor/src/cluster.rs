@@ -17,7 +17,7 @@ use hairpin_planner::receivers;
 use hairpin_planner::sources::{SOURCE_APIS, TLS_ROUTE_VERSIONS, tls_route_from_value};
 use hairpin_planner::workloads::{DYNAMIC_APIS, ReceiverObjects};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig, SkipReason};
-use hairpin_planner::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hairpin_planner::{EKS_FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_runtime::kubeconfig::ConfigError;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
@@ -116,9 +116,6 @@ const KUBE_SYSTEM: &str = "kube-system";
 /// The label an add-on manager (GKE, AKS, kube-up's addon-manager) puts on objects it keeps as
 /// shipped: with `Reconcile` it reverts every edit.
 const ADDON_MODE_LABEL: &str = "addonmanager.kubernetes.io/mode";
-
-/// The field manager EKS applies its managed add-ons with (server-side apply).
-const EKS_FIELD_MANAGER: &str = "eks";
 
 /// Builds a client with short timeouts.
 ///

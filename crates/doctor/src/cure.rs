@@ -14,7 +14,7 @@
 use hairpin_planner::CureMode;
 use hairpin_planner::delivery::{Delivery, DeliveryOf, VIP_NODES, VIP_OUTAGE};
 use hairpin_planner::escape::Text;
-use hairpin_planner::native::{CureChoice, NativeEntry, NativeProgress, ProbeState};
+use hairpin_planner::native::{CureChoice, IP_MODE_PROXY, NativeEntry, NativeProgress, ProbeState};
 use serde::Serialize;
 
 use crate::dataplane::IpModeSupport;
@@ -322,7 +322,7 @@ fn not_native(
 fn status_proxy(lb: &LoadBalancerFacts) -> bool {
     lb.ingress
         .iter()
-        .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
+        .any(|ingress| ingress.ip_mode.as_deref() == Some(IP_MODE_PROXY))
 }
 
 /// A cloud controller computes `ipMode`: it cures the load balancer when its status says

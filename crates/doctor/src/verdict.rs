@@ -2,6 +2,7 @@
 //! rule is unit-tested without a network or a cluster.
 
 use hairpin_planner::escape::Text;
+use hairpin_planner::native::IP_MODE_PROXY;
 use serde::Serialize;
 
 use crate::admission::AdmissionPolicyFacts;
@@ -706,7 +707,7 @@ fn ip_mode_ignored(cluster: &ClusterView) -> Option<String> {
         || !lb
             .ingress
             .iter()
-            .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
+            .any(|ingress| ingress.ip_mode.as_deref() == Some(IP_MODE_PROXY))
     {
         return None;
     }
@@ -728,7 +729,7 @@ fn forced(lb: &LoadBalancerFacts, cure: Option<&CureFacts>) -> bool {
         && lb
             .ingress
             .iter()
-            .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
+            .any(|ingress| ingress.ip_mode.as_deref() == Some(IP_MODE_PROXY))
 }
 
 /// The words for the dataplane's part: who handles pods' traffic to load balancer IPs and
@@ -767,7 +768,7 @@ fn provider_fixes(facts: &ClusterFacts) -> Vec<String> {
         && lb
             .ingress
             .iter()
-            .any(|ingress| ingress.ip_mode.as_deref() == Some("Proxy"))
+            .any(|ingress| ingress.ip_mode.as_deref() == Some(IP_MODE_PROXY))
     {
         return vec![force_the_hairpin(lb, ignoring), hairpin];
     }

@@ -148,6 +148,7 @@ impl Agent {
 mod tests {
     use super::*;
     use crate::SourceFile;
+    use hairpin_runtime::Readiness;
 
     async fn wait_for(path: &std::path::Path, needle: &str) {
         for _ in 0..250 {

@@ -534,6 +534,12 @@ pub const CLUSTER_DNS_SERVICE: &str = "kube-dns";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`MANAGED_BY_LABEL`].
 pub const MANAGED_BY_VALUE: &str = "hairpin";
+/// The field manager of every write hairpin makes (objects, ConfigMap keys, status): how
+/// managedFields tell hairpin's changes (its `ipMode`, its blocks) from another writer's.
+pub const FIELD_MANAGER: &str = "hairpin";
+/// The annotation `kubectl apply` keeps the whole applied object in: nothing of hairpin reads
+/// it, and it is dropped from what hairpin caches or writes back.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// Annotation on a hairpin Service naming its source load balancer (`namespace/name`).
 pub const SOURCE_ANNOTATION: &str = "hairpin.io/source";
 /// Labels on a hairpin Service naming its source load balancer (a label value cannot hold `/`).

@@ -16,14 +16,17 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
 use crate::balancers::{LoadBalancerPlan, cluster_ips};
-use crate::config::{CLUSTER_DNS_SERVICE, DnsMode, NodeLocalDns, PlannerConfig};
+use crate::config::{
+    CLUSTER_DNS_SERVICE, DnsMode, LAST_APPLIED_ANNOTATION, NodeLocalDns, PlannerConfig,
+};
 use crate::corefile::{
     self, BlockInsert, CorefileError, CorefileInfo, DnsEntry, EntryRef, HostPattern, Placement,
-    ZoneUpstreams, normalize_target,
+    normalize_target,
 };
 use crate::error::PlanError;
 use crate::escape::Text;
 use crate::external_dns::DnsEndpoints;
+use crate::forward::ZoneUpstreams;
 use crate::name::{DnsName, WildcardLabels};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::verify;
@@ -159,6 +162,10 @@ impl DnsRedirect {
         })
     }
 }
+
+/// The field manager EKS applies its managed add-ons with (server-side apply), its CoreDNS
+/// ConfigMap among them: the writer that puts its own Corefile back over hairpin's block.
+pub const EKS_FIELD_MANAGER: &str = "eks";
 
 /// What the controller needs to know of the cluster's CoreDNS configuration, read once by the
 /// planner ([`ClusterDns::facts`]) so that nothing downstream parses a Corefile again.
@@ -938,7 +945,7 @@ fn strip_server_fields(meta: &mut ObjectMeta) {
     meta.generation = None;
     meta.uid = None;
     if let Some(a) = meta.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+        a.remove(LAST_APPLIED_ANNOTATION);
         if a.is_empty() {
             meta.annotations = None;
         }

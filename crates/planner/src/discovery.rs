@@ -345,7 +345,7 @@ fn load_balancer(
         .iter()
         .filter(|e| {
             proxy.explicit
-                || e.ip_mode.as_deref() != Some("Proxy")
+                || e.ip_mode.as_deref() != Some(native::IP_MODE_PROXY)
                 || e.ip.as_ref().is_some_and(|ip| ours.contains(ip))
         })
         .filter_map(|e| e.ip.as_deref()?.parse().ok())
@@ -585,7 +585,8 @@ fn forced(
 ) -> Option<String> {
     // An address at Proxy because hairpin's native cure set it is not a reason to force.
     let ip_mode_proxy = entries.iter().any(|e| {
-        e.ip.as_ref().is_some_and(|ip| !ours.contains(ip)) && e.ip_mode.as_deref() == Some("Proxy")
+        e.ip.as_ref().is_some_and(|ip| !ours.contains(ip))
+            && e.ip_mode.as_deref() == Some(native::IP_MODE_PROXY)
     });
     (proxy.explicit && (ip_mode_proxy || pass_through)).then(|| {
         let by = proxy.sources.join(", ");

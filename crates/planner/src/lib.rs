@@ -12,6 +12,8 @@
 //! - [`escape`]: untrusted strings made safe to print in every output format.
 //! - `warning`: the plan's warnings; [`markers`]: hairpin's marked blocks in text files.
 //! - `config`: settings, each with a default.
+//! - [`forward`]: where the cluster DNS forwards a name (the Corefile's `forward` targets per
+//!   zone, as values).
 //!
 //! Stages:
 //! 1. `snapshot`: the input objects (with the CRD sources, `DNSEndpoint`s and the
@@ -30,6 +32,8 @@
 //! 6. DNS rendering: `coredns` (the writes into the CoreDNS ConfigMaps: Corefile,
 //!    `coredns-custom`, node-local-dns) with the [`corefile`] editor, [`hosts`] (the node
 //!    agents' hosts file), [`external_dns`] (`DNSEndpoint`s), [`kube_dns`] (`stubDomains`).
+//!    [`dns`]: a change to one DNS ConfigMap key as data ([`dns::KeyChange`]), applied to the
+//!    key's current text by [`dns::apply`] (the controller's writes and `hairpin plan`).
 //! 7. `plan`: the plan value, with its errors ([`PlanError`]); `desired` runs the stages.
 //!
 //! On top: [`load`] (cluster objects from YAML text) and [`render`] (text, diff and YAML forms
@@ -50,9 +54,11 @@ pub mod corefile;
 pub mod delivery;
 mod desired;
 mod discovery;
+pub mod dns;
 mod error;
 pub mod escape;
 pub mod external_dns;
+pub mod forward;
 pub mod hostnames;
 pub mod hosts;
 pub mod kube_dns;

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{CureMode, PlannerConfig};
+use crate::config::{CureMode, FIELD_MANAGER, PlannerConfig};
 use crate::delivery::{Delivery, DeliveryOf, VIP_NODES, VIP_OUTAGE, delivery_of};
 use crate::escape;
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
@@ -45,10 +45,6 @@ pub const IP_MODE_PROXY: &str = "Proxy";
 
 /// The default `ipMode` (also what an unset one means): kube-proxy short-circuits the IP.
 pub const IP_MODE_VIP: &str = "VIP";
-
-/// The field manager of hairpin's status writes: how hairpin tells its own `ipMode` from one
-/// another writer (an upgraded cloud controller, an operator) set.
-pub const FIELD_MANAGER: &str = "hairpin";
 
 /// The DaemonSets whose pods decide whether a load balancer IP is short-circuited: kube-proxy
 /// and the CNIs that replace it. A change of one of them (its generation: an upgrade, a

@@ -330,7 +330,7 @@ fn a_writer_that_sets_ip_mode_proxy_itself_takes_over_and_hairpin_steps_back() {
     // hairpin's own Proxy: a proven cure, nothing to do.
     let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
     snapshot.config_maps.push(record(ProbeState::Proven));
-    written_by(&mut snapshot, hairpin_planner::native::FIELD_MANAGER);
+    written_by(&mut snapshot, hairpin_planner::FIELD_MANAGER);
     let plan = desired(&snapshot, &config(CureMode::Auto));
     assert_eq!(plan.cures[0].cure, Cure::Native);
     assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);

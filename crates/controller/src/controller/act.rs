@@ -13,15 +13,15 @@ use k8s_openapi::api::core::v1::Service;
 use super::decide::{self, Counter, Effect, Gauge, OwnKey, Reported, Restored, earliest};
 use super::{ControllerConfig, StopFuture};
 use crate::Error;
-use crate::apply::{KeyEdit, KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
+use crate::apply::{KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
 use crate::context::Context;
 use crate::dns_endpoints::DnsEndpointWriter;
-use crate::edits::{hosts_edit, routes_edit};
+use crate::edits::{KeyEdit, hosts_edit, routes_edit};
 use crate::fight::{Decision, Fights};
 use crate::native::NativeCurer;
+use crate::ownership::OwnershipResolver;
 use crate::propagation::Checks;
 use crate::status::{DnsState, StatusWriter};
-use crate::upstream::UpstreamResolver;
 use crate::watch::Caches;
 
 mod dns;
@@ -45,8 +45,8 @@ pub(super) struct Reconciler {
     dns_endpoints: DnsEndpointWriter,
     /// The native cure's status writes, probes and record.
     native: NativeCurer,
-    /// The upstream resolver, with `--verify-hostnames=resolve`.
-    upstream: Option<UpstreamResolver>,
+    /// The ownership resolver, with `--verify-hostnames=resolve`.
+    upstream: Option<OwnershipResolver>,
     /// The first write after the start waited for the names' first answers (or for the
     /// startup grace to end).
     verified_once: bool,
@@ -60,8 +60,8 @@ impl Reconciler {
     pub(super) fn new(ctx: &Arc<Context>, config: &ControllerConfig, stop: &StopFuture) -> Self {
         let upstream = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
             .then(|| {
-                UpstreamResolver::new(
-                    config.verify.clone(),
+                OwnershipResolver::new(
+                    config.ownership.clone(),
                     ctx.changed.clone(),
                     ctx.metrics.clone(),
                 )

@@ -26,9 +26,9 @@ use crate::gate::WriteGate;
 use crate::lease::{Leadership, LeaseManager, LeaseParams};
 use crate::metrics::Metrics;
 use crate::native::NativeParams;
+use crate::ownership::OwnershipParams;
 use crate::propagation::PropagationParams;
 use crate::report::Events;
-use crate::upstream::UpstreamParams;
 use crate::watch::Caches;
 use act::Reconciler;
 
@@ -54,9 +54,9 @@ pub struct ControllerConfig {
     pub max_retry: Duration,
     /// The check, after each DNS write, that the cluster DNS answers with the hairpin Service.
     pub propagation: PropagationParams,
-    /// The upstream resolver of hostname verification (with `planner.verify_hostnames` set to
+    /// The ownership resolver of hostname verification (with `planner.verify_hostnames` set to
     /// `resolve`).
-    pub verify: UpstreamParams,
+    pub ownership: OwnershipParams,
     /// The native cure's probe (with `planner.cure` `auto` or `native`).
     pub native: NativeParams,
 }
@@ -75,7 +75,7 @@ impl ControllerConfig {
             min_retry: Duration::from_millis(500),
             max_retry: Duration::from_secs(60),
             propagation: PropagationParams::default(),
-            verify: UpstreamParams::default(),
+            ownership: OwnershipParams::default(),
             native: NativeParams::default(),
         }
     }

@@ -9,9 +9,9 @@ use std::time::Duration;
 use hairpin_controller::client::ClientArgs;
 use hairpin_controller::fight::FightParams;
 use hairpin_controller::lease::LeaseParams;
+use hairpin_controller::ownership::OwnershipParams;
 use hairpin_controller::propagation::PropagationParams;
 use hairpin_controller::removal::RemovalParams;
-use hairpin_controller::upstream::UpstreamParams;
 use hairpin_controller::{ControllerConfig, Metrics};
 use hairpin_planner::PlannerConfig;
 use hairpin_runtime::logging::LogArgs;
@@ -192,9 +192,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         interval: args.propagation_interval,
         ..PropagationParams::default()
     };
-    config.verify = UpstreamParams {
+    config.ownership = OwnershipParams {
         servers: (!args.verify_nameservers.is_empty()).then(|| args.verify_nameservers.clone()),
-        ..UpstreamParams::default()
+        ..OwnershipParams::default()
     };
     // Without an election the Lease is still read: `hairpin uninstall` fences every
     // controller through it.

@@ -339,10 +339,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         if config.verify_hostnames == VerifyMode::Resolve {
             // As the controller does, from this machine: the Corefile's forward targets, and
             // this machine's resolv.conf where the Corefile names one.
-            runtime.block_on(hairpin_controller::upstream::resolve_once(
+            runtime.block_on(hairpin_controller::ownership::resolve_once(
                 &mut observed.snapshot,
                 &config,
-                hairpin_controller::upstream::UpstreamParams::default(),
+                hairpin_controller::ownership::OwnershipParams::default(),
                 hairpin_controller::Metrics::register(&mut Default::default()),
                 args.timeout,
             ));

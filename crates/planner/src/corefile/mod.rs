@@ -35,11 +35,12 @@ pub use rules::{
     ANSWER_TTL, DnsEntry, EXACT_RULES_MAX_PER_TARGET, HostPattern, REGEX_PATTERN_BUDGET, RuleStyle,
     render_answers, render_rules, render_rules_with, service_fqdn,
 };
-pub use upstream::{Upstream, ZoneUpstreams, upstreams, upstreams_for};
+pub use upstream::upstreams;
 
 pub(crate) use rules::{EntryRef, normalize_target};
 
 use crate::escape::Text;
+use crate::forward::ZoneUpstreams;
 use crate::markers::{self, Block};
 use crate::markers::{Edit, MarkerDamage, Warning};
 use parse::{Corefile, ServerBlock, leading_indent, line_start};

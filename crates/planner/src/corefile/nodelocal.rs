@@ -9,8 +9,8 @@
 use std::collections::BTreeSet;
 
 use super::parse;
-use super::placement::in_zone;
 use super::{CorefileError, HostPattern};
+use crate::forward::in_zone;
 
 /// Placeholders node-cache replaces at runtime with the kube-dns Service address.
 const CLUSTER_DNS_PLACEHOLDERS: &[&str] = &["__PILLAR__CLUSTER__DNS__", "__PILLAR__DNS__SERVER__"];

@@ -23,6 +23,7 @@ use serde::Serialize;
 use super::parse::{Corefile, Directive, ServerBlock};
 use super::rules::{EntryRef, RuleStyle, render_answers_of, render_rules_of};
 use super::{CorefileError, Warning};
+use crate::forward::in_zone;
 use crate::name::WildcardLabels;
 
 /// The port CoreDNS listens on when a server block key names none.
@@ -141,11 +142,6 @@ fn parse_key(key: &str) -> Option<(Zone, Option<u16>)> {
         })
     };
     Some((zone, port))
-}
-
-/// `name` lies in `zone` (or is it).
-pub(super) fn in_zone(name: &str, zone: &str) -> bool {
-    zone == "." || name == zone || name.strip_suffix(zone).is_some_and(|h| h.ends_with('.'))
 }
 
 /// How many labels `zone` has (0 for the root).

@@ -1,37 +1,13 @@
 //! Where the cluster DNS sends the names it does not serve: the `forward` plugins of the
-//! Corefile, per zone. The controller's resolver asks these servers itself ([`crate::verify`]),
-//! so that it sees what CoreDNS would answer without hairpin's rules.
+//! Corefile, per zone, read into [`crate::forward`]'s values. The controller's resolver asks
+//! these servers itself ([`crate::verify`]), so that it sees what CoreDNS would answer without
+//! hairpin's rules.
 
 use std::net::{IpAddr, SocketAddr};
 
-use serde::Serialize;
-
-use super::placement::{in_zone, labels};
+use super::placement::labels;
 use super::{CorefileError, parse};
-
-/// One `forward` target.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "kind", content = "value")]
-pub enum Upstream {
-    /// A DNS server (`8.8.8.8`, `dns://10.0.0.10:5353`, `[2001:db8::1]:53`).
-    Server(SocketAddr),
-    /// A resolv.conf file (`/etc/resolv.conf`): the servers of the CoreDNS pod's file, which
-    /// with CoreDNS's usual `dnsPolicy: Default` are the node's resolvers.
-    ResolvConf(String),
-    /// A target the resolver cannot ask as CoreDNS does (`tls://`, `https://`, a
-    /// placeholder), as written.
-    Unsupported(String),
-}
-
-/// The `forward` targets of one zone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ZoneUpstreams {
-    /// `.` or a domain, lowercase, without trailing dot: the `forward` plugin's `from`, within
-    /// its server block's zone.
-    pub zone: String,
-    /// The targets, in Corefile order (CoreDNS picks among them at random by default).
-    pub upstreams: Vec<Upstream>,
-}
+use crate::forward::{Upstream, ZoneUpstreams, in_zone};
 
 /// Every zone with a `forward`, most specific first: a name is sent to the first whose zone
 /// holds it.
@@ -83,15 +59,6 @@ pub(super) fn upstreams_in(cf: &parse::Corefile, corefile: &str) -> Vec<ZoneUpst
     out
 }
 
-/// The targets of the most specific zone holding `name`.
-pub fn upstreams_for<'a>(zones: &'a [ZoneUpstreams], name: &str) -> Option<&'a [Upstream]> {
-    let name = name.strip_prefix("*.").unwrap_or(name);
-    zones
-        .iter()
-        .find(|z| in_zone(name, &z.zone))
-        .map(|z| z.upstreams.as_slice())
-}
-
 fn normal_zone(zone: &str) -> String {
     let z = zone.trim_end_matches('.').to_ascii_lowercase();
     if z.is_empty() { ".".into() } else { z }
@@ -135,6 +102,7 @@ fn upstream(target: &str) -> Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::forward::upstreams_for;
 
     #[test]
     fn forward_targets_per_zone_most_specific_first() {

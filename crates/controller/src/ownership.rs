@@ -1,10 +1,11 @@
-//! The upstream resolver, behind hostname verification ([`hairpin_planner::verify`]): it asks the
-//! cluster's upstream DNS about each name the plan lists, the way CoreDNS would without
-//! hairpin's rules, and feeds the answers back into the snapshot.
+//! The ownership resolver, behind hostname verification ([`hairpin_planner::verify`]): it proves
+//! which load balancer owns each name the plan lists by asking the cluster's upstream DNS (the
+//! servers the Corefile forwards to) the way CoreDNS would without hairpin's rules, and feeds
+//! the answers back into the snapshot. ("Upstream" elsewhere in hairpin is the proxy's backend.)
 //!
 //! - Whom it asks: for each name, the `forward` targets of the Corefile zone holding it
-//!   ([`hairpin_planner::corefile::upstreams`]). A target `/etc/resolv.conf` means the CoreDNS
-//!   pod's resolv.conf, which with CoreDNS's `dnsPolicy: Default` holds the node's resolvers;
+//!   ([`hairpin_planner::CorednsFacts::forward_zones`], as the planner read them). A target
+//!   `/etc/resolv.conf` means the CoreDNS pod's resolv.conf, which with CoreDNS's `dnsPolicy: Default` holds the node's resolvers;
 //!   the controller reads its own resolv.conf for it, so the chart runs the controller with
 //!   `dnsPolicy: Default` too (with `ClusterFirst` it would ask CoreDNS, and see hairpin's own
 //!   answers: such a resolv.conf, told by its `svc` search domain, is refused with a message
@@ -14,8 +15,8 @@
 //!   status hostname proves the name too), no search list, no hosts file. A wildcard is asked
 //!   through a fresh random label under it.
 //! - When: a name is asked when it first appears and again when its answer's TTL runs out
-//!   (bounded by [`UpstreamParams::min_ttl`] and [`UpstreamParams::max_ttl`]); a failed query is
-//!   retried after [`UpstreamParams::retry`]. At most [`UpstreamParams::concurrency`] queries are
+//!   (bounded by [`OwnershipParams::min_ttl`] and [`OwnershipParams::max_ttl`]); a failed query is
+//!   retried after [`OwnershipParams::retry`]. At most [`OwnershipParams::concurrency`] queries are
 //!   in flight.
 //! - Failures do not flap: when a re-check fails (timeout, `SERVFAIL`) the last definite
 //!   answer is kept until a re-check gets one again. Only a name never answered since the
@@ -31,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hairpin_planner::corefile::{Upstream, ZoneUpstreams, upstreams_for};
+use hairpin_planner::forward::{Upstream, ZoneUpstreams, upstreams_for};
 use hairpin_planner::verify::NameCheck;
 use hairpin_planner::{Resolution, Resolutions};
 use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
@@ -44,7 +45,7 @@ use crate::metrics::Metrics;
 
 /// Resolver settings.
 #[derive(Clone, Debug)]
-pub struct UpstreamParams {
+pub struct OwnershipParams {
     /// Time allowed for one query to one server.
     pub timeout: Duration,
     /// Tries per server.
@@ -66,7 +67,7 @@ pub struct UpstreamParams {
     pub resolv_conf: PathBuf,
 }
 
-impl Default for UpstreamParams {
+impl Default for OwnershipParams {
     fn default() -> Self {
         Self {
             timeout: Duration::from_secs(2),
@@ -98,12 +99,12 @@ struct State {
     /// Name -> the servers to ask, as the last plan listed them.
     wanted: BTreeMap<String, Servers>,
     answers: HashMap<String, Cached>,
-    /// What the last snapshot got ([`UpstreamResolver::resolutions`]).
+    /// What the last snapshot got ([`OwnershipResolver::resolutions`]).
     published: Resolutions,
 }
 
 struct Shared {
-    params: UpstreamParams,
+    params: OwnershipParams,
     state: Mutex<State>,
     /// Wakes the resolver task when the wanted names change.
     wake: Notify,
@@ -115,24 +116,24 @@ struct Shared {
 
 /// The controller's handle on the resolver task.
 #[derive(Clone)]
-pub struct UpstreamResolver {
+pub struct OwnershipResolver {
     shared: Arc<Shared>,
 }
 
-impl std::fmt::Debug for UpstreamResolver {
+impl std::fmt::Debug for OwnershipResolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.state();
-        f.debug_struct("UpstreamResolver")
+        f.debug_struct("OwnershipResolver")
             .field("wanted", &state.wanted.len())
             .field("answers", &state.answers.len())
             .finish_non_exhaustive()
     }
 }
 
-impl UpstreamResolver {
-    /// A upstream that wakes `changed` when an answer changes; [`UpstreamResolver::run`] does the
+impl OwnershipResolver {
+    /// A resolver that wakes `changed` when an answer changes; [`OwnershipResolver::run`] does the
     /// resolving.
-    pub fn new(params: UpstreamParams, changed: Arc<Notify>, metrics: Metrics) -> Self {
+    pub fn new(params: OwnershipParams, changed: Arc<Notify>, metrics: Metrics) -> Self {
         Self {
             shared: Arc::new(Shared {
                 params,
@@ -252,7 +253,7 @@ impl UpstreamResolver {
         (due, next)
     }
 
-    /// Asks `due`, [`UpstreamParams::concurrency`] at a time, publishing the answers every
+    /// Asks `due`, [`OwnershipParams::concurrency`] at a time, publishing the answers every
     /// chunk (a long first pass shows progress, and the control loop plans with it).
     async fn resolve(
         &self,
@@ -358,7 +359,7 @@ impl UpstreamResolver {
 pub async fn resolve_once(
     snapshot: &mut hairpin_planner::ClusterSnapshot,
     planner: &hairpin_planner::PlannerConfig,
-    params: UpstreamParams,
+    params: OwnershipParams,
     metrics: Metrics,
     timeout: Duration,
 ) {
@@ -366,11 +367,11 @@ pub async fn resolve_once(
     if plan.verification.names.is_empty() {
         return;
     }
-    let params = UpstreamParams {
+    let params = OwnershipParams {
         startup_grace: Duration::MAX,
         ..params
     };
-    let upstream = UpstreamResolver::new(params, Arc::new(Notify::new()), metrics);
+    let upstream = OwnershipResolver::new(params, Arc::new(Notify::new()), metrics);
     upstream.want(&plan.verification.names, &plan.coredns.forward_zones);
     let run = upstream.clone().run(std::future::pending());
     let done = async {
@@ -390,7 +391,7 @@ pub async fn resolve_once(
 
 /// A resolver asking exactly `servers`: no cache of its own (the upstream keeps the answers
 /// with their TTLs), no hosts file, no search list, CNAME chains kept.
-fn resolver_for(servers: &[SocketAddr], params: &UpstreamParams) -> Result<TokioResolver, String> {
+fn resolver_for(servers: &[SocketAddr], params: &OwnershipParams) -> Result<TokioResolver, String> {
     let name_servers = servers
         .iter()
         .map(|server| {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hairpin_controller::Metrics;
-use hairpin_controller::upstream::{UpstreamParams, UpstreamResolver};
+use hairpin_controller::ownership::{OwnershipParams, OwnershipResolver};
 use hairpin_planner::verify::NameCheck;
 use hairpin_planner::{ObjectRef, Resolution};
 use hickory_proto::op::{Metadata, ResponseCode};
@@ -177,12 +177,12 @@ fn check(name: &str) -> NameCheck {
     }
 }
 
-fn params(server: SocketAddr) -> UpstreamParams {
-    UpstreamParams {
+fn params(server: SocketAddr) -> OwnershipParams {
+    OwnershipParams {
         timeout: Duration::from_millis(300),
         attempts: 1,
         servers: Some(vec![server]),
-        ..UpstreamParams::default()
+        ..OwnershipParams::default()
     }
 }
 
@@ -191,7 +191,7 @@ fn metrics() -> Metrics {
 }
 
 /// Waits until the upstream has an answer for each of `n` names.
-async fn answers(upstream: &UpstreamResolver, n: usize) -> hairpin_planner::Resolutions {
+async fn answers(upstream: &OwnershipResolver, n: usize) -> hairpin_planner::Resolutions {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let r = upstream.resolutions();
@@ -233,7 +233,7 @@ async fn the_resolver_reports_each_kind_of_answer_from_a_real_dns_server() {
     let dns = TestDns::start().await;
     zone(&dns);
     let changed = Arc::new(Notify::new());
-    let upstream = UpstreamResolver::new(params(dns.addr), changed.clone(), metrics());
+    let upstream = OwnershipResolver::new(params(dns.addr), changed.clone(), metrics());
     let stop = Arc::new(Notify::new());
     let task = tokio::spawn(upstream.clone().run({
         let stop = stop.clone();
@@ -364,7 +364,7 @@ async fn answers_are_cached_and_a_failed_recheck_keeps_the_last_answer() {
     p.min_ttl = Duration::from_millis(400);
     p.max_ttl = Duration::from_millis(400);
     p.retry = Duration::from_millis(400);
-    let upstream = UpstreamResolver::new(p, changed.clone(), metrics());
+    let upstream = OwnershipResolver::new(p, changed.clone(), metrics());
     let stop = Arc::new(Notify::new());
     let task = tokio::spawn(upstream.clone().run({
         let stop = stop.clone();
@@ -441,7 +441,7 @@ async fn an_unverified_name_gets_no_rule_and_shows_in_the_hairpin_status() {
     seed(&fake, &["shop.example.com", "github.com"]);
     let mut config = support::controller::config("pod-a", false);
     config.planner.verify_hostnames = hairpin_planner::VerifyMode::Resolve;
-    config.verify = params(dns.addr);
+    config.ownership = params(dns.addr);
     let running = support::controller::start(&fake, config);
 
     let hairpin = |f: &FakeApiServer| {
@@ -506,8 +506,8 @@ async fn a_restart_waits_for_the_answers_before_writing() {
     let config = || {
         let mut config = support::controller::config("pod-a", false);
         config.planner.verify_hostnames = hairpin_planner::VerifyMode::Resolve;
-        config.verify = params(dns.addr);
-        config.verify.timeout = Duration::from_secs(3);
+        config.ownership = params(dns.addr);
+        config.ownership.timeout = Duration::from_secs(3);
         config
     };
     let first = support::controller::start(&fake, config());
@@ -555,7 +555,7 @@ async fn a_restart_waits_for_the_answers_before_writing() {
 }
 
 /// The cost at 20,000 names, by hand (not in the default suite):
-/// `cargo test --release -p hairpin-controller --test upstream cost_at_20000_names -- --ignored --nocapture`.
+/// `cargo test --release -p hairpin-controller --test ownership cost_at_20000_names -- --ignored --nocapture`.
 /// Prints the time of a full first resolution against the loopback test server, the lookups
 /// a later reconcile makes (answers cached), and the planner's time with and without the
 /// verdicts, as figures and ratios (no timed assert).
@@ -567,7 +567,7 @@ async fn cost_at_20000_names() {
     dns.set("*.example.com", Entry::Addresses(vec![ip(LB)]));
     let names: Vec<String> = (0..N).map(|i| format!("host-{i}.example.com")).collect();
     let checks: Vec<NameCheck> = names.iter().map(|n| check(n)).collect();
-    let upstream = UpstreamResolver::new(params(dns.addr), Arc::new(Notify::new()), metrics());
+    let upstream = OwnershipResolver::new(params(dns.addr), Arc::new(Notify::new()), metrics());
     let stop = Arc::new(Notify::new());
     let task = tokio::spawn(upstream.clone().run({
         let stop = stop.clone();
@@ -618,7 +618,7 @@ async fn cost_at_20000_names() {
         first.as_secs_f64(),
         queries_first,
         N as f64 / first.as_secs_f64(),
-        UpstreamParams::default().concurrency,
+        OwnershipParams::default().concurrency,
         resolve.as_secs_f64() * 1000.0,
         off.as_secs_f64() * 1000.0,
         resolve.as_secs_f64() / off.as_secs_f64(),
