@@ -19,12 +19,15 @@
 //!   probe at once, without waiting for the deadline.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use hairpin_planner::LoadBalancerPlan;
+use hairpin_planner::native::IpModeWas;
 
 use super::NativeParams;
 
@@ -330,4 +333,41 @@ pub async fn baseline(
             "some requests without a header were answered before any change, so an answer afterwards would prove nothing: {detail}"
         ))
     }
+}
+
+/// A port is probed with TLS when it is 443 or 8443, or named `https` or `tls`-something.
+fn is_tls(port: u16, name: Option<&str>) -> bool {
+    let name = name.unwrap_or_default().to_ascii_lowercase();
+    matches!(port, 443 | 8443) || name.contains("https") || name.starts_with("tls")
+}
+
+/// Every PROXY port of every IP of `ips`, with the first exact hostname of the load balancer.
+pub fn targets(lb: &LoadBalancerPlan, ips: &[IpModeWas]) -> Vec<ProbeTarget> {
+    let host = lb
+        .hostnames
+        .iter()
+        .map(|h| h.name.as_str())
+        .find(|h| !h.starts_with("*."))
+        .unwrap_or_default()
+        .to_owned();
+    let mut out = Vec::new();
+    for ip in ips.iter().filter_map(|was| was.ip.parse::<IpAddr>().ok()) {
+        for port in lb
+            .load_balancer
+            .ports
+            .iter()
+            .filter(|p| p.proxy_protocol.is_some())
+        {
+            out.push(ProbeTarget {
+                addr: SocketAddr::new(ip, port.port),
+                tls: is_tls(port.port, port.name.as_deref()),
+                host: if host.is_empty() {
+                    ip.to_string()
+                } else {
+                    host.clone()
+                },
+            });
+        }
+    }
+    out
 }

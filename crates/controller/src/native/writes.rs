@@ -1,0 +1,340 @@
+//! The native cure's writes from a plan: `ipMode: Proxy` set (after the baseline showed the
+//! problem, the record first), the fight guard over another writer's reverts, a dropped field
+//! (`unsupported`), the status put back, and the record.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use hairpin_planner::escape;
+use hairpin_planner::native::{
+    IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeEntry, NativeRecord, ProbeState, ingress_writer,
+};
+use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
+use k8s_openapi::api::core::v1::Service;
+
+use super::state::{fight_target, new_entry, now_rfc3339};
+use super::status::{Written, restore_ip_modes, status_ingress, write_ip_modes};
+use super::{NativeCurer, SHOWN_FOR};
+use crate::Error;
+use crate::apply::{KeyEdit, write_key};
+use crate::error::{is_conflict, is_not_found};
+use crate::fight::{Decision, Observation};
+use crate::metrics::WriterLabels;
+use crate::report::reason;
+
+impl NativeCurer {
+    /// Sets `ipMode: Proxy`. A new attempt proves the problem first (the baseline, in a
+    /// task: nothing is written until it showed); then the record (so that uninstall knows
+    /// what to put back), the status, read back, and the probe (unless proven).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn set_proxy(
+        &mut self,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+        record: &mut NativeRecord,
+        service: &ObjectRef,
+        uid: &str,
+        ips: &[IpModeWas],
+        proven: bool,
+    ) -> Result<(), Error> {
+        let key = service.to_string();
+        // An entry of another Service that had this name is not this one's.
+        if record
+            .load_balancers
+            .get(&key)
+            .is_some_and(|e| e.uid != uid)
+        {
+            record.load_balancers.remove(&key);
+        }
+        let existing = record.load_balancers.get(&key);
+        // A verdict taken in this round already answered the plan's proposal.
+        if existing.is_some_and(|e| {
+            !e.due
+                && matches!(
+                    e.state,
+                    ProbeState::NotNeeded | ProbeState::Unsupported | ProbeState::Failed
+                )
+        }) && !proven
+        {
+            return Ok(());
+        }
+        // Only IPs the cure already had are re-asserted; a new one (the address changed) is a
+        // new attempt, proven first.
+        let had_all = |e: &NativeEntry| {
+            ips.iter()
+                .all(|ip| e.original.iter().any(|o| o.ip == ip.ip))
+        };
+        let reassert = existing.is_some_and(|e| {
+            !e.due && matches!(e.state, ProbeState::Probing | ProbeState::Proven) && had_all(e)
+        }) || (proven && existing.is_none_or(had_all));
+        if !reassert && !self.take_shown(&key, uid) {
+            self.start_baseline(plan, service, uid, ips);
+            return Ok(());
+        }
+        if !self
+            .may_write(snapshot, record, service, uid, reassert)
+            .await
+        {
+            return Ok(());
+        }
+        let entry = record
+            .load_balancers
+            .entry(key.clone())
+            .or_insert_with(|| new_entry(uid));
+        if !reassert {
+            entry.state = ProbeState::Probing;
+            entry.since = now_rfc3339();
+            entry.reason.clear();
+            entry.due = false;
+            // IPs the status no longer has (the address changed) are stale.
+            if let Some(svc) = snapshot.service(&service.namespace, &service.name) {
+                let current: Vec<&str> = status_ingress(svc)
+                    .iter()
+                    .filter_map(|e| e.ip.as_deref())
+                    .collect();
+                entry
+                    .original
+                    .retain(|was| current.contains(&was.ip.as_str()));
+            }
+        }
+        for was in ips {
+            if !entry.original.iter().any(|o| o.ip == was.ip) {
+                entry.original.push(was.clone());
+            }
+        }
+        let snapshot_record = record.clone();
+        self.write_record(&snapshot_record, &NativeRecord::default())
+            .await?;
+        let modes: BTreeMap<String, Option<String>> = ips
+            .iter()
+            .map(|was| (was.ip.clone(), Some(IP_MODE_PROXY.to_owned())))
+            .collect();
+        let stored = match write_ip_modes(&self.client, service, uid, &modes).await {
+            Ok(Written::Applied(stored)) => stored,
+            Ok(Written::Nothing) => return Ok(()),
+            Ok(Written::NotApplied(stored)) => {
+                return self.dropped(record, service, uid, &stored).await;
+            }
+            // Another writer changed the status between the read and the write: next round.
+            Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+            Err(err) => return Err(Error::kube(format!("set ipMode on Service {service}"), err)),
+        };
+        self.metrics
+            .ip_mode_write(if reassert { "reassert" } else { "set" });
+        drop(stored);
+        let ip_list: Vec<&str> = ips.iter().map(|w| w.ip.as_str()).collect();
+        let note = if reassert {
+            format!(
+                "another writer put the status back without ipMode: Proxy; hairpin set it again on {}",
+                ip_list.join(", ")
+            )
+        } else {
+            format!(
+                "hairpin set ipMode: Proxy on {} (native cure: a request without a header went unanswered before) and probes the address from inside the cluster; DNS stays until the probe succeeds",
+                ip_list.join(", ")
+            )
+        };
+        tracing::info!(service = %service, ips = ?ip_list, reasserted = reassert, "ipMode: Proxy set");
+        self.on_service(service, uid, false, reason::IP_MODE_SET, note)
+            .await;
+        if !reassert {
+            self.start_probe(plan, service, uid, ips);
+        }
+        Ok(())
+    }
+
+    /// Whether the baseline showed the problem of `key` (uid `uid`) recently: taken once.
+    pub(super) fn take_shown(&mut self, key: &str, uid: &str) -> bool {
+        self.shown
+            .remove(key)
+            .is_some_and(|(shown_uid, at)| shown_uid == uid && at.elapsed() < SHOWN_FOR)
+    }
+
+    /// Before writing `ipMode: Proxy` (again, over another writer's status without it):
+    /// counts the revert (per writer), and when that writer keeps doing it
+    /// (`--fight-threshold` times within `--fight-window`), stops: the entry goes `failed`
+    /// (the load balancer is on the DNS cure; it is tried again after the backoff), with a
+    /// Warning Event naming the writer. Returns whether to write.
+    pub(super) async fn may_write(
+        &mut self,
+        snapshot: &ClusterSnapshot,
+        record: &mut NativeRecord,
+        service: &ObjectRef,
+        uid: &str,
+        reassert: bool,
+    ) -> bool {
+        let target = fight_target(service);
+        let now = Instant::now();
+        if let Decision::BackedOff(_) = self.fights.decide(&target, now) {
+            return false;
+        }
+        // Writing again the value hairpin wrote last: someone removed it (a revert).
+        let observation = self
+            .fights
+            .written(&target, Some(IP_MODE_PROXY.into()), now);
+        let writer = snapshot
+            .service(&service.namespace, &service.name)
+            .and_then(ingress_writer)
+            .map_or_else(
+                || "another writer".to_owned(),
+                |w| escape::text(w).into_owned(),
+            );
+        let (count, backoff) = match observation {
+            Observation::Normal => return true,
+            Observation::Reverted { .. } => {
+                if reassert {
+                    self.count_revert(&writer);
+                }
+                return true;
+            }
+            Observation::Fight { count, backoff } => (count, backoff),
+        };
+        self.count_revert(&writer);
+        let why = format!(
+            "{writer} removed the ipMode: Proxy hairpin set {count} times within {:?} (a status fight: MetalLB or a cloud controller rebuilds the status without it); hairpin stopped, the load balancer is on the DNS cure, and native is tried again after the backoff",
+            self.fights.params().window
+        );
+        tracing::warn!(service = %service, writer = %writer, reverts = count, backoff = ?backoff, "status fight over ipMode; backing off");
+        if let Some(entry) = record.load_balancers.get_mut(&service.to_string()) {
+            entry.state = ProbeState::Failed;
+            entry.since = now_rfc3339();
+            entry.reason.clone_from(&why);
+            entry.failures = entry.failures.saturating_add(1);
+            entry.data_plane.clone_from(&self.data_plane.0);
+            entry.due = false;
+        }
+        if let Some(task) = self.running.remove(&service.to_string()) {
+            task.abort();
+        }
+        self.metrics.native_verdict("failed");
+        self.on_service(service, uid, true, reason::IP_MODE_FIGHT, why)
+            .await;
+        false
+    }
+
+    pub(super) fn count_revert(&self, writer: &str) {
+        self.metrics
+            .ip_mode_reverts
+            .get_or_create(&WriterLabels {
+                writer: writer.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The API server's answer to a write of `ipMode: Proxy` does not hold it: the server
+    /// does not support or allow it. Recorded `unsupported` with its version; not tried again
+    /// until that changes.
+    pub(super) async fn dropped(
+        &mut self,
+        record: &mut NativeRecord,
+        service: &ObjectRef,
+        uid: &str,
+        stored: &Service,
+    ) -> Result<(), Error> {
+        // Anything the write did change goes back (an IP that did keep `Proxy`).
+        let kept: Vec<&str> = status_ingress(stored)
+            .iter()
+            .filter(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
+            .filter_map(|e| e.ip.as_deref())
+            .collect();
+        self.metrics.ip_mode_write("set");
+        let version = self.server_version().await;
+        let shown = if version.is_empty() {
+            "version unknown".to_owned()
+        } else {
+            escape::text(&version).into_owned()
+        };
+        let why = format!(
+            "the API server ({shown}) dropped the ipMode: Proxy hairpin wrote: it is older than 1.30, or its feature gate LoadBalancerIPMode is off; not tried again until its version changes"
+        );
+        tracing::warn!(service = %service, version = %version, "the API server dropped ipMode");
+        let original = record
+            .load_balancers
+            .get(&service.to_string())
+            .map(|e| e.original.clone())
+            .unwrap_or_default();
+        if let Some(entry) = record.load_balancers.get_mut(&service.to_string()) {
+            entry.state = ProbeState::Unsupported;
+            entry.since = now_rfc3339();
+            entry.reason.clone_from(&why);
+            entry.server_version = version;
+            entry.due = false;
+        }
+        self.metrics.native_verdict("unsupported");
+        self.on_service(service, uid, true, reason::IP_MODE_DROPPED, why.clone())
+            .await;
+        if !kept.is_empty() {
+            self.restore(service, uid, &original, &why).await?;
+        }
+        Ok(())
+    }
+
+    /// Puts each IP's `ipMode` back as it was (only where it is still `Proxy`), read back:
+    /// `Ok(false)` when the API server's answer still says `Proxy` (reported; tried again).
+    pub(super) async fn restore(
+        &mut self,
+        service: &ObjectRef,
+        uid: &str,
+        original: &[IpModeWas],
+        why: &str,
+    ) -> Result<bool, Error> {
+        let modes: BTreeMap<String, Option<String>> = original
+            .iter()
+            .map(|was| (was.ip.clone(), was.ip_mode.clone()))
+            .collect();
+        match restore_ip_modes(&self.client, service, uid, &modes).await {
+            Ok(Written::Applied(_)) => {
+                self.metrics.ip_mode_write("restore");
+                // Not a revert of hairpin's value: the fight count starts over.
+                self.fights
+                    .written(&fight_target(service), None, Instant::now());
+                tracing::info!(service = %service, why, "ipMode put back");
+                let note = format!("hairpin put ipMode back as it was: {why}");
+                self.on_service(service, uid, true, reason::IP_MODE_RESTORED, note)
+                    .await;
+                Ok(true)
+            }
+            Ok(Written::NotApplied(_)) => {
+                self.metrics.ip_mode_write("restore");
+                tracing::warn!(service = %service, "ipMode put back, but the API server's answer still says Proxy");
+                let note = format!(
+                    "hairpin put ipMode back ({why}), but the API server's answer still says Proxy (an admission webhook or another writer?): tried again"
+                );
+                self.on_service(service, uid, true, reason::IP_MODE_NOT_RESTORED, note)
+                    .await;
+                Ok(false)
+            }
+            Ok(Written::Nothing) => Ok(true),
+            Err(err) if is_not_found(&err) => Ok(true),
+            Err(err) if is_conflict(&err) => Ok(false),
+            Err(err) => Err(Error::kube(
+                format!("put ipMode back on Service {service}"),
+                err,
+            )),
+        }
+    }
+
+    /// Writes the record when it differs from `before` (the snapshot's).
+    pub(super) async fn write_record(
+        &mut self,
+        record: &NativeRecord,
+        before: &NativeRecord,
+    ) -> Result<(), Error> {
+        if record == before {
+            return Ok(());
+        }
+        let value = (!record.load_balancers.is_empty()).then(|| record.to_json());
+        let edit = KeyEdit {
+            ours_only: true,
+            ..KeyEdit::set(
+                &self.planner.namespace,
+                &self.planner.native_config_map,
+                NATIVE_KEY,
+                value,
+            )
+        };
+        write_key(&self.client, &edit).await?;
+        self.written = Some((record.clone(), Instant::now()));
+        Ok(())
+    }
+}
