@@ -42,7 +42,7 @@ pub use probe::{
     Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, baseline, probe_once, prove, targets,
 };
 pub use state::backoff;
-use state::earliest;
+use state::{Now, earliest};
 pub use status::{Written, restore_entry, restore_ip_modes, with_ip_modes, write_ip_modes};
 
 use crate::Error;
@@ -260,14 +260,29 @@ impl NativeCurer {
         }
         if !self.started {
             self.started = true;
-            self.distrust_at_start(plan, &mut record);
+            for key in state::distrust(plan, &mut record, &Now::read()) {
+                tracing::info!(service = %key, "a proven native cure is probed again at the controller's start before it is trusted");
+            }
         }
         self.take_verdicts(&mut record, plan, snapshot).await?;
-        let mut requeue = self.mark_due(plan, &mut record, &server);
+        let mut requeue = state::mark_due(
+            &self.params,
+            &self.data_plane.0,
+            plan,
+            &mut record,
+            &server,
+            &Now::read(),
+        );
         for action in &plan.native_actions {
             self.act(plan, snapshot, &mut record, action).await?;
         }
-        let settling = self.reprobe_due(plan, &record);
+        let data_plane = (self.data_plane.0.as_str(), self.data_plane.1);
+        let (due, settling) =
+            state::reprobe_due(&self.params, data_plane, plan, &record, &Now::read());
+        for (service, entry) in due {
+            tracing::debug!(service = %service, state = ?entry.state, "probing a native cure");
+            self.start_probe(plan, &service, &entry.uid, &entry.original);
+        }
         self.write_record(&record, &before).await?;
         if !self.running.is_empty() {
             requeue = Some(Instant::now() + self.params.interval);

@@ -10,7 +10,7 @@ use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 use super::probe::{
     Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, baseline, prove, targets,
 };
-use super::state::{backoff, forced_native, new_entry, now_rfc3339};
+use super::state::{self, Now, backoff, forced_native};
 use super::{Finished, NativeCurer};
 use crate::Error;
 use crate::metrics::ProbeLabels;
@@ -158,7 +158,7 @@ impl NativeCurer {
         baseline: Baseline,
     ) {
         let key = service.to_string();
-        let (state, why, reason, verdict) = match baseline {
+        let (probe_state, why, reason, verdict) = match baseline {
             Baseline::Shown => {
                 tracing::info!(service = %key, "a request without a header went unanswered: the problem is shown; setting ipMode: Proxy");
                 self.shown.insert(key, (uid.to_owned(), Instant::now()));
@@ -183,31 +183,19 @@ impl NativeCurer {
                 "unprovable",
             ),
         };
-        if record
-            .load_balancers
-            .get(&key)
-            .is_some_and(|e| e.uid != uid)
-        {
-            record.load_balancers.remove(&key);
-        }
-        let entry = record
-            .load_balancers
-            .entry(key.clone())
-            .or_insert_with(|| new_entry(uid));
-        if entry.original.is_empty() {
-            entry.original = ips;
-        }
-        entry.state = state;
-        entry.since = now_rfc3339();
-        entry.reason.clone_from(&why);
-        entry.data_plane.clone_from(&self.data_plane.0);
-        entry.due = false;
-        if state == ProbeState::Failed {
-            entry.failures = entry.failures.saturating_add(1);
-        }
-        let failures = entry.failures;
+        let data_plane = &self.data_plane.0;
+        let failures = state::baseline_verdict(
+            record,
+            &key,
+            uid,
+            ips,
+            probe_state,
+            &why,
+            data_plane,
+            &Now::read(),
+        );
         self.metrics.native_verdict(verdict);
-        let note = if state == ProbeState::NotNeeded {
+        let note = if probe_state == ProbeState::NotNeeded {
             tracing::info!(service = %key, why = %why, "native cure not needed; nothing written");
             format!(
                 "not needed: {why}; hairpin wrote no ipMode (the DNS cure stays); checked again after {:?}",
@@ -220,7 +208,7 @@ impl NativeCurer {
                 backoff(&self.params, failures)
             )
         };
-        let warning = state == ProbeState::Failed;
+        let warning = probe_state == ProbeState::Failed;
         self.on_service(service, uid, warning, reason, note).await;
     }
 
@@ -236,29 +224,13 @@ impl NativeCurer {
         verdict: ProbeVerdict,
     ) -> Result<(), Error> {
         let key = service.to_string();
-        let Some(entry) = record.load_balancers.get_mut(&key) else {
+        let data_plane = &self.data_plane.0;
+        let now = Now::read();
+        let Some((failures, original)) =
+            state::proof_verdict(record, &key, uid, &verdict, data_plane, &now)
+        else {
             return Ok(());
         };
-        if entry.uid != uid || entry.state == ProbeState::Failed {
-            return Ok(());
-        }
-        entry.state = if verdict.proven {
-            entry.failures = 0;
-            ProbeState::Proven
-        } else {
-            entry.failures = entry.failures.saturating_add(1);
-            ProbeState::Failed
-        };
-        entry.since = now_rfc3339();
-        entry.reason = if verdict.proven {
-            verdict.detail.clone()
-        } else {
-            format!("ipMode: Proxy was not honoured: {}", verdict.detail)
-        };
-        entry.data_plane.clone_from(&self.data_plane.0);
-        entry.due = false;
-        let failures = entry.failures;
-        let original = entry.original.clone();
         if verdict.proven {
             self.metrics.native_verdict("proven");
             tracing::info!(service = %key, took = ?verdict.took, detail = %verdict.detail, "native cure proven");

@@ -6,13 +6,11 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use hairpin_planner::escape;
-use hairpin_planner::native::{
-    IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeEntry, NativeRecord, ProbeState, ingress_writer,
-};
+use hairpin_planner::native::{IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeRecord, ingress_writer};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 use k8s_openapi::api::core::v1::Service;
 
-use super::state::{fight_target, new_entry, now_rfc3339};
+use super::state::{self, Now, SetStep, fight_target};
 use super::status::{Written, restore_ip_modes, status_ingress, write_ip_modes};
 use super::{NativeCurer, SHOWN_FOR};
 use crate::Error;
@@ -38,35 +36,12 @@ impl NativeCurer {
         proven: bool,
     ) -> Result<(), Error> {
         let key = service.to_string();
-        // An entry of another Service that had this name is not this one's.
-        if record
-            .load_balancers
-            .get(&key)
-            .is_some_and(|e| e.uid != uid)
-        {
-            record.load_balancers.remove(&key);
-        }
-        let existing = record.load_balancers.get(&key);
-        // A verdict taken in this round already answered the plan's proposal.
-        if existing.is_some_and(|e| {
-            !e.due
-                && matches!(
-                    e.state,
-                    ProbeState::NotNeeded | ProbeState::Unsupported | ProbeState::Failed
-                )
-        }) && !proven
-        {
-            return Ok(());
-        }
-        // Only IPs the cure already had are re-asserted; a new one (the address changed) is a
-        // new attempt, proven first.
-        let had_all = |e: &NativeEntry| {
-            ips.iter()
-                .all(|ip| e.original.iter().any(|o| o.ip == ip.ip))
+        let step = state::set_step(record, &key, uid, ips, proven);
+        let reassert = match step {
+            SetStep::Skip => return Ok(()),
+            SetStep::Reassert => true,
+            SetStep::Attempt => false,
         };
-        let reassert = existing.is_some_and(|e| {
-            !e.due && matches!(e.state, ProbeState::Probing | ProbeState::Proven) && had_all(e)
-        }) || (proven && existing.is_none_or(had_all));
         if !reassert && !self.take_shown(&key, uid) {
             self.start_baseline(plan, service, uid, ips);
             return Ok(());
@@ -77,31 +52,17 @@ impl NativeCurer {
         {
             return Ok(());
         }
-        let entry = record
-            .load_balancers
-            .entry(key.clone())
-            .or_insert_with(|| new_entry(uid));
-        if !reassert {
-            entry.state = ProbeState::Probing;
-            entry.since = now_rfc3339();
-            entry.reason.clear();
-            entry.due = false;
-            // IPs the status no longer has (the address changed) are stale.
-            if let Some(svc) = snapshot.service(&service.namespace, &service.name) {
-                let current: Vec<&str> = status_ingress(svc)
+        // IPs the status no longer has (the address changed) are stale.
+        let status_ips: Option<Vec<&str>> = snapshot
+            .service(&service.namespace, &service.name)
+            .map(|svc| {
+                status_ingress(svc)
                     .iter()
                     .filter_map(|e| e.ip.as_deref())
-                    .collect();
-                entry
-                    .original
-                    .retain(|was| current.contains(&was.ip.as_str()));
-            }
-        }
-        for was in ips {
-            if !entry.original.iter().any(|o| o.ip == was.ip) {
-                entry.original.push(was.clone());
-            }
-        }
+                    .collect()
+            });
+        let now = Now::read();
+        state::begin_write(record, &key, uid, ips, step, status_ips.as_deref(), &now);
         let snapshot_record = record.clone();
         self.write_record(&snapshot_record, &NativeRecord::default())
             .await?;
@@ -195,14 +156,8 @@ impl NativeCurer {
             self.fights.params().window
         );
         tracing::warn!(service = %service, writer = %writer, reverts = count, backoff = ?backoff, "status fight over ipMode; backing off");
-        if let Some(entry) = record.load_balancers.get_mut(&service.to_string()) {
-            entry.state = ProbeState::Failed;
-            entry.since = now_rfc3339();
-            entry.reason.clone_from(&why);
-            entry.failures = entry.failures.saturating_add(1);
-            entry.data_plane.clone_from(&self.data_plane.0);
-            entry.due = false;
-        }
+        let key = service.to_string();
+        state::fight_lost(record, &key, &why, &self.data_plane.0, &Now::read());
         if let Some(task) = self.running.remove(&service.to_string()) {
             task.abort();
         }
@@ -248,18 +203,8 @@ impl NativeCurer {
             "the API server ({shown}) dropped the ipMode: Proxy hairpin wrote: it is older than 1.30, or its feature gate LoadBalancerIPMode is off; not tried again until its version changes"
         );
         tracing::warn!(service = %service, version = %version, "the API server dropped ipMode");
-        let original = record
-            .load_balancers
-            .get(&service.to_string())
-            .map(|e| e.original.clone())
-            .unwrap_or_default();
-        if let Some(entry) = record.load_balancers.get_mut(&service.to_string()) {
-            entry.state = ProbeState::Unsupported;
-            entry.since = now_rfc3339();
-            entry.reason.clone_from(&why);
-            entry.server_version = version;
-            entry.due = false;
-        }
+        let key = service.to_string();
+        let original = state::dropped(record, &key, &why, &version, &Now::read());
         self.metrics.native_verdict("unsupported");
         self.on_service(service, uid, true, reason::IP_MODE_DROPPED, why.clone())
             .await;
