@@ -49,6 +49,7 @@ use crate::Error;
 use crate::fight::{FightParams, Fights};
 use crate::metrics::Metrics;
 use crate::report::{Events, object_ref, reason};
+use crate::watch::NodeVersions;
 
 /// Settings of the native cure's probe.
 #[derive(Clone, Debug)]
@@ -143,6 +144,8 @@ pub(crate) struct NativeCurer {
     /// from a cache that has not seen it yet (the status write's own event comes first) would
     /// repeat a write the record already says not to make.
     written: Option<(NativeRecord, Instant)>,
+    /// The Nodes' versions (part of the data plane), watched once this instance applies.
+    nodes: Option<(NodeVersions, tokio::task::AbortHandle)>,
 }
 
 /// How long a snapshot may lag behind the record this instance wrote before it is trusted
@@ -153,6 +156,9 @@ impl Drop for NativeCurer {
     fn drop(&mut self) {
         for task in self.running.values() {
             task.abort();
+        }
+        if let Some((_, watch)) = &self.nodes {
+            watch.abort();
         }
     }
 }
@@ -183,6 +189,7 @@ impl NativeCurer {
             started: false,
             fights,
             written: None,
+            nodes: None,
         }
     }
 
@@ -227,6 +234,39 @@ impl NativeCurer {
         version
     }
 
+    /// The data plane now: the kube-proxy and CNI DaemonSets' generations
+    /// ([`hairpin_planner::native::data_plane`]), the Nodes' kubelet and kube-proxy versions
+    /// and the API server's version (`server`). The Nodes are watched from the first native
+    /// cure on (`native`: a cure recorded or planned; none with `--cure dns`, whose chart grants
+    /// no Node reads); the data plane is left as it was until they are listed (it matters only
+    /// to a cure).
+    fn update_data_plane(&mut self, snapshot: &ClusterSnapshot, server: &str, native: bool) {
+        if self.nodes.is_none() && native {
+            let nodes = NodeVersions::default();
+            let watch = nodes.spawn(self.client.clone(), self.changed.clone());
+            self.nodes = Some((nodes, watch));
+        }
+        let Some(nodes) = self
+            .nodes
+            .as_ref()
+            .and_then(|(nodes, _)| nodes.fingerprint())
+        else {
+            return;
+        };
+        let mut parts = vec![hairpin_planner::native::data_plane(snapshot)];
+        if !nodes.is_empty() {
+            parts.push(format!("nodes {nodes}"));
+        }
+        if !server.is_empty() {
+            parts.push(format!("apiserver@{server}"));
+        }
+        parts.retain(|p| !p.is_empty());
+        let data_plane = parts.join("; ");
+        if data_plane != self.data_plane.0 {
+            self.data_plane = (data_plane, Instant::now());
+        }
+    }
+
     /// The plan's status writes, the probes' verdicts and the record. Returns when to look
     /// again (a probe running, a failed cure due for another try).
     pub(crate) async fn apply(
@@ -248,16 +288,8 @@ impl NativeCurer {
         }
         let mut record = before.clone();
         let server = self.server_version().await;
-        let mut data_plane = hairpin_planner::native::data_plane(snapshot);
-        if !server.is_empty() {
-            if !data_plane.is_empty() {
-                data_plane.push_str("; ");
-            }
-            data_plane.push_str(&format!("apiserver@{server}"));
-        }
-        if data_plane != self.data_plane.0 {
-            self.data_plane = (data_plane, Instant::now());
-        }
+        let native = !before.load_balancers.is_empty() || !plan.native_actions.is_empty();
+        self.update_data_plane(snapshot, &server, native);
         if !self.started {
             self.started = true;
             for key in state::distrust(plan, &mut record, &Now::read()) {

@@ -38,7 +38,10 @@ use crate::crd::Hairpin;
 use crate::error::{is_not_found, kube_error_label};
 use crate::metrics::Metrics;
 
+mod nodes;
 mod receivers;
+
+pub(crate) use nodes::NodeVersions;
 
 pub use receivers::CONFIG_MAP_GRACE as RECEIVER_CONFIG_MAP_GRACE;
 

@@ -730,6 +730,64 @@ async fn a_proven_cure_that_no_longer_works_at_start_or_after_a_data_plane_chang
     receiver.stop().await;
 }
 
+/// A Node whose kubelet (and kube-proxy, where the kubelet reports it) runs `version`.
+fn node(name: &str, version: &str) -> Value {
+    hairpin_fake_apiserver::object(
+        "v1",
+        "Node",
+        None,
+        name,
+        json!({"status": {"nodeInfo": {"kubeletVersion": version, "kubeProxyVersion": version}}}),
+    )
+}
+
+/// Item 4: the Nodes' kubelet and kube-proxy versions are part of the data plane (a node pool
+/// upgraded, a kube-proxy that runs as no DaemonSet): a proven cure is probed again once a
+/// Node's version changed and the change settled, and put back when no longer honoured.
+#[tokio::test]
+async fn a_changed_node_version_probes_a_proven_cure_again() {
+    let fake = Arc::new(FakeApiServer::start().await);
+    seed(&fake, "127.0.0.57");
+    fake.apply(node("node-a", "v1.31.14"));
+    fake.apply(node("node-b", "v1.31.14"));
+    let receiver = Receiver::start("127.0.0.57", false).await;
+    let follow = receiver.follow(fake.clone(), "127.0.0.57");
+    let mut cfg = auto_config();
+    cfg.native.settle = Duration::from_millis(300);
+    let running = start(&fake, cfg);
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "proven"
+            && entry(f)["dataPlane"]
+                .as_str()
+                .is_some_and(|d| d.contains("kubelet@v1.31.14")))
+            .await
+            .is_some(),
+        "{:?}",
+        entry(&fake)
+    );
+    // kube-proxy stops honouring ipMode with the upgrade of one Node (the next scheduled
+    // re-probe is 30 minutes away: only the data-plane change probes again).
+    follow.abort();
+    receiver.answer.store(false, Ordering::SeqCst);
+    fake.apply(node("node-b", "v1.32.0"));
+    assert_failed_and_reverted(&fake).await;
+    let data_plane = entry(&fake)["dataPlane"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        data_plane.contains("kubelet@v1.31.14,v1.32.0"),
+        "{data_plane}"
+    );
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| corefile(f).contains(HOST))
+            .await
+            .is_some()
+    );
+    running.stop().await;
+    receiver.stop().await;
+}
+
 /// Item 5: a writer that keeps removing `ipMode` (a stand-in MetalLB controller rebuilding
 /// the status on every change) is detected after `--fight-threshold` re-assertions, named in
 /// a Warning Event and the record, counted per writer, and hairpin stops: the load balancer
