@@ -34,12 +34,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hairpin_planner::native::{IpModeWas, NativeAction, NativeRecord};
+use hairpin_planner::native::{IpModeWas, NativeAction, NativeRecord, ProbeState};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
 use tokio::sync::Notify;
 
 pub use probe::{
-    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, baseline, probe_once, prove, targets,
+    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, Proof, baseline, probe_once, prove,
+    targets,
 };
 pub use state::backoff;
 use state::{Now, earliest};
@@ -290,9 +291,12 @@ impl NativeCurer {
         let server = self.server_version().await;
         let native = !before.load_balancers.is_empty() || !plan.native_actions.is_empty();
         self.update_data_plane(snapshot, &server, native);
+        // Cures proven before (by another instance): probed again below, as `Proof::Again`.
+        let mut distrusted = Vec::new();
         if !self.started {
             self.started = true;
-            for key in state::distrust(plan, &mut record, &Now::read()) {
+            distrusted = state::distrust(plan, &mut record, &Now::read());
+            for key in &distrusted {
                 tracing::info!(service = %key, "a proven native cure is probed again at the controller's start before it is trusted");
             }
         }
@@ -313,7 +317,14 @@ impl NativeCurer {
             state::reprobe_due(&self.params, data_plane, plan, &record, &Now::read());
         for (service, entry) in due {
             tracing::debug!(service = %service, state = ?entry.state, "probing a native cure");
-            self.start_probe(plan, &service, &entry.uid, &entry.original);
+            let again =
+                entry.state == ProbeState::Proven || distrusted.contains(&service.to_string());
+            let proof = if again {
+                Proof::Again
+            } else {
+                Proof::AfterWrite
+            };
+            self.start_probe(plan, &service, &entry.uid, &entry.original, proof);
         }
         self.write_record(&record, &before).await?;
         if !self.running.is_empty() {

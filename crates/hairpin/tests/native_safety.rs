@@ -37,7 +37,9 @@
 //!   the write to the put-back is printed.
 //! - f) the controller restarted after kube-proxy was restarted with its gate off (the cure
 //!   broken, its DNS rule gone): the proven record is probed again at start, the DNS rule is
-//!   back first (make before break), the probe fails and `ipMode` is put back.
+//!   back first (make before break), the probe fails on the repeated empty reply of a port
+//!   that answered before (not at the deadline) and `ipMode` is put back; the times from the
+//!   re-probe's start to the verdict and to the put-back are printed.
 //!
 //! b) to e) also wait for the Event on the Service that says why (`NativeCureNotTried`,
 //! `NativeCureNotNeeded`, `IpModeDropped`, `IpModeWriteReverted`).
@@ -531,6 +533,25 @@ fn restart_after_kube_proxy_stopped_honouring_reprobes_back_to_dns() {
     println!(
         "f) after the restart: DNS rule back {dns:.1?}, the re-probe's verdict recorded {verdict:.1?}, ipMode put back {put_back:.1?} after the controller started (put back {:+.0} ms from the recorded verdict); record: {entry}",
         apart * 1000.0
+    );
+    // The cure was broken before the controller started: the verdict is clear from the
+    // re-probe's first attempt. From the controller's log: re-probe started, verdict, put back.
+    let reprobe = first_logged(&log, "a proven native cure is probed again");
+    let failed = first_logged(&log, "native cure not proven");
+    let back = first_logged(&log, ": ipMode put back service=");
+    let (Some(reprobe), Some(failed), Some(back)) = (reprobe, failed, back) else {
+        panic!("the re-probe, its verdict and the put-back logged:\n{log}");
+    };
+    println!(
+        "f) from the re-probe's start: verdict {:.0} ms, ipMode put back {:.0} ms (target: within 2 s of the verdict being clear; the probe's deadline is 10 s)",
+        (failed - reprobe) * 1000.0,
+        (back - reprobe) * 1000.0
+    );
+    // Ended on the repeated empty reply of a port that answered before, not at the deadline.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("native cure not proven") && l.contains("definite=true")),
+        "{log}"
     );
 }
 

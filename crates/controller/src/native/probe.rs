@@ -16,7 +16,11 @@
 //! - [`prove`], after the write: proven only when every port answered several times in a
 //!   row (a failure resets the count), so that a lucky answer, or one from before kube-proxy
 //!   followed the change, proves nothing. A definite failure repeated on a port ends the
-//!   probe at once, without waiting for the deadline.
+//!   probe at once, without waiting for the deadline; so does no answer repeated on a port
+//!   that answered before: in this probe, or in the proof of a cure probed again (no change is
+//!   awaited then: the status said `Proxy` already, and kube-proxy restarted with its gate off
+//!   answers with an empty reply from then on). Right after a write, no answer is what the
+//!   address says until kube-proxy follows, so it ends nothing before the deadline.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -183,7 +187,8 @@ async fn attempt(target: &ProbeTarget, timeout: Duration, observe: Option<&Obser
 pub struct ProbeVerdict {
     /// Every port answered [`NativeParams::answers`] times in a row.
     pub proven: bool,
-    /// Ended before the deadline on a definite failure (refused, unreachable) repeated.
+    /// Ended before the deadline on a definite failure repeated: refused or unreachable, or
+    /// no answer on a port that answered before.
     pub definite: bool,
     /// The outcome per address, in words.
     pub detail: String,
@@ -191,44 +196,68 @@ pub struct ProbeVerdict {
     pub took: Duration,
 }
 
-/// Per port during a proof: answers and definite failures in a row, and the last outcome.
+/// Per port during a proof: answers, definite failures and attempts without an answer in a
+/// row, whether it answered before, and the last outcome.
 #[derive(Default)]
 struct Streak {
     answered: u32,
     unreachable: u32,
+    silent: u32,
+    answered_before: bool,
     last: Option<Attempt>,
 }
 
+impl Streak {
+    fn count(&mut self, outcome: Attempt) {
+        (self.answered, self.unreachable, self.silent) = match &outcome {
+            Attempt::Answered(_) => (self.answered + 1, 0, 0),
+            Attempt::Unreachable(_) => (0, self.unreachable + 1, 0),
+            Attempt::NoAnswer(_) => (0, 0, self.silent + 1),
+        };
+        self.answered_before |= outcome.answered();
+        self.last = Some(outcome);
+    }
+
+    /// Failed `needed` times in a row in a way that no wait changes.
+    fn definite(&self, needed: u32) -> bool {
+        self.unreachable >= needed || (self.answered_before && self.silent >= needed)
+    }
+}
+
+/// How a proof starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proof {
+    /// Right after hairpin wrote `ipMode: Proxy`: kube-proxy may not have followed yet.
+    AfterWrite,
+    /// A cure proven before, probed again (no write awaited): its ports answered before.
+    Again,
+}
+
 /// Probes every target until each answered [`NativeParams::answers`] times in a row, a port
-/// failed definitely that many times in a row, or the deadline passed.
+/// failed definitely that many times in a row (see [`Streak::definite`]; `proof`: whether
+/// its ports answered before), or the deadline passed.
 pub async fn prove(
     targets: Vec<ProbeTarget>,
     params: &NativeParams,
     observe: Option<Observer>,
+    proof: Proof,
 ) -> ProbeVerdict {
     let started = Instant::now();
     let needed = params.answers.max(1);
     let mut streaks: BTreeMap<SocketAddr, Streak> = BTreeMap::new();
     loop {
         for target in &targets {
-            let streak = streaks.entry(target.addr).or_default();
+            let streak = streaks.entry(target.addr).or_insert_with(|| Streak {
+                answered_before: proof == Proof::Again,
+                ..Streak::default()
+            });
             if streak.answered >= needed {
                 continue;
             }
-            let outcome = attempt(target, params.timeout, observe.as_ref()).await;
-            match &outcome {
-                Attempt::Answered(_) => {
-                    (streak.answered, streak.unreachable) = (streak.answered + 1, 0)
-                }
-                Attempt::Unreachable(_) => {
-                    (streak.answered, streak.unreachable) = (0, streak.unreachable + 1)
-                }
-                Attempt::NoAnswer(_) => (streak.answered, streak.unreachable) = (0, 0),
-            }
-            streak.last = Some(outcome);
+            streak.count(attempt(target, params.timeout, observe.as_ref()).await);
         }
         let proven = !targets.is_empty() && streaks.values().all(|s| s.answered >= needed);
-        let definite = streaks.values().any(|s| s.unreachable >= needed);
+        let definite = streaks.values().any(|s| s.definite(needed));
         if proven || definite || started.elapsed() >= params.deadline {
             let detail = if targets.is_empty() {
                 "no PROXY port to probe".to_owned()
@@ -244,6 +273,11 @@ pub async fn prove(
                             "{addr}: {} ({} times in a row: the address leads nowhere from inside the cluster now)",
                             a.describe(),
                             s.unreachable
+                        ),
+                        Some(a) if s.definite(needed) => format!(
+                            "{addr}: {} ({} times in a row on a port that answered before: the cluster short-circuits the address again)",
+                            a.describe(),
+                            s.silent
                         ),
                         Some(a) => format!("{addr}: {}", a.describe()),
                         None => format!("{addr}: not probed"),

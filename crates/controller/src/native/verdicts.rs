@@ -8,7 +8,7 @@ use hairpin_planner::native::{IpModeWas, NativeRecord, ProbeState};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 
 use super::probe::{
-    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, baseline, prove, targets,
+    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, Proof, baseline, prove, targets,
 };
 use super::state::{self, Now, backoff, forced_native};
 use super::{Finished, NativeCurer};
@@ -68,12 +68,14 @@ impl NativeCurer {
         self.running.insert(key, task.abort_handle());
     }
 
+    /// Proves the cure of `service`'s `ips` in a task ([`prove`]).
     pub(super) fn start_probe(
         &mut self,
         plan: &Plan,
         service: &ObjectRef,
         uid: &str,
         ips: &[IpModeWas],
+        proof: Proof,
     ) {
         if self.running.contains_key(&service.to_string()) {
             return;
@@ -84,7 +86,7 @@ impl NativeCurer {
         let params = self.params.clone();
         let uid = uid.to_owned();
         self.spawn(service, async move {
-            let verdict = prove(targets, &params, Some(observer)).await;
+            let verdict = prove(targets, &params, Some(observer), proof).await;
             Finished::Proof { uid, verdict }
         });
     }

@@ -10,6 +10,7 @@ use hairpin_planner::native::{IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeRecord
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 use k8s_openapi::api::core::v1::Service;
 
+use super::probe::Proof;
 use super::state::{self, Now, SetStep, fight_target};
 use super::status::{Written, restore_ip_modes, status_ingress, write_ip_modes};
 use super::{NativeCurer, SHOWN_FOR};
@@ -99,7 +100,7 @@ impl NativeCurer {
         self.on_service(service, uid, false, reason::IP_MODE_SET, note)
             .await;
         if !reassert {
-            self.start_probe(plan, service, uid, ips);
+            self.start_probe(plan, service, uid, ips, Proof::AfterWrite);
         }
         Ok(())
     }
