@@ -130,7 +130,8 @@ pub(crate) struct NativeCurer {
     /// Probes running, by `namespace/name`.
     running: BTreeMap<String, tokio::task::AbortHandle>,
     /// Load balancers whose problem the baseline showed, by `namespace/name`: uid and when.
-    shown: BTreeMap<String, (String, Instant)>,
+    /// And the IPs it left out (unreachable from here).
+    shown: BTreeMap<String, (String, Instant, Vec<String>)>,
     /// The data plane ([`hairpin_planner::native::data_plane`], plus the API server's
     /// version) now, and since when this instance has seen it.
     data_plane: (String, Instant),

@@ -788,6 +788,81 @@ async fn a_changed_node_version_probes_a_proven_cure_again() {
     receiver.stop().await;
 }
 
+/// Item 6: per IP. A dual-stack load balancer whose IPv6 address the controller cannot reach
+/// (here `::1` on a port nothing listens on: refused, as an address with no route is
+/// unreachable) is no longer left untried: the IPv4 address the controller reaches is proven
+/// and set to `Proxy`; the IPv6 one is never written, stays `VIP`, is recorded as skipped, and
+/// the names keep the DNS cure (they resolve to both).
+#[tokio::test]
+async fn an_ip_the_controller_cannot_reach_stays_vip_and_the_others_are_cured() {
+    let v6 = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, PORT));
+    if let Ok(Ok(_)) =
+        tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(v6)).await
+    {
+        panic!("something listens on {v6}: this test needs that port refused");
+    }
+    let fake = Arc::new(FakeApiServer::start().await);
+    fake.install_hairpin_crd();
+    seed(&fake, "127.0.0.58");
+    let mut svc = service(&fake);
+    svc["status"]["loadBalancer"]["ingress"] =
+        json!([{"ip": "127.0.0.58", "ipMode": "VIP"}, {"ip": "::1", "ipMode": "VIP"}]);
+    fake.apply(svc);
+    let receiver = Receiver::start("127.0.0.58", false).await;
+    let follow = receiver.follow(fake.clone(), "127.0.0.58");
+    let running = start(&fake, auto_config());
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "proven")
+            .await
+            .is_some(),
+        "{:?}",
+        entry(&fake)
+    );
+    let recorded = entry(&fake);
+    assert_eq!(
+        recorded["original"],
+        json!([{"ip": "127.0.0.58", "ipMode": "VIP"}]),
+        "{recorded}"
+    );
+    assert_eq!(recorded["skipped"], json!(["::1"]), "{recorded}");
+    assert_eq!(ip_mode_of(&fake, "127.0.0.58"), "Proxy");
+    assert_eq!(ip_mode_of(&fake, "::1"), "VIP");
+    let notes = events(&fake, "IpModeProxySet");
+    assert!(
+        notes.iter().any(|n| n.contains("::1 cannot be reached")),
+        "{notes:?}"
+    );
+    // The plan made from the proven record says why the names keep the DNS cure.
+    let status_of = |f: &FakeApiServer| {
+        f.get(
+            "hairpin.io/v1alpha1",
+            "Hairpin",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+        .map(|h| h["status"].clone())
+        .unwrap_or_default()
+    };
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| status_of(f)["cureReason"]
+            .as_str()
+            .is_some_and(|r| r.contains(
+                "::1 cannot be reached from the controller and stays VIP"
+            )))
+        .await
+        .is_some(),
+        "{}",
+        status_of(&fake)
+    );
+    assert_eq!(status_of(&fake)["cure"], "dns");
+    assert!(corefile(&fake).contains(HOST));
+    running.stop().await;
+    // One status write: the IPv4 address; the IPv6 one never.
+    assert_eq!(status_puts(&fake), [200]);
+    follow.abort();
+    receiver.stop().await;
+}
+
 /// Item 5: a writer that keeps removing `ipMode` (a stand-in MetalLB controller rebuilding
 /// the status on every change) is detected after `--fight-threshold` re-assertions, named in
 /// a Warning Event and the record, counted per writer, and hairpin stops: the load balancer

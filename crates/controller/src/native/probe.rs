@@ -307,9 +307,11 @@ pub async fn prove(
 /// What the probe before any write found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Baseline {
-    /// Every attempt on every port went unanswered: the short-circuit is there; the cure may
-    /// be tried (and an answer afterwards means something).
-    Shown,
+    /// Every attempt on every port of the IPs reached went unanswered: the short-circuit is
+    /// there; the cure may be tried on them (and an answer afterwards means something).
+    /// `unreachable`: the IPs no attempt reached (every one refused or unreachable: an IPv6
+    /// address with no route from here), left out of the cure, with why.
+    Shown { unreachable: Vec<(IpAddr, String)> },
     /// Every attempt on every port was answered without a header: nothing to cure.
     NotNeeded(String),
     /// Some attempts were answered, others not, or some address leads nowhere from here:
@@ -318,6 +320,7 @@ pub enum Baseline {
 }
 
 /// Asks every target [`NativeParams::answers`] times without a header, before any write.
+/// An IP no attempt reached is left out (per IP, per family), unless no IP was reached.
 pub async fn baseline(
     targets: &[ProbeTarget],
     params: &NativeParams,
@@ -337,6 +340,7 @@ pub async fn baseline(
             seen.entry(target.addr).or_default().push(outcome);
         }
     }
+    let unreachable = leave_out_unreachable(&mut seen);
     let all = |f: fn(&Attempt) -> bool| seen.values().flatten().all(f);
     let describe = |addr: &SocketAddr, attempts: &[Attempt]| {
         let answered = attempts.iter().filter(|a| a.answered()).count();
@@ -353,7 +357,7 @@ pub async fn baseline(
             "answered without a header before any change: {detail}"
         ))
     } else if all(|a| matches!(a, Attempt::NoAnswer(_))) {
-        Baseline::Shown
+        Baseline::Shown { unreachable }
     } else if seen
         .values()
         .flatten()
@@ -404,4 +408,29 @@ pub fn targets(lb: &LoadBalancerPlan, ips: &[IpModeWas]) -> Vec<ProbeTarget> {
         }
     }
     out
+}
+
+/// Takes out of `seen` the IPs no attempt on any port reached (every one refused or
+/// unreachable), and returns them with the last outcome: unless that is every IP (then
+/// nothing is taken out, and the baseline is unclear).
+fn leave_out_unreachable(seen: &mut BTreeMap<SocketAddr, Vec<Attempt>>) -> Vec<(IpAddr, String)> {
+    let mut by_ip: BTreeMap<IpAddr, Option<&Attempt>> = BTreeMap::new();
+    for (addr, attempts) in seen.iter() {
+        let reached = attempts
+            .iter()
+            .any(|a| !matches!(a, Attempt::Unreachable(_)));
+        let slot = by_ip.entry(addr.ip()).or_insert(attempts.last());
+        if reached {
+            *slot = None;
+        }
+    }
+    let unreachable: Vec<(IpAddr, String)> = by_ip
+        .iter()
+        .filter_map(|(ip, last)| Some((*ip, last.as_ref()?.describe())))
+        .collect();
+    if unreachable.len() == by_ip.len() {
+        return Vec::new();
+    }
+    seen.retain(|addr, _| !unreachable.iter().any(|(ip, _)| *ip == addr.ip()));
+    unreachable
 }

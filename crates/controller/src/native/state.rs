@@ -37,6 +37,7 @@ fn new_entry_at(uid: &str, now: &Now) -> NativeEntry {
         failures: 0,
         server_version: String::new(),
         due: false,
+        skipped: Vec::new(),
     }
 }
 

@@ -161,15 +161,22 @@ impl NativeCurer {
     ) {
         let key = service.to_string();
         let (probe_state, why, reason, verdict) = match baseline {
-            Baseline::Shown => {
+            Baseline::Shown { unreachable } => {
+                let left_out: Vec<String> =
+                    unreachable.iter().map(|(ip, _)| ip.to_string()).collect();
+                for (ip, why) in &unreachable {
+                    tracing::info!(service = %key, ip = %ip, why = %why, "an IP the controller cannot reach is left out of the native cure: it stays VIP, its names on the DNS cure");
+                }
                 tracing::info!(service = %key, "a request without a header went unanswered: the problem is shown; setting ipMode: Proxy");
-                self.shown.insert(key, (uid.to_owned(), Instant::now()));
+                self.shown
+                    .insert(key, (uid.to_owned(), Instant::now(), left_out));
                 return;
             }
             // Forced native: only an answer stops it (the cure would change nothing).
             Baseline::Unclear(why) if forced_native(plan, service) => {
                 tracing::warn!(service = %key, why = %why, "the problem is not shown; ipMode: Proxy set anyway (--cure native)");
-                self.shown.insert(key, (uid.to_owned(), Instant::now()));
+                self.shown
+                    .insert(key, (uid.to_owned(), Instant::now(), Vec::new()));
                 return;
             }
             Baseline::NotNeeded(why) => (

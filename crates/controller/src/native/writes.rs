@@ -43,8 +43,22 @@ impl NativeCurer {
             SetStep::Reassert => true,
             SetStep::Attempt => false,
         };
-        if !reassert && !self.take_shown(&key, uid) {
-            self.start_baseline(plan, service, uid, ips);
+        let mut skipped = Vec::new();
+        if !reassert {
+            let Some(left_out) = self.take_shown(&key, uid) else {
+                self.start_baseline(plan, service, uid, ips);
+                return Ok(());
+            };
+            skipped = left_out;
+        }
+        // The IPs the baseline could not reach stay VIP (their names on the DNS cure).
+        let ips: Vec<IpModeWas> = ips
+            .iter()
+            .filter(|was| !skipped.contains(&was.ip))
+            .cloned()
+            .collect();
+        let ips = ips.as_slice();
+        if ips.is_empty() {
             return Ok(());
         }
         if !self
@@ -64,6 +78,11 @@ impl NativeCurer {
             });
         let now = Now::read();
         state::begin_write(record, &key, uid, ips, step, status_ips.as_deref(), &now);
+        if let Some(entry) = record.load_balancers.get_mut(&key)
+            && step == SetStep::Attempt
+        {
+            entry.skipped = skipped.clone();
+        }
         let snapshot_record = record.clone();
         self.write_record(&snapshot_record, &NativeRecord::default())
             .await?;
@@ -91,8 +110,16 @@ impl NativeCurer {
                 ip_list.join(", ")
             )
         } else {
+            let left_out = if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} cannot be reached from the controller and stays VIP (the names keep the DNS cure)",
+                    skipped.join(", ")
+                )
+            };
             format!(
-                "hairpin set ipMode: Proxy on {} (native cure: a request without a header went unanswered before) and probes the address from inside the cluster; DNS stays until the probe succeeds",
+                "hairpin set ipMode: Proxy on {} (native cure: a request without a header went unanswered before) and probes the address from inside the cluster; DNS stays until the probe succeeds{left_out}",
                 ip_list.join(", ")
             )
         };
@@ -106,10 +133,12 @@ impl NativeCurer {
     }
 
     /// Whether the baseline showed the problem of `key` (uid `uid`) recently: taken once.
-    pub(super) fn take_shown(&mut self, key: &str, uid: &str) -> bool {
+    /// Returns the IPs it left out (unreachable from here).
+    pub(super) fn take_shown(&mut self, key: &str, uid: &str) -> Option<Vec<String>> {
         self.shown
             .remove(key)
-            .is_some_and(|(shown_uid, at)| shown_uid == uid && at.elapsed() < SHOWN_FOR)
+            .filter(|(shown_uid, at, _)| shown_uid == uid && at.elapsed() < SHOWN_FOR)
+            .map(|(_, _, left_out)| left_out)
     }
 
     /// Before writing `ipMode: Proxy` (again, over another writer's status without it):

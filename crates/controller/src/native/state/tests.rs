@@ -50,6 +50,7 @@ fn entry(state: ProbeState, since: String, data_plane: &str) -> NativeEntry {
         failures: 0,
         server_version: String::new(),
         due: false,
+        skipped: Vec::new(),
     }
 }
 
