@@ -41,6 +41,13 @@
 //!   that answered before (not at the deadline) and `ipMode` is put back; the times from the
 //!   re-probe's start to the verdict and to the put-back are printed.
 //!
+//! - h) per IP: the proxy load balancer of a) with a second status IP, IPv6 in the
+//!   documentation prefix (`2001:db8::45`), which the node's namespace has no route to (so the
+//!   controller's connections to it fail with "network unreachable" inside that namespace,
+//!   and nothing leaves it): the IPv4 address is proven and set to `Proxy`, the IPv6 one is
+//!   never written, recorded as skipped, and the names keep the DNS cure; the outside client
+//!   never fails.
+//!
 //! b) to e) also wait for the Event on the Service that says why (`NativeCureNotTried`,
 //! `NativeCureNotNeeded`, `IpModeDropped`, `IpModeWriteReverted`).
 //!
@@ -642,5 +649,76 @@ fn lb_not_answering_its_backends_put_back_at_once() {
         log.lines()
             .any(|l| l.contains("native cure not proven") && l.contains("definite=true")),
         "{log}"
+    );
+}
+
+/// The `ipMode` of the load balancer's status IP `ip`.
+fn ip_mode_of(api: &ApiServer, ip: &str) -> Option<String> {
+    api.get(SERVICE)?["status"]["loadBalancer"]["ingress"]
+        .as_array()?
+        .iter()
+        .find(|e| e["ip"] == ip)?["ipMode"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[test]
+fn dual_stack_lb_unreachable_ipv6_stays_vip_ipv4_cured() {
+    let test = "dual_stack_lb_unreachable_ipv6_stays_vip_ipv4_cured";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let (lb_ip, v6) = ("203.0.113.47", "2001:db8::45");
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-dual-stack", lb_ip, Receiver::Nginx);
+    // The node's namespace has no IPv6 route: the address leads nowhere from the controller.
+    let unrouted = scene.node.curl(&format!("http://[{v6}]/"), &[]);
+    assert_eq!(unrouted.exit, Some(7), "no route to {v6}: {unrouted:?}");
+    api.patch_status(
+        SERVICE,
+        &json!({"status": {"loadBalancer": {"ingress": [{"ip": lb_ip}, {"ip": v6}]}}}),
+    );
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let proven = wait_for(
+        "the native cure proven on the IPv4 address",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "proven"),
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    assert_eq!(
+        entry["original"],
+        json!([{"ip": lb_ip, "ipMode": "VIP"}]),
+        "{entry}"
+    );
+    assert_eq!(entry["skipped"], json!([v6]), "{entry}");
+    assert_eq!(ip_mode_of(&api, lb_ip).as_deref(), Some("Proxy"));
+    assert_eq!(ip_mode_of(&api, v6).as_deref(), Some("VIP"));
+    let reason = wait_for(
+        "the Hairpin status says the names keep the DNS cure",
+        Duration::from_secs(10),
+        || {
+            hairpin_status(&api).is_some_and(|s| {
+                s["cureReason"].as_str().is_some_and(|r| {
+                    r.contains("cannot be reached from the controller and stays VIP")
+                })
+            })
+        },
+        log,
+    );
+    assert!(corefile(&api).contains(HOST), "{}", corefile(&api));
+    let status = hairpin_status(&api).unwrap_or_default();
+    let log = log();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("ipMode: Proxy set") && l.contains(v6)),
+        "{log}"
+    );
+    scene.finish("h", &log);
+    println!(
+        "h) native proven on {lb_ip} {proven:.1?} after the controller started (the status saying why {reason:.1?} later); {v6} skipped, stays VIP; Hairpin status: cure {}, reason {}; record: {entry}",
+        status["cure"], status["cureReason"]
     );
 }
