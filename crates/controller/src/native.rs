@@ -23,6 +23,15 @@
 //! again on the schedule and after a data-plane change. A writer that keeps removing the
 //! `ipMode` (MetalLB, an old cloud controller) is detected like a write fight: named in an
 //! Event, backed off, and the load balancer stays on the DNS cure.
+//!
+//! Per IP: an IP no attempt of the baseline reached (an IPv6 address with no route from
+//! here) is left out and recorded as skipped; the others are cured, the names stay on dns.
+//!
+//! The parts: `probe` (connect, HTTP, TLS ClientHello; the baseline and the proof),
+//! `status` (the status writes, read back; put back; uninstall's hand-over), `state` (the
+//! state machine, pure: record, plan, data plane, verdicts and a clock in, next states out),
+//! `writes` and `verdicts` (the curer acting on it: status writes and the record; probe tasks
+//! and their verdicts), and this module (the curer's state between reconciles, and `apply`).
 
 mod probe;
 mod state;
