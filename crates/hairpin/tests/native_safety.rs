@@ -47,6 +47,9 @@
 //!   and nothing leaves it): the IPv4 address is proven and set to `Proxy`, the IPv6 one is
 //!   never written, recorded as skipped, and the names keep the DNS cure; the outside client
 //!   never fails.
+//! - i) the Nodes' versions in the data plane (item 4), with the shipped RBAC: the cure of g)
+//!   fails (tried again only after 10 minutes); the Node then reports a new kubelet version and
+//!   the cure is tried again at once, its record naming the Nodes' version.
 //!
 //! b) to e) also wait for the Event on the Service that says why (`NativeCureNotTried`,
 //! `NativeCureNotNeeded`, `IpModeDropped`, `IpModeWriteReverted`).
@@ -720,5 +723,78 @@ fn dual_stack_lb_unreachable_ipv6_stays_vip_ipv4_cured() {
     println!(
         "h) native proven on {lb_ip} {proven:.1?} after the controller started (the status saying why {reason:.1?} later); {v6} skipped, stays VIP; Hairpin status: cure {}, reason {}; record: {entry}",
         status["cure"], status["cureReason"]
+    );
+}
+
+/// Item 4 on the real API server, with the shipped RBAC: the Nodes' versions are part of the
+/// data plane. The load balancer of g) (the cure fails at once, tried again only after a
+/// 10-minute backoff); then the Node reports a kubelet version (an upgrade): the failed cure is
+/// tried again at once, its record naming the Nodes' version.
+#[test]
+fn node_version_change_retries_a_failed_cure_at_once() {
+    let test = "node_version_change_retries_a_failed_cure_at_once";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-upgrade", "203.0.113.48", Receiver::Nginx);
+    let node_side = scene.lb.node_side_address().to_string();
+    scene
+        .lb
+        .exec_ok(&[
+            "iptables",
+            "-I",
+            "INPUT",
+            "-s",
+            &node_side,
+            "-p",
+            "tcp",
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "icmp-net-unreachable",
+        ])
+        .expect("the load balancer rejects the node");
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    wait_for(
+        "the probe failed",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "failed"),
+        log,
+    );
+    let first = record(&api).unwrap_or_default();
+    let sets = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("ipMode: Proxy set"))
+            .count()
+    };
+    assert_eq!(sets(&log()), 1, "{}", log());
+    api.patch_status(
+        &format!("/api/v1/nodes/{}", scene.node.name()),
+        &json!({"status": {"nodeInfo": {"kubeletVersion": "v1.31.15"}}}),
+    );
+    let retried = wait_for(
+        "the failed cure tried again after the Node's upgrade",
+        Duration::from_secs(30),
+        || {
+            record(&api).is_some_and(|e| {
+                e["state"] == "failed"
+                    && e["since"] != first["since"]
+                    && e["dataPlane"]
+                        .as_str()
+                        .is_some_and(|d| d.contains("nodes kubelet@v1.31.15"))
+            })
+        },
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    let log = log();
+    assert_eq!(sets(&log), 2, "{log}");
+    assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
+    scene.finish("i", &log);
+    println!(
+        "i) a failed cure tried again {retried:.1?} after the Node reported a new kubelet version (the backoff was 10 min); record: {entry}"
     );
 }
