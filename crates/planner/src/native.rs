@@ -692,7 +692,8 @@ fn by_state(
     let uid = svc.metadata.uid.clone().unwrap_or_default();
     // A wait that is over (`due`) proposes the cure again, as if it had never been tried.
     let state = entry.filter(|e| !e.due).map(|e| e.state);
-    let skipped = skipped_of(entry);
+    let skipped = skipped_of(svc, entry);
+    let skipped = skipped.as_slice();
     let set_proxy = |proven: bool| {
         let mut ips = not_proxy(svc);
         ips.retain(|was| !skipped.contains(&was.ip));
@@ -793,13 +794,17 @@ fn by_state(
     }
 }
 
-/// The IPs the controller could not reach: they stay out of the writes, except in a new
-/// attempt (`due`), which asks every IP again.
-fn skipped_of(entry: Option<&NativeEntry>) -> &[String] {
-    entry
-        .filter(|e| !e.due)
-        .map(|e| e.skipped.as_slice())
-        .unwrap_or_default()
+/// The IPs of `svc`'s status the controller could not reach: they stay out of the writes,
+/// except in a new attempt (`due`), which asks every IP again.
+fn skipped_of(svc: &Service, entry: Option<&NativeEntry>) -> Vec<String> {
+    let Some(entry) = entry.filter(|e| !e.due) else {
+        return Vec::new();
+    };
+    status_ingress(svc)
+        .iter()
+        .filter_map(|e| e.ip.clone())
+        .filter(|ip| entry.skipped.contains(ip))
+        .collect()
 }
 
 /// Why a cure proven on the IPs the controller reaches keeps the DNS cure for the names: the

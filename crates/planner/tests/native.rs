@@ -1103,4 +1103,15 @@ fn a_skipped_ip_stays_vip_and_the_names_keep_the_dns_cure() {
     };
     let ips: Vec<&str> = ips.iter().map(|w| w.ip.as_str()).collect();
     assert_eq!(ips, [LB_IP, V6]);
+
+    // The skipped IP gone from the status: the cure is native for the names too.
+    let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
+    snapshot
+        .config_maps
+        .push(record_with(ProbeState::Proven, |e| {
+            e.skipped = vec![V6.into()];
+        }));
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(plan.cures[0].cure, Cure::Native, "{}", plan.cures[0].reason);
+    assert!(dns_names(&plan).is_empty());
 }
