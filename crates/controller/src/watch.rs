@@ -32,6 +32,7 @@ use tokio::sync::{Notify, watch};
 use crate::crd::Hairpin;
 use crate::metrics::Metrics;
 
+mod nodes;
 mod receivers;
 mod snapshot;
 mod streams;
@@ -41,6 +42,8 @@ use streams::{
     Ctx, config_maps, custom_sources, feed, optional, optional_versions, required,
     required_slimmed, slim, slim_ingress, slim_service, tls_routes, watch_error_label,
 };
+
+pub(crate) use nodes::NodeVersions;
 
 pub use receivers::CONFIG_MAP_GRACE as RECEIVER_CONFIG_MAP_GRACE;
 

@@ -282,6 +282,7 @@ async fn a_load_balancer_on_the_proven_native_cure_says_so() {
             failures: 0,
             server_version: String::new(),
             due: false,
+            skipped: Vec::new(),
         },
     );
     fake.apply(object(

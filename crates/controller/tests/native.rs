@@ -730,6 +730,139 @@ async fn a_proven_cure_that_no_longer_works_at_start_or_after_a_data_plane_chang
     receiver.stop().await;
 }
 
+/// A Node whose kubelet (and kube-proxy, where the kubelet reports it) runs `version`.
+fn node(name: &str, version: &str) -> Value {
+    hairpin_fake_apiserver::object(
+        "v1",
+        "Node",
+        None,
+        name,
+        json!({"status": {"nodeInfo": {"kubeletVersion": version, "kubeProxyVersion": version}}}),
+    )
+}
+
+/// Item 4: the Nodes' kubelet and kube-proxy versions are part of the data plane (a node pool
+/// upgraded, a kube-proxy that runs as no DaemonSet): a proven cure is probed again once a
+/// Node's version changed and the change settled, and put back when no longer honoured.
+#[tokio::test]
+async fn a_changed_node_version_probes_a_proven_cure_again() {
+    let fake = Arc::new(FakeApiServer::start().await);
+    seed(&fake, "127.0.0.57");
+    fake.apply(node("node-a", "v1.31.14"));
+    fake.apply(node("node-b", "v1.31.14"));
+    let receiver = Receiver::start("127.0.0.57", false).await;
+    let follow = receiver.follow(fake.clone(), "127.0.0.57");
+    let mut cfg = auto_config();
+    cfg.native.settle = Duration::from_millis(300);
+    let running = start(&fake, cfg);
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "proven"
+            && entry(f)["dataPlane"]
+                .as_str()
+                .is_some_and(|d| d.contains("kubelet@v1.31.14")))
+            .await
+            .is_some(),
+        "{:?}",
+        entry(&fake)
+    );
+    // kube-proxy stops honouring ipMode with the upgrade of one Node (the next scheduled
+    // re-probe is 30 minutes away: only the data-plane change probes again).
+    follow.abort();
+    receiver.answer.store(false, Ordering::SeqCst);
+    fake.apply(node("node-b", "v1.32.0"));
+    assert_failed_and_reverted(&fake).await;
+    let data_plane = entry(&fake)["dataPlane"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        data_plane.contains("kubelet@v1.31.14,v1.32.0"),
+        "{data_plane}"
+    );
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| corefile(f).contains(HOST))
+            .await
+            .is_some()
+    );
+    running.stop().await;
+    receiver.stop().await;
+}
+
+/// Item 6: per IP. A dual-stack load balancer whose IPv6 address the controller cannot reach
+/// (here `::1` on a port nothing listens on: refused, as an address with no route is
+/// unreachable) is no longer left untried: the IPv4 address the controller reaches is proven
+/// and set to `Proxy`; the IPv6 one is never written, stays `VIP`, is recorded as skipped, and
+/// the names keep the DNS cure (they resolve to both).
+#[tokio::test]
+async fn an_ip_the_controller_cannot_reach_stays_vip_and_the_others_are_cured() {
+    let v6 = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, PORT));
+    if let Ok(Ok(_)) =
+        tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(v6)).await
+    {
+        panic!("something listens on {v6}: this test needs that port refused");
+    }
+    let fake = Arc::new(FakeApiServer::start().await);
+    fake.install_hairpin_crd();
+    seed(&fake, "127.0.0.58");
+    let mut svc = service(&fake);
+    svc["status"]["loadBalancer"]["ingress"] =
+        json!([{"ip": "127.0.0.58", "ipMode": "VIP"}, {"ip": "::1", "ipMode": "VIP"}]);
+    fake.apply(svc);
+    let receiver = Receiver::start("127.0.0.58", false).await;
+    let follow = receiver.follow(fake.clone(), "127.0.0.58");
+    let running = start(&fake, auto_config());
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "proven")
+            .await
+            .is_some(),
+        "{:?}",
+        entry(&fake)
+    );
+    let recorded = entry(&fake);
+    assert_eq!(
+        recorded["original"],
+        json!([{"ip": "127.0.0.58", "ipMode": "VIP"}]),
+        "{recorded}"
+    );
+    assert_eq!(recorded["skipped"], json!(["::1"]), "{recorded}");
+    assert_eq!(ip_mode_of(&fake, "127.0.0.58"), "Proxy");
+    assert_eq!(ip_mode_of(&fake, "::1"), "VIP");
+    let notes = events(&fake, "IpModeProxySet");
+    assert!(
+        notes.iter().any(|n| n.contains("::1 cannot be reached")),
+        "{notes:?}"
+    );
+    // The plan made from the proven record says why the names keep the DNS cure.
+    let status_of = |f: &FakeApiServer| {
+        f.get(
+            "hairpin.io/v1alpha1",
+            "Hairpin",
+            Some("ingress-nginx"),
+            "ingress-nginx-controller",
+        )
+        .map(|h| h["status"].clone())
+        .unwrap_or_default()
+    };
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| status_of(f)["cureReason"]
+            .as_str()
+            .is_some_and(|r| r.contains(
+                "::1 cannot be reached from the controller and stays VIP"
+            )))
+        .await
+        .is_some(),
+        "{}",
+        status_of(&fake)
+    );
+    assert_eq!(status_of(&fake)["cure"], "dns");
+    assert!(corefile(&fake).contains(HOST));
+    running.stop().await;
+    // One status write: the IPv4 address; the IPv6 one never.
+    assert_eq!(status_puts(&fake), [200]);
+    follow.abort();
+    receiver.stop().await;
+}
+
 /// Item 5: a writer that keeps removing `ipMode` (a stand-in MetalLB controller rebuilding
 /// the status on every change) is detected after `--fight-threshold` re-assertions, named in
 /// a Warning Event and the record, counted per writer, and hairpin stops: the load balancer

@@ -978,6 +978,7 @@ async fn ingress_writers(client: &kube::Client, namespace: &str) -> Vec<(String,
         failures: 0,
         server_version: String::new(),
         due: false,
+        skipped: Vec::new(),
     };
     let writes = [
         ("cloud-controller", json!({"ip": "203.0.113.77"})),

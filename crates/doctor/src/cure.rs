@@ -600,6 +600,7 @@ mod tests {
             failures: 0,
             server_version: String::new(),
             due: false,
+            skipped: Vec::new(),
         };
         let failed = judge(
             &lb("VIP", true),

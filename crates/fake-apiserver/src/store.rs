@@ -171,6 +171,8 @@ impl State {
             ResourceType::new("", "v1", "configmaps", "ConfigMap", true),
             ResourceType::new("", "v1", "events", "Event", true),
             ResourceType::new("", "v1", "pods", "Pod", true).with_status_subresource(),
+            // The native cure watches the Nodes' kubelet and kube-proxy versions.
+            ResourceType::new("", "v1", "nodes", "Node", false).with_status_subresource(),
             ResourceType::new(
                 "discovery.k8s.io",
                 "v1",

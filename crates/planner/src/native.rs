@@ -203,6 +203,11 @@ pub struct NativeEntry {
     /// proposes the cure again (the controller proves the problem first).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub due: bool,
+    /// Status IPs the controller could not reach before any change (an IPv6 address with no
+    /// route from its pod, a refused connection): never set to `Proxy`, they stay `VIP` and
+    /// the load balancer's names keep the DNS cure. Tried again when the cure starts over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -683,8 +688,11 @@ fn by_state(
     let uid = svc.metadata.uid.clone().unwrap_or_default();
     // A wait that is over (`due`) proposes the cure again, as if it had never been tried.
     let state = entry.filter(|e| !e.due).map(|e| e.state);
+    let skipped = skipped_of(svc, entry);
+    let skipped = skipped.as_slice();
     let set_proxy = |proven: bool| {
-        let ips = not_proxy(svc);
+        let mut ips = not_proxy(svc);
+        ips.retain(|was| !skipped.contains(&was.ip));
         (!ips.is_empty()).then(|| NativeAction::SetProxy {
             service: service.clone(),
             uid: uid.clone(),
@@ -736,6 +744,10 @@ fn by_state(
             let probed = matches!(state, Some(ProbeState::Proven | ProbeState::Failed));
             (native(progress, why), set_proxy(probed))
         }
+        (_, Some(ProbeState::Proven)) if !skipped.is_empty() => (
+            dns(partly(&detail, skipped), Some(NativeProgress::Proven)),
+            set_proxy(true),
+        ),
         (_, Some(ProbeState::Proven)) => (
             native(
                 NativeProgress::Proven,
@@ -778,6 +790,28 @@ fn by_state(
     }
 }
 
+/// The IPs of `svc`'s status the controller could not reach: they stay out of the writes,
+/// except in a new attempt (`due`), which asks every IP again.
+fn skipped_of(svc: &Service, entry: Option<&NativeEntry>) -> Vec<String> {
+    let Some(entry) = entry.filter(|e| !e.due) else {
+        return Vec::new();
+    };
+    status_ingress(svc)
+        .iter()
+        .filter_map(|e| e.ip.clone())
+        .filter(|ip| entry.skipped.contains(ip))
+        .collect()
+}
+
+/// Why a cure proven on the IPs the controller reaches keeps the DNS cure for the names: the
+/// `skipped` IPs stay VIP.
+fn partly(detail: &str, skipped: &[String]) -> String {
+    format!(
+        "ipMode: Proxy is honoured on the IPs the controller reaches ({detail}); {} cannot be reached from the controller and stays VIP, so the names keep the DNS cure",
+        escape::text(&skipped.join(", "))
+    )
+}
+
 /// Why native is to be proven: never tried, or the address changed (`moved`: the new IPs).
 fn to_prove(moved: &[String]) -> String {
     if moved.is_empty() {
@@ -789,12 +823,13 @@ fn to_prove(moved: &[String]) -> String {
     )
 }
 
-/// The status IPs of `svc` that `entry`'s cure never had.
+/// The status IPs of `svc` that `entry`'s cure never had (nor skipped as unreachable).
 fn new_ips(svc: &Service, entry: &NativeEntry) -> Vec<String> {
     status_ingress(svc)
         .iter()
         .filter_map(|e| e.ip.clone())
         .filter(|ip| !entry.original.iter().any(|was| was.ip == *ip))
+        .filter(|ip| !entry.skipped.contains(ip))
         .collect()
 }
 

@@ -68,6 +68,7 @@ fn record_with(state: ProbeState, change: impl FnOnce(&mut NativeEntry)) -> Conf
             failures: 0,
             server_version: String::new(),
             due: false,
+            skipped: Vec::new(),
         },
     );
     if let Some(entry) = record.load_balancers.values_mut().next() {
@@ -1055,4 +1056,62 @@ fn a_vip_at_ip_mode_proxy_by_another_writer_is_an_outage_warning() {
     let snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
     let plan = desired(&snapshot, &config(CureMode::Auto));
     assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+}
+
+/// Item 6: a cure proven on the IPs the controller reaches, with an IPv6 one it could not
+/// reach (`skipped`): that IP is never written (not even re-asserted), the names keep the DNS
+/// cure and the reason says why; a new attempt (`due`) asks every IP again.
+#[test]
+fn a_skipped_ip_stays_vip_and_the_names_keep_the_dns_cure() {
+    const V6: &str = "2001:db8::10";
+    let status = json!([{ "ip": LB_IP, "ipMode": "Proxy" }, { "ip": V6, "ipMode": "VIP" }]);
+    let mut snapshot = cluster(do_proxy(), status);
+    snapshot
+        .config_maps
+        .push(record_with(ProbeState::Proven, |e| {
+            e.skipped = vec![V6.into()];
+        }));
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    let choice = &plan.cures[0];
+    assert_eq!(
+        (choice.cure, choice.native),
+        (Cure::Dns, Some(NativeProgress::Proven))
+    );
+    assert!(
+        choice
+            .reason
+            .contains("2001:db8::10 cannot be reached from the controller and stays VIP"),
+        "{}",
+        choice.reason
+    );
+    assert_eq!(dns_names(&plan), ["shop.example.com"]);
+    assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+
+    let mut snapshot = cluster(
+        do_proxy(),
+        json!([{ "ip": LB_IP, "ipMode": "VIP" }, { "ip": V6, "ipMode": "VIP" }]),
+    );
+    snapshot
+        .config_maps
+        .push(record_with(ProbeState::Failed, |e| {
+            e.skipped = vec![V6.into()];
+            e.due = true;
+        }));
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    let Some(NativeAction::SetProxy { ips, .. }) = plan.native_actions.first() else {
+        panic!("{:?}", plan.native_actions);
+    };
+    let ips: Vec<&str> = ips.iter().map(|w| w.ip.as_str()).collect();
+    assert_eq!(ips, [LB_IP, V6]);
+
+    // The skipped IP gone from the status: the cure is native for the names too.
+    let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
+    snapshot
+        .config_maps
+        .push(record_with(ProbeState::Proven, |e| {
+            e.skipped = vec![V6.into()];
+        }));
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(plan.cures[0].cure, Cure::Native, "{}", plan.cures[0].reason);
+    assert!(dns_names(&plan).is_empty());
 }

@@ -16,15 +16,22 @@
 //! - [`prove`], after the write: proven only when every port answered several times in a
 //!   row (a failure resets the count), so that a lucky answer, or one from before kube-proxy
 //!   followed the change, proves nothing. A definite failure repeated on a port ends the
-//!   probe at once, without waiting for the deadline.
+//!   probe at once, without waiting for the deadline; so does no answer repeated on a port
+//!   that answered before: in this probe, or in the proof of a cure probed again (no change is
+//!   awaited then: the status said `Proxy` already, and kube-proxy restarted with its gate off
+//!   answers with an empty reply from then on). Right after a write, no answer is what the
+//!   address says until kube-proxy follows, so it ends nothing before the deadline.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use hairpin_planner::LoadBalancerPlan;
+use hairpin_planner::native::IpModeWas;
 
 use super::NativeParams;
 
@@ -180,7 +187,8 @@ async fn attempt(target: &ProbeTarget, timeout: Duration, observe: Option<&Obser
 pub struct ProbeVerdict {
     /// Every port answered [`NativeParams::answers`] times in a row.
     pub proven: bool,
-    /// Ended before the deadline on a definite failure (refused, unreachable) repeated.
+    /// Ended before the deadline on a definite failure repeated: refused or unreachable, or
+    /// no answer on a port that answered before.
     pub definite: bool,
     /// The outcome per address, in words.
     pub detail: String,
@@ -188,44 +196,68 @@ pub struct ProbeVerdict {
     pub took: Duration,
 }
 
-/// Per port during a proof: answers and definite failures in a row, and the last outcome.
+/// Per port during a proof: answers, definite failures and attempts without an answer in a
+/// row, whether it answered before, and the last outcome.
 #[derive(Default)]
 struct Streak {
     answered: u32,
     unreachable: u32,
+    silent: u32,
+    answered_before: bool,
     last: Option<Attempt>,
 }
 
+impl Streak {
+    fn count(&mut self, outcome: Attempt) {
+        (self.answered, self.unreachable, self.silent) = match &outcome {
+            Attempt::Answered(_) => (self.answered + 1, 0, 0),
+            Attempt::Unreachable(_) => (0, self.unreachable + 1, 0),
+            Attempt::NoAnswer(_) => (0, 0, self.silent + 1),
+        };
+        self.answered_before |= outcome.answered();
+        self.last = Some(outcome);
+    }
+
+    /// Failed `needed` times in a row in a way that no wait changes.
+    fn definite(&self, needed: u32) -> bool {
+        self.unreachable >= needed || (self.answered_before && self.silent >= needed)
+    }
+}
+
+/// How a proof starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proof {
+    /// Right after hairpin wrote `ipMode: Proxy`: kube-proxy may not have followed yet.
+    AfterWrite,
+    /// A cure proven before, probed again (no write awaited): its ports answered before.
+    Again,
+}
+
 /// Probes every target until each answered [`NativeParams::answers`] times in a row, a port
-/// failed definitely that many times in a row, or the deadline passed.
+/// failed definitely that many times in a row (see [`Streak::definite`]; `proof`: whether
+/// its ports answered before), or the deadline passed.
 pub async fn prove(
     targets: Vec<ProbeTarget>,
     params: &NativeParams,
     observe: Option<Observer>,
+    proof: Proof,
 ) -> ProbeVerdict {
     let started = Instant::now();
     let needed = params.answers.max(1);
     let mut streaks: BTreeMap<SocketAddr, Streak> = BTreeMap::new();
     loop {
         for target in &targets {
-            let streak = streaks.entry(target.addr).or_default();
+            let streak = streaks.entry(target.addr).or_insert_with(|| Streak {
+                answered_before: proof == Proof::Again,
+                ..Streak::default()
+            });
             if streak.answered >= needed {
                 continue;
             }
-            let outcome = attempt(target, params.timeout, observe.as_ref()).await;
-            match &outcome {
-                Attempt::Answered(_) => {
-                    (streak.answered, streak.unreachable) = (streak.answered + 1, 0)
-                }
-                Attempt::Unreachable(_) => {
-                    (streak.answered, streak.unreachable) = (0, streak.unreachable + 1)
-                }
-                Attempt::NoAnswer(_) => (streak.answered, streak.unreachable) = (0, 0),
-            }
-            streak.last = Some(outcome);
+            streak.count(attempt(target, params.timeout, observe.as_ref()).await);
         }
         let proven = !targets.is_empty() && streaks.values().all(|s| s.answered >= needed);
-        let definite = streaks.values().any(|s| s.unreachable >= needed);
+        let definite = streaks.values().any(|s| s.definite(needed));
         if proven || definite || started.elapsed() >= params.deadline {
             let detail = if targets.is_empty() {
                 "no PROXY port to probe".to_owned()
@@ -241,6 +273,11 @@ pub async fn prove(
                             "{addr}: {} ({} times in a row: the address leads nowhere from inside the cluster now)",
                             a.describe(),
                             s.unreachable
+                        ),
+                        Some(a) if s.definite(needed) => format!(
+                            "{addr}: {} ({} times in a row on a port that answered before: the cluster short-circuits the address again)",
+                            a.describe(),
+                            s.silent
                         ),
                         Some(a) => format!("{addr}: {}", a.describe()),
                         None => format!("{addr}: not probed"),
@@ -270,9 +307,11 @@ pub async fn prove(
 /// What the probe before any write found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Baseline {
-    /// Every attempt on every port went unanswered: the short-circuit is there; the cure may
-    /// be tried (and an answer afterwards means something).
-    Shown,
+    /// Every attempt on every port of the IPs reached went unanswered: the short-circuit is
+    /// there; the cure may be tried on them (and an answer afterwards means something).
+    /// `unreachable`: the IPs no attempt reached (every one refused or unreachable: an IPv6
+    /// address with no route from here), left out of the cure, with why.
+    Shown { unreachable: Vec<(IpAddr, String)> },
     /// Every attempt on every port was answered without a header: nothing to cure.
     NotNeeded(String),
     /// Some attempts were answered, others not, or some address leads nowhere from here:
@@ -281,6 +320,7 @@ pub enum Baseline {
 }
 
 /// Asks every target [`NativeParams::answers`] times without a header, before any write.
+/// An IP no attempt reached is left out (per IP, per family), unless no IP was reached.
 pub async fn baseline(
     targets: &[ProbeTarget],
     params: &NativeParams,
@@ -300,6 +340,7 @@ pub async fn baseline(
             seen.entry(target.addr).or_default().push(outcome);
         }
     }
+    let unreachable = leave_out_unreachable(&mut seen);
     let all = |f: fn(&Attempt) -> bool| seen.values().flatten().all(f);
     let describe = |addr: &SocketAddr, attempts: &[Attempt]| {
         let answered = attempts.iter().filter(|a| a.answered()).count();
@@ -316,7 +357,7 @@ pub async fn baseline(
             "answered without a header before any change: {detail}"
         ))
     } else if all(|a| matches!(a, Attempt::NoAnswer(_))) {
-        Baseline::Shown
+        Baseline::Shown { unreachable }
     } else if seen
         .values()
         .flatten()
@@ -330,4 +371,66 @@ pub async fn baseline(
             "some requests without a header were answered before any change, so an answer afterwards would prove nothing: {detail}"
         ))
     }
+}
+
+/// A port is probed with TLS when it is 443 or 8443, or named `https` or `tls`-something.
+fn is_tls(port: u16, name: Option<&str>) -> bool {
+    let name = name.unwrap_or_default().to_ascii_lowercase();
+    matches!(port, 443 | 8443) || name.contains("https") || name.starts_with("tls")
+}
+
+/// Every PROXY port of every IP of `ips`, with the first exact hostname of the load balancer.
+pub fn targets(lb: &LoadBalancerPlan, ips: &[IpModeWas]) -> Vec<ProbeTarget> {
+    let host = lb
+        .hostnames
+        .iter()
+        .map(|h| h.name.as_str())
+        .find(|h| !h.starts_with("*."))
+        .unwrap_or_default()
+        .to_owned();
+    let mut out = Vec::new();
+    for ip in ips.iter().filter_map(|was| was.ip.parse::<IpAddr>().ok()) {
+        for port in lb
+            .load_balancer
+            .ports
+            .iter()
+            .filter(|p| p.proxy_protocol.is_some())
+        {
+            out.push(ProbeTarget {
+                addr: SocketAddr::new(ip, port.port),
+                tls: is_tls(port.port, port.name.as_deref()),
+                host: if host.is_empty() {
+                    ip.to_string()
+                } else {
+                    host.clone()
+                },
+            });
+        }
+    }
+    out
+}
+
+/// Takes out of `seen` the IPs no attempt on any port reached (every one refused or
+/// unreachable), and returns them with the last outcome: unless that is every IP (then
+/// nothing is taken out, and the baseline is unclear).
+fn leave_out_unreachable(seen: &mut BTreeMap<SocketAddr, Vec<Attempt>>) -> Vec<(IpAddr, String)> {
+    let mut by_ip: BTreeMap<IpAddr, Option<&Attempt>> = BTreeMap::new();
+    for (addr, attempts) in seen.iter() {
+        let reached = attempts
+            .iter()
+            .any(|a| !matches!(a, Attempt::Unreachable(_)));
+        let slot = by_ip.entry(addr.ip()).or_insert(attempts.last());
+        if reached {
+            *slot = None;
+        }
+    }
+    let unreachable: Vec<(IpAddr, String)> = by_ip
+        .iter()
+        .filter_map(|(ip, last)| Some((*ip, last.as_ref()?.describe())))
+        .collect();
+    if unreachable.len() == by_ip.len() {
+        return Vec::new();
+    }
+    seen.retain(|addr, _| !unreachable.iter().any(|(ip, _)| *ip == addr.ip()));
+    unreachable
 }

@@ -1,0 +1,318 @@
+//! The native cure's writes from a plan: `ipMode: Proxy` set (after the baseline showed the
+//! problem, the record first), the fight guard over another writer's reverts, a dropped field
+//! (`unsupported`), the status put back, and the record.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use hairpin_planner::escape;
+use hairpin_planner::native::{IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeRecord, ingress_writer};
+use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
+use k8s_openapi::api::core::v1::Service;
+
+use super::probe::Proof;
+use super::state::{self, Now, SetStep, fight_target};
+use super::status::{Written, restore_ip_modes, status_ingress, write_ip_modes};
+use super::{NativeCurer, SHOWN_FOR};
+use crate::Error;
+use crate::apply::write_key;
+use crate::edits::KeyEdit;
+use crate::error::{is_conflict, is_not_found};
+use crate::fight::{Decision, Observation};
+use crate::metrics::WriterLabels;
+use crate::report::reason;
+
+impl NativeCurer {
+    /// Sets `ipMode: Proxy`. A new attempt proves the problem first (the baseline, in a
+    /// task: nothing is written until it showed); then the record (so that uninstall knows
+    /// what to put back), the status, read back, and the probe (unless proven).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn set_proxy(
+        &mut self,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+        record: &mut NativeRecord,
+        service: &ObjectRef,
+        uid: &str,
+        ips: &[IpModeWas],
+        proven: bool,
+    ) -> Result<(), Error> {
+        let key = service.to_string();
+        let step = state::set_step(record, &key, uid, ips, proven);
+        let reassert = match step {
+            SetStep::Skip => return Ok(()),
+            SetStep::Reassert => true,
+            SetStep::Attempt => false,
+        };
+        let mut skipped = Vec::new();
+        if !reassert {
+            let Some(left_out) = self.take_shown(&key, uid) else {
+                self.start_baseline(plan, service, uid, ips);
+                return Ok(());
+            };
+            skipped = left_out;
+        }
+        // The IPs the baseline could not reach stay VIP (their names on the DNS cure).
+        let ips: Vec<IpModeWas> = ips
+            .iter()
+            .filter(|was| !skipped.contains(&was.ip))
+            .cloned()
+            .collect();
+        let ips = ips.as_slice();
+        if ips.is_empty() {
+            return Ok(());
+        }
+        if !self
+            .may_write(snapshot, record, service, uid, reassert)
+            .await
+        {
+            return Ok(());
+        }
+        // IPs the status no longer has (the address changed) are stale.
+        let status_ips: Option<Vec<&str>> = snapshot
+            .service(&service.namespace, &service.name)
+            .map(|svc| {
+                status_ingress(svc)
+                    .iter()
+                    .filter_map(|e| e.ip.as_deref())
+                    .collect()
+            });
+        let now = Now::read();
+        state::begin_write(record, &key, uid, ips, step, status_ips.as_deref(), &now);
+        if let Some(entry) = record.load_balancers.get_mut(&key)
+            && step == SetStep::Attempt
+        {
+            entry.skipped = skipped.clone();
+        }
+        let snapshot_record = record.clone();
+        self.write_record(&snapshot_record, &NativeRecord::default())
+            .await?;
+        let modes: BTreeMap<String, Option<String>> = ips
+            .iter()
+            .map(|was| (was.ip.clone(), Some(IP_MODE_PROXY.to_owned())))
+            .collect();
+        let stored = match write_ip_modes(&self.ctx.client, service, uid, &modes).await {
+            Ok(Written::Applied(stored)) => stored,
+            Ok(Written::Nothing) => return Ok(()),
+            Ok(Written::NotApplied(stored)) => {
+                return self.dropped(record, service, uid, &stored).await;
+            }
+            // Another writer changed the status between the read and the write: next round.
+            Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+            Err(err) => return Err(Error::kube(format!("set ipMode on Service {service}"), err)),
+        };
+        self.ctx
+            .metrics
+            .ip_mode_write(if reassert { "reassert" } else { "set" });
+        drop(stored);
+        let ip_list: Vec<&str> = ips.iter().map(|w| w.ip.as_str()).collect();
+        let note = if reassert {
+            format!(
+                "another writer put the status back without ipMode: Proxy; hairpin set it again on {}",
+                ip_list.join(", ")
+            )
+        } else {
+            let left_out = if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} cannot be reached from the controller and stays VIP (the names keep the DNS cure)",
+                    skipped.join(", ")
+                )
+            };
+            format!(
+                "hairpin set ipMode: Proxy on {} (native cure: a request without a header went unanswered before) and probes the address from inside the cluster; DNS stays until the probe succeeds{left_out}",
+                ip_list.join(", ")
+            )
+        };
+        tracing::info!(service = %service, ips = ?ip_list, reasserted = reassert, "ipMode: Proxy set");
+        self.on_service(service, uid, false, reason::IP_MODE_SET, note)
+            .await;
+        if !reassert {
+            self.start_probe(plan, service, uid, ips, Proof::AfterWrite);
+        }
+        Ok(())
+    }
+
+    /// Whether the baseline showed the problem of `key` (uid `uid`) recently: taken once.
+    /// Returns the IPs it left out (unreachable from here).
+    pub(super) fn take_shown(&mut self, key: &str, uid: &str) -> Option<Vec<String>> {
+        self.shown
+            .remove(key)
+            .filter(|(shown_uid, at, _)| shown_uid == uid && at.elapsed() < SHOWN_FOR)
+            .map(|(_, _, left_out)| left_out)
+    }
+
+    /// Before writing `ipMode: Proxy` (again, over another writer's status without it):
+    /// counts the revert (per writer), and when that writer keeps doing it
+    /// (`--fight-threshold` times within `--fight-window`), stops: the entry goes `failed`
+    /// (the load balancer is on the DNS cure; it is tried again after the backoff), with a
+    /// Warning Event naming the writer. Returns whether to write.
+    pub(super) async fn may_write(
+        &mut self,
+        snapshot: &ClusterSnapshot,
+        record: &mut NativeRecord,
+        service: &ObjectRef,
+        uid: &str,
+        reassert: bool,
+    ) -> bool {
+        let target = fight_target(service);
+        let now = Instant::now();
+        if let Decision::BackedOff(_) = self.fights.decide(&target, now) {
+            return false;
+        }
+        // Writing again the value hairpin wrote last: someone removed it (a revert).
+        let observation = self
+            .fights
+            .written(&target, Some(IP_MODE_PROXY.into()), now);
+        let writer = snapshot
+            .service(&service.namespace, &service.name)
+            .and_then(ingress_writer)
+            .map_or_else(
+                || "another writer".to_owned(),
+                |w| escape::text(w).into_owned(),
+            );
+        let (count, backoff) = match observation {
+            Observation::Normal => return true,
+            Observation::Reverted { .. } => {
+                if reassert {
+                    self.count_revert(&writer);
+                }
+                return true;
+            }
+            Observation::Fight { count, backoff } => (count, backoff),
+        };
+        self.count_revert(&writer);
+        let why = format!(
+            "{writer} removed the ipMode: Proxy hairpin set {count} times within {:?} (a status fight: MetalLB or a cloud controller rebuilds the status without it); hairpin stopped, the load balancer is on the DNS cure, and native is tried again after the backoff",
+            self.fights.params().window
+        );
+        tracing::warn!(service = %service, writer = %writer, reverts = count, backoff = ?backoff, "status fight over ipMode; backing off");
+        let key = service.to_string();
+        state::fight_lost(record, &key, &why, &self.data_plane.0, &Now::read());
+        if let Some(task) = self.running.remove(&service.to_string()) {
+            task.abort();
+        }
+        self.ctx.metrics.native_verdict("failed");
+        self.on_service(service, uid, true, reason::IP_MODE_FIGHT, why)
+            .await;
+        false
+    }
+
+    pub(super) fn count_revert(&self, writer: &str) {
+        self.ctx
+            .metrics
+            .ip_mode_reverts
+            .get_or_create(&WriterLabels {
+                writer: writer.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The API server's answer to a write of `ipMode: Proxy` does not hold it: the server
+    /// does not support or allow it. Recorded `unsupported` with its version; not tried again
+    /// until that changes.
+    pub(super) async fn dropped(
+        &mut self,
+        record: &mut NativeRecord,
+        service: &ObjectRef,
+        uid: &str,
+        stored: &Service,
+    ) -> Result<(), Error> {
+        // Anything the write did change goes back (an IP that did keep `Proxy`).
+        let kept: Vec<&str> = status_ingress(stored)
+            .iter()
+            .filter(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
+            .filter_map(|e| e.ip.as_deref())
+            .collect();
+        self.ctx.metrics.ip_mode_write("set");
+        let version = self.server_version().await;
+        let shown = if version.is_empty() {
+            "version unknown".to_owned()
+        } else {
+            escape::text(&version).into_owned()
+        };
+        let why = format!(
+            "the API server ({shown}) dropped the ipMode: Proxy hairpin wrote: it is older than 1.30, or its feature gate LoadBalancerIPMode is off; not tried again until its version changes"
+        );
+        tracing::warn!(service = %service, version = %version, "the API server dropped ipMode");
+        let key = service.to_string();
+        let original = state::dropped(record, &key, &why, &version, &Now::read());
+        self.ctx.metrics.native_verdict("unsupported");
+        self.on_service(service, uid, true, reason::IP_MODE_DROPPED, why.clone())
+            .await;
+        if !kept.is_empty() {
+            self.restore(service, uid, &original, &why).await?;
+        }
+        Ok(())
+    }
+
+    /// Puts each IP's `ipMode` back as it was (only where it is still `Proxy`), read back:
+    /// `Ok(false)` when the API server's answer still says `Proxy` (reported; tried again).
+    pub(super) async fn restore(
+        &mut self,
+        service: &ObjectRef,
+        uid: &str,
+        original: &[IpModeWas],
+        why: &str,
+    ) -> Result<bool, Error> {
+        let modes: BTreeMap<String, Option<String>> = original
+            .iter()
+            .map(|was| (was.ip.clone(), was.ip_mode.clone()))
+            .collect();
+        match restore_ip_modes(&self.ctx.client, service, uid, &modes).await {
+            Ok(Written::Applied(_)) => {
+                self.ctx.metrics.ip_mode_write("restore");
+                // Not a revert of hairpin's value: the fight count starts over.
+                self.fights
+                    .written(&fight_target(service), None, Instant::now());
+                tracing::info!(service = %service, why, "ipMode put back");
+                let note = format!("hairpin put ipMode back as it was: {why}");
+                self.on_service(service, uid, true, reason::IP_MODE_RESTORED, note)
+                    .await;
+                Ok(true)
+            }
+            Ok(Written::NotApplied(_)) => {
+                self.ctx.metrics.ip_mode_write("restore");
+                tracing::warn!(service = %service, "ipMode put back, but the API server's answer still says Proxy");
+                let note = format!(
+                    "hairpin put ipMode back ({why}), but the API server's answer still says Proxy (an admission webhook or another writer?): tried again"
+                );
+                self.on_service(service, uid, true, reason::IP_MODE_NOT_RESTORED, note)
+                    .await;
+                Ok(false)
+            }
+            Ok(Written::Nothing) => Ok(true),
+            Err(err) if is_not_found(&err) => Ok(true),
+            Err(err) if is_conflict(&err) => Ok(false),
+            Err(err) => Err(Error::kube(
+                format!("put ipMode back on Service {service}"),
+                err,
+            )),
+        }
+    }
+
+    /// Writes the record when it differs from `before` (the snapshot's).
+    pub(super) async fn write_record(
+        &mut self,
+        record: &NativeRecord,
+        before: &NativeRecord,
+    ) -> Result<(), Error> {
+        if record == before {
+            return Ok(());
+        }
+        let value = (!record.load_balancers.is_empty()).then(|| record.to_json());
+        let edit = KeyEdit {
+            ours_only: true,
+            ..KeyEdit::set(
+                &self.ctx.planner.namespace,
+                &self.ctx.planner.native_config_map,
+                NATIVE_KEY,
+                value,
+            )
+        };
+        write_key(&self.ctx.client, &edit).await?;
+        self.written = Some((record.clone(), Instant::now()));
+        Ok(())
+    }
+}
