@@ -10,13 +10,15 @@ use std::time::{Duration, Instant};
 use hairpin_planner::{ClusterSnapshot, Plan};
 use k8s_openapi::api::core::v1::Service;
 
-use super::decide::{self, Counter, Effect, Gauge, OwnKey, Reported, Restored, earliest};
+use super::decide::{
+    self, Counter, DnsIntent, Effect, Gauge, Intent, OwnKey, Reported, Restored, earliest,
+};
 use super::{ControllerConfig, StopFuture};
 use crate::Error;
 use crate::apply::{KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
 use crate::context::Context;
 use crate::dns_endpoints::DnsEndpointWriter;
-use crate::edits::{KeyEdit, hosts_edit, routes_edit};
+use crate::edits::KeyEdit;
 use crate::fight::{Decision, Fights};
 use crate::native::NativeCurer;
 use crate::ownership::OwnershipResolver;
@@ -115,9 +117,17 @@ impl Reconciler {
             }
             self.verified_once = true;
         }
+        let intent = decide::intent(&plan, &snapshot, &self.config.planner, &self.reported);
         self.ctx.metrics.set_unverified(&plan.verification);
         self.ctx.metrics.set_cures(&plan.cures);
-        execute(&self.ctx, decide::plan_gauges(&plan)).await;
+        let Intent {
+            gauges,
+            services,
+            own_keys,
+            dns,
+            reports,
+        } = intent;
+        execute(&self.ctx, gauges).await;
         self.dns_state = DnsState::NotReached;
         self.dns_endpoints.crd_served(caches.dns_endpoints_served());
         let deleted = self
@@ -125,14 +135,13 @@ impl Reconciler {
             .clean_once(self.config.planner.dns_mode)
             .await;
         self.ctx.count_writes(deleted);
-        let result = self.apply(&plan, &snapshot).await;
+        let result = self.apply(&plan, &snapshot, &services, own_keys, dns).await;
         self.ctx
             .metrics
             .reconcile_duration
             .observe(started.elapsed().as_secs_f64());
-        let intent = decide::reports(&plan, &snapshot, &self.reported);
-        execute(&self.ctx, intent.effects).await;
-        self.reported = intent.reported;
+        execute(&self.ctx, reports.effects).await;
+        self.reported = reports.reported;
         for warning in &plan.warnings {
             tracing::warn!(subject = %warning.subject, "{}", warning.message);
         }
@@ -158,22 +167,22 @@ impl Reconciler {
         verdict.requeue
     }
 
+    /// Executes the writes of an intent, in order: the hairpin Services, hairpin's own keys,
+    /// the native cure, the DNS change.
     async fn apply(
         &mut self,
         plan: &Plan,
         snapshot: &ClusterSnapshot,
+        services: &[Service],
+        own_keys: Vec<(OwnKey, Option<KeyEdit>)>,
+        dns: DnsIntent<'_>,
     ) -> Result<Option<Instant>, Error> {
         let planner = &self.config.planner;
-        let services: Vec<Service> = plan
-            .load_balancers
-            .iter()
-            .map(|lb| lb.service.clone())
-            .collect();
         let changes = apply_services(
             &self.ctx.client,
             &planner.namespace,
             &planner.annotation("source"),
-            &services,
+            services,
             Some(&mut self.fights),
         )
         .await?;
@@ -188,12 +197,6 @@ impl Reconciler {
             .map(|(name, _)| name.clone())
             .collect();
 
-        let planner = &self.config.planner;
-        let [routes, hosts] = decide::own_keys(planner);
-        let own_keys = [
-            (routes, routes_edit(plan, snapshot, planner)),
-            (hosts, hosts_edit(plan, snapshot, planner)),
-        ];
         let mut requeue = services_requeue;
         let mut fight = false;
         for (own, edit) in own_keys {
@@ -209,7 +212,7 @@ impl Reconciler {
         // The native cure before the DNS: the plan already keeps the DNS rules of every load
         // balancer not proven (make before break).
         let native_requeue = self.native.apply(plan, snapshot).await?;
-        let dns_requeue = self.apply_dns(plan, snapshot).await?;
+        let dns_requeue = self.apply_dns(plan, snapshot, dns).await?;
         Ok(earliest(earliest(requeue, native_requeue), dns_requeue))
     }
 

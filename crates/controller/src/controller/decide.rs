@@ -18,8 +18,10 @@ use crate::fight::Observation;
 use crate::report::{list_note, object_ref, reason};
 use crate::status::DnsState;
 
+mod intent;
 mod reports;
 
+pub(crate) use intent::{DnsIntent, DnsKey, DnsTarget, Intent, intent};
 pub(crate) use reports::reports;
 
 /// One thing decided: an Event to publish (or forget), or a metric to change.
