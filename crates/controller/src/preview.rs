@@ -17,7 +17,10 @@ use hairpin_planner::external_dns;
 use hairpin_planner::receivers::Receiver;
 use hairpin_planner::render::unified_diff;
 use hairpin_planner::verify::Verification;
-use hairpin_planner::{ClusterSnapshot, DnsChange, LoadBalancerPlan, Plan, PlannerConfig};
+use hairpin_planner::{
+    ClusterSnapshot, DnsChange, HAIRPIN_API_GROUP, HAIRPIN_API_VERSION, LoadBalancerPlan,
+    MANAGED_BY_LABEL, Plan, PlannerConfig,
+};
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt as _;
@@ -26,7 +29,6 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::Error;
-use crate::MANAGED_BY_LABEL;
 use crate::apply::{CREATED_BY_ANNOTATION, config_map_is_ours, service_matches};
 use crate::crd::{Hairpin, HairpinStatus};
 use crate::edits::{KeyEdit, dns_edit, hosts_edit, mode_switch_edits, routes_edit};
@@ -429,7 +431,7 @@ fn hairpin_view(hairpin: &Hairpin, with_metadata: bool) -> Value {
         metadata["ownerReferences"] = json!(hairpin.metadata.owner_references);
     }
     json!({
-        "apiVersion": format!("{}/{}", crate::crd::GROUP, crate::crd::VERSION),
+        "apiVersion": format!("{HAIRPIN_API_GROUP}/{HAIRPIN_API_VERSION}"),
         "kind": "Hairpin",
         "metadata": metadata,
         "status": status,

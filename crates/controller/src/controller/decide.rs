@@ -249,8 +249,8 @@ pub(crate) fn own_key_written(
                 other_writer(writer),
                 own.key,
                 own.read_by,
-                crate::MANAGED_BY_LABEL,
-                crate::MANAGED_BY_VALUE,
+                hairpin_planner::MANAGED_BY_LABEL,
+                hairpin_planner::MANAGED_BY_VALUE,
             );
             tracing::warn!(configmap = %config_map, writer = ?writer, reverts = count, backoff = ?backoff, "write fight over one of hairpin's ConfigMaps; backing off");
             Verdict {
@@ -313,8 +313,8 @@ pub(crate) fn restored(
             Observation::Fight { count, backoff } => {
                 let note = format!(
                     "{writer} changed hairpin's {object} {count} times within {window:?}; hairpin restored it each time and now leaves it for {backoff:?} (doubling while this goes on). Exclude hairpin's objects (label {}={}) from that writer.",
-                    crate::MANAGED_BY_LABEL,
-                    crate::MANAGED_BY_VALUE,
+                    hairpin_planner::MANAGED_BY_LABEL,
+                    hairpin_planner::MANAGED_BY_VALUE,
                 );
                 tracing::warn!(object = %object, writer = ?revert.writer, reverts = count, backoff = ?backoff, "write fight over one of hairpin's objects; backing off");
                 effects.push(Effect::Publish {
