@@ -2,7 +2,7 @@
 //!
 //! Every store is fed by `watcher(..)` with [`WatchBackoff`], so API errors and dropped watches
 //! are retried (and re-listed after 410 Gone) without ever ending the task; each event pokes a
-//! [`Notify`] that drives the debounced re-plan. The Gateway API is optional: a 404 on its
+//! [`Notify`](tokio::sync::Notify) that drives the debounced re-plan. The Gateway API is optional: a 404 on its
 //! group means "not installed" (the store stays empty and counts as synced), probed again
 //! every minute so installing the CRDs later is picked up.
 

@@ -1,7 +1,7 @@
-//! Acting on a plan: the writes (hairpin Services, its own ConfigMap keys, the DNS change, the
-//! native cure, the Hairpin statuses) and the [`Effect`]s [`decide`](super::decide) chose,
-//! with what happened kept for the next reconcile (the write-fight state, the Events
-//! published, where the DNS change was left).
+//! Acting on a plan: executing the [`Intent`] [`decide`] made of it (hairpin
+//! Services, its own ConfigMap keys, the native cure, the DNS change, the [`Effect`]s), then
+//! the Hairpin statuses, with what happened kept for the next reconcile (the write-fight
+//! state, the Events published, the [`Outcome`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -38,11 +38,8 @@ pub(super) struct Reconciler {
     /// The refused and unverified hostnames reported, to report each change once.
     reported: Reported,
     status: StatusWriter,
-    /// Where this reconcile left the DNS change, for the Hairpin statuses.
-    dns_state: DnsState,
-    /// The hairpin Services this reconcile left as another writer made them (a write fight),
-    /// for the Hairpin statuses.
-    services_backed_off: BTreeSet<String>,
+    /// What the writes of the last reconcile left, for the Hairpin statuses.
+    outcome: Outcome,
     /// The `DNSEndpoint`s of `--dns-mode external-dns` (and their clean-up after a switch).
     dns_endpoints: DnsEndpointWriter,
     /// The native cure's status writes, probes and record.
@@ -81,8 +78,7 @@ impl Reconciler {
             config: config.clone(),
             fights: Fights::new(config.fight.clone()),
             reported: Reported::default(),
-            dns_state: DnsState::NotReached,
-            services_backed_off: BTreeSet::new(),
+            outcome: Outcome::default(),
         }
     }
 
@@ -128,7 +124,7 @@ impl Reconciler {
             reports,
         } = intent;
         execute(&self.ctx, gauges).await;
-        self.dns_state = DnsState::NotReached;
+        self.outcome.dns_state = DnsState::NotReached;
         self.dns_endpoints.crd_served(caches.dns_endpoints_served());
         let deleted = self
             .dns_endpoints
@@ -152,8 +148,8 @@ impl Reconciler {
                 &snapshot,
                 caches.hairpins(),
                 |name| caches.ready_endpoints(name),
-                &self.dns_state,
-                &self.services_backed_off,
+                &self.outcome.dns_state,
+                &self.outcome.services_backed_off,
             )
             .await;
         let requeue = result?;
@@ -191,7 +187,7 @@ impl Reconciler {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "hairpin Services applied");
         }
         let services_requeue = self.report_reverts("Service", &changes).await;
-        self.services_backed_off = changes
+        self.outcome.services_backed_off = changes
             .backed_off
             .iter()
             .map(|(name, _)| name.clone())
@@ -282,6 +278,26 @@ impl Reconciler {
             Instant::now(),
         );
         self.follow(verdict).await
+    }
+}
+
+/// What executing an intent left, kept by the loop for the Hairpin statuses: filled in as the
+/// writes go, so a reconcile that fails part way reports where it stopped.
+#[derive(Debug)]
+pub(super) struct Outcome {
+    /// Where this reconcile left the DNS change.
+    pub dns_state: DnsState,
+    /// The hairpin Services left as another writer made them (a write fight), as of the last
+    /// reconcile that applied them.
+    pub services_backed_off: BTreeSet<String>,
+}
+
+impl Default for Outcome {
+    fn default() -> Self {
+        Self {
+            dns_state: DnsState::NotReached,
+            services_backed_off: BTreeSet::new(),
+        }
     }
 }
 

@@ -1,8 +1,10 @@
-//! What the loop does about a plan, decided without a client: the Events and their texts, the
-//! metric choices, the write-fight policy (what a revert or a fight leads to) and the DNS
-//! state the Hairpin statuses report. Every function here is pure: it maps the plan, what the
-//! cluster holds and what the loop remembers to [`Effect`]s, which
-//! [`act`](super::act) executes. (Log lines are written where their texts are chosen.)
+//! What the loop does about a plan, decided without a client: the [`Intent`] (the hairpin
+//! Services, the ConfigMap keys and their edits, the DNS change, the gauges and the Events),
+//! the Events' texts, the metric choices, the write-fight policy (what a revert or a fight
+//! leads to) and the DNS state the Hairpin statuses report. Every function here is pure: it
+//! maps the plan, what the cluster holds and what the loop remembers to an intent, verdicts
+//! and [`Effect`]s, which [`act`](super::act) executes. (Log lines are written where their
+//! texts are chosen.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;

@@ -24,7 +24,7 @@ impl Reconciler {
     ) -> Result<Option<Instant>, Error> {
         let (change, effects, clean_ups, target) = match dns {
             DnsIntent::NotPlanned { verdict, state } => {
-                self.dns_state = state;
+                self.outcome.dns_state = state;
                 return Ok(self.follow(verdict).await);
             }
             DnsIntent::Planned {
@@ -48,7 +48,7 @@ impl Reconciler {
                         endpoints,
                         snapshot,
                         &mut self.fights,
-                        &mut self.dns_state,
+                        &mut self.outcome.dns_state,
                     )
                     .await?;
                 let Some(changes) = applied else {
@@ -71,7 +71,7 @@ impl Reconciler {
     /// Sets the DNS state the Hairpin statuses report, when `primary`.
     fn dns_state(&mut self, primary: bool, state: DnsState) {
         if primary {
-            self.dns_state = state;
+            self.outcome.dns_state = state;
         }
     }
 
