@@ -12,12 +12,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectM
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Resource};
 
-use hairpin_planner::{FIELD_MANAGER, is_managed};
+use hairpin_planner::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, is_managed};
 
+use crate::Error;
 use crate::edits::KeyEdit;
 use crate::error::{is_conflict, is_not_found};
 use crate::fight::{Decision, Fights, Observation};
-use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// How many times a write is retried after a 409 Conflict (each time on a fresh read).
 pub const CONFLICT_RETRIES: u32 = 5;

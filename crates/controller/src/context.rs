@@ -35,6 +35,21 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
+    /// A context that reads and cannot write: its gate stays closed, so every write through
+    /// it is withheld (`hairpin plan` reads the cluster through the controller's caches).
+    pub fn read_only(client: kube::Client, planner: PlannerConfig, metrics: Metrics) -> Arc<Self> {
+        let gate = WriteGate::closed();
+        let client = gate.client(client);
+        Arc::new(Self {
+            events: Events::new(client.clone(), "hairpin-plan", metrics.clone()),
+            client,
+            metrics,
+            planner,
+            changed: Arc::new(Notify::new()),
+            gate,
+        })
+    }
+
     /// Counts `n` API writes.
     pub(crate) fn count_writes(&self, n: usize) {
         self.metrics

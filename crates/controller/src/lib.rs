@@ -51,6 +51,5 @@ pub mod watch;
 
 pub use controller::{ControllerConfig, run};
 pub use error::Error;
-pub use hairpin_planner::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 pub use metrics::Metrics;
 pub use uninstall::{UninstallParams, UninstallReport, uninstall, uninstall_with};

@@ -8,7 +8,6 @@
 //! [`mode_switch_edits`], [`routes_edit`], [`hosts_edit`]) gives another value, and a `Hairpin` when the
 //! part of its status the plan decides differs. [`json`] is the stable `-o json` form.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
@@ -17,17 +16,19 @@ use hairpin_planner::external_dns;
 use hairpin_planner::receivers::Receiver;
 use hairpin_planner::render::unified_diff;
 use hairpin_planner::verify::Verification;
-use hairpin_planner::{ClusterSnapshot, DnsChange, LoadBalancerPlan, Plan, PlannerConfig};
+use hairpin_planner::{
+    ClusterSnapshot, DnsChange, HAIRPIN_API_GROUP, HAIRPIN_API_VERSION, LoadBalancerPlan,
+    MANAGED_BY_LABEL, Plan, PlannerConfig,
+};
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt as _;
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 
 use crate::Error;
-use crate::MANAGED_BY_LABEL;
 use crate::apply::{CREATED_BY_ANNOTATION, config_map_is_ours, service_matches};
+use crate::context::Context;
 use crate::crd::{Hairpin, HairpinStatus};
 use crate::edits::{KeyEdit, dns_edit, hosts_edit, mode_switch_edits, routes_edit};
 use crate::metrics::Metrics;
@@ -65,7 +66,8 @@ pub async fn observe(
     .boxed()
     .shared();
     let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-    let caches = Caches::start(client, planner, Arc::new(Notify::new()), metrics, stop);
+    let context = Context::read_only(client.clone(), planner.clone(), metrics);
+    let caches = Caches::start(&context, stop);
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         tokio::select! {
@@ -429,7 +431,7 @@ fn hairpin_view(hairpin: &Hairpin, with_metadata: bool) -> Value {
         metadata["ownerReferences"] = json!(hairpin.metadata.owner_references);
     }
     json!({
-        "apiVersion": format!("{}/{}", crate::crd::GROUP, crate::crd::VERSION),
+        "apiVersion": format!("{HAIRPIN_API_GROUP}/{HAIRPIN_API_VERSION}"),
         "kind": "Hairpin",
         "metadata": metadata,
         "status": status,

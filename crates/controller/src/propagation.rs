@@ -24,11 +24,9 @@ use hickory_resolver::{Resolver, TokioResolver};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
-use tokio::sync::Notify;
 
 use crate::context::Context;
-use crate::metrics::Metrics;
-use crate::report::{Events, list_note, object_ref, reason};
+use crate::report::{list_note, object_ref, reason};
 
 /// The label put under a wildcard to probe it: `*.apps.example.com` is asked as
 /// `hairpin-probe.apps.example.com`.
@@ -459,13 +457,9 @@ impl Checks {
             measured,
             reload_missing: reload_missing(plan),
             external_cause: start.external_cause,
-            coredns_namespace: self.ctx.planner.coredns_namespace.clone(),
             coredns_pods: coredns_pods(snapshot, &self.ctx.planner),
-            client: self.ctx.client.clone(),
-            events: self.ctx.events.clone(),
-            metrics: self.ctx.metrics.clone(),
+            ctx: self.ctx.clone(),
             checks: self.tracking.clone(),
-            changed: self.ctx.changed.clone(),
         };
         let mut tracking = lock(&self.tracking);
         if let Some(old) = tracking.get(lb) {
@@ -568,14 +562,12 @@ struct CheckContext {
     /// In external-dns mode, why the cluster DNS would not answer yet, from what
     /// external-dns had done when the check started.
     external_cause: Option<String>,
-    coredns_namespace: String,
     /// Label selector of the CoreDNS pods (the cluster DNS Service's selector).
     coredns_pods: String,
-    client: kube::Client,
-    events: Events,
-    metrics: Metrics,
+    /// The loop's client, Events, metrics, planner settings (CoreDNS's namespace) and the
+    /// signal poked when the check finishes.
+    ctx: Arc<Context>,
     checks: Tracking,
-    changed: Arc<Notify>,
 }
 
 impl CheckContext {
@@ -589,7 +581,8 @@ impl CheckContext {
         );
         if outcome.effective {
             if self.measured {
-                self.metrics
+                self.ctx
+                    .metrics
                     .dns_propagation
                     .observe(outcome.elapsed.as_secs_f64());
             }
@@ -615,7 +608,8 @@ impl CheckContext {
                 ),
             );
             tracing::info!(lb = %self.lb, elapsed = ?outcome.elapsed, "DNS change effective");
-            self.events
+            self.ctx
+                .events
                 .publish(&regarding, false, reason::HAIRPIN_EFFECTIVE, note)
                 .await;
         } else {
@@ -625,7 +619,8 @@ impl CheckContext {
                 wrong_answers(&outcome, &spec.expected)
             );
             tracing::warn!(lb = %self.lb, "{note}");
-            self.events
+            self.ctx
+                .events
                 .publish(&regarding, true, reason::DNS_NOT_EFFECTIVE, note)
                 .await;
         }
@@ -636,7 +631,7 @@ impl CheckContext {
             tracked.outcome = Some(outcome);
         }
         drop(checks);
-        self.changed.notify_one();
+        self.ctx.changed.notify_one();
     }
 
     async fn likely_cause(&self, outcome: &CheckOutcome) -> String {
@@ -652,7 +647,8 @@ impl CheckContext {
         }
         // Unready CoreDNS pods after a change point at a Corefile CoreDNS refused. Reading
         // them needs `list pods` in CoreDNS's namespace; without it this clue is skipped.
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.coredns_namespace);
+        let pods: Api<Pod> =
+            Api::namespaced(self.ctx.client.clone(), &self.ctx.planner.coredns_namespace);
         if let Ok(list) = pods
             .list(&ListParams::default().labels(&self.coredns_pods))
             .await
@@ -671,13 +667,13 @@ impl CheckContext {
             if unready > 0 {
                 return format!(
                     "{unready} of {total} CoreDNS pods are not ready: CoreDNS probably rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l {}`",
-                    self.coredns_namespace, self.coredns_pods
+                    self.ctx.planner.coredns_namespace, self.coredns_pods
                 );
             }
         }
         format!(
             "the kubelet has not synced the ConfigMap into CoreDNS's pods yet (it can take a minute or more), or CoreDNS rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l {}`",
-            self.coredns_namespace, self.coredns_pods
+            self.ctx.planner.coredns_namespace, self.coredns_pods
         )
     }
 }

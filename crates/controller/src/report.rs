@@ -73,7 +73,7 @@ pub mod reason {
     /// A load balancer and its receiver disagree about the PROXY protocol (broken for clients
     /// outside the cluster too); the note names both settings and the fix. hairpin keeps the
     /// cure it had in place and changes nothing else for it.
-    pub const RECEIVER_MISMATCH: &str = "ReceiverMismatch";
+    pub const RECEIVER_MISMATCH: &str = crate::crd::condition::RECEIVER_MISMATCH;
 }
 
 /// (namespace, kind/name, reason) of an Event.

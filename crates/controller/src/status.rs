@@ -14,12 +14,15 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use hairpin_planner::ObjectRef;
-use hairpin_planner::{ClusterSnapshot, LoadBalancerPlan, Plan, ProxyHeader};
+use hairpin_planner::{
+    ClusterSnapshot, LoadBalancerPlan, MANAGED_BY_LABEL, MANAGED_BY_VALUE, Plan, ProxyHeader,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
+use crate::Error;
 use crate::context::Context;
 use crate::crd::{
     Hairpin, HairpinSpec, HairpinStatus, HostnameStatus, ReceiverStatus, RefusedHostname,
@@ -27,7 +30,6 @@ use crate::crd::{
 };
 use crate::error::is_not_found;
 use crate::propagation;
-use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::is_managed;
 use hairpin_planner::native::{Cure, NativeProgress};
 

@@ -23,8 +23,8 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
-use hairpin_planner::PlannerConfig;
 use hairpin_planner::is_managed;
+use hairpin_planner::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PlannerConfig};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -33,6 +33,7 @@ use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use crate::Error;
 use crate::apply::{
     KeyOutcome, config_map_is_ours, created_by_hairpin, created_by_hairpin_meta, delete_as_read,
     delete_managed_services, post_params, write_key,
@@ -46,7 +47,6 @@ use crate::lease::{
     FENCE_PREVIOUS_HOLDER_ANNOTATION, fence_of,
 };
 use crate::native;
-use crate::{Error, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hairpin_planner::ObjectRef;
 use hairpin_planner::native::{NATIVE_KEY, NativeRecord};
 

@@ -2,7 +2,7 @@
 //!
 //! Every store is fed by `watcher(..)` with [`WatchBackoff`], so API errors and dropped watches
 //! are retried (and re-listed after 410 Gone) without ever ending the task; each event pokes a
-//! [`Notify`] that drives the debounced re-plan. The Gateway API is optional: a 404 on its
+//! [`Notify`](tokio::sync::Notify) that drives the debounced re-plan. The Gateway API is optional: a 404 on its
 //! group means "not installed" (the store stays empty and counts as synced), probed again
 //! every minute so installing the CRDs later is picked up.
 
@@ -17,7 +17,6 @@ use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use hairpin_planner::ClusterSnapshot;
 use hairpin_planner::DnsMode;
-use hairpin_planner::PlannerConfig;
 use hairpin_planner::SourceKind;
 use hairpin_planner::hostnames;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
@@ -27,10 +26,10 @@ use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
+use crate::context::Context;
 use crate::crd::Hairpin;
-use crate::metrics::Metrics;
 
 mod nodes;
 mod receivers;
@@ -176,18 +175,16 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// Starts every watch (as tasks that live until `stop` resolves). `changed` is notified on
-    /// every event.
+    /// Starts every watch (as tasks that live until `stop` resolves), reading with the
+    /// context's client (reads pass its write gate) what its planner settings name; the
+    /// context's change signal is notified on every event.
     pub fn start(
-        client: &kube::Client,
-        config: &PlannerConfig,
-        changed: Arc<Notify>,
-        metrics: Metrics,
+        context: &Arc<Context>,
         stop: impl Future<Output = ()> + Send + Clone + 'static,
     ) -> Self {
+        let (client, config) = (&context.client, &context.planner);
         let ctx = Ctx {
-            changed,
-            metrics,
+            context: context.clone(),
             failing: Arc::default(),
         };
         let config_maps = config_maps(client, config, &ctx, &stop);

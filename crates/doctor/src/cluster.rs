@@ -17,7 +17,10 @@ use hairpin_planner::receivers;
 use hairpin_planner::sources::{SOURCE_APIS, TLS_ROUTE_VERSIONS, tls_route_from_value};
 use hairpin_planner::workloads::{DYNAMIC_APIS, ReceiverObjects};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig, SkipReason};
-use hairpin_planner::{EKS_FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hairpin_planner::{
+    EKS_FIELD_MANAGER, HAIRPIN_API_GROUP, HAIRPIN_API_VERSION, HAIRPIN_PLURAL, MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+};
 use hairpin_runtime::kubeconfig::ConfigError;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
@@ -820,8 +823,8 @@ async fn list_hairpins(
     gaps: &mut Vec<String>,
 ) -> Option<Vec<serde_json::Value>> {
     let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("hairpin.io", "v1alpha1", "Hairpin"),
-        "hairpins",
+        &GroupVersionKind::gvk(HAIRPIN_API_GROUP, HAIRPIN_API_VERSION, "Hairpin"),
+        HAIRPIN_PLURAL,
     );
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     match tokio::time::timeout(bound, api.list(&ListParams::default())).await {

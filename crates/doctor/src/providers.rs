@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use hairpin_planner::{HETZNER_PROXY_PROTOCOL, OPENSTACK_PROXY_PROTOCOL, STACKIT_PROXY_PROTOCOL};
 use serde::Serialize;
 
 /// A cloud whose load balancer controller we know.
@@ -101,38 +102,38 @@ impl Provider {
     }
 
     /// How to get `ipMode: Proxy` from this provider's controller, when it can set it.
-    pub fn native_ip_mode(self) -> Option<&'static str> {
-        match self {
-            Provider::Hetzner => Some(
+    pub fn native_ip_mode(self) -> Option<String> {
+        let fix = match self {
+            Provider::Hetzner => format!(
                 "hcloud-cloud-controller-manager v1.21 or later sets `ipMode: Proxy` on its own for \
-                 load balancers with `load-balancer.hetzner.cloud/uses-proxyprotocol: \"true\"`: \
-                 upgrade the controller",
+                 load balancers with `{HETZNER_PROXY_PROTOCOL}: \"true\"`: upgrade the controller",
             ),
-            Provider::OpenStack => Some(
+            Provider::OpenStack => format!(
                 "cloud-provider-openstack 1.30 or later sets `ipMode: Proxy` for load balancers \
-                 with `loadbalancer.openstack.org/proxy-protocol`: upgrade it, and turn its \
+                 with `{OPENSTACK_PROXY_PROTOCOL}`: upgrade it, and turn its \
                  `enable-ingress-hostname` option off",
             ),
-            Provider::Oracle => Some(
-                "annotate the Service `oci.oraclecloud.com/ingress-ip-mode: \"proxy\"`: the \
-                 Oracle cloud controller then sets `ipMode: Proxy`",
-            ),
-            Provider::Stackit => Some(
+            Provider::Oracle => {
+                "annotate the Service `oci.oraclecloud.com/ingress-ip-mode: \"proxy\"`: \
+                 the Oracle cloud controller then sets `ipMode: Proxy`"
+                    .to_owned()
+            }
+            Provider::Stackit => format!(
                 "annotate the Service `lb.stackit.cloud/ip-mode-proxy: \"true\"`: the STACKIT \
                  cloud controller then reports `ipMode: Proxy` (it recommends this together \
-                 with `lb.stackit.cloud/tcp-proxy-protocol`)",
+                 with `{STACKIT_PROXY_PROTOCOL}`)",
             ),
-            Provider::Ovh => Some(
+            Provider::Ovh => format!(
                 "on OVHcloud MKS 1.31 or later, move to the Public Cloud Load Balancer \
-                 (`loadbalancer.openstack.org/proxy-protocol`), whose OpenStack controller sets \
-                 `ipMode: Proxy`",
+                 (`{OPENSTACK_PROXY_PROTOCOL}`), whose OpenStack controller sets `ipMode: Proxy`",
             ),
             Provider::DigitalOcean
             | Provider::Scaleway
             | Provider::Linode
             | Provider::Aws
-            | Provider::Cloudscale => None,
-        }
+            | Provider::Cloudscale => return None,
+        };
+        Some(fix)
     }
 
     /// The annotation (and value) that makes the controller publish a hostname instead of an

@@ -787,7 +787,7 @@ fn provider_fixes(facts: &ClusterFacts) -> Vec<String> {
         return without_provider(out, hairpin);
     };
     if !vip && let Some(native) = provider.native_ip_mode() {
-        out.push(native_ip_mode(native, ignoring, facts.kubernetes_version));
+        out.push(native_ip_mode(&native, ignoring, facts.kubernetes_version));
     }
     if let Some((annotation, value)) = provider.hostname_annotation() {
         out.push(format!(

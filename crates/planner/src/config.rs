@@ -530,6 +530,14 @@ impl PlannerConfig {
 /// server blocks hairpin writes to.
 pub const CLUSTER_DNS_SERVICE: &str = "kube-dns";
 
+/// API group of hairpin's `Hairpin` custom resource (defined by the controller's `crd` module;
+/// the doctor reads it without linking the controller).
+pub const HAIRPIN_API_GROUP: &str = "hairpin.io";
+/// Served version of the `Hairpin` kind.
+pub const HAIRPIN_API_VERSION: &str = "v1alpha1";
+/// Resource plural of the `Hairpin` kind.
+pub const HAIRPIN_PLURAL: &str = "hairpins";
+
 /// Label put on everything hairpin writes.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`MANAGED_BY_LABEL`].

@@ -94,6 +94,13 @@ const ON_OFF_V1: &[(&str, Option<ProxyVersion>)] = &[
     ("false", None),
 ];
 
+/// Hetzner Cloud's PROXY protocol annotation (boolean; v1).
+pub const HETZNER_PROXY_PROTOCOL: &str = "load-balancer.hetzner.cloud/uses-proxyprotocol";
+/// OpenStack Octavia's PROXY protocol annotation (`true`/`v1`, `v2`).
+pub const OPENSTACK_PROXY_PROTOCOL: &str = "loadbalancer.openstack.org/proxy-protocol";
+/// STACKIT's PROXY protocol annotation (boolean; v2, on the ports of its ports filter).
+pub const STACKIT_PROXY_PROTOCOL: &str = "lb.stackit.cloud/tcp-proxy-protocol";
+
 /// The provider annotations we understand. Several may be set on one Service (a chart that
 /// carries annotations for more than one cloud); the first entry that turns a port on decides
 /// its version, and our own `proxy-protocol` annotation wins over all of them.
@@ -102,7 +109,7 @@ pub const PROVIDER_ANNOTATIONS: &[ProviderAnnotation] = &[
     // https://github.com/hetznercloud/hcloud-cloud-controller-manager/blob/main/docs/reference/load_balancer_annotations.md
     ProviderAnnotation {
         provider: "Hetzner",
-        key: "load-balancer.hetzner.cloud/uses-proxyprotocol",
+        key: HETZNER_PROXY_PROTOCOL,
         format: ValueFormat::Bool(ProxyVersion::V1),
         docs: "https://github.com/hetznercloud/hcloud-cloud-controller-manager/blob/main/docs/reference/load_balancer_annotations.md",
     },
@@ -119,7 +126,7 @@ pub const PROVIDER_ANNOTATIONS: &[ProviderAnnotation] = &[
     // https://github.com/kubernetes/cloud-provider-openstack/blob/master/docs/openstack-cloud-controller-manager/expose-applications-using-loadbalancer-type-service.md
     ProviderAnnotation {
         provider: "OpenStack/OVHcloud",
-        key: "loadbalancer.openstack.org/proxy-protocol",
+        key: OPENSTACK_PROXY_PROTOCOL,
         format: ValueFormat::Words(ON_OFF_V1),
         docs: "https://github.com/kubernetes/cloud-provider-openstack/blob/master/docs/openstack-cloud-controller-manager/expose-applications-using-loadbalancer-type-service.md",
     },
@@ -250,7 +257,7 @@ pub const PROVIDER_ANNOTATIONS: &[ProviderAnnotation] = &[
     // https://github.com/stackitcloud/cloud-provider-stackit/blob/main/docs/load-balancer.md
     ProviderAnnotation {
         provider: "STACKIT",
-        key: "lb.stackit.cloud/tcp-proxy-protocol",
+        key: STACKIT_PROXY_PROTOCOL,
         format: ValueFormat::BoolPortsFilter(
             ProxyVersion::V2,
             "lb.stackit.cloud/tcp-proxy-protocol-ports-filter",

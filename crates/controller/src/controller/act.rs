@@ -1,7 +1,7 @@
-//! Acting on a plan: the writes (hairpin Services, its own ConfigMap keys, the DNS change, the
-//! native cure, the Hairpin statuses) and the [`Effect`]s [`decide`](super::decide) chose,
-//! with what happened kept for the next reconcile (the write-fight state, the Events
-//! published, where the DNS change was left).
+//! Acting on a plan: executing the [`Intent`] [`decide`] made of it (hairpin
+//! Services, its own ConfigMap keys, the native cure, the DNS change, the [`Effect`]s), then
+//! the Hairpin statuses, with what happened kept for the next reconcile (the write-fight
+//! state, the Events published, the [`Outcome`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -10,13 +10,15 @@ use std::time::{Duration, Instant};
 use hairpin_planner::{ClusterSnapshot, Plan};
 use k8s_openapi::api::core::v1::Service;
 
-use super::decide::{self, Counter, Effect, Gauge, OwnKey, Reported, Restored, earliest};
+use super::decide::{
+    self, Counter, DnsIntent, Effect, Gauge, Intent, OwnKey, Reported, Restored, earliest,
+};
 use super::{ControllerConfig, StopFuture};
 use crate::Error;
 use crate::apply::{KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
 use crate::context::Context;
 use crate::dns_endpoints::DnsEndpointWriter;
-use crate::edits::{KeyEdit, hosts_edit, routes_edit};
+use crate::edits::KeyEdit;
 use crate::fight::{Decision, Fights};
 use crate::native::NativeCurer;
 use crate::ownership::OwnershipResolver;
@@ -36,11 +38,8 @@ pub(super) struct Reconciler {
     /// The refused and unverified hostnames reported, to report each change once.
     reported: Reported,
     status: StatusWriter,
-    /// Where this reconcile left the DNS change, for the Hairpin statuses.
-    dns_state: DnsState,
-    /// The hairpin Services this reconcile left as another writer made them (a write fight),
-    /// for the Hairpin statuses.
-    services_backed_off: BTreeSet<String>,
+    /// What the writes of the last reconcile left, for the Hairpin statuses.
+    outcome: Outcome,
     /// The `DNSEndpoint`s of `--dns-mode external-dns` (and their clean-up after a switch).
     dns_endpoints: DnsEndpointWriter,
     /// The native cure's status writes, probes and record.
@@ -79,8 +78,7 @@ impl Reconciler {
             config: config.clone(),
             fights: Fights::new(config.fight.clone()),
             reported: Reported::default(),
-            dns_state: DnsState::NotReached,
-            services_backed_off: BTreeSet::new(),
+            outcome: Outcome::default(),
         }
     }
 
@@ -115,24 +113,31 @@ impl Reconciler {
             }
             self.verified_once = true;
         }
+        let intent = decide::intent(&plan, &snapshot, &self.config.planner, &self.reported);
         self.ctx.metrics.set_unverified(&plan.verification);
         self.ctx.metrics.set_cures(&plan.cures);
-        execute(&self.ctx, decide::plan_gauges(&plan)).await;
-        self.dns_state = DnsState::NotReached;
+        let Intent {
+            gauges,
+            services,
+            own_keys,
+            dns,
+            reports,
+        } = intent;
+        execute(&self.ctx, gauges).await;
+        self.outcome.dns_state = DnsState::NotReached;
         self.dns_endpoints.crd_served(caches.dns_endpoints_served());
         let deleted = self
             .dns_endpoints
             .clean_once(self.config.planner.dns_mode)
             .await;
         self.ctx.count_writes(deleted);
-        let result = self.apply(&plan, &snapshot).await;
+        let result = self.apply(&plan, &snapshot, &services, own_keys, dns).await;
         self.ctx
             .metrics
             .reconcile_duration
             .observe(started.elapsed().as_secs_f64());
-        let intent = decide::reports(&plan, &snapshot, &self.reported);
-        execute(&self.ctx, intent.effects).await;
-        self.reported = intent.reported;
+        execute(&self.ctx, reports.effects).await;
+        self.reported = reports.reported;
         for warning in &plan.warnings {
             tracing::warn!(subject = %warning.subject, "{}", warning.message);
         }
@@ -143,8 +148,8 @@ impl Reconciler {
                 &snapshot,
                 caches.hairpins(),
                 |name| caches.ready_endpoints(name),
-                &self.dns_state,
-                &self.services_backed_off,
+                &self.outcome.dns_state,
+                &self.outcome.services_backed_off,
             )
             .await;
         let requeue = result?;
@@ -158,22 +163,22 @@ impl Reconciler {
         verdict.requeue
     }
 
+    /// Executes the writes of an intent, in order: the hairpin Services, hairpin's own keys,
+    /// the native cure, the DNS change.
     async fn apply(
         &mut self,
         plan: &Plan,
         snapshot: &ClusterSnapshot,
+        services: &[Service],
+        own_keys: Vec<(OwnKey, Option<KeyEdit>)>,
+        dns: DnsIntent<'_>,
     ) -> Result<Option<Instant>, Error> {
         let planner = &self.config.planner;
-        let services: Vec<Service> = plan
-            .load_balancers
-            .iter()
-            .map(|lb| lb.service.clone())
-            .collect();
         let changes = apply_services(
             &self.ctx.client,
             &planner.namespace,
             &planner.annotation("source"),
-            &services,
+            services,
             Some(&mut self.fights),
         )
         .await?;
@@ -182,18 +187,12 @@ impl Reconciler {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "hairpin Services applied");
         }
         let services_requeue = self.report_reverts("Service", &changes).await;
-        self.services_backed_off = changes
+        self.outcome.services_backed_off = changes
             .backed_off
             .iter()
             .map(|(name, _)| name.clone())
             .collect();
 
-        let planner = &self.config.planner;
-        let [routes, hosts] = decide::own_keys(planner);
-        let own_keys = [
-            (routes, routes_edit(plan, snapshot, planner)),
-            (hosts, hosts_edit(plan, snapshot, planner)),
-        ];
         let mut requeue = services_requeue;
         let mut fight = false;
         for (own, edit) in own_keys {
@@ -209,7 +208,7 @@ impl Reconciler {
         // The native cure before the DNS: the plan already keeps the DNS rules of every load
         // balancer not proven (make before break).
         let native_requeue = self.native.apply(plan, snapshot).await?;
-        let dns_requeue = self.apply_dns(plan, snapshot).await?;
+        let dns_requeue = self.apply_dns(plan, snapshot, dns).await?;
         Ok(earliest(earliest(requeue, native_requeue), dns_requeue))
     }
 
@@ -279,6 +278,26 @@ impl Reconciler {
             Instant::now(),
         );
         self.follow(verdict).await
+    }
+}
+
+/// What executing an intent left, kept by the loop for the Hairpin statuses: filled in as the
+/// writes go, so a reconcile that fails part way reports where it stopped.
+#[derive(Debug)]
+pub(super) struct Outcome {
+    /// Where this reconcile left the DNS change.
+    pub dns_state: DnsState,
+    /// The hairpin Services left as another writer made them (a write fight), as of the last
+    /// reconcile that applied them.
+    pub services_backed_off: BTreeSet<String>,
+}
+
+impl Default for Outcome {
+    fn default() -> Self {
+        Self {
+            dns_state: DnsState::NotReached,
+            services_backed_off: BTreeSet::new(),
+        }
     }
 }
 

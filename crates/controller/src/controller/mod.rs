@@ -125,13 +125,7 @@ pub async fn run(
     };
     let ctx = config.build(client.clone(), metrics.clone());
     let changed = ctx.changed.clone();
-    let caches = Caches::start(
-        &client,
-        &config.planner,
-        changed.clone(),
-        metrics.clone(),
-        stop.clone(),
-    );
+    let caches = Caches::start(&ctx, stop.clone());
 
     let (leader_tx, mut leader_rx) = watch::channel(Leadership::Follower(None));
     let lease_task = match config.lease.clone() {

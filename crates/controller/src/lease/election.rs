@@ -11,7 +11,9 @@ use super::{LeaseManager, Step, fence_of, is_fenced, resource_version};
 use crate::apply::{CREATED_BY_ANNOTATION, created_by_hairpin, created_by_hairpin_meta};
 use crate::error::{is_conflict, is_not_found};
 use crate::report::{object_ref, reason};
-use crate::{Error, MANAGED_BY_LABEL};
+use hairpin_planner::MANAGED_BY_LABEL;
+
+use crate::Error;
 
 // === impl LeaseManager ===
 

@@ -381,10 +381,10 @@ impl Refused {
                 "cannot read what a load balancer's receiver is read from (forbidden): its PROXY setting is unknown and the annotations decide; grant hairpin get/list/watch on it (the chart grants Deployments, DaemonSets, StatefulSets and the ConfigMaps named in receivers.configMaps)"
             );
         }
-        ctx.metrics.count_error("api_forbidden");
+        ctx.context.metrics.count_error("api_forbidden");
         if *tx.borrow() == SyncState::Pending {
             tx.send_replace(SyncState::Synced);
-            ctx.changed.notify_one();
+            ctx.context.changed.notify_one();
         }
         FORBIDDEN_RETRY
     }

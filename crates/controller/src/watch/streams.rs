@@ -19,17 +19,17 @@ use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
+use crate::context::Context;
 use crate::error::{is_not_found, kube_error_label};
-use crate::metrics::Metrics;
 
 use super::{Cache, ErrorSlot, GATEWAY_API_REPROBE, SyncState, receivers};
 
 #[derive(Clone)]
 pub(super) struct Ctx {
-    pub(super) changed: Arc<Notify>,
-    pub(super) metrics: Metrics,
+    /// The change signal the watches poke, and the metrics they count in.
+    pub(super) context: Arc<Context>,
     /// Failures by error label since the last success, shared by every watch: a condition
     /// (the API server unreachable, a permission missing) is logged once, not once per watch
     /// and retry.
@@ -43,7 +43,7 @@ impl Ctx {
         kind: &'static str,
         err: &dyn std::fmt::Display,
     ) {
-        self.metrics.count_error(label);
+        self.context.metrics.count_error(label);
         let mut failing = self
             .failing
             .lock()
@@ -303,10 +303,10 @@ pub(super) async fn feed<K>(
                         refused.listed();
                     }
                     tx.send_replace(SyncState::Synced);
-                    ctx.changed.notify_one();
+                    ctx.context.changed.notify_one();
                 }
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-                Ok(_) => ctx.changed.notify_one(),
+                Ok(_) => ctx.context.changed.notify_one(),
                 Err(err) => {
                     set_error(error, Some(&err));
                     let label = error_label(&err);
@@ -503,7 +503,7 @@ where
                                 "kind not installed (no CRD); skipping it (checked again every minute)"
                             );
                             tx.send_replace(SyncState::Synced);
-                            ctx.changed.notify_one();
+                            ctx.context.changed.notify_one();
                         }
                         tokio::time::sleep(GATEWAY_API_REPROBE).await;
                     }

@@ -139,8 +139,8 @@ fn print_left_alone(report: &UninstallReport) {
     for object in &report.left_alone {
         println!(
             "left {object} in place: it is not hairpin's (it lacks the label {}={} or the annotation {}=hairpin)",
-            hairpin_controller::MANAGED_BY_LABEL,
-            hairpin_controller::MANAGED_BY_VALUE,
+            hairpin_planner::MANAGED_BY_LABEL,
+            hairpin_planner::MANAGED_BY_VALUE,
             hairpin_controller::apply::CREATED_BY_ANNOTATION
         );
     }

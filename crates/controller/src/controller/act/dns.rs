@@ -4,54 +4,65 @@
 
 use std::time::Instant;
 
-use hairpin_planner::{ClusterSnapshot, DnsChange, DnsWrite, Plan};
+use hairpin_planner::{ClusterSnapshot, DnsChange, Plan};
 
-use super::super::decide::{self, DnsWritten, Effect, Gauge, earliest};
+use super::super::decide::{self, DnsIntent, DnsKey, DnsTarget, DnsWritten, earliest};
 use super::{Reconciler, execute};
 use crate::Error;
 use crate::apply::{KeyOutcome, last_writer, write_key};
-use crate::edits::{dns_edit, mode_switch_edits};
 use crate::fight::Decision;
 use crate::status::DnsState;
 
 impl Reconciler {
+    /// Executes the DNS part of an intent: the clean-ups an earlier mode left, then the
+    /// `DNSEndpoint`s or the DNS keys.
     pub(super) async fn apply_dns(
         &mut self,
         plan: &Plan,
         snapshot: &ClusterSnapshot,
+        dns: DnsIntent<'_>,
     ) -> Result<Option<Instant>, Error> {
-        let Some(dns) = &plan.dns else {
-            let (verdict, state) = decide::dns_not_planned(plan);
-            self.dns_state = state;
-            return Ok(self.follow(verdict).await);
+        let (change, effects, clean_ups, target) = match dns {
+            DnsIntent::NotPlanned { verdict, state } => {
+                self.outcome.dns_state = state;
+                return Ok(self.follow(verdict).await);
+            }
+            DnsIntent::Planned {
+                change,
+                effects,
+                clean_ups,
+                target,
+            } => (change, effects, clean_ups, target),
         };
-        execute(&self.ctx, vec![Effect::Set(Gauge::DnsPlanErrors, 0)]).await;
-        for edit in mode_switch_edits(dns, snapshot, &self.config.planner) {
+        execute(&self.ctx, effects).await;
+        for edit in clean_ups {
             write_key(&self.ctx.client, &edit).await?;
         }
-        if let Some(endpoints) = &dns.dns_endpoints {
-            let applied = self
-                .dns_endpoints
-                .apply(
-                    plan,
-                    endpoints,
-                    snapshot,
-                    &mut self.fights,
-                    &mut self.dns_state,
-                )
-                .await?;
-            let Some(changes) = applied else {
-                return Ok(None);
-            };
-            self.ctx.count_writes(changes.writes());
-            let requeue = self.report_reverts("DNSEndpoint", &changes).await;
-            self.dns_endpoints.announce(endpoints, &changes).await;
-            return Ok(requeue);
-        }
-
+        let keys = match target {
+            DnsTarget::Keys(keys) => keys,
+            DnsTarget::Endpoints(endpoints) => {
+                let applied = self
+                    .dns_endpoints
+                    .apply(
+                        plan,
+                        endpoints,
+                        snapshot,
+                        &mut self.fights,
+                        &mut self.outcome.dns_state,
+                    )
+                    .await?;
+                let Some(changes) = applied else {
+                    return Ok(None);
+                };
+                self.ctx.count_writes(changes.writes());
+                let requeue = self.report_reverts("DNSEndpoint", &changes).await;
+                self.dns_endpoints.announce(endpoints, &changes).await;
+                return Ok(requeue);
+            }
+        };
         let mut requeue: Option<Instant> = None;
-        for (i, write) in dns.writes.iter().enumerate() {
-            let next = self.apply_write(plan, dns, write, i == 0).await?;
+        for key in keys {
+            let next = self.apply_write(plan, change, key).await?;
             requeue = earliest(requeue, next);
         }
         Ok(requeue)
@@ -60,7 +71,7 @@ impl Reconciler {
     /// Sets the DNS state the Hairpin statuses report, when `primary`.
     fn dns_state(&mut self, primary: bool, state: DnsState) {
         if primary {
-            self.dns_state = state;
+            self.outcome.dns_state = state;
         }
     }
 
@@ -70,22 +81,25 @@ impl Reconciler {
         &mut self,
         plan: &Plan,
         dns: &DnsChange,
-        write: &DnsWrite,
-        primary: bool,
+        key: DnsKey<'_>,
     ) -> Result<Option<Instant>, Error> {
+        let DnsKey {
+            write,
+            edit,
+            primary,
+        } = key;
         let target = write.target();
-        if !write.changed {
+        let Some(edit) = edit else {
             self.dns_state(primary, DnsState::InPlace { wrote: false });
             if self.fights.held(&target, Instant::now()) {
                 execute(&self.ctx, decide::dns_fight_over(write)).await;
             }
             return Ok(None);
-        }
+        };
         if let Decision::BackedOff(until) = self.fights.decide(&target, Instant::now()) {
             self.dns_state(primary, decide::dns_backed_off(write));
             return Ok(Some(until));
         }
-        let edit = dns_edit(write);
         let outcome = match write_key(&self.ctx.client, &edit).await {
             Ok(outcome) => outcome,
             // Not leading any more: not a failure of the DNS write.
