@@ -52,7 +52,19 @@ fn every_entry_cites_documentation() {
     }
     let src = include_str!("../src/providers.rs");
     for entry in PROVIDER_ANNOTATIONS {
-        let at = src.find(&format!("key: \"{}\"", entry.key)).unwrap();
+        // The key is written out, or named by a constant of the module (`key: NAME,` with
+        // `pub const NAME: &str = "<key>";`).
+        let named = src
+            .find(&format!(": &str = \"{}\";", entry.key))
+            .and_then(|end| {
+                src[..end]
+                    .rfind("pub const ")
+                    .map(|start| &src[start + 10..end])
+            });
+        let at = src
+            .find(&format!("key: \"{}\"", entry.key))
+            .or_else(|| named.and_then(|name| src.find(&format!("key: {name},"))))
+            .unwrap_or_else(|| panic!("entry {} not found in providers.rs", entry.key));
         let comment_before = &src[..at];
         let entry_start = comment_before.rfind("ProviderAnnotation {").unwrap();
         let comment = &src[..entry_start];
