@@ -513,25 +513,40 @@ def check_crds(chart_dir):
 
 
 def exported_metrics(repo):
-    """Metric names hairpin registers: `register("name", ...)` under the prefix its file uses."""
-    names = set()
+    """Metric names hairpin registers: `register("name", ...)` under the prefix its file uses,
+    or, for a file of a module split into a folder (`metrics/registration.rs`), the prefix of
+    the module's own file (`metrics.rs` or `metrics/mod.rs`)."""
+    texts = {}
     for root, _, files in os.walk(os.path.join(repo, "crates")):
         if "/target" in root or "/fuzz" in root or "/tests" in root:
             continue
         for file in files:
-            if not file.endswith(".rs"):
-                continue
-            with open(os.path.join(root, file)) as f:
-                text = f.read()
-            prefixes = set(re.findall(r'with_prefix\(\s*"([a-z_]+)"', text))
-            if file == "metrics.rs" and "dataplane" in root:
-                prefixes.add("hairpin_proxy")
-            # Full names (`hairpin_build`, the process collector's `process_*`) ...
-            names.update(re.findall(r'"((?:hairpin|process)_[a-z_]+)"', text))
-            # ... and names registered under a prefix.
-            for name in re.findall(r'register(?:_with_unit)?\(\s*"([a-z_]+)"', text):
-                for prefix in prefixes:
-                    names.add(prefix + "_" + name)
+            if file.endswith(".rs"):
+                path = os.path.join(root, file)
+                with open(path) as f:
+                    texts[path] = f.read()
+
+    def own_prefixes(path):
+        found = set(re.findall(r'with_prefix\(\s*"([a-z_]+)"', texts.get(path, "")))
+        if os.path.basename(path) == "metrics.rs" and "dataplane" in path:
+            found.add("hairpin_proxy")
+        return found
+
+    def prefixes(path):
+        found, folder = own_prefixes(path), os.path.dirname(path)
+        while os.path.basename(folder) != "src" and folder != os.path.dirname(folder):
+            found |= own_prefixes(folder + ".rs") | own_prefixes(os.path.join(folder, "mod.rs"))
+            folder = os.path.dirname(folder)
+        return found
+
+    names = set()
+    for path, text in texts.items():
+        # Full names (`hairpin_build`, the process collector's `process_*`) ...
+        names.update(re.findall(r'"((?:hairpin|process)_[a-z_]+)"', text))
+        # ... and names registered under a prefix.
+        for name in re.findall(r'register(?:_with_unit)?\(\s*"([a-z_]+)"', text):
+            for prefix in prefixes(path):
+                names.add(prefix + "_" + name)
     return names
 
 
