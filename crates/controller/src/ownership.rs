@@ -371,11 +371,11 @@ pub async fn resolve_once(
         startup_grace: Duration::MAX,
         ..params
     };
-    let upstream = OwnershipResolver::new(params, Arc::new(Notify::new()), metrics);
-    upstream.want(&plan.verification.names, &plan.coredns.forward_zones);
-    let run = upstream.clone().run(std::future::pending());
+    let resolver = OwnershipResolver::new(params, Arc::new(Notify::new()), metrics);
+    resolver.want(&plan.verification.names, &plan.coredns.forward_zones);
+    let run = resolver.clone().run(std::future::pending());
     let done = async {
-        while !upstream.settled() {
+        while !resolver.settled() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
@@ -386,7 +386,7 @@ pub async fn resolve_once(
         }
     })
     .await;
-    snapshot.resolutions = upstream.resolutions();
+    snapshot.resolutions = resolver.resolutions();
 }
 
 /// A resolver asking exactly `servers`: no cache of its own (the upstream keeps the answers

@@ -45,7 +45,7 @@ pub(super) struct Reconciler {
     /// The native cure's status writes, probes and record.
     native: NativeCurer,
     /// The ownership resolver, with `--verify-hostnames=resolve`.
-    upstream: Option<OwnershipResolver>,
+    ownership: Option<OwnershipResolver>,
     /// The first write after the start waited for the names' first answers (or for the
     /// startup grace to end).
     verified_once: bool,
@@ -57,7 +57,7 @@ impl Reconciler {
     /// leader's resolver has names to ask; a new leader holds its first write until their
     /// answers come (`verified_once`).
     pub(super) fn new(ctx: &Arc<Context>, config: &ControllerConfig, stop: &StopFuture) -> Self {
-        let upstream = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
+        let ownership = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
             .then(|| {
                 OwnershipResolver::new(
                     config.ownership.clone(),
@@ -65,14 +65,14 @@ impl Reconciler {
                     ctx.metrics.clone(),
                 )
             });
-        if let Some(upstream) = &upstream {
-            tokio::spawn(upstream.clone().run(stop.clone()));
+        if let Some(ownership) = &ownership {
+            tokio::spawn(ownership.clone().run(stop.clone()));
         }
         Reconciler {
             dns_endpoints: DnsEndpointWriter::new(ctx),
             native: NativeCurer::new(ctx, config.native.clone(), config.fight.clone()),
             status: StatusWriter::new(ctx, Checks::new(ctx, config.propagation.clone())),
-            upstream,
+            ownership,
             verified_once: false,
             ctx: ctx.clone(),
             config: config.clone(),
@@ -95,16 +95,16 @@ impl Reconciler {
             tracing::debug!(waiting = %waiting.join(", "), "waiting for the receivers' ConfigMaps to list before planning");
             return Ok(Some(Instant::now() + Duration::from_millis(500)));
         }
-        if let Some(upstream) = &self.upstream {
-            snapshot.resolutions = upstream.resolutions();
+        if let Some(ownership) = &self.ownership {
+            snapshot.resolutions = ownership.resolutions();
         }
         let plan = hairpin_planner::desired(&snapshot, &self.config.planner);
-        if let Some(upstream) = &self.upstream {
-            upstream.want(&plan.verification.names, &plan.coredns.forward_zones);
+        if let Some(ownership) = &self.ownership {
+            ownership.want(&plan.verification.names, &plan.coredns.forward_zones);
             // Do no harm on a start: names not resolved yet are not redirected, so writing
             // before their answers come would drop working names for a moment. The resolver
             // wakes the loop as answers arrive.
-            if !self.verified_once && !upstream.settled() {
+            if !self.verified_once && !ownership.settled() {
                 tracing::info!(
                     names = plan.verification.names.len(),
                     "waiting for the first upstream answers before writing"
