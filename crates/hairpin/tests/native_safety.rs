@@ -588,24 +588,7 @@ fn lb_not_answering_its_backends_put_back_at_once() {
     }
     let api = ApiServer::start().expect("start kube-apiserver");
     let scene = Scene::start(&api, "node-unreachable", "203.0.113.46", Receiver::Nginx);
-    // The load balancer answers the outside client but not the node's own connections.
-    let node_side = scene.lb.node_side_address().to_string();
-    scene
-        .lb
-        .exec_ok(&[
-            "iptables",
-            "-I",
-            "INPUT",
-            "-s",
-            &node_side,
-            "-p",
-            "tcp",
-            "-j",
-            "REJECT",
-            "--reject-with",
-            "icmp-net-unreachable",
-        ])
-        .expect("the load balancer rejects the node");
+    scene.reject_the_node();
     let _controller = scene.controller(&api, "controller", &[]);
     let log = || scene.node.log("controller");
     let verdict = wait_for(
@@ -739,23 +722,7 @@ fn node_version_change_retries_a_failed_cure_at_once() {
     }
     let api = ApiServer::start().expect("start kube-apiserver");
     let scene = Scene::start(&api, "node-upgrade", "203.0.113.48", Receiver::Nginx);
-    let node_side = scene.lb.node_side_address().to_string();
-    scene
-        .lb
-        .exec_ok(&[
-            "iptables",
-            "-I",
-            "INPUT",
-            "-s",
-            &node_side,
-            "-p",
-            "tcp",
-            "-j",
-            "REJECT",
-            "--reject-with",
-            "icmp-net-unreachable",
-        ])
-        .expect("the load balancer rejects the node");
+    scene.reject_the_node();
     let _controller = scene.controller(&api, "controller", &[]);
     let log = || scene.node.log("controller");
     wait_for(

@@ -278,6 +278,28 @@ impl Scene {
             .expect("start hairpin controller")
     }
 
+    /// The load balancer answers the outside client but not the node's own connections: it
+    /// rejects them with "network unreachable", as a load balancer that does not answer its
+    /// own backends does.
+    pub fn reject_the_node(&self) {
+        let node_side = self.lb.node_side_address().to_string();
+        self.lb
+            .exec_ok(&[
+                "iptables",
+                "-I",
+                "INPUT",
+                "-s",
+                &node_side,
+                "-p",
+                "tcp",
+                "-j",
+                "REJECT",
+                "--reject-with",
+                "icmp-net-unreachable",
+            ])
+            .expect("the load balancer rejects the node");
+    }
+
     /// The outside client 2 s more, then stopped: every request must have been answered.
     pub fn finish(self, scenario: &str, log: &str) -> Tally {
         let end = self.client.elapsed() + Duration::from_secs(2);
