@@ -240,9 +240,10 @@ impl NativeCurer {
     /// to a cure).
     fn update_data_plane(&mut self, snapshot: &ClusterSnapshot, server: &str, native: bool) {
         if self.nodes.is_none() && native {
-            let nodes = NodeVersions::default();
-            let watch = nodes.spawn(self.ctx.client.clone(), self.ctx.changed.clone());
-            self.nodes = Some((nodes, watch));
+            self.nodes = Some(NodeVersions::spawn(
+                self.ctx.client.clone(),
+                self.ctx.changed.clone(),
+            ));
         }
         let Some(nodes) = self
             .nodes

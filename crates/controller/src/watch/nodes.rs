@@ -7,12 +7,14 @@
 //! Node's name and two version strings; the whole Node is dropped as it arrives. The change
 //! signal is poked only when the versions seen change, not on every Node status update.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
+use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
 
@@ -39,104 +41,79 @@ impl NodeVersion {
     }
 }
 
-#[derive(Default)]
-struct Seen {
-    /// Listed once (or the list failed: the Nodes are then left out of the data plane).
-    synced: bool,
-    nodes: BTreeMap<String, NodeVersion>,
-}
-
 /// The Nodes' versions as the watch saw them last; cheap to clone.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct NodeVersions {
-    seen: Arc<Mutex<Seen>>,
+    /// The trimmed Nodes, kept by kube-runtime's reflector.
+    store: Store<Node>,
+    /// Listed once (or the list failed: the Nodes are then left out of the data plane).
+    synced: Arc<AtomicBool>,
 }
 
 impl NodeVersions {
+    /// Watches the Nodes until the handle aborts it, poking `changed` when the versions
+    /// change.
+    pub(crate) fn spawn(
+        client: kube::Client,
+        changed: Arc<Notify>,
+    ) -> (Self, tokio::task::AbortHandle) {
+        let (store, writer) = reflector::store();
+        let this = Self {
+            store,
+            synced: Arc::default(),
+        };
+        let watch = tokio::spawn(this.clone().watch(client, writer, changed));
+        (this, watch.abort_handle())
+    }
+
     /// The distinct versions, sorted (`kubelet@v1.31.14,v1.32.0; kube-proxy@v1.30.2`), empty
     /// when no Node says any; `None` until the Nodes were listed (or could not be).
     pub(crate) fn fingerprint(&self) -> Option<String> {
-        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        seen.synced.then(|| fingerprint(seen.nodes.values()))
+        self.synced.load(Ordering::Acquire).then(|| self.current())
     }
 
-    /// Applies `change` to the Nodes seen; returns whether the fingerprint changed.
-    fn update(&self, change: impl FnOnce(&mut BTreeMap<String, NodeVersion>)) -> bool {
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        let before = fingerprint(seen.nodes.values());
-        change(&mut seen.nodes);
-        before != fingerprint(seen.nodes.values())
+    fn current(&self) -> String {
+        let nodes = self.store.state();
+        fingerprint(
+            nodes
+                .iter()
+                .map(|node| NodeVersion::of(node))
+                .collect::<Vec<_>>()
+                .iter(),
+        )
     }
 
-    fn mark_synced(&self) -> bool {
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        !std::mem::replace(&mut seen.synced, true)
-    }
-
-    /// Watches the Nodes until aborted, poking `changed` when the versions change.
-    pub(crate) fn spawn(
-        &self,
-        client: kube::Client,
-        changed: Arc<Notify>,
-    ) -> tokio::task::AbortHandle {
-        let this = self.clone();
-        tokio::spawn(async move { this.watch(client, changed).await }).abort_handle()
-    }
-
-    async fn watch(self, client: kube::Client, changed: Arc<Notify>) {
+    async fn watch(self, client: kube::Client, writer: Writer<Node>, changed: Arc<Notify>) {
         let api: Api<Node> = Api::all(client);
         // Only the name and two strings of each Node are kept; `modify` drops the rest of
-        // the object as it arrives, before anything else sees it.
-        let events = watcher::watcher(api, watcher::Config::default())
-            .modify(trim)
-            .backoff(WatchBackoff::default());
-        let mut listing: Option<BTreeMap<String, NodeVersion>> = None;
+        // the object as it arrives, before the store sees it.
+        let events = reflector::reflector(
+            writer,
+            watcher::watcher(api, watcher::Config::default())
+                .modify(trim)
+                .backoff(WatchBackoff::default()),
+        );
         futures::pin_mut!(events);
+        let mut last = self.current();
         while let Some(event) = events.next().await {
-            let poke = match event {
-                Ok(watcher::Event::Init) => {
-                    listing = Some(BTreeMap::new());
-                    false
-                }
-                Ok(watcher::Event::InitApply(node)) => {
-                    if let (Some(list), Some(name)) = (listing.as_mut(), node.metadata.name.clone())
-                    {
-                        list.insert(name, NodeVersion::of(&node));
-                    }
-                    false
-                }
-                Ok(watcher::Event::InitDone) => {
-                    let list = listing.take().unwrap_or_default();
-                    let changed = self.update(|nodes| *nodes = list);
-                    self.mark_synced() || changed
-                }
-                Ok(watcher::Event::Apply(node)) => {
-                    let Some(name) = node.metadata.name.clone() else {
-                        continue;
-                    };
-                    self.update(|nodes| {
-                        nodes.insert(name, NodeVersion::of(&node));
-                    })
-                }
-                Ok(watcher::Event::Delete(node)) => {
-                    let Some(name) = node.metadata.name.clone() else {
-                        continue;
-                    };
-                    self.update(|nodes| {
-                        nodes.remove(&name);
-                    })
-                }
+            let listed = match event {
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
+                Ok(watcher::Event::InitDone) => true,
+                Ok(_) => false,
                 Err(err) => {
                     // Not allowed to list Nodes (an older chart), or no answer: the Nodes are
                     // left out of the data plane meanwhile rather than holding it back.
                     tracing::debug!(error = %err, "cannot watch the Nodes' versions");
-                    self.mark_synced()
+                    true
                 }
             };
-            if poke {
-                tracing::debug!(versions = ?self.fingerprint(), "the Nodes' versions changed");
+            let first = listed && !self.synced.swap(true, Ordering::AcqRel);
+            let now = self.current();
+            if first || now != last {
+                tracing::debug!(versions = %now, "the Nodes' versions changed");
                 changed.notify_one();
             }
+            last = now;
         }
     }
 }
