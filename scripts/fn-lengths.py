@@ -164,6 +164,12 @@ def cfg_test_modules(toks, pairs):
     """`#[cfg(test)]` modules: (name, token range of the `{ ... }` body), or (name, None) for a
     `mod name;` in a file of its own. Attributes after `#[cfg(test)]` and `pub(...)` are
     skipped."""
+    return [(name, body and (body, pairs[body])) for name, _, body in cfg_test_items(toks)]
+
+
+def cfg_test_items(toks):
+    """(name, index of the `#` of `#[cfg(test)]`, index of the body's `{` or None for
+    `mod name;`) of every `#[cfg(test)]` module."""
     values = [t[1] for t in toks]
     mods = []
     for k in range(len(toks)):
@@ -180,10 +186,29 @@ def cfg_test_modules(toks, pairs):
                 j += 1
         if values[j : j + 1] == ["mod"] and j + 2 < len(toks):
             if values[j + 2] == "{":
-                mods.append((values[j + 1], (j + 2, pairs[j + 2])))
+                mods.append((values[j + 1], k, j + 2))
             elif values[j + 2] == ";":
-                mods.append((values[j + 1], None))
+                mods.append((values[j + 1], k, None))
     return mods
+
+
+def item_body(toks, j):
+    """From token `j` (just after an item's keyword and name), the index of the `{` opening
+    the item's body, or None for a declaration without one (`;` first, outside brackets)."""
+    depth = 0
+    while j < len(toks):
+        kind, value, _ = toks[j]
+        if kind == "punct":
+            if value in "([":
+                depth += 1
+            elif value in ")]":
+                depth -= 1
+            elif depth == 0 and value == ";":
+                return None
+            elif depth == 0 and value == "{":
+                return j
+        j += 1
+    return None
 
 
 def functions(text):
@@ -199,22 +224,9 @@ def functions(text):
             continue  # a fn pointer type such as `fn(u8) -> u8`
         if any(start < k < end for start, end in excluded):
             continue
-        depth, j = 0, k + 2
-        while j < len(toks):
-            kind_j, value_j, _ = toks[j]
-            if kind_j == "punct":
-                if value_j in "([":
-                    depth += 1
-                elif value_j in ")]":
-                    depth -= 1
-                elif depth == 0 and value_j == ";":
-                    j = None  # a declaration without a body
-                    break
-                elif depth == 0 and value_j == "{":
-                    break
-            j += 1
-        if j is None or j >= len(toks):
-            continue
+        j = item_body(toks, k + 2)
+        if j is None:
+            continue  # a declaration without a body
         last_line = toks[pairs[j]][2]
         found.append((toks[k + 1][1], line, last_line - line + 1))
     return found

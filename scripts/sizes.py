@@ -47,26 +47,7 @@ WORDS = ("ident", "literal", "lifetime")
 def test_module_spans(toks, pairs):
     """(name, first token, last token or None) of every `#[cfg(test)] mod name ...`: the
     attribute's `#` to the body's `}`, or None for `mod name;` (a file of its own)."""
-    values = [t[1] for t in toks]
-    found = []
-    for k in range(len(toks)):
-        if values[k : k + 7] != ["#", "[", "cfg", "(", "test", ")", "]"]:
-            continue
-        j = k + 7
-        while j < len(toks) and values[j] == "#":
-            j = LEX.skip_attribute(toks, j)
-        if j < len(toks) and values[j] == "pub":
-            j += 1
-            if j < len(toks) and values[j] == "(":
-                while j < len(toks) and values[j] != ")":
-                    j += 1
-                j += 1
-        if values[j : j + 1] == ["mod"] and j + 2 < len(toks):
-            if values[j + 2] == "{":
-                found.append((values[j + 1], k, pairs[j + 2]))
-            elif values[j + 2] == ";":
-                found.append((values[j + 1], k, None))
-    return found
+    return [(name, k, body and pairs[body]) for name, k, body in LEX.cfg_test_items(toks)]
 
 
 def header(toks):
@@ -96,21 +77,8 @@ def impls(text):
             continue  # `impl Trait` in a type
         if any(start < k < end for start, end in excluded):
             continue
-        depth, j = 0, k + 1
-        while j < len(toks):
-            kind_j, value_j, _ = toks[j]
-            if kind_j == "punct":
-                if value_j in "([":
-                    depth += 1
-                elif value_j in ")]":
-                    depth -= 1
-                elif depth == 0 and value_j == "{":
-                    break
-                elif depth == 0 and value_j == ";":
-                    j = None
-                    break
-            j += 1
-        if j is None or j >= len(toks):
+        j = LEX.item_body(toks, k + 1)
+        if j is None:
             continue
         found.append((header(toks[k + 1 : j]), line, toks[pairs[j]][2] - line + 1))
     return found
