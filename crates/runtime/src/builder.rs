@@ -180,17 +180,12 @@ impl<A: AdminSlot> Builder<(), A> {
         E: std::error::Error + Send + Sync + 'static,
         F: Future<Output = Result<C, E>> + 'static,
     {
-        self.with_connect(Box::new(move || {
-            Box::pin(async move {
-                match connect {
-                    Some(connect) => connect
-                        .await
-                        .map(Some)
-                        .map_err(|err| BuildError::Client(Box::new(err))),
-                    None => Ok(None),
-                }
-            })
-        }))
+        self.with_client(async move {
+            match connect {
+                Some(connect) => connect.await.map(Some),
+                None => Ok(None),
+            }
+        })
     }
 
     fn with_connect<C>(self, connect: Connect<C>) -> Builder<C, A> {
