@@ -286,8 +286,14 @@ impl NativeCurer {
             self.written = None;
         }
         let mut record = before.clone();
-        let server = self.server_version().await;
         let native = !before.load_balancers.is_empty() || !plan.native_actions.is_empty();
+        // The API server's version matters only to a cure recorded or planned: without one,
+        // no `/version` read.
+        let server = if native {
+            self.server_version().await
+        } else {
+            String::new()
+        };
         self.update_data_plane(snapshot, &server, native);
         // Cures proven before (by another instance): probed again below, as `Proof::Again`.
         let mut distrusted = Vec::new();
