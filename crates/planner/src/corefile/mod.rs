@@ -26,6 +26,7 @@ mod nodelocal;
 mod parse;
 mod placement;
 mod rules;
+pub mod shapes;
 mod upstream;
 
 pub use imports::{ImportedFile, ImportedPlacement, imported_key_suffixes, place_with_imports};
@@ -48,6 +49,9 @@ use rules::is_managed_line;
 
 /// Largest value a ConfigMap can hold (the API server rejects bigger objects).
 pub const CONFIGMAP_MAX_BYTES: usize = 1024 * 1024;
+
+/// The first line of hairpin's own `coredns-custom` key ([`render_override`]).
+pub const OVERRIDE_HEADER: &str = "# managed by hairpin; do not edit\n";
 
 /// Default cluster domain when the `kubernetes` plugin line does not name one.
 pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
@@ -798,7 +802,7 @@ pub(crate) fn render_override_of(
     if rules.is_empty() {
         return Ok(String::new());
     }
-    let mut out = String::from("# managed by hairpin; do not edit\n");
+    let mut out = String::from(OVERRIDE_HEADER);
     for r in rules {
         out.push_str(&r);
         out.push('\n');

@@ -576,7 +576,7 @@ pub(super) fn render_rules_of(
 pub const ANSWER_TTL: u32 = 30;
 
 /// The SOA of a NODATA answer (its minimum, 30 s, is how long resolvers cache the absence).
-const NODATA_SOA: &str =
+pub(super) const NODATA_SOA: &str =
     "{{ .Zone }} 30 IN SOA ns.hairpin.invalid. hostmaster.hairpin.invalid. 1 30 30 30 30";
 
 /// The `template` directives that answer `entries` directly with their targets' addresses,
