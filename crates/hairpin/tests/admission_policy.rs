@@ -339,8 +339,11 @@ fn own_services(api: &ApiServer, token: &str) {
         spec["selector"] = json!({"app": "hairpin-proxy"});
         spec["ports"] =
             json!([{"name": "p80", "port": 80, "targetPort": 10000, "protocol": "TCP"}]);
+        // Labelled as the controller labels its Services (`hairpin-own-objects`).
         json!({"apiVersion": "v1", "kind": "Service",
-               "metadata": {"namespace": "hairpin", "name": name}, "spec": spec})
+               "metadata": {"namespace": "hairpin", "name": name,
+                            "labels": {"app.kubernetes.io/managed-by": "hairpin"}},
+               "spec": spec})
     };
     let create = |body: Value| {
         api.request_as(
