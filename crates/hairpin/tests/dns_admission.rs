@@ -171,6 +171,26 @@ fn wait_enforced(api: &ApiServer, token: &str) {
     }
 }
 
+/// The API server's type check of `name` caught up with its generation and found nothing.
+fn assert_type_checked(api: &ApiServer, name: &str) {
+    let path = format!("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let policy = loop {
+        let policy = api.get(&path).expect("the policy");
+        if policy["status"]["observedGeneration"] == policy["metadata"]["generation"] {
+            break policy;
+        }
+        assert!(Instant::now() < deadline, "{name}: not type-checked");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let warnings = &policy["status"]["typeChecking"]["expressionWarnings"];
+    assert!(
+        warnings.as_array().is_none_or(Vec::is_empty),
+        "{name}: the API server's type check: {warnings}"
+    );
+    println!("{name}: type-checked by the API server, no warning");
+}
+
 /// Every real Corefile layout the planner has goldens of: added, changed, removed.
 fn layouts(api: &ApiServer, token: &str, t: &mut Table) {
     let shared =
@@ -728,7 +748,14 @@ fn the_controller_account_changes_dns_only_inside_its_blocks() {
         return;
     }
     let api = ApiServer::shared().expect("start kube-apiserver");
+    // Its ValidatingAdmissionPolicy status controller type-checks the policies.
+    let _kcm = api
+        .start_controller_manager(&["validatingadmissionpolicy-status-controller"])
+        .expect("start kube-controller-manager");
     support::install_manifest(api);
+    for name in [POLICY, OWN_POLICY] {
+        assert_type_checked(api, name);
+    }
     let token = api.service_account_token("hairpin", "hairpin-controller");
     wait_enforced(api, &token);
     let mut t = Table { rows: Vec::new() };
