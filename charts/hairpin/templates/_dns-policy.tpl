@@ -2,6 +2,9 @@
      `HAIRPIN_BLESS=1 cargo test -p hairpin-planner --test dns_policy`, which fails when
      this file has drifted from the planner's markers and line shapes. Used by the policy
      <release>-dns-block-only (admission-policy.yaml). */ -}}
+{{- define "hairpin.dnsPolicy.literalLines" -}}
+{'template IN A \x7b': true, 'template IN AAAA \x7b': true, 'template IN ANY \x7b': true, 'authority "\x7b\x7b .Zone \x7d\x7d 30 IN SOA ns.hairpin.invalid. hostmaster.hairpin.invalid. 1 30 30 30 30"': true, 'fallthrough': true, '\x7d': true}
+{{- end }}
 {{- define "hairpin.dnsPolicy.outside" -}}
 variables.new.all(k, (k in variables.old && variables.new[k] == variables.old[k]) || (variables.custom && k.startsWith(variables.ownStem) && !k.substring(size(variables.ownStem)).contains('.') && !k.endsWith('.server')) ||
   ('# END hairpin' + '\n' + variables.new[k] + '\n' + '# BEGIN hairpin').split('# BEGIN hairpin').map(p, p == '' ? '' : [p.indexOf('# END hairpin')].map(e, e < 0 ? p : [[p.substring(e)].map(q, q.substring(q.indexOf('\n') + 1))[0]].map(r, r.substring(r.lastIndexOf('\n') + 1).trim() == '' ? r.substring(0, r.lastIndexOf('\n') + 1) : r)[0])[0]).join('') ==
@@ -11,19 +14,13 @@ variables.new.all(k, (k in variables.old && variables.new[k] == variables.old[k]
 {{- end }}
 {{- define "hairpin.dnsPolicy.blockLines" -}}
 variables.new.all(k, (k in variables.old && variables.new[k] == variables.old[k]) || (variables.custom && k.startsWith(variables.ownStem) && !k.substring(size(variables.ownStem)).contains('.') && !k.endsWith('.server')) ||
-  ('# END hairpin' + '\n' + variables.new[k] + '\n' + '# BEGIN hairpin').split('# BEGIN hairpin').all(p, p == '' || [p.indexOf('# END hairpin')].all(e, e >= 0 && [p.substring(0, e).split('\n')].all(ls, ls.all(l, ls[0] == l || l.trim() == '' || [l.trim().split(' ')].all(t,
+  ('# END hairpin' + '\n' + variables.new[k] + '\n' + '# BEGIN hairpin').split('# BEGIN hairpin').all(p, p == '' || [p.indexOf('# END hairpin')].all(e, e == 0 || (e > 0 && [p.indexOf('\n')].all(n, n >= 0 && n < e && p.substring(n + 1, e).split('\n').all(l, [l.trim()].all(w, w == '' || w in variables.literalLines || [w.split(' ')].all(t,
     (size(t) == 6 && t[0] == 'rewrite' && t[1] == 'stop' && t[2] == 'name' && t[3] == 'exact' && t[4].matches('^[-a-z0-9_.]+$') && variables.serviceSuffixes.exists(s, t[5].endsWith(s) && t[5].substring(0, size(t[5]) - size(s)).matches('^[-a-z0-9]+$')))
     || (size(t) == 6 && t[0] == 'rewrite' && t[1] == 'stop' && t[2] == 'name' && t[3] == 'exact' && t[4].matches('^[-a-z0-9_.]+$') && t[5] == t[4])
     || (size(t) == 8 && t[0] == 'rewrite' && t[1] == 'stop' && t[2] == 'name' && t[3] == 'regex' && t[4].startsWith('^') && t[4].endsWith('\\.$') && variables.serviceSuffixes.exists(s, t[5].endsWith(s) && t[5].substring(0, size(t[5]) - size(s)).matches('^[-a-z0-9]+$')) && t[6] == 'answer' && t[7] == 'auto')
-    || (size(t) == 4 && t[0] == 'template' && t[1] == 'IN' && t[2] == 'A' && t[3] == '\x7b')
-    || (size(t) == 4 && t[0] == 'template' && t[1] == 'IN' && t[2] == 'AAAA' && t[3] == '\x7b')
-    || (size(t) == 4 && t[0] == 'template' && t[1] == 'IN' && t[2] == 'ANY' && t[3] == '\x7b')
     || (size(t) == 2 && t[0] == 'match' && t[1].startsWith('^') && t[1].endsWith('\\.$'))
     || (size(t) == 8 && t[0] == 'answer' && t[1] == '"\x7b\x7b' && t[2] == '.Name' && t[3] == '\x7d\x7d' && t[4] == '30' && t[5] == 'IN' && t[6] == 'A' && t[7].endsWith('"') && [t[7].substring(0, size(t[7]) - 1)].all(a, isIP(a) && ip(a).family() == 4 && variables.cidrs.exists(c, cidr(c).containsIP(a))))
-    || (size(t) == 8 && t[0] == 'answer' && t[1] == '"\x7b\x7b' && t[2] == '.Name' && t[3] == '\x7d\x7d' && t[4] == '30' && t[5] == 'IN' && t[6] == 'AAAA' && t[7].endsWith('"') && [t[7].substring(0, size(t[7]) - 1)].all(a, isIP(a) && ip(a).family() == 6 && variables.cidrs.exists(c, cidr(c).containsIP(a))))
-    || (size(t) == 14 && t[0] == 'authority' && t[1] == '"\x7b\x7b' && t[2] == '.Zone' && t[3] == '\x7d\x7d' && t[4] == '30' && t[5] == 'IN' && t[6] == 'SOA' && t[7] == 'ns.hairpin.invalid.' && t[8] == 'hostmaster.hairpin.invalid.' && t[9] == '1' && t[10] == '30' && t[11] == '30' && t[12] == '30' && t[13] == '30"')
-    || (size(t) == 1 && t[0] == 'fallthrough')
-    || (size(t) == 1 && t[0] == '\x7d')))))))
+    || (size(t) == 8 && t[0] == 'answer' && t[1] == '"\x7b\x7b' && t[2] == '.Name' && t[3] == '\x7d\x7d' && t[4] == '30' && t[5] == 'IN' && t[6] == 'AAAA' && t[7].endsWith('"') && [t[7].substring(0, size(t[7]) - 1)].all(a, isIP(a) && ip(a).family() == 6 && variables.cidrs.exists(c, cidr(c).containsIP(a))))))))))))
 {{- end }}
 {{- define "hairpin.dnsPolicy.ownKey" -}}
 variables.new.all(k, (k in variables.old && variables.new[k] == variables.old[k]) || !(variables.custom && k.startsWith(variables.ownStem) && !k.substring(size(variables.ownStem)).contains('.') && !k.endsWith('.server')) ||

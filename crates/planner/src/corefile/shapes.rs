@@ -59,6 +59,11 @@ pub struct LineShape {
 }
 
 impl LineShape {
+    /// Whether every word is literal (the shape is one exact line).
+    pub fn is_literal(&self) -> bool {
+        self.tokens.iter().all(|t| matches!(t, Token::Lit(_)))
+    }
+
     fn new(name: &'static str, tokens: Vec<Token>) -> Self {
         LineShape { name, tokens }
     }
@@ -285,10 +290,13 @@ pub fn has_shape(line: &str, shapes: &[LineShape], ctx: &ShapeContext) -> bool {
     })
 }
 
-/// The CEL test of the token list `t` (a line split on spaces) against `shapes`.
+/// The CEL test of the token list `t` (a line split on spaces) against the shapes of
+/// `shapes` that have a variable part (the literal ones are looked up in
+/// [`cel_literal_lines`]).
 fn cel_shapes(shapes: &[LineShape]) -> String {
     shapes
         .iter()
+        .filter(|shape| !shape.is_literal())
         .map(|shape| {
             let mut test = format!("(size(t) == {}", shape.tokens.len());
             for (i, token) in shape.tokens.iter().enumerate() {
@@ -299,6 +307,28 @@ fn cel_shapes(shapes: &[LineShape]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n    || ")
+}
+
+/// CEL: a map whose keys are the whole lines of the literal [`line_shapes`] (`fallthrough`,
+/// `}`, `template IN A {`...), for the policy's variable `literalLines`: one lookup per line
+/// instead of a test per shape (the API server charges every line of a block).
+pub fn cel_literal_lines() -> String {
+    let keys: Vec<String> = line_shapes()
+        .iter()
+        .filter(|shape| shape.is_literal())
+        .map(|shape| {
+            let words: Vec<&str> = shape
+                .tokens
+                .iter()
+                .filter_map(|t| match t {
+                    Token::Lit(w) => Some(w.as_str()),
+                    _ => None,
+                })
+                .collect();
+            format!("{}: true", cel_string(&words.join(" ")))
+        })
+        .collect();
+    format!("{{{}}}", keys.join(", "))
 }
 
 /// CEL: the text `x` split at hairpin's begin markers, with a sentinel end marker before the
@@ -324,13 +354,17 @@ pub fn cel_cut(x: &str) -> String {
 }
 
 /// CEL: every block of the text `x` is closed, and each of its lines (after the begin marker's
-/// line, which is a comment) is blank or has one of [`line_shapes`].
+/// line, which is a comment) is blank or has one of [`line_shapes`] (the literal ones looked up
+/// in the policy's variable `literalLines`, [`cel_literal_lines`]). Each line is trimmed and
+/// split once: the API server charges a block per line, and a 1 MiB block of short lines must
+/// stay within its budget.
 pub fn cel_block_lines(x: &str) -> String {
     let end = cel_string(END_MARKER);
     format!(
-        "{pieces}.all(p, p == '' || [p.indexOf({end})].all(e, e >= 0 && \
-         [p.substring(0, e).split('\\n')].all(ls, ls.all(l, ls[0] == l || l.trim() == '' || \
-         [l.trim().split(' ')].all(t,\n    {shapes})))))",
+        "{pieces}.all(p, p == '' || [p.indexOf({end})].all(e, e == 0 || (e > 0 && \
+         [p.indexOf('\\n')].all(n, n >= 0 && n < e && \
+         p.substring(n + 1, e).split('\\n').all(l, [l.trim()].all(w, w == '' || \
+         w in variables.literalLines || [w.split(' ')].all(t,\n    {shapes})))))))",
         pieces = pieces(x),
         shapes = cel_shapes(&line_shapes()),
     )
@@ -345,9 +379,10 @@ pub fn cel_own_key(x: &str) -> String {
     )
 }
 
-/// The chart's `_dns-policy.tpl`: the three generated expressions as named templates, over the
-/// policy's variables `old`, `new` (the ConfigMap's data before and after), `serviceSuffixes`,
-/// `cidrs`, and the key predicate `OWN(k)` the chart substitutes.
+/// The chart's `_dns-policy.tpl`, as named templates: the policy's variable `literalLines`
+/// ([`cel_literal_lines`]) and its three validations, over its variables `old`, `new` (the
+/// ConfigMap's data before and after), `custom` and `ownStem` (hairpin's own key),
+/// `serviceSuffixes` and `cidrs`.
 pub fn chart_helpers() -> String {
     let own = "(variables.custom && k.startsWith(variables.ownStem) && \
                !k.substring(size(variables.ownStem)).contains('.') && !k.endsWith('.server'))";
@@ -375,6 +410,7 @@ pub fn chart_helpers() -> String {
          <release>-dns-block-only (admission-policy.yaml). */ -}}\n",
     );
     for (name, text) in [
+        ("literalLines", cel_literal_lines()),
         ("outside", outside),
         ("blockLines", blocks),
         ("ownKey", own_key),
