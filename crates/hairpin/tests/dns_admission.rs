@@ -425,6 +425,48 @@ fn corefile_attacks(api: &ApiServer, token: &str, t: &mut Table) {
         assert_ne!(text, &insert, "{what}: the case changes the Corefile");
         t.denied(what, set_key(api, token, "coredns", "Corefile", Some(text)));
     }
+    // A block that ends the text, without a final line terminator (as the editors append one
+    // to a text without a final newline), and CRLF line ends: added and removed.
+    let bare = original.trim_end_matches('\n').to_owned();
+    seed(api, "coredns", json!({"Corefile": bare}));
+    let appended = format!(
+        "{bare}\n# BEGIN hairpin (managed by hairpin; do not edit)\nrewrite stop name exact a.example.com {TARGET}\n# END hairpin"
+    );
+    t.admitted(
+        "no final newline: a block appended at the end",
+        set_key(api, token, "coredns", "Corefile", Some(&appended)),
+    );
+    t.admitted(
+        "no final newline: the block removed",
+        set_key(api, token, "coredns", "Corefile", Some(&bare)),
+    );
+    let crlf = original.replace('\n', "\r\n");
+    seed(api, "coredns", json!({"Corefile": crlf}));
+    t.admitted(
+        "CRLF Corefile: hairpin block added",
+        set_key(
+            api,
+            token,
+            "coredns",
+            "Corefile",
+            Some(&insert.replace('\n', "\r\n")),
+        ),
+    );
+    t.denied(
+        "CRLF Corefile: forward target changed",
+        set_key(
+            api,
+            token,
+            "coredns",
+            "Corefile",
+            Some(
+                &insert
+                    .replace('\n', "\r\n")
+                    .replace("/etc/resolv.conf", "203.0.113.53"),
+            ),
+        ),
+    );
+    seed(api, "coredns", json!({"Corefile": insert}));
     t.denied(
         "kubeadm: a foreign key added to coredns (evil.server)",
         set_key(
@@ -454,6 +496,38 @@ fn corefile_attacks(api: &ApiServer, token: &str, t: &mut Table) {
         set_key(api, token, "coredns", "Corefile", Some(&restored)),
     );
     assert_eq!(restored, original.replace("cache 30 {", "cache 60 {"));
+}
+
+/// `hairpin uninstall` itself, with the ServiceAccount's token (as the chart's uninstall Job
+/// runs it), after the addon manager put its own Corefile back (its own change outside the
+/// block, the block kept): the policy admits the removal of the block, and the Corefile is the
+/// addon manager's, byte for byte.
+fn uninstall_after_addon_manager(api: &ApiServer, token: &str, t: &mut Table) {
+    let insert = golden("corefile/kubeadm.insert.Corefile");
+    let theirs = insert.replace("cache 30 {", "cache 60 {");
+    seed(api, "coredns", json!({"Corefile": theirs}));
+    let kubeconfig = api.kubeconfig_for("uninstall", token).expect("kubeconfig");
+    let out = support::hairpin_command()
+        .args(["uninstall", "--log-format", "text", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .expect("run hairpin uninstall");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains(POLICY), "{text}");
+    let after = corefile_of(api, "coredns", "Corefile");
+    let expected = corefile::remove(&theirs).expect("remove").text;
+    assert_eq!(after, expected, "{text}");
+    let row = format!(
+        "| `hairpin uninstall` (controller SA) after the addon manager rewrote the Corefile | admitted: Corefile {} bytes, the addon manager's without hairpin's block | |",
+        after.len()
+    );
+    println!("{row}");
+    t.rows.push(row);
 }
 
 /// The planner's block of 20,000 names (about 700 KB): admitted within the CEL cost budget,
@@ -761,6 +835,7 @@ fn the_controller_account_changes_dns_only_inside_its_blocks() {
     let mut t = Table { rows: Vec::new() };
     layouts(api, &token, &mut t);
     corefile_attacks(api, &token, &mut t);
+    uninstall_after_addon_manager(api, &token, &mut t);
     coredns_custom(api, &token, &mut t);
     large_block(api, &token, &mut t);
     own_objects(api, &token, &mut t);

@@ -341,14 +341,15 @@ fn pieces(x: &str) -> String {
 
 /// CEL: the text `x` with hairpin's marked blocks cut out, as whole lines (the begin marker's
 /// indentation, the block, the end marker's line). Text before a begin marker on its line that
-/// is not whitespace is kept (CoreDNS would read it).
+/// is not whitespace is kept (CoreDNS would read it). An empty rest is never searched: CEL's
+/// `lastIndexOf` fails on an empty string.
 pub fn cel_cut(x: &str) -> String {
     let end = cel_string(END_MARKER);
     format!(
         "{pieces}.map(p, p == '' ? '' : [p.indexOf({end})].map(e, e < 0 ? p : \
          [[p.substring(e)].map(q, q.substring(q.indexOf('\\n') + 1))[0]].map(r, \
-         r.substring(r.lastIndexOf('\\n') + 1).trim() == '' ? \
-         r.substring(0, r.lastIndexOf('\\n') + 1) : r)[0])[0]).join('')",
+         r == '' || r.substring(r.lastIndexOf('\\n') + 1).trim() != '' ? r : \
+         r.substring(0, r.lastIndexOf('\\n') + 1))[0])[0]).join('')",
         pieces = pieces(x),
     )
 }
