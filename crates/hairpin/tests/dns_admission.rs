@@ -18,7 +18,13 @@
 //!   unclosed block), a foreign line in hairpin's own key, a label changed: denied, with the
 //!   policy's message;
 //! - the admin (another identity: the addon manager restoring its Corefile) is not matched;
-//!   hairpin's removal of its block from that rewritten Corefile is admitted.
+//!   hairpin's removal of its block from that rewritten Corefile is admitted, and
+//!   `hairpin uninstall` run with the ServiceAccount's token leaves the addon manager's text;
+//! - `hairpin-own-objects`: hairpin's DNSEndpoints created, changed, deleted; one with a
+//!   foreign target, a cluster name, a CNAME, without hairpin's labels, or someone else's
+//!   deleted: denied; the release ClusterRole with an aggregation label: denied; hairpin's
+//!   Service created and deleted, someone else's Service of its namespace deleted: denied; an
+//!   Event about a Service admitted, about a Secret denied.
 //!
 //! Every write and its answer is printed as one row of a table (`--nocapture`).
 //!
@@ -425,8 +431,43 @@ fn corefile_attacks(api: &ApiServer, token: &str, t: &mut Table) {
         assert_ne!(text, &insert, "{what}: the case changes the Corefile");
         t.denied(what, set_key(api, token, "coredns", "Corefile", Some(text)));
     }
-    // A block that ends the text, without a final line terminator (as the editors append one
-    // to a text without a final newline), and CRLF line ends: added and removed.
+    seed(api, "coredns", json!({"Corefile": insert}));
+    t.denied(
+        "kubeadm: a foreign key added to coredns (evil.server)",
+        set_key(
+            api,
+            token,
+            "coredns",
+            "evil.server",
+            Some("evil.example:53 {\n    forward . 203.0.113.53\n}\n"),
+        ),
+    );
+    t.denied(
+        "kubeadm: a label changed",
+        write_as(api, token, "coredns", |cm| {
+            cm["metadata"]["labels"] = json!({"evil": "yes"});
+        }),
+    );
+    // The addon manager (another identity) puts its own Corefile back, with its own change
+    // outside the block: not matched. hairpin's uninstall then removes its block from that.
+    let theirs = insert.replace("cache 30 {", "cache 60 {");
+    t.admitted(
+        "addon manager (admin): its Corefile restored, another cache TTL, the block kept",
+        set_key(api, &api_admin(api), "coredns", "Corefile", Some(&theirs)),
+    );
+    let restored = corefile::remove(&theirs).expect("remove").text;
+    t.admitted(
+        "uninstall (controller SA): hairpin's block removed from the addon manager's Corefile",
+        set_key(api, token, "coredns", "Corefile", Some(&restored)),
+    );
+    assert_eq!(restored, original.replace("cache 30 {", "cache 60 {"));
+}
+
+/// A block that ends the text, without a final line terminator (as the editors append one to a
+/// text without a final newline), and CRLF line ends: added and removed.
+fn line_ends(api: &ApiServer, token: &str, t: &mut Table) {
+    let original = golden("corefiles/kubeadm.Corefile");
+    let insert = golden("corefile/kubeadm.insert.Corefile");
     let bare = original.trim_end_matches('\n').to_owned();
     seed(api, "coredns", json!({"Corefile": bare}));
     let appended = format!(
@@ -466,36 +507,6 @@ fn corefile_attacks(api: &ApiServer, token: &str, t: &mut Table) {
             ),
         ),
     );
-    seed(api, "coredns", json!({"Corefile": insert}));
-    t.denied(
-        "kubeadm: a foreign key added to coredns (evil.server)",
-        set_key(
-            api,
-            token,
-            "coredns",
-            "evil.server",
-            Some("evil.example:53 {\n    forward . 203.0.113.53\n}\n"),
-        ),
-    );
-    t.denied(
-        "kubeadm: a label changed",
-        write_as(api, token, "coredns", |cm| {
-            cm["metadata"]["labels"] = json!({"evil": "yes"});
-        }),
-    );
-    // The addon manager (another identity) puts its own Corefile back, with its own change
-    // outside the block: not matched. hairpin's uninstall then removes its block from that.
-    let theirs = insert.replace("cache 30 {", "cache 60 {");
-    t.admitted(
-        "addon manager (admin): its Corefile restored, another cache TTL, the block kept",
-        set_key(api, &api_admin(api), "coredns", "Corefile", Some(&theirs)),
-    );
-    let restored = corefile::remove(&theirs).expect("remove").text;
-    t.admitted(
-        "uninstall (controller SA): hairpin's block removed from the addon manager's Corefile",
-        set_key(api, token, "coredns", "Corefile", Some(&restored)),
-    );
-    assert_eq!(restored, original.replace("cache 30 {", "cache 60 {"));
 }
 
 /// `hairpin uninstall` itself, with the ServiceAccount's token (as the chart's uninstall Job
@@ -612,9 +623,8 @@ fn dns_endpoint(name: &str, dns_name: &str, record: &str, target: &str) -> Value
 }
 
 /// external-dns mode's DNSEndpoints (the CRD as external-dns ships it, and the Role's rule
-/// the chart renders with `coredns.dnsMode: external-dns`), the release ClusterRole's labels,
-/// Services of hairpin's namespace, Events.
-fn own_objects(api: &ApiServer, token: &str, t: &mut Table) {
+/// the chart renders with `coredns.dnsMode: external-dns`).
+fn dns_endpoints(api: &ApiServer, token: &str, t: &mut Table) {
     api.apply(&json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "dnsendpoints.externaldns.k8s.io",
                      "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/external-dns/pull/2007"}},
@@ -720,7 +730,10 @@ fn own_objects(api: &ApiServer, token: &str, t: &mut Table) {
         )
         .expect("DELETE"),
     );
-    // The release ClusterRole exactly as the controller makes it, but for an aggregation label.
+}
+
+/// The release ClusterRole exactly as the controller makes it, but for an aggregation label.
+fn release_role_labels(api: &ApiServer, token: &str, t: &mut Table) {
     let uid = api
         .get("/api/v1/namespaces/hairpin")
         .expect("the namespace")["metadata"]["uid"]
@@ -741,7 +754,10 @@ fn own_objects(api: &ApiServer, token: &str, t: &mut Table) {
         )
         .expect("POST"),
     );
-    // Services of its namespace: only its own (labelled) ones.
+}
+
+/// Services of its namespace: only its own (labelled) ones.
+fn own_services(api: &ApiServer, token: &str, t: &mut Table) {
     let service = |name: &str, labels: Value| {
         json!({"apiVersion": "v1", "kind": "Service",
                "metadata": {"namespace": "hairpin", "name": name, "labels": labels,
@@ -783,7 +799,10 @@ fn own_objects(api: &ApiServer, token: &str, t: &mut Table) {
         )
         .expect("DELETE"),
     );
-    // Events: about what hairpin reads, nothing else.
+}
+
+/// Events: about what hairpin reads, nothing else.
+fn events(api: &ApiServer, token: &str, t: &mut Table) {
     let event = |kind: &str, name: &str| {
         json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
                "metadata": {"namespace": "hairpin", "name": format!("probe-{}", kind.to_lowercase())},
@@ -835,10 +854,14 @@ fn the_controller_account_changes_dns_only_inside_its_blocks() {
     let mut t = Table { rows: Vec::new() };
     layouts(api, &token, &mut t);
     corefile_attacks(api, &token, &mut t);
+    line_ends(api, &token, &mut t);
     uninstall_after_addon_manager(api, &token, &mut t);
     coredns_custom(api, &token, &mut t);
     large_block(api, &token, &mut t);
-    own_objects(api, &token, &mut t);
+    dns_endpoints(api, &token, &mut t);
+    release_role_labels(api, &token, &mut t);
+    own_services(api, &token, &mut t);
+    events(api, &token, &mut t);
     println!("\n| write (as the controller ServiceAccount) | answer | message |\n|---|---|---|");
     for row in &t.rows {
         println!("{row}");
