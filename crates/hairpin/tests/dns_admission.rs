@@ -541,6 +541,37 @@ fn uninstall_after_addon_manager(api: &ApiServer, token: &str, t: &mut Table) {
     t.rows.push(row);
 }
 
+/// What bounds a block in the API server's CEL budget is its number of lines, not its bytes:
+/// the planner's block for 1,000 load balancers of 8 exact names each (8,000 `exact` rules,
+/// one per line) is admitted.
+fn many_lines(api: &ApiServer, token: &str, t: &mut Table) {
+    let original = golden("corefiles/kubeadm.Corefile");
+    let names: Vec<DnsEntry> = (0..8_000)
+        .map(|i| {
+            let target = format!("hairpin-lb-{}.hairpin.svc.cluster.local", i / 8);
+            DnsEntry::new(&format!("app-{i:04}.example.com"), &target).unwrap()
+        })
+        .collect();
+    let text = corefile::apply(&original, &names).expect("apply").text;
+    let lines = corefile::remove(&text).map(|r| text.lines().count() - r.text.lines().count());
+    println!(
+        "8,000 exact names on 1,000 targets: {lines:?} lines in the block, {} bytes",
+        text.len()
+    );
+    seed(api, "coredns", json!({"Corefile": original}));
+    t.admitted(
+        &format!(
+            "kubeadm: a block of 8,000 exact rules, one per line ({} KB)",
+            text.len() / 1000
+        ),
+        set_key(api, token, "coredns", "Corefile", Some(&text)),
+    );
+    t.admitted(
+        "kubeadm: the 8,000-line block removed",
+        set_key(api, token, "coredns", "Corefile", Some(&original)),
+    );
+}
+
 /// The planner's block of 20,000 names (about 700 KB): admitted within the CEL cost budget,
 /// and real CoreDNS answers one of them from the Corefile the API server stored.
 fn large_block(api: &ApiServer, token: &str, t: &mut Table) {
@@ -858,6 +889,7 @@ fn the_controller_account_changes_dns_only_inside_its_blocks() {
     uninstall_after_addon_manager(api, &token, &mut t);
     coredns_custom(api, &token, &mut t);
     large_block(api, &token, &mut t);
+    many_lines(api, &token, &mut t);
     dns_endpoints(api, &token, &mut t);
     release_role_labels(api, &token, &mut t);
     own_services(api, &token, &mut t);
