@@ -47,10 +47,15 @@ struct Cluster {
 /// and a PROXY load balancer with an Ingress on it; `None` (printed) when the peers are
 /// absent here.
 fn cluster(test: &str) -> Option<Cluster> {
+    cluster_with(test, &[])
+}
+
+/// [`cluster`] with `extra` kube-apiserver flags.
+fn cluster_with(test: &str, extra: &[&str]) -> Option<Cluster> {
     if kube::skip_without(test) {
         return None;
     }
-    let api = ApiServer::start().expect("start kube-apiserver");
+    let api = ApiServer::start_with(extra).expect("start kube-apiserver");
     let kcm = ControllerManager::start(&api).expect("start kube-controller-manager");
     println!(
         "{test}: apiserver ready in {:.1}s, controller-manager in {:.1}s",
@@ -98,6 +103,12 @@ impl Cluster {
     /// `hairpin controller` with the shipped ServiceAccount's token (the `dns` cure), and
     /// waits until its Corefile block is written and its removal guard holds what it needs.
     fn start_controller(&mut self, deadline: &str) {
+        self.start_controller_with(&["--removal-deadline", deadline]);
+    }
+
+    /// [`Cluster::start_controller`] with `extra` flags (none: the guard's defaults, as the
+    /// chart runs it).
+    fn start_controller_with(&mut self, extra: &[&str]) {
         let token = self
             .api
             .service_account_token("hairpin", "hairpin-controller");
@@ -110,7 +121,7 @@ impl Cluster {
             .args(["controller", "--identity", "controller-0", "--cure", "dns"])
             .args(["--verify-hostnames", "off", "--admin-addr", "127.0.0.1:0"])
             .args(["--debounce", "50ms", "--log-format", "text"])
-            .args(["--removal-poll", "200ms", "--removal-deadline", deadline])
+            .args(extra)
             .arg("--kubeconfig")
             .arg(&kubeconfig);
         let log: PathBuf = self.api.dir().join("controller.log");
@@ -966,5 +977,84 @@ fn a_stopped_controller_holds_until_hairpin_uninstall() {
     println!(
         "stopped controller: the prune waited on the holds (Deployment, ReplicaSet, token and RBAC kept); hairpin uninstall as an admin restored the Corefile and every pruned object was gone {:.2}s after it started",
         gone.as_secs_f64()
+    );
+}
+
+/// The guard's kinds, as the audit log names them.
+const GUARD_RESOURCES: [&str; 7] = [
+    "namespaces",
+    "deployments",
+    "serviceaccounts",
+    "clusterroles",
+    "clusterrolebindings",
+    "roles",
+    "rolebindings",
+];
+
+/// The requests of the controller's ServiceAccount on the guard's kinds in the audit log at
+/// `path` (one per audit ID), from line `from` on; and the number of lines.
+fn guard_requests(path: &std::path::Path, from: usize) -> (Vec<String>, usize) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut requests = Vec::new();
+    for line in lines.iter().skip(from) {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let resource = event["objectRef"]["resource"].as_str().unwrap_or_default();
+        if event["user"]["username"] != "system:serviceaccount:hairpin:hairpin-controller"
+            || !GUARD_RESOURCES.contains(&resource)
+            || !seen.insert(event["auditID"].as_str().unwrap_or_default().to_owned())
+        {
+            continue;
+        }
+        requests.push(format!(
+            "{} {resource}/{}",
+            event["verb"].as_str().unwrap_or_default(),
+            event["objectRef"]["name"].as_str().unwrap_or_default()
+        ));
+    }
+    (requests, lines.len())
+}
+
+/// Issue 46 item 6: an idle guard (the default settings: nothing is being removed) asks the
+/// API server nothing but its watches, counted in the API server's audit log over 30 s.
+#[test]
+fn an_idle_guard_only_watches() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = dir.path().join("audit-policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n    users: [\"system:serviceaccount:hairpin:hairpin-controller\"]\n  - level: None\n",
+    )
+    .expect("write the audit policy");
+    let log = dir.path().join("audit.log");
+    let flags = [
+        format!("--audit-policy-file={}", policy.display()),
+        format!("--audit-log-path={}", log.display()),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let Some(mut c) = cluster_with("idle guard", &flags) else {
+        return;
+    };
+    c.start_controller_with(&[]);
+    // Settled: the arming and the first watches are behind.
+    std::thread::sleep(Duration::from_secs(5));
+    let (_, from) = guard_requests(&log, 0);
+    let window = Duration::from_secs(30);
+    std::thread::sleep(window);
+    let (requests, _) = guard_requests(&log, from);
+    let per_minute = requests.len() as f64 * 60.0 / window.as_secs_f64();
+    println!(
+        "idle guard: {} requests on its kinds in {}s ({per_minute:.0}/min): {requests:?}",
+        requests.len(),
+        window.as_secs()
+    );
+    c.terminate();
+    assert!(
+        requests.iter().all(|r| r.starts_with("watch ")),
+        "only watches: {requests:?}"
     );
 }
