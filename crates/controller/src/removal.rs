@@ -573,6 +573,12 @@ async fn arm_until_done(
     let mut backoff = Duration::from_secs(1);
     let mut said: Option<String> = None;
     loop {
+        if assess::uninstalling(client, p).await {
+            tracing::info!(
+                "hairpin uninstall fenced the controllers: the removal guard stays off (nothing held)"
+            );
+            return None;
+        }
         match arm(client, p).await {
             Ok(armed) if armed.is_armed() => {
                 tracing::info!(deployment = %p.deployment, "removal guard armed: a removal of hairpin (not a restart) restores the cluster first");
@@ -619,6 +625,12 @@ async fn watch_for_removal(
     let _watches = watches::start(client, p, poke.clone());
     loop {
         let look = assess::look(client, p, armed, p.settle).await;
+        if look.uninstalling {
+            tracing::info!(
+                "hairpin uninstall fenced the controllers: it restores and lets every hold go itself; the removal guard stands down"
+            );
+            return None;
+        }
         if look.removal.is_some() {
             return look.removal;
         }
@@ -630,6 +642,9 @@ async fn watch_for_removal(
             () = tokio::time::sleep_until(again.into()) => {}
             () = shutdown.draining() => {
                 let last = assess::look(client, p, armed, Duration::ZERO).await;
+                if last.uninstalling {
+                    return None;
+                }
                 if last.removal.is_none() {
                     tracing::info!("shutdown without removal (a restart): hairpin's changes are kept");
                 }

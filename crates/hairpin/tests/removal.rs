@@ -517,8 +517,9 @@ fn foreground_prune_keeping_the_namespace_leaves_nothing_held() {
 
 /// The limit: a foreground deletion of the namespace itself (Argo CD pruning
 /// `deploy/hairpin.yaml` with its Namespace) makes the garbage collector delete the namespace's
-/// dependents first, the release pair among them, before the last releases: the fallback, the
-/// ClusterRole and binding held and said with the command, which clears them.
+/// dependents first, the release pair among them: when that comes before the last releases,
+/// the fallback, the ClusterRole and binding held and said with the command, which clears
+/// them. (The watching guard often releases first: then nothing is held.)
 #[test]
 fn foreground_namespace_deletion_falls_back_to_the_logged_command() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -542,6 +543,22 @@ fn foreground_namespace_deletion_falls_back_to_the_logged_command() {
     c.wait("every other object gone", || c.all_gone(&others));
     let gone = started.elapsed();
     c.terminate();
+    // The guard watches: it often restores and releases before the garbage collector reaches
+    // the release pair, and then nothing is held; otherwise the fallback.
+    if !c.log().contains("keep hairpin's finalizer") {
+        c.wait("the ClusterRole and binding gone", || c.all_gone(&manifest));
+        assert_eq!(
+            c.none_terminating(),
+            Vec::<String>::new(),
+            "left in Terminating"
+        );
+        println!(
+            "foreground, namespace too: Corefile restored {:.2}s after the first DELETE, every object gone after {:.2}s; released before the garbage collector reached the release pair: nothing held",
+            restored.as_secs_f64(),
+            started.elapsed().as_secs_f64()
+        );
+        return;
+    }
     let command = c.held_command();
     let cleared = c.clear_held(&command);
     assert_eq!(
@@ -1172,7 +1189,16 @@ fn not_a_removal(
         "{scenario}:\n{log}"
     );
     let slug = scenario.replace(|ch: char| !ch.is_ascii_alphanumeric(), "");
-    let running = add_host(c, coredns, &format!("a{slug}.example.test"));
+    // The running controller writes where it is configured to (after a move of the CoreDNS
+    // namespace, only the rollout's new pod writes into the new one).
+    let running = if restart_flags.is_empty() {
+        format!(
+            "new host written in {:.2}s",
+            add_host(c, coredns, &format!("a{slug}.example.test")).as_secs_f64()
+        )
+    } else {
+        "(the old pod has no rights in the new namespace: the rollout's pod writes)".to_owned()
+    };
     c.terminate();
     let mut flags = vec!["--removal-deadline", "20s"];
     flags.extend_from_slice(restart_flags);
@@ -1188,9 +1214,8 @@ fn not_a_removal(
     assert!(!log.contains("fenced the controller"), "{scenario}:\n{log}");
     c.terminate();
     println!(
-        "| {scenario} | {what} ({:.1}s) | nothing restored | new host written in {:.2}s | after a restart: armed and writing in {:.1}s, a new host in {:.2}s |",
+        "| {scenario} | {what} ({:.1}s) | nothing restored | {running} | after a restart: armed and writing in {:.1}s, a new host in {:.2}s |",
         changed.as_secs_f64(),
-        running.as_secs_f64(),
         rearmed.as_secs_f64(),
         after_restart.as_secs_f64(),
     );

@@ -11,6 +11,7 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::DynamicObject;
@@ -25,6 +26,16 @@ pub(crate) struct Look {
     pub(crate) removal: Option<String>,
     /// When to look again without a change (an object being deleted whose settle time ends).
     pub(crate) again_at: Option<Instant>,
+    /// `hairpin uninstall` fenced the controllers: it restores and lets every hold go itself,
+    /// and the guard stands down (it holds nothing again).
+    pub(crate) uninstalling: bool,
+}
+
+/// Whether the Lease carries `hairpin uninstall`'s fence (not the removal guard's own).
+pub(crate) async fn uninstalling(client: &kube::Client, p: &RemovalParams) -> bool {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &p.namespace);
+    matches!(leases.get_opt(&p.lease_name).await,
+        Ok(Some(lease)) if crate::lease::fence_of(&lease).is_some_and(|f| !f.by_removal))
 }
 
 /// Looks at the namespace and every object the guard holds (see the module documentation),
@@ -40,6 +51,10 @@ pub(crate) async fn look(
 ) -> Look {
     let mut look = Look::default();
     if !armed.is_armed() {
+        return look;
+    }
+    if uninstalling(client, p).await {
+        look.uninstalling = true;
         return look;
     }
     let namespaces: Api<Namespace> = Api::all(client.clone());
