@@ -199,16 +199,24 @@ async fn release_plan(
         Held::Role,
         Held::RoleBinding,
     ];
-    let paired = armed.release_pair && release_pair_stands(client, p).await;
-    for held in [Held::ClusterRole, Held::ClusterRoleBinding] {
-        let (_, name) = held.at(p);
-        if paired {
-            order.push(held);
-            continue;
+    let pair = [Held::ClusterRole, Held::ClusterRoleBinding];
+    if armed.release_pair && release_pair_stands(client, p).await {
+        order.extend(pair);
+    } else {
+        // Without the pair, the ClusterRole and its binding grant together: both stay when
+        // either is being deleted. The rest of a `kubectl delete -f` comes within a second
+        // of its first DELETE (the watching guard is faster): waited for first.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut deleting = false;
+        for held in pair {
+            let (_, name) = held.at(p);
+            deleting |= matches!(held.api(client, p).get_opt(name).await,
+                Ok(Some(o)) if o.metadata.deletion_timestamp.is_some());
         }
-        match held.api(client, p).get_opt(name).await {
-            Ok(Some(o)) if o.metadata.deletion_timestamp.is_some() => left.push(held.describe(p)),
-            _ => order.push(held),
+        if deleting {
+            left.extend(pair.iter().map(|h| h.describe(p)));
+        } else {
+            order.extend(pair);
         }
     }
     order.push(Held::ServiceAccount);
@@ -446,11 +454,16 @@ async fn resume_if_living(
     let leases: Api<Lease> = Api::namespaced(client.clone(), &p.namespace);
     match crate::lease::lift_removal_fence(&leases, &p.lease_name).await {
         Ok(true) => {}
-        Ok(false) => {
+        Ok(false) if assess::uninstalling(client, p).await => {
             tracing::info!(
-                "the Deployment lives on, but the Lease carries no fence of the removal guard (hairpin uninstall's stays)"
+                "the Deployment lives on, but the Lease carries hairpin uninstall's fence, which stays"
             );
             return false;
+        }
+        Ok(false) => {
+            // Another replica's guard lifted it first.
+            tracing::info!(reason = %reason, "restored, and the Deployment lives on: the fence is already lifted; the guard arms again");
+            return true;
         }
         Err(err) => {
             tracing::error!(error = %err, "the Deployment lives on, but the removal guard's fence could not be lifted: the controller stays idle until the Lease is deleted (kubectl -n {} delete lease {})", p.namespace, p.lease_name);
