@@ -856,3 +856,67 @@ fn namespace_deletion_puts_the_native_ip_mode_back() {
         gone.as_secs_f64(),
     );
 }
+
+/// Issue 45 item 2 (uninstall part), issue 46 item 3: the native record gone (deleted by hand
+/// while the controller was stopped) and `hairpin uninstall` run as the uninstall Job runs it
+/// (the controller's ServiceAccount): the `ipMode: Proxy` hairpin wrote is found in the
+/// Service's managed fields (hairpin's field manager wrote its status list last) and put back;
+/// kube-proxy short-circuits the LB IP again; the outside client never fails.
+#[test]
+fn uninstall_without_the_record_reads_the_managed_fields() {
+    let test = "uninstall_without_the_record_reads_the_managed_fields";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let lb_ip = "203.0.113.47";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "g46-nored", lb_ip, Receiver::Nginx);
+    let controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    wait_for(
+        "the native cure proven",
+        Duration::from_secs(60),
+        || record(&api).is_some_and(|e| e["state"] == "proven"),
+        log,
+    );
+    assert_eq!(ip_mode(&api).as_deref(), Some("Proxy"));
+    stop_controller(controller);
+    let native_cm = "/api/v1/namespaces/hairpin/configmaps/hairpin-native";
+    assert!(api.delete(native_cm), "the record deleted by hand");
+    assert!(status_writers(&api).contains(&"hairpin".to_owned()));
+    let token = api.service_account_token("hairpin", "hairpin-controller");
+    let kubeconfig = api.kubeconfig_for("uninstall", &token).expect("kubeconfig");
+    let started = Instant::now();
+    let out = scene
+        .node
+        .command(env!("CARGO_BIN_EXE_hairpin"))
+        .args(["uninstall", "--log-format", "text", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .expect("run hairpin uninstall");
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("restored the status ipMode of Service ingress/nginx (native cure; not in the record: found by hairpin's field manager"),
+        "{stdout}"
+    );
+    assert_ne!(ip_mode(&api).as_deref(), Some("Proxy"), "put back");
+    let rule = scene
+        .node
+        .wait_lb_rule(lb_ip, true, Duration::from_secs(10))
+        .expect("kube-proxy short-circuits the LB IP again");
+    let text = log();
+    let tally = scene.finish("no record", &text);
+    println!(
+        "| hairpin uninstall with the native record gone | ipMode Proxy -> {} by the managed fields (uninstall took {:.2}s); kube-proxy's rule back {:.2}s later | outside client: {tally} |",
+        ip_mode(&api).as_deref().unwrap_or("(unset)"),
+        took.as_secs_f64(),
+        rule.as_secs_f64()
+    );
+}
