@@ -1,5 +1,4 @@
-//! The guard's watches: one per held object, one on the namespace and one on the leader Lease
-//! (the uninstall fence), each on its name
+//! The guard's watches: one per held object and one on the namespace, each on its name
 //! (`metadata.name`, which RBAC's `resourceNames` authorizes). They cost nothing while nothing
 //! changes and bring a deletion at once; every change pokes the guard, which then looks.
 
@@ -7,7 +6,6 @@ use std::sync::Arc;
 
 use futures::stream::BoxStream;
 use futures::{StreamExt, future};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -57,9 +55,8 @@ pub(crate) fn start(client: &kube::Client, p: &RemovalParams, poke: Arc<Notify>)
         .collect();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     streams.push(on_name(namespaces, &p.namespace));
-    // The Lease: `hairpin uninstall`'s fence makes the guard stand down.
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &p.namespace);
-    streams.push(on_name(leases, &p.lease_name));
+    // Not the Lease: its leader renews it every few seconds. `hairpin uninstall`'s fence is
+    // read at each look; its release of the holds is a change of the held objects.
     let all = futures::stream::select_all(streams);
     Watches(tokio::spawn(all.for_each(move |()| {
         poke.notify_one();
