@@ -288,6 +288,7 @@ def check_render(chart, name, sets, expected_kinds, metrics):
     check_dns_endpoint_rbac(docs, name, values)
     check_config_map_rbac(docs, name)
     check_status_rbac(docs, name, values)
+    check_guard_rbac(docs, name, values)
     check_test_pod_rbac(docs, name, doctor_reads(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     missing = expected_kinds - kinds
     if missing:
@@ -376,6 +377,40 @@ def check_status_rbac(docs, name, values):
         fail("[%s] no bound status-ipmode-only policy among %s" % (name, sorted(policies)))
     if not enabled and (policies or bound):
         fail("[%s] admissionPolicy.enabled=false renders %s" % (name, sorted(policies | bound)))
+
+
+GUARD_KINDS = {"deployments", "serviceaccounts", "roles", "rolebindings", "clusterroles", "clusterrolebindings"}
+
+
+def check_guard_rbac(docs, name, values):
+    """The removal guard exists only with its admission policies (issue 46 item 5): its `patch`
+    of the controller's own Deployment, ServiceAccount and RBAC is rendered, and the guard
+    started (HAIRPIN_REMOVAL_GUARD), only when admissionPolicy is on, with the bound policy
+    `-guard-finalizers-only` that limits the patch to hairpin's finalizer."""
+    enabled = values.get("admissionPolicy", {}).get("enabled", True)
+    patches = []
+    for doc in docs:
+        if doc["kind"] not in ("Role", "ClusterRole"):
+            continue
+        for rule in doc.get("rules") or []:
+            resources = set(rule.get("resources") or [])
+            if resources & (GUARD_KINDS | {"*"}) and {"patch", "*"} & set(rule.get("verbs") or []):
+                patches.append("%s %s: %s" % (doc["kind"], doc["metadata"]["name"], sorted(resources)))
+    guard = None
+    for doc in docs:
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"].endswith("-controller"):
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                for env in container.get("env") or []:
+                    if env["name"] == "HAIRPIN_REMOVAL_GUARD":
+                        guard = env.get("value")
+    policies = {d["spec"]["policyName"] for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    if enabled:
+        if not patches or guard != "true" or not any(p.endswith("-guard-finalizers-only") for p in policies):
+            fail("[%s] the removal guard needs its patch rights %s, HAIRPIN_REMOVAL_GUARD=true (got %r) and the bound guard-finalizers-only policy" % (name, patches, guard))
+    elif patches or guard != "false":
+        fail("[%s] admissionPolicy.enabled=false still renders the removal guard: %s, HAIRPIN_REMOVAL_GUARD=%r" % (name, patches, guard))
+    else:
+        print("chart-check: [%s] no removal guard: no patch of the controller's own objects, HAIRPIN_REMOVAL_GUARD=false" % name)
 
 
 def doctor_reads(repo):

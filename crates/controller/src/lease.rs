@@ -60,8 +60,8 @@ mod fence;
 
 use fence::is_fenced;
 pub use fence::{
-    FENCE_ACKNOWLEDGED_ANNOTATION, FENCE_ANNOTATION, FENCE_HOLDER,
-    FENCE_PREVIOUS_HOLDER_ANNOTATION, Fence, fence_of,
+    FENCE_ACKNOWLEDGED_ANNOTATION, FENCE_ANNOTATION, FENCE_BY_REMOVAL, FENCE_BY_UNINSTALL,
+    FENCE_HOLDER, FENCE_PREVIOUS_HOLDER_ANNOTATION, Fence, fence_of, lift_removal_fence,
 };
 
 /// Who holds `lease` (an empty holder is none).
@@ -162,6 +162,8 @@ pub struct LeaseManager {
     fenced: bool,
     /// This instance acknowledged the fence (or did not have to).
     acknowledged: bool,
+    /// Every fence seen was the removal guard's: lifted again when the Deployment lives on.
+    liftable: bool,
 }
 
 /// Outcome of one claim attempt.
@@ -189,6 +191,7 @@ impl LeaseManager {
             seen: false,
             fenced: false,
             acknowledged: false,
+            liftable: false,
         }
     }
 
@@ -227,7 +230,7 @@ impl LeaseManager {
         let mut failing = false;
         let mut open_until: Option<Instant> = None;
         loop {
-            if self.fenced && self.acknowledged {
+            if self.fenced && self.acknowledged && !self.liftable {
                 // Idle for good: nothing to claim, renew or vacate.
                 stop.as_mut().await;
                 break;

@@ -5,17 +5,20 @@
 //! **What must still be there.** The restore needs the controller's process (its Deployment,
 //! whose ReplicaSet and Pods the garbage collector keeps while the Deployment waits on a
 //! finalizer), its token (a ServiceAccount being deleted keeps its tokens valid for 60 s after
-//! its `deletionTimestamp`, and none once it is gone) and its RBAC. At start ([`arm`]) the
-//! controller puts [`RESTORE_FINALIZER`] on its Deployment, its ServiceAccount, its
-//! ClusterRole and ClusterRoleBinding, its Role and RoleBinding, and the CoreDNS Role and
-//! RoleBinding (each behaviour measured on kube-apiserver and kube-controller-manager 1.31:
-//! `crates/hairpin/tests/removal.rs`).
+//! its `deletionTimestamp`, and none once it is gone), its RBAC and the native cure's record.
+//! At start ([`arm`]) the controller puts [`RESTORE_FINALIZER`] on its Deployment, its
+//! ServiceAccount, its ClusterRole and ClusterRoleBinding, its Role and RoleBinding, the
+//! CoreDNS Role and RoleBinding, and the record `hairpin-native` (so the namespace controller
+//! cannot delete it before the restore has read it): all or nothing, a refusal on one (an
+//! admission policy protecting kube-system) takes every hold off again, says which object and
+//! why, and the arming is retried with a backoff. (Each behaviour measured on kube-apiserver
+//! and kube-controller-manager 1.31: `crates/hairpin/tests/removal.rs`.)
 //!
 //! **Released** (`release`) once the restore is done or the deadline passed: the Deployment,
-//! the Roles and RoleBindings, the ClusterRole and its binding, then the ServiceAccount (its
-//! token dies with it). When the ClusterRole and its binding are being deleted themselves,
-//! they cannot grant the requests after their own release: the **release pair** does
-//! ([`ensure_release_pair`], made at start: ClusterRole and ClusterRoleBinding
+//! the record, the Roles and RoleBindings, the ClusterRole and its binding, then the
+//! ServiceAccount (its token dies with it). When the ClusterRole and its binding are being
+//! deleted themselves, they cannot grant the requests after their own release: the **release
+//! pair** does ([`ensure_release_pair`], made at start: ClusterRole and ClusterRoleBinding
 //! `<release>-release`, `get`/`patch` on those three by name, owned by the controller's
 //! Namespace, so the garbage collector deletes them after the namespace, which goes after the
 //! ServiceAccount; an owner released before the ServiceAccount would race it). Without the
@@ -26,34 +29,50 @@
 //! `hairpin uninstall` (the Helm hook, the uninstall Job) releases every hold before the
 //! objects are deleted, and deletes the pair.
 //!
-//! **Removal, not restart** ([`removal`]): the Deployment, the namespace, the ServiceAccount,
-//! the ClusterRole, its binding or the CoreDNS RoleBinding is being deleted or is gone (gone only
-//! for an object that existed when the guard was armed). Anything else (a rollout, a node
-//! drain, a crash) keeps everything.
+//! **Removal, not restart, not replacement** ([`removal`], `assess`): only the namespace, the
+//! Deployment or the ServiceAccount being deleted, gone or made again is a removal. Any other
+//! held object deleted alone (`kubectl replace --force`, a binding `kubectl auth reconcile`
+//! makes again, a `helm upgrade` that renames or drops it) is let go once no removal followed
+//! within [`RemovalParams::settle`], and held again under its new uid when it comes back;
+//! nothing is restored. A rollout, a node drain or a crash keeps everything. The guard learns
+//! of each change through watches on the namespace and on each held object by name (`watches`):
+//! an idle guard asks the API server nothing.
+//!
+//! **Never fenced for good by mistake.** The restore fences the controller with the removal
+//! guard's own mark ([`crate::lease::FENCE_BY_REMOVAL`]). When the Deployment still lives
+//! [`RemovalParams::settle`] after the restore and is not being deleted, the guard lifts its
+//! fence and the controller resumes (its next reconcile writes again); the log and an Event
+//! (`Resumed`) say so, and the guard arms again.
 //!
 //! **Bounded.** The restore gets [`RemovalParams::deadline`] (below the Pod's grace period and
 //! the ServiceAccount's 60 s); the finalizers go whether it finished or not, so a controller
 //! that cannot restore never holds a deletion longer. What is left is said in the last log
-//! line and an Event, with the one command that removes it.
+//! line and an Event, with the one command that removes it. A record the guard held but the
+//! restore did not find is a failure in that note, never "everything restored".
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hairpin_planner::PlannerConfig;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
+use tokio::sync::Notify;
 
 use crate::report::{Events, object_ref};
 use crate::uninstall::{UninstallParams, UninstallReport, uninstall_with};
 use crate::{Error, Metrics};
 
+mod assess;
+mod held;
 mod release_pair;
+mod watches;
 
+pub use held::Armed;
+use held::{Held, arm_objects, unhold};
 use release_pair::release_pair_stands;
 pub use release_pair::{delete_release_pair, ensure_release_pair, release_pair};
 
@@ -73,8 +92,13 @@ pub struct RemovalParams {
     pub coredns_namespace: String,
     /// The CoreDNS Role and RoleBinding.
     pub coredns_rbac_name: String,
-    /// How often the guard looks while running.
-    pub poll: Duration,
+    /// The native cure's record ConfigMap in `namespace`.
+    pub native_record: String,
+    /// How long an object other than the Deployment, the ServiceAccount and the namespace may
+    /// be being deleted before the guard lets it go as replaced, renamed or dropped (a removal
+    /// of hairpin deletes the Deployment within this; `kubectl delete -f` within a second).
+    /// Also how long a Deployment must live on after a restore before the fence is lifted.
+    pub settle: Duration,
     /// How long the restore may take once a removal is seen.
     pub deadline: Duration,
     /// The leader Lease (the uninstall fence).
@@ -90,7 +114,8 @@ impl RemovalParams {
             rbac_name: "hairpin-controller".into(),
             coredns_namespace: coredns_namespace.into(),
             coredns_rbac_name: "hairpin-coredns".into(),
-            poll: Duration::from_secs(3),
+            native_record: "hairpin-native".into(),
+            settle: Duration::from_secs(5),
             deadline: Duration::from_secs(20),
             lease_name: "hairpin-controller".into(),
         }
@@ -105,190 +130,33 @@ impl RemovalParams {
     }
 }
 
-/// One object the guard holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Held {
-    Deployment,
-    ServiceAccount,
-    ClusterRoleBinding,
-    ClusterRole,
-    RoleBinding,
-    Role,
-    CorednsRoleBinding,
-    CorednsRole,
-}
-
-impl Held {
-    const ALL: [Held; 8] = [
-        Held::Deployment,
-        Held::ClusterRoleBinding,
-        Held::ClusterRole,
-        Held::RoleBinding,
-        Held::Role,
-        Held::ServiceAccount,
-        Held::CorednsRoleBinding,
-        Held::CorednsRole,
-    ];
-
-    fn resource(self) -> ApiResource {
-        match self {
-            Held::Deployment => ApiResource::erase::<Deployment>(&()),
-            Held::ServiceAccount => ApiResource::erase::<ServiceAccount>(&()),
-            Held::ClusterRoleBinding => ApiResource::erase::<ClusterRoleBinding>(&()),
-            Held::ClusterRole => ApiResource::erase::<ClusterRole>(&()),
-            Held::RoleBinding | Held::CorednsRoleBinding => ApiResource::erase::<RoleBinding>(&()),
-            Held::Role | Held::CorednsRole => ApiResource::erase::<Role>(&()),
-        }
-    }
-
-    /// Namespace (empty: cluster-scoped) and name.
-    fn at(self, p: &RemovalParams) -> (&str, &str) {
-        match self {
-            Held::Deployment => (&p.namespace, &p.deployment),
-            Held::ServiceAccount | Held::RoleBinding | Held::Role => (&p.namespace, &p.rbac_name),
-            Held::ClusterRoleBinding | Held::ClusterRole => ("", &p.rbac_name),
-            Held::CorednsRoleBinding | Held::CorednsRole => {
-                (&p.coredns_namespace, &p.coredns_rbac_name)
-            }
-        }
-    }
-
-    fn api(self, client: &kube::Client, p: &RemovalParams) -> Api<DynamicObject> {
-        let (ns, _) = self.at(p);
-        if ns.is_empty() {
-            Api::all_with(client.clone(), &self.resource())
-        } else {
-            Api::namespaced_with(client.clone(), ns, &self.resource())
-        }
-    }
-
-    /// `Kind namespace/name`, for messages.
-    fn describe(self, p: &RemovalParams) -> String {
-        let (ns, name) = self.at(p);
-        let kind = self.resource().kind;
-        if ns.is_empty() {
-            format!("{kind} {name}")
-        } else {
-            format!("{kind} {ns}/{name}")
-        }
-    }
-
-    /// Whether the guard looks at it for a removal (a deletion of the manifest, or of the
-    /// namespace, deletes one of these).
-    fn watched(self) -> bool {
-        matches!(
-            self,
-            Held::Deployment
-                | Held::ServiceAccount
-                | Held::ClusterRoleBinding
-                | Held::ClusterRole
-                | Held::CorednsRoleBinding
-        )
-    }
-}
-
-/// The objects the guard found (and holds) at start, by their uid.
-#[derive(Clone, Debug, Default)]
-pub struct Armed {
-    uids: BTreeMap<Held, String>,
-    /// Whether the release pair ([`ensure_release_pair`]) was made or found at start.
-    release_pair: bool,
-    /// Objects left held by an earlier removal ([`RELEASED_ANNOTATION`], being deleted): not a
-    /// removal of this install, said at start with the command that lets them go.
-    leftovers: Vec<Held>,
-}
-
-impl Armed {
-    /// Whether the guard holds anything (false: no controller Deployment, e.g. a local run).
-    pub fn is_armed(&self) -> bool {
-        self.uids.contains_key(&Held::Deployment)
-    }
-
-    /// Whether the release pair was made or found at start (without it, a removal that
-    /// deletes the ClusterRole leaves it and its binding held, as said then).
-    pub fn has_release_pair(&self) -> bool {
-        self.release_pair
-    }
-
-    /// The objects left held by an earlier removal (`Kind name`).
-    pub fn leftovers(&self, p: &RemovalParams) -> Vec<String> {
-        self.leftovers.iter().map(|h| h.describe(p)).collect()
-    }
-}
-
 /// Marks what a removal leaves held (the ClusterRole and its binding, being deleted): a later
 /// install finds them still there (and still granting), and knows them for leftovers.
 pub const RELEASED_ANNOTATION: &str = "hairpin.io/left-held-by-removal";
 
-/// Adds [`RESTORE_FINALIZER`] to the object's finalizers (a merge patch guarded by its
-/// resourceVersion); nothing when it has it.
-async fn hold_one(
-    api: &Api<DynamicObject>,
-    name: &str,
-    meta: &ObjectMeta,
-) -> Result<(), kube::Error> {
-    let mut finalizers = meta.finalizers.clone().unwrap_or_default();
-    if finalizers.iter().any(|f| f == RESTORE_FINALIZER) {
-        return Ok(());
-    }
-    finalizers.push(RESTORE_FINALIZER.to_owned());
-    let patch = json!({"metadata": {
-        "resourceVersion": meta.resource_version,
-        "finalizers": finalizers,
-    }});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-}
-
-/// Reads the held objects and puts the holds on them (see the module documentation).
-/// Without a controller Deployment (a local run) nothing is held and the guard is off.
+/// Reads the held objects and puts the holds on them, all or nothing (see the module
+/// documentation), then makes the release pair. Without a controller Deployment (a local
+/// run) nothing is held and the guard is off.
 ///
 /// # Errors
-/// An API error (the RBAC of an older chart lacks the rights): the guard is then off.
+/// The object whose read or hold was refused, and why (every hold put on is taken off again).
 pub async fn arm(client: &kube::Client, p: &RemovalParams) -> Result<Armed, Error> {
-    let mut armed = Armed::default();
-    let mut metas = BTreeMap::new();
-    // The Deployment first: without one (a local run) nothing else is asked.
-    for held in Held::ALL {
-        if held != Held::Deployment && !armed.is_armed() {
-            return Ok(armed);
-        }
-        let (_, name) = held.at(p);
-        let found = held
-            .api(client, p)
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::kube(format!("get {}", held.describe(p)), e))?;
-        if let Some(object) = found
-            && let Some(uid) = object.metadata.uid.clone()
-        {
-            armed.uids.insert(held, uid);
-            metas.insert(held, object.metadata);
-        }
-    }
+    let mut armed = arm_objects(client, p).await.map_err(|e| {
+        let released = if e.still_held.is_empty() {
+            "every hold put on was taken off again".to_owned()
+        } else {
+            format!(
+                "could not take off the holds of {}",
+                e.still_held.join("; ")
+            )
+        };
+        Error::Config(format!(
+            "arming stopped at {}: {}; {released}",
+            e.object, e.error
+        ))
+    })?;
     if !armed.is_armed() {
         return Ok(armed);
-    }
-    for held in Held::ALL {
-        let Some(meta) = metas.get(&held) else {
-            continue;
-        };
-        if meta.deletion_timestamp.is_some() {
-            if meta
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(RELEASED_ANNOTATION))
-            {
-                armed.leftovers.push(held);
-            }
-            // No finalizer can be added to an object being deleted; the removal is seen next.
-            continue;
-        }
-        let (_, name) = held.at(p);
-        hold_one(&held.api(client, p), name, meta)
-            .await
-            .map_err(|e| Error::kube(format!("hold {}", held.describe(p)), e))?;
     }
     match ensure_release_pair(client, p).await {
         Ok(()) => armed.release_pair = true,
@@ -302,48 +170,15 @@ pub async fn arm(client: &kube::Client, p: &RemovalParams) -> Result<Armed, Erro
     Ok(armed)
 }
 
-/// Why this is a removal, or `None` (a restart: keep everything). An object that cannot be
-/// read for another reason than 404 says nothing (an API outage is not a removal), but a 401
-/// or 403 on all of them is: the controller's token or rights are gone.
-pub async fn removal(client: &kube::Client, p: &RemovalParams, armed: &Armed) -> Option<String> {
-    if !armed.is_armed() {
-        return None;
-    }
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    if let Ok(Some(ns)) = namespaces.get_opt(&p.namespace).await
-        && ns.metadata.deletion_timestamp.is_some()
-    {
-        return Some(format!("namespace {} is being deleted", p.namespace));
-    }
-    let mut refused = 0;
-    let mut asked = 0;
-    for held in Held::ALL.into_iter().filter(|h| h.watched()) {
-        let Some(uid) = armed.uids.get(&held) else {
-            continue;
-        };
-        if armed.leftovers.contains(&held) {
-            continue;
-        }
-        asked += 1;
-        let (_, name) = held.at(p);
-        match held.api(client, p).get_opt(name).await {
-            Ok(Some(object)) if object.metadata.uid.as_ref() != Some(uid) => {
-                return Some(format!("{} was deleted (and made again)", held.describe(p)));
-            }
-            Ok(Some(object)) if object.metadata.deletion_timestamp.is_some() => {
-                return Some(format!("{} is being deleted", held.describe(p)));
-            }
-            Ok(Some(_)) => {}
-            Ok(None) => return Some(format!("{} is gone", held.describe(p))),
-            Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
-                refused += 1;
-            }
-            Err(_) => {}
-        }
-    }
-    (asked > 0 && refused == asked).then(|| {
-        "the controller's token or rights are gone (every read refused with 401/403)".to_owned()
-    })
+/// Why this is a removal, or `None` (a restart, or another object replaced: keep going). Holds
+/// again what came back and lets go of what was deleted alone for longer than
+/// [`RemovalParams::settle`] (see [`assess`]).
+pub async fn removal(
+    client: &kube::Client,
+    p: &RemovalParams,
+    armed: &mut Armed,
+) -> Option<String> {
+    assess::look(client, p, armed, p.settle).await.removal
 }
 
 /// The order the held objects are let go in, the ServiceAccount last (see the module
@@ -358,21 +193,30 @@ async fn release_plan(
     let mut left = Vec::new();
     let mut order = vec![
         Held::Deployment,
+        Held::NativeRecord,
         Held::CorednsRole,
         Held::CorednsRoleBinding,
         Held::Role,
         Held::RoleBinding,
     ];
-    let paired = armed.release_pair && release_pair_stands(client, p).await;
-    for held in [Held::ClusterRole, Held::ClusterRoleBinding] {
-        let (_, name) = held.at(p);
-        if paired {
-            order.push(held);
-            continue;
+    let pair = [Held::ClusterRole, Held::ClusterRoleBinding];
+    if armed.release_pair && release_pair_stands(client, p).await {
+        order.extend(pair);
+    } else {
+        // Without the pair, the ClusterRole and its binding grant together: both stay when
+        // either is being deleted. The rest of a `kubectl delete -f` comes within a second
+        // of its first DELETE (the watching guard is faster): waited for first.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut deleting = false;
+        for held in pair {
+            let (_, name) = held.at(p);
+            deleting |= matches!(held.api(client, p).get_opt(name).await,
+                Ok(Some(o)) if o.metadata.deletion_timestamp.is_some());
         }
-        match held.api(client, p).get_opt(name).await {
-            Ok(Some(o)) if o.metadata.deletion_timestamp.is_some() => left.push(held.describe(p)),
-            _ => order.push(held),
+        if deleting {
+            left.extend(pair.iter().map(|h| h.describe(p)));
+        } else {
+            order.extend(pair);
         }
     }
     order.push(Held::ServiceAccount);
@@ -409,8 +253,7 @@ async fn release(
 ) -> Vec<(String, String)> {
     let mut failures = Vec::new();
     for &held in order {
-        let (_, name) = held.at(p);
-        if let Err(err) = unhold(&held.api(client, p), name).await {
+        if let Err(err) = unhold(held, client, p).await {
             let err = format!(
                 "remove finalizer {RESTORE_FINALIZER} from {}: {err}",
                 held.describe(p)
@@ -427,6 +270,7 @@ async fn release(
 pub async fn release_all(client: &kube::Client, p: &RemovalParams) -> Vec<String> {
     let order = [
         Held::Deployment,
+        Held::NativeRecord,
         Held::CorednsRole,
         Held::CorednsRoleBinding,
         Held::Role,
@@ -437,8 +281,7 @@ pub async fn release_all(client: &kube::Client, p: &RemovalParams) -> Vec<String
     ];
     let mut errors = Vec::new();
     for held in order {
-        let (_, name) = held.at(p);
-        match unhold(&held.api(client, p), name).await {
+        match unhold(held, client, p).await {
             Ok(()) => {}
             // Without the rights (an older chart's RBAC, which held nothing either).
             Err(kube::Error::Api(status)) if status.code == 403 || status.code == 404 => {}
@@ -471,37 +314,6 @@ pub fn leftover_command(left: &[String]) -> String {
         .join(" && ")
 }
 
-/// Removes [`RESTORE_FINALIZER`] from the object (a merge patch guarded by its
-/// resourceVersion: a concurrent change is a conflict, read again and retried).
-async fn unhold(api: &Api<DynamicObject>, name: &str) -> Result<(), kube::Error> {
-    let mut attempt = 0;
-    loop {
-        let Some(object) = api.get_opt(name).await? else {
-            return Ok(());
-        };
-        let finalizers = object.metadata.finalizers.clone().unwrap_or_default();
-        if !finalizers.iter().any(|f| f == RESTORE_FINALIZER) {
-            return Ok(());
-        }
-        let kept: Vec<&String> = finalizers
-            .iter()
-            .filter(|f| *f != RESTORE_FINALIZER)
-            .collect();
-        let patch = json!({"metadata": {
-            "resourceVersion": object.metadata.resource_version,
-            "finalizers": kept,
-        }});
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 5 => attempt += 1,
-            Err(err) => return Err(err),
-        }
-    }
-}
-
 /// The command that removes what a restore left behind.
 pub fn cleanup_command(planner: &PlannerConfig) -> String {
     format!(
@@ -524,6 +336,9 @@ pub struct RemovalOutcome {
     /// What is left behind and the commands that remove it, when anything is (the
     /// controller logs it again as its last line).
     pub left_note: Option<String>,
+    /// The Deployment lived on after the restore: the fence was lifted, the controller
+    /// resumed and the guard arms again.
+    pub resumed: bool,
 }
 
 /// What the restore did not finish, empty when it did.
@@ -568,8 +383,106 @@ fn left_note(
     })
 }
 
-/// The restore of `hairpin uninstall` (fence first), bounded by the deadline; then the Event,
-/// the release, and the last log line.
+/// When the guard knew the native cure's record (it held it) and the restore found none: the
+/// failure, with what the Services' managed fields gave back instead.
+fn record_lost(
+    report: Option<&UninstallReport>,
+    p: &RemovalParams,
+    armed: &Armed,
+) -> Option<String> {
+    let report = report?;
+    if !armed.uids.contains_key(&Held::NativeRecord) || report.native_record_found {
+        return None;
+    }
+    let found = &report.ip_modes_from_managed_fields;
+    Some(format!(
+        "the native cure's record ConfigMap {}/{} was gone before the restore could read it; {} load balancer status(es) put back from the Services' managed fields ({}); check the ipMode of the others by hand",
+        p.namespace,
+        p.native_record,
+        found.len(),
+        if found.is_empty() {
+            "none found".to_owned()
+        } else {
+            found.join(", ")
+        }
+    ))
+}
+
+/// Whether the Deployment the guard armed with lives on: there (the same uid) and not being
+/// deleted, in a namespace not being deleted. An error says no (the fence stays).
+async fn deployment_lives(client: &kube::Client, p: &RemovalParams, armed: &Armed) -> bool {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &p.namespace);
+    let namespace_stays = matches!(namespaces.get_opt(&p.namespace).await,
+        Ok(Some(ns)) if ns.metadata.deletion_timestamp.is_none());
+    namespace_stays
+        && matches!(deployments.get_opt(&p.deployment).await,
+            Ok(Some(d)) if d.metadata.deletion_timestamp.is_none()
+                && d.metadata.uid.as_ref() == armed.uids.get(&Held::Deployment))
+}
+
+/// The controller Deployment, for the Events.
+fn deployment_ref(p: &RemovalParams, armed: &Armed) -> k8s_openapi::api::core::v1::ObjectReference {
+    let mut deployment = object_ref(
+        "Deployment",
+        &p.namespace,
+        &p.deployment,
+        armed.uids.get(&Held::Deployment).cloned(),
+    );
+    deployment.api_version = Some("apps/v1".into());
+    deployment
+}
+
+/// After a restore: when the Deployment still lives [`RemovalParams::settle`] later (not a
+/// removal of hairpin after all: its ServiceAccount made again, its rights taken), the
+/// guard's fence is lifted and the controller resumes (its next reconcile writes again); said
+/// in the log and an Event. True when lifted.
+async fn resume_if_living(
+    client: &kube::Client,
+    p: &RemovalParams,
+    armed: &Armed,
+    events: &Events,
+    reason: &str,
+) -> bool {
+    if !deployment_lives(client, p, armed).await {
+        return false;
+    }
+    tokio::time::sleep(p.settle).await;
+    if !deployment_lives(client, p, armed).await {
+        return false;
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &p.namespace);
+    match crate::lease::lift_removal_fence(&leases, &p.lease_name).await {
+        Ok(true) => {}
+        Ok(false) if assess::uninstalling(client, p).await => {
+            tracing::info!(
+                "the Deployment lives on, but the Lease carries hairpin uninstall's fence, which stays"
+            );
+            return false;
+        }
+        Ok(false) => {
+            // Another replica's guard lifted it first.
+            tracing::info!(reason = %reason, "restored, and the Deployment lives on: the fence is already lifted; the guard arms again");
+            return true;
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "the Deployment lives on, but the removal guard's fence could not be lifted: the controller stays idle until the Lease is deleted (kubectl -n {} delete lease {})", p.namespace, p.lease_name);
+            return false;
+        }
+    }
+    let note = format!(
+        "hairpin restored the cluster ({reason}), but its Deployment {}/{} lives on and is not being deleted: not a removal of hairpin. The fence is lifted and the controller resumes: its next reconcile writes again",
+        p.namespace, p.deployment
+    );
+    tracing::warn!("{note}");
+    events
+        .publish(&deployment_ref(p, armed), true, "Resumed", note)
+        .await;
+    true
+}
+
+/// The restore of `hairpin uninstall` (fence first), bounded by the deadline; the fence lifted
+/// again when the Deployment lives on; then the Event, the release, and the last log line.
 pub async fn restore_and_release(
     client: &kube::Client,
     planner: &PlannerConfig,
@@ -582,23 +495,19 @@ pub async fn restore_and_release(
     let started = Instant::now();
     let params = UninstallParams {
         controller_deployment: p.deployment.clone(),
+        by_removal: true,
         ..UninstallParams::new(&p.lease_name)
     };
     let report = tokio::time::timeout(p.deadline, uninstall_with(client, planner, &params))
         .await
         .ok();
     let restore_took = started.elapsed();
-    let missing = not_restored(report.as_ref(), p.deadline);
+    let mut missing = not_restored(report.as_ref(), p.deadline);
+    missing.extend(record_lost(report.as_ref(), p, armed));
+    // Before the release: the ServiceAccount's token dies with it.
+    let resumed = resume_if_living(client, p, armed, events, &reason).await;
     let (order, mut still_held) = release_plan(client, p, armed).await;
     let note = left_note(&reason, &missing, &still_held, planner);
-    let mut deployment = object_ref(
-        "Deployment",
-        &p.namespace,
-        &p.deployment,
-        armed.uids.get(&Held::Deployment).cloned(),
-    );
-    deployment.api_version = Some("apps/v1".into());
-    // Before the release: the ServiceAccount's token dies with it.
     let (warning, event_reason, event_note) = match (&note, missing.is_empty()) {
         (None, _) => (
             false,
@@ -612,44 +521,77 @@ pub async fn restore_and_release(
         (Some(note), false) => (true, "RestoreIncomplete", note.clone()),
     };
     events
-        .publish(&deployment, warning, event_reason, event_note)
+        .publish(&deployment_ref(p, armed), warning, event_reason, event_note)
         .await;
     mark_left_held(client, p, &order).await;
     let failures = release(client, p, &order).await;
     still_held.extend(failures.iter().map(|(object, _)| object.clone()));
     let note = left_note(&reason, &missing, &still_held, planner);
-    match &note {
-        None if armed.release_pair => {
-            tracing::info!(reason = %reason, took = ?restore_took, "hairpin removed: everything it wrote was restored, its objects released; the release pair (ClusterRole and ClusterRoleBinding {name}, inert now) goes with the namespace {ns} (if the namespace stays: kubectl delete clusterrolebinding,clusterrole {name})", name = p.release_name(), ns = p.namespace);
-        }
-        None => {
-            tracing::info!(reason = %reason, took = ?restore_took, "hairpin removed: everything it wrote was restored, its objects released");
-        }
-        Some(note) if missing.is_empty() => {
-            tracing::info!(reason = %reason, took = ?restore_took, "hairpin removed: everything it wrote was restored");
-            tracing::warn!("{note}");
-        }
-        Some(note) => tracing::error!("{note}"),
-    }
+    log_outcome(
+        p,
+        armed,
+        &reason,
+        restore_took,
+        &missing,
+        note.as_deref(),
+        resumed,
+    );
     RemovalOutcome {
         reason,
         report,
         restore_took,
         still_held,
         left_note: note,
+        resumed,
     }
 }
 
-/// Arms the guard, again with a backoff while the API server cannot be reached (an outage at
-/// start does not turn it off; the watches report the outage); `None` without a controller
-/// Deployment, without the rights (an older chart's RBAC), or at the shutdown.
+/// The last log line of a removal.
+fn log_outcome(
+    p: &RemovalParams,
+    armed: &Armed,
+    reason: &str,
+    took: Duration,
+    missing: &[String],
+    note: Option<&str>,
+    resumed: bool,
+) {
+    match note {
+        None if resumed => {
+            tracing::info!(reason = %reason, took = ?took, "restored, then resumed: the Deployment lives on; the guard arms again");
+        }
+        None if armed.release_pair => {
+            tracing::info!(reason = %reason, took = ?took, "hairpin removed: everything it wrote was restored, its objects released; the release pair (ClusterRole and ClusterRoleBinding {name}, inert now) goes with the namespace {ns} (if the namespace stays: kubectl delete clusterrolebinding,clusterrole {name})", name = p.release_name(), ns = p.namespace);
+        }
+        None => {
+            tracing::info!(reason = %reason, took = ?took, "hairpin removed: everything it wrote was restored, its objects released");
+        }
+        Some(note) if missing.is_empty() => {
+            tracing::info!(reason = %reason, took = ?took, "hairpin removed: everything it wrote was restored");
+            tracing::warn!("{note}");
+        }
+        Some(note) => tracing::error!("{note}"),
+    }
+}
+
+/// Arms the guard, again with a backoff (1 s doubling to 5 min) while it cannot (the API
+/// server unreachable, or a hold refused: an admission policy, the RBAC of an older chart;
+/// nothing is held meanwhile, said once per reason); `None` without a controller Deployment,
+/// or at the shutdown.
 async fn arm_until_done(
     client: &kube::Client,
     p: &RemovalParams,
     shutdown: &hairpin_runtime::Shutdown,
 ) -> Option<Armed> {
     let mut backoff = Duration::from_secs(1);
+    let mut said: Option<String> = None;
     loop {
+        if assess::uninstalling(client, p).await {
+            tracing::info!(
+                "hairpin uninstall fenced the controllers: the removal guard stays off (nothing held)"
+            );
+            return None;
+        }
         match arm(client, p).await {
             Ok(armed) if armed.is_armed() => {
                 tracing::info!(deployment = %p.deployment, "removal guard armed: a removal of hairpin (not a restart) restores the cluster first");
@@ -667,9 +609,9 @@ async fn arm_until_done(
                 tracing::info!(deployment = %p.deployment, "no controller Deployment: the removal guard is off (a local run)");
                 return None;
             }
-            Err(err) if err.status_code().is_some_and(|c| c == 401 || c == 403) => {
-                tracing::warn!(error = %err, "removal guard off (no rights to hold its objects): a removal other than `hairpin uninstall` would leave hairpin's changes in place");
-                return None;
+            Err(err) if said.as_deref() != Some(err.to_string().as_str()) => {
+                tracing::warn!(error = %err, retry_in = ?backoff, "removal guard not armed, nothing held: a removal other than `hairpin uninstall` would leave hairpin's changes in place meanwhile; retrying with a backoff (said again when the reason changes)");
+                said = Some(err.to_string());
             }
             Err(err) => {
                 tracing::debug!(error = %err, retry_in = ?backoff, "removal guard not armed yet");
@@ -679,12 +621,55 @@ async fn arm_until_done(
             () = tokio::time::sleep(backoff) => {}
             () = shutdown.draining() => return None,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(30));
+        backoff = (backoff * 2).min(Duration::from_secs(300));
     }
 }
 
-/// Arms the guard, then looks for a removal every `poll` until the shutdown starts, and once
-/// more then. On a removal: [`restore_and_release`]. Returns the outcome, if there was one.
+/// Watches the namespace and the held objects, and looks at each change (holding again what
+/// came back, letting go of what was deleted alone) until a removal, or the shutdown: then once
+/// more, letting go at once of what is being deleted alone. The removal's reason, if any.
+async fn watch_for_removal(
+    client: &kube::Client,
+    p: &RemovalParams,
+    armed: &mut Armed,
+    shutdown: &hairpin_runtime::Shutdown,
+) -> Option<String> {
+    let poke = Arc::new(Notify::new());
+    let _watches = watches::start(client, p, poke.clone());
+    loop {
+        let look = assess::look(client, p, armed, p.settle).await;
+        if look.uninstalling {
+            tracing::info!(
+                "hairpin uninstall fenced the controllers: it restores and lets every hold go itself; the removal guard stands down"
+            );
+            return None;
+        }
+        if look.removal.is_some() {
+            return look.removal;
+        }
+        let again = look
+            .again_at
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
+        tokio::select! {
+            () = poke.notified() => {}
+            () = tokio::time::sleep_until(again.into()) => {}
+            () = shutdown.draining() => {
+                let last = assess::look(client, p, armed, Duration::ZERO).await;
+                if last.uninstalling {
+                    return None;
+                }
+                if last.removal.is_none() {
+                    tracing::info!("shutdown without removal (a restart): hairpin's changes are kept");
+                }
+                return last.removal;
+            }
+        }
+    }
+}
+
+/// Arms the guard, then watches for a removal until the shutdown starts, and looks once more
+/// then. On a removal: [`restore_and_release`]; when the Deployment lives on after it (the
+/// fence lifted), arms again. Returns the outcome, if there was one.
 pub async fn guard(
     client: kube::Client,
     planner: PlannerConfig,
@@ -693,19 +678,13 @@ pub async fn guard(
     metrics: Metrics,
     shutdown: hairpin_runtime::Shutdown,
 ) -> Option<RemovalOutcome> {
-    let armed = arm_until_done(&client, &p, &shutdown).await?;
     let events = Events::new(client.clone(), &identity, metrics);
     loop {
-        let last = tokio::select! {
-            () = tokio::time::sleep(p.poll) => false,
-            () = shutdown.draining() => true,
-        };
-        if let Some(reason) = removal(&client, &p, &armed).await {
-            return Some(restore_and_release(&client, &planner, &p, &armed, &events, reason).await);
-        }
-        if last {
-            tracing::info!("shutdown without removal (a restart): hairpin's changes are kept");
-            return None;
+        let mut armed = arm_until_done(&client, &p, &shutdown).await?;
+        let reason = watch_for_removal(&client, &p, &mut armed, &shutdown).await?;
+        let outcome = restore_and_release(&client, &planner, &p, &armed, &events, reason).await;
+        if !outcome.resumed {
+            return Some(outcome);
         }
     }
 }

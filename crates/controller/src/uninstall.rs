@@ -46,9 +46,11 @@ use crate::lease::{
     FENCE_ACKNOWLEDGED_ANNOTATION, FENCE_ANNOTATION, FENCE_HOLDER,
     FENCE_PREVIOUS_HOLDER_ANNOTATION, fence_of,
 };
-use crate::native;
-use hairpin_planner::ObjectRef;
-use hairpin_planner::native::{NATIVE_KEY, NativeRecord};
+use crate::lease::{FENCE_BY_REMOVAL, FENCE_BY_UNINSTALL};
+
+mod ip_modes;
+
+use ip_modes::restore_ip_modes;
 
 /// What uninstall removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -64,6 +66,11 @@ pub struct UninstallReport {
     /// Load balancer Services whose `ipMode` the native cure set and uninstall put back as it
     /// was (`namespace/name`).
     pub ip_modes_restored: Vec<String>,
+    /// Of those, the ones found without the record, by the Services' managed fields (hairpin's
+    /// field manager wrote their status list, which says `Proxy`), and put back to the default.
+    pub ip_modes_from_managed_fields: Vec<String>,
+    /// The native cure's record was there (and hairpin's) when uninstall read it.
+    pub native_record_found: bool,
     /// The native cure's record ConfigMap was deleted.
     pub native_record_deleted: bool,
     /// The leader Lease was deleted.
@@ -113,6 +120,9 @@ pub struct UninstallParams {
     pub controller_deployment: String,
     /// Longest wait for the displaced leader (default: its Lease duration, plus a second).
     pub stand_down_timeout: Option<Duration>,
+    /// The removal guard's restore: its fence is lifted again when the controller Deployment
+    /// lives on ([`crate::lease::FENCE_BY_REMOVAL`]); `hairpin uninstall`'s stays.
+    pub by_removal: bool,
 }
 
 impl UninstallParams {
@@ -122,6 +132,7 @@ impl UninstallParams {
             lease_name: lease_name.into(),
             controller_deployment: "hairpin-controller".into(),
             stand_down_timeout: None,
+            by_removal: false,
         }
     }
 }
@@ -298,7 +309,13 @@ async fn write_fence(
     namespace: &str,
     name: &str,
     owner: Option<&OwnerReference>,
+    by_removal: bool,
 ) -> Result<Fenced, Error> {
+    let kind = if by_removal {
+        FENCE_BY_REMOVAL
+    } else {
+        FENCE_BY_UNINSTALL
+    };
     let what = format!("Lease {namespace}/{name}");
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
     let fence_spec = |duration: i32| LeaseSpec {
@@ -310,7 +327,7 @@ async fn write_fence(
     };
     let mark = |lease: &mut Lease, displaced: Option<&str>| {
         let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        annotations.insert(FENCE_ANNOTATION.into(), "uninstall".into());
+        annotations.insert(FENCE_ANNOTATION.into(), kind.into());
         annotations.insert(
             FENCE_PREVIOUS_HOLDER_ANNOTATION.into(),
             displaced.unwrap_or_default().into(),
@@ -351,9 +368,17 @@ async fn write_fence(
         // An earlier run fenced it already: keep what it recorded, add the owner.
         let acknowledged = fence.previous_holder.is_none()
             || fence.acknowledged_by.is_some() && fence.acknowledged_by == fence.previous_holder;
-        if let Some(owner) = owner
-            && add_owner(&mut lease, owner)
-        {
+        // `hairpin uninstall` over the removal guard's fence makes it for good.
+        let for_good = fence.by_removal && !by_removal;
+        if for_good {
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(FENCE_ANNOTATION.into(), kind.into());
+        }
+        let owned = owner.is_some_and(|owner| add_owner(&mut lease, owner));
+        if for_good || owned {
             api.replace(name, &post_params(), &lease)
                 .await
                 .map_err(|err| Error::kube(format!("update {what}"), err))?;
@@ -422,7 +447,13 @@ async fn fence(
     };
     let started = Instant::now();
     let fenced = retry("fence the controller", || {
-        write_fence(&leases, ns, &params.lease_name, owner.as_ref())
+        write_fence(
+            &leases,
+            ns,
+            &params.lease_name,
+            owner.as_ref(),
+            params.by_removal,
+        )
     })
     .await;
     match fenced {
@@ -537,94 +568,6 @@ async fn delete_objects(
     {
         Ok(deleted) => report.dns_endpoints_deleted = deleted,
         Err(err) => step_failed(report, err),
-    }
-}
-
-/// Every load balancer status the native cure set to `ipMode: Proxy` back as it was (only
-/// IPs still at `Proxy`: a value another writer set since stays), from hairpin's record; then
-/// the record. A record that is not hairpin's (or not readable) is left alone, and said so.
-async fn restore_ip_modes(
-    client: &kube::Client,
-    planner: &PlannerConfig,
-    report: &mut UninstallReport,
-) {
-    let ns = &planner.namespace;
-    let name = &planner.native_config_map;
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let read = retry("read the native cure's record", || async {
-        config_maps
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::kube(format!("get ConfigMap {ns}/{name}"), e))
-    })
-    .await;
-    let cm = match read {
-        Ok(Some(cm)) if config_map_is_ours(&cm) => cm,
-        Ok(Some(_)) => {
-            report.left_alone.push(format!("ConfigMap {ns}/{name}"));
-            return;
-        }
-        Ok(None) => return,
-        Err(err) => return step_failed(report, err),
-    };
-    let text = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get(NATIVE_KEY))
-        .map_or("{}", String::as_str);
-    let record: NativeRecord = match serde_json::from_str(text) {
-        Ok(record) => record,
-        Err(err) => {
-            report.failures.push(format!(
-                "ConfigMap {ns}/{name} key {NATIVE_KEY} is not readable ({err}): the load balancer statuses it lists are not restored; check their ipMode by hand"
-            ));
-            return;
-        }
-    };
-    let mut all_restored = true;
-    for (key, entry) in &record.load_balancers {
-        let Some((namespace, svc_name)) = key.split_once('/') else {
-            continue;
-        };
-        let service = ObjectRef::new(namespace, svc_name);
-        // Read back: a restore the API server's answer does not hold is retried, and in the
-        // end a failure (the record stays), never counted as done.
-        let result = retry("put a load balancer's ipMode back", || async {
-            // A `failed` entry's `Proxy` counts as hairpin's (as under a forced cure): the
-            // running controller forgot every status another writer took over, and whether
-            // this one was forced (`--cure native`) is the controller's flag, not known here.
-            match native::restore_entry(client, &service, entry, true).await {
-                Ok(native::Written::NotApplied(_)) => Err(Error::NotApplied(format!(
-                    "put ipMode back on Service {service}"
-                ))),
-                Ok(written) => Ok(written),
-                Err(e) => Err(Error::kube(
-                    format!("put ipMode back on Service {service}"),
-                    e,
-                )),
-            }
-        })
-        .await;
-        match result {
-            Ok(native::Written::Applied(_)) => report.ip_modes_restored.push(key.clone()),
-            Ok(_) => {}
-            Err(err) => {
-                all_restored = false;
-                step_failed(report, err);
-            }
-        }
-    }
-    // Kept while a status could not be put back: a second uninstall finishes the job.
-    if all_restored {
-        match retry("delete the native cure's record", || {
-            delete_if_ours(&config_maps, ns, name, config_map_is_ours)
-        })
-        .await
-        {
-            Ok(Deleted::Yes) => report.native_record_deleted = true,
-            Ok(_) => {}
-            Err(err) => step_failed(report, err),
-        }
     }
 }
 

@@ -596,3 +596,70 @@ async fn a_controller_without_leader_election_is_fenced_too() {
     assert_eq!(corefile(&fake), original_corefile());
     a.stop().await;
 }
+
+/// Issue 46 item 2: the removal guard's fence (`hairpin.io/fence: removal`) fences every
+/// controller as `hairpin uninstall`'s does; lifted (the Deployment lives on), they resume: one
+/// leads again, ready, and a new host is written. `hairpin uninstall`'s fence is never lifted.
+#[tokio::test]
+async fn the_removal_guards_fence_is_lifted_and_the_controllers_resume() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake);
+    install_deployment(&fake);
+    let controllers: Vec<Running> = ["pod-a", "pod-b"]
+        .iter()
+        .map(|id| start(&fake, config(id, true)))
+        .collect();
+    converged(&fake, "shop.example.com").await;
+    let params = UninstallParams {
+        by_removal: true,
+        ..UninstallParams::new("hairpin-controller")
+    };
+    let report =
+        hairpin_controller::uninstall_with(&fake.client(), &PlannerConfig::default(), &params)
+            .await;
+    assert!(report.fence.fenced, "{report:?}");
+    assert_eq!(corefile(&fake), original_corefile(), "restored");
+    let refs: Vec<&Running> = controllers.iter().collect();
+    all_fenced(&fake, &refs).await;
+    assert_eq!(
+        lease(&fake).unwrap()["metadata"]["annotations"]["hairpin.io/fence"],
+        "removal"
+    );
+
+    let leases = kube::Api::namespaced(fake.client(), "hairpin");
+    let lifted = Instant::now();
+    assert!(
+        hairpin_controller::lease::lift_removal_fence(&leases, "hairpin-controller")
+            .await
+            .expect("lift"),
+        "lifted"
+    );
+    let resumed = fake
+        .wait_until(Duration::from_secs(10), |_| {
+            controllers
+                .iter()
+                .all(|c| c.metrics.fenced.get() == 0 && c.readiness.is_ready())
+                && controllers.iter().any(|c| c.metrics.leader.get() == 1)
+        })
+        .await;
+    assert!(resumed.is_some(), "the controllers resume after the lift");
+    fake.apply(ingress("shop", "late", "late.example.com"));
+    converged(&fake, "late.example.com").await;
+    println!(
+        "removal fence lifted: leading and writing again {:?} after the lift",
+        lifted.elapsed()
+    );
+
+    // `hairpin uninstall`'s fence stays.
+    uninstall(&fake).await;
+    assert!(
+        !hairpin_controller::lease::lift_removal_fence(&leases, "hairpin-controller")
+            .await
+            .expect("read"),
+        "hairpin uninstall's fence is not the guard's to lift"
+    );
+    all_fenced(&fake, &refs).await;
+    for c in controllers {
+        c.stop().await;
+    }
+}

@@ -91,7 +91,7 @@ async fn a_restore_that_hangs_is_cut_at_the_deadline_and_everything_released() {
         deadline: Duration::from_secs(1),
         ..RemovalParams::new("hairpin", "kube-system")
     };
-    let armed = arm(&client, &params).await.expect("arm");
+    let mut armed = arm(&client, &params).await.expect("arm");
     assert!(armed.is_armed());
     for (api_version, kind, ns, name) in held() {
         let stored = fake.get(api_version, kind, ns, name).expect("stored");
@@ -102,7 +102,7 @@ async fn a_restore_that_hangs_is_cut_at_the_deadline_and_everything_released() {
         );
     }
     assert_eq!(
-        removal(&client, &params, &armed).await,
+        removal(&client, &params, &mut armed).await,
         None,
         "nothing deleted: a restart"
     );
@@ -119,7 +119,9 @@ async fn a_restore_that_hangs_is_cut_at_the_deadline_and_everything_released() {
         .expect("deployment");
     deployment["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
     fake.apply(deployment);
-    let reason = removal(&client, &params, &armed).await.expect("a removal");
+    let reason = removal(&client, &params, &mut armed)
+        .await
+        .expect("a removal");
     assert!(
         reason.contains("Deployment hairpin/hairpin-controller is being deleted"),
         "{reason}"

@@ -67,7 +67,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cluster::*;
-use hairpin_testkit::kube::{self, ApiServer, NodeOptions};
+use hairpin_testkit::kube::{self, ApiServer, ControllerManager, NodeOptions};
 use hairpin_testkit::outside::{ClientLoop, Outside};
 use hairpin_testkit::skip::{self, Cause};
 use serde_json::{Value, json};
@@ -763,5 +763,160 @@ fn node_version_change_retries_a_failed_cure_at_once() {
     scene.finish("i", &log);
     println!(
         "i) a failed cure tried again {retried:.1?} after the Node reported a new kubelet version (the backoff was 10 min); record: {entry}"
+    );
+}
+
+/// Issue 46 item 3: `kubectl delete namespace hairpin` with a native cure in place (kube-
+/// controller-manager's namespace controller deletes the namespace's objects within about a
+/// second). The removal guard holds the native record, so the restore reads it: `ipMode` goes
+/// back to what it was, kube-proxy short-circuits the LB IP again (as without hairpin), the
+/// namespace goes, and the outside client never fails.
+#[test]
+fn namespace_deletion_puts_the_native_ip_mode_back() {
+    let test = "namespace_deletion_puts_the_native_ip_mode_back";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let lb_ip = "203.0.113.46";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let _kcm = ControllerManager::start(&api).expect("start kube-controller-manager");
+    let scene = Scene::start(&api, "g46-nsdel", lb_ip, Receiver::Nginx);
+    // The controller Deployment (its Pods stay Pending: the controller runs beside them): the
+    // removal guard arms on it.
+    let deployment = support::manifest()
+        .into_iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "hairpin-controller")
+        .expect("the shipped Deployment");
+    api.apply(&deployment);
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let native_cm = "/api/v1/namespaces/hairpin/configmaps/hairpin-native";
+    let proven = wait_for(
+        "the native cure proven",
+        Duration::from_secs(60),
+        || record(&api).is_some_and(|e| e["state"] == "proven"),
+        log,
+    );
+    assert_eq!(ip_mode(&api).as_deref(), Some("Proxy"));
+    scene
+        .node
+        .wait_lb_rule(lb_ip, false, Duration::from_secs(10))
+        .expect("kube-proxy leaves the LB IP to the load balancer");
+    wait_for(
+        "the native record held by the guard",
+        Duration::from_secs(20),
+        || {
+            api.get(native_cm).is_some_and(|cm| {
+                cm["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|f| f == "hairpin.io/restore"))
+            })
+        },
+        log,
+    );
+    let started = Instant::now();
+    assert!(
+        api.delete("/api/v1/namespaces/hairpin"),
+        "DELETE the namespace"
+    );
+    let restored = wait_for(
+        "ipMode put back",
+        Duration::from_secs(30),
+        || ip_mode(&api).as_deref() != Some("Proxy"),
+        log,
+    );
+    let rule = scene
+        .node
+        .wait_lb_rule(lb_ip, true, Duration::from_secs(10))
+        .expect("kube-proxy short-circuits the LB IP again");
+    wait_for(
+        "the namespace gone",
+        Duration::from_secs(90),
+        || api.get("/api/v1/namespaces/hairpin").is_none(),
+        log,
+    );
+    let gone = started.elapsed();
+    let status = api.get(SERVICE).expect("the Service")["status"].clone();
+    let log = log();
+    assert!(
+        log.contains("everything it wrote was restored"),
+        "the restore finished:\n{log}"
+    );
+    assert!(!log.contains("was gone before the restore"), "{log}");
+    let tally = scene.finish("namespace deletion", &log);
+    println!(
+        "| kubectl delete namespace hairpin, native cure in place (proven {:.1}s after start) | ipMode Proxy -> {} {:.2}s after the DELETE; kube-proxy short-circuits the LB IP again {:.2}s after that; the namespace gone after {:.1}s | outside client: {tally} |",
+        proven.as_secs_f64(),
+        status["loadBalancer"]["ingress"][0]["ipMode"]
+            .as_str()
+            .unwrap_or("(unset)"),
+        restored.as_secs_f64(),
+        rule.as_secs_f64(),
+        gone.as_secs_f64(),
+    );
+}
+
+/// Issue 45 item 2 (uninstall part), issue 46 item 3: the native record gone (deleted by hand
+/// while the controller was stopped) and `hairpin uninstall` run as the uninstall Job runs it
+/// (the controller's ServiceAccount): the `ipMode: Proxy` hairpin wrote is found in the
+/// Service's managed fields (hairpin's field manager wrote its status list last) and put back;
+/// kube-proxy short-circuits the LB IP again; the outside client never fails.
+#[test]
+fn uninstall_without_the_record_reads_the_managed_fields() {
+    let test = "uninstall_without_the_record_reads_the_managed_fields";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let lb_ip = "203.0.113.47";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "g46-nored", lb_ip, Receiver::Nginx);
+    let controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    wait_for(
+        "the native cure proven",
+        Duration::from_secs(60),
+        || record(&api).is_some_and(|e| e["state"] == "proven"),
+        log,
+    );
+    assert_eq!(ip_mode(&api).as_deref(), Some("Proxy"));
+    stop_controller(controller);
+    let native_cm = "/api/v1/namespaces/hairpin/configmaps/hairpin-native";
+    assert!(api.delete(native_cm), "the record deleted by hand");
+    assert!(status_writers(&api).contains(&"hairpin".to_owned()));
+    let token = api.service_account_token("hairpin", "hairpin-controller");
+    let kubeconfig = api.kubeconfig_for("uninstall", &token).expect("kubeconfig");
+    let started = Instant::now();
+    let out = scene
+        .node
+        .command(env!("CARGO_BIN_EXE_hairpin"))
+        .args(["uninstall", "--log-format", "text", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .expect("run hairpin uninstall");
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("restored the status ipMode of Service ingress/nginx (native cure; not in the record: found by hairpin's field manager"),
+        "{stdout}"
+    );
+    assert_ne!(ip_mode(&api).as_deref(), Some("Proxy"), "put back");
+    let rule = scene
+        .node
+        .wait_lb_rule(lb_ip, true, Duration::from_secs(10))
+        .expect("kube-proxy short-circuits the LB IP again");
+    let text = log();
+    let tally = scene.finish("no record", &text);
+    println!(
+        "| hairpin uninstall with the native record gone | ipMode Proxy -> {} by the managed fields (uninstall took {:.2}s); kube-proxy's rule back {:.2}s later | outside client: {tally} |",
+        ip_mode(&api).as_deref().unwrap_or("(unset)"),
+        took.as_secs_f64(),
+        rule.as_secs_f64()
     );
 }

@@ -172,7 +172,8 @@ pub async fn run(
 
 /// Whether this instance reconciles now: only while it leads. The metrics follow the
 /// leadership; once fenced, the instance is not ready any more (it does nothing: the reason is
-/// logged by the lease manager, and published as an Event on the Lease).
+/// logged by the lease manager, and published as an Event on the Lease), until it leads again
+/// (the removal guard lifted its fence).
 fn may_reconcile(
     leadership: &Leadership,
     fenced: &mut bool,
@@ -184,6 +185,11 @@ fn may_reconcile(
         *fenced = true;
         metrics.fenced.set(1);
         ready.set(false);
+    } else if *fenced && *leadership != Leadership::Fenced {
+        // The removal guard lifted its fence: the Deployment lives on.
+        *fenced = false;
+        metrics.fenced.set(0);
+        ready.set(true);
     }
     leadership.is_leader()
 }

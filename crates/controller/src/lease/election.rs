@@ -64,10 +64,13 @@ impl LeaseManager {
 
     /// Without an election: whether the Lease carries the fence (nothing is written).
     pub(super) async fn observe(&mut self) -> Result<Step, crate::Error> {
-        let name = &self.params.name;
-        match self.api.get_opt(name).await {
+        let name = self.params.name.clone();
+        match self.api.get_opt(&name).await {
             Ok(Some(lease)) if fence_of(&lease).is_some() => Ok(Step::Fenced(Box::new(lease))),
-            Ok(_) if self.fenced => Ok(Step::NotHeld(None)),
+            // Only a Lease there without the fence lifts the removal guard's fence: a Lease
+            // gone went with the Deployment.
+            Ok(Some(_)) if self.fenced && !self.lift() => Ok(Step::NotHeld(None)),
+            Ok(None) if self.fenced => Ok(Step::NotHeld(None)),
             Ok(_) => Ok(Step::Held),
             Err(err) => Err(crate::Error::kube(format!("get Lease {name}"), err)),
         }
@@ -92,8 +95,9 @@ impl LeaseManager {
         if is_fenced(&lease) {
             return Ok(Step::Fenced(Box::new(lease)));
         }
-        if self.fenced {
-            // Sticky: an instance that saw the fence never leads again.
+        if self.fenced && !self.lift() {
+            // Sticky: an instance that saw the fence never leads again (but the removal
+            // guard's, lifted).
             return Ok(Step::NotHeld(holder));
         }
 

@@ -10,8 +10,13 @@ use crate::report::{object_ref, reason};
 /// The holder identity `hairpin uninstall` writes into the Lease it fences. No controller may
 /// use it as its own identity.
 pub const FENCE_HOLDER: &str = "hairpin-uninstall";
-/// Marks a fenced Lease (value: `uninstall`).
+/// Marks a fenced Lease: [`FENCE_BY_UNINSTALL`] or [`FENCE_BY_REMOVAL`].
 pub const FENCE_ANNOTATION: &str = "hairpin.io/fence";
+/// [`FENCE_ANNOTATION`] of `hairpin uninstall`'s fence: for good.
+pub const FENCE_BY_UNINSTALL: &str = "uninstall";
+/// [`FENCE_ANNOTATION`] of the removal guard's fence: lifted again when the controller
+/// Deployment turns out to live on ([`lift_removal_fence`]).
+pub const FENCE_BY_REMOVAL: &str = "removal";
 /// On a fenced Lease: the holder it displaced (empty when there was none).
 pub const FENCE_PREVIOUS_HOLDER_ANNOTATION: &str = "hairpin.io/fence-previous-holder";
 /// On a fenced Lease: the displaced holder, once it has stopped writing.
@@ -20,12 +25,44 @@ pub const FENCE_ACKNOWLEDGED_ANNOTATION: &str = "hairpin.io/fence-acknowledged-b
 /// The fence on `lease`, if it carries one.
 pub fn fence_of(lease: &Lease) -> Option<Fence> {
     let annotations = lease.metadata.annotations.as_ref()?;
-    annotations.get(FENCE_ANNOTATION)?;
+    let kind = annotations.get(FENCE_ANNOTATION)?;
     let get = |key: &str| annotations.get(key).filter(|v| !v.is_empty()).cloned();
     Some(Fence {
         previous_holder: get(FENCE_PREVIOUS_HOLDER_ANNOTATION),
         acknowledged_by: get(FENCE_ACKNOWLEDGED_ANNOTATION),
+        by_removal: kind == FENCE_BY_REMOVAL,
     })
+}
+
+/// Lifts the removal guard's fence ([`FENCE_BY_REMOVAL`]) from the Lease `name`: the marks
+/// removed and the Lease vacated (no holder), guarded by the resourceVersion read, so the
+/// instances resume and one claims it at once. True when lifted; false when there is no
+/// such fence (none, or `hairpin uninstall`'s, which stays).
+///
+/// # Errors
+/// The API error of the read or the update.
+pub async fn lift_removal_fence(api: &kube::Api<Lease>, name: &str) -> Result<bool, kube::Error> {
+    let Some(mut lease) = api.get_opt(name).await? else {
+        return Ok(false);
+    };
+    if !fence_of(&lease).is_some_and(|f| f.by_removal) {
+        return Ok(false);
+    }
+    if let Some(annotations) = lease.metadata.annotations.as_mut() {
+        for key in [
+            FENCE_ANNOTATION,
+            FENCE_PREVIOUS_HOLDER_ANNOTATION,
+            FENCE_ACKNOWLEDGED_ANNOTATION,
+        ] {
+            annotations.remove(key);
+        }
+    }
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = None;
+    }
+    api.replace(name, &crate::apply::post_params(), &lease)
+        .await?;
+    Ok(true)
 }
 
 /// Whether `lease` is fenced: it carries the fence, or [`FENCE_HOLDER`] holds it.
@@ -40,6 +77,9 @@ pub struct Fence {
     pub previous_holder: Option<String>,
     /// The holder that acknowledged it (stopped writing).
     pub acknowledged_by: Option<String>,
+    /// Written by the removal guard ([`FENCE_BY_REMOVAL`]): lifted again when the controller
+    /// Deployment lives on.
+    pub by_removal: bool,
 }
 
 // === impl LeaseManager ===
@@ -53,13 +93,17 @@ impl LeaseManager {
         let fence = fence_of(lease).unwrap_or(Fence {
             previous_holder: None,
             acknowledged_by: None,
+            by_removal: false,
         });
+        // Liftable only while every fence seen was the removal guard's.
+        self.liftable = fence.by_removal && (self.liftable || !self.fenced);
         if !self.fenced {
             self.fenced = true;
             tracing::warn!(
                 lease = %format!("{}/{}", self.params.namespace, self.params.name),
                 displaced = ?fence.previous_holder,
-                "hairpin uninstall fenced the controller: it writes nothing from now on and stays idle until it exits (delete the controller Deployment to finish the uninstall; a new install starts new pods)"
+                by_removal = fence.by_removal,
+                "hairpin uninstall (or the removal guard) fenced the controller: it writes nothing from now on and stays idle until it exits (delete the controller Deployment to finish the uninstall; a new install starts new pods); the removal guard's fence is lifted again if the Deployment lives on"
             );
             if let Some(events) = &self.events {
                 let regarding = object_ref(
@@ -106,5 +150,23 @@ impl LeaseManager {
                 tracing::debug!(error = %err, "cannot acknowledge the uninstall fence yet; retrying");
             }
         }
+    }
+}
+
+impl LeaseManager {
+    /// The removal guard lifted its fence (the Lease is there without it, or gone): this
+    /// instance takes part in the election again. False (nothing changes) for any other fence.
+    pub(super) fn lift(&mut self) -> bool {
+        if !(self.fenced && self.liftable) {
+            return false;
+        }
+        self.fenced = false;
+        self.acknowledged = false;
+        self.liftable = false;
+        tracing::warn!(
+            lease = %format!("{}/{}", self.params.namespace, self.params.name),
+            "the removal guard lifted its fence (the controller Deployment lives on): this instance takes part in the election again, and its next reconcile writes again"
+        );
+        true
     }
 }

@@ -113,9 +113,13 @@ pub(crate) struct Args {
     #[command(flatten)]
     pub(crate) own: crate::cmd::args::OwnObjectsArgs,
 
-    /// How often the removal guard looks for a removal while running.
-    #[arg(long, env = "HAIRPIN_REMOVAL_POLL", default_value = "3s", value_parser = parse_positive_duration)]
-    pub(crate) removal_poll: Duration,
+    /// How long one of the controller's objects other than its Deployment, ServiceAccount and
+    /// namespace may be being deleted before the removal guard takes it for replaced, renamed
+    /// or dropped (not a removal of hairpin) and lets it go; also how long the Deployment must
+    /// live on after a restore before the guard lifts its fence. The guard watches: it does
+    /// not poll.
+    #[arg(long, env = "HAIRPIN_REMOVAL_SETTLE", default_value = "5s", value_parser = parse_positive_duration)]
+    pub(crate) removal_settle: Duration,
 
     /// How long the restore on removal may take; the held objects are released then, done or
     /// not (keep it below the Pod's grace period, 30 s, and the 60 s a deleted
@@ -170,7 +174,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let planner = args.planner.config()?;
     let removal = args.removal_guard.then(|| RemovalParams {
-        poll: args.removal_poll,
+        settle: args.removal_settle,
+        native_record: planner.native_config_map.clone(),
         deadline: args.removal_deadline,
         lease_name: args.lease_name.clone(),
         ..args

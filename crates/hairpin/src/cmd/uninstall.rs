@@ -47,9 +47,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         let mut report = hairpin_controller::uninstall_with(&client, &planner, &params).await;
         // After the restore (the fence stays): nothing of hairpin's waits on its finalizer.
-        let holds = args
-            .own
-            .removal_params(&planner.namespace, &planner.coredns_namespace);
+        let holds = hairpin_controller::removal::RemovalParams {
+            native_record: planner.native_config_map.clone(),
+            ..args
+                .own
+                .removal_params(&planner.namespace, &planner.coredns_namespace)
+        };
         let mut release_errors = hairpin_controller::removal::release_all(&client, &holds).await;
         // The release pair the controller made at start (it would go with the namespace).
         release_errors
@@ -124,7 +127,13 @@ fn print_deleted(report: &UninstallReport, planner: &PlannerConfig, lease_name: 
         println!("deleted ConfigMap {ns}/{}", planner.hosts_config_map);
     }
     for service in &report.ip_modes_restored {
-        println!("restored the status ipMode of Service {service} (native cure)");
+        if report.ip_modes_from_managed_fields.contains(service) {
+            println!(
+                "restored the status ipMode of Service {service} (native cure; not in the record: found by hairpin's field manager in its managed fields, put back to the default)"
+            );
+        } else {
+            println!("restored the status ipMode of Service {service} (native cure)");
+        }
     }
     if report.native_record_deleted {
         println!("deleted ConfigMap {ns}/{}", planner.native_config_map);
