@@ -158,6 +158,8 @@ def main():
     ap.add_argument("--corefiles", help="use the Corefiles a --keep run left in this directory "
                     "(Corefile-N) instead of rendering them: to measure an older rendering")
     ap.add_argument("--keep", help="keep the rendered Corefiles in this directory")
+    ap.add_argument("--before", help="also measure the Corefiles a --keep run of an older commit "
+                    "left in this directory, in the same rounds: before and after side by side")
     args = ap.parse_args()
     if not args.coredns or not os.path.exists(args.coredns):
         print("DNS tax: skipped, the CoreDNS test peer (../shared/peers/coredns/coredns) is absent")
@@ -178,9 +180,12 @@ def main():
             open(os.path.join(args.keep, f"Corefile-{n}"), "w").write(corefiles[n])
     records = [(f"svc{k}.ns{k % 5}.svc.cluster.local", f"10.96.1.{k + 1}") for k in range(30)]
     # The hairpin Service the rules name resolves like any Service.
-    hairpin = [("ingress-hairpin.hairpin.svc.cluster.local", dnsbench.CLUSTER_IP)]
-    hairpin += [(t, dnsbench.CLUSTER_IP) for t in
-                sorted(set(re.findall(r"rewrite stop name \S+ \S+ (\S+)", "".join(corefiles.values()))))]
+    rendered = "".join(corefiles.values())
+    if args.before:
+        rendered += "".join(open(os.path.join(args.before, f)).read() for f in os.listdir(args.before)
+                            if f.startswith("Corefile-"))
+    targets = set(re.findall(r"rewrite stop name (?:exact|regex) \S+ (\S+)", rendered))
+    hairpin = [(t, dnsbench.CLUSTER_IP) for t in sorted(targets)]
     lines = {
         "cluster": [f"{n} A" for n, _ in records],
         "external": [f"www.site{k}.com {t}" for k in range(100) for t in ("A", "AAAA")],
@@ -194,42 +199,50 @@ def main():
     upstream_port = dnsbench.free_port()
     upstream = dnsbench.CoreDns(args.coredns, dnsbench.UPSTREAM.format(port=upstream_port), work, 0, [])
     upstream.wait(upstream_port)
-    servers = {}  # 0 (without the block) and each N -> (CoreDns, port)
-    cells = {}  # (n, mix) -> [(without, with)]
+    # 0 (without the block), each N ("now") and with --before each N of the older rendering.
+    texts = {(0, "now"): base}
+    for n in ns:
+        texts[(n, "now")] = corefiles[n]
+        if args.before:
+            texts[(n, "before")] = open(os.path.join(args.before, f"Corefile-{n}")).read()
+    tags = ["before", "now"] if args.before else ["now"]
+    servers = {}  # (N, tag) -> (CoreDns, port)
+    cells = {}  # (n, tag, mix) -> [(without, with)]
     counted = {}
     try:
-        for n in [0] + ns:
+        for key, text in texts.items():
             port = dnsbench.free_port()
-            text = base if n == 0 else corefiles[n]
             dns = dnsbench.CoreDns(args.coredns, dnsbench.localize(text, port, upstream_port, False),
                                    work, 1, records + hairpin)
             dns.wait(port)
-            servers[n] = (dns, port)
-        for n, (dns, port) in servers.items():
+            servers[key] = (dns, port)
+        for dns, port in servers.values():
             for mix in mixes:
                 load(loadgen, port, paths[mix], 0.5, dns.proc.pid)  # warm-up
         for r in range(args.rounds):
             for n in ns:
                 for mix in mixes:
-                    order = [0, n] if r % 2 == 0 else [n, 0]
+                    # Without, then each rendering, in alternating order (ABBA).
+                    order = [(0, "now")] + [(n, t) for t in tags]
+                    order = order if r % 2 == 0 else order[::-1]
                     got = {}
-                    for m in order:
-                        dns, port = servers[m]
+                    for key in order:
+                        dns, port = servers[key]
                         cpu, done, lost = load(loadgen, port, paths[mix], args.duration, dns.proc.pid)
-                        got[m] = cpu
-                        print(f"round {r + 1} N={m} {mix}: {cpu:.2f} us/q ({done} answered, {lost} lost)",
-                              file=sys.stderr)
-                    cells.setdefault((n, mix), []).append((got[0], got[n]))
+                        got[key] = cpu
+                        print(f"round {r + 1} N={key[0]} {key[1]} {mix}: {cpu:.2f} us/q ({done} answered, "
+                              f"{lost} lost)", file=sys.stderr)
+                    for t in tags:
+                        cells.setdefault((n, t, mix), []).append((got[(0, "now")], got[(n, t)]))
     finally:
         for dns, _ in servers.values():
             dns.stop()
         if args.instructions:
             try:
                 qs = {mix: lines[mix] for mix in mixes}
-                for n in [0] + ns:
-                    text = base if n == 0 else corefiles[n]
-                    counted[n] = instructions(args, text, records + hairpin, upstream_port, qs, work)
-                    print(f"instructions N={n}: {counted[n]}", file=sys.stderr)
+                for key, text in texts.items():
+                    counted[key] = instructions(args, text, records + hairpin, upstream_port, qs, work)
+                    print(f"instructions {key}: {counted[key]}", file=sys.stderr)
             finally:
                 upstream.stop()
         else:
@@ -245,25 +258,26 @@ def main():
     print(f"{args.rounds} interleaved rounds (ABBA) of {args.duration:g} s per cell; "
           "ratio = CoreDNS CPU time per query with / without.")
     print()
-    head = "| N | Corefile KiB | mix | without us/q | with us/q | ratio (median) | range |"
+    head = "| N | rendering | Corefile KiB | mix | without us/q | with us/q | ratio (median) | range |"
     if counted:
         head += " instructions/q without | with | ratio |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for n in ns:
         for mix in mixes:
-            pairs = cells.get((n, mix), [])
-            if not pairs:
-                continue
-            ratios = sorted(w / o for o, w in pairs)
-            row = (f"| {n:,} | {len(corefiles[n]) / 1024:.0f} | {mix} | "
-                   f"{statistics.median(o for o, _ in pairs):.2f} | "
-                   f"{statistics.median(w for _, w in pairs):.2f} | "
-                   f"{statistics.median(ratios):.2f}x | {ratios[0]:.2f}-{ratios[-1]:.2f} |")
-            if counted:
-                io, iw = counted[0][mix], counted[n][mix]
-                row += f" {io:,.0f} | {iw:,.0f} | {iw / io:.2f}x |"
-            print(row)
+            for t in tags:
+                pairs = cells.get((n, t, mix), [])
+                if not pairs:
+                    continue
+                ratios = sorted(w / o for o, w in pairs)
+                row = (f"| {n:,} | {t} | {len(texts[(n, t)]) / 1024:.0f} | {mix} | "
+                       f"{statistics.median(o for o, _ in pairs):.2f} | "
+                       f"{statistics.median(w for _, w in pairs):.2f} | "
+                       f"{statistics.median(ratios):.2f}x | {ratios[0]:.2f}-{ratios[-1]:.2f} |")
+                if counted:
+                    io, iw = counted[(0, "now")][mix], counted[(n, t)][mix]
+                    row += f" {io:,.0f} | {iw:,.0f} | {iw / io:.2f}x |"
+                print(row)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@
 //! Layout (CoreDNS `rewrite` plugin syntax, RE2 regular expressions, matched against the
 //! lowercased fully-qualified query name with its trailing dot), in this order:
 //!
+//! * where nothing else in the server block rewrites (`placement`), the cluster-domain bypass
+//!   [`cluster_bypass`], `rewrite stop name suffix .cluster.local. .cluster.local.`, so that
+//!   cluster names and search-path NXDOMAINs skip every rule below;
 //! * pass-through names ([`DnsEntry::passthrough`]) that a wildcard covers:
 //!   `rewrite stop name exact NAME NAME`, so that no later rule matches them;
 //! * a target with few exact names gets one `rewrite stop name exact NAME TARGET` per name;
