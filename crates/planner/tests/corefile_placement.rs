@@ -38,7 +38,12 @@ fn blocks_by_server(text: &str) -> Vec<(String, String)> {
             server = line.trim_end_matches('{').trim().to_owned();
         }
         if line.trim().starts_with("# BEGIN hairpin") {
-            out.push((server.clone(), lines.next().unwrap().trim().to_owned()));
+            // The first name rule: past the cluster-domain bypass, where there is one.
+            let mut first = lines.next().unwrap().trim();
+            if first.starts_with("rewrite stop name suffix ") {
+                first = lines.next().unwrap().trim();
+            }
+            out.push((server.clone(), first.to_owned()));
         }
     }
     out
@@ -147,6 +152,13 @@ fn placeholder_domain_uses_the_flag_and_rewrites_in_the_kubernetes_block() {
             ".:53".to_owned(),
             format!("rewrite stop name exact app.example.com {LB1}")
         )]
+    );
+    // The bypass names the cluster domain the flag gave.
+    assert!(
+        edit.text
+            .contains("# BEGIN hairpin (managed by hairpin; do not edit)\n    rewrite stop name suffix .corp.internal. .corp.internal.\n"),
+        "{}",
+        edit.text
     );
 }
 

@@ -26,7 +26,8 @@ fn root() -> PathBuf {
 fn ctx() -> ShapeContext {
     ShapeContext::new(
         "hairpin",
-        &["cluster.local"],
+        // corp.internal: the placeholder-domain layout's cluster domain (its bypass names it).
+        &["cluster.local", "corp.internal"],
         &["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"],
     )
 }
@@ -139,7 +140,15 @@ fn every_rendered_rule_and_answer_has_a_shape() {
     .expect("exact rules");
     let (answers, unknown) = corefile::render_answers(&entries, &addresses).expect("answers");
     assert!(unknown.is_empty());
-    let n = assert_shaped("rules", &refs(&rules), &shapes::rule_shapes())
+    // The bypass opens a Corefile block's rules, never hairpin's own coredns-custom key.
+    let bypass = vec![corefile::cluster_bypass("cluster.local")];
+    assert!(!shapes::has_shape(
+        &bypass[0],
+        &shapes::rule_shapes(),
+        &ctx()
+    ));
+    let n = assert_shaped("bypass", &refs(&bypass), &shapes::line_shapes())
+        + assert_shaped("rules", &refs(&rules), &shapes::rule_shapes())
         + assert_shaped("exact rules", &refs(&exact), &shapes::rule_shapes())
         + assert_shaped("answers", &refs(&answers), &shapes::line_shapes());
     let over = corefile::render_override(&entries).expect("override");
@@ -150,7 +159,9 @@ fn every_rendered_rule_and_answer_has_a_shape() {
     let n = n + assert_shaped("override", &lines, &shapes::rule_shapes());
     // Each shape is written by some renderer (a shape nobody writes is a hole in the policy).
     let ctx = ctx();
-    let all: Vec<&String> = rules.iter().chain(&exact).chain(&answers).collect();
+    let all: Vec<&String> = (rules.iter().chain(&exact).chain(&answers))
+        .chain(&bypass)
+        .collect();
     for shape in shapes::line_shapes() {
         assert!(
             all.iter()

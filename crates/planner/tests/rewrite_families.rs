@@ -124,8 +124,8 @@ fn the_rewrite_path_covers_aaaa_on_every_corefile_that_takes_it() {
                 assert!(!rules.is_empty(), "{what}");
                 for rule in rules {
                     let fields: Vec<&str> = rule.split_whitespace().collect();
-                    // `rewrite stop name exact NAME TARGET` or
-                    // `rewrite stop name regex PATTERN TARGET answer auto`.
+                    // `rewrite stop name exact NAME TARGET`,
+                    // `rewrite stop name regex PATTERN TARGET answer auto` or the bypass.
                     assert_eq!(fields[..3], ["rewrite", "stop", "name"], "{what}: {rule}");
                     assert!(
                         !fields.iter().any(|f| ["type", "A", "AAAA"].contains(f)),
@@ -139,6 +139,13 @@ fn the_rewrite_path_covers_aaaa_on_every_corefile_that_takes_it() {
                         "regex" => {
                             assert_eq!(fields[6..], ["answer", "auto"], "{what}: {rule}");
                             regex += 1;
+                        }
+                        // The cluster-domain bypass: an identity rewrite of the cluster
+                        // domain, no query type either.
+                        "suffix" => {
+                            let domain = format!(".{}.", dns.cluster_domain);
+                            assert_eq!(fields[4..], [domain.as_str(), &domain], "{what}: {rule}");
+                            continue;
                         }
                         other => panic!("{what}: match type {other} in {rule}"),
                     }

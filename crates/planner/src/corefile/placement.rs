@@ -21,7 +21,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use super::parse::{Corefile, Directive, ServerBlock};
-use super::rules::{EntryRef, RuleStyle, render_answers_of, render_rules_of};
+use super::rules::{EntryRef, RuleStyle, cluster_bypass, render_answers_of, render_rules_of};
 use super::{CorefileError, Warning};
 use crate::forward::in_zone;
 use crate::name::WildcardLabels;
@@ -334,6 +334,44 @@ fn receivers(servers: &[Server<'_>], pattern: &EntryRef<'_>, out: &mut Vec<usize
     }
 }
 
+/// Whether hairpin's rules in `block` may open with [`cluster_bypass`], the rule that sends
+/// every name of the cluster domain on at once (a `stop` rule that rewrites nothing), so that
+/// cluster names and search-path NXDOMAINs never reach the regexes: only where no other
+/// `rewrite` rule could see those names after it (the block has no `rewrite` of the user's
+/// and no `import`, whose file might hold some) and none of `entries` lies in or covers the
+/// cluster domain (the planner never asks for such names; checked all the same).
+fn may_bypass(src: &str, block: &ServerBlock, domain: &str, entries: &[EntryRef<'_>]) -> bool {
+    if domain.is_empty() || domain == "." {
+        return false;
+    }
+    let own = hairpin_lines(src);
+    let foreign = block.directives.iter().any(|d| {
+        matches!(d.name.text(src), "rewrite" | "import")
+            && !own.iter().any(|r| r.contains(&d.name.line))
+    });
+    let touches = entries
+        .iter()
+        .any(|e| in_zone(e.name, domain) || (e.labels.is_some() && in_zone(domain, e.name)));
+    !foreign && !touches
+}
+
+/// The 1-based line ranges of hairpin's marked blocks in `src` (markers included).
+fn hairpin_lines(src: &str) -> Vec<std::ops::RangeInclusive<usize>> {
+    let mut out = Vec::new();
+    let mut begin = None;
+    for (i, line) in src.lines().enumerate() {
+        let t = line.trim();
+        if t.starts_with(crate::markers::BEGIN_PREFIX) {
+            begin = Some(i + 1);
+        } else if t == crate::markers::END_MARKER
+            && let Some(b) = begin.take()
+        {
+            out.push(b..=i + 1);
+        }
+    }
+    out
+}
+
 /// Decide the blocks for `entries` in a parsed Corefile.
 pub(super) fn place(
     src: &str,
@@ -381,7 +419,11 @@ pub(super) fn place(
             continue;
         }
         let (form, lines) = if s.resolves_cluster && !opts.without_kubernetes {
-            (Form::Rewrite, render_rules_of(&entries, opts.style)?)
+            let mut lines = render_rules_of(&entries, opts.style)?;
+            if !lines.is_empty() && may_bypass(src, s.block, cluster_domain, &entries) {
+                lines.insert(0, cluster_bypass(cluster_domain));
+            }
+            (Form::Rewrite, lines)
         } else {
             let (lines, unknown) = render_answers_of(&entries, &opts.addresses)?;
             if !unknown.is_empty() {

@@ -45,6 +45,9 @@ pub enum Token {
     /// One of hairpin's Services: one DNS label, then one of the policy's suffixes
     /// `.<namespace>.svc.<cluster domain>`.
     Service,
+    /// A cluster domain of the policy with its dots, `.<cluster domain>.` (the bypass that
+    /// lets cluster names skip hairpin's rules).
+    Domain,
     /// An RE2 pattern over the query name with its trailing dot: `^` ... `\.$`.
     Pattern,
     /// An address of `family` within the policy's CIDRs, closing a quoted record (`10.96.0.7"`).
@@ -80,6 +83,7 @@ impl LineShape {
                 Token::Lit(s) => s.clone(),
                 Token::Name | Token::Same(_) => "NAME".to_owned(),
                 Token::Service => "SERVICE.NAMESPACE.svc.CLUSTER_DOMAIN".to_owned(),
+                Token::Domain => ".CLUSTER_DOMAIN.".to_owned(),
                 Token::Pattern => "^PATTERN\\.$".to_owned(),
                 Token::QuotedIp(Family::V4) => "IPV4\"".to_owned(),
                 Token::QuotedIp(Family::V6) => "IPV6\"".to_owned(),
@@ -129,6 +133,10 @@ fn lit(word: &str) -> Token {
 /// of server blocks that cannot resolve a rewritten name ([`super::render_answers`]).
 pub fn line_shapes() -> Vec<LineShape> {
     let mut shapes = rule_shapes();
+    shapes.push(LineShape::new(
+        "rewrite cluster bypass",
+        with("rewrite stop name suffix", [Token::Domain, Token::Same(4)]),
+    ));
     for qtype in ["A", "AAAA", "ANY"] {
         shapes.push(LineShape::new(
             "template open",
@@ -162,6 +170,7 @@ pub fn line_shapes() -> Vec<LineShape> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShapeContext {
     pub service_suffixes: Vec<String>,
+    pub domain_suffixes: Vec<String>,
     pub cidrs: Vec<(IpAddr, u8)>,
 }
 
@@ -174,6 +183,7 @@ impl ShapeContext {
                 .iter()
                 .map(|d| format!(".{namespace}.svc.{d}"))
                 .collect(),
+            domain_suffixes: domains.iter().map(|d| format!(".{d}.")).collect(),
             cidrs: cidrs
                 .iter()
                 .filter_map(|c| {
@@ -223,6 +233,7 @@ impl Token {
                 .service_suffixes
                 .iter()
                 .any(|s| word.strip_suffix(s.as_str()).is_some_and(is_label)),
+            Token::Domain => ctx.domain_suffixes.iter().any(|d| d == word),
             Token::Pattern => word.starts_with('^') && word.ends_with("\\.$"),
             Token::QuotedIp(family) => word
                 .strip_suffix('"')
@@ -243,6 +254,7 @@ impl Token {
                 "variables.serviceSuffixes.exists(s, {w}.endsWith(s) && \
                  {w}.substring(0, size({w}) - size(s)).matches('^[-a-z0-9]+$'))"
             ),
+            Token::Domain => format!("{w} in variables.domainSuffixes"),
             Token::Pattern => format!("{w}.startsWith('^') && {w}.endsWith('\\\\.$')"),
             Token::QuotedIp(family) => {
                 let n = match family {
@@ -380,7 +392,7 @@ pub fn cel_own_key(x: &str) -> String {
 /// The chart's `_dns-policy.tpl`, as named templates: the policy's variable `literalLines`
 /// ([`cel_literal_lines`]) and its three validations, over its variables `old`, `new` (the
 /// ConfigMap's data before and after), `custom` and `ownStem` (hairpin's own key),
-/// `serviceSuffixes` and `cidrs`.
+/// `serviceSuffixes`, `domainSuffixes` and `cidrs`.
 pub fn chart_helpers() -> String {
     let own = "(variables.custom && k.startsWith(variables.ownStem) && \
                !k.substring(size(variables.ownStem)).contains('.') && !k.endsWith('.server'))";
@@ -465,5 +477,26 @@ mod tests {
         assert!(!has_shape(&line("10.112.0.1", "A"), &shapes, &ctx));
         assert!(!has_shape(&line("fd00::1", "A"), &shapes, &ctx));
         assert!(!has_shape(&line("203.0.113.9", "A"), &shapes, &ctx));
+    }
+
+    #[test]
+    fn the_bypass_names_a_cluster_domain_to_itself_only() {
+        let ctx = ShapeContext::new("hairpin", &["cluster.local"], &["10.96.0.0/12"]);
+        let shapes = line_shapes();
+        let ok = "    rewrite stop name suffix .cluster.local. .cluster.local.";
+        assert!(has_shape(ok, &shapes, &ctx));
+        assert!(
+            !has_shape(ok, &rule_shapes(), &ctx),
+            "not in hairpin's own key"
+        );
+        for bad in [
+            "rewrite stop name suffix .example.com. .example.com.",
+            "rewrite stop name suffix .cluster.local. .example.com.",
+            "rewrite stop name suffix .cluster.local. .cluster.local",
+            "rewrite stop name suffix .local. .local.",
+            "rewrite continue name suffix .cluster.local. .cluster.local.",
+        ] {
+            assert!(!has_shape(bad, &shapes, &ctx), "{bad}");
+        }
     }
 }

@@ -13,7 +13,7 @@ fn inserts_before_kubernetes_with_its_indentation() {
     let edit = apply(BASIC, &entries(&["a.example.com"])).unwrap();
     assert_eq!(
         edit.text,
-        ".:53 {\n    errors\n    # BEGIN hairpin (managed by hairpin; do not edit)\n    rewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\n    # END hairpin\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    reload\n}\n"
+        ".:53 {\n    errors\n    # BEGIN hairpin (managed by hairpin; do not edit)\n    rewrite stop name suffix .cluster.local. .cluster.local.\n    rewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\n    # END hairpin\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    reload\n}\n"
     );
     assert!(edit.changed && edit.warnings.is_empty());
     let again = apply(&edit.text, &entries(&["a.example.com"])).unwrap();
@@ -29,7 +29,7 @@ fn tabs_crlf_and_missing_final_newline() {
     let edit = apply(original, &entries(&["a.example.com"])).unwrap();
     assert_eq!(
         edit.text,
-        "# top\r\n.:53\r\n{\r\n\terrors\r\n\t# BEGIN hairpin (managed by hairpin; do not edit)\r\n\trewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\r\n\t# END hairpin\r\n\tkubernetes\tcluster.local\r\n}"
+        "# top\r\n.:53\r\n{\r\n\terrors\r\n\t# BEGIN hairpin (managed by hairpin; do not edit)\r\n\trewrite stop name suffix .cluster.local. .cluster.local.\r\n\trewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\r\n\t# END hairpin\r\n\tkubernetes\tcluster.local\r\n}"
     );
     assert_eq!(remove(&edit.text).unwrap().text, original);
 }
@@ -40,7 +40,7 @@ fn kubernetes_on_the_brace_line_inserts_before_the_closing_brace() {
     let edit = apply(original, &entries(&["a.example.com"])).unwrap();
     assert_eq!(
         edit.text,
-        ".:53 { kubernetes cluster.local\n  reload\n  # BEGIN hairpin (managed by hairpin; do not edit)\n  rewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\n  # END hairpin\n}\n"
+        ".:53 { kubernetes cluster.local\n  reload\n  # BEGIN hairpin (managed by hairpin; do not edit)\n  rewrite stop name suffix .cluster.local. .cluster.local.\n  rewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\n  # END hairpin\n}\n"
     );
     assert_eq!(remove(&edit.text).unwrap().text, original);
 }
@@ -150,6 +150,13 @@ fn block(indent: &str, names: &[&str]) -> String {
     markers::render_block(rules.iter().map(String::as_str), indent, "\n", true)
 }
 
+/// [`block`] as hairpin writes it where nothing else rewrites: opening with the bypass.
+fn placed(indent: &str, names: &[&str]) -> String {
+    let mut rules = vec![cluster_bypass("cluster.local")];
+    rules.extend(render_rules(&entries(names)).unwrap());
+    markers::render_block(rules.iter().map(String::as_str), indent, "\n", true)
+}
+
 #[test]
 fn update_keeps_a_moved_block_in_place() {
     let original = ".:53 {\n    kubernetes cluster.local\n  # BEGIN hairpin (managed by hairpin; do not edit)\n  rewrite stop name exact old.example.com x.y.svc.cluster.local\n  # END hairpin\n    reload\n}\n";
@@ -158,7 +165,7 @@ fn update_keeps_a_moved_block_in_place() {
         edit.text,
         format!(
             ".:53 {{\n    kubernetes cluster.local\n{}    reload\n}}\n",
-            block("  ", &["new.example.com"])
+            placed("  ", &["new.example.com"])
         )
     );
     assert!(edit.warnings.is_empty());
@@ -246,7 +253,7 @@ fn a_block_outside_the_kubernetes_server_block_is_moved() {
         edit.text,
         format!(
             ".:53 {{\n{}    kubernetes cluster.local\n}}\nexample.org {{\n    forward . 1.1.1.1\n}}\n",
-            block("    ", &["a.example.com"])
+            placed("    ", &["a.example.com"])
         )
     );
     assert!(analyze(&original).unwrap().has_hairpin_block);
@@ -352,7 +359,7 @@ fn a_block_inside_a_plugin_block_is_moved_out() {
         edit.text,
         format!(
             ".:53 {{\n{}    kubernetes cluster.local {{\n    }}\n    reload\n}}\n",
-            block("    ", &["a.example.com"])
+            placed("    ", &["a.example.com"])
         )
     );
 }
@@ -390,4 +397,55 @@ fn a_gone_server_block_is_named_on_one_escaped_line() {
         err.to_string(),
         "the server block `.:53\\nforged line` (#2) is no longer in the Corefile; planning again"
     );
+}
+
+#[test]
+fn the_cluster_bypass_opens_the_rules_only_where_nothing_else_rewrites() {
+    let bypass = "rewrite stop name suffix .cluster.local. .cluster.local.";
+    let edit = apply(BASIC, &entries(&["a.example.com"])).unwrap();
+    let after_begin = edit
+        .text
+        .split("(managed by hairpin; do not edit)\n")
+        .nth(1)
+        .unwrap();
+    assert!(
+        after_begin.starts_with(&format!("    {bypass}\n")),
+        "{}",
+        edit.text
+    );
+    // The cluster domain as the `kubernetes` plugin names it.
+    let other = BASIC.replace("kubernetes cluster.local", "kubernetes corp.internal");
+    let edit = apply(&other, &entries(&["a.example.com"])).unwrap();
+    assert!(
+        edit.text
+            .contains("rewrite stop name suffix .corp.internal. .corp.internal.\n")
+    );
+    // A rewrite of the user's (before or after hairpin's block), or an import that may hold
+    // one: their rules keep seeing cluster names, so no bypass.
+    for extra in [
+        "    rewrite name exact x.example.com y.example.com\n",
+        "    rewrite stop name regex (.*)\\.svc\\.cluster\\.local {1}.svc.cluster.local\n",
+        "    import custom/*.override\n",
+    ] {
+        for original in [
+            BASIC.replace("    reload\n", &format!("    reload\n{extra}")),
+            BASIC.replace("    errors\n", &format!("    errors\n{extra}")),
+        ] {
+            let edit = apply(&original, &entries(&["a.example.com"])).unwrap();
+            assert!(!edit.text.contains("name suffix"), "{}", edit.text);
+            assert_eq!(remove(&edit.text).unwrap().text, original);
+        }
+    }
+    // hairpin's own block does not count: an update keeps the bypass.
+    let edit = apply(BASIC, &entries(&["a.example.com"])).unwrap();
+    let again = apply(&edit.text, &entries(&["b.example.com"])).unwrap();
+    assert!(again.text.contains(bypass), "{}", again.text);
+    // A name in the cluster domain, or a wildcard covering it: no bypass.
+    let gw = DnsEntry::new_with("*.local", T, crate::name::WildcardLabels::OneOrMore).unwrap();
+    for e in [DnsEntry::new("a.svc.cluster.local", T).unwrap(), gw] {
+        let edit = apply(BASIC, &[e]).unwrap();
+        assert!(!edit.text.contains("name suffix"), "{}", edit.text);
+    }
+    // No rules, no bypass.
+    assert_eq!(apply(BASIC, &[]).unwrap().text, BASIC);
 }
