@@ -12,8 +12,9 @@ runs wrk interleaved over several rounds for three workloads:
   bulk-c2    transfers (an image pull, an upload), where how the connections are spread over
   bulk-c4    the proxy's threads decides
 
-and prints medians, hairpin/HAProxy and hairpin/direct ratios, p99 latencies, each proxy's CPU
-time per unit of work and resident memory (see below) after the runs, and then
+and prints the host's CPU model and kernel, medians, hairpin/HAProxy and hairpin/direct ratios,
+p99 latencies, each proxy's CPU time per unit of work, anonymous memory per open connection (see
+below) and resident memory after the runs, a summary of every ratio to HAProxy, and then
 every target of the proxy as a ratio to HAProxy's with PASS or MISS, followed by the
 planner's figures at 10,000 Ingresses and 20,000 hostnames (`crates/planner/examples/scale.rs`,
 `crates/controller/examples/memory_10k.rs`) against their absolute targets:
@@ -22,6 +23,7 @@ planner's figures at 10,000 Ingresses and 20,000 hostnames (`crates/planner/exam
   CPU per request        <= 0.85  keepalive and newconn
   CPU per GiB            <= 0.5   bulk (every bulk shape)
   resident memory peak   <= 0.5
+  memory per connection  <= 0.5   at 2,000 and 10,000 open connections
   p99 latency            <= 1.0   every workload
   planner desired()      <= 50 ms (thread CPU time, median; the wall time is printed beside)
   Corefile at 20,000     <= 768 KiB (whole names, docs/dns-cost.md; the ConfigMap limit is 1 MiB)
@@ -51,16 +53,29 @@ relocation to apply at start; the release build maps libc and its loader and rew
 .data.rel.ro (19,000 relocations), about 0.9 MiB more (measured at load 8-10: image VmHWM
 8,836 KiB, RssAnon 984, RssFile 7,852; HAProxy 16,312, 5,272 and 11,040).
 
+Memory per open connection, before the rounds: each proxy in turn gets 2,000 and then 10,000
+connections (--connections), each sending half a request (no blank line, so nginx waits for the
+rest and the proxy holds an open pair with nothing in flight); once the proxy holds both ends of
+every one (its descriptors) and its RssAnon is steady, the growth of RssAnon over its value just
+before the first level, divided by the connections, is the figure (KiB). The bench raises its
+soft descriptor limit to the hard one; HAProxy's `maxconn` and hairpin's `--max-connections` are
+the same, set to fit the levels. Two descriptors per connection: where the hard RLIMIT_NOFILE
+does not allow 10,000 (20,000 here, without CAP_SYS_RESOURCE to raise it), the most it allows
+is used and a note says so.
+
+--quick: 3 rounds of 1 s runs (bulk 2 s) and no planner figures, every ratio in a few minutes.
+
 With --profile, after the rounds: where each proxy's CPU goes per request on keep-alive and new
 connections (PROXY v1), from `perf record -e cpu-clock -g` call chains sorted into kernel paths
 (send: the proxy's own TCP transmit, the peer's TCP receive that loopback runs inside the
 sender's syscall, waking the peer; recv; epoll_wait; other syscalls; user space), scaled to the
 CPU time per request measured from /proc over the same run; then `perf stat` counts per request
 over another run of each: syscalls (in all and by name), context switches, and perf's own
-task-clock. Needs `perf` and root (or kernel.perf_event_paranoid <= 1 with readable kernel
+task-clock, also per MiB for the bulk shapes (splices, wake-ups, and the machine's idle share:
+a proxy that waits rather than works leaves the CPUs idle). Needs `perf` and root (or kernel.perf_event_paranoid <= 1 with readable kernel
 symbols).
 
-Usage: bench/run.sh [--smoke] [--rounds N] [--duration S] [--threads N] [--only WORKLOAD]...
+Usage: bench/run.sh [--smoke | --quick] [--connections N,N] [--rounds N] [--duration S] [--threads N] [--only WORKLOAD]...
                     [--no-build] [--hairpin PATH | --release] [--baseline PATH] [--no-planner]
                     [--profile]
 """
@@ -152,6 +167,108 @@ def memory(pid):
         except OSError:
             pass
     return fields["VmRSS"], fields["VmHWM"], fields["RssAnon"], fields["RssFile"]
+
+
+def cpu_model():
+    """The CPU's model name, from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def open_files(pid):
+    """How many descriptors a process has open."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def connection_capacity():
+    """The most connections a proxy can hold here: two descriptors each (client and upstream)
+    under the hard RLIMIT_NOFILE the proxies inherit (a process without CAP_SYS_RESOURCE cannot
+    raise it), less a reserve for listeners, the runtime's own and the splice pipes."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(0, (hard - 100) // 2)
+
+
+def raise_own_fd_limit():
+    """The soft RLIMIT_NOFILE up to the hard one, for this process (the held connections'
+    client ends), nginx and HAProxy (which inherit it; hairpin raises its own)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# What each held connection sends: half a request (no blank line), so that the upstream waits
+# for the rest and the proxy holds the connection with nothing in flight.
+HALF_REQUEST = b"GET /small HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench"
+
+
+def anon_per_connection(pid, port, count, idle_anon):
+    """Opens `count` connections through the proxy at `port`, each sending half a request, waits
+    until the proxy holds both ends of each (its descriptors) and its memory is steady, and
+    returns (KiB of RssAnon per connection over `idle_anon`, RssAnon, problem or None). The
+    connections are then reset (no TIME_WAIT) and the proxy's descriptors awaited."""
+    import struct
+    base_fds = open_files(pid)
+    held, problem = [], None
+    try:
+        for i in range(count):
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            held.append(s)
+            if i % 250 == 249:
+                time.sleep(0.02)  # within the listen backlog, without SYN cookies
+        deadline = time.time() + 30
+        pending = list(held)
+        while pending and time.time() < deadline:
+            left = []
+            for s in pending:
+                try:
+                    s.send(HALF_REQUEST)
+                except (BlockingIOError, OSError):
+                    left.append(s)
+            pending = left
+            if pending:
+                time.sleep(0.05)
+        if pending:
+            problem = f"{len(pending)} of {count} connections never became writable"
+        while open_files(pid) < base_fds + 2 * count and time.time() < deadline:
+            time.sleep(0.1)
+        if open_files(pid) < base_fds + 2 * count:
+            problem = problem or f"the proxy holds {(open_files(pid) - base_fds) // 2} of {count} connections"
+        anon = memory(pid)[2]
+        while time.time() < deadline:
+            time.sleep(0.3)
+            again = memory(pid)[2]
+            if again == anon:
+                break
+            anon = again
+    finally:
+        for s in held:
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
+            s.close()
+    deadline = time.time() + 30
+    while open_files(pid) > base_fds and time.time() < deadline:
+        time.sleep(0.1)
+    return (anon - idle_anon) / count, anon, problem
 
 
 def cpu_times(pid):
@@ -283,6 +400,13 @@ STAT_SYSCALLS = ("sendto", "write", "writev", "sendmsg", "recvfrom", "read", "re
                  "getsockopt", "getsockname", "shutdown", "close", "futex", "splice")
 
 
+def machine_idle():
+    """(idle, total) jiffies of all CPUs, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
 def stat_counts(pid, port, workload, duration):
     """Runs one wrk run under `perf stat` of `pid`: {event: count per request}, requests."""
     events = ["task-clock", "context-switches", "cpu-migrations", "page-faults", "raw_syscalls:sys_enter",
@@ -290,9 +414,13 @@ def stat_counts(pid, port, workload, duration):
     counter = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(events), "-p", str(pid),
                                 "--", "sleep", str(duration)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    idle_before = machine_idle()
     _, _, _, requests = run_wrk(port, workload, duration)
+    idle_after = machine_idle()
     _, err = counter.communicate()
-    counts = {}
+    # The whole machine's idle share over the run: a proxy that waits (rather than works)
+    # leaves the CPUs idle while the client and nginx have work to do.
+    counts = {"machine idle %": 100 * (idle_after[0] - idle_before[0]) / max(idle_after[1] - idle_before[1], 1)}
     for line in err.splitlines():
         fields = line.split(",")
         if len(fields) > 2:
@@ -308,6 +436,11 @@ def stat_counts(pid, port, workload, duration):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="one short round: checks the harness, measures nothing")
+    parser.add_argument("--quick", action="store_true",
+                        help="3 rounds of 1 s runs (bulk 2 s) and no planner figures: every ratio in about 4 minutes")
+    parser.add_argument("--connections", default="2000,10000",
+                        help="open connections at which memory per connection is measured, comma-separated "
+                             "(default 2000,10000; capped by the hard descriptor limit, two per connection)")
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("ROUNDS", "5")),
                         help="interleaved rounds; the figures are medians over them (env ROUNDS, default 5)")
     parser.add_argument("--duration", type=int, default=2, help="seconds per wrk run (bulk gets +1)")
@@ -332,6 +465,19 @@ def main():
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.duration = 1, 1
+    if args.quick:
+        args.rounds, args.duration, args.no_planner = 3, 1, True
+    raise_own_fd_limit()
+    capacity = connection_capacity()
+    levels = []
+    for wanted in (int(n) for n in args.connections.split(",") if n.strip()):
+        held = min(wanted, capacity - 50)
+        if held > 0 and held not in levels:
+            levels.append(held)
+        if held != wanted:
+            print(f"note: {wanted} connections need {2 * wanted} descriptors per proxy; the hard RLIMIT_NOFILE "
+                  f"here allows {capacity} connections, so {held} are held instead")
+    max_conns = max([8000, *(n + 50 for n in levels)])
     if args.only:
         for name in list(WORKLOADS):
             if name not in args.only:
@@ -376,7 +522,8 @@ worker_processes 2;
 {"user root;" if os.geteuid() == 0 else ""}
 pid {work}/nginx.pid;
 error_log {work}/nginx-error.log warn;
-events {{ worker_connections 8192; }}
+worker_rlimit_nofile {2 * max_conns + 100};
+events {{ worker_connections {max_conns + 100}; }}
 http {{
   access_log off;
   client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;
@@ -397,7 +544,7 @@ http {{
             f.write(f"""
 global
   nbthread {args.threads}
-  maxconn 8000
+  maxconn {max_conns}
 defaults
   mode tcp
   timeout connect 5s
@@ -432,7 +579,7 @@ listen hap_v2
         for proxy, (path, prefix) in hairpins.items():
             start(proxy, [path, "proxy", "--routes-file", os.path.join(work, f"routes-{prefix}.json"),
                           "--workers", str(args.hairpin_workers or args.threads),
-                          "--connect-timeout", "5s", "--idle-timeout", "600s", "--max-connections", "8000",
+                          "--connect-timeout", "5s", "--idle-timeout", "600s", "--max-connections", str(max_conns),
                           "--shutdown-delay", "0s",
                           "--admin-addr", f"127.0.0.1:{ports[prefix + '_admin']}", "--log-level", "warn"],
                   ports[prefix + "_v1"])
@@ -462,11 +609,29 @@ listen hap_v2
         print(f"hairpin: {binary} ({'as given' if args.hairpin else 'release build' if args.release else 'image build, static'})")
         if args.baseline:
             print(f"baseline: {args.baseline}")
+        print(f"host: {cpu_model()}, {os.cpu_count()} CPUs, kernel {os.uname().release}")
         print(f"machine: {os.cpu_count()} CPUs, load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
         print(f"rounds: {args.rounds}, {args.duration}s per run (bulk {args.duration + 1}s); wrk "
               + ", ".join(f"{w} -t{WORKLOADS[w][4]} -c{WORKLOADS[w][1]}" for w in WORKLOADS), flush=True)
+        problems = {}
         for name, port in targets.items():  # warm-up
             run_wrk(port, next(iter(WORKLOADS)), 1)
+
+        # Memory per open connection, before the rounds (whose bulk transfers would leave freed
+        # buffers for the held connections to reuse): RssAnon with N connections open, each
+        # holding half a request, less RssAnon just before, over N. Interleaved by level.
+        memory_proxies = ["haproxy", "hairpin", *(["baseline"] if args.baseline else [])]
+        idle_anon = {proxy: memory(procs[proxy].pid)[2] for proxy in memory_proxies}
+        per_conn = {}
+        for level in levels:
+            for proxy in memory_proxies:
+                port = targets[proxy + "-v1"]
+                kib, anon, problem = anon_per_connection(procs[proxy].pid, port, level, idle_anon[proxy])
+                per_conn[(proxy, level)] = kib
+                if problem:
+                    problems.setdefault((f"memory {level}", proxy), []).append(problem)
+        if levels:
+            print(f"memory per open connection measured at {', '.join(f'{n:,}' for n in levels)}", flush=True)
 
         results = {(w, t): [] for w in WORKLOADS for t in targets}
         # CPU time the proxy process spent per unit of work (µs per request, ms per GiB): the
@@ -476,7 +641,6 @@ listen hap_v2
         owner = {"direct": None, "haproxy-v1": "haproxy", "haproxy-v2": "haproxy",
                  "hairpin-v1": "hairpin", "hairpin-v2": "hairpin", "baseline-v1": "baseline", "baseline-v2": "baseline"}
         latencies = {(w, t): [] for w in WORKLOADS for t in targets}
-        problems = {}
         names = list(targets)
         for round_ in range(args.rounds):
             order = names[round_ % len(names):] + names[: round_ % len(names)]
@@ -579,19 +743,19 @@ listen hap_v2
             print()
             # Counted, not sampled: how many syscalls and context switches each proxy makes per
             # request (task-clock: CPU µs per request over the same run, in perf's own measure).
-            print("perf stat per request, PROXY v1 (counts per request; task-clock in µs)")
-            for workload in [w for w in ("keepalive", "newconn") if w in WORKLOADS]:
+            print("perf stat per request (keepalive, newconn) and per MiB (bulk), PROXY v1; task-clock in µs; "
+                  "with --baseline, the baseline beside")
+            counted = ("hairpin", "haproxy", *(["baseline"] if args.baseline else []))
+            for workload in WORKLOADS:
                 stats = {proxy: stat_counts(procs[proxy].pid, targets[f"{proxy}-v1"], workload, args.duration + 1)[0]
-                         for proxy in ("hairpin", "haproxy")}
-                print(f"  {workload}:")
-                ordered = [e for e in ("task-clock", "all syscalls", "context-switches", "cpu-migrations", "page-faults",
-                                       *STAT_SYSCALLS) if e in stats["hairpin"] or e in stats["haproxy"]]
+                         for proxy in counted}
+                print(f"  {workload} (per {'MiB' if WORKLOADS[workload][3] == 'MiB/s' else 'request'}):")
+                ordered = [e for e in ("machine idle %", "task-clock", "all syscalls", "context-switches", "cpu-migrations", "page-faults",
+                                       *STAT_SYSCALLS) if any(e in stats[p] for p in counted)]
                 for event in ordered:
-                    hp, ha = stats["hairpin"].get(event, 0), stats["haproxy"].get(event, 0)
-                    if event == "task-clock":
-                        hp, ha = hp * 1e3, ha * 1e3  # perf reports msec
-                    if hp or ha:
-                        print(f"    {event:<20} hairpin {hp:8.3f}   haproxy {ha:8.3f}")
+                    values = {p: stats[p].get(event, 0) * (1e3 if event == "task-clock" else 1) for p in counted}
+                    if any(values.values()):
+                        print(f"    {event:<20} " + "   ".join(f"{p} {v:9.3f}" for p, v in values.items()))
             print()
         print("resident memory after the runs (KiB)")
         for proc in ("haproxy", "hairpin", *(["baseline"] if args.baseline else []), "nginx"):
@@ -599,6 +763,18 @@ listen hap_v2
             print(f"  {proc:<8} VmRSS {rss:>8}   VmHWM {hwm:>8}   RssAnon {anon:>8}   RssFile {file:>8}"
                   + ("   (master + workers)" if proc == "nginx" else ""))
         print()
+        if levels:
+            print("anonymous memory per open connection (RssAnon growth over the connections, each holding half a "
+                  "request; KiB; lower is better)")
+            for level in levels:
+                ha = per_conn[("haproxy", level)]
+                line = f"  {level:>6,} connections: haproxy {ha:6.2f}   hairpin {per_conn[('hairpin', level)]:6.2f}" \
+                       f"   hairpin/haproxy {per_conn[('hairpin', level)] / max(ha, 1e-9):.3f}"
+                if args.baseline:
+                    line += f"   baseline {per_conn[('baseline', level)]:6.2f}" \
+                            f"   baseline/haproxy {per_conn[('baseline', level)] / max(ha, 1e-9):.3f}"
+                print(line)
+            print()
         planner_checks = []
         if not args.no_planner:
             print("planner at 10,000 Ingresses and 20,000 hostnames (medians of 9 runs)")
@@ -617,6 +793,31 @@ listen hap_v2
             planner_checks.append(("planner Corefile KiB", corefile_kib, "<=", 768, "", True))
             planner_checks.append(("controller VmRSS MiB", rss_mib, "<=", 64, "(steady state)", True))
             planner_checks.append(("controller VmHWM MiB", hwm_mib, "<=", 64, "(peak)", True))
+        # Every ratio to HAProxy in one table (and the baseline's beside it, from the same rounds).
+        print("summary: ratios to HAProxy (median; [min-max of the same ratio within each round]); "
+              "throughput >= 1.0 and CPU <= 1.0 is ahead")
+        for workload in WORKLOADS:
+            unit = "CPU/GiB" if WORKLOADS[workload][3] == "MiB/s" else "CPU/req"
+            for v in ("v1", "v2"):
+                parts = []
+                for proxy in ("hairpin", *(["baseline"] if args.baseline else [])):
+                    cells = []
+                    for series in (results, cpu_cost):
+                        ours, theirs = series[(workload, f"{proxy}-{v}")], series[(workload, f"haproxy-{v}")]
+                        if not ours or not theirs:
+                            cells.append("   n/a")
+                            continue
+                        per_round = [a / max(b, 1e-9) for a, b in zip(ours, theirs)]
+                        cells.append(f"{statistics.median(ours) / max(statistics.median(theirs), 1e-9):5.2f}"
+                                     f" [{min(per_round):.2f}-{max(per_round):.2f}]")
+                    parts.append(f"{proxy} throughput {cells[0]} {unit} {cells[1]}")
+                print(f"  {workload:<9} {v}  " + "   ".join(parts))
+        for level in levels:
+            line = f"  memory/conn at {level:,}: hairpin {per_conn[('hairpin', level)] / max(per_conn[('haproxy', level)], 1e-9):.3f}"
+            if args.baseline:
+                line += f"   baseline {per_conn[('baseline', level)] / max(per_conn[('haproxy', level)], 1e-9):.3f}"
+            print(line + f"   (haproxy {per_conn[('haproxy', level)]:.2f} KiB)")
+        print()
         print("targets (hairpin/haproxy, from the medians above; spread: the same ratio within each round, min-max)")
 
         def spread(hp_runs, ha_runs):
@@ -640,6 +841,10 @@ listen hap_v2
                 hp = statistics.median(hp_runs or [0])
                 ha = statistics.median(ha_runs or [0])
                 checks.append((f"{workload} {v} {unit}", hp / max(ha, 1e-9), "<=", limit, spread(hp_runs, ha_runs)))
+        for level in levels:
+            hp, ha = per_conn[("hairpin", level)], per_conn[("haproxy", level)]
+            checks.append((f"memory per connection at {level:,}", hp / max(ha, 1e-9), "<=", 0.5,
+                           f"{hp:.2f} / {ha:.2f} KiB"))
         hwm = {proc: memory(procs[proc].pid)[1] for proc in ("haproxy", "hairpin")}
         checks.append(("resident memory peak (VmHWM)", hwm["hairpin"] / max(hwm["haproxy"], 1), "<=", 0.5,
                        f"{hwm['hairpin']} / {hwm['haproxy']} KiB"))

@@ -24,14 +24,42 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
+/// An accepted connection: registered with this worker's reactor, or accepted by another worker
+/// and handed to this one (registered here, where it is served).
+pub(crate) enum Incoming {
+    Here(TcpStream),
+    Moved(std::net::TcpStream),
+}
+
+/// Counts a connection in its worker's load while it lives.
+pub(crate) struct Load(pub(crate) prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Serves one connection. One task per connection and this future is its state, for as long as
+/// the connection is open, so it is kept small (issue 48: memory per open connection): no
+/// wrapper future around it (the hand-over and the worker's load are done here), and the
+/// connect's state is boxed for the time of the connect only.
 pub(crate) async fn serve(
-    client: TcpStream,
+    incoming: Incoming,
     peer: SocketAddr,
     route: Arc<RouteRuntime>,
     shared: Arc<Shared>,
     ticker: Arc<Ticker>,
     _permit: OwnedSemaphorePermit,
+    _load: Option<Load>,
 ) {
+    let client = match incoming {
+        Incoming::Here(stream) => stream,
+        Incoming::Moved(stream) => match TcpStream::from_std(stream) {
+            Ok(stream) => stream,
+            Err(_) => return,
+        },
+    };
     let metrics = &route.metrics;
     metrics.connections.inc();
     metrics.active.inc();
@@ -39,7 +67,13 @@ pub(crate) async fn serve(
 
     let started = Instant::now();
     let deadline = started + shared.config.connect_timeout;
-    let upstream = match ticker.until(deadline, route.target.connect()).await {
+    // Boxed: the connect's state (the address loop, the pending socket and its readiness
+    // waiter) lives only while connecting, instead of sizing the connection's task for its
+    // whole life (issue 48: memory per open connection).
+    let upstream = match ticker
+        .until(deadline, Box::pin(route.target.connect()))
+        .await
+    {
         Some(Ok(upstream)) => upstream,
         Some(Err(err)) => {
             route.connect_failed(peer, err.failure, &err.message);

@@ -79,8 +79,9 @@ struct Half {
     unflushed: u64,
     /// A read of [`BULK_READ`] or more: splice from now on, if a pipe can be had.
     bulk: bool,
-    /// The pipe of a direction that splices.
-    pipe: Option<Pipe>,
+    /// The pipe of a direction that splices (boxed: most connections never splice, and
+    /// every open connection carries this field).
+    pipe: Option<Box<Pipe>>,
     /// Splicing failed for a reason other than the sockets' (a kernel or sandbox without
     /// `splice` for sockets): copy for good.
     no_splice: bool,
@@ -121,7 +122,7 @@ impl Half {
             ready!(src.poll_read_ready(cx))?;
             if self.bulk && self.pipe.is_none() && !self.no_splice {
                 self.bulk = false;
-                self.pipe = Pipe::take();
+                self.pipe = Pipe::take().map(Box::new);
             }
             let n = if self.pipe.is_some() {
                 self.splice_from(src)?
