@@ -770,13 +770,8 @@ fn by_state(
         })
     };
     let native = |progress: NativeProgress, reason: String| CureChoice {
-        service: service.clone(),
         cure: Cure::Native,
-        mode,
-        delivery: delivery.clone(),
-        native: Some(progress),
-        reason,
-        nodes: Vec::new(),
+        ..dns(reason, Some(progress))
     };
     let detail = entry
         .map(|e| escape::text(&e.reason).into_owned())
