@@ -250,19 +250,19 @@ pub fn judge(
     delivery: Option<DeliveryOf>,
 ) -> CureFacts {
     let forced = plan.is_some_and(|choice| choice.mode == CureMode::Native);
-    // The Nodes' gate: a node known not to honour ipMode keeps the DNS cure for everyone,
-    // whatever this machine's probe or the record say (the plan's reason names the nodes).
-    let barred = plan.filter(|choice| !choice.nodes.is_empty() && ccm.is_none());
     let (cure, why) = match ccm {
-        _ if barred.is_some() => (
-            CureKind::Dns,
-            barred.map(|c| c.reason.clone()).unwrap_or_default(),
-        ),
         Some(ccm) => by_the_ccm(lb, ccm, support),
         None => match not_native(lb, delivery.as_ref(), forced) {
             Some(why) => (CureKind::Dns, why),
             None => by_hairpin(lb, support, record),
         },
+    };
+    // The Nodes' gate: a node known not to honour ipMode keeps the DNS cure for everyone,
+    // whatever this machine's probe or the record say (the plan's reason names the nodes),
+    // unless the doctor's own reading says DNS already (it then says why in its own words).
+    let (cure, why) = match plan.filter(|c| !c.nodes.is_empty() && ccm.is_none()) {
+        Some(choice) if cure != CureKind::Dns => (CureKind::Dns, choice.reason.clone()),
+        _ => (cure, why),
     };
     CureFacts {
         cure,
