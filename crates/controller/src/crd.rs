@@ -294,6 +294,9 @@ pub mod cure_reason {
     /// The API server dropped the `ipMode` hairpin wrote (older than 1.30, or the feature
     /// gate `LoadBalancerIPMode` off): not tried again until its version changes.
     pub const UNSUPPORTED: &str = "Unsupported";
+    /// Some node's data plane is known not to honour `ipMode` (issue 45): every node keeps
+    /// the DNS cure; the message names the nodes (`nativeCure: not-on-every-node`).
+    pub const NOT_ON_EVERY_NODE: &str = "NotOnEveryNode";
 }
 
 /// The CRD as YAML, exactly as checked in under `charts/hairpin/crds/`.

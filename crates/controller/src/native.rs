@@ -266,6 +266,23 @@ impl NativeCurer {
         }
     }
 
+    /// The Nodes as the watch keeps them (names and versions), for the planner's gate
+    /// ([`hairpin_planner::nodes::gate`]); empty until they are watched and listed.
+    pub(crate) fn nodes(&self) -> Vec<k8s_openapi::api::core::v1::Node> {
+        self.nodes
+            .as_ref()
+            .and_then(|(nodes, _)| nodes.nodes())
+            .unwrap_or_default()
+    }
+
+    /// Whether the Nodes were listed (or could not be): until then no new cure is tried, so
+    /// that the first plan that could try one has seen every Node through the gate.
+    fn nodes_listed(&self) -> bool {
+        self.nodes
+            .as_ref()
+            .is_some_and(|(nodes, _)| nodes.fingerprint().is_some())
+    }
+
     /// The plan's status writes, the probes' verdicts and the record. Returns when to look
     /// again (a probe running, a failed cure due for another try).
     pub(crate) async fn apply(
@@ -313,7 +330,14 @@ impl NativeCurer {
             &server,
             &Now::read(),
         );
+        let listed = self.nodes_listed();
         for action in &plan.native_actions {
+            if !listed && matches!(action, NativeAction::SetProxy { proven: false, .. }) {
+                // A new cure waits for the Nodes' gate; their first list wakes the loop.
+                tracing::debug!("a native cure waits for the Nodes to be listed");
+                requeue = earliest(requeue, Some(Instant::now() + self.params.interval));
+                continue;
+            }
             self.act(plan, snapshot, &mut record, action).await?;
         }
         let data_plane = (self.data_plane.0.as_str(), self.data_plane.1);

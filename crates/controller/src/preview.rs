@@ -104,6 +104,12 @@ pub async fn observe(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    // The Nodes, for the native cure's gate (a read refused leaves them out: nothing tells).
+    let mut snapshot = snapshot;
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if let Ok(nodes) = tokio::time::timeout(left, crate::watch::list_nodes(client.clone())).await {
+        snapshot.nodes = nodes;
+    }
     let observed = Observed {
         snapshot,
         hairpins: caches.hairpins(),

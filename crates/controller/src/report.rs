@@ -51,6 +51,10 @@ pub mod reason {
     /// The native cure was asked for (`--cure native` or the Service's annotation) on a VIP
     /// load balancer and refused: the note names the outage it would cause.
     pub const NATIVE_REFUSED: &str = "NativeCureRefused";
+    /// The native cure is kept off a load balancer because some node's data plane is known
+    /// not to honour `ipMode` (an older kubelet or kube-proxy, the feature gate off, a CNI
+    /// older than its support): the note names the nodes; every node keeps the DNS cure.
+    pub const NATIVE_NOT_ON_EVERY_NODE: &str = "NativeCureNotOnEveryNode";
     /// hairpin put a load balancer's `ipMode` back as it was.
     pub const IP_MODE_RESTORED: &str = "IpModeRestored";
     /// Another writer (an upgraded cloud controller) set `ipMode: Proxy` itself: hairpin

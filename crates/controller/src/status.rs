@@ -130,9 +130,14 @@ fn planned_status(plan: &Plan, lb: &LoadBalancerPlan) -> HairpinStatus {
     HairpinStatus {
         proxy,
         cure: choice.map_or(Cure::Dns, |c| c.cure).as_str().to_owned(),
-        native_cure: choice
-            .and_then(|c| c.native)
-            .map(|n| native_word(n).to_owned()),
+        // The Nodes' gate keeps the DNS cure: `not-on-every-node`, the nodes named in the
+        // reason.
+        native_cure: match choice {
+            Some(c) if !c.nodes.is_empty() => Some(NOT_ON_EVERY_NODE.to_owned()),
+            _ => choice
+                .and_then(|c| c.native)
+                .map(|n| native_word(n).to_owned()),
+        },
         // Escaped by the planner (it quotes the probe's outcome and the Service's settings).
         cure_reason: choice.map(|c| c.reason.clone()).unwrap_or_default(),
         delivery: choice.map(|c| c.delivery.kind.as_str().to_owned()),
@@ -204,6 +209,9 @@ fn receiver_status(lb: &hairpin_planner::LoadBalancer) -> Option<ReceiverStatus>
 }
 
 /// `status.nativeCure`: the planner's progress word.
+/// The `nativeCure` word of a load balancer kept on the DNS cure by the Nodes' gate.
+pub(crate) const NOT_ON_EVERY_NODE: &str = "not-on-every-node";
+
 fn native_word(progress: NativeProgress) -> &'static str {
     match progress {
         NativeProgress::ToProve => "to-prove",

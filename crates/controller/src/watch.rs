@@ -43,6 +43,7 @@ use streams::{
 };
 
 pub(crate) use nodes::NodeVersions;
+pub(crate) use nodes::list as list_nodes;
 
 pub use receivers::CONFIG_MAP_GRACE as RECEIVER_CONFIG_MAP_GRACE;
 

@@ -254,6 +254,10 @@ async fn read_sources(client: &Client, bound: Duration, gaps: &mut Vec<String>) 
         .into_iter()
         .filter_map(|route| tls_route_from_value(serde_json::to_value(route).ok()?).ok())
         .collect(),
+        // The Nodes, for the native cure's gate ([`hairpin_planner::nodes`]), as the
+        // controller reads them; not being allowed to list them is no gap (the gate then
+        // decides nothing, as where nothing tells).
+        nodes: list(Api::all(client.clone()), "Nodes", bound, &mut Vec::new()).await,
         ..ClusterSnapshot::default()
     };
     for api in SOURCE_APIS {

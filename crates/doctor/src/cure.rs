@@ -257,6 +257,13 @@ pub fn judge(
             None => by_hairpin(lb, support, record),
         },
     };
+    // The Nodes' gate: a node known not to honour ipMode keeps the DNS cure for everyone,
+    // whatever this machine's probe or the record say (the plan's reason names the nodes),
+    // unless the doctor's own reading says DNS already (it then says why in its own words).
+    let (cure, why) = match plan.filter(|c| !c.nodes.is_empty() && ccm.is_none()) {
+        Some(choice) if cure != CureKind::Dns => (CureKind::Dns, choice.reason.clone()),
+        _ => (cure, why),
+    };
     CureFacts {
         cure,
         why,

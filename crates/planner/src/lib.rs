@@ -23,7 +23,7 @@
 //!    read from the [`workloads`] and custom resources of the snapshot).
 //!    [`delivery`]: how each load balancer reaches the nodes (a proxy, or a VIP the nodes
 //!    receive); [`native`]: the cure of each (`ipMode: Proxy` where proven on a proxy, else
-//!    DNS).
+//!    DNS), barred by [`nodes`] where a node's data plane is known not to honour `ipMode`.
 //! 3. [`sources`], [`hostnames`]: the hostnames each load balancer serves, and conflicts; each
 //!    claim passes [`admission`]: which hostnames may be redirected, on whose word.
 //! 4. [`verify`]: which of them are proven, by resolution, to be their load balancer's.
@@ -66,6 +66,7 @@ pub mod load;
 pub mod markers;
 pub mod name;
 pub mod native;
+pub mod nodes;
 mod plan;
 mod providers;
 pub mod receivers;

@@ -138,6 +138,7 @@ fn add_value(
         | (_, "IngressList")
         | (_, "ConfigMapList")
         | (_, "NamespaceList")
+        | (_, "NodeList")
         | (_, "DNSEndpointList")
         | (_, "PodList")
         | (_, "DeploymentList")
@@ -153,6 +154,7 @@ fn add_value(
         ("", "Service") => snapshot.services.push(typed(value, &what)?),
         ("", "ConfigMap") => snapshot.config_maps.push(typed(value, &what)?),
         ("", "Namespace") => snapshot.namespaces.push(typed(value, &what)?),
+        ("", "Node") => snapshot.nodes.push(typed(value, &what)?),
         ("networking.k8s.io", "Ingress") => {
             snapshot.ingresses.push(Arc::new(typed(value, &what)?));
         }

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{CureMode, FIELD_MANAGER, PlannerConfig};
 use crate::delivery::{Delivery, DeliveryOf, VIP_NODES, VIP_OUTAGE, delivery_of};
 use crate::escape;
+use crate::nodes::{self, NodeBar};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::warning::Warning;
 
@@ -320,6 +321,10 @@ pub struct CureChoice {
     pub native: Option<NativeProgress>,
     /// Why, in words (escaped).
     pub reason: String,
+    /// The nodes whose data plane is known not to honour `ipMode` ([`crate::nodes::gate`]):
+    /// they keep the DNS cure for every node (`--cure auto`). Empty when none is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeBar>,
 }
 
 /// Where the native cure of a load balancer stands.
@@ -603,6 +608,8 @@ pub fn choose(
             original: entry.original.clone(),
         });
     }
+    // The Nodes' gate, the same for every load balancer (their pods resolve the same names).
+    let barred = nodes::gate(snapshot);
     for lb in load_balancers {
         let Some(svc) = snapshot.service(&lb.service.namespace, &lb.service.name) else {
             continue;
@@ -612,7 +619,8 @@ pub fn choose(
             .entry(lb.service, svc.metadata.uid.as_deref())
             .filter(|_| !forgotten.contains(lb.service));
         let delivery = delivery_of(svc, snapshot, config, warnings);
-        let (choice, action) = choose_one(svc, *lb, mode, entry, &delivery, config, warnings);
+        let (choice, action) =
+            choose_one(svc, *lb, mode, entry, &delivery, config, &barred, warnings);
         cures.choices.push(choice);
         cures.actions.extend(action);
     }
@@ -620,7 +628,62 @@ pub fn choose(
     cures
 }
 
-/// The cure of one load balancer and its status write, if any.
+/// The DNS cure kept for a load balancer native would be tried on (`--cure auto`, a proxy
+/// load balancer, not barred by its record) while the Nodes' gate bars some node (`barred`):
+/// no status write, so that nothing but the DNS rules changes (make before break); an
+/// `ipMode: Proxy` hairpin set before stays, as its record says (uninstall puts it back), and
+/// the record goes on as it was (a failed re-probe puts it back). `None` when the gate
+/// decides nothing here. `--cure native` is warned, not barred.
+fn by_nodes(
+    svc: &Service,
+    mode: CureMode,
+    entry: Option<&NativeEntry>,
+    delivery: &DeliveryOf,
+    barred: &[NodeBar],
+    warnings: &mut Vec<Warning>,
+) -> Option<CureChoice> {
+    if barred.is_empty() || mode == CureMode::Dns || delivery.kind == Delivery::Vip {
+        return None;
+    }
+    let state = entry.filter(|e| !e.due).map(|e| e.state);
+    if matches!(state, Some(ProbeState::NotNeeded | ProbeState::Unsupported)) {
+        return None;
+    }
+    let named = nodes::describe(barred);
+    if mode == CureMode::Native {
+        warnings.push(Warning::escaped_message(
+            format!("Service {}", ObjectRef::from_meta(&svc.metadata)),
+            format!(
+                "--cure native: ipMode: Proxy is not honoured on every node, whose pods keep the hairpin failure: {named}"
+            ),
+        ));
+        return None;
+    }
+    if delivery.kind != Delivery::Proxy {
+        return None;
+    }
+    let native = state.map(|s| match s {
+        ProbeState::Probing => NativeProgress::Probing,
+        ProbeState::Proven => NativeProgress::Proven,
+        ProbeState::Failed => NativeProgress::Failed,
+        ProbeState::NotNeeded => NativeProgress::NotNeeded,
+        ProbeState::Unsupported => NativeProgress::Unsupported,
+    });
+    Some(CureChoice {
+        service: ObjectRef::from_meta(&svc.metadata),
+        cure: Cure::Dns,
+        mode,
+        delivery: delivery.clone(),
+        native,
+        reason: format!(
+            "native not proven on every node: {named}; the DNS cure stays for every node until each honours ipMode"
+        ),
+        nodes: barred.to_vec(),
+    })
+}
+
+/// The cure of one load balancer and its status write, if any (`barred`: the Nodes' gate).
+#[allow(clippy::too_many_arguments)]
 fn choose_one(
     svc: &Service,
     lb: Needed<'_>,
@@ -628,6 +691,7 @@ fn choose_one(
     entry: Option<&NativeEntry>,
     delivery: &DeliveryOf,
     config: &PlannerConfig,
+    barred: &[NodeBar],
     warnings: &mut Vec<Warning>,
 ) -> (CureChoice, Option<NativeAction>) {
     let service = lb.service.clone();
@@ -638,6 +702,7 @@ fn choose_one(
         delivery: delivery.clone(),
         native,
         reason,
+        nodes: Vec::new(),
     };
     let restore = |reason: &str| {
         entry.map(|e| NativeAction::Restore {
@@ -665,6 +730,9 @@ fn choose_one(
     if let Some(why) = native_barred(svc, mode, delivery, config, warnings) {
         return (dns(why.clone(), None), restore(&why));
     }
+    if let Some(choice) = by_nodes(svc, mode, entry, delivery, barred, warnings) {
+        return (choice, None);
+    }
     by_state(svc, service, mode, entry, delivery)
 }
 
@@ -684,6 +752,7 @@ fn by_state(
         delivery: delivery.clone(),
         native,
         reason,
+        nodes: Vec::new(),
     };
     let uid = svc.metadata.uid.clone().unwrap_or_default();
     // A wait that is over (`due`) proposes the cure again, as if it had never been tried.
@@ -701,12 +770,8 @@ fn by_state(
         })
     };
     let native = |progress: NativeProgress, reason: String| CureChoice {
-        service: service.clone(),
         cure: Cure::Native,
-        mode,
-        delivery: delivery.clone(),
-        native: Some(progress),
-        reason,
+        ..dns(reason, Some(progress))
     };
     let detail = entry
         .map(|e| escape::text(&e.reason).into_owned())

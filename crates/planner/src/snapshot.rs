@@ -8,7 +8,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::tlsroutes::TlsRoute;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
@@ -56,6 +56,10 @@ pub struct ClusterSnapshot {
     /// What the receiving side of each load balancer is read from ([`crate::receivers`]):
     /// workloads and the receivers' custom resources.
     pub receivers: crate::workloads::ReceiverObjects,
+    /// The Nodes, as far as the native cure's gate reads them ([`crate::nodes`]: their names
+    /// and `status.nodeInfo` versions); empty when they are not read (the controller watches
+    /// them from its first native cure on).
+    pub nodes: Vec<Node>,
 }
 
 /// Namespace and name of an object; displayed as `namespace/name`.

@@ -160,6 +160,7 @@ fn native_cure(status: &HairpinStatus) -> Part {
         Some("failed") => (Some(false), cure_reason::FAILED),
         Some("not-needed") => (Some(false), cure_reason::NOT_NEEDED),
         Some("unsupported") => (Some(false), cure_reason::UNSUPPORTED),
+        Some(super::NOT_ON_EVERY_NODE) => (Some(false), cure_reason::NOT_ON_EVERY_NODE),
         _ => (Some(false), cure_reason::NOT_ELIGIBLE),
     };
     Part::new(

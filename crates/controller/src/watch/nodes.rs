@@ -5,7 +5,9 @@
 //!
 //! A watch of the Nodes (retried with [`WatchBackoff`], so it never ends) keeps only each
 //! Node's name and two version strings; the whole Node is dropped as it arrives. The change
-//! signal is poked only when the versions seen change, not on every Node status update.
+//! signal is poked only when a Node is added or removed or its versions change, not on every
+//! Node status update. The trimmed Nodes are also the planner's input for the Nodes' gate of
+//! the native cure ([`hairpin_planner::nodes`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -83,6 +85,33 @@ impl NodeVersions {
         )
     }
 
+    /// The trimmed Nodes (name and versions), for the planner's gate
+    /// ([`hairpin_planner::nodes::gate`]); `None` until they were listed (or could not be).
+    pub(crate) fn nodes(&self) -> Option<Vec<Node>> {
+        self.synced
+            .load(Ordering::Acquire)
+            .then(|| self.store.state().iter().map(|n| (**n).clone()).collect())
+    }
+
+    /// Each Node's name and versions, sorted by name: the loop is woken when a Node is added,
+    /// removed or changes version (a Node added on an older version is checked by the gate
+    /// before it counts), not only when the set of versions changes.
+    fn per_node(&self) -> Vec<(String, NodeVersion)> {
+        let mut nodes: Vec<(String, NodeVersion)> = self
+            .store
+            .state()
+            .iter()
+            .map(|n| {
+                (
+                    n.metadata.name.clone().unwrap_or_default(),
+                    NodeVersion::of(n),
+                )
+            })
+            .collect();
+        nodes.sort_by(|a, b| a.0.cmp(&b.0));
+        nodes
+    }
+
     async fn watch(self, client: kube::Client, writer: Writer<Node>, changed: Arc<Notify>) {
         let api: Api<Node> = Api::all(client);
         // Only the name and two strings of each Node are kept; `modify` drops the rest of
@@ -94,7 +123,7 @@ impl NodeVersions {
                 .backoff(WatchBackoff::default()),
         );
         futures::pin_mut!(events);
-        let mut last = self.current();
+        let mut last = self.per_node();
         while let Some(event) = events.next().await {
             let listed = match event {
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
@@ -108,12 +137,32 @@ impl NodeVersions {
                 }
             };
             let first = listed && !self.synced.swap(true, Ordering::AcqRel);
-            let now = self.current();
+            let now = self.per_node();
             if first || now != last {
-                tracing::debug!(versions = %now, "the Nodes' versions changed");
+                tracing::debug!(nodes = now.len(), versions = %self.current(), "the Nodes or their versions changed");
                 changed.notify_one();
             }
             last = now;
+        }
+    }
+}
+
+/// The Nodes, listed once and trimmed as the watch keeps them (`hairpin plan`); empty when
+/// they cannot be listed (not granted: the gate then decides nothing, as where nothing tells).
+pub(crate) async fn list(client: kube::Client) -> Vec<Node> {
+    let api: Api<Node> = Api::all(client);
+    match api.list(&kube::api::ListParams::default()).await {
+        Ok(list) => list
+            .items
+            .into_iter()
+            .map(|mut node| {
+                trim(&mut node);
+                node
+            })
+            .collect(),
+        Err(err) => {
+            tracing::debug!(error = %err, "cannot list the Nodes");
+            Vec::new()
         }
     }
 }

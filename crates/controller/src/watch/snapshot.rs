@@ -35,6 +35,8 @@ impl Caches {
                 .flat_map(|(kind, cache)| custom_objects(*kind, cache))
                 .collect(),
             config_maps,
+            // Filled by the reconciler from the native cure's Node watch.
+            nodes: Vec::new(),
             namespaces: self
                 .namespaces
                 .iter()

@@ -62,6 +62,15 @@ pub(crate) fn reports(plan: &Plan, snapshot: &ClusterSnapshot, reported: &Report
     for (svc, warning, reason, note) in delivery(plan) {
         publish(regarding_service(svc), warning, reason, note);
     }
+    // The Nodes' gate: the nodes that keep the DNS cure, named (escaped by the planner).
+    for choice in plan.cures.iter().filter(|c| !c.nodes.is_empty()) {
+        publish(
+            regarding_service(&choice.service),
+            true,
+            reason::NATIVE_NOT_ON_EVERY_NODE,
+            choice.reason.clone(),
+        );
+    }
     for conflict in &plan.conflicts {
         let lbs: Vec<String> = conflict
             .load_balancers
