@@ -140,6 +140,9 @@ pub struct Metrics {
     /// Load balancers whose `ipMode` writes are backed off because another writer keeps
     /// removing them.
     pub ip_mode_fight: Gauge,
+    /// Load balancers whose `ipMode: Proxy` hairpin is putting back (a failed cure) without
+    /// the API server's answer showing it yet: retried, backing off.
+    pub ip_mode_put_backs_pending: Gauge,
 }
 
 // === impl Metrics ===

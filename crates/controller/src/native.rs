@@ -153,6 +153,9 @@ pub(crate) struct NativeCurer {
     written: Option<(NativeRecord, Instant)>,
     /// The Nodes' versions (part of the data plane), watched once this instance applies.
     nodes: Option<(NodeVersions, tokio::task::AbortHandle)>,
+    /// Put-backs refused or not applied, by `namespace/name`: refusals in a row, and when the
+    /// next try is due.
+    put_backs: BTreeMap<String, (u32, Instant)>,
 }
 
 /// How long a snapshot may lag behind the record this instance wrote before it is trusted
@@ -185,6 +188,7 @@ impl NativeCurer {
             fights,
             written: None,
             nodes: None,
+            put_backs: BTreeMap::new(),
         }
     }
 
@@ -336,7 +340,7 @@ impl NativeCurer {
         } else {
             requeue = earliest(requeue, settling);
         }
-        Ok(requeue)
+        Ok(earliest(requeue, self.next_put_back()))
     }
 
     /// One status write of the plan.
@@ -369,12 +373,24 @@ impl NativeCurer {
                 }
                 let mut applied = true;
                 if let Some(uid) = uid {
-                    applied = self.restore(service, uid, original, reason).await?;
+                    applied = self.put_back(record, service, uid, original, reason).await;
                 }
-                // A restore that did not apply keeps the entry: tried again next time.
+                // A restore that did not apply keeps the entry: tried again, backing off.
                 if applied {
                     record.load_balancers.remove(&key);
                 }
+                Ok(())
+            }
+            NativeAction::PutBack {
+                service,
+                uid,
+                original,
+                reason,
+            } => {
+                if let Some(task) = self.running.remove(&service.to_string()) {
+                    task.abort();
+                }
+                self.put_back(record, service, uid, original, reason).await;
                 Ok(())
             }
             NativeAction::Forget {

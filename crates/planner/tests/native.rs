@@ -69,6 +69,7 @@ fn record_with(state: ProbeState, change: impl FnOnce(&mut NativeEntry)) -> Conf
             server_version: String::new(),
             due: false,
             skipped: Vec::new(),
+            put_back: String::new(),
         },
     );
     if let Some(entry) = record.load_balancers.values_mut().next() {
@@ -1114,4 +1115,46 @@ fn a_skipped_ip_stays_vip_and_the_names_keep_the_dns_cure() {
     let plan = desired(&snapshot, &config(CureMode::Auto));
     assert_eq!(plan.cures[0].cure, Cure::Native, "{}", plan.cures[0].reason);
     assert!(dns_names(&plan).is_empty());
+}
+
+/// Issue 45 item 2: a failed cure whose status still says `Proxy` (a put-back refused, or
+/// not applied) is put back before anything else, its entry kept (not forgotten, even when
+/// another writer touched the list since: the `Proxy` is still hairpin's); only `--cure
+/// native` keeps it.
+#[test]
+fn a_failed_cure_still_at_proxy_is_put_back_unless_native_is_forced() {
+    for (pending, due) in [("the API server answered 409 Conflict", false), ("", true)] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
+        snapshot
+            .config_maps
+            .push(record_with(ProbeState::Failed, |e| {
+                e.put_back = pending.into();
+                e.due = due;
+            }));
+        let plan = desired(&snapshot, &config(CureMode::Auto));
+        assert!(
+            matches!(
+                &plan.native_actions[..],
+                [NativeAction::PutBack { original, .. }] if original[0].ip_mode.as_deref() == Some("VIP")
+            ),
+            "{:?}",
+            plan.native_actions
+        );
+        let choice = &plan.cures[0];
+        assert_eq!(choice.cure, Cure::Dns);
+        assert_eq!(choice.native, Some(NativeProgress::Failed));
+        assert!(choice.reason.contains("is put back"), "{}", choice.reason);
+        if !pending.is_empty() {
+            assert!(choice.reason.contains("409"), "{}", choice.reason);
+        }
+        let plan = desired(&snapshot, &config(CureMode::Native));
+        assert!(
+            !plan
+                .native_actions
+                .iter()
+                .any(|a| matches!(a, NativeAction::PutBack { .. })),
+            "{:?}",
+            plan.native_actions
+        );
+    }
 }

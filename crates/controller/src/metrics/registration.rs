@@ -43,6 +43,11 @@ impl Metrics {
             "Load balancers whose ipMode writes are backed off because another writer keeps removing them",
             self.ip_mode_fight.clone(),
         );
+        sub.register(
+            "ip_mode_put_backs_pending",
+            "Load balancers whose ipMode: Proxy hairpin is putting back (a failed cure) without the API server's answer showing it yet",
+            self.ip_mode_put_backs_pending.clone(),
+        );
     }
 
     pub(super) fn new() -> Self {
@@ -81,6 +86,7 @@ impl Metrics {
             ip_mode_writes: Family::default(),
             ip_mode_reverts: Family::default(),
             ip_mode_fight: Gauge::default(),
+            ip_mode_put_backs_pending: Gauge::default(),
         }
     }
 

@@ -255,6 +255,12 @@ impl NativeCurer {
         self.ctx.metrics.native_verdict("failed");
         if forced_native(plan, service) {
             tracing::warn!(service = %key, detail = %verdict.detail, "native cure not proven; kept (--cure native)");
+            let note = format!(
+                "ipMode: Proxy was not honoured ({}), and it stays: --cure native (flag or the Service's annotation) keeps it; in-cluster clients of these names may be short-circuited without a header, and the load balancer has no DNS cure",
+                verdict.detail
+            );
+            self.on_service(service, uid, true, reason::NATIVE_KEPT_UNPROVEN, note)
+                .await;
             return Ok(());
         }
         tracing::warn!(service = %key, detail = %verdict.detail, definite = verdict.definite, "native cure not proven; ipMode put back, DNS cure kept");
@@ -275,7 +281,7 @@ impl NativeCurer {
             .service(&service.namespace, &service.name)
             .is_some()
         {
-            self.restore(service, uid, &original, &why).await?;
+            self.put_back(record, service, uid, &original, &why).await;
         }
         Ok(())
     }

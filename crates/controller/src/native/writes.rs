@@ -242,20 +242,22 @@ impl NativeCurer {
         self.on_service(service, uid, true, reason::IP_MODE_DROPPED, why.clone())
             .await;
         if !kept.is_empty() {
-            self.restore(service, uid, &original, &why).await?;
+            self.put_back(record, service, uid, &original, &why).await;
         }
         Ok(())
     }
 
-    /// Puts each IP's `ipMode` back as it was (only where it is still `Proxy`), read back:
-    /// `Ok(false)` when the API server's answer still says `Proxy` (reported; tried again).
-    pub(super) async fn restore(
+    /// Puts each IP's `ipMode` back as it was (only where it is still `Proxy`), read back.
+    /// `None` when the API server's answer shows it (or nothing was left to put back, or the
+    /// Service is gone); else why not, in words: a 409 (another writer won the race), an
+    /// answer still saying `Proxy` (an admission webhook, another writer), any other error.
+    async fn restore(
         &mut self,
         service: &ObjectRef,
         uid: &str,
         original: &[IpModeWas],
         why: &str,
-    ) -> Result<bool, Error> {
+    ) -> Option<String> {
         let modes: BTreeMap<String, Option<String>> = original
             .iter()
             .map(|was| (was.ip.clone(), was.ip_mode.clone()))
@@ -270,26 +272,77 @@ impl NativeCurer {
                 let note = format!("hairpin put ipMode back as it was: {why}");
                 self.on_service(service, uid, true, reason::IP_MODE_RESTORED, note)
                     .await;
-                Ok(true)
+                None
             }
             Ok(Written::NotApplied(_)) => {
                 self.ctx.metrics.ip_mode_write("restore");
-                tracing::warn!(service = %service, "ipMode put back, but the API server's answer still says Proxy");
-                let note = format!(
-                    "hairpin put ipMode back ({why}), but the API server's answer still says Proxy (an admission webhook or another writer?): tried again"
-                );
-                self.on_service(service, uid, true, reason::IP_MODE_NOT_RESTORED, note)
-                    .await;
-                Ok(false)
+                Some("the API server's answer still says Proxy (an admission webhook or another writer?)".to_owned())
             }
-            Ok(Written::Nothing) => Ok(true),
-            Err(err) if is_not_found(&err) => Ok(true),
-            Err(err) if is_conflict(&err) => Ok(false),
-            Err(err) => Err(Error::kube(
-                format!("put ipMode back on Service {service}"),
-                err,
+            Ok(Written::Nothing) => None,
+            Err(err) if is_not_found(&err) => None,
+            Err(err) if is_conflict(&err) => Some(
+                "the API server answered 409 Conflict (another writer changed the status since it was read)"
+                    .to_owned(),
+            ),
+            Err(err) => Some(format!(
+                "the API server refused it: {}",
+                escape::text(&err.to_string())
             )),
         }
+    }
+
+    /// Puts `service`'s `ipMode` back ([`Self::restore`]) and keeps at it: a put-back refused
+    /// or not applied is tried again, backing off ([`state::put_back_wait`]), until the API
+    /// server's answer shows it; meanwhile the entry of `record` says why
+    /// ([`NativeEntry::put_back`]), a Warning Event too, and the metric
+    /// `ip_mode_put_backs_pending` counts it. A try not due yet is skipped (`false`). Returns
+    /// whether it is applied.
+    pub(super) async fn put_back(
+        &mut self,
+        record: &mut NativeRecord,
+        service: &ObjectRef,
+        uid: &str,
+        original: &[IpModeWas],
+        why: &str,
+    ) -> bool {
+        let key = service.to_string();
+        if self
+            .put_backs
+            .get(&key)
+            .is_some_and(|(_, next)| Instant::now() < *next)
+        {
+            return false;
+        }
+        let Some(refused) = self.restore(service, uid, original, why).await else {
+            self.put_backs.remove(&key);
+            state::put_back_done(record, &key);
+            self.count_put_backs();
+            return true;
+        };
+        let refusals = self.put_backs.get(&key).map_or(0, |(n, _)| *n) + 1;
+        let wait = state::put_back_wait(refusals);
+        self.put_backs
+            .insert(key.clone(), (refusals, Instant::now() + wait));
+        state::put_back_pending(record, &key, &refused);
+        self.count_put_backs();
+        tracing::warn!(service = %service, refusals, retry_in = ?wait, why = %refused, "ipMode put back, not applied");
+        let note = format!(
+            "hairpin put ipMode back ({why}), but {refused}; ipMode: Proxy is still on the status: tried again in {wait:?} ({refusals} refused so far)"
+        );
+        self.on_service(service, uid, true, reason::IP_MODE_NOT_RESTORED, note)
+            .await;
+        false
+    }
+
+    /// The put-backs not applied yet, into the metric.
+    fn count_put_backs(&self) {
+        let pending = i64::try_from(self.put_backs.len()).unwrap_or(i64::MAX);
+        self.ctx.metrics.ip_mode_put_backs_pending.set(pending);
+    }
+
+    /// When the next refused put-back is due.
+    pub(super) fn next_put_back(&self) -> Option<Instant> {
+        self.put_backs.values().map(|(_, next)| *next).min()
     }
 
     /// Writes the record when it differs from `before` (the snapshot's).
