@@ -132,7 +132,12 @@ fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
         skip::skip(test, Cause::Missing, &reason);
         return;
     }
-    vip_lb(&NodeOptions::iptables("node-vip-lb"), "203.0.113.41", "b");
+    vip_lb(
+        &NodeOptions::iptables("node-vip-lb"),
+        "203.0.113.41",
+        "b",
+        false,
+    );
 }
 
 /// b) with kube-proxy in nftables mode (its `service-ips` map is the only way in).
@@ -147,13 +152,76 @@ fn vip_lb_never_written_nftables_outside_client_unharmed() {
         &NodeOptions::nftables("node-vip-nft"),
         "203.0.113.47",
         "b-nft",
+        false,
     );
 }
 
-/// b) on a node whose kube-proxy runs with `options`, printing under `scenario`.
-fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str) {
+/// Issue 45 item 4: b) with the tenant's annotation `hairpin.io/delivery: proxy` on the
+/// MetalLB-marked Service: the evidence wins (nothing written, the conflict named), and a
+/// direct write of `ipMode: Proxy` by the controller's ServiceAccount is denied by the API
+/// server (the status policy).
+#[test]
+fn vip_marks_beat_a_delivery_proxy_annotation_and_the_api_server_denies_proxy() {
+    let test = "vip_marks_beat_a_delivery_proxy_annotation_and_the_api_server_denies_proxy";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    vip_lb(
+        &NodeOptions::iptables("node-vip-ann"),
+        "203.0.113.49",
+        "b-annotated",
+        true,
+    );
+}
+
+/// The controller's ServiceAccount writes `ipMode: Proxy` on the Service itself, as a
+/// compromised or buggy controller would: the status policy must deny it. Retried while the
+/// policy is not loaded yet (a write that went through is put back at once). Returns the API
+/// server's answer (code and message).
+fn direct_proxy_write(api: &ApiServer) -> (u16, String) {
+    let token = api.service_account_token("hairpin", "hairpin-controller");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut svc = api.get(SERVICE).expect("the Service");
+        svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!("Proxy");
+        let (code, body) = api
+            .request_as(
+                &token,
+                "PUT",
+                &format!("{SERVICE}/status"),
+                Some(("application/json", &svc)),
+            )
+            .expect("PUT status");
+        let message = body["message"].as_str().unwrap_or_default().to_owned();
+        if code == 403 || Instant::now() >= deadline {
+            return (code, message);
+        }
+        if (200..300).contains(&code) {
+            api.patch_status(
+                SERVICE,
+                &json!({"status": {"loadBalancer": {"ingress": [{"ip": svc["status"]["loadBalancer"]["ingress"][0]["ip"]}]}}}),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// b) on a node whose kube-proxy runs with `options`, printing under `scenario`; `annotated`:
+/// the Service also says `hairpin.io/delivery: proxy` (a tenant's claim against MetalLB's mark).
+fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str, annotated: bool) {
     let api = ApiServer::start().expect("start kube-apiserver");
     seed(&api, Shape::Vip, lb_ip);
+    if annotated {
+        api.request_ok(
+            "PATCH",
+            SERVICE,
+            Some((
+                "application/merge-patch+json",
+                &json!({"metadata": {"annotations": {"hairpin.io/delivery": "proxy"}}}),
+            )),
+        );
+    }
     let mut node = node_with_receiver(&api, options, Receiver::Nginx);
     // MetalLB L2: the LB IP is on no interface; the network sends its packets to the node
     // (the outside client's route). The node's own route for it points the other way (its
@@ -180,6 +248,11 @@ fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str) {
         .client_loop(&url, &["--haproxy-protocol"])
         .expect("start the outside client");
     first_answer(&client, "the outside client through kube-proxy's rule");
+    // An in-cluster client of the same path (it sends the header itself, as the HAProxy pair
+    // does): Proxy written on this address would cut it off too.
+    let inside = ClientLoop::start(node.netns(), node.dir(), &url, &["--haproxy-protocol"])
+        .expect("in-cluster loop");
+    first_answer(&inside, "the in-cluster client through kube-proxy's rule");
     let writers_before = status_writers(&api);
 
     let command = controller_command(&api, &node, "controller-0", "auto");
@@ -208,16 +281,32 @@ fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str) {
         log,
     );
     let event = wait_event(&api, "NativeCureNotTried", "MetalLB", log);
+    let denied = annotated.then(|| direct_proxy_write(&api));
     // The outside client a while longer with the controller running.
     let end = client.elapsed() + Duration::from_secs(3);
     client.wait_answered_after(end, Duration::from_secs(10));
     let tally = client.stop();
+    let inside = inside.stop();
     let status = hairpin_status(&api).unwrap_or_default();
     println!(
         "{scenario}) DNS cure written {dns:.1?} after the controller started; Hairpin status: cure {}, nativeCure {}, reason: {}",
         status["cure"], status["nativeCure"], status["cureReason"]
     );
     assert_no_failure(scenario, &tally, &log());
+    assert_no_failure(scenario, &inside, &log());
+    println!("{scenario}) in-cluster client (sending the header itself): {inside}");
+    if let Some((code, message)) = &denied {
+        println!("{scenario}) the ServiceAccount's own write of ipMode: Proxy: {code} {message}");
+        assert_eq!(*code, 403, "{message}");
+        assert!(message.contains("VIP implementation marks"), "{message}");
+        assert!(
+            status["cureReason"]
+                .as_str()
+                .is_some_and(|r| r.contains("hairpin.io/delivery=proxy")),
+            "the conflict named: {status}"
+        );
+        assert!(event.contains("hairpin.io/delivery=proxy"), "{event}");
+    }
     assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
     assert_eq!(
         status_writers(&api),

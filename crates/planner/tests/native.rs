@@ -708,21 +708,47 @@ fn forcing_native_on_a_vip_is_refused_with_the_outage_and_the_status_restored() 
     }
 }
 
+/// Issue 45 item 4: evidence beats hairpin's `delivery` annotation, which only settles an
+/// unknown delivery; a conflict is a warning naming both, and the safer (VIP) applies.
 #[test]
-fn hairpins_delivery_annotation_declares_it_and_wins() {
-    // A MetalLB address that an operator declares a proxy (an appliance in front of it).
+fn vip_marks_beat_hairpins_delivery_annotation_which_only_settles_unknown() {
+    // A MetalLB address that a tenant's annotation declares a proxy: VIP, nothing written.
     let snapshot = cluster(
         do_with(json!({ "metallb.io/address-pool": "p", "hairpin.io/delivery": "proxy" })),
         json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
     );
     let plan = desired(&snapshot, &config(CureMode::Auto));
-    assert_eq!(plan.cures[0].delivery.kind, Delivery::Proxy);
-    assert_eq!(plan.cures[0].native, Some(NativeProgress::ToProve));
+    assert_eq!(plan.cures[0].delivery.kind, Delivery::Vip);
+    assert_eq!(plan.cures[0].cure, Cure::Dns);
+    assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+    let warning = plan
+        .warnings
+        .iter()
+        .find(|w| w.message.contains("hairpin.io/delivery=proxy"))
+        .expect("a warning naming the annotation");
+    assert!(
+        warning.message.contains("MetalLB") && warning.message.contains("metallb.io/address-pool"),
+        "{}",
+        warning.message
+    );
+    // The annotation settles an unknown delivery (no provider, no VIP mark).
+    let snapshot = cluster(
+        json!({ "hairpin.io/proxy-protocol": "v1", "hairpin.io/delivery": "proxy" }),
+        json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(
+        plan.cures[0].delivery.kind,
+        Delivery::Proxy,
+        "{:?}",
+        plan.cures
+    );
     assert!(matches!(
         &plan.native_actions[..],
         [NativeAction::SetProxy { .. }]
     ));
-    // A DigitalOcean load balancer declared a VIP: never native.
+    // A DigitalOcean load balancer declared a VIP: the safer applies, never native, and the
+    // conflict is a warning.
     let snapshot = cluster(
         do_with(json!({ "hairpin.io/delivery": " VIP " })),
         json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
@@ -730,6 +756,13 @@ fn hairpins_delivery_annotation_declares_it_and_wins() {
     let plan = desired(&snapshot, &config(CureMode::Auto));
     assert_eq!(plan.cures[0].delivery.kind, Delivery::Vip);
     assert!(plan.native_actions.is_empty());
+    assert!(
+        plan.warnings.iter().any(
+            |w| w.message.contains("DigitalOcean") && w.message.contains("hairpin.io/delivery")
+        ),
+        "{:?}",
+        plan.warnings
+    );
     // A word it does not know: a warning, and the rest decides (DigitalOcean: a proxy).
     let snapshot = cluster(
         do_with(json!({ "hairpin.io/delivery": "router\u{1b}[2J" })),
