@@ -51,7 +51,8 @@ pub struct CureLabels {
 pub struct ProbeLabels {
     /// `baseline` (before any write) or `proof` (after it).
     pub phase: String,
-    /// [`crate::native::Attempt::label`]: `answered`, `no-answer`, `unreachable`.
+    /// [`crate::native::Attempt::label`]: `answered`, `no-answer`, `unreachable`, `foreign`
+    /// (answered by another server than the receiver).
     pub outcome: String,
 }
 

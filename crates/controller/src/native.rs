@@ -30,10 +30,11 @@
 //! The parts: `probe` (connect, HTTP, TLS ClientHello; the baseline and the proof),
 //! `status` (the status writes, read back; put back; uninstall's hand-over), `state` (the
 //! state machine, pure: record, plan, data plane, verdicts and a clock in, next states out),
-//! `writes` and `verdicts` (the curer acting on it: status writes and the record; probe tasks
-//! and their verdicts), and this module (the curer's state between reconciles, and `apply`).
+//! `writes`, `put_back` and `verdicts` (the curer acting on it: status writes and the record;
+//! put-backs kept at until applied; probe tasks and their verdicts), and this module (the curer's state between reconciles, and `apply`).
 
 mod probe;
+mod put_back;
 mod state;
 mod status;
 mod verdicts;
@@ -47,8 +48,8 @@ use hairpin_planner::native::{IpModeWas, NativeAction, NativeRecord, ProbeState}
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 
 pub use probe::{
-    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, Proof, baseline, probe_once, prove,
-    targets,
+    Attempt, Baseline, Fingerprints, Observer, ProbeTarget, ProbeVerdict, Proof, baseline,
+    from_receiver, probe_once, prove, prove_from, targets,
 };
 pub use state::backoff;
 use state::{Now, earliest};
@@ -156,6 +157,10 @@ pub(crate) struct NativeCurer {
     /// Put-backs refused or not applied, by `namespace/name`: refusals in a row, and when the
     /// next try is due.
     put_backs: BTreeMap<String, (u32, Instant)>,
+    /// What answered each load balancer's HTTP ports through the receiver's header path in
+    /// the last baseline that showed the problem, by `namespace/name`: the proof after the
+    /// write requires it ([`probe::from_receiver`]).
+    receivers: BTreeMap<String, probe::Fingerprints>,
 }
 
 /// How long a snapshot may lag behind the record this instance wrote before it is trusted
@@ -189,6 +194,7 @@ impl NativeCurer {
             written: None,
             nodes: None,
             put_backs: BTreeMap::new(),
+            receivers: BTreeMap::new(),
         }
     }
 

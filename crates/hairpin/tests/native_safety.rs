@@ -47,6 +47,8 @@
 //!   and nothing leaves it): the IPv4 address is proven and set to `Proxy`, the IPv6 one is
 //!   never written, recorded as skipped, and the names keep the DNS cure; the outside client
 //!   never fails.
+//! - j) a middlebox answering for the load balancer after the write (issue 45 item 3): not
+//!   proven, what answered named, `ipMode` put back, the DNS cure kept.
 //! - i) the Nodes' versions in the data plane (item 4), with the shipped RBAC: the cure of g)
 //!   fails (tried again only after 10 minutes); the Node then reports a new kubelet version and
 //!   the cure is tried again at once, its record naming the Nodes' version.
@@ -852,5 +854,109 @@ fn node_version_change_retries_a_failed_cure_at_once() {
     scene.finish("i", &log);
     println!(
         "i) a failed cure tried again {retried:.1?} after the Node reported a new kubelet version (the backoff was 10 min); record: {entry}"
+    );
+}
+
+/// A transparent egress proxy in the node's namespace, as Cilium's L7 policy answers for a
+/// destination it denies: every connection to `lb_ip:80` that kube-proxy does not take itself
+/// is redirected (a rule after kube-proxy's) to a server that answers `403 Forbidden` with
+/// `Server: envoy`. While kube-proxy short-circuits the address, its rule comes first and the
+/// middlebox sees nothing.
+fn start_middlebox(node: &mut hairpin_testkit::kube::KubeNode, lb_ip: &str) {
+    let script = r#"
+import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 18080)); s.listen(64)
+def serve(c):
+    try:
+        c.recv(4096)
+        c.sendall(b"HTTP/1.1 403 Forbidden\r\nServer: envoy\r\nContent-Length: 15\r\nConnection: close\r\n\r\nAccess denied\r\n")
+    finally:
+        c.close()
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+    let mut command = node.command("python3");
+    command.args(["-c", script]);
+    node.spawn("middlebox", command)
+        .expect("start the middlebox");
+    node.wait_listening("127.0.0.1:18080", "middlebox")
+        .expect("the middlebox listens");
+    node.exec_ok(&[
+        "iptables",
+        "-t",
+        "nat",
+        "-A",
+        "OUTPUT",
+        "-d",
+        &format!("{lb_ip}/32"),
+        "-p",
+        "tcp",
+        "--dport",
+        "80",
+        "-j",
+        "REDIRECT",
+        "--to-ports",
+        "18080",
+    ])
+    .expect("the middlebox's redirect");
+}
+
+/// Issue 45 item 3: after the write, the probe's requests leave through the node's egress
+/// path, where a middlebox answers for the load balancer (a 403 from `envoy`): the answer is
+/// not the receiver's (recorded through its header path before the write: nginx), so the cure
+/// is not proven, the reason names what answered, `ipMode` is put back and the DNS cure stays;
+/// the outside client never fails.
+#[test]
+fn an_answer_from_a_middlebox_proves_nothing_and_is_named() {
+    let test = "an_answer_from_a_middlebox_proves_nothing_and_is_named";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let lb_ip = "203.0.113.50";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let mut scene = Scene::start(&api, "node-middlebox", lb_ip, Receiver::Nginx);
+    start_middlebox(&mut scene.node, lb_ip);
+    let inside = ClientLoop::start(scene.node.netns(), scene.node.dir(), &scene.url, &[])
+        .expect("in-cluster loop");
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let verdict = wait_for(
+        "the cure not proven",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "failed"),
+        log,
+    );
+    wait_for(
+        "ipMode put back",
+        Duration::from_secs(10),
+        || ip_mode(&api).as_deref() == Some("VIP"),
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    let reason = entry["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        reason.contains("403 Forbidden, Server: envoy") && reason.contains("Server: nginx"),
+        "{entry}"
+    );
+    assert!(
+        corefile(&api).contains(HOST),
+        "the DNS cure: {}",
+        corefile(&api)
+    );
+    let inside = inside.stop();
+    let log = log();
+    let set = first_logged(&log, "ipMode: Proxy set");
+    let back = first_logged(&log, ": ipMode put back service=");
+    scene.finish("j", &log);
+    println!(
+        "j) a middlebox answering for the load balancer: not proven {verdict:.1?} after the controller started, ipMode put back {:.0} ms after the write; record reason: {reason}",
+        back.zip(set)
+            .map(|(b, s)| (b - s) * 1000.0)
+            .unwrap_or(f64::NAN)
+    );
+    println!(
+        "j) in-cluster client (to the LB IP, no header: the hairpin failure, then the middlebox while Proxy was set): {inside}"
     );
 }

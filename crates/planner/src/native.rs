@@ -713,6 +713,14 @@ fn choose_one(
     if let Some(why) = native_barred(svc, mode, delivery, config, warnings) {
         return (dns(why.clone(), None), restore(&why));
     }
+    let uid = svc.metadata.uid.as_deref().unwrap_or_default();
+    if let Some((reason, put_back)) = entry.and_then(|e| put_back(svc, e, mode, uid)) {
+        let progress = entry.map(|e| match e.state {
+            ProbeState::Unsupported => NativeProgress::Unsupported,
+            _ => NativeProgress::Failed,
+        });
+        return (dns(reason, progress), Some(put_back));
+    }
     by_state(svc, service, mode, entry, delivery)
 }
 
@@ -734,13 +742,6 @@ fn by_state(
         reason,
     };
     let uid = svc.metadata.uid.clone().unwrap_or_default();
-    if let Some((reason, put_back)) = entry.and_then(|e| put_back(svc, e, mode, &uid)) {
-        let progress = entry.map(|e| match e.state {
-            ProbeState::Unsupported => NativeProgress::Unsupported,
-            _ => NativeProgress::Failed,
-        });
-        return (dns(reason, progress), Some(put_back));
-    }
     // A wait that is over (`due`) proposes the cure again, as if it had never been tried.
     let state = entry.filter(|e| !e.due).map(|e| e.state);
     let skipped = skipped_of(svc, entry);

@@ -8,7 +8,7 @@ use hairpin_planner::native::{IpModeWas, NativeRecord, ProbeState};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 
 use super::probe::{
-    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, Proof, baseline, prove, targets,
+    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, Proof, baseline, prove_from, targets,
 };
 use super::state::{self, Now, backoff, forced_native};
 use super::{Finished, NativeCurer};
@@ -85,8 +85,18 @@ impl NativeCurer {
         };
         let params = self.params.clone();
         let uid = uid.to_owned();
+        // What answered through the receiver's own path before this write (none for a cure
+        // probed again: no baseline ran, and the status already says Proxy).
+        let receiver = match proof {
+            Proof::AfterWrite => self
+                .receivers
+                .get(&service.to_string())
+                .cloned()
+                .unwrap_or_default(),
+            Proof::Again => Default::default(),
+        };
         self.spawn(service, async move {
-            let verdict = prove(targets, &params, Some(observer), proof).await;
+            let verdict = prove_from(targets, &params, Some(observer), proof, &receiver).await;
             Finished::Proof { uid, verdict }
         });
     }
@@ -161,7 +171,14 @@ impl NativeCurer {
     ) {
         let key = service.to_string();
         let (probe_state, why, reason, verdict) = match baseline {
-            Baseline::Shown { unreachable } => {
+            Baseline::Shown {
+                unreachable,
+                receiver,
+            } => {
+                if receiver.is_empty() {
+                    tracing::info!(service = %key, "the receiver did not answer through its header path: the proof cannot tell it from another answerer");
+                }
+                self.receivers.insert(key.clone(), receiver);
                 let left_out: Vec<String> =
                     unreachable.iter().map(|(ip, _)| ip.to_string()).collect();
                 for (ip, why) in &unreachable {
