@@ -1146,3 +1146,60 @@ async fn a_failed_cure_still_at_proxy_is_put_back_after_another_writer_touched_t
     running.stop().await;
     receiver.stop().await;
 }
+
+/// Issue 45 item 5: k3s ServiceLB through the controller (not only the planner): the Service
+/// carries DigitalOcean's PROXY annotation (a proxy, by itself), but its `svclb-*` DaemonSet,
+/// as k3s labels it, says the nodes receive its address. The controller's slimmed cache keeps
+/// those labels: native is never tried (no status write), the DNS cure is written, and the
+/// Event names ServiceLB's DaemonSet.
+#[tokio::test]
+async fn k3s_servicelb_is_a_vip_in_the_controller_too() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake, "127.0.0.65");
+    let receiver = Receiver::start("127.0.0.65", false).await;
+    let labels = json!({"svccontroller.k3s.cattle.io/svcname": "ingress-nginx-controller",
+                        "svccontroller.k3s.cattle.io/svcnamespace": "ingress-nginx"});
+    fake.apply(hairpin_fake_apiserver::object(
+        "apps/v1",
+        "DaemonSet",
+        Some("kube-system"),
+        "svclb-ingress-nginx-controller-2f5b1c3e",
+        json!({
+            "metadata": {"labels": labels},
+            "spec": {"selector": {"matchLabels": {"app": "svclb-ingress-nginx-controller-2f5b1c3e"}},
+                     "template": {"metadata": {"labels": {"app": "svclb-ingress-nginx-controller-2f5b1c3e"}},
+                                  "spec": {"containers": [{"name": "lb-tcp-8080",
+                                      "image": "rancher/klipper-lb:v0.4.9"}]}}}
+        }),
+    ));
+    let running = start(&fake, auto_config());
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| corefile(f).contains(HOST))
+            .await
+            .is_some()
+    );
+    let servicelb = |f: &FakeApiServer| {
+        events(f, "NativeCureNotTried")
+            .into_iter()
+            .find(|n| n.contains("k3s ServiceLB"))
+    };
+    fake.wait_until(Duration::from_secs(10), |f| servicelb(f).is_some())
+        .await;
+    let note = servicelb(&fake);
+    assert!(
+        note.as_deref()
+            .is_some_and(|n| n.contains("svclb-ingress-nginx-controller")),
+        "{note:?} {:?}",
+        events(&fake, "NativeCureNotTried")
+    );
+    println!(
+        "k3s ServiceLB in the controller: {}",
+        note.unwrap_or_default()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(status_puts(&fake).is_empty(), "{:?}", status_puts(&fake));
+    assert_eq!(ip_mode(&fake), "VIP");
+    assert_eq!(receiver.closed(), 0, "not even probed");
+    running.stop().await;
+    receiver.stop().await;
+}

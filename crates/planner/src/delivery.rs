@@ -168,6 +168,22 @@ const SERVICELB_LABELS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Of a workload's `labels`, those delivery reads (k3s/RKE2 ServiceLB's, naming the Service
+/// its DaemonSet serves): what a cache that slims workloads' metadata must keep.
+pub fn delivery_labels(
+    labels: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    labels
+        .iter()
+        .filter(|(key, _)| {
+            SERVICELB_LABELS
+                .iter()
+                .any(|(name, namespace, _)| key == name || key == namespace)
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// The finalizer older k3s/RKE2 ServiceLB versions put on the Services they served.
 pub const SERVICELB_FINALIZERS: &[(&str, &str)] = &[
     ("svccontroller.k3s.cattle.io/daemonset", "k3s ServiceLB"),
