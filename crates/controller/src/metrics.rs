@@ -144,6 +144,9 @@ pub struct Metrics {
     /// Load balancers whose `ipMode: Proxy` hairpin is putting back (a failed cure) without
     /// the API server's answer showing it yet: retried, backing off.
     pub ip_mode_put_backs_pending: Gauge,
+    /// Seconds from another writer's rebuild of a proven cure's status without `ipMode:
+    /// Proxy` to hairpin's re-assertion: the window in which in-cluster clients fail.
+    pub ip_mode_reassert_window: Histogram,
 }
 
 // === impl Metrics ===

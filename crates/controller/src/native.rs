@@ -122,6 +122,11 @@ enum Finished {
 
 type Verdicts = Arc<Mutex<BTreeMap<String, Finished>>>;
 
+/// The longest window within which `--fight-threshold` reverts of `ipMode: Proxy` make a
+/// fight (`--fight-window` when shorter): reverts further apart are a cloud controller's
+/// occasional rebuilds, re-asserted each time, and no longer counted.
+const NATIVE_FIGHT_WINDOW: Duration = Duration::from_secs(30);
+
 /// How long a problem shown by the baseline is good for the write that follows it.
 const SHOWN_FOR: Duration = Duration::from_secs(60);
 
@@ -180,7 +185,13 @@ impl Drop for NativeCurer {
 
 impl NativeCurer {
     pub(crate) fn new(ctx: &Arc<Context>, params: NativeParams, fight: FightParams) -> Self {
-        let fights = Fights::new(fight);
+        // A cloud controller rebuilds the status on every sync of the Service (a Helm upgrade
+        // changing an annotation): rare, re-asserted at once. Only reverts repeated within a
+        // short window (MetalLB rewrites it on every event) are a fight; older ones decay.
+        let fights = Fights::new(FightParams {
+            window: fight.window.min(NATIVE_FIGHT_WINDOW),
+            ..fight
+        });
         Self {
             ctx: ctx.clone(),
             params,

@@ -43,6 +43,9 @@ pub mod reason {
     pub const FENCED: &str = "HairpinUninstalling";
     /// The native cure set `ipMode: Proxy` on a load balancer's status (or set it again).
     pub const IP_MODE_SET: &str = "IpModeProxySet";
+    /// Another writer (a cloud controller's sync) rebuilt a cured status without `ipMode:
+    /// Proxy` and hairpin set it again: the note names the writer and the window.
+    pub const IP_MODE_REASSERTED: &str = "IpModeProxyReasserted";
     /// The native cure was proven by probe.
     pub const NATIVE_PROVEN: &str = "NativeCureProven";
     /// The native cure is not tried on a load balancer that is not known to be a proxy (a VIP

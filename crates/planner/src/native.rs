@@ -452,6 +452,23 @@ pub fn ours(record: &NativeRecord, svc: &Service, config: &PlannerConfig) -> Vec
     entry.original.iter().map(|was| was.ip.clone()).collect()
 }
 
+/// The field manager that last changed the Service's `status.loadBalancer.ingress`, and when
+/// (its managed fields' `time`, RFC 3339, one-second resolution).
+pub fn ingress_written(svc: &Service) -> Option<(&str, String)> {
+    let writer = ingress_writer(svc)?;
+    let time = svc
+        .metadata
+        .managed_fields
+        .as_ref()?
+        .iter()
+        .find(|m| {
+            m.manager.as_deref() == Some(writer) && m.subresource.as_deref() == Some("status")
+        })
+        .and_then(|m| m.time.as_ref())
+        .map(|t| t.0.to_string())?;
+    Some((writer, time))
+}
+
 /// The field manager that last changed the Service's `status.loadBalancer.ingress`. The list
 /// is atomic (`listType=atomic`): a write that changes any of it owns all of it.
 pub fn ingress_writer(svc: &Service) -> Option<&str> {

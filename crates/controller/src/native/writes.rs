@@ -107,10 +107,7 @@ impl NativeCurer {
         drop(stored);
         let ip_list: Vec<&str> = ips.iter().map(|w| w.ip.as_str()).collect();
         let note = if reassert {
-            format!(
-                "another writer put the status back without ipMode: Proxy; hairpin set it again on {}",
-                ip_list.join(", ")
-            )
+            self.reasserted(snapshot, service, &ip_list)
         } else {
             let left_out = if skipped.is_empty() {
                 String::new()
@@ -126,12 +123,51 @@ impl NativeCurer {
             )
         };
         tracing::info!(service = %service, ips = ?ip_list, reasserted = reassert, "ipMode: Proxy set");
-        self.on_service(service, uid, false, reason::IP_MODE_SET, note)
-            .await;
+        let event = if reassert {
+            reason::IP_MODE_REASSERTED
+        } else {
+            reason::IP_MODE_SET
+        };
+        self.on_service(service, uid, false, event, note).await;
         if !reassert {
             self.start_probe(plan, service, uid, ips, Proof::AfterWrite);
         }
         Ok(())
+    }
+
+    /// The note of a re-assertion over another writer's rebuild of the status (a cloud
+    /// controller syncing the Service after a spec change): the writer, and the window in
+    /// which in-cluster clients were short-circuited without a header (from its write, by its
+    /// managed fields' one-second time, to now), also into the metric
+    /// `ip_mode_reassert_window_seconds`.
+    fn reasserted(&self, snapshot: &ClusterSnapshot, service: &ObjectRef, ips: &[&str]) -> String {
+        let written = snapshot
+            .service(&service.namespace, &service.name)
+            .and_then(hairpin_planner::native::ingress_written);
+        let Some((writer, at)) = written else {
+            return format!(
+                "another writer put the status back without ipMode: Proxy; hairpin set it again on {}",
+                ips.join(", ")
+            );
+        };
+        let writer = escape::text(writer);
+        let window = Now::read().since(&at);
+        if let Some(window) = window {
+            self.ctx
+                .metrics
+                .ip_mode_reassert_window
+                .observe(window.as_secs_f64());
+        }
+        let window = window.map_or_else(
+            || "an unknown time".to_owned(),
+            |w| format!("about {:.1} s", w.as_secs_f64()),
+        );
+        tracing::info!(service = %service, writer = %writer, window = %window, "ipMode: Proxy re-asserted over another writer's rebuild");
+        format!(
+            "{writer} rebuilt the status without ipMode: Proxy (a cloud controller syncing the Service after a change); hairpin set it again on {}: in-cluster clients of these names were short-circuited without a header for {window} (from its write at {}, one-second resolution)",
+            ips.join(", "),
+            escape::text(&at)
+        )
     }
 
     /// Whether the baseline showed the problem of `key` (uid `uid`) recently: taken once.
