@@ -51,7 +51,8 @@ pub struct CureLabels {
 pub struct ProbeLabels {
     /// `baseline` (before any write) or `proof` (after it).
     pub phase: String,
-    /// [`crate::native::Attempt::label`]: `answered`, `no-answer`, `unreachable`.
+    /// [`crate::native::Attempt::label`]: `answered`, `no-answer`, `unreachable`, `foreign`
+    /// (answered by another server than the receiver).
     pub outcome: String,
 }
 
@@ -140,6 +141,12 @@ pub struct Metrics {
     /// Load balancers whose `ipMode` writes are backed off because another writer keeps
     /// removing them.
     pub ip_mode_fight: Gauge,
+    /// Load balancers whose `ipMode: Proxy` hairpin is putting back (a failed cure) without
+    /// the API server's answer showing it yet: retried, backing off.
+    pub ip_mode_put_backs_pending: Gauge,
+    /// Seconds from another writer's rebuild of a proven cure's status without `ipMode:
+    /// Proxy` to hairpin's re-assertion: the window in which in-cluster clients fail.
+    pub ip_mode_reassert_window: Histogram,
 }
 
 // === impl Metrics ===

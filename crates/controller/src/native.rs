@@ -30,10 +30,11 @@
 //! The parts: `probe` (connect, HTTP, TLS ClientHello; the baseline and the proof),
 //! `status` (the status writes, read back; put back; uninstall's hand-over), `state` (the
 //! state machine, pure: record, plan, data plane, verdicts and a clock in, next states out),
-//! `writes` and `verdicts` (the curer acting on it: status writes and the record; probe tasks
-//! and their verdicts), and this module (the curer's state between reconciles, and `apply`).
+//! `writes`, `put_back` and `verdicts` (the curer acting on it: status writes and the record;
+//! put-backs kept at until applied; probe tasks and their verdicts), and this module (the curer's state between reconciles, and `apply`).
 
 mod probe;
+mod put_back;
 mod state;
 mod status;
 mod verdicts;
@@ -47,8 +48,8 @@ use hairpin_planner::native::{IpModeWas, NativeAction, NativeRecord, ProbeState}
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 
 pub use probe::{
-    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, Proof, baseline, probe_once, prove,
-    targets,
+    Attempt, Baseline, Fingerprints, Observer, ProbeTarget, ProbeVerdict, Proof, baseline,
+    from_receiver, probe_once, prove, prove_from, targets,
 };
 pub use state::backoff;
 use state::{Now, earliest};
@@ -121,6 +122,11 @@ enum Finished {
 
 type Verdicts = Arc<Mutex<BTreeMap<String, Finished>>>;
 
+/// The longest window within which `--fight-threshold` reverts of `ipMode: Proxy` make a
+/// fight (`--fight-window` when shorter): reverts further apart are a cloud controller's
+/// occasional rebuilds, re-asserted each time, and no longer counted.
+const NATIVE_FIGHT_WINDOW: Duration = Duration::from_secs(30);
+
 /// How long a problem shown by the baseline is good for the write that follows it.
 const SHOWN_FOR: Duration = Duration::from_secs(60);
 
@@ -153,6 +159,13 @@ pub(crate) struct NativeCurer {
     written: Option<(NativeRecord, Instant)>,
     /// The Nodes' versions (part of the data plane), watched once this instance applies.
     nodes: Option<(NodeVersions, tokio::task::AbortHandle)>,
+    /// Put-backs refused or not applied, by `namespace/name`: refusals in a row, and when the
+    /// next try is due.
+    put_backs: BTreeMap<String, (u32, Instant)>,
+    /// What answered each load balancer's HTTP ports through the receiver's header path in
+    /// the last baseline that showed the problem, by `namespace/name`: the proof after the
+    /// write requires it ([`probe::from_receiver`]).
+    receivers: BTreeMap<String, probe::Fingerprints>,
 }
 
 /// How long a snapshot may lag behind the record this instance wrote before it is trusted
@@ -172,7 +185,13 @@ impl Drop for NativeCurer {
 
 impl NativeCurer {
     pub(crate) fn new(ctx: &Arc<Context>, params: NativeParams, fight: FightParams) -> Self {
-        let fights = Fights::new(fight);
+        // A cloud controller rebuilds the status on every sync of the Service (a Helm upgrade
+        // changing an annotation): rare, re-asserted at once. Only reverts repeated within a
+        // short window (MetalLB rewrites it on every event) are a fight; older ones decay.
+        let fights = Fights::new(FightParams {
+            window: fight.window.min(NATIVE_FIGHT_WINDOW),
+            ..fight
+        });
         Self {
             ctx: ctx.clone(),
             params,
@@ -185,6 +204,8 @@ impl NativeCurer {
             fights,
             written: None,
             nodes: None,
+            put_backs: BTreeMap::new(),
+            receivers: BTreeMap::new(),
         }
     }
 
@@ -360,7 +381,7 @@ impl NativeCurer {
         } else {
             requeue = earliest(requeue, settling);
         }
-        Ok(requeue)
+        Ok(earliest(requeue, self.next_put_back()))
     }
 
     /// One status write of the plan.
@@ -393,12 +414,24 @@ impl NativeCurer {
                 }
                 let mut applied = true;
                 if let Some(uid) = uid {
-                    applied = self.restore(service, uid, original, reason).await?;
+                    applied = self.put_back(record, service, uid, original, reason).await;
                 }
-                // A restore that did not apply keeps the entry: tried again next time.
+                // A restore that did not apply keeps the entry: tried again, backing off.
                 if applied {
                     record.load_balancers.remove(&key);
                 }
+                Ok(())
+            }
+            NativeAction::PutBack {
+                service,
+                uid,
+                original,
+                reason,
+            } => {
+                if let Some(task) = self.running.remove(&service.to_string()) {
+                    task.abort();
+                }
+                self.put_back(record, service, uid, original, reason).await;
                 Ok(())
             }
             NativeAction::Forget {

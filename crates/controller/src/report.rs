@@ -43,6 +43,9 @@ pub mod reason {
     pub const FENCED: &str = "HairpinUninstalling";
     /// The native cure set `ipMode: Proxy` on a load balancer's status (or set it again).
     pub const IP_MODE_SET: &str = "IpModeProxySet";
+    /// Another writer (a cloud controller's sync) rebuilt a cured status without `ipMode:
+    /// Proxy` and hairpin set it again: the note names the writer and the window.
+    pub const IP_MODE_REASSERTED: &str = "IpModeProxyReasserted";
     /// The native cure was proven by probe.
     pub const NATIVE_PROVEN: &str = "NativeCureProven";
     /// The native cure is not tried on a load balancer that is not known to be a proxy (a VIP
@@ -72,8 +75,12 @@ pub mod reason {
     /// Another writer keeps removing the `ipMode: Proxy` hairpin sets: hairpin backs off and
     /// the load balancer is on the DNS cure.
     pub const IP_MODE_FIGHT: &str = "IpModeWriteReverted";
-    /// hairpin put `ipMode` back but the API server's answer still says `Proxy`.
+    /// hairpin put `ipMode` back but the API server refused it (409) or its answer still says
+    /// `Proxy`: tried again, backing off, until it shows.
     pub const IP_MODE_NOT_RESTORED: &str = "IpModeNotRestored";
+    /// The native cure was not proven but `--cure native` (or the Service's annotation) keeps
+    /// `ipMode: Proxy`: the only case where a failed cure's `Proxy` stays.
+    pub const NATIVE_KEPT_UNPROVEN: &str = "NativeCureKeptUnproven";
     /// A load balancer and its receiver disagree about the PROXY protocol (broken for clients
     /// outside the cluster too); the note names both settings and the fix. hairpin keeps the
     /// cure it had in place and changes nothing else for it.

@@ -283,6 +283,7 @@ async fn a_load_balancer_on_the_proven_native_cure_says_so() {
             server_version: String::new(),
             due: false,
             skipped: Vec::new(),
+            put_back: String::new(),
         },
     );
     fake.apply(object(

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hairpin_fake_apiserver::FakeApiServer;
 use hairpin_fake_apiserver::fixtures::{self, coredns};
+use hairpin_fake_apiserver::{FakeApiServer, Fault, FaultKind};
 use hairpin_planner::CureMode;
 use serde_json::{Value, json};
 use support::cluster::corefile;
@@ -1021,4 +1021,185 @@ fn a_failing_cure_backs_off_doubling_up_to_the_cap() {
         [600, 1200, 2400, 4800, 76_800, 86_400, 86_400],
         "10 min doubling, capped at 24 h"
     );
+}
+
+/// The status writes after the first `200` (the write of `Proxy`): the put-back's tries.
+fn put_back_tries(fake: &FakeApiServer) -> Vec<u16> {
+    status_puts(fake)
+        .into_iter()
+        .skip_while(|s| *s != 200)
+        .skip(1)
+        .collect()
+}
+
+/// Issue 45 item 2: a put-back that the API server does not apply (`fault`, three times in a
+/// row) is never dropped: it is tried again, backing off, until the answer shows it; meanwhile
+/// the record and the Hairpin status's reason say so, a Warning Event names the refusal, and
+/// the metric counts it. Returns the time from the failed proof's first put-back to `VIP`.
+async fn put_back_not_applied(ip: &'static str, fault: FaultKind, named: &str) -> Duration {
+    let fake = FakeApiServer::start().await;
+    seed(&fake, ip);
+    let receiver = Receiver::start(ip, false).await;
+    let running = start(&fake, auto_config());
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| ip_mode(f) == "Proxy")
+            .await
+            .is_some(),
+        "{:?}",
+        status_puts(&fake)
+    );
+    fake.inject(Fault {
+        method: Some("PUT".into()),
+        path_contains: format!("{SVC}/status"),
+        remaining: 3,
+        kind: fault,
+    });
+    // Nothing answers at the address: the proof fails, and the put-back is refused.
+    let refused = fake
+        .wait_until(Duration::from_secs(10), |f| {
+            entry(f)["putBackPending"]
+                .as_str()
+                .is_some_and(|p| p.contains(named))
+        })
+        .await;
+    assert!(
+        refused.is_some(),
+        "{:?} {:?}",
+        entry(&fake),
+        status_puts(&fake)
+    );
+    let started = std::time::Instant::now();
+    assert_eq!(record_state(&fake), "failed");
+    assert_eq!(ip_mode(&fake), "Proxy");
+    assert!(running.metrics.ip_mode_put_backs_pending.get() >= 1);
+    assert!(
+        fake.wait_until(Duration::from_secs(20), |f| ip_mode(f) == "VIP"
+            && entry(f)["putBackPending"].is_null())
+            .await
+            .is_some(),
+        "{:?} {:?}",
+        entry(&fake),
+        status_puts(&fake)
+    );
+    let took = started.elapsed();
+    let tries = put_back_tries(&fake);
+    assert_eq!(tries.last(), Some(&200), "{tries:?}");
+    assert!(tries.len() >= 4, "three refused, then applied: {tries:?}");
+    // The entry is kept: failed, its backoff running; the DNS cure stays.
+    assert_eq!(record_state(&fake), "failed", "{:?}", entry(&fake));
+    assert!(corefile(&fake).contains(HOST));
+    assert_eq!(running.metrics.ip_mode_put_backs_pending.get(), 0);
+    let notes = events(&fake, "IpModeNotRestored");
+    assert!(notes.iter().any(|n| n.contains(named)), "{notes:?}");
+    running.stop().await;
+    receiver.stop().await;
+    took
+}
+
+#[tokio::test]
+async fn a_put_back_answered_409_is_retried_until_applied() {
+    let took = put_back_not_applied("127.0.0.61", FaultKind::Status(409), "409").await;
+    println!("put-back answered 409 three times: VIP {took:.2?} after the first refusal");
+}
+
+#[tokio::test]
+async fn a_put_back_answered_unapplied_is_retried_until_applied() {
+    let took = put_back_not_applied("127.0.0.62", FaultKind::Unapplied, "still says Proxy").await;
+    println!(
+        "put-back answered still saying Proxy three times: VIP {took:.2?} after the first refusal"
+    );
+}
+
+/// Issue 45 item 2: a failed cure whose put-back was refused, then another writer touches the
+/// status list (Cilium LB-IPAM, `kubectl edit`) leaving the `Proxy`: the `Proxy` is still
+/// hairpin's. It is put back at the next look, and the entry stays (not forgotten).
+#[tokio::test]
+async fn a_failed_cure_still_at_proxy_is_put_back_after_another_writer_touched_the_list() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake, "127.0.0.63");
+    let receiver = Receiver::start("127.0.0.63", false).await;
+    recorded_cure(
+        &fake,
+        "127.0.0.63",
+        json!({"state": "failed", "since": "2026-11-27T10:00:00Z", "failures": 1,
+               "reason": "ipMode: Proxy was not honoured: empty reply",
+               "putBackPending": "the API server answered 409 Conflict"}),
+    );
+    rewrite_status(&fake, "cilium-operator", None).await;
+    assert_eq!(ip_mode(&fake), "Proxy");
+    let running = start(&fake, auto_config());
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| ip_mode(f) == "VIP"
+            && entry(f)["putBackPending"].is_null())
+            .await
+            .is_some(),
+        "{:?}",
+        entry(&fake)
+    );
+    assert_eq!(record_state(&fake), "failed", "{:?}", entry(&fake));
+    assert!(events(&fake, "IpModeHandedOver").is_empty());
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| corefile(f).contains(HOST))
+            .await
+            .is_some()
+    );
+    running.stop().await;
+    receiver.stop().await;
+}
+
+/// Issue 45 item 5: k3s ServiceLB through the controller (not only the planner): the Service
+/// carries DigitalOcean's PROXY annotation (a proxy, by itself), but its `svclb-*` DaemonSet,
+/// as k3s labels it, says the nodes receive its address. The controller's slimmed cache keeps
+/// those labels: native is never tried (no status write), the DNS cure is written, and the
+/// Event names ServiceLB's DaemonSet.
+#[tokio::test]
+async fn k3s_servicelb_is_a_vip_in_the_controller_too() {
+    let fake = FakeApiServer::start().await;
+    seed(&fake, "127.0.0.65");
+    let receiver = Receiver::start("127.0.0.65", false).await;
+    let labels = json!({"svccontroller.k3s.cattle.io/svcname": "ingress-nginx-controller",
+                        "svccontroller.k3s.cattle.io/svcnamespace": "ingress-nginx"});
+    fake.apply(hairpin_fake_apiserver::object(
+        "apps/v1",
+        "DaemonSet",
+        Some("kube-system"),
+        "svclb-ingress-nginx-controller-2f5b1c3e",
+        json!({
+            "metadata": {"labels": labels},
+            "spec": {"selector": {"matchLabels": {"app": "svclb-ingress-nginx-controller-2f5b1c3e"}},
+                     "template": {"metadata": {"labels": {"app": "svclb-ingress-nginx-controller-2f5b1c3e"}},
+                                  "spec": {"containers": [{"name": "lb-tcp-8080",
+                                      "image": "rancher/klipper-lb:v0.4.9"}]}}}
+        }),
+    ));
+    let running = start(&fake, auto_config());
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| corefile(f).contains(HOST))
+            .await
+            .is_some()
+    );
+    let servicelb = |f: &FakeApiServer| {
+        events(f, "NativeCureNotTried")
+            .into_iter()
+            .find(|n| n.contains("k3s ServiceLB"))
+    };
+    fake.wait_until(Duration::from_secs(10), |f| servicelb(f).is_some())
+        .await;
+    let note = servicelb(&fake);
+    assert!(
+        note.as_deref()
+            .is_some_and(|n| n.contains("svclb-ingress-nginx-controller")),
+        "{note:?} {:?}",
+        events(&fake, "NativeCureNotTried")
+    );
+    println!(
+        "k3s ServiceLB in the controller: {}",
+        note.unwrap_or_default()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(status_puts(&fake).is_empty(), "{:?}", status_puts(&fake));
+    assert_eq!(ip_mode(&fake), "VIP");
+    assert_eq!(receiver.closed(), 0, "not even probed");
+    running.stop().await;
+    receiver.stop().await;
 }

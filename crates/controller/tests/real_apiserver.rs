@@ -979,6 +979,7 @@ async fn ingress_writers(client: &kube::Client, namespace: &str) -> Vec<(String,
         server_version: String::new(),
         due: false,
         skipped: Vec::new(),
+        put_back: String::new(),
     };
     let writes = [
         ("cloud-controller", json!({"ip": "203.0.113.77"})),

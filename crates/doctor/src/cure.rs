@@ -608,6 +608,7 @@ mod tests {
             server_version: String::new(),
             due: false,
             skipped: Vec::new(),
+            put_back: String::new(),
         };
         let failed = judge(
             &lb("VIP", true),

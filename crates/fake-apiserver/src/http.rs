@@ -285,6 +285,12 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
 
     // Injected faults come first.
     let fault = take_fault(&shared, &method, &path_and_query);
+    // Unapplied: the request is answered as a read of what is stored.
+    let effective = if matches!(fault, Some(FaultKind::Unapplied)) {
+        Method::GET
+    } else {
+        method.clone()
+    };
     match fault {
         Some(FaultKind::Status(code)) => {
             let name = uri.path().rsplit('/').next().unwrap_or_default().to_owned();
@@ -293,14 +299,14 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
             return response;
         }
         Some(FaultKind::Delay(delay)) => tokio::time::sleep(delay).await,
-        None => {}
+        Some(FaultKind::Unapplied) | None => {}
     }
 
     let query = query_map(uri.query());
     let manager = managed::manager(query.get("fieldManager").map(String::as_str), &user_agent);
     let (status, response) = {
         let mut state = shared.lock();
-        let (status, response) = match route(&state, &method, uri.path()) {
+        let (status, response) = match route(&state, &effective, uri.path()) {
             Route::Missing => (404, page_not_found()),
             Route::NoSubresource => {
                 let status = status_body(
@@ -316,7 +322,7 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Bod
                 Some(denied) => (403, json(403, &denied)),
                 None => dispatch(
                     &mut state,
-                    &method,
+                    &effective,
                     &target,
                     &query,
                     &Sender {

@@ -51,6 +51,10 @@ pub enum FaultKind {
     Status(u16),
     /// Wait this long, then answer normally.
     Delay(Duration),
+    /// Answer `200` with the object as stored, the request not applied: what a client sees
+    /// when an admission webhook or another writer undid its change (the answer does not
+    /// hold what it wrote).
+    Unapplied,
 }
 
 /// One injected fault: applies to the next `remaining` requests whose method matches (or any,

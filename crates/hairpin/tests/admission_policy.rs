@@ -8,6 +8,8 @@
 //!   an entry, changing a hostname or a port, the conditions, labels or annotations through
 //!   the status are denied with a message naming the policy. The spec cannot change through
 //!   the status at all (the API server keeps the stored spec). A `patch` is refused by RBAC.
+//! - The status policy also denies `ipMode: Proxy` on a Service a VIP implementation marks
+//!   (MetalLB, kube-vip, Cilium LB-IPAM...: issue 45 item 4), and lets `Proxy` go back there.
 //! - `hairpin-own-services`: in hairpin's namespace the account creates a ClusterIP Service,
 //!   never one with externalIPs, a LoadBalancer or a NodePort.
 //! - `hairpin-create-names`: it creates its own ConfigMaps and Lease, no other name.
@@ -184,6 +186,46 @@ fn ip_mode_changes_are_allowed(api: &ApiServer, token: &str) {
         "VIP",
         "the API server's default again"
     );
+}
+
+/// Issue 45 item 4: on a Service a VIP implementation marks (MetalLB's annotation, as its
+/// controller writes it), the account's `ipMode: Proxy` is denied with the policy's message;
+/// a `Proxy` set before the mark may still be put back.
+fn proxy_on_a_vip_marked_service_is_denied(api: &ApiServer, token: &str) {
+    let mark = |value: Value| {
+        api.request_ok(
+            "PATCH",
+            SVC,
+            Some((
+                "application/merge-patch+json",
+                &json!({"metadata": {"annotations": {"metallb.io/ip-allocated-from-pool": value}}}),
+            )),
+        );
+    };
+    let set_mode = |mode: &'static str| {
+        move |svc: &mut Value| svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!(mode)
+    };
+    mark(json!("default"));
+    let (code, body) = put_status(api, token, set_mode("Proxy"));
+    let message = body["message"].as_str().unwrap_or_default().to_owned();
+    assert_denied_by(
+        POLICY,
+        "controller SA: PUT status, ipMode Proxy on a MetalLB-marked Service",
+        (code, body),
+    );
+    assert!(message.contains("VIP implementation marks"), "{message}");
+    assert_eq!(ingress(api)[0]["ipMode"], "VIP");
+    // Proxy from before the mark: putting it back is allowed.
+    mark(Value::Null);
+    put_status(api, token, set_mode("Proxy"));
+    mark(json!("default"));
+    let outcome = put_status(api, token, set_mode("VIP"));
+    assert_allowed(
+        "controller SA: PUT status, ipMode Proxy -> VIP on a MetalLB-marked Service",
+        outcome,
+    );
+    assert_eq!(ingress(api)[0]["ipMode"], "VIP");
+    mark(Value::Null);
 }
 
 /// Everything else of the status, and the metadata through the status, is denied.
@@ -754,6 +796,7 @@ fn the_controller_account_may_change_ip_mode_and_nothing_else() {
     wait_enforced(api, &token);
     println!("policies enforced {:?} after the token", started.elapsed());
     ip_mode_changes_are_allowed(api, &token);
+    proxy_on_a_vip_marked_service_is_denied(api, &token);
     other_status_changes_are_denied(api, &token);
     own_services(api, &token);
     create_names(api, &token);
@@ -761,4 +804,28 @@ fn the_controller_account_may_change_ip_mode_and_nothing_else() {
     release_pair_creation(api, &token);
     others_are_not_affected(api);
     doctor_reports_the_policy(api);
+}
+
+/// The status policy's VIP marks are the planner's (`hairpin_planner::delivery`): every
+/// annotation prefix, class and finalizer, and Cilium's condition, appear in the chart.
+#[test]
+fn the_status_policy_knows_every_vip_mark_the_planner_knows() {
+    use hairpin_planner::delivery::{
+        CILIUM_IPAM_CONDITION, SERVICELB_FINALIZERS, VIP_ANNOTATIONS, VIP_CLASSES,
+    };
+    let chart = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../charts/hairpin/templates/admission-policy.yaml"
+    );
+    let policy = std::fs::read_to_string(chart).expect("the chart's policy");
+    let quoted = |s: &str| format!("'{s}'");
+    let marks = VIP_ANNOTATIONS
+        .iter()
+        .chain(VIP_CLASSES)
+        .chain(SERVICELB_FINALIZERS)
+        .map(|(mark, _)| *mark)
+        .chain([CILIUM_IPAM_CONDITION]);
+    for mark in marks {
+        assert!(policy.contains(&quoted(mark)), "{mark} is not in {chart}");
+    }
 }

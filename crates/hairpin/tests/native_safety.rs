@@ -47,6 +47,10 @@
 //!   and nothing leaves it): the IPv4 address is proven and set to `Proxy`, the IPv6 one is
 //!   never written, recorded as skipped, and the names keep the DNS cure; the outside client
 //!   never fails.
+//! - j) a middlebox answering for the load balancer after the write (issue 45 item 3): not
+//!   proven, what answered named, `ipMode` put back, the DNS cure kept.
+//! - k) a cloud controller rebuilding a proven cure's status after a spec change (issue 45 item
+//!   6): re-asserted within a second, the window measured, no fight, never `failed`.
 //! - i) the Nodes' versions in the data plane (item 4), with the shipped RBAC: the cure of g)
 //!   fails (tried again only after 10 minutes); the Node then reports a new kubelet version and
 //!   the cure is tried again at once, its record naming the Nodes' version.
@@ -132,7 +136,12 @@ fn vip_lb_never_written_dns_cure_outside_client_unharmed() {
         skip::skip(test, Cause::Missing, &reason);
         return;
     }
-    vip_lb(&NodeOptions::iptables("node-vip-lb"), "203.0.113.41", "b");
+    vip_lb(
+        &NodeOptions::iptables("node-vip-lb"),
+        "203.0.113.41",
+        "b",
+        false,
+    );
 }
 
 /// b) with kube-proxy in nftables mode (its `service-ips` map is the only way in).
@@ -147,13 +156,76 @@ fn vip_lb_never_written_nftables_outside_client_unharmed() {
         &NodeOptions::nftables("node-vip-nft"),
         "203.0.113.47",
         "b-nft",
+        false,
     );
 }
 
-/// b) on a node whose kube-proxy runs with `options`, printing under `scenario`.
-fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str) {
+/// Issue 45 item 4: b) with the tenant's annotation `hairpin.io/delivery: proxy` on the
+/// MetalLB-marked Service: the evidence wins (nothing written, the conflict named), and a
+/// direct write of `ipMode: Proxy` by the controller's ServiceAccount is denied by the API
+/// server (the status policy).
+#[test]
+fn vip_marks_beat_a_delivery_proxy_annotation_and_the_api_server_denies_proxy() {
+    let test = "vip_marks_beat_a_delivery_proxy_annotation_and_the_api_server_denies_proxy";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    vip_lb(
+        &NodeOptions::iptables("node-vip-ann"),
+        "203.0.113.49",
+        "b-annotated",
+        true,
+    );
+}
+
+/// The controller's ServiceAccount writes `ipMode: Proxy` on the Service itself, as a
+/// compromised or buggy controller would: the status policy must deny it. Retried while the
+/// policy is not loaded yet (a write that went through is put back at once). Returns the API
+/// server's answer (code and message).
+fn direct_proxy_write(api: &ApiServer) -> (u16, String) {
+    let token = api.service_account_token("hairpin", "hairpin-controller");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut svc = api.get(SERVICE).expect("the Service");
+        svc["status"]["loadBalancer"]["ingress"][0]["ipMode"] = json!("Proxy");
+        let (code, body) = api
+            .request_as(
+                &token,
+                "PUT",
+                &format!("{SERVICE}/status"),
+                Some(("application/json", &svc)),
+            )
+            .expect("PUT status");
+        let message = body["message"].as_str().unwrap_or_default().to_owned();
+        if code == 403 || Instant::now() >= deadline {
+            return (code, message);
+        }
+        if (200..300).contains(&code) {
+            api.patch_status(
+                SERVICE,
+                &json!({"status": {"loadBalancer": {"ingress": [{"ip": svc["status"]["loadBalancer"]["ingress"][0]["ip"]}]}}}),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// b) on a node whose kube-proxy runs with `options`, printing under `scenario`; `annotated`:
+/// the Service also says `hairpin.io/delivery: proxy` (a tenant's claim against MetalLB's mark).
+fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str, annotated: bool) {
     let api = ApiServer::start().expect("start kube-apiserver");
     seed(&api, Shape::Vip, lb_ip);
+    if annotated {
+        api.request_ok(
+            "PATCH",
+            SERVICE,
+            Some((
+                "application/merge-patch+json",
+                &json!({"metadata": {"annotations": {"hairpin.io/delivery": "proxy"}}}),
+            )),
+        );
+    }
     let mut node = node_with_receiver(&api, options, Receiver::Nginx);
     // MetalLB L2: the LB IP is on no interface; the network sends its packets to the node
     // (the outside client's route). The node's own route for it points the other way (its
@@ -180,6 +252,11 @@ fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str) {
         .client_loop(&url, &["--haproxy-protocol"])
         .expect("start the outside client");
     first_answer(&client, "the outside client through kube-proxy's rule");
+    // An in-cluster client of the same path (it sends the header itself, as the HAProxy pair
+    // does): Proxy written on this address would cut it off too.
+    let inside = ClientLoop::start(node.netns(), node.dir(), &url, &["--haproxy-protocol"])
+        .expect("in-cluster loop");
+    first_answer(&inside, "the in-cluster client through kube-proxy's rule");
     let writers_before = status_writers(&api);
 
     let command = controller_command(&api, &node, "controller-0", "auto");
@@ -208,16 +285,32 @@ fn vip_lb(options: &NodeOptions, lb_ip: &str, scenario: &str) {
         log,
     );
     let event = wait_event(&api, "NativeCureNotTried", "MetalLB", log);
+    let denied = annotated.then(|| direct_proxy_write(&api));
     // The outside client a while longer with the controller running.
     let end = client.elapsed() + Duration::from_secs(3);
     client.wait_answered_after(end, Duration::from_secs(10));
     let tally = client.stop();
+    let inside = inside.stop();
     let status = hairpin_status(&api).unwrap_or_default();
     println!(
         "{scenario}) DNS cure written {dns:.1?} after the controller started; Hairpin status: cure {}, nativeCure {}, reason: {}",
         status["cure"], status["nativeCure"], status["cureReason"]
     );
     assert_no_failure(scenario, &tally, &log());
+    assert_no_failure(scenario, &inside, &log());
+    println!("{scenario}) in-cluster client (sending the header itself): {inside}");
+    if let Some((code, message)) = &denied {
+        println!("{scenario}) the ServiceAccount's own write of ipMode: Proxy: {code} {message}");
+        assert_eq!(*code, 403, "{message}");
+        assert!(message.contains("VIP implementation marks"), "{message}");
+        assert!(
+            status["cureReason"]
+                .as_str()
+                .is_some_and(|r| r.contains("hairpin.io/delivery=proxy")),
+            "the conflict named: {status}"
+        );
+        assert!(event.contains("hairpin.io/delivery=proxy"), "{event}");
+    }
     assert_eq!(ip_mode(&api).as_deref(), Some("VIP"));
     assert_eq!(
         status_writers(&api),
@@ -919,4 +1012,211 @@ fn uninstall_without_the_record_reads_the_managed_fields() {
         took.as_secs_f64(),
         rule.as_secs_f64()
     );
+}
+
+/// A transparent egress proxy in the node's namespace, as Cilium's L7 policy answers for a
+/// destination it denies: every connection to `lb_ip:80` that kube-proxy does not take itself
+/// is redirected (a rule after kube-proxy's) to a server that answers `403 Forbidden` with
+/// `Server: envoy`. While kube-proxy short-circuits the address, its rule comes first and the
+/// middlebox sees nothing.
+fn start_middlebox(node: &mut hairpin_testkit::kube::KubeNode, lb_ip: &str) {
+    let script = r#"
+import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 18080)); s.listen(64)
+def serve(c):
+    try:
+        c.recv(4096)
+        c.sendall(b"HTTP/1.1 403 Forbidden\r\nServer: envoy\r\nContent-Length: 15\r\nConnection: close\r\n\r\nAccess denied\r\n")
+    finally:
+        c.close()
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+    let mut command = node.command("python3");
+    command.args(["-c", script]);
+    node.spawn("middlebox", command)
+        .expect("start the middlebox");
+    node.wait_listening("127.0.0.1:18080", "middlebox")
+        .expect("the middlebox listens");
+    node.exec_ok(&[
+        "iptables",
+        "-t",
+        "nat",
+        "-A",
+        "OUTPUT",
+        "-d",
+        &format!("{lb_ip}/32"),
+        "-p",
+        "tcp",
+        "--dport",
+        "80",
+        "-j",
+        "REDIRECT",
+        "--to-ports",
+        "18080",
+    ])
+    .expect("the middlebox's redirect");
+}
+
+/// Issue 45 item 3: after the write, the probe's requests leave through the node's egress
+/// path, where a middlebox answers for the load balancer (a 403 from `envoy`): the answer is
+/// not the receiver's (recorded through its header path before the write: nginx), so the cure
+/// is not proven, the reason names what answered, `ipMode` is put back and the DNS cure stays;
+/// the outside client never fails.
+#[test]
+fn an_answer_from_a_middlebox_proves_nothing_and_is_named() {
+    let test = "an_answer_from_a_middlebox_proves_nothing_and_is_named";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let lb_ip = "203.0.113.50";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let mut scene = Scene::start(&api, "node-middlebox", lb_ip, Receiver::Nginx);
+    start_middlebox(&mut scene.node, lb_ip);
+    let inside = ClientLoop::start(scene.node.netns(), scene.node.dir(), &scene.url, &[])
+        .expect("in-cluster loop");
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let verdict = wait_for(
+        "the cure not proven",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "failed"),
+        log,
+    );
+    wait_for(
+        "ipMode put back",
+        Duration::from_secs(10),
+        || ip_mode(&api).as_deref() == Some("VIP"),
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    let reason = entry["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        reason.contains("403 Forbidden, Server: envoy") && reason.contains("Server: nginx"),
+        "{entry}"
+    );
+    assert!(
+        corefile(&api).contains(HOST),
+        "the DNS cure: {}",
+        corefile(&api)
+    );
+    let inside = inside.stop();
+    let log = log();
+    let set = first_logged(&log, "ipMode: Proxy set");
+    let back = first_logged(&log, ": ipMode put back service=");
+    scene.finish("j", &log);
+    println!(
+        "j) a middlebox answering for the load balancer: not proven {verdict:.1?} after the controller started, ipMode put back {:.0} ms after the write; record reason: {reason}",
+        back.zip(set)
+            .map(|(b, s)| (b - s) * 1000.0)
+            .unwrap_or(f64::NAN)
+    );
+    println!(
+        "j) in-cluster client (to the LB IP, no header: the hairpin failure, then the middlebox while Proxy was set): {inside}"
+    );
+}
+
+/// A stand-in cloud controller (field manager `digitalocean-cloud-controller-manager`) syncing
+/// the Service after a spec change, as `k8s.io/cloud-provider` does: the annotation changed
+/// (a Helm upgrade), then the status rebuilt from the load balancer, without `ipMode`.
+fn cloud_controller_rebuild(api: &ApiServer, lb_ip: &str, n: usize) {
+    api.request_ok(
+        "PATCH",
+        SERVICE,
+        Some((
+            "application/merge-patch+json",
+            &json!({"metadata": {"annotations": {"service.beta.kubernetes.io/do-loadbalancer-name": format!("shop-{n}")}}}),
+        )),
+    );
+    api.request_ok(
+        "PATCH",
+        &format!("{SERVICE}/status?fieldManager=digitalocean-cloud-controller-manager"),
+        Some((
+            "application/merge-patch+json",
+            &json!({"status": {"loadBalancer": {"ingress": [{"ip": lb_ip}]}}}),
+        )),
+    );
+}
+
+/// Issue 45 item 6: a cloud controller's rebuild of a proven cure's status after a spec change
+/// (twice, 2 s apart) is re-asserted within a second each time, make before break, and is no
+/// fight: the cure stays proven, never `failed`. The window without `Proxy` is measured here
+/// (from the rebuild to the re-assertion, polled every 10 ms) and reported by the controller
+/// (Event, metric); the in-cluster client's failures in it are counted; the outside client
+/// never fails.
+#[test]
+fn a_cloud_controller_rebuild_is_reasserted_at_once_and_no_fight() {
+    let test = "a_cloud_controller_rebuild_is_reasserted_at_once_and_no_fight";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let lb_ip = "203.0.113.51";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-ccm-rebuild", lb_ip, Receiver::Nginx);
+    let inside = ClientLoop::start(scene.node.netns(), scene.node.dir(), &scene.url, &[])
+        .expect("in-cluster loop");
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    wait_for(
+        "the native cure proven",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "proven"),
+        log,
+    );
+    let proven_at = inside.elapsed();
+    inside
+        .wait_answered_after(proven_at, Duration::from_secs(10))
+        .expect("the in-cluster client through the load balancer");
+    let mut windows = Vec::new();
+    for n in 1..=2 {
+        let before = inside.elapsed();
+        let started = Instant::now();
+        cloud_controller_rebuild(&api, lb_ip, n);
+        let deadline = started + Duration::from_secs(10);
+        while ip_mode(&api).as_deref() != Some("Proxy") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let window = started.elapsed();
+        assert_eq!(ip_mode(&api).as_deref(), Some("Proxy"), "re-asserted");
+        assert!(
+            window < Duration::from_secs(1),
+            "within a second: {window:?}"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+        let failed = inside
+            .attempts()
+            .iter()
+            .filter(|a| a.at >= before && !a.ok())
+            .count();
+        windows.push((window, failed));
+    }
+    let entry = record(&api).unwrap_or_default();
+    assert_eq!(entry["state"], "proven", "no fight, no failed: {entry}");
+    let event = wait_event(
+        &api,
+        "IpModeProxyReasserted",
+        "digitalocean-cloud-controller-manager",
+        log,
+    );
+    let inside = inside.stop();
+    let log = log();
+    assert!(!log.contains("status fight"), "{log}");
+    assert!(
+        !corefile(&api).contains(HOST),
+        "no DNS rule needed: {}",
+        corefile(&api)
+    );
+    scene.finish("k", &log);
+    for (n, (window, failed)) in windows.iter().enumerate() {
+        println!(
+            "k) rebuild {}: ipMode: Proxy re-asserted {:.0} ms after the cloud controller's write; in-cluster requests failed in the 2 s after it: {failed}",
+            n + 1,
+            window.as_secs_f64() * 1000.0
+        );
+    }
+    println!("k) in-cluster client over the whole scenario: {inside}");
+    println!("k) Event IpModeProxyReasserted: {event}");
 }

@@ -12,13 +12,18 @@
 //! kube-proxy's rule for that IP is the only way in, and `ipMode: Proxy` cuts every client
 //! outside the cluster off.
 //!
-//! Read, in this order (the first that says something decides):
-//! 1. hairpin's own annotation `<prefix>delivery: proxy|vip`, which declares it (an
-//!    appliance in front of the nodes that nothing else names);
-//! 2. the marks a VIP implementation leaves on the Service ([`VIP_ANNOTATIONS`],
-//!    [`VIP_CLASSES`], Cilium LB-IPAM's status condition, k3s ServiceLB's DaemonSet);
-//! 3. the provider whose annotation turns PROXY on ([`PROVIDER_DELIVERY`]);
-//! 4. otherwise [`Delivery::Unknown`].
+//! Evidence beats a declaration. Read, in this order (the first that says something decides):
+//! 1. the marks a VIP implementation leaves on the Service ([`VIP_ANNOTATIONS`],
+//!    [`VIP_CLASSES`], Cilium LB-IPAM's status condition, k3s ServiceLB's DaemonSet): a VIP,
+//!    whatever anything else says;
+//! 2. the provider whose annotation turns PROXY on ([`PROVIDER_DELIVERY`]);
+//! 3. otherwise [`Delivery::Unknown`].
+//!
+//! hairpin's own annotation `<prefix>delivery: proxy|vip` (an appliance in front of the nodes
+//! that nothing else names; a tenant may set it on their own Service) only settles what the
+//! evidence leaves unknown. Where it contradicts the evidence, the plan warns, naming both,
+//! and the safer of the two decides: a VIP mark over `proxy` (`ipMode: Proxy` would cut
+//! every client outside off), `vip` over a provider's proxy (native is then never tried).
 //!
 //! Every name below was checked against the project's own source or documentation (cited).
 
@@ -163,8 +168,24 @@ const SERVICELB_LABELS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Of a workload's `labels`, those delivery reads (k3s/RKE2 ServiceLB's, naming the Service
+/// its DaemonSet serves): what a cache that slims workloads' metadata must keep.
+pub fn delivery_labels(
+    labels: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    labels
+        .iter()
+        .filter(|(key, _)| {
+            SERVICELB_LABELS
+                .iter()
+                .any(|(name, namespace, _)| key == name || key == namespace)
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// The finalizer older k3s/RKE2 ServiceLB versions put on the Services they served.
-const SERVICELB_FINALIZERS: &[(&str, &str)] = &[
+pub const SERVICELB_FINALIZERS: &[(&str, &str)] = &[
     ("svccontroller.k3s.cattle.io/daemonset", "k3s ServiceLB"),
     ("svccontroller.rke2.cattle.io/daemonset", "RKE2 ServiceLB"),
 ];
@@ -279,32 +300,65 @@ pub fn delivery_of(
     warnings: &mut Vec<Warning>,
 ) -> DeliveryOf {
     let key = config.annotation("delivery");
+    let subject = || format!("Service {}", ObjectRef::from_meta(&svc.metadata));
     let annotations = svc.metadata.annotations.as_ref();
-    if let Some(value) = annotations.and_then(|a| a.get(&key)) {
+    let declared = annotations.and_then(|a| a.get(&key)).and_then(|value| {
         match value.trim().to_ascii_lowercase().as_str() {
-            "proxy" => {
-                return DeliveryOf::new(Delivery::Proxy, format!("annotation {key}={value}"));
+            "proxy" => Some((Delivery::Proxy, value)),
+            "vip" => Some((Delivery::Vip, value)),
+            _ => {
+                warnings.push(Warning::new(
+                    subject(),
+                    format!(
+                        "annotation {key}: unknown delivery {value:?} (expected proxy or vip); ignored"
+                    ),
+                ));
+                None
             }
-            "vip" => return DeliveryOf::new(Delivery::Vip, format!("annotation {key}={value}")),
-            _ => warnings.push(Warning::new(
-                format!("Service {}", ObjectRef::from_meta(&svc.metadata)),
+        }
+    });
+    let evidence = vip_mark(svc, snapshot).or_else(|| provider_delivery(svc));
+    let Some((kind, value)) = declared else {
+        return evidence.unwrap_or_else(|| {
+            DeliveryOf::new(
+                Delivery::Unknown,
                 format!(
-                    "annotation {key}: unknown delivery {value:?} (expected proxy or vip); ignored"
+                    "no provider annotation or VIP implementation says how it reaches the nodes; declare it with {key}: proxy or vip"
                 ),
-            )),
+            )
+        });
+    };
+    let annotation = format!("annotation {key}={value}");
+    let shown = escape::text(&annotation);
+    match evidence {
+        None => DeliveryOf::new(kind, &annotation),
+        Some(found) if found.kind == Delivery::Unknown => DeliveryOf {
+            kind,
+            evidence: format!(
+                "{shown}, where the evidence says nothing: {}",
+                found.evidence
+            ),
+        },
+        Some(found) if found.kind == kind => found,
+        Some(found) => {
+            warnings.push(Warning::escaped_message(
+                subject(),
+                format!(
+                    "{shown} says the delivery is {kind}, but {} says {}: vip applies (evidence beats the annotation, which only settles an unknown delivery, and the safer wins; the native cure is never tried)",
+                    found.evidence, found.kind,
+                ),
+            ));
+            let evidence = if found.kind == Delivery::Vip {
+                format!("{}; {shown} contradicts it", found.evidence)
+            } else {
+                format!("{shown}, the safer, over {}", found.evidence)
+            };
+            DeliveryOf {
+                kind: Delivery::Vip,
+                evidence,
+            }
         }
     }
-    if let Some(vip) = vip_mark(svc, snapshot) {
-        return vip;
-    }
-    provider_delivery(svc).unwrap_or_else(|| {
-        DeliveryOf::new(
-            Delivery::Unknown,
-            format!(
-                "no provider annotation or VIP implementation says how it reaches the nodes; declare it with {key}: proxy or vip"
-            ),
-        )
-    })
 }
 
 /// The first mark of a VIP implementation on `svc`: annotation, class, Cilium's condition,

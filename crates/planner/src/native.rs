@@ -209,6 +209,17 @@ pub struct NativeEntry {
     /// the load balancer's names keep the DNS cure. Tried again when the cure starts over.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// hairpin's `ipMode: Proxy` is still on the status although the cure failed (or the API
+    /// server dropped it): the put-back was refused (409) or answered still saying `Proxy`.
+    /// Why, in words; empty once the API server's answer shows the status put back. While it
+    /// is not, the `Proxy` is hairpin's (another writer touching the list takes nothing over)
+    /// and the put-back is tried again, backing off.
+    #[serde(
+        default,
+        rename = "putBackPending",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub put_back: String,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -361,6 +372,18 @@ pub enum NativeAction {
         /// Already proven (a re-assertion: no new probe).
         proven: bool,
     },
+    /// Put each IP's `ipMode` back as it was, and keep the entry (its verdict and backoff):
+    /// the cure failed (or the API server dropped it) and the status still says `Proxy`.
+    PutBack {
+        /// The Service.
+        service: ObjectRef,
+        /// Its uid.
+        uid: String,
+        /// What to put back.
+        original: Vec<IpModeWas>,
+        /// Why, in words.
+        reason: String,
+    },
     /// Put each IP's `ipMode` back as it was, and forget the entry.
     Restore {
         /// The Service (`None` uid: the Service is gone, only the record entry goes).
@@ -422,13 +445,33 @@ pub fn ours(record: &NativeRecord, svc: &Service, config: &PlannerConfig) -> Vec
     let Some(entry) = record.entry(&service, svc.metadata.uid.as_deref()) else {
         return Vec::new();
     };
-    // Nothing written (not needed), or nothing kept (the API server dropped it).
-    if matches!(entry.state, ProbeState::NotNeeded | ProbeState::Unsupported)
+    // Nothing written (not needed), or nothing kept (the API server dropped it and its
+    // put-back was applied).
+    let nothing_kept = entry.state == ProbeState::Unsupported && entry.put_back.is_empty();
+    if entry.state == ProbeState::NotNeeded
+        || nothing_kept
         || taken_over(svc, entry, forced_native(svc, config)).is_some()
     {
         return Vec::new();
     }
     entry.original.iter().map(|was| was.ip.clone()).collect()
+}
+
+/// The field manager that last changed the Service's `status.loadBalancer.ingress`, and when
+/// (its managed fields' `time`, RFC 3339, one-second resolution).
+pub fn ingress_written(svc: &Service) -> Option<(&str, String)> {
+    let writer = ingress_writer(svc)?;
+    let time = svc
+        .metadata
+        .managed_fields
+        .as_ref()?
+        .iter()
+        .find(|m| {
+            m.manager.as_deref() == Some(writer) && m.subresource.as_deref() == Some("status")
+        })
+        .and_then(|m| m.time.as_ref())
+        .map(|t| t.0.to_string())?;
+    Some((writer, time))
 }
 
 /// The field manager that last changed the Service's `status.loadBalancer.ingress`. The list
@@ -474,13 +517,35 @@ pub fn taken_over<'a>(svc: &'a Service, entry: &NativeEntry, forced: bool) -> Op
 
 /// Whether hairpin's own `ipMode: Proxy` is on the status, by its record: written and not put
 /// back (`probing`, `proven`; `failed` only when `forced`, whose failed probe is reported and
-/// not acted on). Not after a put-back, nor when nothing was written or kept.
+/// not acted on; `failed` or `unsupported` while its put-back is not applied,
+/// [`NativeEntry::put_back`]). Not after a put-back, nor when nothing was written or kept.
 pub fn proxy_in_place(entry: &NativeEntry, forced: bool) -> bool {
     match entry.state {
         ProbeState::Probing | ProbeState::Proven => true,
-        ProbeState::Failed => forced && !entry.due,
-        ProbeState::NotNeeded | ProbeState::Unsupported => false,
+        ProbeState::Failed => (forced && !entry.due) || !entry.put_back.is_empty(),
+        ProbeState::Unsupported => !entry.put_back.is_empty(),
+        ProbeState::NotNeeded => false,
     }
+}
+
+/// The IPs of `entry`'s cure whose status still says `Proxy` after the cure failed (or the
+/// API server dropped it), unless `forced` keeps a failed cure's `Proxy`: what is to be put
+/// back, whatever the wait before the next try.
+pub fn to_put_back(svc: &Service, entry: &NativeEntry, forced: bool) -> Vec<String> {
+    let failed = match entry.state {
+        ProbeState::Failed => !forced,
+        ProbeState::Unsupported => true,
+        ProbeState::Probing | ProbeState::Proven | ProbeState::NotNeeded => false,
+    };
+    if !failed {
+        return Vec::new();
+    }
+    status_ingress(svc)
+        .iter()
+        .filter(|e| e.ip_mode.as_deref() == Some(IP_MODE_PROXY))
+        .filter_map(|e| e.ip.clone())
+        .filter(|ip| entry.original.iter().any(|was| was.ip == *ip))
+        .collect()
 }
 
 /// Whether `svc`'s cure is forced native (its annotation, else the flag); an unreadable
@@ -730,6 +795,14 @@ fn choose_one(
     if let Some(why) = native_barred(svc, mode, delivery, config, warnings) {
         return (dns(why.clone(), None), restore(&why));
     }
+    let uid = svc.metadata.uid.as_deref().unwrap_or_default();
+    if let Some((reason, put_back)) = entry.and_then(|e| put_back(svc, e, mode, uid)) {
+        let progress = entry.map(|e| match e.state {
+            ProbeState::Unsupported => NativeProgress::Unsupported,
+            _ => NativeProgress::Failed,
+        });
+        return (dns(reason, progress), Some(put_back));
+    }
     if let Some(choice) = by_nodes(svc, mode, entry, delivery, barred, warnings) {
         return (choice, None);
     }
@@ -853,6 +926,41 @@ fn by_state(
             set_proxy(false),
         ),
     }
+}
+
+/// The put-back of a failed cure whose status still says `Proxy` ([`to_put_back`]): before
+/// anything else, whether its wait is over or not (a new attempt would skip the IPs already
+/// at `Proxy`). Only `--cure native` keeps a failed cure's `Proxy`.
+fn put_back(
+    svc: &Service,
+    entry: &NativeEntry,
+    mode: CureMode,
+    uid: &str,
+) -> Option<(String, NativeAction)> {
+    let ips = to_put_back(svc, entry, mode == CureMode::Native);
+    if ips.is_empty() {
+        return None;
+    }
+    let detail = escape::text(&entry.reason);
+    let pending = if entry.put_back.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; the put-back is not applied yet ({}): tried again",
+            escape::text(&entry.put_back)
+        )
+    };
+    let reason = format!(
+        "{detail}; ipMode: Proxy is still on {} and is put back, the DNS cure stays{pending}",
+        escape::text(&ips.join(", "))
+    );
+    let action = NativeAction::PutBack {
+        service: ObjectRef::from_meta(&svc.metadata),
+        uid: uid.to_owned(),
+        original: entry.original.clone(),
+        reason: reason.clone(),
+    };
+    Some((reason, action))
 }
 
 /// The IPs of `svc`'s status the controller could not reach: they stay out of the writes,

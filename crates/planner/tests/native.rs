@@ -69,6 +69,7 @@ fn record_with(state: ProbeState, change: impl FnOnce(&mut NativeEntry)) -> Conf
             server_version: String::new(),
             due: false,
             skipped: Vec::new(),
+            put_back: String::new(),
         },
     );
     if let Some(entry) = record.load_balancers.values_mut().next() {
@@ -707,21 +708,47 @@ fn forcing_native_on_a_vip_is_refused_with_the_outage_and_the_status_restored() 
     }
 }
 
+/// Issue 45 item 4: evidence beats hairpin's `delivery` annotation, which only settles an
+/// unknown delivery; a conflict is a warning naming both, and the safer (VIP) applies.
 #[test]
-fn hairpins_delivery_annotation_declares_it_and_wins() {
-    // A MetalLB address that an operator declares a proxy (an appliance in front of it).
+fn vip_marks_beat_hairpins_delivery_annotation_which_only_settles_unknown() {
+    // A MetalLB address that a tenant's annotation declares a proxy: VIP, nothing written.
     let snapshot = cluster(
         do_with(json!({ "metallb.io/address-pool": "p", "hairpin.io/delivery": "proxy" })),
         json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
     );
     let plan = desired(&snapshot, &config(CureMode::Auto));
-    assert_eq!(plan.cures[0].delivery.kind, Delivery::Proxy);
-    assert_eq!(plan.cures[0].native, Some(NativeProgress::ToProve));
+    assert_eq!(plan.cures[0].delivery.kind, Delivery::Vip);
+    assert_eq!(plan.cures[0].cure, Cure::Dns);
+    assert!(plan.native_actions.is_empty(), "{:?}", plan.native_actions);
+    let warning = plan
+        .warnings
+        .iter()
+        .find(|w| w.message.contains("hairpin.io/delivery=proxy"))
+        .expect("a warning naming the annotation");
+    assert!(
+        warning.message.contains("MetalLB") && warning.message.contains("metallb.io/address-pool"),
+        "{}",
+        warning.message
+    );
+    // The annotation settles an unknown delivery (no provider, no VIP mark).
+    let snapshot = cluster(
+        json!({ "hairpin.io/proxy-protocol": "v1", "hairpin.io/delivery": "proxy" }),
+        json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
+    );
+    let plan = desired(&snapshot, &config(CureMode::Auto));
+    assert_eq!(
+        plan.cures[0].delivery.kind,
+        Delivery::Proxy,
+        "{:?}",
+        plan.cures
+    );
     assert!(matches!(
         &plan.native_actions[..],
         [NativeAction::SetProxy { .. }]
     ));
-    // A DigitalOcean load balancer declared a VIP: never native.
+    // A DigitalOcean load balancer declared a VIP: the safer applies, never native, and the
+    // conflict is a warning.
     let snapshot = cluster(
         do_with(json!({ "hairpin.io/delivery": " VIP " })),
         json!([{ "ip": LB_IP, "ipMode": "VIP" }]),
@@ -729,6 +756,13 @@ fn hairpins_delivery_annotation_declares_it_and_wins() {
     let plan = desired(&snapshot, &config(CureMode::Auto));
     assert_eq!(plan.cures[0].delivery.kind, Delivery::Vip);
     assert!(plan.native_actions.is_empty());
+    assert!(
+        plan.warnings.iter().any(
+            |w| w.message.contains("DigitalOcean") && w.message.contains("hairpin.io/delivery")
+        ),
+        "{:?}",
+        plan.warnings
+    );
     // A word it does not know: a warning, and the rest decides (DigitalOcean: a proxy).
     let snapshot = cluster(
         do_with(json!({ "hairpin.io/delivery": "router\u{1b}[2J" })),
@@ -1114,4 +1148,46 @@ fn a_skipped_ip_stays_vip_and_the_names_keep_the_dns_cure() {
     let plan = desired(&snapshot, &config(CureMode::Auto));
     assert_eq!(plan.cures[0].cure, Cure::Native, "{}", plan.cures[0].reason);
     assert!(dns_names(&plan).is_empty());
+}
+
+/// Issue 45 item 2: a failed cure whose status still says `Proxy` (a put-back refused, or
+/// not applied) is put back before anything else, its entry kept (not forgotten, even when
+/// another writer touched the list since: the `Proxy` is still hairpin's); only `--cure
+/// native` keeps it.
+#[test]
+fn a_failed_cure_still_at_proxy_is_put_back_unless_native_is_forced() {
+    for (pending, due) in [("the API server answered 409 Conflict", false), ("", true)] {
+        let mut snapshot = cluster(do_proxy(), json!([{ "ip": LB_IP, "ipMode": "Proxy" }]));
+        snapshot
+            .config_maps
+            .push(record_with(ProbeState::Failed, |e| {
+                e.put_back = pending.into();
+                e.due = due;
+            }));
+        let plan = desired(&snapshot, &config(CureMode::Auto));
+        assert!(
+            matches!(
+                &plan.native_actions[..],
+                [NativeAction::PutBack { original, .. }] if original[0].ip_mode.as_deref() == Some("VIP")
+            ),
+            "{:?}",
+            plan.native_actions
+        );
+        let choice = &plan.cures[0];
+        assert_eq!(choice.cure, Cure::Dns);
+        assert_eq!(choice.native, Some(NativeProgress::Failed));
+        assert!(choice.reason.contains("is put back"), "{}", choice.reason);
+        if !pending.is_empty() {
+            assert!(choice.reason.contains("409"), "{}", choice.reason);
+        }
+        let plan = desired(&snapshot, &config(CureMode::Native));
+        assert!(
+            !plan
+                .native_actions
+                .iter()
+                .any(|a| matches!(a, NativeAction::PutBack { .. })),
+            "{:?}",
+            plan.native_actions
+        );
+    }
 }

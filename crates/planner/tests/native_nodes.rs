@@ -82,6 +82,7 @@ fn record(state: ProbeState) -> ConfigMap {
             server_version: String::new(),
             due: false,
             skipped: Vec::new(),
+            put_back: String::new(),
         },
     );
     serde_json::from_value(json!({

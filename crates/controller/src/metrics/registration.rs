@@ -43,6 +43,16 @@ impl Metrics {
             "Load balancers whose ipMode writes are backed off because another writer keeps removing them",
             self.ip_mode_fight.clone(),
         );
+        sub.register(
+            "ip_mode_put_backs_pending",
+            "Load balancers whose ipMode: Proxy hairpin is putting back (a failed cure) without the API server's answer showing it yet",
+            self.ip_mode_put_backs_pending.clone(),
+        );
+        sub.register(
+            "ip_mode_reassert_window_seconds",
+            "Seconds from another writer's rebuild of a proven native cure's status without ipMode: Proxy (a cloud controller's sync) to hairpin's re-assertion (one-second resolution)",
+            self.ip_mode_reassert_window.clone(),
+        );
     }
 
     pub(super) fn new() -> Self {
@@ -81,6 +91,8 @@ impl Metrics {
             ip_mode_writes: Family::default(),
             ip_mode_reverts: Family::default(),
             ip_mode_fight: Gauge::default(),
+            ip_mode_put_backs_pending: Gauge::default(),
+            ip_mode_reassert_window: Histogram::new([0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0]),
         }
     }
 

@@ -4,7 +4,14 @@
 //! hairpinned name as SNI (TLS ports).
 //!
 //! What counts as an answer, the same before and after the write: an HTTP status line other
-//! than `400` (a server that read the request as a request), or a TLS ServerHello. Everything
+//! than `400` (a server that read the request as a request), or a TLS ServerHello. And the
+//! answer must come from the receiver ([`from_receiver`], the proof's criterion): before the
+//! write the baseline also asks every HTTP port once *with* a PROXY header, through the path
+//! that works today (kube-proxy short-circuits the address to the receiver), and records what
+//! answered ([`Fingerprints`]: the status line and the `Server` header); after the write, an
+//! answer through the load balancer with another fingerprint is another server's (a
+//! transparent egress proxy, a firewall, a TLS-inspecting proxy, Cilium's L7 403): it proves
+//! nothing, ends the proof when repeated, and the verdict names what answered. Everything
 //! else is no answer: an empty reply or a reset (nginx and HAProxy close a connection whose
 //! first bytes are not a PROXY header, nginx logging `broken header`), silence, a `400` (what
 //! a receiver answers to bytes it could not read as a request), bytes that are neither HTTP
@@ -55,6 +62,31 @@ pub enum Attempt {
     NoAnswer(String),
     /// The connection was refused, or the network or host is unreachable from here.
     Unreachable(String),
+    /// Answered, but not as the receiver answered through its header path before the write:
+    /// what answered, and what the receiver said (both escaped).
+    Foreign {
+        /// What answered now.
+        answered: String,
+        /// The receiver's fingerprint.
+        receiver: String,
+    },
+}
+
+/// What answered each HTTP port through the path that works today, with a PROXY header, before
+/// the write: its status line and `Server` header, by address (escaped).
+pub type Fingerprints = BTreeMap<SocketAddr, String>;
+
+/// The proof's criterion, in one place: `attempt` on `addr` counts as the receiver's answer
+/// only when the receiver's fingerprint recorded before the write (`receiver`, when one was)
+/// is what answered; any other answerer is [`Attempt::Foreign`].
+pub fn from_receiver(attempt: Attempt, addr: &SocketAddr, receiver: &Fingerprints) -> Attempt {
+    match (attempt, receiver.get(addr)) {
+        (Attempt::Answered(line), Some(expected)) if line != *expected => Attempt::Foreign {
+            answered: line,
+            receiver: expected.clone(),
+        },
+        (attempt, _) => attempt,
+    }
 }
 
 impl Attempt {
@@ -64,6 +96,7 @@ impl Attempt {
             Attempt::Answered(_) => "answered",
             Attempt::NoAnswer(_) => "no-answer",
             Attempt::Unreachable(_) => "unreachable",
+            Attempt::Foreign { .. } => "foreign",
         }
     }
 
@@ -76,6 +109,9 @@ impl Attempt {
         match self {
             Attempt::Answered(line) => format!("answered ({line})"),
             Attempt::NoAnswer(why) | Attempt::Unreachable(why) => why.clone(),
+            Attempt::Foreign { answered, receiver } => format!(
+                "answered by another server than the receiver: {answered}, where the receiver answered {receiver} through its header path before the write (a transparent egress proxy, a firewall, a TLS-inspecting proxy or an L7 policy on the way?)"
+            ),
         }
     }
 }
@@ -85,6 +121,12 @@ pub type Observer = Arc<dyn Fn(&Attempt, Duration) + Send + Sync>;
 
 /// One probe connection.
 pub async fn probe_once(target: &ProbeTarget, timeout: Duration) -> Attempt {
+    ask(target, timeout, false).await
+}
+
+/// One probe connection; `header`: preceded by a PROXY v1 header (the receiver's own path,
+/// which every PROXY receiver reads, v1 or v2).
+async fn ask(target: &ProbeTarget, timeout: Duration, header: bool) -> Attempt {
     let connect = tokio::time::timeout(timeout, TcpStream::connect(target.addr)).await;
     let mut stream = match connect {
         Ok(Ok(stream)) => stream,
@@ -112,11 +154,40 @@ pub async fn probe_once(target: &ProbeTarget, timeout: Duration) -> Attempt {
         )
         .into_bytes()
     };
+    let mut request = request;
+    if header {
+        let proto = if target.addr.is_ipv4() {
+            "TCP4"
+        } else {
+            "TCP6"
+        };
+        let local = stream.local_addr().unwrap_or(target.addr);
+        let line = format!(
+            "PROXY {proto} {} {} {} {}\r\n",
+            local.ip(),
+            target.addr.ip(),
+            local.port(),
+            target.addr.port()
+        );
+        request.splice(0..0, line.into_bytes());
+    }
     let exchange = async {
         stream.write_all(&request).await?;
-        let mut answer = vec![0u8; 512];
-        let n = stream.read(&mut answer).await?;
-        answer.truncate(n);
+        // The status line and the headers (the `Server` header names the answerer): up to
+        // 4 KiB or the end of the headers, whichever comes first.
+        let mut answer = Vec::with_capacity(1024);
+        let mut chunk = [0u8; 1024];
+        loop {
+            let n = stream.read(&mut chunk).await?;
+            answer.extend_from_slice(&chunk[..n]);
+            let done = n == 0
+                || target.tls
+                || answer.len() >= 4096
+                || answer.windows(4).any(|w| w == b"\r\n\r\n");
+            if done {
+                break;
+            }
+        }
         Ok::<_, std::io::Error>(answer)
     };
     match tokio::time::timeout(timeout, exchange).await {
@@ -150,8 +221,28 @@ fn judge(answer: &[u8], tls: bool) -> Attempt {
             "{escaped} (the request was not read as one: what a receiver that wants a header answers)"
         ))
     } else {
-        Attempt::Answered(escaped)
+        Attempt::Answered(match server_header(answer) {
+            Some(server) => format!(
+                "{escaped}, Server: {}",
+                hairpin_planner::escape::text(&server)
+            ),
+            None => escaped,
+        })
     }
+}
+
+/// The value of the `Server` header of an HTTP answer's head, if any.
+fn server_header(answer: &[u8]) -> Option<String> {
+    let head = String::from_utf8_lossy(answer);
+    head.split("\r\n")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("server")
+                .then(|| value.trim().to_owned())
+        })
 }
 
 /// A TLS ClientHello for `host` (SNI), as rustls writes it. Only its bytes are used: the probe
@@ -203,16 +294,18 @@ struct Streak {
     answered: u32,
     unreachable: u32,
     silent: u32,
+    foreign: u32,
     answered_before: bool,
     last: Option<Attempt>,
 }
 
 impl Streak {
     fn count(&mut self, outcome: Attempt) {
-        (self.answered, self.unreachable, self.silent) = match &outcome {
-            Attempt::Answered(_) => (self.answered + 1, 0, 0),
-            Attempt::Unreachable(_) => (0, self.unreachable + 1, 0),
-            Attempt::NoAnswer(_) => (0, 0, self.silent + 1),
+        (self.answered, self.unreachable, self.silent, self.foreign) = match &outcome {
+            Attempt::Answered(_) => (self.answered + 1, 0, 0, 0),
+            Attempt::Unreachable(_) => (0, self.unreachable + 1, 0, 0),
+            Attempt::NoAnswer(_) => (0, 0, self.silent + 1, 0),
+            Attempt::Foreign { .. } => (0, 0, 0, self.foreign + 1),
         };
         self.answered_before |= outcome.answered();
         self.last = Some(outcome);
@@ -220,7 +313,9 @@ impl Streak {
 
     /// Failed `needed` times in a row in a way that no wait changes.
     fn definite(&self, needed: u32) -> bool {
-        self.unreachable >= needed || (self.answered_before && self.silent >= needed)
+        self.unreachable >= needed
+            || self.foreign >= needed
+            || (self.answered_before && self.silent >= needed)
     }
 }
 
@@ -242,6 +337,18 @@ pub async fn prove(
     observe: Option<Observer>,
     proof: Proof,
 ) -> ProbeVerdict {
+    prove_from(targets, params, observe, proof, &Fingerprints::new()).await
+}
+
+/// [`prove`], where only the receiver's answers count ([`from_receiver`]): `receiver`, what
+/// answered each port through its header path before the write (the baseline's).
+pub async fn prove_from(
+    targets: Vec<ProbeTarget>,
+    params: &NativeParams,
+    observe: Option<Observer>,
+    proof: Proof,
+    receiver: &Fingerprints,
+) -> ProbeVerdict {
     let started = Instant::now();
     let needed = params.answers.max(1);
     let mut streaks: BTreeMap<SocketAddr, Streak> = BTreeMap::new();
@@ -254,7 +361,8 @@ pub async fn prove(
             if streak.answered >= needed {
                 continue;
             }
-            streak.count(attempt(target, params.timeout, observe.as_ref()).await);
+            let answer = attempt(target, params.timeout, observe.as_ref()).await;
+            streak.count(from_receiver(answer, &target.addr, receiver));
         }
         let proven = !targets.is_empty() && streaks.values().all(|s| s.answered >= needed);
         let definite = streaks.values().any(|s| s.definite(needed));
@@ -268,6 +376,11 @@ pub async fn prove(
                         Some(Attempt::Answered(line)) if s.answered >= needed => format!(
                             "{addr} answered through the load balancer {} times in a row ({line})",
                             s.answered
+                        ),
+                        Some(a) if s.foreign >= needed => format!(
+                            "{addr}: {} ({} times in a row)",
+                            a.describe(),
+                            s.foreign
                         ),
                         Some(a) if s.unreachable >= needed => format!(
                             "{addr}: {} ({} times in a row: the address leads nowhere from inside the cluster now)",
@@ -311,7 +424,12 @@ pub enum Baseline {
     /// there; the cure may be tried on them (and an answer afterwards means something).
     /// `unreachable`: the IPs no attempt reached (every one refused or unreachable: an IPv6
     /// address with no route from here), left out of the cure, with why.
-    Shown { unreachable: Vec<(IpAddr, String)> },
+    /// `receiver`: what answered each HTTP port with a PROXY header (the receiver, through the
+    /// path that works today), which the proof then requires.
+    Shown {
+        unreachable: Vec<(IpAddr, String)>,
+        receiver: Fingerprints,
+    },
     /// Every attempt on every port was answered without a header: nothing to cure.
     NotNeeded(String),
     /// Some attempts were answered, others not, or some address leads nowhere from here:
@@ -357,7 +475,19 @@ pub async fn baseline(
             "answered without a header before any change: {detail}"
         ))
     } else if all(|a| matches!(a, Attempt::NoAnswer(_))) {
-        Baseline::Shown { unreachable }
+        let mut receiver = Fingerprints::new();
+        for target in targets
+            .iter()
+            .filter(|t| !t.tls && seen.contains_key(&t.addr))
+        {
+            if let Attempt::Answered(line) = ask(target, params.timeout, true).await {
+                receiver.insert(target.addr, line);
+            }
+        }
+        Baseline::Shown {
+            unreachable,
+            receiver,
+        }
     } else if seen
         .values()
         .flatten()

@@ -20,6 +20,37 @@ pub fn backoff(params: &NativeParams, failures: u32) -> Duration {
         .min(params.retry_cap.max(params.retry))
 }
 
+/// The first wait before a refused put-back is tried again, doubling with each refusal.
+const PUT_BACK_FIRST: Duration = Duration::from_millis(250);
+
+/// The longest wait between two tries of a put-back.
+const PUT_BACK_CAP: Duration = Duration::from_secs(30);
+
+/// The wait after the `refusals`-th refused put-back in a row: short (a 409 is a race another
+/// writer won, a webhook may relent), doubling, capped: `Proxy` left on a failed cure cuts the
+/// names off for in-cluster clients until it goes.
+pub(super) fn put_back_wait(refusals: u32) -> Duration {
+    let doublings = refusals.saturating_sub(1).min(16);
+    PUT_BACK_FIRST
+        .saturating_mul(1u32 << doublings)
+        .min(PUT_BACK_CAP)
+}
+
+/// A put-back of `key`'s `ipMode` was refused or not applied (`why`): the entry says so, and
+/// its `Proxy` stays hairpin's until the API server's answer shows the put-back.
+pub(super) fn put_back_pending(record: &mut NativeRecord, key: &str, why: &str) {
+    if let Some(entry) = record.load_balancers.get_mut(key) {
+        why.clone_into(&mut entry.put_back);
+    }
+}
+
+/// The API server's answer shows `key`'s `ipMode` put back (or nothing was left to put back).
+pub(super) fn put_back_done(record: &mut NativeRecord, key: &str) {
+    if let Some(entry) = record.load_balancers.get_mut(key) {
+        entry.put_back.clear();
+    }
+}
+
 /// The target of the fight guard for a Service's `ipMode`.
 pub(super) fn fight_target(service: &ObjectRef) -> String {
     format!("Service {service} ipMode")
@@ -38,6 +69,7 @@ fn new_entry_at(uid: &str, now: &Now) -> NativeEntry {
         server_version: String::new(),
         due: false,
         skipped: Vec::new(),
+        put_back: String::new(),
     }
 }
 

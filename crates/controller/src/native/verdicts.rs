@@ -8,7 +8,7 @@ use hairpin_planner::native::{IpModeWas, NativeRecord, ProbeState};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 
 use super::probe::{
-    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, Proof, baseline, prove, targets,
+    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, Proof, baseline, prove_from, targets,
 };
 use super::state::{self, Now, backoff, forced_native};
 use super::{Finished, NativeCurer};
@@ -85,8 +85,18 @@ impl NativeCurer {
         };
         let params = self.params.clone();
         let uid = uid.to_owned();
+        // What answered through the receiver's own path before this write (none for a cure
+        // probed again: no baseline ran, and the status already says Proxy).
+        let receiver = match proof {
+            Proof::AfterWrite => self
+                .receivers
+                .get(&service.to_string())
+                .cloned()
+                .unwrap_or_default(),
+            Proof::Again => Default::default(),
+        };
         self.spawn(service, async move {
-            let verdict = prove(targets, &params, Some(observer), proof).await;
+            let verdict = prove_from(targets, &params, Some(observer), proof, &receiver).await;
             Finished::Proof { uid, verdict }
         });
     }
@@ -161,7 +171,14 @@ impl NativeCurer {
     ) {
         let key = service.to_string();
         let (probe_state, why, reason, verdict) = match baseline {
-            Baseline::Shown { unreachable } => {
+            Baseline::Shown {
+                unreachable,
+                receiver,
+            } => {
+                if receiver.is_empty() {
+                    tracing::info!(service = %key, "the receiver did not answer through its header path: the proof cannot tell it from another answerer");
+                }
+                self.receivers.insert(key.clone(), receiver);
                 let left_out: Vec<String> =
                     unreachable.iter().map(|(ip, _)| ip.to_string()).collect();
                 for (ip, why) in &unreachable {
@@ -255,6 +272,12 @@ impl NativeCurer {
         self.ctx.metrics.native_verdict("failed");
         if forced_native(plan, service) {
             tracing::warn!(service = %key, detail = %verdict.detail, "native cure not proven; kept (--cure native)");
+            let note = format!(
+                "ipMode: Proxy was not honoured ({}), and it stays: --cure native (flag or the Service's annotation) keeps it; in-cluster clients of these names may be short-circuited without a header, and the load balancer has no DNS cure",
+                verdict.detail
+            );
+            self.on_service(service, uid, true, reason::NATIVE_KEPT_UNPROVEN, note)
+                .await;
             return Ok(());
         }
         tracing::warn!(service = %key, detail = %verdict.detail, definite = verdict.definite, "native cure not proven; ipMode put back, DNS cure kept");
@@ -275,7 +298,7 @@ impl NativeCurer {
             .service(&service.namespace, &service.name)
             .is_some()
         {
-            self.restore(service, uid, &original, &why).await?;
+            self.put_back(record, service, uid, &original, &why).await;
         }
         Ok(())
     }

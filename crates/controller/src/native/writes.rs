@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Service;
 
 use super::probe::Proof;
 use super::state::{self, Now, SetStep, fight_target};
-use super::status::{Written, restore_ip_modes, status_ingress, write_ip_modes};
+use super::status::{Written, status_ingress, write_ip_modes};
 use super::{NativeCurer, SHOWN_FOR};
 use crate::Error;
 use crate::apply::write_key;
@@ -107,10 +107,7 @@ impl NativeCurer {
         drop(stored);
         let ip_list: Vec<&str> = ips.iter().map(|w| w.ip.as_str()).collect();
         let note = if reassert {
-            format!(
-                "another writer put the status back without ipMode: Proxy; hairpin set it again on {}",
-                ip_list.join(", ")
-            )
+            self.reasserted(snapshot, service, &ip_list)
         } else {
             let left_out = if skipped.is_empty() {
                 String::new()
@@ -126,12 +123,51 @@ impl NativeCurer {
             )
         };
         tracing::info!(service = %service, ips = ?ip_list, reasserted = reassert, "ipMode: Proxy set");
-        self.on_service(service, uid, false, reason::IP_MODE_SET, note)
-            .await;
+        let event = if reassert {
+            reason::IP_MODE_REASSERTED
+        } else {
+            reason::IP_MODE_SET
+        };
+        self.on_service(service, uid, false, event, note).await;
         if !reassert {
             self.start_probe(plan, service, uid, ips, Proof::AfterWrite);
         }
         Ok(())
+    }
+
+    /// The note of a re-assertion over another writer's rebuild of the status (a cloud
+    /// controller syncing the Service after a spec change): the writer, and the window in
+    /// which in-cluster clients were short-circuited without a header (from its write, by its
+    /// managed fields' one-second time, to now), also into the metric
+    /// `ip_mode_reassert_window_seconds`.
+    fn reasserted(&self, snapshot: &ClusterSnapshot, service: &ObjectRef, ips: &[&str]) -> String {
+        let written = snapshot
+            .service(&service.namespace, &service.name)
+            .and_then(hairpin_planner::native::ingress_written);
+        let Some((writer, at)) = written else {
+            return format!(
+                "another writer put the status back without ipMode: Proxy; hairpin set it again on {}",
+                ips.join(", ")
+            );
+        };
+        let writer = escape::text(writer);
+        let window = Now::read().since(&at);
+        if let Some(window) = window {
+            self.ctx
+                .metrics
+                .ip_mode_reassert_window
+                .observe(window.as_secs_f64());
+        }
+        let window = window.map_or_else(
+            || "an unknown time".to_owned(),
+            |w| format!("about {:.1} s", w.as_secs_f64()),
+        );
+        tracing::info!(service = %service, writer = %writer, window = %window, "ipMode: Proxy re-asserted over another writer's rebuild");
+        format!(
+            "{writer} rebuilt the status without ipMode: Proxy (a cloud controller syncing the Service after a change); hairpin set it again on {}: in-cluster clients of these names were short-circuited without a header for {window} (from its write at {}, one-second resolution)",
+            ips.join(", "),
+            escape::text(&at)
+        )
     }
 
     /// Whether the baseline showed the problem of `key` (uid `uid`) recently: taken once.
@@ -242,54 +278,9 @@ impl NativeCurer {
         self.on_service(service, uid, true, reason::IP_MODE_DROPPED, why.clone())
             .await;
         if !kept.is_empty() {
-            self.restore(service, uid, &original, &why).await?;
+            self.put_back(record, service, uid, &original, &why).await;
         }
         Ok(())
-    }
-
-    /// Puts each IP's `ipMode` back as it was (only where it is still `Proxy`), read back:
-    /// `Ok(false)` when the API server's answer still says `Proxy` (reported; tried again).
-    pub(super) async fn restore(
-        &mut self,
-        service: &ObjectRef,
-        uid: &str,
-        original: &[IpModeWas],
-        why: &str,
-    ) -> Result<bool, Error> {
-        let modes: BTreeMap<String, Option<String>> = original
-            .iter()
-            .map(|was| (was.ip.clone(), was.ip_mode.clone()))
-            .collect();
-        match restore_ip_modes(&self.ctx.client, service, uid, &modes).await {
-            Ok(Written::Applied(_)) => {
-                self.ctx.metrics.ip_mode_write("restore");
-                // Not a revert of hairpin's value: the fight count starts over.
-                self.fights
-                    .written(&fight_target(service), None, Instant::now());
-                tracing::info!(service = %service, why, "ipMode put back");
-                let note = format!("hairpin put ipMode back as it was: {why}");
-                self.on_service(service, uid, true, reason::IP_MODE_RESTORED, note)
-                    .await;
-                Ok(true)
-            }
-            Ok(Written::NotApplied(_)) => {
-                self.ctx.metrics.ip_mode_write("restore");
-                tracing::warn!(service = %service, "ipMode put back, but the API server's answer still says Proxy");
-                let note = format!(
-                    "hairpin put ipMode back ({why}), but the API server's answer still says Proxy (an admission webhook or another writer?): tried again"
-                );
-                self.on_service(service, uid, true, reason::IP_MODE_NOT_RESTORED, note)
-                    .await;
-                Ok(false)
-            }
-            Ok(Written::Nothing) => Ok(true),
-            Err(err) if is_not_found(&err) => Ok(true),
-            Err(err) if is_conflict(&err) => Ok(false),
-            Err(err) => Err(Error::kube(
-                format!("put ipMode back on Service {service}"),
-                err,
-            )),
-        }
     }
 
     /// Writes the record when it differs from `before` (the snapshot's).

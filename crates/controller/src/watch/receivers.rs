@@ -246,7 +246,9 @@ impl Receivers {
 }
 
 /// The metadata a slimmed workload keeps: its name, namespace, uid, resourceVersion and
-/// generation (the native cure follows the data plane's DaemonSets by generation).
+/// generation (the native cure follows the data plane's DaemonSets by generation), and the
+/// labels delivery reads (k3s/RKE2 ServiceLB's `svclb-*` DaemonSets name their Service by
+/// label: without them such a VIP would be taken for its provider annotation's proxy).
 fn slim_meta(meta: &ObjectMeta) -> ObjectMeta {
     ObjectMeta {
         name: meta.name.clone(),
@@ -254,6 +256,11 @@ fn slim_meta(meta: &ObjectMeta) -> ObjectMeta {
         uid: meta.uid.clone(),
         resource_version: meta.resource_version.clone(),
         generation: meta.generation,
+        labels: meta
+            .labels
+            .as_ref()
+            .map(hairpin_planner::delivery::delivery_labels)
+            .filter(|labels| !labels.is_empty()),
         ..ObjectMeta::default()
     }
 }

@@ -109,6 +109,8 @@ pub(super) fn slim_service(service: &mut Service) {
             manager: m.manager.clone(),
             subresource: m.subresource.clone(),
             fields_type: m.fields_type.clone(),
+            // When that writer wrote it: the window a rebuild left without `Proxy`.
+            time: m.time.clone(),
             fields_v1: Some(FieldsV1(serde_json::json!({
                 "f:status": {"f:loadBalancer": {"f:ingress": {}}}
             }))),

@@ -51,6 +51,7 @@ fn entry(state: ProbeState, since: String, data_plane: &str) -> NativeEntry {
         server_version: String::new(),
         due: false,
         skipped: Vec::new(),
+        put_back: String::new(),
     }
 }
 
@@ -225,4 +226,20 @@ fn a_proof_verdict_counts_failures_and_resets_them_when_proven() {
     assert_eq!(failures, 0);
     assert_eq!(record.load_balancers[KEY].state, ProbeState::Proven);
     let _: Timestamp = record.load_balancers[KEY].since.parse().unwrap();
+}
+
+#[test]
+fn a_refused_put_back_is_tried_again_soon_then_less_often_and_the_entry_says_why() {
+    let waits: Vec<Duration> = (1..=9).map(super::put_back_wait).collect();
+    assert_eq!(waits[0], Duration::from_millis(250));
+    assert_eq!(waits[1], Duration::from_millis(500));
+    assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+    assert_eq!(super::put_back_wait(u32::MAX), Duration::from_secs(30));
+    let now = now();
+    let mut record = record(entry(ProbeState::Failed, ago(&now, Duration::ZERO), ""));
+    super::put_back_pending(&mut record, KEY, "409");
+    assert_eq!(record.load_balancers[KEY].put_back, "409");
+    super::put_back_done(&mut record, KEY);
+    assert!(record.load_balancers[KEY].put_back.is_empty());
+    assert_eq!(record.load_balancers[KEY].state, ProbeState::Failed);
 }
