@@ -142,6 +142,11 @@ pub const RELEASED_ANNOTATION: &str = "hairpin.io/left-held-by-removal";
 /// The object whose read or hold was refused, and why (every hold put on is taken off again).
 pub async fn arm(client: &kube::Client, p: &RemovalParams) -> Result<Armed, Error> {
     let mut armed = arm_objects(client, p).await.map_err(|e| {
+        // The API server unreachable before anything was held: said as it is, so that the
+        // guard leaves it to the watches' one warning for that condition.
+        if e.still_held.is_empty() && e.error.metric_label() == "api_transport" {
+            return e.error;
+        }
         let released = if e.still_held.is_empty() {
             "every hold put on was taken off again".to_owned()
         } else {
@@ -608,6 +613,9 @@ async fn arm_until_done(
             Ok(_) => {
                 tracing::info!(deployment = %p.deployment, "no controller Deployment: the removal guard is off (a local run)");
                 return None;
+            }
+            Err(err) if err.metric_label() == "api_transport" => {
+                tracing::debug!(error = %err, retry_in = ?backoff, "removal guard not armed yet: the API server is unreachable (nothing held)");
             }
             Err(err) if said.as_deref() != Some(err.to_string().as_str()) => {
                 tracing::warn!(error = %err, retry_in = ?backoff, "removal guard not armed, nothing held: a removal other than `hairpin uninstall` would leave hairpin's changes in place meanwhile; retrying with a backoff (said again when the reason changes)");
