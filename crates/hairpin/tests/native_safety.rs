@@ -831,6 +831,13 @@ fn node_version_change_retries_a_failed_cure_at_once() {
             .count()
     };
     assert_eq!(sets(&log()), 1, "{}", log());
+    // The put-back in effect before the Node changes (a node upgrade takes minutes): kube-proxy
+    // short-circuits the address again (its sync follows the status by up to a second), so
+    // the retry's baseline sees the cluster as it is without the cure.
+    scene
+        .node
+        .wait_lb_rule("203.0.113.48", true, Duration::from_secs(10))
+        .expect("kube-proxy short-circuits the LB IP again after the put-back");
     api.patch_status(
         &format!("/api/v1/nodes/{}", scene.node.name()),
         &json!({"status": {"nodeInfo": {"kubeletVersion": "v1.31.15"}}}),
