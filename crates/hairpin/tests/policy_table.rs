@@ -90,7 +90,7 @@ fn the_docs_list_every_denial_of_the_manifest() {
     }
     assert!(
         doc[start..end] == actual,
-        "docs/controller.md's denial table differs from deploy/hairpin.yaml; rewrite it with \
-         HAIRPIN_BLESS=1 cargo test -p hairpin --test policy_table:\n{actual}"
+        "docs/controller.md's denial table differs from deploy/hairpin.yaml; run \
+         HAIRPIN_BLESS=1 cargo test -p hairpin --test policy_table to rewrite it; it reads:\n{actual}"
     );
 }

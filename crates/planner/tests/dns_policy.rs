@@ -43,7 +43,7 @@ fn the_chart_policy_is_generated_from_the_planner() {
     assert!(
         chart == actual,
         "{} has drifted from crates/planner/src/corefile/shapes.rs (markers or line shapes); \
-         rewrite it with HAIRPIN_BLESS=1 cargo test -p hairpin-planner --test dns_policy",
+         run HAIRPIN_BLESS=1 cargo test -p hairpin-planner --test dns_policy to rewrite it",
         path.display()
     );
 }
