@@ -206,3 +206,266 @@ async fn what_answered_is_escaped() {
     );
     task.abort();
 }
+
+/// A certificate and its key (DER), made with the `openssl` CLI at test time in `dir`:
+/// self-signed with `subject`, or issued by the CA `issuer` (made alongside), for the DNS name
+/// `shop.example.com`.
+fn certificate(dir: &std::path::Path, tag: &str, subject: &str, issuer: Option<&str>) -> Cert {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let (key, pem) = (format!("{tag}.key"), format!("{tag}.pem"));
+    let san = "subjectAltName=DNS:shop.example.com";
+    let mut req = vec![
+        "req", "-x509", "-days", "2", "-subj", subject, "-addext", san,
+    ];
+    req.extend(ec);
+    req.extend(["-keyout", &key, "-out", &pem]);
+    let ca_subject;
+    if let Some(issuer) = issuer {
+        ca_subject = issuer.to_owned();
+        let mut ca = vec!["req", "-x509", "-days", "2", "-subj", &ca_subject];
+        ca.extend(ec);
+        ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
+        run(&ca);
+        req.extend(["-CA", "ca.pem", "-CAkey", "ca.key"]);
+    }
+    run(&req);
+    let (der, key_der) = (format!("{tag}.der"), format!("{tag}.key.der"));
+    run(&["x509", "-in", &pem, "-outform", "DER", "-out", &der]);
+    run(&[
+        "pkcs8", "-topk8", "-nocrypt", "-in", &key, "-outform", "DER", "-out", &key_der,
+    ]);
+    Cert {
+        der: std::fs::read(dir.join(der)).unwrap(),
+        key: std::fs::read(dir.join(key_der)).unwrap(),
+    }
+}
+
+#[derive(Clone)]
+struct Cert {
+    der: Vec<u8>,
+    key: Vec<u8>,
+}
+
+fn server_config(cert: &Cert) -> std::sync::Arc<rustls::ServerConfig> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert.der.clone())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key.clone())),
+        )
+        .unwrap();
+    std::sync::Arc::new(config)
+}
+
+/// A TLS stand-in on `ip` (threads, blocking I/O): a connection whose first bytes are a PROXY
+/// header gets a TLS server presenting the next of `with_header` (in turn), any other the next
+/// of `without` (empty: closed without a byte, as nginx with `proxy_protocol`).
+fn tls_answering(ip: &str, with_header: Vec<Cert>, without: Vec<Cert>) -> SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let with_header: Vec<_> = with_header.iter().map(server_config).collect();
+    let without: Vec<_> = without.iter().map(server_config).collect();
+    std::thread::spawn(move || {
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(mut conn) = conn else { return };
+            let mut first = [0u8; 6];
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            if conn.peek(&mut first).is_err() {
+                continue;
+            }
+            let configs = if &first == b"PROXY " {
+                // The header line, byte by byte (the ClientHello stays in the socket).
+                let mut line = Vec::new();
+                let mut byte = [0u8; 1];
+                while !line.ends_with(b"\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                    line.push(byte[0]);
+                }
+                &with_header
+            } else {
+                &without
+            };
+            if configs.is_empty() {
+                continue;
+            }
+            let config = configs[n % configs.len()].clone();
+            std::thread::spawn(move || {
+                let Ok(server) = rustls::ServerConnection::new(config) else {
+                    return;
+                };
+                let mut tls = rustls::StreamOwned::new(server, conn);
+                let mut request = [0u8; 512];
+                let _ = tls.read(&mut request);
+                let _ = tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            });
+        }
+    });
+    addr
+}
+
+fn tls_target(addr: SocketAddr) -> ProbeTarget {
+    ProbeTarget {
+        addr,
+        tls: true,
+        host: "shop.example.com".into(),
+    }
+}
+
+/// Issue 45 item 3, TLS: the baseline records the certificate the receiver presents through its
+/// header path (its names and SHA-256, by a real handshake); after the write, the same
+/// certificate through the load balancer proves the cure, and a TLS-inspecting middlebox's
+/// (same name, its own CA) fails the proof at once, both certificates named.
+#[tokio::test]
+async fn a_tls_receiver_is_known_by_its_certificate_and_a_middlebox_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver_cert = certificate(dir.path(), "receiver", "/CN=shop.example.com/O=Shop", None);
+    let middlebox = certificate(
+        dir.path(),
+        "middlebox",
+        "/CN=shop.example.com",
+        Some("/CN=Inspecting Proxy CA/O=Corp Firewall"),
+    );
+    let params = params();
+    // Before the write: the short-circuit to the receiver, which answers only a header.
+    let addr = tls_answering("127.0.0.65", vec![receiver_cert.clone()], vec![]);
+    let Baseline::Shown { receiver, .. } = baseline(&[tls_target(addr)], &params, None).await
+    else {
+        panic!("the problem is shown");
+    };
+    let fingerprint = receiver.get(&addr).cloned().unwrap_or_default();
+    assert!(
+        fingerprint.starts_with(
+            "TLS certificate of CN=shop.example.com, O=Shop (shop.example.com) issued by CN=shop.example.com, O=Shop, SHA-256 "
+        ) && fingerprint.len() > 64,
+        "{fingerprint}"
+    );
+    let at = |addr: SocketAddr| -> Fingerprints { [(addr, fingerprint.clone())].into() };
+    // After the write, through the load balancer: the receiver's certificate, proven.
+    let addr2 = tls_answering("127.0.0.65", vec![], vec![receiver_cert.clone()]);
+    let verdict = prove_from(
+        vec![tls_target(addr2)],
+        &params,
+        None,
+        Proof::AfterWrite,
+        &at(addr2),
+    )
+    .await;
+    assert!(verdict.proven, "{verdict:?}");
+    assert!(verdict.detail.contains("O=Shop"), "{}", verdict.detail);
+    // A TLS-inspecting middlebox answers instead: not proven, ended early, both named.
+    let addr3 = tls_answering("127.0.0.65", vec![], vec![middlebox]);
+    let verdict = prove_from(
+        vec![tls_target(addr3)],
+        &params,
+        None,
+        Proof::AfterWrite,
+        &at(addr3),
+    )
+    .await;
+    assert!(!verdict.proven && verdict.definite, "{verdict:?}");
+    assert!(
+        verdict
+            .detail
+            .contains("answered by another server than the receiver: TLS certificate of CN=shop.example.com (shop.example.com) issued by CN=Inspecting Proxy CA, O=Corp Firewall")
+            && verdict
+                .detail
+                .contains("where the receiver answered TLS certificate of CN=shop.example.com, O=Shop"),
+        "{}",
+        verdict.detail
+    );
+    println!(
+        "a TLS-inspecting middlebox answering for the receiver: not proven after {:.0} ms: {}",
+        verdict.took.as_secs_f64() * 1000.0,
+        verdict.detail
+    );
+}
+
+/// Receivers that each present a certificate of their own with the same names (ingress-nginx's
+/// default certificate, made in each pod): the fingerprint keeps the names only, and either
+/// receiver proves the cure; a certificate with other names still fails it.
+#[tokio::test]
+async fn receivers_with_certificates_of_their_own_are_known_by_their_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let subject = "/CN=Kubernetes Ingress Controller Fake Certificate/O=Acme Co";
+    let pod_a = certificate(dir.path(), "pod-a", subject, None);
+    let pod_b = certificate(dir.path(), "pod-b", subject, None);
+    assert_ne!(pod_a.der, pod_b.der);
+    let params = params();
+    let addr = tls_answering("127.0.0.66", vec![pod_a.clone(), pod_b.clone()], vec![]);
+    let Baseline::Shown { receiver, .. } = baseline(&[tls_target(addr)], &params, None).await
+    else {
+        panic!("the problem is shown");
+    };
+    let fingerprint = receiver.get(&addr).cloned().unwrap_or_default();
+    assert_eq!(
+        fingerprint,
+        "TLS certificate of CN=Kubernetes Ingress Controller Fake Certificate, O=Acme Co (shop.example.com) issued by CN=Kubernetes Ingress Controller Fake Certificate, O=Acme Co"
+    );
+    let at = |addr: SocketAddr| -> Fingerprints { [(addr, fingerprint.clone())].into() };
+    let addr2 = tls_answering("127.0.0.66", vec![], vec![pod_a, pod_b]);
+    let verdict = prove_from(
+        vec![tls_target(addr2)],
+        &params,
+        None,
+        Proof::AfterWrite,
+        &at(addr2),
+    )
+    .await;
+    assert!(verdict.proven, "{verdict:?}");
+    let other = certificate(dir.path(), "other", "/CN=shop.example.com", None);
+    let addr3 = tls_answering("127.0.0.66", vec![], vec![other]);
+    let verdict = prove_from(
+        vec![tls_target(addr3)],
+        &params,
+        None,
+        Proof::AfterWrite,
+        &at(addr3),
+    )
+    .await;
+    assert!(!verdict.proven && verdict.definite, "{verdict:?}");
+}
+
+/// A TLS port answered in plain text (a `400` to the ClientHello) or closed without a byte is
+/// no answer; the baseline shows the problem and records nothing for it.
+#[tokio::test]
+async fn a_tls_port_answered_without_tls_is_no_answer() {
+    let (addr, task) = answering(
+        "127.0.0.67",
+        "HTTP/1.1 400 Bad Request\r\n\r\n",
+        Some("HTTP/1.1 400 Bad Request\r\n\r\n"),
+    )
+    .await;
+    let Baseline::Shown { receiver, .. } = baseline(&[tls_target(addr)], &params(), None).await
+    else {
+        panic!("the problem is shown");
+    };
+    assert!(receiver.is_empty(), "{receiver:?}");
+    let verdict = prove(vec![tls_target(addr)], &params(), None, Proof::AfterWrite).await;
+    assert!(!verdict.proven, "{verdict:?}");
+    assert!(
+        verdict.detail.contains("not a TLS server's"),
+        "{}",
+        verdict.detail
+    );
+    task.abort();
+}

@@ -49,6 +49,9 @@
 //!   never fails.
 //! - j) a middlebox answering for the load balancer after the write (issue 45 item 3): not
 //!   proven, what answered named, `ipMode` put back, the DNS cure kept.
+//! - l) j) on a TLS port (issue 45 item 3): a TLS-inspecting proxy presenting a certificate of
+//!   its own CA after the write: not proven, both certificates named (subject, issuer,
+//!   SHA-256), `ipMode` put back, the DNS cure kept.
 //! - k) a cloud controller rebuilding a proven cure's status after a spec change (issue 45 item
 //!   6): re-asserted within a second, the window measured, no fight, never `failed`.
 //! - i) the Nodes' versions in the data plane (item 4), with the shipped RBAC: the cure of g)
@@ -1226,4 +1229,242 @@ fn a_cloud_controller_rebuild_is_reasserted_at_once_and_no_fight() {
     }
     println!("k) in-cluster client over the whole scenario: {inside}");
     println!("k) Event IpModeProxyReasserted: {event}");
+}
+
+/// A self-signed certificate for [`HOST`] with `subject` (or one issued by a CA `issuer`,
+/// made alongside), made with `openssl` in `dir`: the PEM certificate and key paths.
+fn tls_certificate(
+    dir: &std::path::Path,
+    tag: &str,
+    subject: &str,
+    issuer: Option<&str>,
+) -> (String, String) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let (key, pem) = (format!("{tag}.key"), format!("{tag}.pem"));
+    let san = format!("subjectAltName=DNS:{HOST}");
+    let mut req = vec![
+        "req", "-x509", "-days", "2", "-subj", subject, "-addext", &san,
+    ];
+    req.extend(ec);
+    req.extend(["-keyout", &key, "-out", &pem]);
+    if let Some(issuer) = issuer {
+        let mut ca = vec!["req", "-x509", "-days", "2", "-subj", issuer];
+        ca.extend(ec);
+        ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
+        run(&ca);
+        req.extend(["-CA", "ca.pem", "-CAkey", "ca.key"]);
+    }
+    run(&req);
+    let path = |f: &str| dir.join(f).display().to_string();
+    (path(&pem), path(&key))
+}
+
+/// nginx on [`POD_IP`]:80 in the node's namespace requiring the PROXY protocol and speaking
+/// TLS with `cert` (the ingress of a TLS port).
+fn start_tls_ingress(node: &mut hairpin_testkit::kube::KubeNode, cert: &(String, String)) {
+    let root = node.dir().join("ingress-tls");
+    std::fs::create_dir_all(&root).expect("the ingress's folder");
+    let (r, d) = (root.display(), node.dir().display());
+    let conf = format!(
+        "user root;\ndaemon off;\nmaster_process off;\npid {r}/nginx.pid;\n\
+         error_log {d}/ingress-tls.error.log info;\nevents {{ worker_connections 1024; }}\n\
+         http {{\n  access_log {d}/ingress-tls.access.log;\n  client_body_temp_path {r}/body;\n  \
+         proxy_temp_path {r}/proxy;\n  fastcgi_temp_path {r}/fastcgi;\n  \
+         uwsgi_temp_path {r}/uwsgi;\n  scgi_temp_path {r}/scgi;\n  default_type text/plain;\n  \
+         server {{\n    listen {POD_IP}:80 ssl proxy_protocol;\n    ssl_certificate {};\n    \
+         ssl_certificate_key {};\n    location / {{ return 200 \"shop\\n\"; }}\n  }}\n}}\n",
+        cert.0, cert.1
+    );
+    let path = root.join("nginx.conf");
+    std::fs::write(&path, conf).expect("the ingress's configuration");
+    let mut command = node.command("nginx");
+    command.arg("-p").arg(&root).arg("-c").arg(&path);
+    command
+        .arg("-e")
+        .arg(node.dir().join("ingress-tls.error.log"));
+    node.spawn("ingress-tls", command).expect("start nginx");
+    node.wait_listening(&format!("{POD_IP}:80"), "ingress-tls")
+        .expect("nginx listens");
+}
+
+/// A TLS-inspecting proxy in the node's namespace: every connection to `lb_ip:80` that
+/// kube-proxy does not take itself is redirected (a rule after kube-proxy's) to a TLS server
+/// presenting `cert` (minted by the proxy's own CA) and answering `403`.
+fn start_tls_middlebox(
+    node: &mut hairpin_testkit::kube::KubeNode,
+    lb_ip: &str,
+    cert: &(String, String),
+) {
+    let script = format!(
+        r#"
+import socket, ssl, threading
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain({:?}, {:?})
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 18443)); s.listen(64)
+def serve(c):
+    try:
+        t = ctx.wrap_socket(c, server_side=True)
+        t.recv(4096)
+        t.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        t.close()
+    except Exception:
+        c.close()
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#,
+        cert.0, cert.1
+    );
+    let mut command = node.command("python3");
+    command.args(["-c", &script]);
+    node.spawn("tls-middlebox", command)
+        .expect("start the TLS middlebox");
+    node.wait_listening("127.0.0.1:18443", "tls-middlebox")
+        .expect("the TLS middlebox listens");
+    node.exec_ok(&[
+        "iptables",
+        "-t",
+        "nat",
+        "-A",
+        "OUTPUT",
+        "-d",
+        &format!("{lb_ip}/32"),
+        "-p",
+        "tcp",
+        "--dport",
+        "80",
+        "-j",
+        "REDIRECT",
+        "--to-ports",
+        "18443",
+    ])
+    .expect("the TLS middlebox's redirect");
+}
+
+/// Issue 45 item 3, TLS: the load balancer's port is TLS (named `https`; nginx with
+/// `ssl proxy_protocol` behind it). Before the write the baseline records the receiver's
+/// certificate through its header path; after it, the probe's handshakes leave through the
+/// node's egress path, where a TLS-inspecting proxy answers with a certificate of its own CA:
+/// not proven, `ipMode` put back, the DNS cure stays, the reason names both certificates; the
+/// outside client never fails.
+#[test]
+fn a_tls_inspecting_middlebox_proves_nothing_and_both_certificates_are_named() {
+    let test = "a_tls_inspecting_middlebox_proves_nothing_and_both_certificates_are_named";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let lb_ip = "203.0.113.53";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let node_port = seed(&api, Shape::Proxy, lb_ip);
+    // The port is a TLS one: named `https`, in the Service and its EndpointSlice.
+    api.request_ok(
+        "PATCH",
+        SERVICE,
+        Some((
+            "application/merge-patch+json",
+            &json!({"spec": {"ports": [{"name": "https", "port": 80, "targetPort": 80,
+                "protocol": "TCP", "nodePort": node_port}]}}),
+        )),
+    );
+    api.request_ok(
+        "PATCH",
+        "/apis/discovery.k8s.io/v1/namespaces/ingress/endpointslices/nginx-1",
+        Some((
+            "application/merge-patch+json",
+            &json!({"ports": [{"name": "https", "port": 80, "protocol": "TCP"}]}),
+        )),
+    );
+    let mut node =
+        hairpin_testkit::kube::KubeNode::start(&api, &NodeOptions::iptables("node-tls-mbox"))
+            .expect("start the node");
+    node.add_address(POD_IP);
+    let certs = node.dir().join("certs");
+    std::fs::create_dir_all(&certs).expect("the certificates' folder");
+    let receiver = tls_certificate(&certs, "receiver", &format!("/CN={HOST}/O=Shop"), None);
+    let minted = tls_certificate(
+        &certs,
+        "middlebox",
+        &format!("/CN={HOST}"),
+        Some("/CN=Corp TLS Inspection CA/O=Corp Firewall"),
+    );
+    start_tls_ingress(&mut node, &receiver);
+    let lb = hairpin_testkit::outside::CloudLb::start(&node, lb_ip, 80, node_port, false)
+        .expect("start the cloud LB");
+    node.wait_lb_rule(lb_ip, true, Duration::from_secs(10))
+        .expect("kube-proxy short-circuits the LB IP");
+    let url = format!("https://{lb_ip}:80/");
+    let broken = node.curl(&url, &["-k"]);
+    assert_ne!(broken.exit, Some(0), "the hairpin failure: {broken:?}");
+    let outside = Outside::client(lb.netns()).expect("the outside client's namespace");
+    outside.route(lb_ip).expect("route the LB IP");
+    let client = outside
+        .client_loop(&url, &["-k"])
+        .expect("start the outside client");
+    first_answer(&client, "the outside client through HAProxy");
+    start_tls_middlebox(&mut node, lb_ip, &minted);
+    let inside =
+        ClientLoop::start(node.netns(), node.dir(), &url, &["-k"]).expect("in-cluster loop");
+    let controller = controller_command(&api, &node, "controller", "auto");
+    let _controller = hairpin_testkit::kube::Group::spawn(
+        "controller",
+        controller,
+        node.dir().join("controller.log"),
+    )
+    .expect("start hairpin controller");
+    let log = || node.log("controller");
+    let verdict = wait_for(
+        "the cure not proven",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "failed"),
+        log,
+    );
+    wait_for(
+        "ipMode put back",
+        Duration::from_secs(10),
+        || ip_mode(&api).as_deref() == Some("VIP"),
+        log,
+    );
+    let entry = record(&api).unwrap_or_default();
+    let reason = entry["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        reason.contains("issued by CN=Corp TLS Inspection CA, O=Corp Firewall")
+            && reason.contains(&format!("TLS certificate of CN={HOST}, O=Shop")),
+        "{entry}"
+    );
+    assert!(
+        corefile(&api).contains(HOST),
+        "the DNS cure: {}",
+        corefile(&api)
+    );
+    let inside = inside.stop();
+    let log = log();
+    let set = first_logged(&log, "ipMode: Proxy set");
+    let back = first_logged(&log, ": ipMode put back service=");
+    let end = client.elapsed() + Duration::from_secs(2);
+    client.wait_answered_after(end, Duration::from_secs(10));
+    let tally = client.stop();
+    assert_no_failure("l", &tally, &log);
+    println!(
+        "l) a TLS-inspecting middlebox answering for the load balancer: not proven {verdict:.1?} after the controller started, ipMode put back {:.0} ms after the write; record reason: {reason}",
+        back.zip(set)
+            .map(|(b, s)| (b - s) * 1000.0)
+            .unwrap_or(f64::NAN)
+    );
+    println!(
+        "l) in-cluster client (to the LB IP, no header: the hairpin failure, then the middlebox while Proxy was set): {inside}"
+    );
 }

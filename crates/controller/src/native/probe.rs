@@ -4,11 +4,13 @@
 //! hairpinned name as SNI (TLS ports).
 //!
 //! What counts as an answer, the same before and after the write: an HTTP status line other
-//! than `400` (a server that read the request as a request), or a TLS ServerHello. And the
-//! answer must come from the receiver ([`from_receiver`], the proof's criterion): before the
-//! write the baseline also asks every HTTP port once *with* a PROXY header, through the path
-//! that works today (kube-proxy short-circuits the address to the receiver), and records what
-//! answered ([`Fingerprints`]: the status line and the `Server` header); after the write, an
+//! than `400` (a server that read the request as a request), or a TLS handshake in which the
+//! server proved it holds the certificate it presented (any certificate: the chain is not
+//! checked). And the answer must come from the receiver ([`from_receiver`], the proof's
+//! criterion): before the write the baseline also asks every port *with* a PROXY header,
+//! through the path that works today (kube-proxy short-circuits the address to the receiver),
+//! and records what answered ([`Fingerprints`]: the status line and the `Server` header, or
+//! the leaf certificate's names and SHA-256); after the write, an
 //! answer through the load balancer with another fingerprint is another server's (a
 //! transparent egress proxy, a firewall, a TLS-inspecting proxy, Cilium's L7 403): it proves
 //! nothing, ends the proof when repeated, and the verdict names what answered. Everything
@@ -42,6 +44,9 @@ use hairpin_planner::native::IpModeWas;
 
 use super::NativeParams;
 
+mod cert;
+mod tls;
+
 /// One address and port to probe, and how to ask.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeTarget {
@@ -56,7 +61,8 @@ pub struct ProbeTarget {
 /// What one probe connection got.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attempt {
-    /// Answered as a server answers a client: the status line, or `TLS ServerHello`.
+    /// Answered as a server answers a client: the status line and `Server` header, or the
+    /// TLS certificate the server proved it holds (`TLS certificate <names>, SHA-256 <hex>`).
     Answered(String),
     /// No answer: an empty reply, a reset, silence, an answer that is not one.
     NoAnswer(String),
@@ -72,19 +78,27 @@ pub enum Attempt {
     },
 }
 
-/// What answered each HTTP port through the path that works today, with a PROXY header, before
-/// the write: its status line and `Server` header, by address (escaped).
+/// What answered each port through the path that works today, with a PROXY header, before
+/// the write, by address (escaped): an HTTP port's status line and `Server` header; a TLS
+/// port's leaf certificate (`TLS certificate <names>, SHA-256 <hex>`, or only
+/// `TLS certificate <names>` where the receivers present certificates of their own with the
+/// same names: see [`tls_fingerprint`]).
 pub type Fingerprints = BTreeMap<SocketAddr, String>;
 
 /// The proof's criterion, in one place: `attempt` on `addr` counts as the receiver's answer
 /// only when the receiver's fingerprint recorded before the write (`receiver`, when one was)
-/// is what answered; any other answerer is [`Attempt::Foreign`].
+/// is what answered; any other answerer is [`Attempt::Foreign`]. A TLS fingerprint without a
+/// hash matches any certificate with those names.
 pub fn from_receiver(attempt: Attempt, addr: &SocketAddr, receiver: &Fingerprints) -> Attempt {
     match (attempt, receiver.get(addr)) {
-        (Attempt::Answered(line), Some(expected)) if line != *expected => Attempt::Foreign {
-            answered: line,
-            receiver: expected.clone(),
-        },
+        (Attempt::Answered(line), Some(expected))
+            if line != *expected && tls::names_only(&line) != Some(expected.as_str()) =>
+        {
+            Attempt::Foreign {
+                answered: line,
+                receiver: expected.clone(),
+            }
+        }
         (attempt, _) => attempt,
     }
 }
@@ -142,35 +156,27 @@ async fn ask(target: &ProbeTarget, timeout: Duration, header: bool) -> Attempt {
         }
         Err(_) => return Attempt::NoAnswer(format!("no TCP answer within {timeout:?}")),
     };
-    let request = if target.tls {
-        match client_hello(&target.host) {
-            Ok(hello) => hello,
-            Err(why) => return Attempt::NoAnswer(format!("no ClientHello: {why}")),
-        }
+    let prefix = if header {
+        proxy_line(&stream, target)
     } else {
+        Vec::new()
+    };
+    if target.tls {
+        let identify = tls::identify(&mut stream, &target.host, prefix);
+        return match tokio::time::timeout(timeout, identify).await {
+            Err(_) => Attempt::NoAnswer("no answer before the timeout".into()),
+            Ok(Ok(certificate)) => Attempt::Answered(certificate),
+            Ok(Err(why)) => Attempt::NoAnswer(why),
+        };
+    }
+    let mut request = prefix;
+    request.extend_from_slice(
         format!(
             "GET / HTTP/1.1\r\nHost: {}\r\nUser-Agent: hairpin-native-probe\r\nConnection: close\r\n\r\n",
             target.host
         )
-        .into_bytes()
-    };
-    let mut request = request;
-    if header {
-        let proto = if target.addr.is_ipv4() {
-            "TCP4"
-        } else {
-            "TCP6"
-        };
-        let local = stream.local_addr().unwrap_or(target.addr);
-        let line = format!(
-            "PROXY {proto} {} {} {} {}\r\n",
-            local.ip(),
-            target.addr.ip(),
-            local.port(),
-            target.addr.port()
-        );
-        request.splice(0..0, line.into_bytes());
-    }
+        .as_bytes(),
+    );
     let exchange = async {
         stream.write_all(&request).await?;
         // The status line and the headers (the `Server` header names the answerer): up to
@@ -180,10 +186,8 @@ async fn ask(target: &ProbeTarget, timeout: Duration, header: bool) -> Attempt {
         loop {
             let n = stream.read(&mut chunk).await?;
             answer.extend_from_slice(&chunk[..n]);
-            let done = n == 0
-                || target.tls
-                || answer.len() >= 4096
-                || answer.windows(4).any(|w| w == b"\r\n\r\n");
+            let done =
+                n == 0 || answer.len() >= 4096 || answer.windows(4).any(|w| w == b"\r\n\r\n");
             if done {
                 break;
             }
@@ -193,22 +197,33 @@ async fn ask(target: &ProbeTarget, timeout: Duration, header: bool) -> Attempt {
     match tokio::time::timeout(timeout, exchange).await {
         Err(_) => Attempt::NoAnswer("no answer before the timeout".into()),
         Ok(Err(err)) => Attempt::NoAnswer(format!("no answer: {err}")),
-        Ok(Ok(answer)) => judge(&answer, target.tls),
+        Ok(Ok(answer)) => judge(&answer),
     }
 }
 
-/// The first bytes a server sent back, judged.
-fn judge(answer: &[u8], tls: bool) -> Attempt {
+/// A PROXY v1 header for a connection from `stream` to `target` (the receiver's own path,
+/// which every PROXY receiver reads, v1 or v2).
+fn proxy_line(stream: &TcpStream, target: &ProbeTarget) -> Vec<u8> {
+    let proto = if target.addr.is_ipv4() {
+        "TCP4"
+    } else {
+        "TCP6"
+    };
+    let local = stream.local_addr().unwrap_or(target.addr);
+    format!(
+        "PROXY {proto} {} {} {} {}\r\n",
+        local.ip(),
+        target.addr.ip(),
+        local.port(),
+        target.addr.port()
+    )
+    .into_bytes()
+}
+
+/// The first bytes an HTTP server sent back, judged.
+fn judge(answer: &[u8]) -> Attempt {
     if answer.is_empty() {
         return Attempt::NoAnswer("empty reply (the ingress got no PROXY header)".into());
-    }
-    if tls {
-        // A TLS record of type handshake (22) carrying a ServerHello (2).
-        return if answer.first() == Some(&22) && answer.get(5) == Some(&2) {
-            Attempt::Answered("TLS ServerHello".into())
-        } else {
-            Attempt::NoAnswer("an answer that is not a TLS ServerHello".into())
-        };
     }
     let line = answer.split(|b| *b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line).trim_end().to_owned();
@@ -243,24 +258,6 @@ fn server_header(answer: &[u8]) -> Option<String> {
                 .eq_ignore_ascii_case("server")
                 .then(|| value.trim().to_owned())
         })
-}
-
-/// A TLS ClientHello for `host` (SNI), as rustls writes it. Only its bytes are used: the probe
-/// needs a ServerHello back, not a session.
-fn client_hello(host: &str) -> Result<Vec<u8>, String> {
-    use rustls::pki_types::ServerName;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
-    let mut conn =
-        rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
-    let mut hello = Vec::new();
-    conn.write_tls(&mut hello).map_err(|e| e.to_string())?;
-    Ok(hello)
 }
 
 /// One attempt, timed and reported to `observe`.
@@ -476,12 +473,17 @@ pub async fn baseline(
         ))
     } else if all(|a| matches!(a, Attempt::NoAnswer(_))) {
         let mut receiver = Fingerprints::new();
-        for target in targets
-            .iter()
-            .filter(|t| !t.tls && seen.contains_key(&t.addr))
-        {
-            if let Attempt::Answered(line) = ask(target, params.timeout, true).await {
-                receiver.insert(target.addr, line);
+        for target in targets.iter().filter(|t| seen.contains_key(&t.addr)) {
+            let fingerprint = if target.tls {
+                tls_fingerprint(target, params).await
+            } else {
+                match ask(target, params.timeout, true).await {
+                    Attempt::Answered(line) => Some(line),
+                    _ => None,
+                }
+            };
+            if let Some(fingerprint) = fingerprint {
+                receiver.insert(target.addr, fingerprint);
             }
         }
         Baseline::Shown {
@@ -501,6 +503,29 @@ pub async fn baseline(
             "some requests without a header were answered before any change, so an answer afterwards would prove nothing: {detail}"
         ))
     }
+}
+
+/// A TLS port's receiver, asked [`NativeParams::answers`] times through its header path: its
+/// certificate when every answer presented the same one; its names only (`TLS certificate
+/// <names>`) when the certificates differ but their names do not (receivers each with a
+/// certificate of its own: ingress-nginx makes its default certificate in each pod); else the
+/// first answer's (the proof then fails on another receiver's: safe, and named).
+async fn tls_fingerprint(target: &ProbeTarget, params: &NativeParams) -> Option<String> {
+    let mut answers = Vec::new();
+    for _ in 0..params.answers.max(1) {
+        if let Attempt::Answered(certificate) = ask(target, params.timeout, true).await {
+            answers.push(certificate);
+        }
+    }
+    let first = answers.first()?.clone();
+    if answers.iter().all(|a| *a == first) {
+        return Some(first);
+    }
+    let names = tls::names_only(&first);
+    if names.is_some() && answers.iter().all(|a| tls::names_only(a) == names) {
+        return names.map(str::to_owned);
+    }
+    Some(first)
 }
 
 /// A port is probed with TLS when it is 443 or 8443, or named `https` or `tls`-something.
