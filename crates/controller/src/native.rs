@@ -273,7 +273,10 @@ impl NativeCurer {
         else {
             return;
         };
-        let mut parts = vec![hairpin_planner::native::data_plane(snapshot)];
+        let mut parts = vec![
+            hairpin_planner::native::data_plane(snapshot),
+            hairpin_planner::nodes::kube_proxy_config(snapshot),
+        ];
         if !nodes.is_empty() {
             parts.push(format!("nodes {nodes}"));
         }

@@ -377,6 +377,16 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
             Some("cilium-config"),
         ),
         ("istio-system", "", "configmaps", "list", Some("istio")),
+        // Issue 45: kube-proxy's configuration file (its `featureGates`), by name.
+        ("kube-system", "", "configmaps", "watch", Some("kube-proxy")),
+        ("kube-system", "", "configmaps", "list", Some("kube-proxy")),
+        (
+            "kube-system",
+            "",
+            "configmaps",
+            "watch",
+            Some("kube-proxy-config"),
+        ),
         ("", "events.k8s.io", "events", "create", None),
         ("", "events.k8s.io", "events", "patch", None),
         ("", "hairpin.io", "hairpins", "watch", None),
@@ -626,6 +636,13 @@ fn rbac_grants_what_the_controller_uses_and_no_more() {
         ("", "", "services/finalize", "update", Some("x")),
         ("", "", "pods/status", "update", Some("x")),
         ("", "", "nodes/status", "patch", Some("x")),
+        (
+            "kube-system",
+            "",
+            "configmaps",
+            "update",
+            Some("kube-proxy"),
+        ),
         (
             "kube-system",
             "",

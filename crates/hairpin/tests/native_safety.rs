@@ -52,6 +52,9 @@
 //! - l) j) on a TLS port (issue 45 item 3): a TLS-inspecting proxy presenting a certificate of
 //!   its own CA after the write: not proven, both certificates named (subject, issuer,
 //!   SHA-256), `ipMode` put back, the DNS cure kept.
+//! - m) kube-proxy's ConfigMap (kubeadm's `kube-system/kube-proxy`) read by the controller
+//!   with the shipped RBAC: `LoadBalancerIPMode: false` there keeps the DNS cure, named,
+//!   nothing written; on, the cure is proven; off again, the DNS rule is back.
 //! - k) a cloud controller rebuilding a proven cure's status after a spec change (issue 45 item
 //!   6): re-asserted within a second, the window measured, no fight, never `failed`.
 //! - i) the Nodes' versions in the data plane (item 4), with the shipped RBAC: the cure of g)
@@ -1467,4 +1470,96 @@ fn a_tls_inspecting_middlebox_proves_nothing_and_both_certificates_are_named() {
     println!(
         "l) in-cluster client (to the LB IP, no header: the hairpin failure, then the middlebox while Proxy was set): {inside}"
     );
+}
+
+/// kubeadm's `kube-system/kube-proxy` DaemonSet (the node's own kube-proxy runs outside it
+/// here: only what the controller reads of it matters) and its ConfigMap, its configuration
+/// file with the gate `on` or off.
+fn kube_proxy_config(api: &ApiServer, on: bool) {
+    let labels = json!({"k8s-app": "kube-proxy"});
+    api.apply(&json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"namespace": "kube-system", "name": "kube-proxy"},
+        "spec": {"selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {
+                "containers": [{"name": "kube-proxy",
+                    "image": "registry.k8s.io/kube-proxy:v1.31.14",
+                    "command": ["/usr/local/bin/kube-proxy",
+                        "--config=/var/lib/kube-proxy/config.conf"]}],
+                "volumes": [{"name": "kube-proxy", "configMap": {"name": "kube-proxy"}}]}}}
+    }));
+    api.apply(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"namespace": "kube-system", "name": "kube-proxy"},
+        "data": {"config.conf": format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nfeatureGates:\n  LoadBalancerIPMode: {on}\nkind: KubeProxyConfiguration\nmode: iptables\n"),
+            "kubeconfig.conf": "apiVersion: v1\nkind: Config\n"}
+    }));
+}
+
+/// Issue 45: the controller reads kube-proxy's ConfigMap with the shipped RBAC (by name, in
+/// kube-system): `LoadBalancerIPMode: false` there keeps the DNS cure, named, nothing written;
+/// turned on, the cure is proven; off again, the DNS rule is back. The outside client never
+/// fails.
+#[test]
+fn kube_proxys_config_map_gates_the_native_cure_with_the_shipped_rbac() {
+    let test = "kube_proxys_config_map_gates_the_native_cure_with_the_shipped_rbac";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    let lb_ip = "203.0.113.54";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    let scene = Scene::start(&api, "node-kp-config", lb_ip, Receiver::Nginx);
+    kube_proxy_config(&api, false);
+    let inside = ClientLoop::start(scene.node.netns(), scene.node.dir(), &scene.url, &[])
+        .expect("in-cluster loop");
+    let _controller = scene.controller(&api, "controller", &[]);
+    let log = || scene.node.log("controller");
+    let named = "ConfigMap kube-system/kube-proxy key config.conf";
+    let gated = wait_for(
+        "the Hairpin status names kube-proxy's ConfigMap",
+        Duration::from_secs(40),
+        || {
+            hairpin_status(&api).is_some_and(|s| {
+                s["nativeCure"] == "not-on-every-node"
+                    && s["cureReason"].as_str().is_some_and(|r| r.contains(named))
+            })
+        },
+        log,
+    );
+    assert!(corefile(&api).contains(HOST), "{}", corefile(&api));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(ip_mode(&api).as_deref(), Some("VIP"), "nothing written");
+    assert!(
+        !log().contains("ipMode: Proxy set"),
+        "nothing written: {}",
+        log()
+    );
+    assert!(!log().contains("forbidden"), "{}", log());
+    let started = Instant::now();
+    kube_proxy_config(&api, true);
+    wait_for(
+        "the native cure proven once the gate is on",
+        Duration::from_secs(40),
+        || record(&api).is_some_and(|e| e["state"] == "proven") && !corefile(&api).contains(HOST),
+        log,
+    );
+    let proven = started.elapsed();
+    let started = Instant::now();
+    kube_proxy_config(&api, false);
+    wait_for(
+        "the DNS rule back once the gate is off",
+        Duration::from_secs(20),
+        || corefile(&api).contains(HOST),
+        log,
+    );
+    let back = started.elapsed();
+    let inside = inside.stop();
+    let log = log();
+    scene.finish("m", &log);
+    println!(
+        "m) kube-proxy's ConfigMap with LoadBalancerIPMode: false: DNS cure kept, named in the Hairpin status {gated:.1?} after the controller started, nothing written; gate on: native proven {proven:.1?} after the ConfigMap changed; off again: DNS rule back {back:.1?} after"
+    );
+    println!("m) in-cluster client over the whole scenario: {inside}");
 }

@@ -9,7 +9,9 @@
 //!   `kubeProxyVersion` older than 1.30 where the kubelet still reports one;
 //! - a kube-proxy DaemonSet whose image is older than 1.30, or that runs with the feature gate
 //!   `LoadBalancerIPMode` off (its `--feature-gates` flag, or `featureGates` in the
-//!   configuration file of its ConfigMap when that ConfigMap is in the snapshot);
+//!   configuration file of a ConfigMap it mounts when that ConfigMap is in the snapshot: the
+//!   controller watches those by name, [`kube_proxy_config_maps`], slimmed to
+//!   [`feature_gates_only`]);
 //! - a CNI that replaces kube-proxy, older than its support: Cilium before 1.17 or 1.18.0
 //!   (where it replaces kube-proxy: `kube-proxy-replacement` on in `cilium-config`, or no
 //!   kube-proxy DaemonSet), Antrea before 2.0, kube-router before 2.9 (unless its service
@@ -133,8 +135,32 @@ fn gate_off_in_flag(value: &str) -> bool {
 }
 
 /// Whether a kube-proxy configuration file (`KubeProxyConfiguration`, YAML) turns the gate
-/// off: a `LoadBalancerIPMode: false` line under `featureGates:`.
+/// off: a `LoadBalancerIPMode: false` entry under `featureGates:` (block or flow style).
 fn gate_off_in_config(text: &str) -> bool {
+    let off = |entry: &str| {
+        entry.split_once(':').is_some_and(|(name, on)| {
+            name.trim().trim_matches(['"', '\'']) == "LoadBalancerIPMode"
+                && on
+                    .trim()
+                    .trim_matches(['"', '\''])
+                    .eq_ignore_ascii_case("false")
+        })
+    };
+    feature_gates_only(text).lines().any(|line| {
+        let line = line.trim();
+        match line.strip_prefix("featureGates:") {
+            Some(flow) => flow.trim().trim_matches(['{', '}']).split(',').any(off),
+            None => off(line),
+        }
+    })
+}
+
+/// The `featureGates:` block of a kube-proxy configuration file (YAML), its lines as they are,
+/// and nothing else: all the Nodes' gate reads of it, so all the controller keeps of the
+/// ConfigMap (its other keys, a kubeconfig, and the rest of the file are dropped). Empty when
+/// the file has none.
+pub fn feature_gates_only(text: &str) -> String {
+    let mut out = Vec::new();
     let mut under = None;
     for line in text.lines() {
         let indent = line.len() - line.trim_start().len();
@@ -144,24 +170,91 @@ fn gate_off_in_config(text: &str) -> bool {
         }
         if trimmed.starts_with("featureGates:") {
             under = Some(indent);
+            out.push(line);
             continue;
         }
         match under {
-            Some(level) if indent > level => {
-                if let Some((name, on)) = trimmed.split_once(':')
-                    && name.trim().trim_matches(['"', '\'']) == "LoadBalancerIPMode"
-                    && on
-                        .trim()
-                        .trim_matches(['"', '\''])
-                        .eq_ignore_ascii_case("false")
-                {
-                    return true;
-                }
-            }
+            Some(level) if indent > level => out.push(line),
             _ => under = None,
         }
     }
-    false
+    out.join("\n")
+}
+
+/// The ConfigMaps the kube-proxy DaemonSet mounts (its configuration file: kubeadm's
+/// `kube-system/kube-proxy`, key `config.conf`; EKS's `kube-proxy-config`), by namespace and
+/// name, for the controller to watch by name: only where a load balancer's cure may be native
+/// (`--cure` or its `cure` annotation other than `dns`), as only the native cure's gate reads
+/// them.
+pub fn kube_proxy_config_maps(
+    snapshot: &ClusterSnapshot,
+    config: &crate::PlannerConfig,
+) -> Vec<(String, String)> {
+    let key = config.annotation("cure");
+    let may_be_native = snapshot
+        .services
+        .iter()
+        .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+        .any(|svc| {
+            let mode = svc
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(&key))
+                .and_then(|v| v.parse::<crate::CureMode>().ok())
+                .unwrap_or(config.cure);
+            mode != crate::CureMode::Dns
+        });
+    let Some(w) = daemon_set(snapshot, "kube-proxy").filter(|_| may_be_native) else {
+        return Vec::new();
+    };
+    let namespace = w.metadata.namespace.clone().unwrap_or_default();
+    let mut out: Vec<(String, String)> = mounted_config_maps(w)
+        .map(|name| (namespace.clone(), name.to_owned()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The names of the ConfigMaps `w` mounts as volumes.
+fn mounted_config_maps(w: &Workload) -> impl Iterator<Item = &str> {
+    w.spec()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.config_map.as_ref().map(|cm| cm.name.as_str()))
+}
+
+/// What kube-proxy's configuration says of its feature gates, for the data plane's
+/// fingerprint (a change probes a proven cure again, as a DaemonSet's does):
+/// `namespace/name featureGates {..}` per mounted ConfigMap in the snapshot that has them,
+/// escaped and `; `-separated; empty when none does.
+pub fn kube_proxy_config(snapshot: &ClusterSnapshot) -> String {
+    let Some(w) = daemon_set(snapshot, "kube-proxy") else {
+        return String::new();
+    };
+    let namespace = w.metadata.namespace.as_deref().unwrap_or_default();
+    let mut parts = Vec::new();
+    for name in mounted_config_maps(w) {
+        let Some(data) = snapshot
+            .config_map(namespace, name)
+            .and_then(|cm| cm.data.as_ref())
+        else {
+            continue;
+        };
+        for (key, text) in data {
+            let gates = feature_gates_only(text);
+            if !gates.is_empty() {
+                let gates: Vec<&str> = gates.lines().map(str::trim).collect();
+                parts.push(
+                    crate::escape::text(&format!("{namespace}/{name} {key} {}", gates.join(" ")))
+                        .into_owned(),
+                );
+            }
+        }
+    }
+    parts.join("; ")
 }
 
 /// Why kube-proxy's DaemonSet cannot honour `ipMode`: an image older than 1.30, or the gate off.
@@ -190,13 +283,7 @@ fn kube_proxy_bar(snapshot: &ClusterSnapshot, w: &Workload) -> Option<String> {
         ));
     }
     let namespace = w.metadata.namespace.as_deref().unwrap_or_default();
-    let config_maps = w
-        .spec()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.config_map.as_ref().map(|cm| cm.name.as_str()));
-    for name in config_maps {
+    for name in mounted_config_maps(w) {
         let Some(data) = snapshot
             .config_map(namespace, name)
             .and_then(|cm| cm.data.as_ref())

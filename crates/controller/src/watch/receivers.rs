@@ -12,7 +12,10 @@
 //! ([`hairpin_planner::receivers::config_maps_read`]: ingress-nginx's `--configmap`, F5's
 //! `-nginx-configmaps`, HAProxy's `--configmap`, Traefik's configuration volume,
 //! `cilium-config`, Istio's mesh config), each by name, started and stopped as the workloads
-//! change. hairpin's grants name them (the chart's `receivers.configMaps`).
+//! change. hairpin's grants name them (the chart's `receivers.configMaps`). So are the
+//! ConfigMaps kube-proxy's DaemonSet mounts, where a cure may be native (the Nodes' gate reads
+//! its `featureGates`, [`hairpin_planner::nodes::kube_proxy_config_maps`]), each slimmed to
+//! that block ([`slim_kube_proxy`]); the chart grants `kube-proxy` and `kube-proxy-config`.
 //!
 //! Do no harm: these reads may be refused where hairpin's grants do not cover them (an older
 //! chart, a ConfigMap of another name). A refused read counts as read and empty (logged once):
@@ -240,8 +243,13 @@ impl Receivers {
     /// watch for each new one, stops those no longer named. Returns those named that have not
     /// listed yet (within [`CONFIG_MAP_GRACE`]): a plan made now would miss their setting.
     pub(super) fn follow(&self, snapshot: &ClusterSnapshot) -> Vec<String> {
-        let wanted = hairpin_planner::receivers::config_maps_read(snapshot);
-        self.config_maps.follow(wanted)
+        let mut wanted = hairpin_planner::receivers::config_maps_read(snapshot);
+        let kube_proxy = hairpin_planner::nodes::kube_proxy_config_maps(
+            snapshot,
+            &self.config_maps.ctx.context.planner,
+        );
+        wanted.extend(kube_proxy.iter().cloned());
+        self.config_maps.follow(wanted, &kube_proxy)
     }
 }
 
@@ -262,6 +270,19 @@ fn slim_meta(meta: &ObjectMeta) -> ObjectMeta {
             .map(hairpin_planner::delivery::delivery_labels)
             .filter(|labels| !labels.is_empty()),
         ..ObjectMeta::default()
+    }
+}
+
+/// A kube-proxy ConfigMap as the Nodes' gate reads it: [`slim`], and each key's text cut to
+/// its `featureGates:` block ([`hairpin_planner::nodes::feature_gates_only`]; the rest of the
+/// configuration file and the kubeconfig are dropped), binary data dropped.
+fn slim_kube_proxy(cm: &mut ConfigMap) {
+    slim(cm);
+    cm.binary_data = None;
+    if let Some(data) = &mut cm.data {
+        for text in data.values_mut() {
+            *text = hairpin_planner::nodes::feature_gates_only(text);
+        }
     }
 }
 
@@ -441,7 +462,12 @@ impl ConfigMapWatches {
             .collect()
     }
 
-    fn follow(&self, wanted: Vec<(String, String)>) -> Vec<String> {
+    /// `kube_proxy`: those of `wanted` that are kube-proxy's ([`slim_kube_proxy`]).
+    fn follow(
+        &self,
+        wanted: Vec<(String, String)>,
+        kube_proxy: &[(String, String)],
+    ) -> Vec<String> {
         let wanted: BTreeSet<(String, String)> = wanted
             .into_iter()
             .filter(|key| !self.fixed.contains(key))
@@ -456,13 +482,18 @@ impl ConfigMapWatches {
             let (namespace, name) = &key;
             let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
             let wc = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            let trim: fn(&mut ConfigMap) = if kube_proxy.contains(&key) {
+                slim_kube_proxy
+            } else {
+                slim
+            };
             let (cache, run) = readable_task(
                 api,
                 wc,
                 "ConfigMap",
                 format!("ConfigMap {namespace}/{name}"),
                 &self.ctx,
-                slim,
+                trim,
             );
             let stop = self.stop.clone();
             let task = tokio::spawn(async move {

@@ -164,6 +164,73 @@ fn kube_proxy_daemon_set_older_or_with_the_gate_off_bars_every_node() {
     assert!(!gate_off_in_config(
         "featureGates:\n  Other: false\nLoadBalancerIPMode: false\n"
     ));
+    assert!(gate_off_in_config(
+        "kind: KubeProxyConfiguration\nfeatureGates: {Other: true, LoadBalancerIPMode: false}\n"
+    ));
+}
+
+/// The controller watches kube-proxy's ConfigMaps by name, only where a cure may be native, and
+/// keeps of them only the `featureGates:` block, which the gate reads as it reads the whole
+/// file; what that block says is part of the data plane's fingerprint.
+#[test]
+fn kube_proxy_config_maps_watched_where_native_may_be_slimmed_to_the_gates() {
+    let file = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nclientConnection:\n  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf\nfeatureGates:\n  Other: true\n  LoadBalancerIPMode: false\nkind: KubeProxyConfiguration\nmode: iptables\n";
+    let slim = feature_gates_only(file);
+    assert_eq!(
+        slim,
+        "featureGates:\n  Other: true\n  LoadBalancerIPMode: false"
+    );
+    assert!(gate_off_in_config(&slim));
+    assert_eq!(
+        feature_gates_only("kind: KubeProxyConfiguration\nmode: ipvs\n"),
+        ""
+    );
+
+    let mut snapshot = ClusterSnapshot::default();
+    snapshot.receivers.workloads.push(daemon_set(
+        "kube-system",
+        "kube-proxy",
+        "registry.k8s.io/kube-proxy:v1.31.14",
+        &["--config=/var/lib/kube-proxy/config.conf"],
+        Some("kube-proxy"),
+    ));
+    // The planner's default is the DNS cure; the controller's flag defaults to auto.
+    let config = crate::PlannerConfig {
+        cure: crate::CureMode::Auto,
+        ..crate::PlannerConfig::default()
+    };
+    // No load balancer: nothing to cure, nothing watched.
+    assert!(kube_proxy_config_maps(&snapshot, &config).is_empty());
+    snapshot.services.push(
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "ingress", "name": "lb"},
+            "spec": {"type": "LoadBalancer"}
+        }))
+        .expect("a Service"),
+    );
+    let wanted = kube_proxy_config_maps(&snapshot, &config);
+    assert_eq!(
+        wanted,
+        [("kube-system".to_owned(), "kube-proxy".to_owned())]
+    );
+    // --cure dns: never native, not watched (the chart grants no such read then).
+    let dns = crate::PlannerConfig {
+        cure: crate::CureMode::Dns,
+        ..crate::PlannerConfig::default()
+    };
+    assert!(kube_proxy_config_maps(&snapshot, &dns).is_empty());
+    // The fingerprint follows the gates.
+    assert_eq!(kube_proxy_config(&snapshot), "");
+    snapshot.config_maps.push(config_map(
+        "kube-system",
+        "kube-proxy",
+        &[("config.conf", &slim)],
+    ));
+    assert_eq!(
+        kube_proxy_config(&snapshot),
+        "kube-system/kube-proxy config.conf featureGates: Other: true LoadBalancerIPMode: false"
+    );
+    assert_eq!(names(&gate(&snapshot)), [EVERY_NODE]);
 }
 
 #[test]
