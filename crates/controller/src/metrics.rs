@@ -145,7 +145,9 @@ pub struct Metrics {
     /// the API server's answer showing it yet: retried, backing off.
     pub ip_mode_put_backs_pending: Gauge,
     /// Seconds from another writer's rebuild of a proven cure's status without `ipMode:
-    /// Proxy` to hairpin's re-assertion: the window in which in-cluster clients fail.
+    /// Proxy` to hairpin's re-assertion (the API's window; in-cluster clients fail until each
+    /// node's kube-proxy applies the re-assertion, at least its min sync period, 1 s, after it
+    /// applied the rebuild).
     pub ip_mode_reassert_window: Histogram,
 }
 

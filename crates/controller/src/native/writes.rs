@@ -3,7 +3,7 @@
 //! (`unsupported`), the status put back, and the record.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hairpin_planner::escape;
 use hairpin_planner::native::{IP_MODE_PROXY, IpModeWas, NATIVE_KEY, NativeRecord, ingress_writer};
@@ -21,6 +21,12 @@ use crate::error::{is_conflict, is_not_found};
 use crate::fight::{Decision, Observation};
 use crate::metrics::WriterLabels;
 use crate::report::reason;
+
+/// kube-proxy's default minimum time between two syncs once its burst of two is spent
+/// (`--iptables-min-sync-period`, `minSyncPeriod` of every mode; `pkg/util/async`'s
+/// BoundedFrequencyRunner): the least window in which in-cluster clients are short-circuited
+/// after a rebuild of the status that kube-proxy applied.
+const KUBE_PROXY_MIN_SYNC: Duration = Duration::from_secs(1);
 
 impl NativeCurer {
     /// Sets `ipMode: Proxy`. A new attempt proves the problem first (the baseline, in a
@@ -136,10 +142,13 @@ impl NativeCurer {
     }
 
     /// The note of a re-assertion over another writer's rebuild of the status (a cloud
-    /// controller syncing the Service after a spec change): the writer, and the window in
-    /// which in-cluster clients were short-circuited without a header (from its write, by its
-    /// managed fields' one-second time, to now), also into the metric
-    /// `ip_mode_reassert_window_seconds`.
+    /// controller syncing the Service after a spec change): the writer, the time from its
+    /// write (by its managed fields' one-second time) to now, also into the metric
+    /// `ip_mode_reassert_window_seconds`, and the window the in-cluster clients see, which is
+    /// kube-proxy's: from each node's sync of the rebuild to its sync of the re-assertion, at
+    /// least [`KUBE_PROXY_MIN_SYNC`] apart once kube-proxy's burst of two syncs is spent (the
+    /// rebuild's sync usually spends it), so a re-assertion within that time does not lengthen
+    /// it (measured: `native_safety` scenario k).
     fn reasserted(&self, snapshot: &ClusterSnapshot, service: &ObjectRef, ips: &[&str]) -> String {
         let written = snapshot
             .service(&service.namespace, &service.name)
@@ -158,15 +167,17 @@ impl NativeCurer {
                 .ip_mode_reassert_window
                 .observe(window.as_secs_f64());
         }
+        let clients = window.map_or(KUBE_PROXY_MIN_SYNC, |w| w.max(KUBE_PROXY_MIN_SYNC));
         let window = window.map_or_else(
             || "an unknown time".to_owned(),
             |w| format!("about {:.1} s", w.as_secs_f64()),
         );
         tracing::info!(service = %service, writer = %writer, window = %window, "ipMode: Proxy re-asserted over another writer's rebuild");
         format!(
-            "{writer} rebuilt the status without ipMode: Proxy (a cloud controller syncing the Service after a change); hairpin set it again on {}: in-cluster clients of these names were short-circuited without a header for {window} (from its write at {}, one-second resolution)",
+            "{writer} rebuilt the status without ipMode: Proxy (a cloud controller syncing the Service after a change); hairpin set it again on {} {window} after that write (at {}, one-second resolution). In-cluster clients of these names are short-circuited without a header from each node's kube-proxy sync of that write to its sync of this one: about {:.1} s (kube-proxy syncs at most twice in a burst, then once per its min sync period, 1 s by default)",
             ips.join(", "),
-            escape::text(&at)
+            escape::text(&at),
+            clients.as_secs_f64()
         )
     }
 
