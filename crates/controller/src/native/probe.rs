@@ -1,6 +1,6 @@
 //! The native cure's probe, from the controller's pod (an in-cluster client subject to the
 //! same kube-proxy or CNI rules as any pod): every PROXY port of every IP, asked as any client
-//! would, without a header: an HTTP request (HTTP ports) or a TLS ClientHello with a
+//! would, without a header: an HTTP request (HTTP ports) or a TLS handshake with a
 //! hairpinned name as SNI (TLS ports).
 //!
 //! What counts as an answer, the same before and after the write: an HTTP status line other
