@@ -1608,4 +1608,19 @@ mod cross_tests {
         assert_eq!(rules[0].matches(")\\.(?:").count(), CROSS_GROUPS_MAX);
         assert!(rules[0].contains("|a0\\.p0\\.g0\\.example\\.com|"));
     }
+
+    #[test]
+    fn a_passthrough_under_the_wildcard_keeps_the_wildcard_rule_apart() {
+        let t = "t.ns.svc.cluster.local";
+        let mut entries = tenants(t);
+        entries.push(e("*.apps.example.net", t));
+        entries.push(DnsEntry::passthrough("skip.apps.example.net").unwrap());
+        let rules = render_rules(&entries).unwrap();
+        assert_eq!(rules.len(), 3, "{rules:?}");
+        assert!(rules[0].starts_with("rewrite stop name exact skip.apps.example.net skip."));
+        assert!(!rules[1].contains("[^.]+"));
+        assert!(
+            rules[2].starts_with("rewrite stop name regex ^[^.]+\\.apps\\.example\\.net\\.$ t.")
+        );
+    }
 }
