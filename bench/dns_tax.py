@@ -18,12 +18,14 @@ Corefile without the block and the one with it back to back, in alternating orde
 that the machine's load drifts over both alike; a round's ratio is with / without, and the
 table gives the median ratio over the rounds and their range.
 
---instructions K adds the figure that does not depend on the machine's load: instructions
-per query counted by valgrind's callgrind in the same CoreDNS binary (K queries one at a time
-after a warm-up, with and without the block), the ratio of the two.
+--instructions adds the figure that does not depend on the machine's load: instructions per
+query counted by valgrind's callgrind in the same CoreDNS binary (queries one at a time after
+a warm-up, with and without the block, over a window of --gc-cycles whole garbage-collector
+cycles so that each query pays its share of the collector), the ratio of the two.
 
 Usage: bench/dns_tax.py [--ns 1000,20000] [--rounds 6] [--duration 2] [--mixes cluster,external]
-                        [--instructions K] [--corefiles DIR] [--keep DIR]
+                        [--instructions [--gc-cycles 3]] [--corefiles DIR]
+                        [--keep DIR] [--before DIR]
 """
 
 import argparse
@@ -115,22 +117,49 @@ def one_by_one(port, lines, count):
     s.close()
 
 
+def gc_lines(log):
+    """The garbage collector's cycles CoreDNS has logged so far (GODEBUG=gctrace=1)."""
+    with open(log) as f:
+        return sum(1 for line in f if line.startswith("gc "))
+
+
 def instructions(args, text, records, upstream_port, mixes, work):
-    """Instructions per query of each mix, counted by callgrind in CoreDNS."""
+    """Instructions per query of each mix, counted by callgrind in CoreDNS, over a window of
+    whole garbage-collector cycles: from the end of one cycle to the end of the
+    `args.gc_cycles`-th after it (GODEBUG=gctrace=1 says when each ends). A cycle costs a few
+    million instructions and comes every 1,000 to 5,000 queries depending on the live heap, so a
+    window of a fixed number of queries counts zero, one or two cycles by chance; a window of
+    whole cycles charges each query its share. Returns {mix: (instructions/query, queries)}."""
     port = dnsbench.free_port()
     out = os.path.join(work, f"callgrind-{port}.out")
+    wrap = ["env", "GODEBUG=asyncpreemptoff=1,gctrace=1", "valgrind", "--tool=callgrind",
+            "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    # Without `reload`: its re-read of the Corefile every 30 s would be charged to the few
+    # queries valgrind's slowness lets through in that time (both Corefiles alike).
+    text = "\n".join(line for line in text.splitlines() if line.strip() != "reload") + "\n"
     dns = dnsbench.CoreDns(args.coredns, dnsbench.localize(text, port, upstream_port, False), work,
-                           1, records, wrap=["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                                             f"--callgrind-out-file={out}"])
+                           1, records, wrap=wrap)
+    log = dns.log.name
     result = {}
     try:
         dns.wait(port, 900)
         for mix, lines in mixes.items():
+            # Warm-up: past the first cycles, which sweep what compiling the patterns left.
             one_by_one(port, lines, 300)
+            warm = gc_lines(log)
+            while gc_lines(log) < warm + 3:
+                one_by_one(port, lines, 50)
             pid = str(dns.proc.pid)
             subprocess.run(["callgrind_control", "-i", "on", pid], capture_output=True)
+            # Start at the end of a cycle.
+            seen = gc_lines(log)
+            while gc_lines(log) == seen:
+                one_by_one(port, lines, 20)
             subprocess.run(["callgrind_control", "-z", pid], capture_output=True)
-            one_by_one(port, lines, args.instructions)
+            start, sent = gc_lines(log), 0
+            while gc_lines(log) < start + args.gc_cycles:
+                one_by_one(port, lines[sent % len(lines):] + lines[:sent % len(lines)], 20)
+                sent += 20
             subprocess.run(["callgrind_control", "-d", mix, pid], capture_output=True)
             subprocess.run(["callgrind_control", "-i", "off", pid], capture_output=True)
             dumps = sorted((f for f in os.listdir(work) if f.startswith(os.path.basename(out) + ".")),
@@ -139,7 +168,7 @@ def instructions(args, text, records, upstream_port, mixes, work):
             for line in open(os.path.join(work, dumps[-1])):
                 if line.startswith(("summary:", "totals:")):
                     total = int(line.split()[1])
-            result[mix] = total / args.instructions
+            result[mix] = (total / sent, sent)
     finally:
         dns.stop()
     return result
@@ -151,8 +180,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--duration", type=float, default=2)
     ap.add_argument("--mixes", default="cluster,external")
-    ap.add_argument("--instructions", type=int, default=0, metavar="K",
-                    help="also count instructions per query with callgrind (K queries per cell)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count instructions per query with callgrind, over whole GC cycles")
+    ap.add_argument("--gc-cycles", type=int, default=3, metavar="C",
+                    help="with --instructions: the window spans C garbage-collector cycles")
     ap.add_argument("--corefile", default=dnsbench.find_up("shared/fixtures/corefiles/kubeadm.Corefile"))
     ap.add_argument("--coredns", default=dnsbench.find_up("shared/peers/coredns/coredns"))
     ap.add_argument("--corefiles", help="use the Corefiles a --keep run left in this directory "
@@ -167,7 +198,8 @@ def main():
     ns = [int(n) for n in args.ns.split(",") if int(n) > 0]
     mixes = args.mixes.split(",")
     work = tempfile.mkdtemp(prefix="hairpin-dns-tax-")
-    renderer, loadgen = build(not args.corefiles)
+    # Counting alone (--rounds 0 --corefiles) needs no build.
+    renderer, loadgen = build(not args.corefiles) if args.rounds or not args.corefiles else (None, None)
     base = open(args.corefile).read()
     corefiles = {}
     for n in ns:
@@ -210,7 +242,7 @@ def main():
     cells = {}  # (n, tag, mix) -> [(without, with)]
     counted = {}
     try:
-        for key, text in texts.items():
+        for key, text in texts.items() if args.rounds else ():
             port = dnsbench.free_port()
             dns = dnsbench.CoreDns(args.coredns, dnsbench.localize(text, port, upstream_port, False),
                                    work, 1, records + hairpin)
@@ -267,15 +299,18 @@ def main():
         for mix in mixes:
             for t in tags:
                 pairs = cells.get((n, t, mix), [])
-                if not pairs:
+                if not pairs and not counted:
                     continue
-                ratios = sorted(w / o for o, w in pairs)
-                row = (f"| {n:,} | {t} | {len(texts[(n, t)]) / 1024:.0f} | {mix} | "
-                       f"{statistics.median(o for o, _ in pairs):.2f} | "
-                       f"{statistics.median(w for _, w in pairs):.2f} | "
-                       f"{statistics.median(ratios):.2f}x | {ratios[0]:.2f}-{ratios[-1]:.2f} |")
+                row = f"| {n:,} | {t} | {len(texts[(n, t)]) / 1024:.0f} | {mix} | "
+                if pairs:
+                    ratios = sorted(w / o for o, w in pairs)
+                    row += (f"{statistics.median(o for o, _ in pairs):.2f} | "
+                            f"{statistics.median(w for _, w in pairs):.2f} | "
+                            f"{statistics.median(ratios):.2f}x | {ratios[0]:.2f}-{ratios[-1]:.2f} |")
+                else:
+                    row += "- | - | - | - |"
                 if counted:
-                    io, iw = counted[(0, "now")][mix], counted[(n, t)][mix]
+                    io, iw = counted[(0, "now")][mix][0], counted[(n, t)][mix][0]
                     row += f" {io:,.0f} | {iw:,.0f} | {iw / io:.2f}x |"
                 print(row)
 

@@ -29,9 +29,11 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// Two load balancers: LB1 IPv4 only, LB2 dual-stack.
+/// Three load balancers: LB1 IPv4 only, LB2 dual-stack, LB3 IPv4 only with tenants' names
+/// (a cross product of first labels and parents) and a wildcard in one pattern.
 const LB1_IP: &str = "10.96.0.20";
 const LB2_IPS: [&str; 2] = ["10.96.0.21", "fd00::21"];
+const LB3_IP: &str = "10.96.0.22";
 const KUBERNETES_IP: &str = "10.96.0.1";
 
 struct Setup {
@@ -43,8 +45,9 @@ struct Setup {
 fn setup(domain: &str) -> Setup {
     let lb1 = corefile::service_fqdn("hairpin-lb-1", "hairpin", domain);
     let lb2 = corefile::service_fqdn("hairpin-lb-2", "hairpin", domain);
+    let lb3 = corefile::service_fqdn("hairpin-lb-3", "hairpin", domain);
     let e = |name: &str, target: &str| DnsEntry::new(name, target).unwrap();
-    let entries = vec![
+    let mut entries = vec![
         e("www.example.com", &lb1),
         e("app.example.com", &lb1),
         e("*.apps.example.org", &lb1),
@@ -55,10 +58,18 @@ fn setup(domain: &str) -> Setup {
         e("*.deep.example.net", &lb1),
         // Not redirected, though LB1's wildcard covers it.
         DnsEntry::passthrough("skip.apps.example.org").unwrap(),
+        e("*.shop.example.com", &lb3),
+        e("solo.example.com", &lb3),
     ];
+    for tenant in ["t1", "t2", "t3"] {
+        for head in ["api", "app", "www"] {
+            entries.push(e(&format!("{head}.{tenant}.example.com"), &lb3));
+        }
+    }
     let addresses = BTreeMap::from([
         (lb1.clone(), vec![ip(LB1_IP)]),
         (lb2.clone(), LB2_IPS.iter().map(|s| ip(s)).collect()),
+        (lb3.clone(), vec![ip(LB3_IP)]),
     ]);
     let mut records = vec![
         (
@@ -66,6 +77,7 @@ fn setup(domain: &str) -> Setup {
             ip(KUBERNETES_IP),
         ),
         (lb1.clone(), ip(LB1_IP)),
+        (lb3.clone(), ip(LB3_IP)),
     ];
     records.extend(LB2_IPS.iter().map(|s| (lb2.clone(), ip(s))));
     Setup {
@@ -89,8 +101,9 @@ fn check(dns: &CoreDns, x: &Expect<'_>, failures: &mut Vec<String>) {
     let lb1 = [ip(LB1_IP)];
     let lb2_v4 = [ip(LB2_IPS[0])];
     let lb2_v6 = [ip(LB2_IPS[1])];
+    let lb3 = [ip(LB3_IP)];
     let upstream = [IpAddr::V4(UPSTREAM_V4)];
-    let a_cases: [(&str, &[IpAddr]); 12] = [
+    let a_cases: [(&str, &[IpAddr]); 19] = [
         ("www.example.com.", &lb1),
         ("www.example.com", &lb1),
         ("WWW.Example.COM.", &lb1),
@@ -103,6 +116,13 @@ fn check(dns: &CoreDns, x: &Expect<'_>, failures: &mut Vec<String>) {
         ("x.deep.example.net.", &lb1),
         ("skip.apps.example.org.", &upstream),
         ("www.example.io.", &upstream),
+        ("api.t2.example.com.", &lb3),
+        ("WWW.T3.example.com.", &lb3),
+        ("solo.example.com.", &lb3),
+        ("x.shop.example.com.", &lb3),
+        ("api.t4.example.com.", &upstream),
+        ("web.t1.example.com.", &upstream),
+        ("a.b.shop.example.com.", &upstream),
     ];
     for (name, want) in a_cases {
         let got = dns.query(name, RecordType::A);
@@ -222,6 +242,14 @@ fn planned_corefiles_answer_right_in_real_coredns() {
             corefile::remove(&edit.text).unwrap().text,
             original,
             "{name}"
+        );
+        // LB3's tenants are one cross product, and its wildcard shares their pattern.
+        assert!(
+            edit.text.contains(
+                "^(?:(?:api|app|www)\\.(?:t1\\.example\\.com|t2\\.example\\.com|t3\\.example\\.com)|solo\\.example\\.com|[^.]+\\.shop\\.example\\.com)\\.$"
+            ),
+            "{name}: {}",
+            edit.text
         );
         let options = Options {
             records: s.records.clone(),

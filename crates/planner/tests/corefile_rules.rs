@@ -268,41 +268,97 @@ proptest! {
         ),
         probes in prop::collection::vec(name(), 0..30),
     ) {
-        let mut entries: Vec<DnsEntry> = exact
-            .iter()
-            .map(|(n, t)| DnsEntry::new(n, TARGETS[*t]).unwrap())
-            .collect();
-        entries.extend(wild.iter().map(|(d, (t, suffix))| {
-            let labels = if *suffix { WildcardLabels::OneOrMore } else { WildcardLabels::One };
-            DnsEntry::new_with(&format!("*.{d}"), TARGETS[*t], labels).unwrap()
-        }));
-        let rules = parse_rules(&render_rules(&entries).unwrap());
-        for name in exact.keys().chain(&probes) {
-            let deeper = format!("x.{name}");
-            let deepest = format!("y.x.{name}");
-            for candidate in [name.as_str(), deeper.as_str(), deepest.as_str()] {
-                prop_assert_eq!(
-                    resolve(&rules, &format!("{candidate}.")),
-                    expected(&entries, candidate),
-                    "{}", candidate
-                );
-            }
-        }
-        if wild.is_empty() {
-            let legacy = corefile::render_rules_with(&entries, corefile::RuleStyle::ExactOnly).unwrap();
-            let legacy = parse_rules(&legacy);
-            for name in exact.keys().chain(&probes) {
-                prop_assert_eq!(resolve(&legacy, &format!("{name}.")), expected(&entries, name));
-            }
-        }
-        for d in wild.keys() {
-            prop_assert_eq!(resolve(&rules, &format!("{d}.")), expected(&entries, d));
-            for head in ["w", "v.w", "u.v.w"] {
-                let name = format!("{head}.{d}");
-                prop_assert_eq!(resolve(&rules, &format!("{name}.")), expected(&entries, &name), "{}", name);
-            }
+        check_resolution(&exact, &wild, &probes)?;
+    }
+
+    /// The same with first labels from a short list, so that parent domains share their sets
+    /// of first labels (the cross-product groups of the exact names), and wildcards on the
+    /// same target as the exact names (one rule for both where no other target's name is
+    /// under the wildcard).
+    #[test]
+    fn shared_first_labels_resolve_exactly_the_entries(
+        exact in prop::collection::btree_map(shared_name(), 0..2usize, 0..60),
+        wild in prop::collection::btree_map(
+            prop::sample::select(SHARED_DOMAINS.to_vec()).prop_map(str::to_owned),
+            (0..2usize, any::<bool>()),
+            0..4,
+        ),
+        probes in prop::collection::vec(shared_name(), 0..30),
+    ) {
+        check_resolution(&exact, &wild, &probes)?;
+    }
+}
+
+const SHARED_DOMAINS: [&str; 6] = [
+    "t1.example.com",
+    "t2.example.com",
+    "t3.example.com",
+    "t2.example.org",
+    "example.com",
+    "io",
+];
+
+fn shared_name() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(vec!["api", "app", "www", "a", "ab"]),
+        prop::sample::select(SHARED_DOMAINS.to_vec()),
+    )
+        .prop_map(|(l, d)| format!("{l}.{d}"))
+}
+
+fn check_resolution(
+    exact: &BTreeMap<String, usize>,
+    wild: &BTreeMap<String, (usize, bool)>,
+    probes: &[String],
+) -> Result<(), TestCaseError> {
+    let mut entries: Vec<DnsEntry> = exact
+        .iter()
+        .map(|(n, t)| DnsEntry::new(n, TARGETS[*t]).unwrap())
+        .collect();
+    entries.extend(wild.iter().map(|(d, (t, suffix))| {
+        let labels = if *suffix {
+            WildcardLabels::OneOrMore
+        } else {
+            WildcardLabels::One
+        };
+        DnsEntry::new_with(&format!("*.{d}"), TARGETS[*t], labels).unwrap()
+    }));
+    let rules = parse_rules(&render_rules(&entries).unwrap());
+    for name in exact.keys().chain(probes) {
+        let deeper = format!("x.{name}");
+        let deepest = format!("y.x.{name}");
+        for candidate in [name.as_str(), deeper.as_str(), deepest.as_str()] {
+            prop_assert_eq!(
+                resolve(&rules, &format!("{candidate}.")),
+                expected(&entries, candidate),
+                "{}",
+                candidate
+            );
         }
     }
+    if wild.is_empty() {
+        let legacy = corefile::render_rules_with(&entries, corefile::RuleStyle::ExactOnly).unwrap();
+        let legacy = parse_rules(&legacy);
+        for name in exact.keys().chain(probes) {
+            prop_assert_eq!(
+                resolve(&legacy, &format!("{name}.")),
+                expected(&entries, name)
+            );
+        }
+    }
+    for d in wild.keys() {
+        prop_assert_eq!(resolve(&rules, &format!("{d}.")), expected(&entries, d));
+        for head in ["w", "v.w", "u.v.w"] {
+            let name = format!("{head}.{d}");
+            prop_assert_eq!(
+                resolve(&rules, &format!("{name}.")),
+                expected(&entries, &name),
+                "{}",
+                name
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The rendered regex text itself: an Ingress wildcard covers one label, a Gateway API

@@ -17,7 +17,12 @@
 //!   CoreDNS rewrites the answer back to `NAME` by itself for `exact` rules, on every version;
 //! * a target with many exact names gets flat sorted alternations of whole names,
 //!   `rewrite stop name regex ^(?:a\.example\.com|b\.example\.org)\.$ TARGET answer auto`,
-//!   as few rules as [`REGEX_PATTERN_BUDGET`] allows;
+//!   as few rules as [`REGEX_PATTERN_BUDGET`] allows; parent domains that share their set of
+//!   first labels become one cross product, `(?:api|www)\.(?:t1\.example\.com|t2\.example\.com)`
+//!   (the largest groups only, `exact_alternatives`), and the target's one-label wildcards
+//!   join the same pattern, `|[^.]+\.(?:apps\.example\.com)`, where no other target's name
+//!   lies under them (`mergeable_wildcards`): fewer rules, each of which every external
+//!   query pays, and a smaller compiled program;
 //! * Ingress wildcards ([`HostPattern::Wildcard`]) match exactly one label, as the Ingress API
 //!   specifies:
 //!   `rewrite stop name regex ^[^.]+\.(?:example\.com|example\.org)\.$ TARGET answer auto`;
@@ -502,20 +507,28 @@ fn ordered_matches<'a>(
     // (labels in the suffix, most first; target) -> suffixes
     let mut suffix_groups: BTreeMap<(Reverse<usize>, &str), Vec<&str>> = BTreeMap::new();
     for (target, names) in by_target {
+        let (plain, own) = split_cut(&names.wildcards, cut, WildcardLabels::One);
+        let mut plain = Some(plain);
         if group_exact(names.exact.len()) {
+            let mut alts = exact_alternatives(&names.exact);
+            if let Some(wild) = plain
+                .as_deref()
+                .and_then(|p| mergeable_wildcards(target, p, &alts, by_target))
+            {
+                alts.push(wild);
+                plain = None;
+            }
             exact.extend(
-                flat_patterns(&names.exact)
+                chunked_alts(&alts, "", "\\.")
                     .into_iter()
                     .map(|p| (Match::Regex(p), *target)),
             );
         } else {
             exact.extend(names.exact.iter().map(|n| (Match::Exact(n), *target)));
         }
-        wildcards.extend(
-            wildcard_patterns(&names.wildcards, cut)
-                .into_iter()
-                .map(|p| (Match::Regex(p), *target)),
-        );
+        let mut patterns = plain.map_or_else(Vec::new, |p| chunked(&p, "[^.]+\\.", "\\."));
+        patterns.extend(own);
+        wildcards.extend(patterns.into_iter().map(|p| (Match::Regex(p), *target)));
         for suffix in &names.suffixes {
             let labels = suffix.split('.').count();
             suffix_groups
@@ -689,45 +702,192 @@ pub(super) fn is_managed_line(line: &str) -> bool {
 /// the budget. The names are escaped straight into the patterns: at 20,000 names, an escaped
 /// copy of each cost as much as the rest of the rendering.
 fn chunked(names: &[&str], prefix: &str, suffix: &str) -> Vec<String> {
+    let alts: Vec<Alt<'_>> = names.iter().map(|n| Alt::Name(n)).collect();
+    chunked_alts(&alts, prefix, suffix)
+}
+
+/// [`chunked`] of alternatives.
+fn chunked_alts(alts: &[Alt<'_>], prefix: &str, suffix: &str) -> Vec<String> {
     let mut out = Vec::new();
     let (mut start, mut len) = (0, 0);
-    for (i, name) in names.iter().enumerate() {
-        let alt = escaped_len(name);
-        if i > start && len + alt + 1 > REGEX_PATTERN_BUDGET {
-            out.push(join_pattern(&names[start..i], len, prefix, suffix));
+    for (i, alt) in alts.iter().enumerate() {
+        let l = alt.len();
+        if i > start && len + l + 1 > REGEX_PATTERN_BUDGET {
+            out.push(join_pattern(&alts[start..i], len, prefix, suffix));
             (start, len) = (i, 0);
         }
-        len += alt + 1;
+        len += l + 1;
     }
-    if start < names.len() {
-        out.push(join_pattern(&names[start..], len, prefix, suffix));
+    if start < alts.len() {
+        out.push(join_pattern(&alts[start..], len, prefix, suffix));
     }
     out
 }
 
-/// `^PREFIX(?:a|b|...)SUFFIX$` of `names` (escaped; `len`: their escaped lengths plus one
-/// each), or `^PREFIXaSUFFIX$` of one name.
-fn join_pattern(names: &[&str], len: usize, prefix: &str, suffix: &str) -> String {
+/// `^PREFIX(?:a|b|...)SUFFIX$` of `alts` (`len`: their lengths plus one each), or
+/// `^PREFIXaSUFFIX$` of one.
+fn join_pattern(alts: &[Alt<'_>], len: usize, prefix: &str, suffix: &str) -> String {
     let mut out = Vec::with_capacity(len + prefix.len() + suffix.len() + 6);
     out.push(b'^');
     out.extend_from_slice(prefix.as_bytes());
-    if let [name] = names {
-        push_escaped(&mut out, name);
-    } else {
-        out.extend_from_slice(b"(?:");
-        for (i, name) in names.iter().enumerate() {
-            if i > 0 {
-                out.push(b'|');
-            }
-            push_escaped(&mut out, name);
-        }
-        out.push(b')');
-    }
+    push_alternation(&mut out, alts);
     out.extend_from_slice(suffix.as_bytes());
     out.push(b'$');
     String::from_utf8(out).expect("names and patterns are UTF-8")
 }
 
+/// The one-label wildcards `plain` of `target` as one more alternative of its exact names'
+/// pattern, `[^.]+\.(?:a\.com|b\.org)`, where that changes no answer and the pattern stays
+/// within [`REGEX_PATTERN_BUDGET`]: one rule fewer, and each rule costs every query that
+/// reaches it (an external name reaches them all) a fresh lowercased copy of its name
+/// (`request.Name`, about 1,600 instructions in CoreDNS 1.12.2) and a start of Go's NFA. It
+/// changes no answer when no exact name of another target (a pass-through included) lies
+/// under one of these wildcards: the merged rule comes before the other targets' exact rules,
+/// which would otherwise have been tried first.
+fn mergeable_wildcards<'a>(
+    target: &str,
+    plain: &[&str],
+    alts: &[Alt<'_>],
+    by_target: &ByTarget<'_>,
+) -> Option<Alt<'a>> {
+    if plain.is_empty() || alts.is_empty() {
+        return None;
+    }
+    let one: HashSet<&str> = plain.iter().copied().collect();
+    let none = HashSet::new();
+    let shadowed = by_target
+        .iter()
+        .filter(|(t, _)| !same_text(t, target))
+        .any(|(_, n)| n.exact.iter().any(|e| covered(e, &one, &none)));
+    let wild = Alt::Group(format!("[^.]+\\.{}", join_alternatives(plain)));
+    let total = alts.iter().map(|a| a.len() + 1).sum::<usize>() + wild.len() + 1;
+    (!shadowed && total <= REGEX_PATTERN_BUDGET).then_some(wild)
+}
+/// Most cross-product groups in one target's exact names ([`exact_alternatives`]). Each group
+/// is a branch of the alternation that Go's regexp cannot merge with the others, so its matcher
+/// starts every query with a thread per first character of each group's labels: a few large
+/// groups pay, many small ones would not.
+const CROSS_GROUPS_MAX: usize = 4;
+
+/// One alternative of an exact-name pattern: a name (escaped when written) or a cross-product
+/// group already written as RE2, `(?:api|www)\.(?:a\.com|b\.org)`.
+enum Alt<'a> {
+    Name(&'a str),
+    Group(String),
+}
+
+impl Alt<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Alt::Name(n) => escaped_len(n),
+            Alt::Group(g) => g.len(),
+        }
+    }
+
+    fn push(&self, out: &mut Vec<u8>) {
+        match self {
+            Alt::Name(n) => push_escaped(out, n),
+            Alt::Group(g) => out.extend_from_slice(g.as_bytes()),
+        }
+    }
+}
+
+/// The alternatives of a list of exact names (sorted, distinct): each name whole, except that
+/// parent domains with the same set of first labels (tenants that all have `api`, `app` and
+/// `www`) become one cross product, `(?:api|app|www)\.(?:t1\.example\.com|t2\.example\.com)`,
+/// the [`CROSS_GROUPS_MAX`] groups that save most. A flat list repeats every parent domain
+/// under each of its first labels (Go factors common prefixes, not suffixes), and each
+/// character is an instruction of the compiled program with a pointer the garbage collector
+/// follows on every cycle whether a query uses the rule or not; at 20,000 names of 20 first
+/// labels per domain the groups take the program from 112,000 instructions to 5,600.
+/// Groups first, then the other names sorted (so that Go still factors them into a trie).
+fn exact_alternatives<'a>(names: &[&'a str]) -> Vec<Alt<'a>> {
+    // Parent domain -> its first labels, in name order.
+    let mut heads: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for name in names {
+        if let Some((head, parent)) = name.split_once('.') {
+            heads.entry(parent).or_default().push(head);
+        }
+    }
+    // Set of first labels -> the parents that have exactly that set.
+    let mut by_heads: BTreeMap<Vec<&str>, Vec<&str>> = BTreeMap::new();
+    for (parent, mut hs) in heads {
+        hs.sort_unstable();
+        by_heads.entry(hs).or_default().push(parent);
+    }
+    let cost = |s: &[&str]| s.iter().map(|n| escaped_len(n) + 1).sum::<usize>();
+    let mut groups: Vec<(usize, Vec<&str>, Vec<&str>)> = by_heads
+        .into_iter()
+        .filter(|(hs, ps)| hs.len() > 1 && ps.len() > 1)
+        .map(|(hs, ps)| {
+            let flat = hs.len() * cost(&ps) + ps.len() * (cost(&hs) + hs.len());
+            let saving = flat.saturating_sub(cost(&hs) + cost(&ps) + 10);
+            (saving, hs, ps)
+        })
+        .filter(|(saving, _, _)| *saving > 0)
+        .collect();
+    groups.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    groups.truncate(CROSS_GROUPS_MAX);
+    groups.sort_by(|a, b| a.1.cmp(&b.1));
+    let mut grouped: HashSet<(&str, &str)> = HashSet::new();
+    let mut out = Vec::new();
+    for (_, hs, ps) in &groups {
+        let head_alt = join_alternatives(hs);
+        // A group's parents are split so that each piece fits a rule with room to spare.
+        let (mut start, mut len) = (0, 0);
+        for (i, p) in ps.iter().enumerate() {
+            let l = escaped_len(p) + 1;
+            if i > start && len + l > REGEX_PATTERN_BUDGET / 2 {
+                out.push(Alt::Group(format!(
+                    "{head_alt}\\.{}",
+                    join_alternatives(&ps[start..i])
+                )));
+                (start, len) = (i, 0);
+            }
+            len += l;
+        }
+        out.push(Alt::Group(format!(
+            "{head_alt}\\.{}",
+            join_alternatives(&ps[start..])
+        )));
+        grouped.extend(ps.iter().flat_map(|p| hs.iter().map(move |h| (*h, *p))));
+    }
+    out.extend(
+        names
+            .iter()
+            .filter(|n| {
+                grouped.is_empty() || n.split_once('.').is_none_or(|hp| !grouped.contains(&hp))
+            })
+            .map(|n| Alt::Name(n)),
+    );
+    out
+}
+
+/// `(?:a|b)` of `names` escaped, or `a` of one name.
+fn join_alternatives(names: &[&str]) -> String {
+    let items: Vec<Alt<'_>> = names.iter().map(|n| Alt::Name(n)).collect();
+    let mut out = Vec::new();
+    push_alternation(&mut out, &items);
+    String::from_utf8(out).expect("names are UTF-8")
+}
+
+/// `(?:a|b|...)` of `items`, or the one item alone, onto `out`.
+fn push_alternation(out: &mut Vec<u8>, items: &[Alt<'_>]) {
+    if let [item] = items {
+        item.push(out);
+        return;
+    }
+    out.extend_from_slice(b"(?:");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b'|');
+        }
+        item.push(out);
+    }
+    out.push(b')');
+}
+
+#[cfg(test)]
 /// Exact names as flat alternations of whole names, `^(?:a\.example\.com|b\.example\.org)\.$`,
 /// sorted (`names` are sorted and distinct) and split within [`REGEX_PATTERN_BUDGET`]. Go's
 /// regexp parser factors a sorted list of literals into a trie, so matching a name costs
@@ -736,27 +896,25 @@ fn join_pattern(names: &[&str], len: usize, prefix: &str, suffix: &str) -> Strin
 /// group's first label at every query (measured: 744 us against 2.9 us per query at 20,000
 /// names, docs/dns-cost.md).
 fn flat_patterns(names: &[&str]) -> Vec<String> {
-    chunked(names, "", "\\.")
+    chunked_alts(&exact_alternatives(names), "", "\\.")
 }
 
-/// One-label wildcards: `^[^.]+\.(?:a\.com|b\.org)\.$`. A suffix with heads in `cut` gets
-/// a pattern of its own whose head matches none of them.
-fn wildcard_patterns(suffixes: &[&str], cut: &HashMap<&str, Vec<&str>>) -> Vec<String> {
-    cut_patterns(suffixes, cut, WildcardLabels::One, "[^.]+\\.")
-}
-
-/// Suffix-match wildcards (one or more labels): `^(?:[^.]+\.)+(?:a\.com|b\.org)\.$`; cut
-/// heads as in [`wildcard_patterns`].
+/// Suffix-match wildcards (one or more labels): `^(?:[^.]+\.)+(?:a\.com|b\.org)\.$`. A suffix
+/// with heads in `cut` gets a pattern of its own whose head matches none of them.
 fn suffix_patterns(suffixes: &[&str], cut: &HashMap<&str, Vec<&str>>) -> Vec<String> {
-    cut_patterns(suffixes, cut, WildcardLabels::OneOrMore, "(?:[^.]+\\.)+")
+    let (plain, mut own) = split_cut(suffixes, cut, WildcardLabels::OneOrMore);
+    let mut out = chunked(&plain, "(?:[^.]+\\.)+", "\\.");
+    out.append(&mut own);
+    out
 }
 
-fn cut_patterns(
-    suffixes: &[&str],
+/// The wildcard suffixes without heads in `cut`, and a pattern of its own for each of the
+/// others (`^HEAD\.suffix\.$`, HEAD matching every head but the cut ones).
+fn split_cut<'a>(
+    suffixes: &[&'a str],
     cut: &HashMap<&str, Vec<&str>>,
     labels: WildcardLabels,
-    prefix: &str,
-) -> Vec<String> {
+) -> (Vec<&'a str>, Vec<String>) {
     let mut plain = Vec::new();
     let mut own = Vec::new();
     for s in suffixes {
@@ -776,9 +934,7 @@ fn cut_patterns(
             own.push(format!("^{head}\\.{}\\.$", escape(s)));
         }
     }
-    let mut out = chunked(&plain, prefix, "\\.");
-    out.append(&mut own);
-    out
+    (plain, own)
 }
 
 /// Per suffix of each of `names` (every parent domain), the head before it: `a.b.c` gives
@@ -1373,6 +1529,98 @@ mod flat_tests {
         assert_eq!(
             flat_patterns(&names),
             ["^(?:a\\.x\\.com|ab\\.y\\.org|b\\.x\\.com)\\.$"]
+        );
+    }
+}
+
+#[cfg(test)]
+mod cross_tests {
+    use super::*;
+
+    fn e(name: &str, target: &str) -> DnsEntry {
+        DnsEntry::new(name, target).unwrap()
+    }
+
+    fn tenants(target: &str) -> Vec<DnsEntry> {
+        let mut out = Vec::new();
+        for t in 1..=3 {
+            for head in ["www", "api", "app"] {
+                out.push(e(&format!("{head}.t{t}.example.com"), target));
+            }
+        }
+        out.push(e("solo.example.org", target));
+        out
+    }
+
+    #[test]
+    fn shared_first_labels_become_one_cross_product() {
+        let rules = render_rules(&tenants("t.ns.svc.cluster.local")).unwrap();
+        assert_eq!(
+            rules,
+            [
+                "rewrite stop name regex ^(?:(?:api|app|www)\\.(?:t1\\.example\\.com|t2\\.example\\.com|t3\\.example\\.com)|solo\\.example\\.org)\\.$ t.ns.svc.cluster.local answer auto"
+            ]
+        );
+        // A parent with another set of first labels stays flat.
+        let mut entries = tenants("t.ns.svc.cluster.local");
+        entries.push(e("www.t4.example.com", "t.ns.svc.cluster.local"));
+        let rules = render_rules(&entries).unwrap();
+        assert!(rules[0].contains("|solo\\.example\\.org|www\\.t4\\.example\\.com)"));
+    }
+
+    #[test]
+    fn wildcards_join_the_exact_names_of_their_target_unless_another_target_is_under_them() {
+        let t = "t.ns.svc.cluster.local";
+        let mut entries = tenants(t);
+        entries.push(e("*.apps.example.net", t));
+        assert_eq!(
+            render_rules(&entries).unwrap(),
+            [
+                "rewrite stop name regex ^(?:(?:api|app|www)\\.(?:t1\\.example\\.com|t2\\.example\\.com|t3\\.example\\.com)|solo\\.example\\.org|[^.]+\\.apps\\.example\\.net)\\.$ t.ns.svc.cluster.local answer auto"
+            ]
+        );
+        // Another target's name under the wildcard: its rule must come first, so the wildcard
+        // keeps a rule of its own after every exact one.
+        entries.push(e("x.apps.example.net", "u.ns.svc.cluster.local"));
+        let rules = render_rules(&entries).unwrap();
+        assert_eq!(rules.len(), 3);
+        assert!(rules[1].starts_with("rewrite stop name exact x.apps.example.net u."));
+        assert!(
+            rules[2].starts_with("rewrite stop name regex ^[^.]+\\.apps\\.example\\.net\\.$ t.")
+        );
+    }
+
+    #[test]
+    fn only_the_largest_groups_are_crossed() {
+        // Ten parents, each with its own pair of first labels shared with one other parent:
+        // five groups, of which the four that save most are crossed.
+        let mut entries = Vec::new();
+        for g in 0..5 {
+            for p in 0..2 {
+                for h in ["a", "b"] {
+                    let parent = format!("p{p}{}.g{g}.example.com", "x".repeat(g));
+                    entries.push(e(&format!("{h}{g}.{parent}"), "t.ns.svc.cluster.local"));
+                }
+            }
+        }
+        let rules = render_rules(&entries).unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].matches(")\\.(?:").count(), CROSS_GROUPS_MAX);
+        assert!(rules[0].contains("|a0\\.p0\\.g0\\.example\\.com|"));
+    }
+
+    #[test]
+    fn a_passthrough_under_the_wildcard_keeps_the_wildcard_rule_apart() {
+        let t = "t.ns.svc.cluster.local";
+        let mut entries = tenants(t);
+        entries.push(e("*.apps.example.net", t));
+        entries.push(DnsEntry::passthrough("skip.apps.example.net").unwrap());
+        let rules = render_rules(&entries).unwrap();
+        assert_eq!(rules.len(), 3, "{rules:?}");
+        assert!(rules[0].starts_with("rewrite stop name exact skip.apps.example.net skip."));
+        assert!(!rules[1].contains("[^.]+"));
+        assert!(
+            rules[2].starts_with("rewrite stop name regex ^[^.]+\\.apps\\.example\\.net\\.$ t.")
         );
     }
 }
