@@ -42,16 +42,7 @@ use hairpin_planner::native::IpModeWas;
 
 use super::NativeParams;
 
-/// One address and port to probe, and how to ask.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeTarget {
-    /// The load balancer IP and port.
-    pub addr: SocketAddr,
-    /// Ask with TLS (a ClientHello) instead of HTTP.
-    pub tls: bool,
-    /// The name to ask for (Host header, SNI).
-    pub host: String,
-}
+pub use hairpin_planner::native::ProbeTarget;
 
 /// What one probe connection got.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,8 +64,9 @@ pub enum Attempt {
 }
 
 /// What answered each HTTP port through the path that works today, with a PROXY header, before
-/// the write: its status line and `Server` header, by address (escaped).
-pub type Fingerprints = BTreeMap<SocketAddr, String>;
+/// the write: its status line and `Server` header, by address (escaped). Kept in the record
+/// ([`hairpin_planner::native::ProbeSpec::receiver`]) for the node agents and later re-probes.
+pub use hairpin_planner::native::Fingerprints;
 
 /// The proof's criterion, in one place: `attempt` on `addr` counts as the receiver's answer
 /// only when the receiver's fingerprint recorded before the write (`receiver`, when one was)
