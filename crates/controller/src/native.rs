@@ -97,6 +97,11 @@ pub struct NativeParams {
     /// how old a node's report may be before it vouches for nothing. `None`: no node agent
     /// reports (the controller's probe and the Nodes' gate decide).
     pub node_reports: Option<Duration>,
+    /// After a node's agent failed a proven cure (the DNS rules come back), how long they
+    /// have to reach every pod (the kubelet's ConfigMap sync, CoreDNS's `reload` and cache)
+    /// before `ipMode` is put back: until then `Proxy` still serves the pods of the nodes that
+    /// honour it, and the failing node's are short-circuited either way.
+    pub dns_settle: Duration,
 }
 
 impl Default for NativeParams {
@@ -112,6 +117,7 @@ impl Default for NativeParams {
             retry_cap: Duration::from_secs(24 * 3600),
             version_every: Duration::from_secs(60),
             node_reports: None,
+            dns_settle: Duration::from_secs(60),
         }
     }
 }
@@ -177,6 +183,9 @@ pub(crate) struct NativeCurer {
     /// The node agents' reports (their Leases), watched once this instance applies a cure and
     /// [`NativeParams::node_reports`] is set.
     node_probes: Option<(NodeProbeLeases, tokio::task::AbortHandle)>,
+    /// Put-backs held until the DNS rules brought back for a node's failure have settled, by
+    /// `namespace/name`.
+    settling: BTreeMap<String, Instant>,
 }
 
 /// How long a snapshot may lag behind the record this instance wrote before it is trusted
@@ -221,6 +230,7 @@ impl NativeCurer {
             put_backs: BTreeMap::new(),
             receivers: BTreeMap::new(),
             node_probes: None,
+            settling: BTreeMap::new(),
         }
     }
 
@@ -457,6 +467,9 @@ impl NativeCurer {
             } => {
                 if let Some(task) = self.running.remove(&service.to_string()) {
                     task.abort();
+                }
+                if self.put_back_held(&service.to_string()) {
+                    return Ok(());
                 }
                 self.put_back(record, service, uid, original, reason).await;
                 Ok(())

@@ -64,8 +64,23 @@ impl NativeCurer {
     ) -> Option<Instant> {
         let max_age = self.params.node_reports?;
         let reports = snapshot.node_probes.as_deref()?;
+        // A cure recorded before the record kept what the agents need: filled in, its attempt
+        // fixed, so that the agents can prove it too.
+        for (key, entry) in &mut record.load_balancers {
+            let Some((namespace, name)) = key.split_once('/') else {
+                continue;
+            };
+            if entry.probe.targets.is_empty()
+                && matches!(entry.state, ProbeState::Probing | ProbeState::Proven)
+            {
+                let service = ObjectRef::new(namespace, name);
+                let attempt = entry.attempt().to_owned();
+                entry.probe = self.probe_spec(plan, &service, &entry.original, &attempt);
+            }
+        }
         let mut held = false;
         let mut failed = Vec::new();
+        self.settling.retain(|_, until| *until > Instant::now());
         for (key, entry) in &record.load_balancers {
             let Some((namespace, name)) = key.split_once('/') else {
                 continue;
@@ -80,11 +95,17 @@ impl NativeCurer {
             if let NodesVerdict::Failed(bar) =
                 verdict((key, &entry.uid, entry.attempt()), &snapshot.nodes, reports)
             {
-                failed.push((service, entry.uid.clone(), bar));
+                failed.push((service, entry.uid.clone(), bar, entry.state));
             }
         }
-        for (service, uid, bar) in failed {
+        for (service, uid, bar, was) in failed {
             let key = service.to_string();
+            if was == ProbeState::Proven {
+                // The DNS rules may have gone: they come back now, and `ipMode` is put back
+                // once they have reached the pods (make before break).
+                self.settling
+                    .insert(key.clone(), Instant::now() + self.params.dns_settle);
+            }
             if let Some(task) = self.running.remove(&key) {
                 task.abort();
             }
@@ -99,6 +120,14 @@ impl NativeCurer {
                 .await;
         }
         // A third of the age a report may have: an agent that stopped is noticed in time.
-        held.then(|| Instant::now() + max_age / 3)
+        let settled = self.settling.values().min().copied();
+        super::earliest(held.then(|| Instant::now() + max_age / 3), settled)
+    }
+
+    /// Whether the put-back of `key` waits for the DNS rules brought back by a node's failure.
+    pub(super) fn put_back_held(&self, key: &str) -> bool {
+        self.settling
+            .get(key)
+            .is_some_and(|until| *until > Instant::now())
     }
 }

@@ -83,6 +83,12 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_NATIVE_RETRY", default_value = "10m", value_parser = parse_duration)]
     pub(crate) native_retry: Duration,
 
+    /// After a node's agent failed a proven native cure, how long the DNS rules brought back
+    /// have to reach every pod (the kubelet's ConfigMap sync, CoreDNS's reload and cache)
+    /// before `ipMode` is put back.
+    #[arg(long, env = "HAIRPIN_NATIVE_DNS_SETTLE", default_value = "60s", value_parser = parse_duration)]
+    pub(crate) native_dns_settle: Duration,
+
     /// The cluster DNS asked after each DNS write, `IP` or `IP:PORT` (default: port 53 of the
     /// ClusterIP of the cluster DNS Service in the CoreDNS namespace: `kube-dns`, else one
     /// named like a CoreDNS ConfigMap candidate such as RKE2's `rke2-coredns-rke2-coredns`,
@@ -205,6 +211,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     config.native.node_reports = args.node_probes_max_age;
     config.native.retry = args.native_retry;
+    config.native.dns_settle = args.native_dns_settle;
     config.propagation = PropagationParams {
         cluster_dns: args.cluster_dns,
         deadline: args.propagation_deadline,
