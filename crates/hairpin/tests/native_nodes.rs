@@ -780,6 +780,25 @@ fn native_proven_by_every_nodes_agent() {
             || ip_mode(api_ref).as_deref() != Some("Proxy"),
             log,
         );
+        let mut status = Value::Null;
+        wait_for(
+            "the Hairpin status names node-b",
+            Duration::from_secs(20),
+            || {
+                hairpin_status(api_ref).is_some_and(|s| {
+                    let named = s["cure"] == "dns"
+                        && s["cureReason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("node-b"));
+                    if named {
+                        status =
+                            json!({"nativeCure": s["nativeCure"], "cureReason": s["cureReason"]});
+                    }
+                    named
+                })
+            },
+            log,
+        );
         std::thread::sleep(Duration::from_secs(8));
         assert!(corefile(api_ref).contains(HOST), "the DNS cure stays");
         let (fa, ta) = count(samples, 0, Duration::ZERO);
@@ -787,7 +806,7 @@ fn native_proven_by_every_nodes_agent() {
         let (fo, to) = outside(Duration::ZERO);
         rows.push((
             "a) B's agent fails".into(),
-            format!("A {fa}/{ta}, B {fb}/{tb}, outside {fo}/{to} (B reported failed {failed:.1?} after the agents started, the record failed naming node-b {named:.1?} later; never proven, DNS cure kept; reason: {reason})"),
+            format!("A {fa}/{ta}, B {fb}/{tb}, outside {fo}/{to} (B reported failed {failed:.1?} after the agents started, the record failed naming node-b {named:.1?} later; never proven, DNS cure kept; reason: {reason}; Hairpin status: {status})"),
         ));
         assert!(ta > 0 && tb > 0, "{rows:?}");
         assert_eq!((fa, fb, fo), (0, 0, 0), "a: {rows:?}\n{}", log());
