@@ -299,12 +299,21 @@ def check_render(chart, name, sets, expected_kinds, metrics):
 def check_node_agent_rbac(docs, name):
     """The node agent reads one object, the hosts block the controller publishes: no cluster-wide
     grant, and only get/list/watch of the ConfigMap hairpin-hosts in the release namespace (and
-    `get` of its own DaemonSet, read at exit)."""
+    `get` of its own DaemonSet, read at exit). With nodeAgent.nativeProbes also the native
+    record (read only) and Leases, only where the admission policy holding it to its own
+    node's Lease is rendered and bound."""
     agents = [
         d["spec"]["template"]["spec"]["serviceAccountName"]
         for d in docs
         if d["kind"] == "DaemonSet" and d["metadata"]["name"].endswith("node-agent")
     ]
+    bindings = {d["spec"]["policyName"] for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"}
+    node_probe_policy = any(
+        d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"].endswith("-node-probe-leases")
+        and d["metadata"]["name"] in bindings
+        for d in docs
+    )
     for account in agents:
         def bound(binding):
             return any(
@@ -333,11 +342,23 @@ def check_node_agent_rbac(docs, name):
                         and rule.get("verbs") == ["get"]
                     ):
                         continue
+                    # With nodeAgent.nativeProbes (issue 45): hairpin's native record, read
+                    # only, and its node's Lease, which only the admission policy
+                    # `-node-probe-leases` (rendered and bound) holds to its own name.
+                    if (
+                        namespace == NAMESPACE
+                        and rule.get("apiGroups") == ["coordination.k8s.io"]
+                        and rule.get("resources") == ["leases"]
+                        and not rule.get("resourceNames")
+                        and set(rule.get("verbs") or []) <= {"create", "get", "update", "patch"}
+                        and node_probe_policy
+                    ):
+                        continue
                     if (
                         namespace != NAMESPACE
                         or rule.get("apiGroups") != [""]
                         or rule.get("resources") != ["configmaps"]
-                        or rule.get("resourceNames") != ["hairpin-hosts"]
+                        or rule.get("resourceNames") not in (["hairpin-hosts"], ["hairpin-hosts", "hairpin-native"])
                         or not set(rule.get("verbs") or []) <= {"get", "list", "watch"}
                     ):
                         fail("[%s] the node agent may only read ConfigMap %s/hairpin-hosts, not %r in %s" % (name, NAMESPACE, rule, namespace))

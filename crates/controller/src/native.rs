@@ -33,6 +33,8 @@
 //! `writes`, `put_back` and `verdicts` (the curer acting on it: status writes and the record;
 //! put-backs kept at until applied; probe tasks and their verdicts), and this module (the curer's state between reconciles, and `apply`).
 
+mod agent;
+mod node_reports;
 mod probe;
 mod put_back;
 mod state;
@@ -47,6 +49,7 @@ use std::time::{Duration, Instant};
 use hairpin_planner::native::{IpModeWas, NativeAction, NativeRecord, ProbeState};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 
+pub use agent::{NodeProber, NodeProberOptions};
 pub use probe::{
     Attempt, Baseline, Fingerprints, Observer, ProbeTarget, ProbeVerdict, Proof, baseline,
     from_receiver, probe_once, prove, prove_from, targets,
@@ -59,7 +62,7 @@ use crate::Error;
 use crate::context::Context;
 use crate::fight::{FightParams, Fights};
 use crate::report::{object_ref, reason};
-use crate::watch::NodeVersions;
+use crate::watch::{NodeProbeLeases, NodeVersions};
 
 /// Settings of the native cure's probe.
 #[derive(Clone, Debug)]
@@ -90,6 +93,15 @@ pub struct NativeParams {
     /// How often the API server's version is read again: it keys `unsupported` verdicts, and
     /// a k3s or RKE2 server embeds its kube-proxy (part of the data plane).
     pub version_every: Duration,
+    /// Where the node agents prove the cure from every node ([`hairpin_planner::node_probes`]):
+    /// how old a node's report may be before it vouches for nothing. `None`: no node agent
+    /// reports (the controller's probe and the Nodes' gate decide).
+    pub node_reports: Option<Duration>,
+    /// After a node's agent failed a proven cure (the DNS rules come back), how long they
+    /// have to reach every pod (the kubelet's ConfigMap sync, CoreDNS's `reload` and cache)
+    /// before `ipMode` is put back: until then `Proxy` still serves the pods of the nodes that
+    /// honour it, and the failing node's are short-circuited either way.
+    pub dns_settle: Duration,
 }
 
 impl Default for NativeParams {
@@ -104,6 +116,8 @@ impl Default for NativeParams {
             answers: 3,
             retry_cap: Duration::from_secs(24 * 3600),
             version_every: Duration::from_secs(60),
+            node_reports: None,
+            dns_settle: Duration::from_secs(60),
         }
     }
 }
@@ -166,6 +180,12 @@ pub(crate) struct NativeCurer {
     /// the last baseline that showed the problem, by `namespace/name`: the proof after the
     /// write requires it ([`probe::from_receiver`]).
     receivers: BTreeMap<String, probe::Fingerprints>,
+    /// The node agents' reports (their Leases), watched once this instance applies a cure and
+    /// [`NativeParams::node_reports`] is set.
+    node_probes: Option<(NodeProbeLeases, tokio::task::AbortHandle)>,
+    /// Put-backs held until the DNS rules brought back for a node's failure have settled, by
+    /// `namespace/name`.
+    settling: BTreeMap<String, Instant>,
 }
 
 /// How long a snapshot may lag behind the record this instance wrote before it is trusted
@@ -178,6 +198,9 @@ impl Drop for NativeCurer {
             task.abort();
         }
         if let Some((_, watch)) = &self.nodes {
+            watch.abort();
+        }
+        if let Some((_, watch)) = &self.node_probes {
             watch.abort();
         }
     }
@@ -206,6 +229,8 @@ impl NativeCurer {
             nodes: None,
             put_backs: BTreeMap::new(),
             receivers: BTreeMap::new(),
+            node_probes: None,
+            settling: BTreeMap::new(),
         }
     }
 
@@ -263,6 +288,13 @@ impl NativeCurer {
         if self.nodes.is_none() && native {
             self.nodes = Some(NodeVersions::spawn(
                 self.ctx.client.clone(),
+                self.ctx.changed.clone(),
+            ));
+        }
+        if self.node_probes.is_none() && native && self.params.node_reports.is_some() {
+            self.node_probes = Some(NodeProbeLeases::spawn(
+                self.ctx.client.clone(),
+                &self.ctx.planner.namespace,
                 self.ctx.changed.clone(),
             ));
         }
@@ -346,6 +378,7 @@ impl NativeCurer {
             }
         }
         self.take_verdicts(&mut record, plan, snapshot).await?;
+        let reports_due = self.take_node_reports(&mut record, plan, snapshot).await;
         let mut requeue = state::mark_due(
             &self.params,
             &self.data_plane.0,
@@ -376,7 +409,8 @@ impl NativeCurer {
             } else {
                 Proof::AfterWrite
             };
-            self.start_probe(plan, &service, &entry.uid, &entry.original, proof);
+            let receiver = entry.probe.receiver.clone();
+            self.start_probe(plan, &service, &entry.uid, &entry.original, proof, receiver);
         }
         self.write_record(&record, &before).await?;
         if !self.running.is_empty() {
@@ -384,7 +418,10 @@ impl NativeCurer {
         } else {
             requeue = earliest(requeue, settling);
         }
-        Ok(earliest(requeue, self.next_put_back()))
+        Ok(earliest(
+            earliest(requeue, reports_due),
+            self.next_put_back(),
+        ))
     }
 
     /// One status write of the plan.
@@ -433,6 +470,9 @@ impl NativeCurer {
             } => {
                 if let Some(task) = self.running.remove(&service.to_string()) {
                     task.abort();
+                }
+                if self.put_back_held(&service.to_string()) {
+                    return Ok(());
                 }
                 self.put_back(record, service, uid, original, reason).await;
                 Ok(())

@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use crate::context::Context;
 use crate::crd::Hairpin;
 
+mod node_probes;
 mod nodes;
 mod receivers;
 mod snapshot;
@@ -42,6 +43,7 @@ use streams::{
     required_slimmed, slim, slim_ingress, slim_service, tls_routes, watch_error_label,
 };
 
+pub(crate) use node_probes::NodeProbeLeases;
 pub(crate) use nodes::NodeVersions;
 pub(crate) use nodes::list as list_nodes;
 

@@ -284,6 +284,7 @@ async fn a_load_balancer_on_the_proven_native_cure_says_so() {
             due: false,
             skipped: Vec::new(),
             put_back: String::new(),
+            probe: Default::default(),
         },
     );
     fake.apply(object(

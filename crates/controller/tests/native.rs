@@ -1203,3 +1203,121 @@ async fn k3s_servicelb_is_a_vip_in_the_controller_too() {
     running.stop().await;
     receiver.stop().await;
 }
+
+/// Issue 45 item 1: where the node agents report (`node_reports`), a cure proven by the
+/// controller's probe keeps the DNS cure until every Node's agent proved it; the agent (the
+/// real [`hairpin_controller::native::NodeProber`], writing its Lease on the fake API server)
+/// proves it, and the DNS rules go; its address stops answering for that node: the agent's
+/// re-probe fails, the DNS rules come back first, and `ipMode` is put back after
+/// `dns_settle`.
+#[tokio::test]
+async fn the_node_agents_proofs_decide_and_a_node_failing_brings_dns_back_first() {
+    use hairpin_controller::native::{NativeParams, NodeProber, NodeProberOptions};
+    let fake = Arc::new(FakeApiServer::start().await);
+    seed(&fake, "127.0.0.61");
+    fake.apply(node("node-a", "v1.31.14"));
+    let receiver = Receiver::start("127.0.0.61", false).await;
+    let follow = receiver.follow(fake.clone(), "127.0.0.61");
+    let mut cfg = auto_config();
+    cfg.native.node_reports = Some(Duration::from_secs(5));
+    cfg.native.dns_settle = Duration::from_millis(800);
+    let running = start(&fake, cfg);
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| record_state(f) == "proven")
+            .await
+            .is_some(),
+        "{:?}",
+        entry(&fake)
+    );
+    let spec = entry(&fake);
+    assert!(
+        !spec["targets"].as_array().is_none_or(Vec::is_empty),
+        "{spec}"
+    );
+    assert!(
+        spec["attempt"].as_str().is_some_and(|a| !a.is_empty()),
+        "{spec}"
+    );
+    // Proven here, vouched for by no node's agent: the DNS cure stays, `Proxy` stays.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(corefile(&fake).contains(HOST));
+    assert_eq!(ip_mode(&fake), "Proxy");
+
+    let shutdown = hairpin_runtime::Shutdown::new();
+    let prober = NodeProber::new(
+        fake.client(),
+        NodeProberOptions {
+            node: "node-a".into(),
+            namespace: "hairpin".into(),
+            interval: Duration::from_millis(200),
+            params: NativeParams {
+                deadline: Duration::from_millis(600),
+                interval: Duration::from_millis(100),
+                timeout: Duration::from_millis(200),
+                ..NativeParams::default()
+            },
+        },
+    );
+    let updates = hairpin_runtime::configmap::watch_configmap_key(
+        fake.client(),
+        "hairpin",
+        "hairpin-native",
+        hairpin_planner::native::NATIVE_KEY,
+    );
+    let agent = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { prober.run(updates, &shutdown).await }
+    });
+    assert!(
+        fake.wait_until(Duration::from_secs(10), |f| !corefile(f).contains(HOST))
+            .await
+            .is_some(),
+        "the DNS rules go once node-a's agent proved it: {:?}",
+        fake.list("coordination.k8s.io/v1", "Lease")
+    );
+
+    // The address stops answering through node-a's data plane.
+    follow.abort();
+    receiver.answer.store(false, Ordering::SeqCst);
+    let (mut dns_back, mut put_back) = (None, None);
+    let started = std::time::Instant::now();
+    while dns_back.is_none() || put_back.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "DNS back {dns_back:?}, put back {put_back:?}: {:?}",
+            entry(&fake)
+        );
+        if dns_back.is_none() && corefile(&fake).contains(HOST) {
+            dns_back = Some(started.elapsed());
+        }
+        if put_back.is_none() && ip_mode(&fake) == "VIP" {
+            put_back = Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (dns_back, put_back) = (dns_back.unwrap(), put_back.unwrap());
+    assert!(
+        dns_back + Duration::from_millis(500) < put_back,
+        "make before break: DNS back {dns_back:?}, put back {put_back:?}"
+    );
+    let reason = entry(&fake)["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        reason.contains("node node-a") && reason.contains("empty reply"),
+        "{reason}"
+    );
+    assert!(
+        events(&fake, "NativeCureNotOnEveryNode")
+            .iter()
+            .any(|e| e.contains("node-a")),
+        "{:?}",
+        events(&fake, "NativeCureNotOnEveryNode")
+    );
+    println!("node-a failed: DNS rules back {dns_back:?}, ipMode put back {put_back:?}: {reason}");
+    shutdown.trigger();
+    let _ = agent.await;
+    running.stop().await;
+    receiver.stop().await;
+}

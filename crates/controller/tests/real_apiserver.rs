@@ -980,6 +980,7 @@ async fn ingress_writers(client: &kube::Client, namespace: &str) -> Vec<(String,
         due: false,
         skipped: Vec::new(),
         put_back: String::new(),
+        probe: Default::default(),
     };
     let writes = [
         ("cloud-controller", json!({"ip": "203.0.113.77"})),

@@ -609,6 +609,7 @@ mod tests {
             due: false,
             skipped: Vec::new(),
             put_back: String::new(),
+            probe: Default::default(),
         };
         let failed = judge(
             &lb("VIP", true),

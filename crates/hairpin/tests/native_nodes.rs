@@ -565,3 +565,425 @@ fn client(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+// The node agents prove the cure from every node (issue 45 item 1, bullets 2 and 3): each
+// node runs `hairpin node-agent --native-probes` in its namespace, which probes the load
+// balancer through its own kube-proxy and reports in its Lease `hairpin-node-<node>`; the
+// controller runs with `--node-probes-max-age`. Node B reports kubelet v1.31.14 but its
+// kube-proxy runs with the gate off, so the Nodes' gate cannot tell.
+
+/// The node agent's ServiceAccount and Role as the chart makes them with `nodeAgent.enabled`
+/// and `nativeProbes`, and the controller's read of the Leases (the chart's Role rule).
+fn node_agent_rbac(api: &ApiServer) -> String {
+    let token = api.service_account_token("hairpin", "hairpin-node-agent");
+    api.apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"namespace": "hairpin", "name": "hairpin-node-agent"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["configmaps"],
+             "resourceNames": ["hairpin-hosts", "hairpin-native"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "verbs": ["create", "get", "update", "patch"]}
+        ]
+    }));
+    api.apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"namespace": "hairpin", "name": "hairpin-node-agent"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hairpin-node-agent"},
+        "subjects": [{"kind": "ServiceAccount", "name": "hairpin-node-agent", "namespace": "hairpin"}]
+    }));
+    api.apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"namespace": "hairpin", "name": "hairpin-controller-node-probes"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "watch"]}]
+    }));
+    api.apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"namespace": "hairpin", "name": "hairpin-controller-node-probes"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hairpin-controller-node-probes"},
+        "subjects": [{"kind": "ServiceAccount", "name": "hairpin-controller", "namespace": "hairpin"}]
+    }));
+    token
+}
+
+/// `hairpin node-agent --native-probes` in `node`'s namespace as node `name`, with the node
+/// agent's token and a hosts file of its own; logs to `node-agent.log` in the node's folder.
+fn start_agent(api: &ApiServer, node: &mut KubeNode, name: &str, token: &str) {
+    let kubeconfig = api
+        .kubeconfig_for(&format!("node-agent-{name}"), token)
+        .expect("kubeconfig");
+    let hosts = node.dir().join("agent-hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("the agent's hosts file");
+    let mut agent = node.command(env!("CARGO_BIN_EXE_hairpin"));
+    agent
+        .args(["node-agent", "--native-probes", "--node-name", name])
+        .args(["--interval", "2s", "--admin-addr", "127.0.0.1:0"])
+        .args(["--log-format", "text", "--hosts-file"])
+        .arg(&hosts)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig);
+    node.spawn("node-agent", agent)
+        .expect("start hairpin node-agent");
+}
+
+/// What node `name`'s agent reported for the load balancer: `(result, attempt)`.
+fn agent_report(api: &ApiServer, name: &str) -> Option<(String, String)> {
+    let lease = api.get(&format!(
+        "/apis/coordination.k8s.io/v1/namespaces/hairpin/leases/hairpin-node-{name}"
+    ))?;
+    let text = lease["metadata"]["annotations"]["hairpin.io/native-probes"].as_str()?;
+    let probes: Value = serde_json::from_str(text).ok()?;
+    let probe = &probes["ingress/nginx"];
+    Some((
+        probe["result"].as_str()?.to_owned(),
+        probe["attempt"].as_str()?.to_owned(),
+    ))
+}
+
+/// The record's current attempt.
+fn attempt(api: &ApiServer) -> Option<String> {
+    let entry = record(api)?;
+    entry["attempt"]
+        .as_str()
+        .or_else(|| entry["since"].as_str())
+        .map(str::to_owned)
+}
+
+#[test]
+fn native_proven_by_every_nodes_agent() {
+    let test = "native_proven_by_every_nodes_agent";
+    if let Some(reason) = kube::skip_reason() {
+        skip::skip(test, Cause::Missing, &reason);
+        return;
+    }
+    if coredns::skip_without(test) {
+        return;
+    }
+    let lb_ip = "203.0.113.51";
+    let api = ApiServer::start().expect("start kube-apiserver");
+    register_node(&api, "node-a", kube::VERSION);
+    let mut scene = Scene::start(&api, "node-a", lb_ip, Receiver::Nginx);
+    // Node B: kube-proxy with the gate off, its Node reporting v1.31.14 (nothing tells).
+    let mut b = extra_node(&api, "node-b", kube::VERSION, false, lb_ip);
+    b.wait_lb_rule(lb_ip, true, Duration::from_secs(10))
+        .expect("B short-circuits the LB IP");
+    let token = node_agent_rbac(&api);
+    let _controller = scene.controller(
+        &api,
+        "controller",
+        &[
+            "--node-probes-max-age",
+            "10s",
+            "--native-retry",
+            "3s",
+            "--native-dns-settle",
+            "5s",
+        ],
+    );
+    let log_path = scene.node.dir().join("controller.log");
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    wait_for(
+        "the DNS cure written",
+        Duration::from_secs(40),
+        || corefile(&api).contains(HOST),
+        log,
+    );
+    let (proxy_ip, listener) = proxy_endpoints(&api, log);
+    let _hosts_a = start_proxy(&api, &mut scene.node, (&proxy_ip, listener), "");
+    let _hosts_b = start_proxy(&api, &mut b, (&proxy_ip, listener), "");
+    start_agent(&api, &mut scene.node, "node-a", &token);
+    start_agent(&api, &mut b, "node-b", &token);
+    let records = coredns::Options {
+        records: vec![(HAIRPIN_SERVICE_FQDN.into(), proxy_ip.parse().unwrap())],
+        upstream: vec![(HOST.into(), lb_ip.parse().unwrap())],
+        ..coredns::Options::default()
+    };
+    let mut seen = corefile(&api);
+    let Some(dns) = CoreDns::start_with(test, &fast_reload(&seen), &records) else {
+        return;
+    };
+    let server = dns.addr();
+    let stop = AtomicBool::new(false);
+    let samples: Samples = Mutex::new(vec![Vec::new(), Vec::new(), Vec::new()]);
+    let started = Instant::now();
+    let outside_start = scene.client.elapsed();
+    let outside = |since: Duration| {
+        let seen: Vec<_> = scene
+            .client
+            .attempts()
+            .into_iter()
+            .filter(|a| a.at >= outside_start + since)
+            .collect();
+        (seen.iter().filter(|a| !a.ok()).count(), seen.len())
+    };
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let c_netns: Mutex<Option<String>> = Mutex::new(None);
+    let namespaces = [scene.node.netns().to_owned(), b.netns().to_owned()];
+    let mut c_node: Option<KubeNode> = None;
+    let mut hosts_c = None;
+    let b_log = |b: &KubeNode| b.log("node-agent");
+    std::thread::scope(|scope| {
+        let _stop = StopOnDrop(&stop);
+        let (stop, samples, c_netns, api_ref, dns_ref) = (&stop, &samples, &c_netns, &api, &dns);
+        for (i, netns) in namespaces.iter().enumerate() {
+            scope.spawn(move || client(netns, i, server, started, stop, samples));
+        }
+        scope.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let netns = c_netns.lock().unwrap().clone();
+                if let Some(netns) = netns {
+                    client(&netns, 2, server, started, stop, samples);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        scope.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let now = corefile(api_ref);
+                if !now.is_empty() && now != seen {
+                    dns_ref
+                        .write_corefile(&fast_reload(&now))
+                        .expect("write the Corefile");
+                    seen = now;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+
+        // a) B's agent fails the proof: never proven, the DNS cure stays, B named.
+        let failed = wait_for(
+            "node-b's agent reports failed",
+            Duration::from_secs(60),
+            || agent_report(api_ref, "node-b").is_some_and(|(r, _)| r == "failed"),
+            || log() + "\n--- node-b agent ---\n" + &b_log(&b),
+        );
+        let mut reason = Value::Null;
+        let named = wait_for(
+            "the record says failed, naming node-b",
+            Duration::from_secs(20),
+            || {
+                record(api_ref).is_some_and(|e| {
+                    let named = e["state"] == "failed"
+                        && e["reason"].as_str().is_some_and(|r| r.contains("node-b"));
+                    if named {
+                        reason = e["reason"].clone();
+                    }
+                    named
+                })
+            },
+            log,
+        );
+        wait_for(
+            "ipMode put back",
+            Duration::from_secs(20),
+            || ip_mode(api_ref).as_deref() != Some("Proxy"),
+            log,
+        );
+        let mut status = Value::Null;
+        wait_for(
+            "the Hairpin status names node-b",
+            Duration::from_secs(20),
+            || {
+                hairpin_status(api_ref).is_some_and(|s| {
+                    let named = s["cure"] == "dns"
+                        && s["cureReason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("node-b"));
+                    if named {
+                        status =
+                            json!({"nativeCure": s["nativeCure"], "cureReason": s["cureReason"]});
+                    }
+                    named
+                })
+            },
+            log,
+        );
+        std::thread::sleep(Duration::from_secs(8));
+        assert!(corefile(api_ref).contains(HOST), "the DNS cure stays");
+        let (fa, ta) = count(samples, 0, Duration::ZERO);
+        let (fb, tb) = count(samples, 1, Duration::ZERO);
+        let (fo, to) = outside(Duration::ZERO);
+        rows.push((
+            "a) B's agent fails".into(),
+            format!("A {fa}/{ta}, B {fb}/{tb}, outside {fo}/{to} (B reported failed {failed:.1?} after the agents started, the record failed naming node-b {named:.1?} later; never proven, DNS cure kept; reason: {reason}; Hairpin status: {status})"),
+        ));
+        assert!(ta > 0 && tb > 0, "{rows:?}");
+        assert_eq!((fa, fb, fo), (0, 0, 0), "a: {rows:?}\n{}", log());
+
+        // b) B's kube-proxy honours ipMode now: proven once both agents proved it.
+        let upgrade = started.elapsed();
+        b.restart_kube_proxy(api_ref, true)
+            .expect("restart B's kube-proxy");
+        let proven = wait_for(
+            "both agents prove the current attempt and the DNS rule goes",
+            Duration::from_secs(90),
+            || {
+                let Some(now) = attempt(api_ref) else {
+                    return false;
+                };
+                ["node-a", "node-b"].iter().all(|n| {
+                    agent_report(api_ref, n).is_some_and(|(r, a)| r == "proven" && a == now)
+                }) && !corefile(api_ref).contains(HOST)
+            },
+            || log() + "\n--- node-b agent ---\n" + &b_log(&b),
+        );
+        wait_for(
+            "CoreDNS answers the LB IP",
+            Duration::from_secs(20),
+            || resolve(server).is_ok_and(|ip| ip.to_string() == lb_ip),
+            log,
+        );
+        let switched = started.elapsed();
+        std::thread::sleep(Duration::from_secs(3));
+        let (fa, ta) = count(samples, 0, upgrade);
+        let (fb, tb) = count(samples, 1, upgrade);
+        let via_lb = |i: usize| {
+            let s = samples.lock().unwrap();
+            s[i].iter()
+                .filter(|s| s.at > switched && s.ok)
+                .filter(|s| s.answer.as_ref().is_ok_and(|ip| ip.to_string() == lb_ip))
+                .count()
+        };
+        let (la, lb_) = (via_lb(0), via_lb(1));
+        let (fo, to) = outside(upgrade);
+        rows.push((
+            "b) B upgraded".into(),
+            format!("A {fa}/{ta}, B {fb}/{tb}, outside {fo}/{to} (native proven by both agents and the DNS rule gone {proven:.1?} after B's kube-proxy restart; then {la} of A's and {lb_} of B's requests crossed the load balancer)"),
+        ));
+        assert!(la > 0 && lb_ > 0, "both nodes through the LB: {rows:?}");
+        assert_eq!((fa, fb, fo), (0, 0, 0), "b: {rows:?}\n{}", log());
+
+        // c) B's kube-proxy back with the gate off: B's agent fails, the DNS rule comes
+        // back first, then ipMode is put back.
+        let broke = started.elapsed();
+        b.restart_kube_proxy(api_ref, false)
+            .expect("restart B's kube-proxy");
+        let at = Instant::now();
+        let mut dns_back = None;
+        let mut put_back = None;
+        let mut reason = Value::Null;
+        while dns_back.is_none() || put_back.is_none() {
+            if let Some(e) = record(api_ref)
+                && e["state"] == "failed"
+                && reason.is_null()
+            {
+                reason = e["reason"].clone();
+            }
+            assert!(
+                at.elapsed() < Duration::from_secs(60),
+                "c: DNS back {dns_back:?}, put back {put_back:?}\n{}\n--- node-b agent ---\n{}",
+                log(),
+                b_log(&b)
+            );
+            if dns_back.is_none() && corefile(api_ref).contains(HOST) {
+                dns_back = Some(at.elapsed());
+            }
+            if put_back.is_none() && ip_mode(api_ref).as_deref() != Some("Proxy") {
+                put_back = Some(at.elapsed());
+                // Make before break: the DNS rule was back first.
+                assert!(
+                    dns_back.is_some() || corefile(api_ref).contains(HOST),
+                    "ipMode put back before the DNS rule came back"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        wait_for(
+            "CoreDNS answers the hairpin Service again",
+            Duration::from_secs(20),
+            || resolve(server).is_ok_and(|ip| ip.to_string() == proxy_ip),
+            log,
+        );
+        let resolved = at.elapsed();
+        std::thread::sleep(Duration::from_secs(3));
+        let (fa, ta) = count(samples, 0, broke);
+        let (fb, tb) = count(samples, 1, broke);
+        let (fo, to) = outside(broke);
+        rows.push((
+            "c) B's gate off after proven".into(),
+            format!("A {fa}/{ta}, B {fb}/{tb}, outside {fo}/{to} (after B's kube-proxy restart: DNS rule back {:.1?}, ipMode put back {:.1?}, CoreDNS answering the proxy {resolved:.1?}; reason: {reason})", dns_back.unwrap(), put_back.unwrap()),
+        ));
+        assert!(
+            reason.as_str().is_some_and(|r| r.contains("node-b")),
+            "{rows:?}"
+        );
+        assert_eq!((fa, fo), (0, 0), "c: {rows:?}\n{}", log());
+
+        // d) B fixed again and proven; then a node C added (kubelet 1.31, no agent yet): the
+        // DNS rule comes back first, until C's agent proved it.
+        b.restart_kube_proxy(api_ref, true)
+            .expect("restart B's kube-proxy");
+        wait_for(
+            "native proven again by both agents",
+            Duration::from_secs(90),
+            || !corefile(api_ref).contains(HOST) && ip_mode(api_ref).as_deref() == Some("Proxy"),
+            log,
+        );
+        wait_for(
+            "CoreDNS answers the LB IP",
+            Duration::from_secs(20),
+            || resolve(server).is_ok_and(|ip| ip.to_string() == lb_ip),
+            log,
+        );
+        let added = started.elapsed();
+        let mut c = extra_node(api_ref, "node-c", kube::VERSION, true, lb_ip);
+        let c_up = started.elapsed();
+        let dns_back = wait_for(
+            "the DNS rule back for node-c",
+            Duration::from_secs(30),
+            || corefile(api_ref).contains(HOST),
+            log,
+        );
+        assert_eq!(
+            ip_mode(api_ref).as_deref(),
+            Some("Proxy"),
+            "make before break"
+        );
+        hosts_c = Some(start_proxy(api_ref, &mut c, (&proxy_ip, listener), ""));
+        *c_netns.lock().unwrap() = Some(c.netns().to_owned());
+        let status = wait_for(
+            "the status names node-c",
+            Duration::from_secs(20),
+            || {
+                hairpin_status(api_ref).is_some_and(|s| {
+                    s["cureReason"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("node-c"))
+                })
+            },
+            log,
+        );
+        let agent_c = started.elapsed();
+        start_agent(api_ref, &mut c, "node-c", &token);
+        let vouched = wait_for(
+            "native again once C's agent proved it",
+            Duration::from_secs(60),
+            || !corefile(api_ref).contains(HOST),
+            || log() + "\n--- node-c agent ---\n" + &c.log("node-agent"),
+        );
+        std::thread::sleep(Duration::from_secs(3));
+        let (fa, ta) = count(samples, 0, added);
+        let (fb, tb) = count(samples, 1, added);
+        let (fc, tc) = count(samples, 2, Duration::ZERO);
+        let (fo, to) = outside(added);
+        rows.push((
+            "d) C added after proven".into(),
+            format!(
+                "A {fa}/{ta}, B {fb}/{tb}, C {fc}/{tc}, outside {fo}/{to} (C registered and its kube-proxy up {:.1?} after the phase began; the DNS rule back {dns_back:.1?} after that, ipMode kept Proxy; status named node-c; native again {vouched:.1?} after C's agent started ({:.1?} into the phase), status named C {status:.1?} after the rule)",
+                c_up - added,
+                agent_c - added,
+            ),
+        ));
+        assert!(tc > 0, "{rows:?}");
+        assert_eq!((fa, fb, fo), (0, 0, 0), "d: {rows:?}\n{}", log());
+        c_node = Some(c);
+        stop.store(true, Ordering::Relaxed);
+    });
+    drop((c_node, hosts_c));
+    for (phase, row) in &rows {
+        println!("{phase}: failed/total requests: {row}");
+    }
+    let log = log();
+    scene.finish("node agents", &log);
+}

@@ -66,6 +66,7 @@ pub mod load;
 pub mod markers;
 pub mod name;
 pub mod native;
+pub mod node_probes;
 pub mod nodes;
 mod plan;
 mod providers;

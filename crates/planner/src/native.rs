@@ -27,6 +27,7 @@
 //! fight a cloud controller, and names that controller's own setting instead.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use serde::{Deserialize, Serialize};
@@ -34,7 +35,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::{CureMode, FIELD_MANAGER, PlannerConfig};
 use crate::delivery::{Delivery, DeliveryOf, VIP_NODES, VIP_OUTAGE, delivery_of};
 use crate::escape;
-use crate::nodes::{self, NodeBar};
+use crate::node_probes::NodeReport;
+use crate::nodes::{self, NodeBar, NodesVerdict};
 use crate::snapshot::{ClusterSnapshot, ObjectRef};
 use crate::warning::Warning;
 
@@ -220,6 +222,57 @@ pub struct NativeEntry {
         skip_serializing_if = "String::is_empty"
     )]
     pub put_back: String,
+    /// What the node agents need to prove the cure through their own node's data plane
+    /// ([`crate::node_probes`]): the attempt, the addresses to ask, and what answered each
+    /// through the receiver's header path before the write. Empty in records written before.
+    #[serde(flatten)]
+    pub probe: ProbeSpec,
+}
+
+/// One address and port to probe, and how to ask.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeTarget {
+    /// The load balancer IP and port.
+    pub addr: SocketAddr,
+    /// Ask with TLS (a ClientHello) instead of HTTP.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
+    /// The name to ask for (Host header, SNI).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host: String,
+}
+
+/// What answered each port through the path that works today, with a PROXY header, before
+/// the write (the receiver's fingerprint, escaped text), by address: a proof after the write
+/// requires the same answerer.
+pub type Fingerprints = BTreeMap<SocketAddr, String>;
+
+/// The part of a [`NativeEntry`] that lets anyone prove the cure again (the node agents, and
+/// the controller's own later re-probes).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ProbeSpec {
+    /// The attempt this cure is (when `Proxy` was written, RFC 3339): a node's report answers
+    /// one attempt. Empty in records written before: [`NativeEntry::attempt`] is `since` then.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub attempt: String,
+    /// Every PROXY port of every IP set to `Proxy`, with the name to ask for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<ProbeTarget>,
+    /// The receiver's fingerprint per port, recorded by the baseline before the write.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub receiver: Fingerprints,
+}
+
+impl NativeEntry {
+    /// The attempt a node's report must answer: [`ProbeSpec::attempt`], or `since` in a record
+    /// written before attempts were recorded.
+    pub fn attempt(&self) -> &str {
+        if self.probe.attempt.is_empty() {
+            &self.since
+        } else {
+            &self.probe.attempt
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -684,8 +737,11 @@ pub fn choose(
             .entry(lb.service, svc.metadata.uid.as_deref())
             .filter(|_| !forgotten.contains(lb.service));
         let delivery = delivery_of(svc, snapshot, config, warnings);
-        let (choice, action) =
+        let (mut choice, action) =
             choose_one(svc, *lb, mode, entry, &delivery, config, &barred, warnings);
+        if let (Some(reports), Some(entry)) = (&snapshot.node_probes, entry) {
+            by_agents(&mut choice, entry, &snapshot.nodes, reports);
+        }
         cures.choices.push(choice);
         cures.actions.extend(action);
     }
@@ -745,6 +801,50 @@ fn by_nodes(
         ),
         nodes: barred.to_vec(),
     })
+}
+
+/// Where the node agents report ([`crate::node_probes`]): a cure proven by the controller's probe
+/// counts as native only when every Node's agent proved this attempt too; until then (and
+/// when one reports `failed`) the load balancer keeps the DNS cure, the nodes named, and its
+/// status write (the re-assertion of `ipMode: Proxy`) stays, so that the agents can prove it.
+/// `--cure native` is not held back (proven or not).
+fn by_agents(
+    choice: &mut CureChoice,
+    entry: &NativeEntry,
+    listed: &[k8s_openapi::api::core::v1::Node],
+    reports: &[NodeReport],
+) {
+    if choice.cure != Cure::Native
+        || choice.mode == CureMode::Native
+        || choice.native != Some(NativeProgress::Proven)
+    {
+        return;
+    }
+    let key = choice.service.to_string();
+    let (reason, bars) = match nodes::verdict((&key, &entry.uid, entry.attempt()), listed, reports)
+    {
+        NodesVerdict::Proven => return,
+        NodesVerdict::Waiting(bars) => (
+            format!(
+                "native proven by the controller's probe, not yet by every node's agent: {}; the DNS cure stays for every node until each proves it",
+                nodes::describe(&bars)
+            ),
+            bars,
+        ),
+        NodesVerdict::Failed(bar) => {
+            let bars = vec![bar];
+            (
+                format!(
+                    "native not honoured on every node: {}; the DNS cure comes back, then ipMode is put back",
+                    nodes::describe(&bars)
+                ),
+                bars,
+            )
+        }
+    };
+    choice.cure = Cure::Dns;
+    choice.reason = reason;
+    choice.nodes = bars;
 }
 
 /// The cure of one load balancer and its status write, if any (`barred`: the Nodes' gate).

@@ -25,6 +25,7 @@
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
+use crate::node_probes::{NodeReport, NodeResult};
 use crate::snapshot::ClusterSnapshot;
 use crate::workloads::Workload;
 
@@ -417,6 +418,86 @@ pub fn describe(barred: &[NodeBar]) -> String {
         text.push_str(&format!(" and {} more", barred.len() - SHOWN));
     }
     text
+}
+
+/// Where a cure stands with the nodes' reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodesVerdict {
+    /// Every Node proved this attempt.
+    Proven,
+    /// Some nodes have not (yet): no report, an old heartbeat, another attempt. Named.
+    Waiting(Vec<NodeBar>),
+    /// A node proved it is not honoured: the cure ends (DNS first, then the put-back).
+    Failed(NodeBar),
+}
+
+/// The node agents' verdict on the cure of `key` (the Service's `uid`, its `attempt`,
+/// [`crate::native::NativeEntry::attempt`]), from `reports` ([`crate::node_probes`]) and the
+/// `nodes` that run pods (the Node watch). No Node listed yet is waiting: nothing is vouched
+/// for.
+pub fn verdict(
+    (key, uid, attempt): (&str, &str, &str),
+    nodes: &[Node],
+    reports: &[NodeReport],
+) -> NodesVerdict {
+    let mut waiting = Vec::new();
+    let mut names: Vec<&str> = nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.is_empty() {
+        return NodesVerdict::Waiting(vec![NodeBar {
+            node: EVERY_NODE.to_owned(),
+            why: "the Nodes are not listed yet".to_owned(),
+        }]);
+    }
+    for name in names {
+        let bar = |why: String| NodeBar {
+            node: crate::escape::text(name).into_owned(),
+            why,
+        };
+        let Some(report) = reports.iter().find(|r| r.node == name) else {
+            waiting.push(bar(
+                "no report from its node agent yet: its data plane is not vouched for".into(),
+            ));
+            continue;
+        };
+        let probes = match &report.probes {
+            Ok(probes) => probes,
+            Err(why) => {
+                waiting.push(bar(format!(
+                    "its node agent's report cannot be read: {why}"
+                )));
+                continue;
+            }
+        };
+        let probe = probes
+            .get(key)
+            .filter(|p| p.uid == uid && p.attempt == attempt);
+        match probe {
+            // A failure of this attempt is evidence, however old the heartbeat.
+            Some(p) if p.result == NodeResult::Failed => {
+                return NodesVerdict::Failed(bar(format!(
+                    "its node agent's probe failed: {}",
+                    // Escaped by the agent; control characters again here (the Lease is
+                    // another writer's).
+                    crate::escape::controls(&p.reason)
+                )));
+            }
+            _ if !report.fresh => waiting.push(bar(
+                "its node agent's last report is too old (the agent is not running?)".into(),
+            )),
+            Some(_) => {}
+            None => waiting.push(bar("its node agent has not proven this attempt yet".into())),
+        }
+    }
+    if waiting.is_empty() {
+        NodesVerdict::Proven
+    } else {
+        NodesVerdict::Waiting(waiting)
+    }
 }
 
 #[cfg(test)]

@@ -60,6 +60,10 @@ pub struct ClusterSnapshot {
     /// and `status.nodeInfo` versions); empty when they are not read (the controller watches
     /// them from its first native cure on).
     pub nodes: Vec<Node>,
+    /// The node agents' reports of their proofs of the native cure ([`crate::node_probes`]):
+    /// `None` where no node agent reports (the controller's probe and the Nodes' gate decide),
+    /// else one per node agent's Lease.
+    pub node_probes: Option<Vec<crate::node_probes::NodeReport>>,
 }
 
 /// Namespace and name of an object; displayed as `namespace/name`.

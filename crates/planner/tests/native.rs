@@ -70,6 +70,7 @@ fn record_with(state: ProbeState, change: impl FnOnce(&mut NativeEntry)) -> Conf
             due: false,
             skipped: Vec::new(),
             put_back: String::new(),
+            probe: Default::default(),
         },
     );
     if let Some(entry) = record.load_balancers.values_mut().next() {

@@ -89,6 +89,7 @@ impl Reconciler {
         let mut snapshot = caches.snapshot();
         // The Nodes (watched from the first native cure on), for the native cure's gate.
         snapshot.nodes = self.native.nodes();
+        snapshot.node_probes = self.native.node_probes();
         // Do no harm: a receiver whose ConfigMap was just named (a new workload, a new
         // leader) is read before anything is planned for its load balancer; the watch wakes
         // the loop once it has listed.

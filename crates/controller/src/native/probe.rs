@@ -47,16 +47,7 @@ use super::NativeParams;
 mod cert;
 mod tls;
 
-/// One address and port to probe, and how to ask.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeTarget {
-    /// The load balancer IP and port.
-    pub addr: SocketAddr,
-    /// Ask with TLS (a ClientHello) instead of HTTP.
-    pub tls: bool,
-    /// The name to ask for (Host header, SNI).
-    pub host: String,
-}
+pub use hairpin_planner::native::ProbeTarget;
 
 /// What one probe connection got.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,8 +73,9 @@ pub enum Attempt {
 /// the write, by address (escaped): an HTTP port's status line and `Server` header; a TLS
 /// port's leaf certificate (`TLS certificate <names>, SHA-256 <hex>`, or only
 /// `TLS certificate <names>` where the receivers present certificates of their own with the
-/// same names: see [`tls_fingerprint`]).
-pub type Fingerprints = BTreeMap<SocketAddr, String>;
+/// same names: see [`tls_fingerprint`]). Kept in the record
+/// ([`hairpin_planner::native::ProbeSpec::receiver`]) for the node agents and later re-probes.
+pub use hairpin_planner::native::Fingerprints;
 
 /// The proof's criterion, in one place: `attempt` on `addr` counts as the receiver's answer
 /// only when the receiver's fingerprint recorded before the write (`receiver`, when one was)

@@ -70,6 +70,7 @@ fn new_entry_at(uid: &str, now: &Now) -> NativeEntry {
         due: false,
         skipped: Vec::new(),
         put_back: String::new(),
+        probe: Default::default(),
     }
 }
 

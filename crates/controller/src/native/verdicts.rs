@@ -8,7 +8,8 @@ use hairpin_planner::native::{IpModeWas, NativeRecord, ProbeState};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 
 use super::probe::{
-    Attempt, Baseline, Observer, ProbeTarget, ProbeVerdict, Proof, baseline, prove_from, targets,
+    Attempt, Baseline, Fingerprints, Observer, ProbeTarget, ProbeVerdict, Proof, baseline,
+    prove_from, targets,
 };
 use super::state::{self, Now, backoff, forced_native};
 use super::{Finished, NativeCurer};
@@ -76,6 +77,7 @@ impl NativeCurer {
         uid: &str,
         ips: &[IpModeWas],
         proof: Proof,
+        receiver_in_record: Fingerprints,
     ) {
         if self.running.contains_key(&service.to_string()) {
             return;
@@ -85,15 +87,15 @@ impl NativeCurer {
         };
         let params = self.params.clone();
         let uid = uid.to_owned();
-        // What answered through the receiver's own path before this write (none for a cure
-        // probed again: no baseline ran, and the status already says Proxy).
+        // What answered through the receiver's own path before this write.
         let receiver = match proof {
             Proof::AfterWrite => self
                 .receivers
                 .get(&service.to_string())
                 .cloned()
                 .unwrap_or_default(),
-            Proof::Again => Default::default(),
+            // A cure probed again: what the baseline recorded before the write, in the record.
+            Proof::Again => receiver_in_record,
         };
         self.spawn(service, async move {
             let verdict = prove_from(targets, &params, Some(observer), proof, &receiver).await;

@@ -89,6 +89,7 @@ impl NativeCurer {
             && step == SetStep::Attempt
         {
             entry.skipped = skipped.clone();
+            entry.probe = self.probe_spec(plan, service, &entry.original, &entry.since);
         }
         let snapshot_record = record.clone();
         self.write_record(&snapshot_record, &NativeRecord::default())
@@ -136,7 +137,14 @@ impl NativeCurer {
         };
         self.on_service(service, uid, false, event, note).await;
         if !reassert {
-            self.start_probe(plan, service, uid, ips, Proof::AfterWrite);
+            self.start_probe(
+                plan,
+                service,
+                uid,
+                ips,
+                Proof::AfterWrite,
+                Default::default(),
+            );
         }
         Ok(())
     }

@@ -37,6 +37,7 @@ impl Caches {
             config_maps,
             // Filled by the reconciler from the native cure's Node watch.
             nodes: Vec::new(),
+            node_probes: None,
             namespaces: self
                 .namespaces
                 .iter()

@@ -71,6 +71,24 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_FIGHT_MAX_BACKOFF", default_value = "30m", value_parser = parse_duration)]
     pub(crate) fight_max_backoff: Duration,
 
+    /// The node agents prove the native cure from every node (`hairpin node-agent
+    /// --native-probes`; the chart sets this with `nodeAgent.enabled`): a cure counts as
+    /// proven only when every Node's agent reported it proven, in its Lease, within this age.
+    /// Unset: the controller's own probe and the Nodes' gate decide.
+    #[arg(long, env = "HAIRPIN_NODE_PROBES_MAX_AGE", value_parser = parse_duration)]
+    pub(crate) node_probes_max_age: Option<Duration>,
+
+    /// After a failed native cure, how long before it is tried again (doubling with each
+    /// failure, up to a day; at once when kube-proxy or the CNI changes).
+    #[arg(long, env = "HAIRPIN_NATIVE_RETRY", default_value = "10m", value_parser = parse_duration)]
+    pub(crate) native_retry: Duration,
+
+    /// After a node's agent failed a proven native cure, how long the DNS rules brought back
+    /// have to reach every pod (the kubelet's ConfigMap sync, CoreDNS's reload and cache)
+    /// before `ipMode` is put back.
+    #[arg(long, env = "HAIRPIN_NATIVE_DNS_SETTLE", default_value = "60s", value_parser = parse_duration)]
+    pub(crate) native_dns_settle: Duration,
+
     /// The cluster DNS asked after each DNS write, `IP` or `IP:PORT` (default: port 53 of the
     /// ClusterIP of the cluster DNS Service in the CoreDNS namespace: `kube-dns`, else one
     /// named like a CoreDNS ConfigMap candidate such as RKE2's `rke2-coredns-rke2-coredns`,
@@ -191,6 +209,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         initial_backoff: args.fight_backoff,
         max_backoff: args.fight_max_backoff.max(args.fight_backoff),
     };
+    config.native.node_reports = args.node_probes_max_age;
+    config.native.retry = args.native_retry;
+    config.native.dns_settle = args.native_dns_settle;
     config.propagation = PropagationParams {
         cluster_dns: args.cluster_dns,
         deadline: args.propagation_deadline,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hairpin_controller::client::ClientArgs;
+use hairpin_controller::native::{NativeParams, NodeProber, NodeProberOptions};
 
 use crate::cmd::args::HostsConfigMapArgs;
 use hairpin_node_agent::{
@@ -65,6 +66,25 @@ pub(crate) struct Args {
     #[arg(long, env = "HAIRPIN_NODE_AGENT_DAEMONSET")]
     pub(crate) daemonset: Option<String>,
 
+    /// Prove the native cure from this node (issue 45): every load balancer whose status
+    /// hairpin set to `ipMode: Proxy` (its record, `--native-configmap`) is probed through
+    /// this node's data plane every interval and when the record changes, and the verdicts
+    /// are reported in this node's Lease `hairpin-node-<node>` in `--namespace`.
+    #[arg(long, env = "HAIRPIN_NATIVE_PROBES", requires = "node_name")]
+    pub(crate) native_probes: bool,
+
+    /// This node's name (the downward API's `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME")]
+    pub(crate) node_name: Option<String>,
+
+    /// hairpin's record of its native cures, in `--namespace` (read only).
+    #[arg(
+        long = "native-configmap",
+        env = "HAIRPIN_NATIVE_CONFIGMAP",
+        default_value = "hairpin-native"
+    )]
+    pub(crate) native_config_map: String,
+
     #[command(flatten)]
     pub(crate) admin: AdminArgs,
 
@@ -74,9 +94,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = args.client.clone();
-    let connect = args
-        .source_file
-        .is_none()
+    let connect = (args.source_file.is_none() || args.native_probes)
         .then_some(async move { client.client().await });
     let runtime = Builder::new()
         .with_log(&args.log)
@@ -159,6 +177,29 @@ async fn serve(
         ),
         "node agent started"
     );
+    if let (true, Some(node), Some(client)) = (
+        args.native_probes,
+        args.node_name.clone(),
+        started.client.clone(),
+    ) {
+        let updates = hairpin_runtime::configmap::watch_configmap_key(
+            client.clone(),
+            &args.hosts.namespace,
+            &args.native_config_map,
+            hairpin_planner::native::NATIVE_KEY,
+        );
+        let prober = NodeProber::new(
+            client,
+            NodeProberOptions {
+                node,
+                namespace: args.hosts.namespace.clone(),
+                interval: args.interval,
+                params: NativeParams::default(),
+            },
+        );
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { prober.run(updates, &shutdown).await });
+    }
     agent.register_metrics(&mut started.registry);
     let ready = started.admin.condition("hosts file in sync");
     let admin = started.admin.serve(started.registry);

@@ -52,6 +52,7 @@ fn entry(state: ProbeState, since: String, data_plane: &str) -> NativeEntry {
         due: false,
         skipped: Vec::new(),
         put_back: String::new(),
+        probe: Default::default(),
     }
 }
 
