@@ -34,7 +34,7 @@ const BULK_READ: usize = 16 * 1024;
 /// socket became ready meanwhile, and the driver is polled only every 61 tasks.
 const BYTES_PER_POLL: usize = 256 * 1024;
 /// Long-lived connections report their byte counts every this many bytes.
-const FLUSH_EVERY: u64 = 1 << 20;
+const FLUSH_EVERY: u32 = 1 << 20;
 
 thread_local! {
     static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH_SIZE].into_boxed_slice());
@@ -67,16 +67,27 @@ fn read_drained(src: &TcpStream, buf: &mut [u8]) -> Option<io::Result<usize>> {
     })
 }
 
-/// One direction: `src` to `dst`.
+/// Bytes read that the destination could not take yet.
+#[derive(Debug)]
+struct Pending {
+    bytes: Vec<u8>,
+    written: usize,
+}
+
+/// One direction: `src` to `dst`. Every open connection carries two, so what only some
+/// connections need, for some of the time, is boxed (issue 48: memory per open connection).
 #[derive(Debug, Default)]
 struct Half {
-    pending: Vec<u8>,
-    written: usize,
+    /// What `dst` could not take (boxed, and freed once written: most writes go through
+    /// whole, and an idle connection then holds no buffer).
+    pending: Option<Box<Pending>>,
     read_eof: bool,
     done: bool,
     /// Stopped after moving [`BYTES_PER_POLL`]: wants to run again after the others.
     yielded: bool,
-    unflushed: u64,
+    /// Bytes moved and not yet counted in the metrics (fewer than [`FLUSH_EVERY`] plus one
+    /// turn's share).
+    unflushed: u32,
     /// A read of [`BULK_READ`] or more: splice from now on, if a pipe can be had.
     bulk: bool,
     /// The pipe of a direction that splices (boxed: most connections never splice, and
@@ -106,7 +117,7 @@ impl Half {
             if self.done {
                 return Poll::Ready(Ok(()));
             }
-            if self.written < self.pending.len() {
+            if self.pending.is_some() {
                 ready!(self.poll_write_pending(cx, dst))?;
                 continue;
             }
@@ -143,13 +154,15 @@ impl Half {
         cx: &mut Context<'_>,
         dst: &TcpStream,
     ) -> Poll<io::Result<()>> {
+        let Some(pending) = self.pending.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
         ready!(dst.poll_write_ready(cx))?;
-        match dst.try_write(&self.pending[self.written..]) {
+        match dst.try_write(&pending.bytes[pending.written..]) {
             Ok(n) => {
-                self.written += n;
-                if self.written == self.pending.len() {
-                    self.pending.clear();
-                    self.written = 0;
+                pending.written += n;
+                if pending.written == pending.bytes.len() {
+                    self.pending = None;
                 }
             }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
@@ -228,9 +241,9 @@ impl Half {
 
     /// Counts bytes moved, reporting them every [`FLUSH_EVERY`].
     fn count(&mut self, n: usize, counter: &prometheus_client::metrics::counter::Counter) {
-        self.unflushed += n as u64;
+        self.unflushed += n as u32;
         if self.unflushed >= FLUSH_EVERY {
-            counter.inc_by(std::mem::take(&mut self.unflushed));
+            counter.inc_by(u64::from(std::mem::take(&mut self.unflushed)));
         }
     }
 
@@ -259,7 +272,12 @@ impl Half {
             Err(err) => return Err(err),
         };
         if written < data.len() {
-            self.pending.extend_from_slice(&data[written..]);
+            // Only ever after the previous pending bytes were all written (a direction reads
+            // only then), so this starts a new buffer.
+            self.pending = Some(Box::new(Pending {
+                bytes: data[written..].to_vec(),
+                written: 0,
+            }));
         }
         Ok(())
     }
@@ -326,7 +344,7 @@ impl<'a> Duplex<'a> {
             let early = read_drained(self.client, &mut buf[header..])
                 .unwrap_or_else(|| (&*SockRef::from(self.client)).read(&mut buf[header..]));
             let early = self.up.note_read(early)?;
-            self.up.unflushed += early as u64;
+            self.up.unflushed += early as u32;
             if header + early == 0 {
                 // No header (a route without one) and nothing from the client yet.
                 return Ok(());
@@ -368,6 +386,22 @@ impl<'a> Duplex<'a> {
         }
     }
 
+    /// Whether one direction has finished and the other not ([`Progress::HalfClosed`] was
+    /// reported).
+    pub(crate) fn is_half_closed(&self) -> bool {
+        self.half_closed
+    }
+
+    /// The client's socket.
+    pub(crate) fn client(&self) -> &'a TcpStream {
+        self.client
+    }
+
+    /// The route's metrics.
+    pub(crate) fn metrics(&self) -> &'a RouteMetrics {
+        self.metrics
+    }
+
     /// When the connection was last seen active, as of `now`: `now` if bytes moved since
     /// the previous call, else what that call answered. Called on each idleness tick, this
     /// is at most one tick later than the last byte really moved.
@@ -382,10 +416,10 @@ impl<'a> Duplex<'a> {
     pub(crate) fn flush_counts(&mut self) {
         self.metrics
             .bytes_up
-            .inc_by(std::mem::take(&mut self.up.unflushed));
+            .inc_by(u64::from(std::mem::take(&mut self.up.unflushed)));
         self.metrics
             .bytes_down
-            .inc_by(std::mem::take(&mut self.down.unflushed));
+            .inc_by(u64::from(std::mem::take(&mut self.down.unflushed)));
     }
 }
 
@@ -442,7 +476,7 @@ mod tests {
             upstream_peer.write_all(&segment).unwrap();
             total += segment.len();
             let deadline = Instant::now() + std::time::Duration::from_secs(10);
-            while duplex.down.unflushed < total as u64 && Instant::now() < deadline {
+            while duplex.down.unflushed < total as u32 && Instant::now() < deadline {
                 let _ = duplex.poll(&mut cx);
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
@@ -499,8 +533,8 @@ mod tests {
 
         // The rest moves on later turns.
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while (duplex.down.unflushed < total as u64
-            || !duplex.down.pending.is_empty()
+        while (duplex.down.unflushed < total as u32
+            || duplex.down.pending.is_some()
             || duplex.down.pipe.as_ref().is_some_and(|pipe| pipe.held > 0))
             && Instant::now() < deadline
         {

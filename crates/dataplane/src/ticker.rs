@@ -34,6 +34,9 @@ pub(crate) struct Ticker {
     period: Duration,
     idle_every: u32,
     half_closed_every: u32,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    half_close_timeout: Duration,
 }
 
 impl Ticker {
@@ -56,6 +59,9 @@ impl Ticker {
             period,
             idle_every: every(config.idle_timeout),
             half_closed_every: every(config.half_close_timeout),
+            connect_timeout: config.connect_timeout,
+            idle_timeout: config.idle_timeout,
+            half_close_timeout: config.half_close_timeout,
         })
     }
 
@@ -106,15 +112,28 @@ impl Ticker {
         }
     }
 
-    /// What connections watching for idleness wait on (pin and `enable` the `notified()`
-    /// future before checking, so that no tick is missed).
-    pub(crate) fn idle(&self) -> &Notify {
-        &self.idle
+    /// The connect timeout.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
-    /// What half-closed connections wait on, as [`Ticker::idle`].
-    pub(crate) fn half_closed(&self) -> &Notify {
-        &self.half_closed
+    /// The idle timeout, or the half-close timeout for a half-closed connection.
+    pub(crate) fn idle_timeout(&self, half_closed: bool) -> Duration {
+        if half_closed {
+            self.half_close_timeout
+        } else {
+            self.idle_timeout
+        }
+    }
+
+    /// What connections watching for idleness wait on, or half-closed ones (pin and `enable`
+    /// the `notified()` future before checking, so that no tick is missed).
+    pub(crate) fn watch(&self, half_closed: bool) -> &Notify {
+        if half_closed {
+            &self.half_closed
+        } else {
+            &self.idle
+        }
     }
 }
 
@@ -167,7 +186,7 @@ mod tests {
         let ticker = Ticker::new(&config(40, 40));
         let task = tokio::spawn(ticker.run());
         for _ in 0..3 {
-            tokio::time::timeout(Duration::from_secs(5), ticker.idle().notified())
+            tokio::time::timeout(Duration::from_secs(5), ticker.watch(false).notified())
                 .await
                 .expect("the idle tick comes");
         }
