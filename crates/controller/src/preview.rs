@@ -110,6 +110,12 @@ pub async fn observe(
     if let Ok(nodes) = tokio::time::timeout(left, crate::watch::list_nodes(client.clone())).await {
         snapshot.nodes = nodes;
     }
+    // The node agents' reports, as the controller reads them (`None` where none reports).
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let reports = crate::watch::list_node_reports(client.clone(), &planner.namespace);
+    if let Ok(reports) = tokio::time::timeout(left, reports).await {
+        snapshot.node_probes = reports;
+    }
     let observed = Observed {
         snapshot,
         hairpins: caches.hairpins(),

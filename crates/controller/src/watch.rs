@@ -43,7 +43,7 @@ use streams::{
     required_slimmed, slim, slim_ingress, slim_service, tls_routes, watch_error_label,
 };
 
-pub(crate) use node_probes::NodeProbeLeases;
+pub(crate) use node_probes::{NodeProbeLeases, list_node_reports};
 pub(crate) use nodes::NodeVersions;
 pub(crate) use nodes::list as list_nodes;
 

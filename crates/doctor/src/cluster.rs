@@ -168,6 +168,7 @@ pub async fn read(client: &Client, options: &ClusterOptions) -> Result<ClusterRe
             .collect();
     }
     let dns_unread = read_config_maps(client, config, &mut snapshot, bound, &mut gaps).await;
+    snapshot.node_probes = read_node_probes(client, config, bound).await;
     let mut receiver_gaps = Vec::new();
     read_receivers(client, &mut snapshot, bound, &mut receiver_gaps).await;
     let hairpin_services = read_hairpin_services(client, config, bound, &mut gaps).await;
@@ -276,6 +277,37 @@ async fn read_sources(client: &Client, bound: Duration, gaps: &mut Vec<String>) 
             }));
     }
     snapshot
+}
+
+/// How old a node agent's heartbeat may be and still vouch for its node: the chart's default
+/// `nodeAgent.probeMaxAge` (the controller's `--node-probes-max-age`).
+const NODE_PROBES_MAX_AGE: Duration = Duration::from_secs(120);
+
+/// The node agents' reports of the native cure ([`hairpin_planner::node_probes`]), as the
+/// controller reads them, so that the plan names a node that keeps the DNS cure; `None` where no
+/// agent reports (none runs, or their Leases cannot be read: the controller's probe decides).
+async fn read_node_probes(
+    client: &Client,
+    config: &PlannerConfig,
+    bound: Duration,
+) -> Option<Vec<hairpin_planner::node_probes::NodeReport>> {
+    use hairpin_planner::node_probes::{COMPONENT, from_lease};
+    use k8s_openapi::api::coordination::v1::Lease;
+    let params = ListParams::default().labels(&format!("app.kubernetes.io/component={COMPONENT}"));
+    let leases: Vec<Lease> = list_with(
+        Api::namespaced(client.clone(), &config.namespace),
+        &params,
+        "the node agents' Leases",
+        bound,
+        &mut Vec::new(),
+    )
+    .await;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let reports: Vec<_> = leases
+        .iter()
+        .filter_map(|lease| from_lease(lease, now, NODE_PROBES_MAX_AGE))
+        .collect();
+    (!reports.is_empty()).then_some(reports)
 }
 
 /// The ConfigMaps the planner reads, into `snapshot`; true when a DNS one (CoreDNS,

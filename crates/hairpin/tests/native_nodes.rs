@@ -954,6 +954,15 @@ fn native_proven_by_every_nodes_agent() {
             },
             log,
         );
+        // The live plan reads the agents' Leases as the controller does: it names node-c.
+        let plan = plan_text(api_ref);
+        let plan_line = plan
+            .lines()
+            .find(|l| l.contains("node-c"))
+            .unwrap_or_default()
+            .to_owned();
+        println!("d) hairpin plan: {plan_line}");
+        assert!(!plan_line.is_empty(), "hairpin plan names node-c:\n{plan}");
         let agent_c = started.elapsed();
         start_agent(api_ref, &mut c, "node-c", &token);
         let vouched = wait_for(

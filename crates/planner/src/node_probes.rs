@@ -14,6 +14,10 @@
 //! agent proved it. Pure: the reports, the Nodes and the record in, a verdict per entry out.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
 
 use serde::{Deserialize, Serialize};
 
@@ -71,4 +75,37 @@ pub struct NodeReport {
     pub fresh: bool,
     /// Its probes; `Err`: the annotation cannot be read (why, escaped).
     pub probes: Result<NodeProbes, String>,
+}
+
+/// One Lease as a node's report, `fresh` when renewed within `max_age` of `now` (`None`: no
+/// holder, or not named after it: not a node's).
+pub fn from_lease(lease: &Lease, now: Timestamp, max_age: Duration) -> Option<NodeReport> {
+    let spec = lease.spec.as_ref()?;
+    // A node's Lease is named after its holder (the admission policy holds each agent to its
+    // own node's name where its token says it).
+    let node = spec
+        .holder_identity
+        .clone()
+        .filter(|h| !h.is_empty() && lease.metadata.name.as_deref() == Some(&lease_name(h)))?;
+    let fresh = spec.renew_time.as_ref().is_some_and(|t| {
+        let age = now.duration_since(t.0);
+        Duration::try_from(age).is_ok_and(|age| age <= max_age)
+            // A clock a little ahead of ours is fresh too.
+            || age.is_negative()
+    });
+    let probes = match lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PROBES_ANNOTATION))
+    {
+        None => Ok(NodeProbes::new()),
+        Some(text) => serde_json::from_str::<NodeProbes>(text)
+            .map_err(|e| crate::escape::controls(&e.to_string()).into_owned()),
+    };
+    Some(NodeReport {
+        node,
+        fresh,
+        probes,
+    })
 }

@@ -10,9 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use hairpin_planner::node_probes::{
-    COMPONENT, NodeProbes, NodeReport, PROBES_ANNOTATION, lease_name,
-};
+use hairpin_planner::node_probes::{COMPONENT, NodeReport, PROBES_ANNOTATION, from_lease};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
@@ -60,7 +58,7 @@ impl NodeProbeLeases {
             self.store
                 .state()
                 .iter()
-                .filter_map(|lease| report(lease, now, max_age))
+                .filter_map(|lease| from_lease(lease, now, max_age))
                 .collect()
         })
     }
@@ -119,41 +117,32 @@ impl NodeProbeLeases {
     }
 }
 
-/// One Lease as a node's report (`None`: no holder, not a node's).
-pub(crate) fn report(lease: &Lease, now: Timestamp, max_age: Duration) -> Option<NodeReport> {
-    let spec = lease.spec.as_ref()?;
-    // A node's Lease is named after its holder (the admission policy holds each agent to its
-    // own node's name where its token says it).
-    let node = spec
-        .holder_identity
-        .clone()
-        .filter(|h| !h.is_empty() && lease.metadata.name.as_deref() == Some(&lease_name(h)))?;
-    let fresh = spec.renew_time.as_ref().is_some_and(|t| {
-        let age = now.duration_since(t.0);
-        Duration::try_from(age).is_ok_and(|age| age <= max_age)
-            // A clock a little ahead of ours is fresh too.
-            || age.is_negative()
-    });
-    let probes = match lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(PROBES_ANNOTATION))
-    {
-        None => Ok(NodeProbes::new()),
-        Some(text) => serde_json::from_str::<NodeProbes>(text)
-            .map_err(|e| hairpin_planner::escape::controls(&e.to_string()).into_owned()),
-    };
-    Some(NodeReport {
-        node,
-        fresh,
-        probes,
-    })
+/// How old a node agent's heartbeat may be and still vouch for its node, for a one-shot read
+/// (`hairpin plan`): the chart's default `nodeAgent.probeMaxAge`.
+const ONE_SHOT_MAX_AGE: Duration = Duration::from_secs(120);
+
+/// The node agents' reports listed once (`hairpin plan`); `None` where no agent reports, or
+/// their Leases cannot be listed (the controller's probe decides, as where none runs).
+pub(crate) async fn list_node_reports(
+    client: kube::Client,
+    namespace: &str,
+) -> Option<Vec<NodeReport>> {
+    let api: Api<Lease> = Api::namespaced(client, namespace);
+    let params = kube::api::ListParams::default().labels(&selector());
+    let leases = api.list(&params).await.ok()?;
+    let now = Timestamp::now();
+    let reports: Vec<NodeReport> = leases
+        .items
+        .iter()
+        .filter_map(|lease| from_lease(lease, now, ONE_SHOT_MAX_AGE))
+        .collect();
+    (!reports.is_empty()).then_some(reports)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hairpin_planner::node_probes::NodeProbes;
     use serde_json::json;
 
     fn lease(name: &str, holder: &str, renewed: &str, probes: Option<&str>) -> Lease {
@@ -180,12 +169,12 @@ mod tests {
             "2026-12-06T11:59:40.000000Z",
             Some(PROBES),
         );
-        let seen = report(&fresh, now, age).unwrap();
+        let seen = from_lease(&fresh, now, age).unwrap();
         assert_eq!(seen.node, "a");
         assert!(seen.fresh);
         assert_eq!(seen.probes.unwrap()["ingress/nginx"].attempt, "a");
         let stale = lease("hairpin-node-a", "a", "2026-12-06T11:59:00.000000Z", None);
-        let seen = report(&stale, now, age).unwrap();
+        let seen = from_lease(&stale, now, age).unwrap();
         assert!(!seen.fresh);
         assert_eq!(seen.probes, Ok(NodeProbes::new()));
     }
@@ -196,9 +185,9 @@ mod tests {
         let age = Duration::from_secs(30);
         // Node b's agent writing a report for node a is no report of a's.
         let other = lease("hairpin-node-b", "a", NOW, Some(PROBES));
-        assert_eq!(report(&other, now, age), None);
+        assert_eq!(from_lease(&other, now, age), None);
         let broken = lease("hairpin-node-a", "a", NOW, Some("{\u{1b}"));
-        let why = report(&broken, now, age).unwrap().probes.unwrap_err();
+        let why = from_lease(&broken, now, age).unwrap().probes.unwrap_err();
         assert!(!why.contains('\u{1b}'), "{why}");
     }
 }
