@@ -126,8 +126,8 @@ pub async fn delete_dns_endpoints(
 
 /// The control loop's side of `--dns-mode external-dns`: writes the planned `DNSEndpoint`s
 /// (or says why it cannot), announces them, and after a switch away from that mode removes
-/// the ones an earlier run left. It holds what it learnt between reconciles: whether the CRD
-/// is served, whether its absence was logged, whether the clean-up ran.
+/// the ones an earlier run left. What it learnt between reconciles is kept in the loop's
+/// memory ([`DnsEndpointMemory`]), not here.
 pub(crate) struct DnsEndpointWriter {
     /// The loop's client, Events and metrics.
     ctx: Arc<Context>,
@@ -135,14 +135,20 @@ pub(crate) struct DnsEndpointWriter {
     namespace: String,
     /// The annotation naming each object's source load balancer.
     source: String,
+}
+
+/// What the loop remembers of the `DNSEndpoint`s between reconciles: whether the CRD is
+/// served, whether its absence was logged, whether the clean-up ran.
+#[derive(Debug, Default)]
+pub(crate) struct DnsEndpointMemory {
     /// Whether external-dns's `DNSEndpoint` CRD is served (`None`: not in that mode, or not
-    /// known yet).
-    crd: Option<bool>,
+    /// known yet), as the caches said at the start of the reconcile.
+    pub(crate) crd: Option<bool>,
     /// The missing CRD was logged (once until it appears).
-    crd_missing_logged: bool,
+    pub(crate) crd_missing_logged: bool,
     /// Outside external-dns mode, hairpin's DNSEndpoints of an earlier run in that mode were
     /// looked for (once: the mode is a flag, so it changes only with a restart).
-    cleaned: bool,
+    pub(crate) cleaned: bool,
 }
 
 impl DnsEndpointWriter {
@@ -151,15 +157,7 @@ impl DnsEndpointWriter {
             ctx: ctx.clone(),
             namespace: ctx.planner.namespace.clone(),
             source: ctx.planner.annotation("source"),
-            crd: None,
-            crd_missing_logged: false,
-            cleaned: false,
         }
-    }
-
-    /// What the caches say of the CRD, at the start of each reconcile.
-    pub(crate) fn crd_served(&mut self, served: Option<bool>) {
-        self.crd = served;
     }
 
     /// After a switch away from `--dns-mode external-dns`, hairpin's `DNSEndpoint`s would keep
@@ -167,11 +165,11 @@ impl DnsEndpointWriter {
     /// gone): deleted once, as uninstall does. Tried once per run; a missing CRD or permission
     /// ends it quietly (the chart grants list and delete in hairpin's namespace in every mode).
     /// Returns how many were deleted.
-    pub(crate) async fn clean_once(&mut self, mode: DnsMode) -> usize {
-        if mode == DnsMode::ExternalDns || self.cleaned {
+    pub(crate) async fn clean_once(&self, memory: &mut DnsEndpointMemory, mode: DnsMode) -> usize {
+        if mode == DnsMode::ExternalDns || memory.cleaned {
             return 0;
         }
-        self.cleaned = true;
+        memory.cleaned = true;
         match delete_dns_endpoints(&self.ctx.client, &self.namespace, &self.source).await {
             Ok(deleted) if !deleted.is_empty() => {
                 tracing::info!(deleted = ?deleted, mode = mode.as_str(), "DNSEndpoints of an earlier external-dns mode deleted");
@@ -191,7 +189,8 @@ impl DnsEndpointWriter {
     /// `Some(changes)` when they were applied (the caller counts and reports them, then
     /// [`DnsEndpointWriter::announce`]s them); `dns_state` says where this left the DNS change.
     pub(crate) async fn apply(
-        &mut self,
+        &self,
+        memory: &mut DnsEndpointMemory,
         plan: &Plan,
         endpoints: &DnsEndpoints,
         snapshot: &ClusterSnapshot,
@@ -199,7 +198,7 @@ impl DnsEndpointWriter {
         dns_state: &mut DnsState,
     ) -> Result<Option<ObjectChanges>, Error> {
         let desired: Vec<_> = endpoints.objects.iter().map(|o| o.object.clone()).collect();
-        let applied = if self.crd == Some(false) {
+        let applied = if memory.crd == Some(false) {
             Applied::CrdMissing
         } else {
             let written = apply_dns_endpoints(
@@ -226,11 +225,11 @@ impl DnsEndpointWriter {
         let changes = match applied {
             Applied::Done(changes) => changes,
             Applied::CrdMissing => {
-                *dns_state = self.crd_missing(plan, snapshot).await;
+                *dns_state = self.crd_missing(memory, plan, snapshot).await;
                 return Ok(None);
             }
         };
-        self.crd_missing_logged = false;
+        memory.crd_missing_logged = false;
         *dns_state = if changes.backed_off.is_empty() {
             DnsState::InPlace {
                 wrote: changes.writes() > 0,
@@ -255,15 +254,20 @@ impl DnsEndpointWriter {
 
     /// external-dns's CRD is not installed: logged once, a Warning Event on every hairpinned
     /// load balancer; the DNS state returned says why nothing is published.
-    async fn crd_missing(&mut self, plan: &Plan, snapshot: &ClusterSnapshot) -> DnsState {
+    async fn crd_missing(
+        &self,
+        memory: &mut DnsEndpointMemory,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+    ) -> DnsState {
         let message = format!(
             "--dns-mode external-dns, but the DNSEndpoint CRD ({}.{}) is not installed: install external-dns's CRD (charts/external-dns/crds/dnsendpoint.yaml in kubernetes-sigs/external-dns); no DNS rule is published until it is (checked again every minute)",
             external_dns::PLURAL,
             external_dns::GROUP
         );
-        if !self.crd_missing_logged {
+        if !memory.crd_missing_logged {
             tracing::warn!("{message}");
-            self.crd_missing_logged = true;
+            memory.crd_missing_logged = true;
         }
         for lb in &plan.load_balancers {
             let svc = &lb.load_balancer.service;

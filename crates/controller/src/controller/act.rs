@@ -3,23 +3,21 @@
 //! the Hairpin statuses, with what happened kept for the next reconcile (the write-fight
 //! state, the Events published, the [`Outcome`]).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hairpin_planner::{ClusterSnapshot, Plan};
 use k8s_openapi::api::core::v1::Service;
 
-use super::decide::{
-    self, Counter, DnsIntent, Effect, Gauge, Intent, OwnKey, Reported, Restored, earliest,
-};
+use super::decide::{self, Counter, DnsIntent, Effect, Gauge, Intent, OwnKey, Restored, earliest};
+use super::memory::Memory;
 use super::{ControllerConfig, StopFuture};
 use crate::Error;
 use crate::apply::{KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
 use crate::context::Context;
 use crate::dns_endpoints::DnsEndpointWriter;
 use crate::edits::KeyEdit;
-use crate::fight::{Decision, Fights};
+use crate::fight::Decision;
 use crate::native::NativeCurer;
 use crate::ownership::OwnershipResolver;
 use crate::propagation::Checks;
@@ -28,27 +26,22 @@ use crate::watch::Caches;
 
 mod dns;
 
-/// The leader's writers and what it remembers between reconciles.
+/// The leader's writers (which keep no state) and what it remembers between reconciles (the
+/// [`Memory`]; the native cure keeps its own beside it, for now).
 pub(super) struct Reconciler {
     ctx: Arc<Context>,
     config: ControllerConfig,
-    /// Write-fight state per DNS key (`namespace/name/key`) and per object of hairpin's
-    /// (`Kind namespace/name`).
-    fights: Fights,
-    /// The refused and unverified hostnames reported, to report each change once.
-    reported: Reported,
+    /// Everything the loop keeps between reconciles, but the native cure's.
+    memory: Memory,
     status: StatusWriter,
-    /// What the writes of the last reconcile left, for the Hairpin statuses.
-    outcome: Outcome,
     /// The `DNSEndpoint`s of `--dns-mode external-dns` (and their clean-up after a switch).
     dns_endpoints: DnsEndpointWriter,
-    /// The native cure's status writes, probes and record.
+    /// The native cure's status writes, probes and record (the one writer that still keeps
+    /// its state: its record, its probes' results, its write fights over `ipMode`).
     native: NativeCurer,
-    /// The ownership resolver, with `--verify-hostnames=resolve`.
+    /// The ownership resolver, with `--verify-hostnames=resolve` (a sensor: it wakes the loop
+    /// as answers come).
     ownership: Option<OwnershipResolver>,
-    /// The first write after the start waited for the names' first answers (or for the
-    /// startup grace to end).
-    verified_once: bool,
 }
 
 impl Reconciler {
@@ -73,12 +66,9 @@ impl Reconciler {
             native: NativeCurer::new(ctx, config.native.clone(), config.fight.clone()),
             status: StatusWriter::new(ctx, Checks::new(ctx, config.propagation.clone())),
             ownership,
-            verified_once: false,
             ctx: ctx.clone(),
             config: config.clone(),
-            fights: Fights::new(config.fight.clone()),
-            reported: Reported::default(),
-            outcome: Outcome::default(),
+            memory: Memory::new(config.fight.clone()),
         }
     }
 
@@ -106,16 +96,21 @@ impl Reconciler {
             // Do no harm on a start: names not resolved yet are not redirected, so writing
             // before their answers come would drop working names for a moment. The resolver
             // wakes the loop as answers arrive.
-            if !self.verified_once && !ownership.settled() {
+            if !self.memory.verified_once && !ownership.settled() {
                 tracing::info!(
                     names = plan.verification.names.len(),
                     "waiting for the first upstream answers before writing"
                 );
                 return Ok(Some(Instant::now() + Duration::from_secs(1)));
             }
-            self.verified_once = true;
+            self.memory.verified_once = true;
         }
-        let intent = decide::intent(&plan, &snapshot, &self.config.planner, &self.reported);
+        let intent = decide::intent(
+            &plan,
+            &snapshot,
+            &self.config.planner,
+            &self.memory.reported,
+        );
         self.ctx.metrics.set_unverified(&plan.verification);
         self.ctx.metrics.set_cures(&plan.cures);
         let Intent {
@@ -126,11 +121,11 @@ impl Reconciler {
             reports,
         } = intent;
         execute(&self.ctx, gauges).await;
-        self.outcome.dns_state = DnsState::NotReached;
-        self.dns_endpoints.crd_served(caches.dns_endpoints_served());
+        self.memory.dns_state = DnsState::NotReached;
+        self.memory.dns_endpoints.crd = caches.dns_endpoints_served();
         let deleted = self
             .dns_endpoints
-            .clean_once(self.config.planner.dns_mode)
+            .clean_once(&mut self.memory.dns_endpoints, self.config.planner.dns_mode)
             .await;
         self.ctx.count_writes(deleted);
         let result = self.apply(&plan, &snapshot, &services, own_keys, dns).await;
@@ -139,19 +134,20 @@ impl Reconciler {
             .reconcile_duration
             .observe(started.elapsed().as_secs_f64());
         execute(&self.ctx, reports.effects).await;
-        self.reported = reports.reported;
+        self.memory.reported = reports.reported;
         for warning in &plan.warnings {
             tracing::warn!(subject = %warning.subject, "{}", warning.message);
         }
         let statuses = self
             .status
             .sync(
+                &mut self.memory.statuses,
                 &plan,
                 &snapshot,
                 caches.hairpins(),
                 |name| caches.ready_endpoints(name),
-                &self.outcome.dns_state,
-                &self.outcome.services_backed_off,
+                &self.memory.dns_state,
+                &self.memory.services_backed_off,
             )
             .await;
         let requeue = result?;
@@ -181,7 +177,7 @@ impl Reconciler {
             &planner.namespace,
             &planner.annotation("source"),
             services,
-            Some(&mut self.fights),
+            Some(&mut self.memory.fights),
         )
         .await?;
         self.ctx.count_writes(changes.writes());
@@ -189,7 +185,7 @@ impl Reconciler {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "hairpin Services applied");
         }
         let services_requeue = self.report_reverts("Service", &changes).await;
-        self.outcome.services_backed_off = changes
+        self.memory.services_backed_off = changes
             .backed_off
             .iter()
             .map(|(name, _)| name.clone())
@@ -199,7 +195,7 @@ impl Reconciler {
         let mut fight = false;
         for (own, edit) in own_keys {
             requeue = earliest(requeue, self.write_own_key(&own, edit).await?);
-            fight |= self.fights.in_fight(&own.target());
+            fight |= self.memory.fights.in_fight(&own.target());
         }
         execute(
             &self.ctx,
@@ -227,12 +223,12 @@ impl Reconciler {
         let target = own.target();
         let config_map = own.config_map();
         let Some(edit) = edit else {
-            if self.fights.held(&target, Instant::now()) {
+            if self.memory.fights.held(&target, Instant::now()) {
                 tracing::info!(configmap = %config_map, "our ConfigMap has held for a whole window; the write fight is over");
             }
             return Ok(None);
         };
-        if let Decision::BackedOff(until) = self.fights.decide(&target, Instant::now()) {
+        if let Decision::BackedOff(until) = self.memory.fights.decide(&target, Instant::now()) {
             tracing::debug!(configmap = %config_map, "write backed off (write fight)");
             return Ok(Some(until));
         }
@@ -247,7 +243,7 @@ impl Reconciler {
         self.ctx.count_writes(1);
         tracing::info!(configmap = %config_map, "{} published", own.read_by);
         let writer = last_writer(&managed_fields);
-        let observation = self.fights.written(&target, after, Instant::now());
+        let observation = self.memory.fights.written(&target, after, Instant::now());
         let verdict = decide::own_key_written(
             own,
             observation,
@@ -275,31 +271,11 @@ impl Reconciler {
             &self.config.planner.namespace,
             &restored,
             changes.backed_off.iter().map(|(_, until)| *until),
-            self.fights.in_fight(&format!("{kind} ")),
+            self.memory.fights.in_fight(&format!("{kind} ")),
             self.config.fight.window,
             Instant::now(),
         );
         self.follow(verdict).await
-    }
-}
-
-/// What executing an intent left, kept by the loop for the Hairpin statuses: filled in as the
-/// writes go, so a reconcile that fails part way reports where it stopped.
-#[derive(Debug)]
-pub(super) struct Outcome {
-    /// Where this reconcile left the DNS change.
-    pub dns_state: DnsState,
-    /// The hairpin Services left as another writer made them (a write fight), as of the last
-    /// reconcile that applied them.
-    pub services_backed_off: BTreeSet<String>,
-}
-
-impl Default for Outcome {
-    fn default() -> Self {
-        Self {
-            dns_state: DnsState::NotReached,
-            services_backed_off: BTreeSet::new(),
-        }
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod act;
 mod decide;
+mod memory;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

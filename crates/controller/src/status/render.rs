@@ -1,10 +1,12 @@
 //! Rendering the runtime part of a status: the ready endpoints, the DNS word and the conditions.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use hairpin_planner::ObjectRef;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
+use super::tracking::Written;
 use super::{DnsState, ExternalDnsProgress, StatusWriter, now, on_native};
 use crate::crd::{Hairpin, HairpinStatus, condition, cure_reason};
 use crate::propagation::{self, CheckOutcome, join};
@@ -239,6 +241,7 @@ impl StatusWriter {
     /// Adds the runtime part: ready endpoints, DNS word, write time, conditions.
     pub(super) fn overlay(
         &mut self,
+        written: &mut HashMap<ObjectRef, Written>,
         lb: &ObjectRef,
         status: &mut HairpinStatus,
         existing: Option<&Hairpin>,
@@ -252,7 +255,7 @@ impl StatusWriter {
                 .unwrap_or_default(),
         };
         let (outcome, measured) = self.checks.outcome(lb);
-        let written = self.written.entry(lb.clone()).or_default();
+        let written = written.entry(lb.clone()).or_default();
         if let Some(outcome) = outcome.as_ref().filter(|o| o.effective && measured) {
             written.propagation = Some((outcome.elapsed.as_secs_f64() * 1000.0).round() / 1000.0);
         }

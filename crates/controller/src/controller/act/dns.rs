@@ -24,7 +24,7 @@ impl Reconciler {
     ) -> Result<Option<Instant>, Error> {
         let (change, effects, clean_ups, target) = match dns {
             DnsIntent::NotPlanned { verdict, state } => {
-                self.outcome.dns_state = state;
+                self.memory.dns_state = state;
                 return Ok(self.follow(verdict).await);
             }
             DnsIntent::Planned {
@@ -44,11 +44,12 @@ impl Reconciler {
                 let applied = self
                     .dns_endpoints
                     .apply(
+                        &mut self.memory.dns_endpoints,
                         plan,
                         endpoints,
                         snapshot,
-                        &mut self.fights,
-                        &mut self.outcome.dns_state,
+                        &mut self.memory.fights,
+                        &mut self.memory.dns_state,
                     )
                     .await?;
                 let Some(changes) = applied else {
@@ -71,7 +72,7 @@ impl Reconciler {
     /// Sets the DNS state the Hairpin statuses report, when `primary`.
     fn dns_state(&mut self, primary: bool, state: DnsState) {
         if primary {
-            self.outcome.dns_state = state;
+            self.memory.dns_state = state;
         }
     }
 
@@ -91,12 +92,12 @@ impl Reconciler {
         let target = write.target();
         let Some(edit) = edit else {
             self.dns_state(primary, DnsState::InPlace { wrote: false });
-            if self.fights.held(&target, Instant::now()) {
+            if self.memory.fights.held(&target, Instant::now()) {
                 execute(&self.ctx, decide::dns_fight_over(write)).await;
             }
             return Ok(None);
         };
-        if let Decision::BackedOff(until) = self.fights.decide(&target, Instant::now()) {
+        if let Decision::BackedOff(until) = self.memory.fights.decide(&target, Instant::now()) {
             self.dns_state(primary, decide::dns_backed_off(write));
             return Ok(Some(until));
         }
@@ -129,7 +130,7 @@ impl Reconciler {
         self.dns_state(primary, DnsState::InPlace { wrote: true });
         self.ctx.count_writes(1);
         tracing::info!(configmap = %write.config_map, key = %write.key, entries = dns.entries.len(), "DNS change written");
-        let observation = self.fights.written(&target, after, Instant::now());
+        let observation = self.memory.fights.written(&target, after, Instant::now());
         let writer = last_writer(&managed_fields);
         let written = DnsWritten {
             dns,
