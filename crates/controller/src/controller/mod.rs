@@ -1,14 +1,17 @@
 //! The control loop: caches -> debounced pure plan -> apply, only while leading.
 //!
-//! This module is the loop alone (run, elect, schedule, debounce). What a plan leads to (the
-//! Events and their texts, the metric choices, the write-fight policy, the DNS state) is
-//! decided without a client in `decide`; `act` writes and executes what was decided, keeping
-//! what happened for the next reconcile. Every writer borrows the one [`Context`] that
-//! [`ControllerConfig::build`] makes.
+//! This module is the loop alone (run, elect, schedule, debounce). A reconcile
+//! ([`reconciler`]) is memory in, actions out: `decide` chooses, without a client, every write,
+//! Event and metric of a plan from what the loop remembers; `act` executes them and hands back
+//! what each write found (`observed`); `remember` folds that into the one [`memory::Memory`];
+//! and `decide::after` chooses what follows from it. Every executor borrows the one
+//! [`Context`] that [`ControllerConfig::build`] makes.
 
 mod act;
 mod decide;
 mod memory;
+mod observed;
+mod reconciler;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,7 +34,7 @@ use crate::ownership::OwnershipParams;
 use crate::propagation::PropagationParams;
 use crate::report::Events;
 use crate::watch::Caches;
-use act::Reconciler;
+use reconciler::Reconciler;
 
 /// Controller settings.
 #[derive(Clone, Debug)]
