@@ -21,7 +21,7 @@ use futures::future::Shared;
 use hairpin_planner::PlannerConfig;
 use hairpin_runtime::ReadyCondition;
 use hairpin_runtime::Shutdown;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::Error;
 use crate::context::Context;
@@ -95,15 +95,7 @@ impl ControllerConfig {
         } else {
             WriteGate::always_open()
         };
-        let client = gate.client(client);
-        Arc::new(Context {
-            events: Events::new(client.clone(), &self.identity, metrics.clone()),
-            client,
-            metrics,
-            planner: self.planner.clone(),
-            changed: Arc::new(Notify::new()),
-            gate,
-        })
+        Context::new(client, gate, &self.identity, self.planner.clone(), metrics)
     }
 }
 
