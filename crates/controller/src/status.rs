@@ -361,14 +361,18 @@ impl StatusWriter {
                 );
             }
             let service_name = lb.service.metadata.name.as_deref().unwrap_or_default();
+            let (check, measured) = self.checks.outcome(&lb_ref);
             let probe = Probe {
                 dns,
                 service_fight: services_backed_off.contains(service_name),
                 ready: ready(service_name),
                 cluster_ips: &cluster_ips,
                 external: external.as_ref(),
+                check: (check.as_ref(), measured),
+                has_server: self.checks.has_server(&lb_ref),
+                coredns_namespace: &self.ctx.planner.coredns_namespace,
             };
-            self.overlay(written, &lb_ref, &mut status, existing, &probe);
+            render::overlay(written, &lb_ref, &mut status, existing, &probe);
             keep.push(key.clone());
             self.write(hairpin, status, existing).await?;
         }

@@ -71,7 +71,8 @@ impl Reconciler {
         }
     }
 
-    /// One reconcile. Returns when to run again, if sooner than the resync.
+    /// One reconcile: memory in, actions out. Returns when to run again, if sooner than the
+    /// resync.
     pub(super) async fn reconcile(&mut self, caches: &Caches) -> Result<Option<Instant>, Error> {
         let started = Instant::now();
         self.ctx.metrics.reconciles.inc();
@@ -79,33 +80,14 @@ impl Reconciler {
             Ok(planned) => planned,
             Err(wait) => return Ok(Some(wait)),
         };
-        self.memory.dns_endpoints.crd = caches.dns_endpoints_served();
-        let planner = &self.config.planner;
-        let mut actions = decide::actions(
-            &plan,
-            &snapshot,
-            planner,
-            self.memory.recall(),
-            Instant::now(),
-        );
+        let (planner, recall) = (&self.config.planner, self.memory.recall());
+        let mut actions = decide::actions(&plan, &snapshot, planner, recall, Instant::now());
         let Reports { effects, reported } = std::mem::take(&mut actions.intent.reports);
-        let writers = Writers {
-            ctx: &self.ctx,
-            native: &mut self.native,
-            endpoints: &self.dns_endpoints,
-        };
-        let observed = act::act(writers, &actions, &plan, &snapshot).await;
+        let observed = act::act(self.writers(), &actions, &plan, &snapshot).await;
         let memory = std::mem::take(&mut self.memory);
         let (memory, learnt) = remember(memory, reported, &actions, &observed, Instant::now());
         self.memory = memory;
-        let window = self.config.fight.window;
-        let scene = Scene {
-            plan: &plan,
-            snapshot: &snapshot,
-            planner,
-            window,
-            now: Instant::now(),
-        };
+        let scene = self.scene(&plan, &snapshot, Instant::now());
         let after = decide::after(&actions, &observed, &learnt, scene);
         act::execute(&self.ctx, after.effects).await;
         let elapsed = started.elapsed().as_secs_f64();
@@ -118,9 +100,36 @@ impl Reconciler {
         }
     }
 
+    /// The executors of the writes.
+    fn writers(&mut self) -> Writers<'_> {
+        Writers {
+            ctx: &self.ctx,
+            native: &mut self.native,
+            endpoints: &self.dns_endpoints,
+        }
+    }
+
+    /// What `decide::after` reads besides the actions and what they found.
+    fn scene<'a>(
+        &'a self,
+        plan: &'a Plan,
+        snapshot: &'a ClusterSnapshot,
+        now: Instant,
+    ) -> Scene<'a> {
+        Scene {
+            plan,
+            snapshot,
+            planner: &self.config.planner,
+            window: self.config.fight.window,
+            now,
+        }
+    }
+
     /// The plan, from the caches; or when to look again, when the receivers' ConfigMaps or
     /// the names' first answers are awaited.
     fn desired(&mut self, caches: &Caches) -> Result<(ClusterSnapshot, Plan), Instant> {
+        // What the caches say of external-dns's CRD (a sensor), for the memory.
+        self.memory.dns_endpoints.crd = caches.dns_endpoints_served();
         let mut snapshot = caches.snapshot();
         // The Nodes (watched from the first native cure on), for the native cure's gate.
         snapshot.nodes = self.native.nodes();
