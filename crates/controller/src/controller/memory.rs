@@ -74,12 +74,13 @@ impl Default for Memory {
 
 /// The memory after a reconcile: `memory`, with what was `reported` and what executing
 /// `actions` was `observed` to do, at `now`; and what the write-fight guard learnt of it, for
-/// [`decide::after`]. Pure: no client, no clock but `now`.
+/// [`decide::after`]. Pure: no client, no clock but `now`. The values written are moved from
+/// `observed` into the memory, not copied (a Corefile can be most of a MiB).
 pub(crate) fn remember(
     mut memory: Memory,
     reported: Reported,
     actions: &Actions<'_>,
-    observed: &Observed,
+    observed: &mut Observed,
     now: Instant,
 ) -> (Memory, Learnt) {
     let mut learnt = Learnt::default();
@@ -88,13 +89,13 @@ pub(crate) fn remember(
     if observed.cleaned.is_some() {
         memory.dns_endpoints.cleaned = true;
     }
-    if let Some(services) = &observed.services {
+    if let Some(services) = &mut observed.services {
         learnt.services_reverted = objects(
             &mut memory,
             &mut learnt,
             "Service",
             namespace,
-            &services.changes,
+            &mut services.changes,
             now,
         );
         if services.done {
@@ -106,7 +107,7 @@ pub(crate) fn remember(
                 .collect();
         }
     }
-    let own = actions.intent.own_keys.iter().zip(&observed.own_keys);
+    let own = actions.intent.own_keys.iter().zip(&mut observed.own_keys);
     for ((own, _), key) in own {
         remember_key(&mut memory.fights, &mut learnt, &own.target(), key, now);
     }
@@ -115,7 +116,7 @@ pub(crate) fn remember(
         .own_keys
         .iter()
         .any(|(own, _)| memory.fights.target_in_fight(&own.target()));
-    memory.dns_state = match (&actions.intent.dns, &observed.dns) {
+    memory.dns_state = match (&actions.intent.dns, &mut observed.dns) {
         (_, None) => DnsState::NotReached,
         (DnsIntent::NotPlanned { state, .. }, Some(_)) => state.clone(),
         (
@@ -125,7 +126,7 @@ pub(crate) fn remember(
             },
             Some(DnsObserved::Keys(found)),
         ) => {
-            for (key, found) in keys.iter().zip(found) {
+            for (key, found) in keys.iter().zip(found.iter_mut()) {
                 remember_key(
                     &mut memory.fights,
                     &mut learnt,
@@ -135,7 +136,7 @@ pub(crate) fn remember(
                 );
             }
             // The CoreDNS write (the primary) says where the DNS change stands.
-            let primary = keys.iter().zip(found).find(|(key, _)| key.primary);
+            let primary = keys.iter().zip(found.iter()).find(|(key, _)| key.primary);
             primary.map_or(DnsState::NotReached, |(key, found)| {
                 dns_state(key.write, found)
             })
@@ -158,7 +159,7 @@ fn remember_key(
     fights: &mut Fights,
     learnt: &mut Learnt,
     target: &str,
-    found: &KeyObserved,
+    found: &mut KeyObserved,
     now: Instant,
 ) {
     match found {
@@ -167,7 +168,7 @@ fn remember_key(
             learnt.fights_over.insert(target.to_owned());
         }
         KeyObserved::Written { after, .. } => {
-            let observation = fights.written(target, after.clone(), now);
+            let observation = fights.written(target, after.take(), now);
             learnt.keys.insert(target.to_owned(), observation);
         }
         _ => {}
@@ -191,7 +192,7 @@ fn endpoints(
     memory: &mut Memory,
     learnt: &mut Learnt,
     namespace: &str,
-    found: &EndpointsObserved,
+    found: &mut EndpointsObserved,
     now: Instant,
 ) -> DnsState {
     let kind = hairpin_planner::external_dns::KIND;
@@ -212,7 +213,7 @@ fn endpoints(
             }
         }
         EndpointsObserved::Applied(applied) => {
-            let changes = &applied.changes;
+            let changes = &mut applied.changes;
             learnt.endpoints_reverted = objects(memory, learnt, kind, namespace, changes, now);
             if !applied.done {
                 return DnsState::NotReached;
@@ -246,7 +247,7 @@ fn objects(
     learnt: &mut Learnt,
     kind: &str,
     namespace: &str,
-    changes: &ObjectChanges,
+    changes: &mut ObjectChanges,
     now: Instant,
 ) -> Vec<Reverted> {
     let fights = &mut memory.fights;
@@ -258,8 +259,8 @@ fn objects(
         }
     }
     let mut reverted = Vec::new();
-    for written in &changes.written {
-        match fights.written(&target(&written.name), written.value.clone(), now) {
+    for written in &mut changes.written {
+        match fights.written(&target(&written.name), written.value.take(), now) {
             Observation::Normal => {}
             observation => reverted.push(Reverted {
                 name: written.name.clone(),

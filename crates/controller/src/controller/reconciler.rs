@@ -83,9 +83,9 @@ impl Reconciler {
         let (planner, recall) = (&self.config.planner, self.memory.recall());
         let mut actions = decide::actions(&plan, &snapshot, planner, recall, Instant::now());
         let Reports { effects, reported } = std::mem::take(&mut actions.intent.reports);
-        let observed = act::act(self.writers(), &actions, &plan, &snapshot).await;
+        let mut observed = act::act(self.writers(), &actions, &plan, &snapshot).await;
         let memory = std::mem::take(&mut self.memory);
-        let (memory, learnt) = remember(memory, reported, &actions, &observed, Instant::now());
+        let (memory, learnt) = remember(memory, reported, &actions, &mut observed, Instant::now());
         self.memory = memory;
         let scene = self.scene(&plan, &snapshot, Instant::now());
         let after = decide::after(&actions, &observed, &learnt, scene);

@@ -151,7 +151,7 @@ fn reconcile(
     now: Instant,
 ) -> (Memory, Reconciled) {
     let actions = actions(plan, snapshot, planner, memory.recall(), now);
-    let observed = Observed {
+    let mut observed = Observed {
         cleaned: actions.clean_endpoints.then_some(0),
         services: Some(ObjectsObserved {
             changes: ObjectChanges::default(),
@@ -171,7 +171,7 @@ fn reconcile(
         dns: Some(found(&actions)),
         error: None,
     };
-    let (memory, learnt) = remember(memory, Reported::default(), &actions, &observed, now);
+    let (memory, learnt) = remember(memory, Reported::default(), &actions, &mut observed, now);
     let scene = Scene {
         plan,
         snapshot,
@@ -561,12 +561,12 @@ fn a_failed_write_and_no_plan_say_why_dns_is_not_in_place() {
     let plan = hairpin_planner::desired(&snapshot, &planner);
     let memory = Memory::default();
     let actions = actions(&plan, &snapshot, &planner, memory.recall(), Instant::now());
-    let observed = Observed::default();
+    let mut observed = Observed::default();
     let (memory, _) = remember(
         memory,
         Reported::default(),
         &actions,
-        &observed,
+        &mut observed,
         Instant::now(),
     );
     assert_eq!(memory.dns_state, DnsState::NotReached);
