@@ -147,6 +147,21 @@ class Cli(unittest.TestCase):
             ],
         )
 
+    def test_by_type_sums_every_impl_of_a_type_over_its_files(self):
+        files = {
+            "crates/a/src/lib.rs": "mod more;\nimpl<'a> W<'a> {\n\n}\nimpl fmt::Display for W<'_> {\n}\nimpl V {}\n",
+            "crates/a/src/more.rs": "impl W<'_> {\n\n\n}\n#[cfg(test)]\nmod tests {\nimpl W {\n}\n}\n",
+        }
+        code, out, _ = self.run_on(files, "--by-type")
+        self.assertEqual(code, 0)
+        self.assertEqual(
+            out.splitlines(),
+            [
+                "    9  a::W  (2 file(s): crates/a/src/lib.rs, crates/a/src/more.rs)",
+                "    1  a::V  (1 file(s): crates/a/src/lib.rs)",
+            ],
+        )
+
     def test_every_crate_by_default(self):
         code, out, _ = self.run_on(self.FILES, "--top", "1")
         self.assertEqual(code, 0)

@@ -14,6 +14,9 @@ An impl block's length runs from the line of its `impl` keyword to the line of i
 brace, both included; one nested in a function counts as well. `impl Trait` in a type (an
 argument or a return type) is not an impl block. A file's length is its number of lines.
 
+--by-type sums, per type, the lines of every impl block of it (inherent and trait impls, in
+every file of its crate), and lists the N largest with the files they are in.
+
 Exit status: 0, or 1 with --max-impl L / --max-file L when an impl block / a file is longer
 than L lines (all of them are listed), or 2 on a file that cannot be scanned or an unknown
 crate.
@@ -126,6 +129,35 @@ def scan(src):
     return rows_impls, rows_files
 
 
+def self_type(what):
+    """The type an impl header is for: `impl<'a> X<'a>` -> X, `impl fmt::Display for Y` -> Y."""
+    head = what[len("impl"):].strip()
+    if head.startswith("<"):
+        depth = 0
+        for i, c in enumerate(head):
+            depth += {"<": 1, ">": -1}.get(c, 0)
+            if depth == 0:
+                head = head[i + 1 :].strip()
+                break
+    if " for " in head:
+        head = head.split(" for ", 1)[1]
+    name = head.split("<", 1)[0].split()[0] if head else head
+    return name.split("::")[-1]
+
+
+def by_type(found_impls, top):
+    """Prints the `top` types with the most impl lines, summed over their files."""
+    totals = {}
+    for count, place, what in found_impls:
+        crate = place.split("/")[1]
+        key = (crate, self_type(what))
+        lines, files = totals.get(key, (0, set()))
+        totals[key] = (lines + count, files | {place.rsplit(":", 1)[0]})
+    rows = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    for (crate, name), (lines, files) in rows[:top]:
+        print(f"{lines:5}  {crate}::{name}  ({len(files)} file(s): {', '.join(sorted(files))})")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -139,6 +171,9 @@ def main(argv=None):
         help="only crates/NAME/src (repeatable; default: every crate)",
     )
     parser.add_argument("--top", type=int, default=10, metavar="N", help="list the N longest of each (default 10)")
+    parser.add_argument(
+        "--by-type", action="store_true", help="sum each type's impl lines over every file, and list the N largest"
+    )
     parser.add_argument("--max-impl", type=int, metavar="L", help="fail (exit 1) on an impl block longer than L lines")
     parser.add_argument("--max-file", type=int, metavar="L", help="fail (exit 1) on a file longer than L lines")
     parser.add_argument(
@@ -170,6 +205,9 @@ def main(argv=None):
     found_impls.sort(key=lambda f: (-f[0], f[1]))
     found_files.sort(key=lambda f: (-f[0], f[1]))
 
+    if args.by_type:
+        by_type(found_impls, args.top)
+        return 0
     if args.max_impl is None and args.max_file is None:
         for count, place, what in found_impls[: args.top] + found_files[: args.top]:
             print(f"{count:5}  {place}  {what}")

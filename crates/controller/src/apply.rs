@@ -17,7 +17,7 @@ use hairpin_planner::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, is_mana
 use crate::Error;
 use crate::edits::KeyEdit;
 use crate::error::{is_conflict, is_not_found};
-use crate::fight::{Decision, Fights, Observation};
+use crate::fight::Observation;
 
 /// How many times a write is retried after a 409 Conflict (each time on a fresh read).
 pub const CONFLICT_RETRIES: u32 = 5;
@@ -250,7 +250,9 @@ pub(crate) fn delete_as_read<K: kube::Resource>(object: &K) -> DeleteParams {
     }
 }
 
-/// What [`apply_services`] (or `apply_dns_endpoints`) did to the objects hairpin owns.
+/// What [`apply_services`] (or `apply_dns_endpoints`) did to the objects hairpin owns, and
+/// what the loop's write-fight guard must learn from it (`written`, `held`, `wanted`: folded
+/// into the loop's memory after the apply, never during it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ObjectChanges {
     /// Names created.
@@ -259,12 +261,29 @@ pub struct ObjectChanges {
     pub updated: Vec<String>,
     /// Names deleted (hairpin's, no longer wanted).
     pub deleted: Vec<String>,
-    /// Objects created or updated again with exactly what hairpin wrote last time: someone
-    /// else changed or deleted them in between.
-    pub reverted: Vec<Reverted>,
     /// Objects left as another writer made them because a write fight over them is backed
     /// off, with when the next write may be tried.
     pub backed_off: Vec<(String, Instant)>,
+    /// Objects created or updated, with what hairpin wrote (under a guard only).
+    pub written: Vec<WrittenObject>,
+    /// Objects found as hairpin wants them (under a guard only).
+    pub held: Vec<String>,
+    /// Every object wanted, once all of them were gone through (under a guard only): the
+    /// fight state of the others is forgotten.
+    pub wanted: Option<Vec<String>>,
+}
+
+/// One of hairpin's objects written, as the write-fight guard compares it: the same value
+/// written twice means someone else changed or deleted it in between.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrittenObject {
+    /// The object's name.
+    pub name: String,
+    /// What hairpin wrote, without what the server keeps or allocates.
+    pub value: Option<String>,
+    /// The other writer: the manager of the latest change in the object's managedFields
+    /// before the write (`None`: absent, or no managedFields to say).
+    pub writer: Option<String>,
 }
 
 /// One of hairpin's objects found changed by someone else, and restored.
@@ -279,6 +298,12 @@ pub struct Reverted {
     /// (`None`: deleted, or no managedFields to say).
     pub writer: Option<String>,
 }
+
+/// The write-fight guard of one apply of a kind of hairpin's objects: the objects whose
+/// writes are backed off (a write fight), by name, with when a write may be tried again.
+/// Decided before the apply from the loop's memory; an apply without one (uninstall) keeps
+/// no fight record.
+pub type BackedOff = BTreeMap<String, Instant>;
 
 /// Create and update options of hairpin's writes.
 pub fn post_params() -> PostParams {
@@ -305,68 +330,47 @@ pub fn last_writer(managed_fields: &[ManagedFieldsEntry]) -> Option<String> {
         .and_then(|e| e.manager.clone())
 }
 
-/// The write-fight bookkeeping of one apply of a kind of hairpin's objects ([`Fights`],
-/// targets `Kind namespace/name`); a no-op without `fights` (uninstall).
+/// The write-fight bookkeeping of one apply of a kind of hairpin's objects: what the guard
+/// decided, and what the apply found, recorded in the [`ObjectChanges`]; a no-op without a
+/// guard (uninstall).
 pub(crate) struct ObjectFights<'a> {
-    fights: Option<&'a mut Fights>,
-    kind: &'static str,
-    namespace: &'a str,
+    guard: Option<&'a BackedOff>,
 }
 
 impl<'a> ObjectFights<'a> {
-    pub(crate) fn new(
-        fights: Option<&'a mut Fights>,
-        kind: &'static str,
-        namespace: &'a str,
-    ) -> Self {
-        Self {
-            fights,
-            kind,
-            namespace,
-        }
-    }
-
-    fn target(&self, name: &str) -> String {
-        format!("{} {}/{name}", self.kind, self.namespace)
+    pub(crate) fn new(guard: Option<&'a BackedOff>) -> Self {
+        Self { guard }
     }
 
     /// True (and listed in `changes`) while writes to `name` are backed off.
-    pub(crate) fn backed_off(&mut self, name: &str, changes: &mut ObjectChanges) -> bool {
-        let target = self.target(name);
-        let Some(fights) = self.fights.as_deref_mut() else {
-            return false;
-        };
-        match fights.decide(&target, Instant::now()) {
-            Decision::BackedOff(until) => {
-                changes.backed_off.push((name.to_owned(), until));
+    pub(crate) fn backed_off(&self, name: &str, changes: &mut ObjectChanges) -> bool {
+        match self.guard.and_then(|g| g.get(name)) {
+            Some(until) => {
+                changes.backed_off.push((name.to_owned(), *until));
                 true
             }
-            Decision::Write => false,
+            None => false,
         }
     }
 
     /// `name` matches what hairpin wants.
-    pub(crate) fn held(&mut self, name: &str) {
-        let target = self.target(name);
-        if let Some(fights) = self.fights.as_deref_mut()
-            && fights.held(&target, Instant::now())
-        {
-            tracing::info!(object = %target, "our object has held for a whole window; the write fight is over");
+    pub(crate) fn held(&self, name: &str, changes: &mut ObjectChanges) {
+        if self.guard.is_some() {
+            changes.held.push(name.to_owned());
         }
     }
 
     /// `name` was written with `value`; `before` is the object as found (none: absent).
     pub(crate) fn written(
-        &mut self,
+        &self,
         name: &str,
         value: &impl serde::Serialize,
         before: Option<&ObjectMeta>,
         changes: &mut ObjectChanges,
     ) {
-        let target = self.target(name);
-        let Some(fights) = self.fights.as_deref_mut() else {
+        if self.guard.is_none() {
             return;
-        };
+        }
         // What hairpin wants, without what the server keeps or allocates (the desired object
         // carries the resourceVersion it was planned against, and a Service the ClusterIPs
         // it already has).
@@ -393,24 +397,19 @@ impl<'a> ObjectFights<'a> {
             ],
         );
         strip("spec", &["clusterIP", "clusterIPs"]);
-        let value = value.map(|v| v.to_string());
-        match fights.written(&target, value, Instant::now()) {
-            Observation::Normal => {}
-            observation => changes.reverted.push(Reverted {
-                name: name.to_owned(),
-                observation,
-                writer: before
-                    .and_then(|meta| meta.managed_fields.as_deref())
-                    .and_then(last_writer),
-            }),
-        }
+        changes.written.push(WrittenObject {
+            name: name.to_owned(),
+            value: value.map(|v| v.to_string()),
+            writer: before
+                .and_then(|meta| meta.managed_fields.as_deref())
+                .and_then(last_writer),
+        });
     }
 
-    /// Forgets the objects no longer wanted.
-    pub(crate) fn retain(&mut self, wanted: &[&str]) {
-        let prefix = format!("{} {}/", self.kind, self.namespace);
-        if let Some(fights) = self.fights.as_deref_mut() {
-            fights.retain(&prefix, |target| wanted.contains(&&target[prefix.len()..]));
+    /// Every object wanted was gone through: the others' fight state may be forgotten.
+    pub(crate) fn retain(&self, wanted: &[&str], changes: &mut ObjectChanges) {
+        if self.guard.is_some() {
+            changes.wanted = Some(wanted.iter().map(|w| (*w).to_owned()).collect());
         }
     }
 }
@@ -485,13 +484,50 @@ pub async fn apply_services(
     namespace: &str,
     source_annotation: &str,
     desired: &[Service],
-    fights: Option<&mut Fights>,
+    guard: Option<&BackedOff>,
 ) -> Result<ObjectChanges, Error> {
+    let mut changes = ObjectChanges::default();
+    apply_services_into(
+        client,
+        namespace,
+        source_annotation,
+        desired,
+        guard,
+        &mut changes,
+    )
+    .await?;
+    Ok(changes)
+}
+
+/// [`apply_services`], recording what it did in `changes` as it goes (so a failure part way
+/// still says what was written).
+pub(crate) async fn apply_services_into(
+    client: &kube::Client,
+    namespace: &str,
+    source_annotation: &str,
+    desired: &[Service],
+    guard: Option<&BackedOff>,
+    changes: &mut ObjectChanges,
+) -> Result<(), Error> {
     let api: Api<Service> = Api::namespaced(client.clone(), namespace);
     let listed = list_labelled(&api)
         .await
         .map_err(|err| Error::kube(format!("list hairpin Services in {namespace}"), err))?;
-    apply_owned(&api, listed, namespace, source_annotation, desired, fights).await
+    let target = Target {
+        namespace,
+        source_annotation,
+    };
+    apply_owned(&api, listed, target, desired, guard, changes).await
+}
+
+/// Where [`apply_owned`] writes: hairpin's namespace, and the annotation naming each object's
+/// source.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Target<'a> {
+    /// hairpin's namespace.
+    pub namespace: &'a str,
+    /// The annotation naming each object's source load balancer.
+    pub source_annotation: &'a str,
 }
 
 /// One kind of hairpin's own objects in its namespace, as [`apply_owned`] writes them: the
@@ -567,19 +603,22 @@ where
 pub(crate) async fn apply_owned<D: Owned>(
     api: &Api<D::Object>,
     listed: Vec<D::Object>,
-    namespace: &str,
-    source_annotation: &str,
+    target: Target<'_>,
     desired: &[D],
-    fights: Option<&mut Fights>,
-) -> Result<ObjectChanges, Error> {
+    guard: Option<&BackedOff>,
+    changes: &mut ObjectChanges,
+) -> Result<(), Error> {
+    let Target {
+        namespace,
+        source_annotation,
+    } = target;
     let kind = D::KIND;
-    let mut fights = ObjectFights::new(fights, kind, namespace);
+    let fights = ObjectFights::new(guard);
     let existing: BTreeMap<String, D::Object> = listed
         .into_iter()
         .filter(|o| is_managed(o.meta(), source_annotation))
         .filter_map(|o| Some((o.meta().name.clone()?, o)))
         .collect();
-    let mut changes = ObjectChanges::default();
     let mut refused = None;
     for want in desired {
         let name = want.object_meta().name.clone().unwrap_or_default();
@@ -598,10 +637,10 @@ pub(crate) async fn apply_owned<D: Owned>(
                     break;
                 }
                 Some(have) if want.is_met_by(have) => {
-                    fights.held(&name);
+                    fights.held(&name, changes);
                     break;
                 }
-                _ if fights.backed_off(&name, &mut changes) => break,
+                _ if fights.backed_off(&name, changes) => break,
                 _ => {}
             }
             let mut object = want
@@ -623,7 +662,7 @@ pub(crate) async fn apply_owned<D: Owned>(
             match result {
                 Ok(()) => {
                     let before = current.as_ref().map(|c| c.meta());
-                    fights.written(&name, want, before, &mut changes);
+                    fights.written(&name, want, before, changes);
                     break;
                 }
                 Err(err)
@@ -643,7 +682,7 @@ pub(crate) async fn apply_owned<D: Owned>(
         .iter()
         .filter_map(|d| d.object_meta().name.as_deref())
         .collect();
-    fights.retain(&wanted);
+    fights.retain(&wanted, changes);
     delete_unwanted(
         api,
         &existing,
@@ -655,7 +694,7 @@ pub(crate) async fn apply_owned<D: Owned>(
     .await?;
     match refused {
         Some(err) => Err(err),
-        None => Ok(changes),
+        None => Ok(()),
     }
 }
 

@@ -1,5 +1,6 @@
-//! What every writer of the control loop shares, built once by
-//! [`ControllerConfig::build`](crate::controller::ControllerConfig::build) and borrowed as one
+//! What every writer of the control loop shares, built in one place ([`Context::new`], which
+//! [`ControllerConfig::build`](crate::controller::ControllerConfig::build) and
+//! [`Context::read_only`] call) and borrowed as one
 //! `Arc<Context>` (as kube-rs controllers share theirs): the client whose writes pass the
 //! gate, the Events recorder, the metrics, the planner's settings and the change signal.
 
@@ -35,19 +36,36 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    /// A context that reads and cannot write: its gate stays closed, so every write through
-    /// it is withheld (`hairpin plan` reads the cluster through the controller's caches).
-    pub fn read_only(client: kube::Client, planner: PlannerConfig, metrics: Metrics) -> Arc<Self> {
-        let gate = WriteGate::closed();
+    /// The one way a context is made: writes (objects, statuses, Events) go out through
+    /// `gate`, the Events as `identity`; `client` is the plain client.
+    pub(crate) fn new(
+        client: kube::Client,
+        gate: WriteGate,
+        identity: &str,
+        planner: PlannerConfig,
+        metrics: Metrics,
+    ) -> Arc<Self> {
         let client = gate.client(client);
         Arc::new(Self {
-            events: Events::new(client.clone(), "hairpin-plan", metrics.clone()),
+            events: Events::new(client.clone(), identity, metrics.clone()),
             client,
             metrics,
             planner,
             changed: Arc::new(Notify::new()),
             gate,
         })
+    }
+
+    /// A context that reads and cannot write: its gate stays closed, so every write through
+    /// it is withheld (`hairpin plan` reads the cluster through the controller's caches).
+    pub fn read_only(client: kube::Client, planner: PlannerConfig, metrics: Metrics) -> Arc<Self> {
+        Self::new(
+            client,
+            WriteGate::closed(),
+            "hairpin-plan",
+            planner,
+            metrics,
+        )
     }
 
     /// Counts `n` API writes.

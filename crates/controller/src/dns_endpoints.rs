@@ -11,19 +11,16 @@
 use std::sync::Arc;
 
 use hairpin_planner::DnsEndpoint;
+use hairpin_planner::DnsMode;
 use hairpin_planner::external_dns::{self, DnsEndpoints};
-use hairpin_planner::{ClusterSnapshot, DnsMode, Plan};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 
 use crate::Error;
-use crate::apply::{ObjectChanges, Owned, apply_owned, list_labelled};
+use crate::apply::{BackedOff, ObjectChanges, Owned, Target, apply_owned, list_labelled};
 use crate::context::Context;
 use crate::error::is_not_found;
-use crate::fight::Fights;
-use crate::report::{list_note, object_ref, reason};
-use crate::status::DnsState;
 
 /// The `DNSEndpoint` resource.
 pub fn api_resource() -> ApiResource {
@@ -90,12 +87,35 @@ pub async fn apply_dns_endpoints(
     namespace: &str,
     source_annotation: &str,
     desired: &[DnsEndpoint],
-    fights: Option<&mut Fights>,
+    guard: Option<&BackedOff>,
 ) -> Result<Applied, Error> {
+    let mut changes = ObjectChanges::default();
+    let target = Target {
+        namespace,
+        source_annotation,
+    };
+    let served = apply_into(client, target, desired, guard, &mut changes).await?;
+    Ok(if served {
+        Applied::Done(changes)
+    } else {
+        Applied::CrdMissing
+    })
+}
+
+/// [`apply_dns_endpoints`], recording what it did in `changes` as it goes (so a failure part
+/// way still says what was written); false when the CRD is not served (nothing written).
+async fn apply_into(
+    client: &kube::Client,
+    target: Target<'_>,
+    desired: &[DnsEndpoint],
+    guard: Option<&BackedOff>,
+    changes: &mut ObjectChanges,
+) -> Result<bool, Error> {
+    let namespace = target.namespace;
     let api = api(client, namespace);
     let listed = match list_labelled(&api).await {
         Ok(listed) => listed,
-        Err(err) if is_not_found(&err) => return Ok(Applied::CrdMissing),
+        Err(err) if is_not_found(&err) => return Ok(false),
         Err(err) => {
             return Err(Error::kube(
                 format!("list DNSEndpoints in {namespace}"),
@@ -103,9 +123,8 @@ pub async fn apply_dns_endpoints(
             ));
         }
     };
-    apply_owned(&api, listed, namespace, source_annotation, desired, fights)
-        .await
-        .map(Applied::Done)
+    apply_owned(&api, listed, target, desired, guard, changes).await?;
+    Ok(true)
 }
 
 /// Deletes every `DNSEndpoint` of hairpin's in `namespace` (uninstall); none when the CRD is
@@ -124,25 +143,32 @@ pub async fn delete_dns_endpoints(
     }
 }
 
-/// The control loop's side of `--dns-mode external-dns`: writes the planned `DNSEndpoint`s
-/// (or says why it cannot), announces them, and after a switch away from that mode removes
-/// the ones an earlier run left. It holds what it learnt between reconciles: whether the CRD
-/// is served, whether its absence was logged, whether the clean-up ran.
+/// The control loop's executor of `--dns-mode external-dns`: writes the planned
+/// `DNSEndpoint`s, and after a switch away from that mode removes the ones an earlier run
+/// left. It decides nothing (whether to write, what a missing CRD or a fight leads to, which
+/// Events: the loop's `decide`) and keeps nothing: what the loop learns between reconciles is
+/// in its memory ([`DnsEndpointMemory`]).
 pub(crate) struct DnsEndpointWriter {
-    /// The loop's client, Events and metrics.
+    /// The loop's client.
     ctx: Arc<Context>,
     /// hairpin's namespace, where its DNSEndpoints live.
     namespace: String,
     /// The annotation naming each object's source load balancer.
     source: String,
+}
+
+/// What the loop remembers of the `DNSEndpoint`s between reconciles: whether the CRD is
+/// served, whether its absence was logged, whether the clean-up ran.
+#[derive(Debug, Default)]
+pub(crate) struct DnsEndpointMemory {
     /// Whether external-dns's `DNSEndpoint` CRD is served (`None`: not in that mode, or not
-    /// known yet).
-    crd: Option<bool>,
+    /// known yet), as the caches said at the start of the reconcile.
+    pub(crate) crd: Option<bool>,
     /// The missing CRD was logged (once until it appears).
-    crd_missing_logged: bool,
+    pub(crate) crd_missing_logged: bool,
     /// Outside external-dns mode, hairpin's DNSEndpoints of an earlier run in that mode were
     /// looked for (once: the mode is a flag, so it changes only with a restart).
-    cleaned: bool,
+    pub(crate) cleaned: bool,
 }
 
 impl DnsEndpointWriter {
@@ -151,27 +177,15 @@ impl DnsEndpointWriter {
             ctx: ctx.clone(),
             namespace: ctx.planner.namespace.clone(),
             source: ctx.planner.annotation("source"),
-            crd: None,
-            crd_missing_logged: false,
-            cleaned: false,
         }
-    }
-
-    /// What the caches say of the CRD, at the start of each reconcile.
-    pub(crate) fn crd_served(&mut self, served: Option<bool>) {
-        self.crd = served;
     }
 
     /// After a switch away from `--dns-mode external-dns`, hairpin's `DNSEndpoint`s would keep
     /// publishing records at the hairpin Services (and at released addresses once they are
-    /// gone): deleted once, as uninstall does. Tried once per run; a missing CRD or permission
-    /// ends it quietly (the chart grants list and delete in hairpin's namespace in every mode).
-    /// Returns how many were deleted.
-    pub(crate) async fn clean_once(&mut self, mode: DnsMode) -> usize {
-        if mode == DnsMode::ExternalDns || self.cleaned {
-            return 0;
-        }
-        self.cleaned = true;
+    /// gone): deleted, as uninstall does (once per run: the loop decides when). A missing CRD
+    /// or permission ends it quietly (the chart grants list and delete in hairpin's namespace
+    /// in every mode). Returns how many were deleted.
+    pub(crate) async fn clean(&self, mode: DnsMode) -> usize {
         match delete_dns_endpoints(&self.ctx.client, &self.namespace, &self.source).await {
             Ok(deleted) if !deleted.is_empty() => {
                 tracing::info!(deleted = ?deleted, mode = mode.as_str(), "DNSEndpoints of an earlier external-dns mode deleted");
@@ -185,129 +199,33 @@ impl DnsEndpointWriter {
         }
     }
 
-    /// `--dns-mode external-dns`: hairpin's `DNSEndpoint`s, as planned. Without external-dns's
-    /// CRD nothing is written and every hairpinned load balancer gets a Warning Event saying
-    /// so; the CRD is probed again every minute, and its appearance starts a reconcile.
-    /// `Some(changes)` when they were applied (the caller counts and reports them, then
-    /// [`DnsEndpointWriter::announce`]s them); `dns_state` says where this left the DNS change.
+    /// `--dns-mode external-dns`: hairpin's `DNSEndpoint`s, as planned, except those `guard`
+    /// backs off from; what was done is recorded in `changes` as it goes. False when the CRD
+    /// is not served (nothing written).
     pub(crate) async fn apply(
-        &mut self,
-        plan: &Plan,
+        &self,
         endpoints: &DnsEndpoints,
-        snapshot: &ClusterSnapshot,
-        fights: &mut Fights,
-        dns_state: &mut DnsState,
-    ) -> Result<Option<ObjectChanges>, Error> {
+        guard: &BackedOff,
+        changes: &mut ObjectChanges,
+    ) -> Result<bool, Error> {
         let desired: Vec<_> = endpoints.objects.iter().map(|o| o.object.clone()).collect();
-        let applied = if self.crd == Some(false) {
-            Applied::CrdMissing
-        } else {
-            let written = apply_dns_endpoints(
-                &self.ctx.client,
-                &self.namespace,
-                &self.source,
-                &desired,
-                Some(fights),
-            )
-            .await;
-            match written {
-                Ok(applied) => applied,
-                Err(err) if crate::gate::is_withheld(&err) => return Err(err),
-                Err(err) => {
-                    self.ctx.metrics.dns_write_failures.inc();
-                    *dns_state = DnsState::Refused {
-                        reason: "WriteFailed",
-                        message: format!("cannot write the DNSEndpoints: {err}"),
-                    };
-                    return Err(err);
-                }
-            }
+        let target = Target {
+            namespace: &self.namespace,
+            source_annotation: &self.source,
         };
-        let changes = match applied {
-            Applied::Done(changes) => changes,
-            Applied::CrdMissing => {
-                *dns_state = self.crd_missing(plan, snapshot).await;
-                return Ok(None);
-            }
-        };
-        self.crd_missing_logged = false;
-        *dns_state = if changes.backed_off.is_empty() {
-            DnsState::InPlace {
-                wrote: changes.writes() > 0,
-            }
-        } else {
-            let names: Vec<&str> = changes.backed_off.iter().map(|(n, _)| n.as_str()).collect();
-            DnsState::Refused {
-                reason: "WriteFight",
-                message: list_note(
-                    "another writer keeps changing hairpin's DNSEndpoint(s) ",
-                    &names,
-                    ", ",
-                    "; writes to them are backed off",
-                ),
-            }
-        };
+        let served = apply_into(&self.ctx.client, target, &desired, Some(guard), changes).await?;
         if changes.writes() > 0 {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "DNSEndpoints applied");
         }
-        Ok(Some(changes))
+        Ok(served)
     }
+}
 
-    /// external-dns's CRD is not installed: logged once, a Warning Event on every hairpinned
-    /// load balancer; the DNS state returned says why nothing is published.
-    async fn crd_missing(&mut self, plan: &Plan, snapshot: &ClusterSnapshot) -> DnsState {
-        let message = format!(
-            "--dns-mode external-dns, but the DNSEndpoint CRD ({}.{}) is not installed: install external-dns's CRD (charts/external-dns/crds/dnsendpoint.yaml in kubernetes-sigs/external-dns); no DNS rule is published until it is (checked again every minute)",
-            external_dns::PLURAL,
-            external_dns::GROUP
-        );
-        if !self.crd_missing_logged {
-            tracing::warn!("{message}");
-            self.crd_missing_logged = true;
-        }
-        for lb in &plan.load_balancers {
-            let svc = &lb.load_balancer.service;
-            let uid = snapshot
-                .service(&svc.namespace, &svc.name)
-                .and_then(|s| s.metadata.uid.clone());
-            let regarding = object_ref("Service", &svc.namespace, &svc.name, uid);
-            self.ctx
-                .events
-                .publish(
-                    &regarding,
-                    true,
-                    reason::DNS_ENDPOINT_CRD_MISSING,
-                    message.clone(),
-                )
-                .await;
-        }
-        DnsState::Refused {
-            reason: "CRDNotInstalled",
-            message,
-        }
-    }
-
-    /// An Event on each DNSEndpoint created or updated: how many records, for which load
-    /// balancer.
-    pub(crate) async fn announce(&self, endpoints: &DnsEndpoints, changes: &ObjectChanges) {
-        for name in changes.created.iter().chain(&changes.updated) {
-            let Some(o) = endpoints
-                .objects
-                .iter()
-                .find(|o| o.object.metadata.name.as_deref() == Some(name.as_str()))
-            else {
-                continue;
-            };
-            let regarding = object_ref("DNSEndpoint", &self.namespace, name, None);
-            let note = format!(
-                "hairpin published {} record(s) for the hostnames of {}, pointing at its hairpin Service",
-                o.object.spec.endpoints.len(),
-                o.load_balancer
-            );
-            self.ctx
-                .events
-                .publish(&regarding, false, reason::DNS_UPDATED, note)
-                .await;
-        }
-    }
+/// The message of a missing `DNSEndpoint` CRD, in the log, the Events and the statuses.
+pub(crate) fn crd_missing_message() -> String {
+    format!(
+        "--dns-mode external-dns, but the DNSEndpoint CRD ({}.{}) is not installed: install external-dns's CRD (charts/external-dns/crds/dnsendpoint.yaml in kubernetes-sigs/external-dns); no DNS rule is published until it is (checked again every minute)",
+        external_dns::PLURAL,
+        external_dns::GROUP
+    )
 }

@@ -96,7 +96,7 @@ impl FightGuard {
     }
 
     /// May we write `target` now?
-    pub fn decide(&mut self, target: &str, now: Instant) -> Decision {
+    pub fn decide(&self, target: &str, now: Instant) -> Decision {
         if self.target.as_deref() != Some(target) {
             return Decision::Write;
         }
@@ -188,6 +188,19 @@ impl Fights {
     /// May we write `target` now? ([`FightGuard::decide`])
     pub fn decide(&mut self, target: &str, now: Instant) -> Decision {
         self.guard(target).decide(target, now)
+    }
+
+    /// May we write `target` now? ([`FightGuard::decide`], without recording anything: what
+    /// the loop's `decide` reads from its memory.)
+    pub fn decision(&self, target: &str, now: Instant) -> Decision {
+        self.guards
+            .get(target)
+            .map_or(Decision::Write, |g| g.decide(target, now))
+    }
+
+    /// True while `target` is backed off.
+    pub fn target_in_fight(&self, target: &str) -> bool {
+        self.guards.get(target).is_some_and(FightGuard::in_fight)
     }
 
     /// Records a write of `target` ([`FightGuard::written`]).

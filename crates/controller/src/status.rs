@@ -37,7 +37,7 @@ mod render;
 mod tracking;
 
 use render::Probe;
-use tracking::Written;
+use tracking::{Written, track_write};
 
 /// Where the DNS change stands after one reconcile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -258,13 +258,24 @@ fn unverified_of(plan: &Plan, svc: &ObjectRef) -> Vec<UnverifiedHostname> {
         .collect()
 }
 
-/// Writes the Hairpin objects and runs the propagation checks.
+/// Writes the Hairpin objects and runs the propagation checks (a sensor: each check reports
+/// through the change signal). What it must remember between reconciles is kept in the loop's
+/// memory ([`StatusMemory`]), not here.
 pub(crate) struct StatusWriter {
     /// The loop's client, metrics and planner settings.
     ctx: Arc<Context>,
     /// The propagation checks, one per load balancer.
     checks: propagation::Checks,
+}
+
+/// What the loop remembers of the Hairpin statuses between reconciles: each load balancer's
+/// DNS write history (when its hostnames were last written, the last propagation measured),
+/// and whether the missing CRD was logged.
+#[derive(Debug, Default)]
+pub(crate) struct StatusMemory {
+    /// Per load balancer.
     written: HashMap<ObjectRef, Written>,
+    /// The missing CRD was logged (once until it appears).
     crd_missing_logged: bool,
 }
 
@@ -283,16 +294,16 @@ impl StatusWriter {
         Self {
             ctx: ctx.clone(),
             checks,
-            written: HashMap::new(),
-            crd_missing_logged: false,
         }
     }
 
     /// Brings every Hairpin object in line with the plan and what is known at runtime.
     /// `hairpins` is `None` when the CRD is not installed; `ready` counts the ready endpoints
-    /// of a hairpin Service by name.
+    /// of a hairpin Service by name; `memory` is what the loop remembers of the statuses.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn sync(
         &mut self,
+        memory: &mut StatusMemory,
         plan: &Plan,
         snapshot: &ClusterSnapshot,
         hairpins: Option<Vec<Hairpin>>,
@@ -304,15 +315,16 @@ impl StatusWriter {
             return Ok(());
         }
         let Some(hairpins) = hairpins else {
-            if !self.crd_missing_logged {
+            if !memory.crd_missing_logged {
                 tracing::info!(
                     "the hairpins.hairpin.io CRD is not installed; no Hairpin status is written (install it from the chart's crds/)"
                 );
-                self.crd_missing_logged = true;
+                memory.crd_missing_logged = true;
             }
             return Ok(());
         };
-        self.crd_missing_logged = false;
+        memory.crd_missing_logged = false;
+        let written = &mut memory.written;
         let current: HashMap<(String, String), Hairpin> = hairpins
             .into_iter()
             .map(|h| ((h.namespace().unwrap_or_default(), h.name_any()), h))
@@ -331,13 +343,14 @@ impl StatusWriter {
             }
             let mut status = hairpin.status.take().unwrap_or_default();
             let cluster_ips = cluster_ips(lb);
-            self.track_write(&lb_ref, &status, existing, dns);
+            track_write(written, &lb_ref, &status, existing, dns);
             let external = external_dns_progress(plan, &lb_ref);
             if on_native(&status) {
                 // No DNS rule to check: a check started before the switch says nothing now.
                 self.checks.stop(&lb_ref);
             } else if matches!(dns, DnsState::InPlace { .. }) {
                 self.start_check(
+                    written,
                     plan,
                     snapshot,
                     &lb_ref,
@@ -348,20 +361,24 @@ impl StatusWriter {
                 );
             }
             let service_name = lb.service.metadata.name.as_deref().unwrap_or_default();
+            let (check, measured) = self.checks.outcome(&lb_ref);
             let probe = Probe {
                 dns,
                 service_fight: services_backed_off.contains(service_name),
                 ready: ready(service_name),
                 cluster_ips: &cluster_ips,
                 external: external.as_ref(),
+                check: (check.as_ref(), measured),
+                has_server: self.checks.has_server(&lb_ref),
+                coredns_namespace: &self.ctx.planner.coredns_namespace,
             };
-            self.overlay(&lb_ref, &mut status, existing, &probe);
+            render::overlay(written, &lb_ref, &mut status, existing, &probe);
             keep.push(key.clone());
             self.write(hairpin, status, existing).await?;
         }
         self.delete_stale(&current, &keep, &source_annotation)
             .await?;
-        self.forget_gone(plan);
+        self.forget_gone(written, plan);
         Ok(())
     }
 
@@ -400,13 +417,13 @@ impl StatusWriter {
     }
 
     /// Forgets the write history and stops the DNS checks of load balancers no longer planned.
-    fn forget_gone(&mut self, plan: &Plan) {
+    fn forget_gone(&mut self, written: &mut HashMap<ObjectRef, Written>, plan: &Plan) {
         let lbs: Vec<ObjectRef> = plan
             .load_balancers
             .iter()
             .map(|lb| lb.load_balancer.service.clone())
             .collect();
-        self.written.retain(|lb, _| lbs.contains(lb));
+        written.retain(|lb, _| lbs.contains(lb));
         self.checks.retain(&lbs);
     }
 

@@ -1,307 +1,141 @@
-//! Acting on a plan: executing the [`Intent`] [`decide`] made of it (hairpin
-//! Services, its own ConfigMap keys, the native cure, the DNS change, the [`Effect`]s), then
-//! the Hairpin statuses, with what happened kept for the next reconcile (the write-fight
-//! state, the Events published, the [`Outcome`]).
-
-use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+//! Executing what [`decide`](super::decide) chose, and nothing else: the writes of the
+//! [`Actions`] in order (hairpin's Services, its own ConfigMap keys, the native cure, the DNS
+//! change), each write's answer handed back as [`Observed`], and the [`Effect`]s (Events,
+//! metrics). No Event, reason or state is chosen here, and nothing is remembered: what the
+//! writes found goes to [`remember`](super::memory::remember) and
+//! [`decide::after`](super::decide::after). (The native cure is the one exception for now: its
+//! curer decides and remembers inside [`NativeCurer::apply`], called here as before.)
 
 use hairpin_planner::{ClusterSnapshot, Plan};
-use k8s_openapi::api::core::v1::Service;
 
-use super::decide::{
-    self, Counter, DnsIntent, Effect, Gauge, Intent, OwnKey, Reported, Restored, earliest,
-};
-use super::{ControllerConfig, StopFuture};
+use super::decide::{Actions, Counter, Effect, Gauge};
+use super::observed::{KeyObserved, ObjectsObserved, Observed};
 use crate::Error;
-use crate::apply::{KeyOutcome, ObjectChanges, apply_services, last_writer, write_key};
+use crate::apply::{KeyOutcome, ObjectChanges, apply_services_into, write_key};
 use crate::context::Context;
 use crate::dns_endpoints::DnsEndpointWriter;
 use crate::edits::KeyEdit;
-use crate::fight::{Decision, Fights};
+use crate::fight::Decision;
 use crate::native::NativeCurer;
-use crate::ownership::OwnershipResolver;
-use crate::propagation::Checks;
-use crate::status::{DnsState, StatusWriter};
-use crate::watch::Caches;
 
 mod dns;
 
-/// The leader's writers and what it remembers between reconciles.
-pub(super) struct Reconciler {
-    ctx: Arc<Context>,
-    config: ControllerConfig,
-    /// Write-fight state per DNS key (`namespace/name/key`) and per object of hairpin's
-    /// (`Kind namespace/name`).
-    fights: Fights,
-    /// The refused and unverified hostnames reported, to report each change once.
-    reported: Reported,
-    status: StatusWriter,
-    /// What the writes of the last reconcile left, for the Hairpin statuses.
-    outcome: Outcome,
-    /// The `DNSEndpoint`s of `--dns-mode external-dns` (and their clean-up after a switch).
-    dns_endpoints: DnsEndpointWriter,
-    /// The native cure's status writes, probes and record.
-    native: NativeCurer,
-    /// The ownership resolver, with `--verify-hostnames=resolve`.
-    ownership: Option<OwnershipResolver>,
-    /// The first write after the start waited for the names' first answers (or for the
-    /// startup grace to end).
-    verified_once: bool,
+/// The executors of a reconcile's writes (they keep no state, but the native curer).
+pub(super) struct Writers<'a> {
+    /// The loop's client, Events and metrics.
+    pub ctx: &'a Context,
+    /// The native cure.
+    pub native: &'a mut NativeCurer,
+    /// hairpin's `DNSEndpoint`s.
+    pub endpoints: &'a DnsEndpointWriter,
 }
 
-impl Reconciler {
-    /// The reconciler of a controller whose caches have synced, writing through `ctx`. With
-    /// hostname verification on, its resolver starts here: only the leader plans, so only the
-    /// leader's resolver has names to ask; a new leader holds its first write until their
-    /// answers come (`verified_once`).
-    pub(super) fn new(ctx: &Arc<Context>, config: &ControllerConfig, stop: &StopFuture) -> Self {
-        let ownership = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
-            .then(|| {
-                OwnershipResolver::new(
-                    config.ownership.clone(),
-                    ctx.changed.clone(),
-                    ctx.metrics.clone(),
-                )
-            });
-        if let Some(ownership) = &ownership {
-            tokio::spawn(ownership.clone().run(stop.clone()));
-        }
-        Reconciler {
-            dns_endpoints: DnsEndpointWriter::new(ctx),
-            native: NativeCurer::new(ctx, config.native.clone(), config.fight.clone()),
-            status: StatusWriter::new(ctx, Checks::new(ctx, config.propagation.clone())),
-            ownership,
-            verified_once: false,
-            ctx: ctx.clone(),
-            config: config.clone(),
-            fights: Fights::new(config.fight.clone()),
-            reported: Reported::default(),
-            outcome: Outcome::default(),
-        }
+/// Executes `actions` (decided from `plan` and `snapshot`), in order, until the first error;
+/// returns what each write found, and the error it stopped at.
+pub(super) async fn act(
+    writers: Writers<'_>,
+    actions: &Actions<'_>,
+    plan: &Plan,
+    snapshot: &ClusterSnapshot,
+) -> Observed {
+    let mut observed = Observed::default();
+    if let Err(err) = writes(writers, actions, plan, snapshot, &mut observed).await {
+        observed.error = Some(err);
     }
+    observed
+}
 
-    /// One plan-and-apply. Returns when to run again, if sooner than the resync.
-    pub(super) async fn reconcile(&mut self, caches: &Caches) -> Result<Option<Instant>, Error> {
-        let started = Instant::now();
-        self.ctx.metrics.reconciles.inc();
-        let mut snapshot = caches.snapshot();
-        // The Nodes (watched from the first native cure on), for the native cure's gate.
-        snapshot.nodes = self.native.nodes();
-        snapshot.node_probes = self.native.node_probes();
-        // Do no harm: a receiver whose ConfigMap was just named (a new workload, a new
-        // leader) is read before anything is planned for its load balancer; the watch wakes
-        // the loop once it has listed.
-        let waiting = caches.follow_receivers(&snapshot);
-        if !waiting.is_empty() {
-            tracing::debug!(waiting = %waiting.join(", "), "waiting for the receivers' ConfigMaps to list before planning");
-            return Ok(Some(Instant::now() + Duration::from_millis(500)));
-        }
-        if let Some(ownership) = &self.ownership {
-            snapshot.resolutions = ownership.resolutions();
-        }
-        let plan = hairpin_planner::desired(&snapshot, &self.config.planner);
-        if let Some(ownership) = &self.ownership {
-            ownership.want(&plan.verification.names, &plan.coredns.forward_zones);
-            // Do no harm on a start: names not resolved yet are not redirected, so writing
-            // before their answers come would drop working names for a moment. The resolver
-            // wakes the loop as answers arrive.
-            if !self.verified_once && !ownership.settled() {
-                tracing::info!(
-                    names = plan.verification.names.len(),
-                    "waiting for the first upstream answers before writing"
-                );
-                return Ok(Some(Instant::now() + Duration::from_secs(1)));
-            }
-            self.verified_once = true;
-        }
-        let intent = decide::intent(&plan, &snapshot, &self.config.planner, &self.reported);
-        self.ctx.metrics.set_unverified(&plan.verification);
-        self.ctx.metrics.set_cures(&plan.cures);
-        let Intent {
-            gauges,
-            services,
-            own_keys,
-            dns,
-            reports,
-        } = intent;
-        execute(&self.ctx, gauges).await;
-        self.outcome.dns_state = DnsState::NotReached;
-        self.dns_endpoints.crd_served(caches.dns_endpoints_served());
-        let deleted = self
-            .dns_endpoints
-            .clean_once(self.config.planner.dns_mode)
-            .await;
-        self.ctx.count_writes(deleted);
-        let result = self.apply(&plan, &snapshot, &services, own_keys, dns).await;
-        self.ctx
-            .metrics
-            .reconcile_duration
-            .observe(started.elapsed().as_secs_f64());
-        execute(&self.ctx, reports.effects).await;
-        self.reported = reports.reported;
-        for warning in &plan.warnings {
-            tracing::warn!(subject = %warning.subject, "{}", warning.message);
-        }
-        let statuses = self
-            .status
-            .sync(
-                &plan,
-                &snapshot,
-                caches.hairpins(),
-                |name| caches.ready_endpoints(name),
-                &self.outcome.dns_state,
-                &self.outcome.services_backed_off,
-            )
-            .await;
-        let requeue = result?;
-        statuses?;
-        Ok(requeue)
+async fn writes(
+    writers: Writers<'_>,
+    actions: &Actions<'_>,
+    plan: &Plan,
+    snapshot: &ClusterSnapshot,
+    observed: &mut Observed,
+) -> Result<(), Error> {
+    let ctx = writers.ctx;
+    ctx.metrics.set_unverified(&plan.verification);
+    ctx.metrics.set_cures(&plan.cures);
+    execute(ctx, actions.intent.gauges.clone()).await;
+    if actions.clean_endpoints {
+        let deleted = writers.endpoints.clean(ctx.planner.dns_mode).await;
+        ctx.count_writes(deleted);
+        observed.cleaned = Some(deleted);
     }
-
-    /// Executes a verdict's effects; returns its requeue.
-    async fn follow(&self, verdict: decide::Verdict) -> Option<Instant> {
-        execute(&self.ctx, verdict.effects).await;
-        verdict.requeue
+    services(ctx, actions, observed).await?;
+    let guards = actions.intent.own_keys.iter().zip(&actions.guards.own_keys);
+    for ((own, edit), decision) in guards {
+        let found = key(ctx, edit.as_ref(), *decision).await?;
+        if matches!(found, KeyObserved::Written { .. }) {
+            tracing::info!(configmap = %own.config_map(), "{} published", own.read_by);
+        }
+        observed.own_keys.push(found);
     }
+    observed.own_keys_done = true;
+    // The native cure before the DNS: the plan already keeps the DNS rules of every load
+    // balancer not proven (make before break).
+    observed.native = Some(writers.native.apply(plan, snapshot).await?);
+    dns::dns(ctx, writers.endpoints, actions, observed).await
+}
 
-    /// Executes the writes of an intent, in order: the hairpin Services, hairpin's own keys,
-    /// the native cure, the DNS change.
-    async fn apply(
-        &mut self,
-        plan: &Plan,
-        snapshot: &ClusterSnapshot,
-        services: &[Service],
-        own_keys: Vec<(OwnKey, Option<KeyEdit>)>,
-        dns: DnsIntent<'_>,
-    ) -> Result<Option<Instant>, Error> {
-        let planner = &self.config.planner;
-        let changes = apply_services(
-            &self.ctx.client,
-            &planner.namespace,
-            &planner.annotation("source"),
-            services,
-            Some(&mut self.fights),
-        )
-        .await?;
-        self.ctx.count_writes(changes.writes());
+/// The hairpin Services (hairpin's others in its namespace are deleted), except those backed
+/// off from.
+async fn services(
+    ctx: &Context,
+    actions: &Actions<'_>,
+    observed: &mut Observed,
+) -> Result<(), Error> {
+    let planner = &ctx.planner;
+    let mut changes = ObjectChanges::default();
+    let result = apply_services_into(
+        &ctx.client,
+        &planner.namespace,
+        &planner.annotation("source"),
+        &actions.intent.services,
+        Some(&actions.guards.services),
+        &mut changes,
+    )
+    .await;
+    if result.is_ok() {
+        ctx.count_writes(changes.writes());
         if changes.writes() > 0 {
             tracing::info!(created = ?changes.created, updated = ?changes.updated, deleted = ?changes.deleted, "hairpin Services applied");
         }
-        let services_requeue = self.report_reverts("Service", &changes).await;
-        self.outcome.services_backed_off = changes
-            .backed_off
-            .iter()
-            .map(|(name, _)| name.clone())
-            .collect();
-
-        let mut requeue = services_requeue;
-        let mut fight = false;
-        for (own, edit) in own_keys {
-            requeue = earliest(requeue, self.write_own_key(&own, edit).await?);
-            fight |= self.fights.in_fight(&own.target());
-        }
-        execute(
-            &self.ctx,
-            vec![Effect::Set(Gauge::ConfigMapFight, i64::from(fight))],
-        )
-        .await;
-
-        // The native cure before the DNS: the plan already keeps the DNS rules of every load
-        // balancer not proven (make before break).
-        let native_requeue = self.native.apply(plan, snapshot).await?;
-        let dns_requeue = self.apply_dns(plan, snapshot, dns).await?;
-        Ok(earliest(earliest(requeue, native_requeue), dns_requeue))
     }
+    observed.services = Some(ObjectsObserved {
+        changes,
+        done: result.is_ok(),
+    });
+    result
+}
 
-    /// One of hairpin's own ConfigMap keys: written when the cached copy differs from the plan
-    /// (`edit`), and guarded against a write fight like the DNS keys: another writer that
-    /// keeps changing (or deleting) it is restored `--fight-threshold` times within
-    /// `--fight-window`, then left alone for the backoff, with one Warning Event on the
-    /// ConfigMap naming it. Returns when a backed-off write may be tried again.
-    async fn write_own_key(
-        &mut self,
-        own: &OwnKey,
-        edit: Option<KeyEdit>,
-    ) -> Result<Option<Instant>, Error> {
-        let target = own.target();
-        let config_map = own.config_map();
-        let Some(edit) = edit else {
-            if self.fights.held(&target, Instant::now()) {
-                tracing::info!(configmap = %config_map, "our ConfigMap has held for a whole window; the write fight is over");
-            }
-            return Ok(None);
-        };
-        if let Decision::BackedOff(until) = self.fights.decide(&target, Instant::now()) {
-            tracing::debug!(configmap = %config_map, "write backed off (write fight)");
-            return Ok(Some(until));
-        }
-        let KeyOutcome::Written {
+/// One ConfigMap key: left as it is when it is as planned (`edit` none) or its writes are
+/// backed off, else written from a fresh read.
+async fn key(
+    ctx: &Context,
+    edit: Option<&KeyEdit>,
+    decision: Decision,
+) -> Result<KeyObserved, Error> {
+    let Some(edit) = edit else {
+        return Ok(KeyObserved::AsPlanned);
+    };
+    if let Decision::BackedOff(until) = decision {
+        return Ok(KeyObserved::BackedOff(until));
+    }
+    Ok(match write_key(&ctx.client, edit).await? {
+        KeyOutcome::Written {
             after,
             managed_fields,
             ..
-        } = write_key(&self.ctx.client, &edit).await?
-        else {
-            return Ok(None);
-        };
-        self.ctx.count_writes(1);
-        tracing::info!(configmap = %config_map, "{} published", own.read_by);
-        let writer = last_writer(&managed_fields);
-        let observation = self.fights.written(&target, after, Instant::now());
-        let verdict = decide::own_key_written(
-            own,
-            observation,
-            writer.as_deref(),
-            self.config.fight.window,
-            Instant::now(),
-        );
-        Ok(self.follow(verdict).await)
-    }
-
-    /// Reports hairpin's objects of `kind` that someone else changed, and sets the fight
-    /// metrics ([`decide::restored`]). Returns when a backed-off object may be written again.
-    async fn report_reverts(&mut self, kind: &str, changes: &ObjectChanges) -> Option<Instant> {
-        let restored: Vec<Restored<'_>> = changes
-            .reverted
-            .iter()
-            .map(|r| Restored {
-                name: &r.name,
-                observation: r.observation,
-                writer: r.writer.as_deref(),
-            })
-            .collect();
-        let verdict = decide::restored(
-            kind,
-            &self.config.planner.namespace,
-            &restored,
-            changes.backed_off.iter().map(|(_, until)| *until),
-            self.fights.in_fight(&format!("{kind} ")),
-            self.config.fight.window,
-            Instant::now(),
-        );
-        self.follow(verdict).await
-    }
-}
-
-/// What executing an intent left, kept by the loop for the Hairpin statuses: filled in as the
-/// writes go, so a reconcile that fails part way reports where it stopped.
-#[derive(Debug)]
-pub(super) struct Outcome {
-    /// Where this reconcile left the DNS change.
-    pub dns_state: DnsState,
-    /// The hairpin Services left as another writer made them (a write fight), as of the last
-    /// reconcile that applied them.
-    pub services_backed_off: BTreeSet<String>,
-}
-
-impl Default for Outcome {
-    fn default() -> Self {
-        Self {
-            dns_state: DnsState::NotReached,
-            services_backed_off: BTreeSet::new(),
+        } => {
+            ctx.count_writes(1);
+            KeyObserved::Written {
+                after,
+                managed_fields,
+            }
         }
-    }
+        KeyOutcome::Unchanged { .. } => KeyObserved::Unchanged,
+        KeyOutcome::ConfigMapMissing => KeyObserved::ConfigMapMissing,
+    })
 }
 
 /// Executes `effects`, in order.

@@ -20,9 +20,13 @@ use crate::fight::Observation;
 use crate::report::{list_note, object_ref, reason};
 use crate::status::DnsState;
 
+mod actions;
+mod after;
 mod intent;
 mod reports;
 
+pub(crate) use actions::{Actions, Recall, actions};
+pub(crate) use after::{Scene, after};
 pub(crate) use intent::{DnsIntent, DnsKey, DnsTarget, Intent, intent};
 pub(crate) use reports::reports;
 
@@ -118,7 +122,7 @@ pub(crate) struct Reported {
 }
 
 /// The Events of a plan, and what to remember of them.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct Reports {
     /// In order.
     pub effects: Vec<Effect>,

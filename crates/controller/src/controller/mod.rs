@@ -1,13 +1,17 @@
 //! The control loop: caches -> debounced pure plan -> apply, only while leading.
 //!
-//! This module is the loop alone (run, elect, schedule, debounce). What a plan leads to (the
-//! Events and their texts, the metric choices, the write-fight policy, the DNS state) is
-//! decided without a client in `decide`; `act` writes and executes what was decided, keeping
-//! what happened for the next reconcile. Every writer borrows the one [`Context`] that
-//! [`ControllerConfig::build`] makes.
+//! This module is the loop alone (run, elect, schedule, debounce). A reconcile
+//! ([`reconciler`]) is memory in, actions out: `decide` chooses, without a client, every write,
+//! Event and metric of a plan from what the loop remembers; `act` executes them and hands back
+//! what each write found (`observed`); `remember` folds that into the one [`memory::Memory`];
+//! and `decide::after` chooses what follows from it. Every executor borrows the one
+//! [`Context`] that [`ControllerConfig::build`] makes.
 
 mod act;
 mod decide;
+mod memory;
+mod observed;
+mod reconciler;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +21,7 @@ use futures::future::Shared;
 use hairpin_planner::PlannerConfig;
 use hairpin_runtime::ReadyCondition;
 use hairpin_runtime::Shutdown;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::Error;
 use crate::context::Context;
@@ -30,7 +34,7 @@ use crate::ownership::OwnershipParams;
 use crate::propagation::PropagationParams;
 use crate::report::Events;
 use crate::watch::Caches;
-use act::Reconciler;
+use reconciler::Reconciler;
 
 /// Controller settings.
 #[derive(Clone, Debug)]
@@ -91,15 +95,7 @@ impl ControllerConfig {
         } else {
             WriteGate::always_open()
         };
-        let client = gate.client(client);
-        Arc::new(Context {
-            events: Events::new(client.clone(), &self.identity, metrics.clone()),
-            client,
-            metrics,
-            planner: self.planner.clone(),
-            changed: Arc::new(Notify::new()),
-            gate,
-        })
+        Context::new(client, gate, &self.identity, self.planner.clone(), metrics)
     }
 }
 

@@ -1,11 +1,13 @@
 //! Rendering the runtime part of a status: the ready endpoints, the DNS word and the conditions.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use hairpin_planner::ObjectRef;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::{DnsState, ExternalDnsProgress, StatusWriter, now, on_native};
+use super::tracking::Written;
+use super::{DnsState, ExternalDnsProgress, now, on_native};
 use crate::crd::{Hairpin, HairpinStatus, condition, cure_reason};
 use crate::propagation::{self, CheckOutcome, join};
 
@@ -13,7 +15,8 @@ use crate::propagation::{self, CheckOutcome, join};
 mod tests;
 
 /// What the overlay reads besides the plan: the DNS state, a write fight over the hairpin
-/// Service, the ready endpoints, its ClusterIPs and, in external-dns mode, how far external-dns has got.
+/// Service, the ready endpoints, its ClusterIPs, in external-dns mode how far external-dns has
+/// got, and what the propagation check (a sensor) says.
 #[derive(Clone, Copy)]
 pub(super) struct Probe<'a> {
     pub(super) dns: &'a DnsState,
@@ -22,6 +25,12 @@ pub(super) struct Probe<'a> {
     pub(super) ready: i32,
     pub(super) cluster_ips: &'a [IpAddr],
     pub(super) external: Option<&'a ExternalDnsProgress>,
+    /// The propagation check's outcome, and whether it measured the write it follows.
+    pub(super) check: (Option<&'a CheckOutcome>, bool),
+    /// The check knows a cluster DNS address to ask.
+    pub(super) has_server: bool,
+    /// Where the cluster DNS Service is looked for, named when there is none.
+    pub(super) coredns_namespace: &'a str,
 }
 
 /// One condition of a `Hairpin` status before it is stamped with its transition time.
@@ -233,143 +242,136 @@ fn all_ready(parts: &[Part]) -> Part {
     }
 }
 
-// === impl StatusWriter ===
-
-impl StatusWriter {
-    /// Adds the runtime part: ready endpoints, DNS word, write time, conditions.
-    pub(super) fn overlay(
-        &mut self,
-        lb: &ObjectRef,
-        status: &mut HairpinStatus,
-        existing: Option<&Hairpin>,
-        probe: &Probe<'_>,
-    ) {
-        let stamp = Stamp {
-            generation: existing.and_then(|h| h.metadata.generation),
-            previous: existing
-                .and_then(|h| h.status.as_ref())
-                .map(|s| s.conditions.clone())
-                .unwrap_or_default(),
-        };
-        let (outcome, measured) = self.checks.outcome(lb);
-        let written = self.written.entry(lb.clone()).or_default();
-        if let Some(outcome) = outcome.as_ref().filter(|o| o.effective && measured) {
-            written.propagation = Some((outcome.elapsed.as_secs_f64() * 1000.0).round() / 1000.0);
-        }
-        status.observed_generation = stamp.generation;
-        status.ready_endpoints = probe.ready;
-        status.last_write_time = written.time.clone();
-        status.propagation_seconds = written.propagation;
-
-        let native = native_cure(status);
-        let (parts, ready) = if on_native(status) {
-            let parts = [
-                service_written(probe.service_fight, &status.service),
-                dns_not_used(condition::DNS_WRITTEN),
-                dns_not_used(condition::DNS_EFFECTIVE),
-                proxy_ready(probe.ready, None, &status.service),
-            ];
-            status.dns = condition::DNS_NOT_USED.into();
-            (parts, native_ready(&native))
-        } else {
-            let parts = [
-                service_written(probe.service_fight, &status.service),
-                dns_written(probe.dns, status),
-                self.dns_effective(lb, status, probe, outcome.as_ref()),
-                proxy_ready(probe.ready, outcome.as_ref(), &status.service),
-            ];
-            let ready = all_ready(&parts);
-            status.dns = match (probe.dns, &outcome) {
-                (DnsState::InPlace { .. }, Some(o)) if o.effective => "Effective",
-                (DnsState::InPlace { .. }, Some(_)) => "NotEffective",
-                (DnsState::InPlace { .. }, None) => "Written",
-                _ => "Refused",
-            }
-            .into();
-            (parts, ready)
-        };
-        let mismatch = receiver_mismatch(status);
-        status.conditions = parts
-            .into_iter()
-            .chain([native, ready])
-            .chain(mismatch)
-            .map(|part| stamp.condition(part))
-            .collect();
+/// Adds the runtime part: ready endpoints, DNS word, write time, conditions.
+pub(super) fn overlay(
+    written: &mut HashMap<ObjectRef, Written>,
+    lb: &ObjectRef,
+    status: &mut HairpinStatus,
+    existing: Option<&Hairpin>,
+    probe: &Probe<'_>,
+) {
+    let stamp = Stamp {
+        generation: existing.and_then(|h| h.metadata.generation),
+        previous: existing
+            .and_then(|h| h.status.as_ref())
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default(),
+    };
+    let (outcome, measured) = probe.check;
+    let written = written.entry(lb.clone()).or_default();
+    if let Some(outcome) = outcome.filter(|o| o.effective && measured) {
+        written.propagation = Some((outcome.elapsed.as_secs_f64() * 1000.0).round() / 1000.0);
     }
+    status.observed_generation = stamp.generation;
+    status.ready_endpoints = probe.ready;
+    status.last_write_time = written.time.clone();
+    status.propagation_seconds = written.propagation;
 
-    /// `DNSEffective`: whether the cluster DNS answers the hostnames with the hairpin Service,
-    /// or why that cannot be known yet.
-    fn dns_effective(
-        &self,
-        lb: &ObjectRef,
-        status: &HairpinStatus,
-        probe: &Probe<'_>,
-        outcome: Option<&CheckOutcome>,
-    ) -> Part {
-        let unknown = |reason: &str, message: String| {
-            Part::new(condition::DNS_EFFECTIVE, None, reason, message)
-        };
-        let (cluster_ips, external) = (probe.cluster_ips, probe.external);
-        if !matches!(probe.dns, DnsState::InPlace { .. }) {
-            return unknown("NotWritten", "the DNS rules are not written".into());
+    let native = native_cure(status);
+    let (parts, ready) = if on_native(status) {
+        let parts = [
+            service_written(probe.service_fight, &status.service),
+            dns_not_used(condition::DNS_WRITTEN),
+            dns_not_used(condition::DNS_EFFECTIVE),
+            proxy_ready(probe.ready, None, &status.service),
+        ];
+        status.dns = condition::DNS_NOT_USED.into();
+        (parts, native_ready(&native))
+    } else {
+        let parts = [
+            service_written(probe.service_fight, &status.service),
+            dns_written(probe.dns, status),
+            dns_effective(status, probe, outcome),
+            proxy_ready(probe.ready, outcome, &status.service),
+        ];
+        let ready = all_ready(&parts);
+        status.dns = match (probe.dns, outcome) {
+            (DnsState::InPlace { .. }, Some(o)) if o.effective => "Effective",
+            (DnsState::InPlace { .. }, Some(_)) => "NotEffective",
+            (DnsState::InPlace { .. }, None) => "Written",
+            _ => "Refused",
         }
-        if status.hostnames.is_empty() {
-            return unknown(
-                "NoHostnames",
-                "no hostname points at this load balancer".into(),
-            );
-        }
-        if cluster_ips.is_empty() {
-            return unknown(
-                "NoClusterIP",
-                "the hairpin Service has no ClusterIP yet".into(),
-            );
-        }
-        if !self.checks.has_server(lb) {
-            return unknown(
-                "NoClusterDNS",
-                format!(
-                    "no cluster DNS address: no cluster DNS Service with a ClusterIP in {} (kube-dns, one named like a CoreDNS ConfigMap candidate, or one labelled k8s-app=kube-dns or coredns); set --cluster-dns",
-                    self.ctx.planner.coredns_namespace
+        .into();
+        (parts, ready)
+    };
+    let mismatch = receiver_mismatch(status);
+    status.conditions = parts
+        .into_iter()
+        .chain([native, ready])
+        .chain(mismatch)
+        .map(|part| stamp.condition(part))
+        .collect();
+}
+
+/// `DNSEffective`: whether the cluster DNS answers the hostnames with the hairpin Service,
+/// or why that cannot be known yet.
+fn dns_effective(
+    status: &HairpinStatus,
+    probe: &Probe<'_>,
+    outcome: Option<&CheckOutcome>,
+) -> Part {
+    let unknown =
+        |reason: &str, message: String| Part::new(condition::DNS_EFFECTIVE, None, reason, message);
+    let (cluster_ips, external) = (probe.cluster_ips, probe.external);
+    if !matches!(probe.dns, DnsState::InPlace { .. }) {
+        return unknown("NotWritten", "the DNS rules are not written".into());
+    }
+    if status.hostnames.is_empty() {
+        return unknown(
+            "NoHostnames",
+            "no hostname points at this load balancer".into(),
+        );
+    }
+    if cluster_ips.is_empty() {
+        return unknown(
+            "NoClusterIP",
+            "the hairpin Service has no ClusterIP yet".into(),
+        );
+    }
+    if !probe.has_server {
+        return unknown(
+            "NoClusterDNS",
+            format!(
+                "no cluster DNS address: no cluster DNS Service with a ClusterIP in {} (kube-dns, one named like a CoreDNS ConfigMap candidate, or one labelled k8s-app=kube-dns or coredns); set --cluster-dns",
+                probe.coredns_namespace
+            ),
+        );
+    }
+    match outcome {
+        None if external.is_some_and(|e| !e.waiting.is_empty()) => unknown(
+            "WaitingForExternalDNS",
+            external
+                .map(ExternalDnsProgress::waiting_note)
+                .unwrap_or_default(),
+        ),
+        None => unknown(
+            "Checking",
+            format!(
+                "asking the cluster DNS until the hostnames answer with {}",
+                join(cluster_ips)
+            ),
+        ),
+        Some(o) if o.effective => Part::new(
+            condition::DNS_EFFECTIVE,
+            Some(true),
+            "Answered",
+            format!(
+                "the cluster DNS answers the hostnames with the hairpin Service ({})",
+                join(cluster_ips)
+            ),
+        ),
+        Some(o) => Part::new(
+            condition::DNS_EFFECTIVE,
+            Some(false),
+            "NotEffective",
+            match external {
+                Some(e) => format!(
+                    "{}; {}",
+                    propagation::wrong_answers(o, cluster_ips),
+                    e.cause()
                 ),
-            );
-        }
-        match outcome {
-            None if external.is_some_and(|e| !e.waiting.is_empty()) => unknown(
-                "WaitingForExternalDNS",
-                external
-                    .map(ExternalDnsProgress::waiting_note)
-                    .unwrap_or_default(),
-            ),
-            None => unknown(
-                "Checking",
-                format!(
-                    "asking the cluster DNS until the hostnames answer with {}",
-                    join(cluster_ips)
-                ),
-            ),
-            Some(o) if o.effective => Part::new(
-                condition::DNS_EFFECTIVE,
-                Some(true),
-                "Answered",
-                format!(
-                    "the cluster DNS answers the hostnames with the hairpin Service ({})",
-                    join(cluster_ips)
-                ),
-            ),
-            Some(o) => Part::new(
-                condition::DNS_EFFECTIVE,
-                Some(false),
-                "NotEffective",
-                match external {
-                    Some(e) => format!(
-                        "{}; {}",
-                        propagation::wrong_answers(o, cluster_ips),
-                        e.cause()
-                    ),
-                    None => propagation::wrong_answers(o, cluster_ips),
-                },
-            ),
-        }
+                None => propagation::wrong_answers(o, cluster_ips),
+            },
+        ),
     }
 }

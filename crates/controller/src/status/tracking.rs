@@ -1,5 +1,6 @@
 //! The DNS write history of each load balancer and the propagation check it starts.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -31,42 +32,43 @@ fn hosts_key(hostnames: &[HostnameStatus]) -> String {
         .join(",")
 }
 
+/// Records, in the loop's memory, a DNS write that changed this load balancer's hostnames.
+pub(super) fn track_write(
+    written: &mut HashMap<ObjectRef, Written>,
+    lb: &ObjectRef,
+    status: &HairpinStatus,
+    existing: Option<&Hairpin>,
+    dns: &DnsState,
+) {
+    let hosts = hosts_key(&status.hostnames);
+    let entry = written.entry(lb.clone()).or_insert_with(|| {
+        // What an earlier run (or the other replica) recorded.
+        let old = existing.and_then(|h| h.status.as_ref());
+        Written {
+            hosts: old.map(|s| hosts_key(&s.hostnames)).unwrap_or_default(),
+            time: old.and_then(|s| s.last_write_time.clone()),
+            instant: None,
+            propagation: old.and_then(|s| s.propagation_seconds),
+        }
+    });
+    if entry.hosts != hosts {
+        entry.hosts = hosts;
+        if *dns == (DnsState::InPlace { wrote: true }) {
+            entry.time = Some(now());
+            entry.instant = Some(Instant::now());
+            entry.propagation = None;
+        }
+    }
+}
+
 // === impl StatusWriter ===
 
 impl StatusWriter {
-    /// Records a DNS write that changed this load balancer's hostnames.
-    pub(super) fn track_write(
-        &mut self,
-        lb: &ObjectRef,
-        status: &HairpinStatus,
-        existing: Option<&Hairpin>,
-        dns: &DnsState,
-    ) {
-        let hosts = hosts_key(&status.hostnames);
-        let entry = self.written.entry(lb.clone()).or_insert_with(|| {
-            // What an earlier run (or the other replica) recorded.
-            let old = existing.and_then(|h| h.status.as_ref());
-            Written {
-                hosts: old.map(|s| hosts_key(&s.hostnames)).unwrap_or_default(),
-                time: old.and_then(|s| s.last_write_time.clone()),
-                instant: None,
-                propagation: old.and_then(|s| s.propagation_seconds),
-            }
-        });
-        if entry.hosts != hosts {
-            entry.hosts = hosts;
-            if *dns == (DnsState::InPlace { wrote: true }) {
-                entry.time = Some(now());
-                entry.instant = Some(Instant::now());
-                entry.propagation = None;
-            }
-        }
-    }
-
     /// Starts (or restarts) the propagation check when the hostnames or the ClusterIP changed.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn start_check(
         &mut self,
+        written: &mut HashMap<ObjectRef, Written>,
         plan: &Plan,
         snapshot: &ClusterSnapshot,
         lb: &ObjectRef,
@@ -99,7 +101,7 @@ impl StatusWriter {
         if self.checks.is_running(lb, &fingerprint) {
             return;
         }
-        let written = self.written.get_mut(lb).and_then(|w| w.instant.take());
+        let written = written.get_mut(lb).and_then(|w| w.instant.take());
         self.checks.start(
             plan,
             snapshot,

@@ -1,150 +1,106 @@
-//! The DNS change: its keys written one by one, each guarded against a write fight, or the
-//! `DNSEndpoint`s of `--dns-mode external-dns`; where it was left is the DNS state the Hairpin
-//! statuses report.
+//! Executing the DNS change: the clean-ups an earlier mode left, then its keys one by one, or
+//! the `DNSEndpoint`s of `--dns-mode external-dns`; what each found is handed back.
 
-use std::time::Instant;
+use hairpin_planner::DnsChange;
 
-use hairpin_planner::{ClusterSnapshot, DnsChange, Plan};
-
-use super::super::decide::{self, DnsIntent, DnsKey, DnsTarget, DnsWritten, earliest};
-use super::{Reconciler, execute};
+use super::super::decide::{Actions, DnsIntent, DnsTarget};
+use super::super::observed::{
+    DnsObserved, EndpointsObserved, KeyObserved, ObjectsObserved, Observed,
+};
+use super::key;
 use crate::Error;
-use crate::apply::{KeyOutcome, last_writer, write_key};
-use crate::fight::Decision;
-use crate::status::DnsState;
+use crate::apply::{ObjectChanges, write_key};
+use crate::context::Context;
+use crate::dns_endpoints::DnsEndpointWriter;
 
-impl Reconciler {
-    /// Executes the DNS part of an intent: the clean-ups an earlier mode left, then the
-    /// `DNSEndpoint`s or the DNS keys.
-    pub(super) async fn apply_dns(
-        &mut self,
-        plan: &Plan,
-        snapshot: &ClusterSnapshot,
-        dns: DnsIntent<'_>,
-    ) -> Result<Option<Instant>, Error> {
-        let (change, effects, clean_ups, target) = match dns {
-            DnsIntent::NotPlanned { verdict, state } => {
-                self.outcome.dns_state = state;
-                return Ok(self.follow(verdict).await);
-            }
-            DnsIntent::Planned {
-                change,
-                effects,
-                clean_ups,
-                target,
-            } => (change, effects, clean_ups, target),
-        };
-        execute(&self.ctx, effects).await;
-        for edit in clean_ups {
-            write_key(&self.ctx.client, &edit).await?;
+/// Executes the DNS part of `actions`, recording in `observed` what each write found.
+pub(super) async fn dns(
+    ctx: &Context,
+    endpoints: &DnsEndpointWriter,
+    actions: &Actions<'_>,
+    observed: &mut Observed,
+) -> Result<(), Error> {
+    let (change, clean_ups, target) = match &actions.intent.dns {
+        DnsIntent::NotPlanned { .. } => {
+            observed.dns = Some(DnsObserved::NotPlanned);
+            return Ok(());
         }
-        let keys = match target {
-            DnsTarget::Keys(keys) => keys,
-            DnsTarget::Endpoints(endpoints) => {
-                let applied = self
-                    .dns_endpoints
-                    .apply(
-                        plan,
-                        endpoints,
-                        snapshot,
-                        &mut self.fights,
-                        &mut self.outcome.dns_state,
-                    )
-                    .await?;
-                let Some(changes) = applied else {
-                    return Ok(None);
+        DnsIntent::Planned {
+            change,
+            clean_ups,
+            target,
+            ..
+        } => (*change, clean_ups, target),
+    };
+    observed.dns = Some(DnsObserved::Keys(Vec::new()));
+    for edit in clean_ups {
+        write_key(&ctx.client, edit).await?;
+    }
+    match target {
+        DnsTarget::Keys(keys) => {
+            let guards = keys.iter().zip(&actions.guards.dns_keys);
+            for (dns_key, decision) in guards {
+                let found = match key(ctx, dns_key.edit.as_ref(), *decision).await {
+                    Ok(found) => found,
+                    // Not leading any more: not a failure of the DNS write.
+                    Err(err) if crate::gate::is_withheld(&err) => return Err(err),
+                    Err(err) => {
+                        push(observed, KeyObserved::Failed(err.to_string()));
+                        return Err(err);
+                    }
                 };
-                self.ctx.count_writes(changes.writes());
-                let requeue = self.report_reverts("DNSEndpoint", &changes).await;
-                self.dns_endpoints.announce(endpoints, &changes).await;
-                return Ok(requeue);
+                if matches!(found, KeyObserved::Written { .. }) {
+                    written(change, dns_key.write);
+                }
+                push(observed, found);
             }
-        };
-        let mut requeue: Option<Instant> = None;
-        for key in keys {
-            let next = self.apply_write(plan, change, key).await?;
-            requeue = earliest(requeue, next);
+            Ok(())
         }
-        Ok(requeue)
+        DnsTarget::Endpoints(planned) => {
+            if actions.guards.endpoints_crd_missing {
+                observed.dns = Some(DnsObserved::Endpoints(EndpointsObserved::CrdMissing));
+                return Ok(());
+            }
+            let mut changes = ObjectChanges::default();
+            let result = endpoints
+                .apply(planned, &actions.guards.endpoints, &mut changes)
+                .await;
+            let (found, result) = match result {
+                Ok(true) => {
+                    ctx.count_writes(changes.writes());
+                    let done = ObjectsObserved {
+                        changes,
+                        done: true,
+                    };
+                    (EndpointsObserved::Applied(done), Ok(()))
+                }
+                Ok(false) => (EndpointsObserved::CrdMissing, Ok(())),
+                Err(err) if crate::gate::is_withheld(&err) => {
+                    let done = ObjectsObserved {
+                        changes,
+                        done: false,
+                    };
+                    (EndpointsObserved::Applied(done), Err(err))
+                }
+                Err(err) => (
+                    EndpointsObserved::Failed(err.to_string(), changes),
+                    Err(err),
+                ),
+            };
+            observed.dns = Some(DnsObserved::Endpoints(found));
+            result
+        }
     }
+}
 
-    /// Sets the DNS state the Hairpin statuses report, when `primary`.
-    fn dns_state(&mut self, primary: bool, state: DnsState) {
-        if primary {
-            self.outcome.dns_state = state;
-        }
+/// Adds what a DNS key write found.
+fn push(observed: &mut Observed, found: KeyObserved) {
+    if let Some(DnsObserved::Keys(keys)) = &mut observed.dns {
+        keys.push(found);
     }
+}
 
-    /// One DNS key: written when it differs, guarded against a write fight per key. The
-    /// `primary` (CoreDNS) write decides the DNS state the Hairpin statuses report.
-    async fn apply_write(
-        &mut self,
-        plan: &Plan,
-        dns: &DnsChange,
-        key: DnsKey<'_>,
-    ) -> Result<Option<Instant>, Error> {
-        let DnsKey {
-            write,
-            edit,
-            primary,
-        } = key;
-        let target = write.target();
-        let Some(edit) = edit else {
-            self.dns_state(primary, DnsState::InPlace { wrote: false });
-            if self.fights.held(&target, Instant::now()) {
-                execute(&self.ctx, decide::dns_fight_over(write)).await;
-            }
-            return Ok(None);
-        };
-        if let Decision::BackedOff(until) = self.fights.decide(&target, Instant::now()) {
-            self.dns_state(primary, decide::dns_backed_off(write));
-            return Ok(Some(until));
-        }
-        let outcome = match write_key(&self.ctx.client, &edit).await {
-            Ok(outcome) => outcome,
-            // Not leading any more: not a failure of the DNS write.
-            Err(err) if crate::gate::is_withheld(&err) => return Err(err),
-            Err(err) => {
-                let (verdict, state) = decide::dns_write_failed(write, &err);
-                self.dns_state(primary, state);
-                self.follow(verdict).await;
-                return Err(err);
-            }
-        };
-        let (after, managed_fields) = match outcome {
-            KeyOutcome::Written {
-                after,
-                managed_fields,
-                ..
-            } => (after, managed_fields),
-            KeyOutcome::Unchanged { .. } => {
-                self.dns_state(primary, DnsState::InPlace { wrote: false });
-                return Ok(None);
-            }
-            KeyOutcome::ConfigMapMissing => {
-                self.dns_state(primary, decide::dns_config_map_missing(write));
-                return Ok(None);
-            }
-        };
-        self.dns_state(primary, DnsState::InPlace { wrote: true });
-        self.ctx.count_writes(1);
-        tracing::info!(configmap = %write.config_map, key = %write.key, entries = dns.entries.len(), "DNS change written");
-        let observation = self.fights.written(&target, after, Instant::now());
-        let writer = last_writer(&managed_fields);
-        let written = DnsWritten {
-            dns,
-            write,
-            observation,
-            managed_fields: &managed_fields,
-            writer: writer.as_deref(),
-            coredns: &plan.coredns,
-        };
-        let verdict = decide::dns_written(
-            &written,
-            &self.config.planner,
-            self.config.fight.window,
-            Instant::now(),
-        );
-        Ok(self.follow(verdict).await)
-    }
+/// Logs a DNS key written.
+fn written(change: &DnsChange, write: &hairpin_planner::DnsWrite) {
+    tracing::info!(configmap = %write.config_map, key = %write.key, entries = change.entries.len(), "DNS change written");
 }

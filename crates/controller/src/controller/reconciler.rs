@@ -1,0 +1,189 @@
+//! One reconcile: memory in, actions out. `plan = desired(snapshot)`; `actions =
+//! decide(plan, memory, now)`, pure; `observed = act(actions)`, I/O only; `memory =
+//! remember(memory, observed, now)`, pure; then what the writes found decides what follows
+//! (`decide::after`, pure: the Events about a write, a revert, a fight), which is executed.
+//! The Hairpin statuses and the native cure are written by their own executors, the
+//! [`StatusWriter`] with what the memory says of the DNS change, the [`NativeCurer`] inside
+//! `act`, as before (the remaining exception: it still decides and remembers inside).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hairpin_planner::{ClusterSnapshot, Plan};
+
+use super::act::{self, Writers};
+use super::decide::{self, Reports, Scene};
+use super::memory::{Memory, remember};
+use super::{ControllerConfig, StopFuture};
+use crate::Error;
+use crate::context::Context;
+use crate::dns_endpoints::DnsEndpointWriter;
+use crate::native::NativeCurer;
+use crate::ownership::OwnershipResolver;
+use crate::propagation::Checks;
+use crate::status::StatusWriter;
+use crate::watch::Caches;
+
+/// The leader's executors (which keep no state, but the native curer) and its [`Memory`].
+pub(super) struct Reconciler {
+    ctx: Arc<Context>,
+    config: ControllerConfig,
+    /// Everything the loop keeps between reconciles, but the native cure's.
+    memory: Memory,
+    /// The Hairpin statuses, and the propagation checks (a sensor: each check wakes the loop).
+    status: StatusWriter,
+    /// The `DNSEndpoint`s of `--dns-mode external-dns` (and their clean-up after a switch).
+    dns_endpoints: DnsEndpointWriter,
+    /// The native cure's status writes, probes and record (the one executor that still keeps
+    /// its state beside the memory: its record, its probes' results, its write fights over
+    /// `ipMode`).
+    native: NativeCurer,
+    /// The ownership resolver, with `--verify-hostnames=resolve` (a sensor: it wakes the loop
+    /// as answers come).
+    ownership: Option<OwnershipResolver>,
+}
+
+impl Reconciler {
+    /// The reconciler of a controller whose caches have synced, writing through `ctx`. With
+    /// hostname verification on, its resolver starts here: only the leader plans, so only the
+    /// leader's resolver has names to ask; a new leader holds its first write until their
+    /// answers come (`verified_once`).
+    pub(super) fn new(ctx: &Arc<Context>, config: &ControllerConfig, stop: &StopFuture) -> Self {
+        let ownership = (config.planner.verify_hostnames == hairpin_planner::VerifyMode::Resolve)
+            .then(|| {
+                OwnershipResolver::new(
+                    config.ownership.clone(),
+                    ctx.changed.clone(),
+                    ctx.metrics.clone(),
+                )
+            });
+        if let Some(ownership) = &ownership {
+            tokio::spawn(ownership.clone().run(stop.clone()));
+        }
+        Reconciler {
+            dns_endpoints: DnsEndpointWriter::new(ctx),
+            native: NativeCurer::new(ctx, config.native.clone(), config.fight.clone()),
+            status: StatusWriter::new(ctx, Checks::new(ctx, config.propagation.clone())),
+            ownership,
+            ctx: ctx.clone(),
+            config: config.clone(),
+            memory: Memory::new(config.fight.clone()),
+        }
+    }
+
+    /// One reconcile: memory in, actions out. Returns when to run again, if sooner than the
+    /// resync.
+    pub(super) async fn reconcile(&mut self, caches: &Caches) -> Result<Option<Instant>, Error> {
+        let started = Instant::now();
+        self.ctx.metrics.reconciles.inc();
+        let (snapshot, plan) = match self.desired(caches) {
+            Ok(planned) => planned,
+            Err(wait) => return Ok(Some(wait)),
+        };
+        let (planner, recall) = (&self.config.planner, self.memory.recall());
+        let mut actions = decide::actions(&plan, &snapshot, planner, recall, Instant::now());
+        let Reports { effects, reported } = std::mem::take(&mut actions.intent.reports);
+        let mut observed = act::act(self.writers(), &actions, &plan, &snapshot).await;
+        let memory = std::mem::take(&mut self.memory);
+        let (memory, learnt) = remember(memory, reported, &actions, &mut observed, Instant::now());
+        self.memory = memory;
+        let scene = self.scene(&plan, &snapshot, Instant::now());
+        let after = decide::after(&actions, &observed, &learnt, scene);
+        act::execute(&self.ctx, after.effects).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        self.ctx.metrics.reconcile_duration.observe(elapsed);
+        act::execute(&self.ctx, effects).await;
+        let statuses = self.statuses(&plan, &snapshot, caches).await;
+        match observed.error {
+            Some(err) => Err(err),
+            None => statuses.map(|()| after.requeue),
+        }
+    }
+
+    /// The executors of the writes.
+    fn writers(&mut self) -> Writers<'_> {
+        Writers {
+            ctx: &self.ctx,
+            native: &mut self.native,
+            endpoints: &self.dns_endpoints,
+        }
+    }
+
+    /// What `decide::after` reads besides the actions and what they found.
+    fn scene<'a>(
+        &'a self,
+        plan: &'a Plan,
+        snapshot: &'a ClusterSnapshot,
+        now: Instant,
+    ) -> Scene<'a> {
+        Scene {
+            plan,
+            snapshot,
+            planner: &self.config.planner,
+            window: self.config.fight.window,
+            now,
+        }
+    }
+
+    /// The plan, from the caches; or when to look again, when the receivers' ConfigMaps or
+    /// the names' first answers are awaited.
+    fn desired(&mut self, caches: &Caches) -> Result<(ClusterSnapshot, Plan), Instant> {
+        // What the caches say of external-dns's CRD (a sensor), for the memory.
+        self.memory.dns_endpoints.crd = caches.dns_endpoints_served();
+        let mut snapshot = caches.snapshot();
+        // The Nodes (watched from the first native cure on), for the native cure's gate.
+        snapshot.nodes = self.native.nodes();
+        snapshot.node_probes = self.native.node_probes();
+        // Do no harm: a receiver whose ConfigMap was just named (a new workload, a new
+        // leader) is read before anything is planned for its load balancer; the watch wakes
+        // the loop once it has listed.
+        let waiting = caches.follow_receivers(&snapshot);
+        if !waiting.is_empty() {
+            tracing::debug!(waiting = %waiting.join(", "), "waiting for the receivers' ConfigMaps to list before planning");
+            return Err(Instant::now() + Duration::from_millis(500));
+        }
+        if let Some(ownership) = &self.ownership {
+            snapshot.resolutions = ownership.resolutions();
+        }
+        let plan = hairpin_planner::desired(&snapshot, &self.config.planner);
+        if let Some(ownership) = &self.ownership {
+            ownership.want(&plan.verification.names, &plan.coredns.forward_zones);
+            // Do no harm on a start: names not resolved yet are not redirected, so writing
+            // before their answers come would drop working names for a moment. The resolver
+            // wakes the loop as answers arrive.
+            if !self.memory.verified_once && !ownership.settled() {
+                tracing::info!(
+                    names = plan.verification.names.len(),
+                    "waiting for the first upstream answers before writing"
+                );
+                return Err(Instant::now() + Duration::from_secs(1));
+            }
+            self.memory.verified_once = true;
+        }
+        Ok((snapshot, plan))
+    }
+
+    /// The plan's warnings logged, and the Hairpin statuses written with what the memory says
+    /// of the DNS change and the hairpin Services.
+    async fn statuses(
+        &mut self,
+        plan: &Plan,
+        snapshot: &ClusterSnapshot,
+        caches: &Caches,
+    ) -> Result<(), Error> {
+        for warning in &plan.warnings {
+            tracing::warn!(subject = %warning.subject, "{}", warning.message);
+        }
+        self.status
+            .sync(
+                &mut self.memory.statuses,
+                plan,
+                snapshot,
+                caches.hairpins(),
+                |name| caches.ready_endpoints(name),
+                &self.memory.dns_state,
+                &self.memory.services_backed_off,
+            )
+            .await
+    }
+}
