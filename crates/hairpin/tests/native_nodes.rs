@@ -689,7 +689,9 @@ fn native_proven_by_every_nodes_agent() {
         log,
     );
     let (proxy_ip, listener) = proxy_endpoints(&api, log);
-    let _hosts_a = start_proxy(&api, &mut scene.node, (&proxy_ip, listener), "");
+    // The doctor in A resolves the name as the public DNS does (its /etc/hosts).
+    let public = format!("{lb_ip} {HOST}\n");
+    let _hosts_a = start_proxy(&api, &mut scene.node, (&proxy_ip, listener), &public);
     let _hosts_b = start_proxy(&api, &mut b, (&proxy_ip, listener), "");
     start_agent(&api, &mut scene.node, "node-a", &token);
     start_agent(&api, &mut b, "node-b", &token);
@@ -963,6 +965,13 @@ fn native_proven_by_every_nodes_agent() {
             .to_owned();
         println!("d) hairpin plan: {plan_line}");
         assert!(!plan_line.is_empty(), "hairpin plan names node-c:\n{plan}");
+        let doctor = doctor_text(api_ref, &scene.node);
+        let doctor_lines: Vec<&str> = doctor.lines().filter(|l| l.contains("node-c")).collect();
+        println!("d) hairpin doctor: {}", doctor_lines.join(" | "));
+        assert!(
+            !doctor_lines.is_empty(),
+            "hairpin doctor names node-c:\n{doctor}"
+        );
         let agent_c = started.elapsed();
         start_agent(api_ref, &mut c, "node-c", &token);
         let vouched = wait_for(

@@ -7,60 +7,14 @@
 //! node-name`, from 1.30), to its own node's. Every write is made with the ServiceAccount's
 //! own token and printed as a row (`--nocapture`).
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use hairpin_testkit::helm;
 use hairpin_testkit::kube::{self, ApiServer};
 use serde_json::{Value, json};
 
 const POLICY: &str = "hairpin-node-probe-leases";
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/hairpin/leases";
-
-/// The chart rendered with `values` (hooks left out); `None` (printed) without the wheel.
-fn helm_render(values: &Value) -> Option<Vec<Value>> {
-    let venv = std::env::var("HAIRPIN_HELM_VENV").map_or_else(
-        |_| {
-            let home = std::env::var("HOME").unwrap_or_default();
-            PathBuf::from(home).join(".cache/hairpin/helm-venv")
-        },
-        PathBuf::from,
-    );
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        println!(
-            "skipped: no helm-python-sdk at {} (run scripts/chart-check.sh once)",
-            venv.display()
-        );
-        return None;
-    }
-    let script = r#"
-import json, sys
-import helm_python as helm, yaml
-with helm.Chart.load(sys.argv[1]) as chart:
-    rendered = chart.render(json.loads(sys.argv[2]), name="hairpin", namespace="hairpin")
-docs = []
-for source, text in sorted(rendered.items()):
-    if source.endswith("NOTES.txt"):
-        continue
-    for doc in yaml.safe_load_all(text):
-        if doc and "helm.sh/hook" not in (doc.get("metadata", {}).get("annotations") or {}):
-            docs.append(doc)
-print(json.dumps(docs))
-"#;
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../../charts/hairpin");
-    let out = Command::new(python)
-        .args(["-c", script, chart])
-        .arg(values.to_string())
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "render: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(serde_json::from_slice(&out.stdout).expect("rendered JSON"))
-}
 
 /// A node's Lease `name` held by `holder`.
 fn lease(name: &str, holder: &str) -> Value {
@@ -165,7 +119,11 @@ fn the_node_agents_write_only_their_own_nodes_lease() {
     if kube::skip_without("the_node_agents_write_only_their_own_nodes_lease") {
         return;
     }
-    let Some(objects) = helm_render(&json!({"nodeAgent": {"enabled": true}})) else {
+    let Some(objects) = helm::render(
+        "the_node_agents_write_only_their_own_nodes_lease",
+        &helm::chart(),
+        &json!({"nodeAgent": {"enabled": true}}),
+    ) else {
         return;
     };
     let api = ApiServer::start().expect("start kube-apiserver");

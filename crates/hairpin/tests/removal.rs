@@ -14,6 +14,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use hairpin_testkit::helm;
 use hairpin_testkit::kube::{self, ApiServer, ControllerManager, Group, object_path};
 use serde_json::{Value, json};
 
@@ -1310,53 +1311,6 @@ fn auth_reconcile_is_not_a_removal() {
     });
 }
 
-/// The chart at `chart` rendered with Helm's own engine (the helm-python-sdk wheel
-/// `scripts/render-manifest.sh` installs) and `values`, as `helm upgrade` renders it (hooks
-/// left out); `None` (printed) without the wheel.
-fn helm_render(chart: &std::path::Path, values: &Value) -> Option<Vec<Value>> {
-    let venv = std::env::var("HAIRPIN_HELM_VENV").map_or_else(
-        |_| {
-            let home = std::env::var("HOME").unwrap_or_default();
-            PathBuf::from(home).join(".cache/hairpin/helm-venv")
-        },
-        PathBuf::from,
-    );
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        println!(
-            "skipped: no helm-python-sdk at {} (run scripts/chart-check.sh once)",
-            venv.display()
-        );
-        return None;
-    }
-    let script = r#"
-import json, sys
-import helm_python as helm, yaml
-with helm.Chart.load(sys.argv[1]) as chart:
-    rendered = chart.render(json.loads(sys.argv[2]), name="hairpin", namespace="hairpin")
-docs = []
-for source, text in sorted(rendered.items()):
-    if source.endswith("NOTES.txt"):
-        continue
-    for doc in yaml.safe_load_all(text):
-        if doc and "helm.sh/hook" not in (doc.get("metadata", {}).get("annotations") or {}):
-            docs.append(doc)
-print(json.dumps(docs))
-"#;
-    let out = Command::new(python)
-        .args(["-c", script])
-        .arg(chart)
-        .arg(values.to_string())
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "render: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(serde_json::from_slice(&out.stdout).expect("rendered JSON"))
-}
-
 /// `helm upgrade` from `old` to `new` as Helm does it: every object of `new` applied (created
 /// or updated), then every object of `old` that `new` no longer has deleted (background). The
 /// objects deleted, `Kind name`.
@@ -1409,13 +1363,15 @@ fn chart_renaming_the_binding(dir: &std::path::Path) -> PathBuf {
 /// restored, and the controller goes on.
 #[test]
 fn helm_upgrade_renaming_the_binding_is_not_a_removal() {
+    const TEST: &str = "helm_upgrade_renaming_the_binding_is_not_a_removal";
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
     let shipped_chart = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../charts/hairpin"));
-    let Some(old) = helm_render(&shipped_chart, &json!({})) else {
+    let Some(old) = helm::render(TEST, &shipped_chart, &json!({})) else {
         return;
     };
-    let new = helm_render(&chart_renaming_the_binding(dir.path()), &json!({})).expect("render");
+    let new =
+        helm::render(TEST, &chart_renaming_the_binding(dir.path()), &json!({})).expect("render");
     let Some(mut c) = cluster("helm upgrade renaming the binding") else {
         return;
     };
@@ -1441,13 +1397,18 @@ fn helm_upgrade_renaming_the_binding_is_not_a_removal() {
 /// (the controller restarted with the new namespace) writes into the new Corefile.
 #[test]
 fn helm_upgrade_moving_the_coredns_namespace_is_not_a_removal() {
+    const TEST: &str = "helm_upgrade_moving_the_coredns_namespace_is_not_a_removal";
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let shipped_chart = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../charts/hairpin"));
-    let Some(old) = helm_render(&shipped_chart, &json!({})) else {
+    let Some(old) = helm::render(TEST, &shipped_chart, &json!({})) else {
         return;
     };
-    let new =
-        helm_render(&shipped_chart, &json!({"coredns": {"namespace": "dns"}})).expect("render");
+    let new = helm::render(
+        TEST,
+        &shipped_chart,
+        &json!({"coredns": {"namespace": "dns"}}),
+    )
+    .expect("render");
     let Some(mut c) = cluster("helm upgrade coredns.namespace") else {
         return;
     };

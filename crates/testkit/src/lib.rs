@@ -8,6 +8,7 @@
 
 pub mod coredns;
 pub mod golden;
+pub mod helm;
 pub mod kube;
 pub mod outside;
 pub mod skip;
