@@ -196,13 +196,16 @@ async fn release_plan(
     armed: &Armed,
 ) -> (Vec<Held>, Vec<String>) {
     let mut left = Vec::new();
+    // A binding before its Role: once a Role being deleted is let go it is gone, and the API
+    // server then refuses any update of a binding that names it (it cannot resolve the
+    // roleRef: 404), finalizers included. The ClusterRole grants these patches, not the Roles.
     let mut order = vec![
         Held::Deployment,
         Held::NativeRecord,
-        Held::CorednsRole,
         Held::CorednsRoleBinding,
-        Held::Role,
+        Held::CorednsRole,
         Held::RoleBinding,
+        Held::Role,
     ];
     let pair = [Held::ClusterRole, Held::ClusterRoleBinding];
     if armed.release_pair && release_pair_stands(client, p).await {
@@ -273,13 +276,14 @@ async fn release(
 /// Removes hairpin's finalizer from every object the guard holds (`hairpin uninstall` does,
 /// before the objects are deleted: nothing is left held then). Returns the errors.
 pub async fn release_all(client: &kube::Client, p: &RemovalParams) -> Vec<String> {
+    // Bindings before their Roles, as in `release_plan`.
     let order = [
         Held::Deployment,
         Held::NativeRecord,
-        Held::CorednsRole,
         Held::CorednsRoleBinding,
-        Held::Role,
+        Held::CorednsRole,
         Held::RoleBinding,
+        Held::Role,
         Held::ClusterRole,
         Held::ClusterRoleBinding,
         Held::ServiceAccount,
