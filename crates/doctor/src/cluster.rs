@@ -279,10 +279,6 @@ async fn read_sources(client: &Client, bound: Duration, gaps: &mut Vec<String>) 
     snapshot
 }
 
-/// How old a node agent's heartbeat may be and still vouch for its node: the chart's default
-/// `nodeAgent.probeMaxAge` (the controller's `--node-probes-max-age`).
-const NODE_PROBES_MAX_AGE: Duration = Duration::from_secs(120);
-
 /// The node agents' reports of the native cure ([`hairpin_planner::node_probes`]), as the
 /// controller reads them, so that the plan names a node that keeps the DNS cure; `None` where no
 /// agent reports (none runs, or their Leases cannot be read: the controller's probe decides).
@@ -291,9 +287,9 @@ async fn read_node_probes(
     config: &PlannerConfig,
     bound: Duration,
 ) -> Option<Vec<hairpin_planner::node_probes::NodeReport>> {
-    use hairpin_planner::node_probes::{COMPONENT, from_lease};
+    use hairpin_planner::node_probes::{ONE_SHOT_MAX_AGE, label_selector, reports};
     use k8s_openapi::api::coordination::v1::Lease;
-    let params = ListParams::default().labels(&format!("app.kubernetes.io/component={COMPONENT}"));
+    let params = ListParams::default().labels(&label_selector());
     let leases: Vec<Lease> = list_with(
         Api::namespaced(client.clone(), &config.namespace),
         &params,
@@ -302,12 +298,11 @@ async fn read_node_probes(
         &mut Vec::new(),
     )
     .await;
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let reports: Vec<_> = leases
-        .iter()
-        .filter_map(|lease| from_lease(lease, now, NODE_PROBES_MAX_AGE))
-        .collect();
-    (!reports.is_empty()).then_some(reports)
+    reports(
+        &leases,
+        k8s_openapi::jiff::Timestamp::now(),
+        ONE_SHOT_MAX_AGE,
+    )
 }
 
 /// The ConfigMaps the planner reads, into `snapshot`; true when a DNS one (CoreDNS,

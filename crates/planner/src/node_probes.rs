@@ -31,6 +31,25 @@ pub const LEASE_PREFIX: &str = "hairpin-node-";
 /// watches them by it).
 pub const COMPONENT: &str = "node-probe";
 
+/// The label selector of the nodes' Leases.
+pub fn label_selector() -> String {
+    format!("app.kubernetes.io/component={COMPONENT}")
+}
+
+/// How old a node agent's heartbeat may be and still vouch for its node when the Leases are
+/// read once (`hairpin plan`, `hairpin doctor`): the chart's default `nodeAgent.probeMaxAge`.
+pub const ONE_SHOT_MAX_AGE: Duration = Duration::from_secs(120);
+
+/// The nodes' reports in `leases` as of `now` ([`from_lease`]); `None` where no Lease is a
+/// node's report (no agent runs: the controller's probe decides).
+pub fn reports(leases: &[Lease], now: Timestamp, max_age: Duration) -> Option<Vec<NodeReport>> {
+    let reports: Vec<NodeReport> = leases
+        .iter()
+        .filter_map(|lease| from_lease(lease, now, max_age))
+        .collect();
+    (!reports.is_empty()).then_some(reports)
+}
+
 /// The name of `node`'s Lease.
 pub fn lease_name(node: &str) -> String {
     format!("{LEASE_PREFIX}{node}")

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use hairpin_planner::node_probes::{COMPONENT, NodeReport, PROBES_ANNOTATION, from_lease};
+use hairpin_planner::node_probes::{
+    NodeReport, ONE_SHOT_MAX_AGE, PROBES_ANNOTATION, from_lease, label_selector, reports,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
@@ -19,11 +21,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
 
 use super::WatchBackoff;
-
-/// The label selector of the nodes' Leases.
-pub(crate) fn selector() -> String {
-    format!("app.kubernetes.io/component={COMPONENT}")
-}
 
 /// The nodes' Leases as the watch saw them last; cheap to clone.
 #[derive(Clone)]
@@ -91,7 +88,7 @@ impl NodeProbeLeases {
     async fn watch(self, api: Api<Lease>, writer: Writer<Lease>, changed: Arc<Notify>) {
         let events = reflector::reflector(
             writer,
-            watcher::watcher(api, watcher::Config::default().labels(&selector()))
+            watcher::watcher(api, watcher::Config::default().labels(&label_selector()))
                 .backoff(WatchBackoff::default()),
         );
         futures::pin_mut!(events);
@@ -117,10 +114,6 @@ impl NodeProbeLeases {
     }
 }
 
-/// How old a node agent's heartbeat may be and still vouch for its node, for a one-shot read
-/// (`hairpin plan`): the chart's default `nodeAgent.probeMaxAge`.
-const ONE_SHOT_MAX_AGE: Duration = Duration::from_secs(120);
-
 /// The node agents' reports listed once (`hairpin plan`); `None` where no agent reports, or
 /// their Leases cannot be listed (the controller's probe decides, as where none runs).
 pub(crate) async fn list_node_reports(
@@ -128,15 +121,9 @@ pub(crate) async fn list_node_reports(
     namespace: &str,
 ) -> Option<Vec<NodeReport>> {
     let api: Api<Lease> = Api::namespaced(client, namespace);
-    let params = kube::api::ListParams::default().labels(&selector());
+    let params = kube::api::ListParams::default().labels(&label_selector());
     let leases = api.list(&params).await.ok()?;
-    let now = Timestamp::now();
-    let reports: Vec<NodeReport> = leases
-        .items
-        .iter()
-        .filter_map(|lease| from_lease(lease, now, ONE_SHOT_MAX_AGE))
-        .collect();
-    (!reports.is_empty()).then_some(reports)
+    reports(&leases.items, Timestamp::now(), ONE_SHOT_MAX_AGE)
 }
 
 #[cfg(test)]
