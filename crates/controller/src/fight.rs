@@ -158,10 +158,12 @@ impl FightGuard {
 }
 
 /// One [`FightGuard`] per target (a ConfigMap key `namespace/name/key`, an object
-/// `Kind namespace/name`).
+/// `Kind namespace/name`, a Service's `ipMode`).
 #[derive(Debug)]
 pub struct Fights {
     params: FightParams,
+    /// Targets whose name starts with the prefix take these settings instead.
+    by_prefix: Vec<(String, FightParams)>,
     guards: BTreeMap<String, FightGuard>,
 }
 
@@ -170,8 +172,15 @@ impl Fights {
     pub fn new(params: FightParams) -> Self {
         Self {
             params,
+            by_prefix: Vec::new(),
             guards: BTreeMap::new(),
         }
+    }
+
+    /// The same, with `params` for the targets whose name starts with `prefix`.
+    pub fn with_prefix(mut self, prefix: &str, params: FightParams) -> Self {
+        self.by_prefix.push((prefix.to_owned(), params));
+        self
     }
 
     /// The settings.
@@ -179,10 +188,20 @@ impl Fights {
         &self.params
     }
 
+    /// The settings of `target`.
+    pub fn params_of(&self, target: &str) -> &FightParams {
+        params_of(&self.params, &self.by_prefix, target)
+    }
+
     fn guard(&mut self, target: &str) -> &mut FightGuard {
-        self.guards
+        let Self {
+            params,
+            by_prefix,
+            guards,
+        } = self;
+        guards
             .entry(target.to_owned())
-            .or_insert_with(|| FightGuard::new(self.params.clone()))
+            .or_insert_with(|| FightGuard::new(params_of(params, by_prefix, target).clone()))
     }
 
     /// May we write `target` now? ([`FightGuard::decide`])
@@ -229,6 +248,18 @@ impl Fights {
         self.guards
             .retain(|target, _| !target.starts_with(prefix) || keep(target));
     }
+}
+
+/// The settings of `target`: those of the first prefix it starts with, else `params`.
+fn params_of<'a>(
+    params: &'a FightParams,
+    by_prefix: &'a [(String, FightParams)],
+    target: &str,
+) -> &'a FightParams {
+    by_prefix
+        .iter()
+        .find(|(prefix, _)| target.starts_with(prefix.as_str()))
+        .map_or(params, |(_, params)| params)
 }
 
 #[cfg(test)]

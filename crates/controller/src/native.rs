@@ -31,29 +31,34 @@
 //! `status` (the status writes, read back; put back; uninstall's hand-over), `state` (the
 //! state machine, pure: record, plan, data plane, verdicts and a clock in, next states out),
 //! `writes`, `put_back` and `verdicts` (the curer acting on it: status writes and the record;
-//! put-backs kept at until applied; probe tasks and their verdicts), and this module (the curer's state between reconciles, and `apply`).
+//! put-backs kept at until applied; probe tasks and their verdicts), `memory` (what the cure
+//! keeps between reconciles, part of the loop's memory), `sensors` (the Nodes' and the node
+//! agents' watches and the probe tasks, started by the loop, read into the memory), and this
+//! module (the executor of one reconcile, over the memory, and `apply`).
 
 mod agent;
+mod memory;
 mod node_reports;
 mod probe;
 mod put_back;
+mod sensors;
 mod state;
 mod status;
 mod verdicts;
 mod writes;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hairpin_planner::native::{IpModeWas, NativeAction, NativeRecord, ProbeState};
-use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
+use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
 
 pub use agent::{NodeProber, NodeProberOptions};
+pub(crate) use memory::NativeMemory;
 pub use probe::{
     Attempt, Baseline, Fingerprints, Observer, ProbeTarget, ProbeVerdict, Proof, baseline,
     from_receiver, probe_once, prove, prove_from, targets,
 };
+pub(crate) use sensors::NativeSensors;
 pub use state::backoff;
 use state::{Now, earliest};
 pub use status::{Written, restore_entry, restore_ip_modes, with_ip_modes, write_ip_modes};
@@ -62,7 +67,6 @@ use crate::Error;
 use crate::context::Context;
 use crate::fight::{FightParams, Fights};
 use crate::report::{object_ref, reason};
-use crate::watch::{NodeProbeLeases, NodeVersions};
 
 /// Settings of the native cure's probe.
 #[derive(Clone, Debug)]
@@ -134,103 +138,68 @@ enum Finished {
     Proof { uid: String, verdict: ProbeVerdict },
 }
 
-type Verdicts = Arc<Mutex<BTreeMap<String, Finished>>>;
-
 /// The longest window within which `--fight-threshold` reverts of `ipMode: Proxy` make a
 /// fight (`--fight-window` when shorter): reverts further apart are a cloud controller's
 /// occasional rebuilds, re-asserted each time, and no longer counted.
 const NATIVE_FIGHT_WINDOW: Duration = Duration::from_secs(30);
 
+/// The loop's write fights with the native cure's settings for `ipMode` (its targets start
+/// with [`state::FIGHT_PREFIX`]): a cloud controller rebuilds the status on every sync of the
+/// Service (a Helm upgrade changing an annotation): rare, re-asserted at once. Only reverts
+/// repeated within a short window (MetalLB rewrites it on every event) are a fight; older
+/// ones decay.
+pub(crate) fn with_ip_mode_fights(fights: Fights, fight: &FightParams) -> Fights {
+    let params = FightParams {
+        window: fight.window.min(NATIVE_FIGHT_WINDOW),
+        ..fight.clone()
+    };
+    fights.with_prefix(state::FIGHT_PREFIX, params)
+}
+
 /// How long a problem shown by the baseline is good for the write that follows it.
 const SHOWN_FOR: Duration = Duration::from_secs(60);
 
-/// The native cure's state between reconciles: the probes running, their verdicts, and when a
-/// failed cure may be tried again.
-pub(crate) struct NativeCurer {
+/// Whether the native cure has anything to do: a record hairpin can read that holds a cure,
+/// or a plan that proposes one (the Nodes are watched from then on).
+pub(crate) fn wanted(plan: &Plan, snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> bool {
+    NativeRecord::read(snapshot, planner)
+        .is_ok_and(|record| !record.load_balancers.is_empty() || !plan.native_actions.is_empty())
+}
+
+/// The native cure's executor for one reconcile: its state is the loop's memory
+/// ([`NativeMemory`], and the write fights over `ipMode`), its probes run under the loop's
+/// sensors ([`NativeSensors`]).
+pub(crate) struct NativeCurer<'a> {
     /// The loop's client, Events, metrics, planner settings and change signal.
-    ctx: Arc<Context>,
-    params: NativeParams,
-    /// Verdicts of finished probes, by `namespace/name`.
-    verdicts: Verdicts,
-    /// Probes running, by `namespace/name`.
-    running: BTreeMap<String, tokio::task::AbortHandle>,
-    /// Load balancers whose problem the baseline showed, by `namespace/name`: uid and when.
-    /// And the IPs it left out (unreachable from here).
-    shown: BTreeMap<String, (String, Instant, Vec<String>)>,
-    /// The data plane ([`hairpin_planner::native::data_plane`], plus the API server's
-    /// version) now, and since when this instance has seen it.
-    data_plane: (String, Instant),
-    /// The API server's `gitVersion`, and when it was read.
-    server_version: Option<(String, Instant)>,
-    /// The proven cures of the record were put to `probing` (this instance trusts no
-    /// verdict it did not reach itself).
-    started: bool,
-    /// Writers that keep removing hairpin's `ipMode: Proxy`, per Service.
-    fights: Fights,
-    /// The record this instance wrote last, and when, until the snapshot shows it: a plan made
-    /// from a cache that has not seen it yet (the status write's own event comes first) would
-    /// repeat a write the record already says not to make.
-    written: Option<(NativeRecord, Instant)>,
-    /// The Nodes' versions (part of the data plane), watched once this instance applies.
-    nodes: Option<(NodeVersions, tokio::task::AbortHandle)>,
-    /// Put-backs refused or not applied, by `namespace/name`: refusals in a row, and when the
-    /// next try is due.
-    put_backs: BTreeMap<String, (u32, Instant)>,
-    /// What answered each load balancer's HTTP ports through the receiver's header path in
-    /// the last baseline that showed the problem, by `namespace/name`: the proof after the
-    /// write requires it ([`probe::from_receiver`]).
-    receivers: BTreeMap<String, probe::Fingerprints>,
-    /// The node agents' reports (their Leases), watched once this instance applies a cure and
-    /// [`NativeParams::node_reports`] is set.
-    node_probes: Option<(NodeProbeLeases, tokio::task::AbortHandle)>,
-    /// Put-backs held until the DNS rules brought back for a node's failure have settled, by
-    /// `namespace/name`.
-    settling: BTreeMap<String, Instant>,
+    ctx: &'a Context,
+    params: &'a NativeParams,
+    /// What the cure remembers between reconciles.
+    mem: &'a mut NativeMemory,
+    /// The loop's write fights (those over `ipMode` among them).
+    fights: &'a mut Fights,
+    /// The probes running.
+    probes: &'a mut NativeSensors,
 }
 
 /// How long a snapshot may lag behind the record this instance wrote before it is trusted
 /// all the same (someone else changed the record meanwhile: uninstall deleted it).
 const RECORD_CACHE_LAG: Duration = Duration::from_secs(5);
 
-impl Drop for NativeCurer {
-    fn drop(&mut self) {
-        for task in self.running.values() {
-            task.abort();
-        }
-        if let Some((_, watch)) = &self.nodes {
-            watch.abort();
-        }
-        if let Some((_, watch)) = &self.node_probes {
-            watch.abort();
-        }
-    }
-}
-
-impl NativeCurer {
-    pub(crate) fn new(ctx: &Arc<Context>, params: NativeParams, fight: FightParams) -> Self {
-        // A cloud controller rebuilds the status on every sync of the Service (a Helm upgrade
-        // changing an annotation): rare, re-asserted at once. Only reverts repeated within a
-        // short window (MetalLB rewrites it on every event) are a fight; older ones decay.
-        let fights = Fights::new(FightParams {
-            window: fight.window.min(NATIVE_FIGHT_WINDOW),
-            ..fight
-        });
+impl<'a> NativeCurer<'a> {
+    /// The executor of one reconcile, over the loop's memory and sensors.
+    pub(crate) fn new(
+        ctx: &'a Context,
+        params: &'a NativeParams,
+        mem: &'a mut NativeMemory,
+        fights: &'a mut Fights,
+        probes: &'a mut NativeSensors,
+    ) -> Self {
         Self {
-            ctx: ctx.clone(),
+            ctx,
             params,
-            verdicts: Arc::default(),
-            running: BTreeMap::new(),
-            shown: BTreeMap::new(),
-            data_plane: (String::new(), Instant::now()),
-            server_version: None,
-            started: false,
+            mem,
             fights,
-            written: None,
-            nodes: None,
-            put_backs: BTreeMap::new(),
-            receivers: BTreeMap::new(),
-            node_probes: None,
-            settling: BTreeMap::new(),
+            probes,
         }
     }
 
@@ -258,7 +227,7 @@ impl NativeCurer {
     /// The API server's `gitVersion`, read again when older than `version_every` (empty when
     /// it cannot be read).
     async fn server_version(&mut self) -> String {
-        if let Some((version, at)) = &self.server_version
+        if let Some((version, at)) = &self.mem.server_version
             && at.elapsed() < self.params.version_every
         {
             return version.clone();
@@ -268,41 +237,24 @@ impl NativeCurer {
             Err(err) => {
                 tracing::debug!(error = %err, "cannot read the API server's version");
                 return self
+                    .mem
                     .server_version
                     .as_ref()
                     .map(|(v, _)| v.clone())
                     .unwrap_or_default();
             }
         };
-        self.server_version = Some((version.clone(), Instant::now()));
+        self.mem.server_version = Some((version.clone(), Instant::now()));
         version
     }
 
     /// The data plane now: the kube-proxy and CNI DaemonSets' generations
     /// ([`hairpin_planner::native::data_plane`]), the Nodes' kubelet and kube-proxy versions
-    /// and the API server's version (`server`). The Nodes are watched from the first native
-    /// cure on (`native`: a cure recorded or planned; none with `--cure dns`, whose chart grants
-    /// no Node reads); the data plane is left as it was until they are listed (it matters only
-    /// to a cure).
-    fn update_data_plane(&mut self, snapshot: &ClusterSnapshot, server: &str, native: bool) {
-        if self.nodes.is_none() && native {
-            self.nodes = Some(NodeVersions::spawn(
-                self.ctx.client.clone(),
-                self.ctx.changed.clone(),
-            ));
-        }
-        if self.node_probes.is_none() && native && self.params.node_reports.is_some() {
-            self.node_probes = Some(NodeProbeLeases::spawn(
-                self.ctx.client.clone(),
-                &self.ctx.planner.namespace,
-                self.ctx.changed.clone(),
-            ));
-        }
-        let Some(nodes) = self
-            .nodes
-            .as_ref()
-            .and_then(|(nodes, _)| nodes.fingerprint())
-        else {
+    /// and the API server's version (`server`). The Nodes are watched by the loop's sensors
+    /// from the first native cure on; the data plane is left as it was until they are listed
+    /// (it matters only to a cure).
+    fn update_data_plane(&mut self, snapshot: &ClusterSnapshot, server: &str) {
+        let Some(nodes) = self.mem.nodes.as_deref() else {
             return;
         };
         let mut parts = vec![
@@ -317,26 +269,15 @@ impl NativeCurer {
         }
         parts.retain(|p| !p.is_empty());
         let data_plane = parts.join("; ");
-        if data_plane != self.data_plane.0 {
-            self.data_plane = (data_plane, Instant::now());
+        if data_plane != self.mem.data_plane.0 {
+            self.mem.data_plane = (data_plane, Instant::now());
         }
-    }
-
-    /// The Nodes as the watch keeps them (names and versions), for the planner's gate
-    /// ([`hairpin_planner::nodes::gate`]); empty until they are watched and listed.
-    pub(crate) fn nodes(&self) -> Vec<k8s_openapi::api::core::v1::Node> {
-        self.nodes
-            .as_ref()
-            .and_then(|(nodes, _)| nodes.nodes())
-            .unwrap_or_default()
     }
 
     /// Whether the Nodes were listed (or could not be): until then no new cure is tried, so
     /// that the first plan that could try one has seen every Node through the gate.
     fn nodes_listed(&self) -> bool {
-        self.nodes
-            .as_ref()
-            .is_some_and(|(nodes, _)| nodes.fingerprint().is_some())
+        self.mem.nodes.is_some()
     }
 
     /// The plan's status writes, the probes' verdicts and the record. Returns when to look
@@ -350,13 +291,13 @@ impl NativeCurer {
             // The plan warned; nothing is written while the record is not hairpin's.
             return Ok(None);
         };
-        if let Some((written, at)) = &self.written {
+        if let Some((written, at)) = &self.mem.written {
             if *written != before && at.elapsed() < RECORD_CACHE_LAG {
                 // The cache has not seen this instance's own last record yet: no status write
                 // from a plan made without it; look again shortly.
                 return Ok(Some(Instant::now() + self.params.interval));
             }
-            self.written = None;
+            self.mem.written = None;
         }
         let mut record = before.clone();
         let native = !before.load_balancers.is_empty() || !plan.native_actions.is_empty();
@@ -367,11 +308,11 @@ impl NativeCurer {
         } else {
             String::new()
         };
-        self.update_data_plane(snapshot, &server, native);
+        self.update_data_plane(snapshot, &server);
         // Cures proven before (by another instance): probed again below, as `Proof::Again`.
         let mut distrusted = Vec::new();
-        if !self.started {
-            self.started = true;
+        if !self.mem.started {
+            self.mem.started = true;
             distrusted = state::distrust(plan, &mut record, &Now::read());
             for key in &distrusted {
                 tracing::info!(service = %key, "a proven native cure is probed again at the controller's start before it is trusted");
@@ -380,8 +321,8 @@ impl NativeCurer {
         self.take_verdicts(&mut record, plan, snapshot).await?;
         let reports_due = self.take_node_reports(&mut record, plan, snapshot).await;
         let mut requeue = state::mark_due(
-            &self.params,
-            &self.data_plane.0,
+            self.params,
+            &self.mem.data_plane.0,
             plan,
             &mut record,
             &server,
@@ -397,9 +338,9 @@ impl NativeCurer {
             }
             self.act(plan, snapshot, &mut record, action).await?;
         }
-        let data_plane = (self.data_plane.0.as_str(), self.data_plane.1);
+        let data_plane = (self.mem.data_plane.0.as_str(), self.mem.data_plane.1);
         let (due, settling) =
-            state::reprobe_due(&self.params, data_plane, plan, &record, &Now::read());
+            state::reprobe_due(self.params, data_plane, plan, &record, &Now::read());
         for (service, entry) in due {
             tracing::debug!(service = %service, state = ?entry.state, "probing a native cure");
             let again =
@@ -413,7 +354,7 @@ impl NativeCurer {
             self.start_probe(plan, &service, &entry.uid, &entry.original, proof, receiver);
         }
         self.write_record(&record, &before).await?;
-        if !self.running.is_empty() {
+        if !self.probes.running.is_empty() {
             requeue = Some(Instant::now() + self.params.interval);
         } else {
             requeue = earliest(requeue, settling);
@@ -449,9 +390,7 @@ impl NativeCurer {
                 reason,
             } => {
                 let key = service.to_string();
-                if let Some(task) = self.running.remove(&key) {
-                    task.abort();
-                }
+                self.probes.stop(&key);
                 let mut applied = true;
                 if let Some(uid) = uid {
                     applied = self.put_back(record, service, uid, original, reason).await;
@@ -468,9 +407,7 @@ impl NativeCurer {
                 original,
                 reason,
             } => {
-                if let Some(task) = self.running.remove(&service.to_string()) {
-                    task.abort();
-                }
+                self.probes.stop(&service.to_string());
                 if self.put_back_held(&service.to_string()) {
                     return Ok(());
                 }
@@ -484,9 +421,7 @@ impl NativeCurer {
                 reason,
             } => {
                 tracing::warn!(service = %service, writer = %writer, "another writer set ipMode: Proxy itself; hairpin stepped back");
-                if let Some(task) = self.running.remove(&service.to_string()) {
-                    task.abort();
-                }
+                self.probes.stop(&service.to_string());
                 record.load_balancers.remove(&service.to_string());
                 self.on_service(
                     service,

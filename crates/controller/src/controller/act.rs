@@ -4,7 +4,7 @@
 //! metrics). No Event, reason or state is chosen here, and nothing is remembered: what the
 //! writes found goes to [`remember`](super::memory::remember) and
 //! [`decide::after`](super::decide::after). (The native cure is the one exception for now: its
-//! curer decides and remembers inside [`NativeCurer::apply`], called here as before.)
+//! executor still decides inside [`NativeCurer::apply`], over the memory's native part.)
 
 use hairpin_planner::{ClusterSnapshot, Plan};
 
@@ -20,12 +20,13 @@ use crate::native::NativeCurer;
 
 mod dns;
 
-/// The executors of a reconcile's writes (they keep no state, but the native curer).
+/// The executors of a reconcile's writes (they keep no state: the native cure's borrows the
+/// memory's).
 pub(super) struct Writers<'a> {
     /// The loop's client, Events and metrics.
     pub ctx: &'a Context,
     /// The native cure.
-    pub native: &'a mut NativeCurer,
+    pub native: NativeCurer<'a>,
     /// hairpin's `DNSEndpoint`s.
     pub endpoints: &'a DnsEndpointWriter,
 }
@@ -52,12 +53,16 @@ async fn writes(
     snapshot: &ClusterSnapshot,
     observed: &mut Observed,
 ) -> Result<(), Error> {
-    let ctx = writers.ctx;
+    let Writers {
+        ctx,
+        mut native,
+        endpoints,
+    } = writers;
     ctx.metrics.set_unverified(&plan.verification);
     ctx.metrics.set_cures(&plan.cures);
     execute(ctx, actions.intent.gauges.clone()).await;
     if actions.clean_endpoints {
-        let deleted = writers.endpoints.clean(ctx.planner.dns_mode).await;
+        let deleted = endpoints.clean(ctx.planner.dns_mode).await;
         ctx.count_writes(deleted);
         observed.cleaned = Some(deleted);
     }
@@ -73,8 +78,8 @@ async fn writes(
     observed.own_keys_done = true;
     // The native cure before the DNS: the plan already keeps the DNS rules of every load
     // balancer not proven (make before break).
-    observed.native = Some(writers.native.apply(plan, snapshot).await?);
-    dns::dns(ctx, writers.endpoints, actions, observed).await
+    observed.native = Some(native.apply(plan, snapshot).await?);
+    dns::dns(ctx, endpoints, actions, observed).await
 }
 
 /// The hairpin Services (hairpin's others in its namespace are deleted), except those backed

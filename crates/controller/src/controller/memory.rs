@@ -1,8 +1,8 @@
 //! What the loop keeps between reconciles, in one value: [`Memory`], and [`remember`], the
 //! pure fold of what a reconcile's writes found into it. Every writer borrows what it needs
-//! for one reconcile and keeps nothing of its own; the native cure is the one exception for
-//! now ([`crate::native::NativeCurer`] keeps its record, its probes' results and its own
-//! write-fight state over `ipMode`, beside the memory in the reconciler).
+//! for one reconcile and keeps nothing of its own: the native cure's executor
+//! ([`crate::native::NativeCurer`]) borrows [`Memory::native`] and the write fights (those
+//! over `ipMode` among them) for its step.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -14,6 +14,7 @@ use super::observed::{DnsObserved, EndpointsObserved, KeyObserved, Learnt, Obser
 use crate::apply::{ObjectChanges, Reverted};
 use crate::dns_endpoints::{DnsEndpointMemory, crd_missing_message};
 use crate::fight::{FightParams, Fights, Observation};
+use crate::native::{NativeMemory, with_ip_mode_fights};
 use crate::report::list_note;
 use crate::status::{DnsState, StatusMemory};
 
@@ -21,8 +22,9 @@ use crate::status::{DnsState, StatusMemory};
 #[derive(Debug)]
 pub(crate) struct Memory {
     /// Write-fight state per DNS key and per key of hairpin's own ConfigMaps
-    /// (`namespace/name/key`), and per object of hairpin's (`Kind namespace/name`: the hairpin
-    /// Services, the `DNSEndpoint`s).
+    /// (`namespace/name/key`), per object of hairpin's (`Kind namespace/name`: the hairpin
+    /// Services, the `DNSEndpoint`s), and per load balancer's `ipMode`
+    /// (`ipMode Service namespace/name`, with the native cure's shorter window).
     pub fights: Fights,
     /// The refused and unverified hostnames reported, to report each change once.
     pub reported: Reported,
@@ -39,19 +41,23 @@ pub(crate) struct Memory {
     /// The first write after the start waited for the names' first answers (or for the
     /// startup grace to end), with `--verify-hostnames=resolve`.
     pub verified_once: bool,
+    /// The native cure's: its probes' results, the problems its baselines showed, the data
+    /// plane, the record it wrote last, its put-backs.
+    pub native: NativeMemory,
 }
 
 impl Memory {
     /// What a new leader starts with: nothing remembered.
     pub(crate) fn new(fight: FightParams) -> Self {
         Self {
-            fights: Fights::new(fight),
+            fights: with_ip_mode_fights(Fights::new(fight.clone()), &fight),
             reported: Reported::default(),
             dns_state: DnsState::NotReached,
             services_backed_off: BTreeSet::new(),
             statuses: StatusMemory::default(),
             dns_endpoints: DnsEndpointMemory::default(),
             verified_once: false,
+            native: NativeMemory::default(),
         }
     }
 

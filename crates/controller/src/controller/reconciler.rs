@@ -4,7 +4,9 @@
 //! (`decide::after`, pure: the Events about a write, a revert, a fight), which is executed.
 //! The Hairpin statuses and the native cure are written by their own executors, the
 //! [`StatusWriter`] with what the memory says of the DNS change, the [`NativeCurer`] inside
-//! `act`, as before (the remaining exception: it still decides and remembers inside).
+//! `act` over the memory's native part (the remaining exception: it still decides inside).
+//! The native cure's sensors (the Nodes' and node agents' watches, the probes) are the
+//! loop's, read into the memory before `act`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,26 +20,25 @@ use super::{ControllerConfig, StopFuture};
 use crate::Error;
 use crate::context::Context;
 use crate::dns_endpoints::DnsEndpointWriter;
-use crate::native::NativeCurer;
+use crate::native::{NativeCurer, NativeSensors};
 use crate::ownership::OwnershipResolver;
 use crate::propagation::Checks;
 use crate::status::StatusWriter;
 use crate::watch::Caches;
 
-/// The leader's executors (which keep no state, but the native curer) and its [`Memory`].
+/// The leader's executors (which keep no state), its sensors and its [`Memory`].
 pub(super) struct Reconciler {
     ctx: Arc<Context>,
     config: ControllerConfig,
-    /// Everything the loop keeps between reconciles, but the native cure's.
+    /// Everything the loop keeps between reconciles.
     memory: Memory,
     /// The Hairpin statuses, and the propagation checks (a sensor: each check wakes the loop).
     status: StatusWriter,
     /// The `DNSEndpoint`s of `--dns-mode external-dns` (and their clean-up after a switch).
     dns_endpoints: DnsEndpointWriter,
-    /// The native cure's status writes, probes and record (the one executor that still keeps
-    /// its state beside the memory: its record, its probes' results, its write fights over
-    /// `ipMode`).
-    native: NativeCurer,
+    /// The native cure's sensors: the Nodes' and the node agents' watches, and its probes (a
+    /// sensor each: each wakes the loop as it ends).
+    sensors: NativeSensors,
     /// The ownership resolver, with `--verify-hostnames=resolve` (a sensor: it wakes the loop
     /// as answers come).
     ownership: Option<OwnershipResolver>,
@@ -62,7 +63,7 @@ impl Reconciler {
         }
         Reconciler {
             dns_endpoints: DnsEndpointWriter::new(ctx),
-            native: NativeCurer::new(ctx, config.native.clone(), config.fight.clone()),
+            sensors: NativeSensors::new(ctx, &config.native),
             status: StatusWriter::new(ctx, Checks::new(ctx, config.propagation.clone())),
             ownership,
             ctx: ctx.clone(),
@@ -83,6 +84,7 @@ impl Reconciler {
         let (planner, recall) = (&self.config.planner, self.memory.recall());
         let mut actions = decide::actions(&plan, &snapshot, planner, recall, Instant::now());
         let Reports { effects, reported } = std::mem::take(&mut actions.intent.reports);
+        self.sense(&plan, &snapshot);
         let mut observed = act::act(self.writers(), &actions, &plan, &snapshot).await;
         let memory = std::mem::take(&mut self.memory);
         let (memory, learnt) = remember(memory, reported, &actions, &mut observed, Instant::now());
@@ -100,11 +102,26 @@ impl Reconciler {
         }
     }
 
+    /// The native cure's sensors started (from the first cure recorded or planned on), and
+    /// what they saw read into the memory.
+    fn sense(&mut self, plan: &Plan, snapshot: &ClusterSnapshot) {
+        let planner = &self.config.planner;
+        self.sensors
+            .start(crate::native::wanted(plan, snapshot, planner));
+        self.sensors.read(&mut self.memory.native);
+    }
+
     /// The executors of the writes.
     fn writers(&mut self) -> Writers<'_> {
         Writers {
             ctx: &self.ctx,
-            native: &mut self.native,
+            native: NativeCurer::new(
+                &self.ctx,
+                &self.config.native,
+                &mut self.memory.native,
+                &mut self.memory.fights,
+                &mut self.sensors,
+            ),
             endpoints: &self.dns_endpoints,
         }
     }
@@ -132,8 +149,8 @@ impl Reconciler {
         self.memory.dns_endpoints.crd = caches.dns_endpoints_served();
         let mut snapshot = caches.snapshot();
         // The Nodes (watched from the first native cure on), for the native cure's gate.
-        snapshot.nodes = self.native.nodes();
-        snapshot.node_probes = self.native.node_probes();
+        snapshot.nodes = self.sensors.nodes();
+        snapshot.node_probes = self.sensors.node_probes();
         // Do no harm: a receiver whose ConfigMap was just named (a new workload, a new
         // leader) is read before anything is planned for its load balancer; the watch wakes
         // the loop once it has listed.

@@ -90,3 +90,38 @@ fn a_new_value_or_a_calm_window_ends_the_fight() {
     );
     assert!(!guard.in_fight());
 }
+
+#[test]
+fn targets_under_a_prefix_take_its_settings_and_stay_apart_from_the_others() {
+    let short = FightParams {
+        window: Duration::from_secs(5),
+        ..params()
+    };
+    let mut fights = Fights::new(params()).with_prefix("ipMode ", short);
+    assert_eq!(
+        fights.params_of("ipMode Service a/b").window,
+        Duration::from_secs(5)
+    );
+    assert_eq!(
+        fights.params_of("Service a/b").window,
+        Duration::from_secs(60)
+    );
+    let t0 = Instant::now();
+    let v = Some("Proxy".to_owned());
+    // Reverts 10 s apart: outside the prefix's 5 s window, never a fight there; within the
+    // default 60 s window, a fight on the third.
+    for target in ["ipMode Service a/b", "Service a/b"] {
+        fights.written(target, v.clone(), t0);
+    }
+    let mut last = Vec::new();
+    for n in 1..=3u64 {
+        let at = t0 + Duration::from_secs(10 * n);
+        last = ["ipMode Service a/b", "Service a/b"]
+            .map(|target| fights.written(target, v.clone(), at))
+            .to_vec();
+    }
+    assert_eq!(last[0], Observation::Reverted { count: 1 });
+    assert!(matches!(last[1], Observation::Fight { count: 3, .. }));
+    assert!(!fights.in_fight("ipMode "));
+    assert!(fights.in_fight("Service "));
+}

@@ -8,7 +8,6 @@
 use std::time::Instant;
 
 use hairpin_planner::native::{IpModeWas, NativeRecord, ProbeSpec, ProbeState};
-use hairpin_planner::node_probes::NodeReport;
 use hairpin_planner::nodes::{NodesVerdict, verdict};
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 
@@ -16,7 +15,7 @@ use super::NativeCurer;
 use super::state::{self, Now, forced_native};
 use crate::report::reason;
 
-impl NativeCurer {
+impl NativeCurer<'_> {
     /// What the node agents (and this controller's later re-probes) need to prove the attempt
     /// started `since` on `ips`: written with the record, before the status.
     pub(super) fn probe_spec(
@@ -33,23 +32,12 @@ impl NativeCurer {
                 .map(|(targets, _)| targets)
                 .unwrap_or_default(),
             receiver: self
+                .mem
                 .receivers
                 .get(&service.to_string())
                 .cloned()
                 .unwrap_or_default(),
         }
-    }
-
-    /// The node agents' reports now: `None` where none reports; until their Leases are listed,
-    /// none (nobody vouched for).
-    pub(crate) fn node_probes(&self) -> Option<Vec<NodeReport>> {
-        let max_age = self.params.node_reports?;
-        Some(
-            self.node_probes
-                .as_ref()
-                .and_then(|(leases, _)| leases.reports(max_age))
-                .unwrap_or_default(),
-        )
     }
 
     /// Each cure (`probing` or `proven`, not forced native) that a node reported failed for
@@ -80,7 +68,7 @@ impl NativeCurer {
         }
         let mut held = false;
         let mut failed = Vec::new();
-        self.settling.retain(|_, until| *until > Instant::now());
+        self.mem.settling.retain(|_, until| *until > Instant::now());
         for (key, entry) in &record.load_balancers {
             let Some((namespace, name)) = key.split_once('/') else {
                 continue;
@@ -103,30 +91,30 @@ impl NativeCurer {
             if was == ProbeState::Proven {
                 // The DNS rules may have gone: they come back now, and `ipMode` is put back
                 // once they have reached the pods (make before break).
-                self.settling
+                self.mem
+                    .settling
                     .insert(key.clone(), Instant::now() + self.params.dns_settle);
             }
-            if let Some(task) = self.running.remove(&key) {
-                task.abort();
-            }
+            self.probes.stop(&key);
             let why = format!(
                 "ipMode: Proxy is not honoured on node {} ({}): the DNS cure is back, then ipMode is put back",
                 bar.node, bar.why
             );
             tracing::warn!(service = %key, node = %bar.node, why = %bar.why, "a node agent's probe failed: the native cure ends");
-            state::fight_lost(record, &key, &why, &self.data_plane.0, &Now::read());
+            state::fight_lost(record, &key, &why, &self.mem.data_plane.0, &Now::read());
             self.ctx.metrics.native_verdict("failed");
             self.on_service(&service, &uid, true, reason::NATIVE_NOT_ON_EVERY_NODE, why)
                 .await;
         }
         // A third of the age a report may have: an agent that stopped is noticed in time.
-        let settled = self.settling.values().min().copied();
+        let settled = self.mem.settling.values().min().copied();
         super::earliest(held.then(|| Instant::now() + max_age / 3), settled)
     }
 
     /// Whether the put-back of `key` waits for the DNS rules brought back by a node's failure.
     pub(super) fn put_back_held(&self, key: &str) -> bool {
-        self.settling
+        self.mem
+            .settling
             .get(key)
             .is_some_and(|until| *until > Instant::now())
     }

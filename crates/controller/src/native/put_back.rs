@@ -15,7 +15,7 @@ use super::status::{Written, restore_ip_modes};
 use crate::error::{is_conflict, is_not_found};
 use crate::report::reason;
 
-impl NativeCurer {
+impl NativeCurer<'_> {
     /// Puts each IP's `ipMode` back as it was (only where it is still `Proxy`), read back.
     /// `None` when the API server's answer shows it (or nothing was left to put back, or the
     /// Service is gone); else why not, in words: a 409 (another writer won the race), an
@@ -76,6 +76,7 @@ impl NativeCurer {
     ) -> bool {
         let key = service.to_string();
         if self
+            .mem
             .put_backs
             .get(&key)
             .is_some_and(|(_, next)| Instant::now() < *next)
@@ -83,14 +84,15 @@ impl NativeCurer {
             return false;
         }
         let Some(refused) = self.restore(service, uid, original, why).await else {
-            self.put_backs.remove(&key);
+            self.mem.put_backs.remove(&key);
             state::put_back_done(record, &key);
             self.count_put_backs();
             return true;
         };
-        let refusals = self.put_backs.get(&key).map_or(0, |(n, _)| *n) + 1;
+        let refusals = self.mem.put_backs.get(&key).map_or(0, |(n, _)| *n) + 1;
         let wait = state::put_back_wait(refusals);
-        self.put_backs
+        self.mem
+            .put_backs
             .insert(key.clone(), (refusals, Instant::now() + wait));
         state::put_back_pending(record, &key, &refused);
         self.count_put_backs();
@@ -105,12 +107,12 @@ impl NativeCurer {
 
     /// The put-backs not applied yet, into the metric.
     fn count_put_backs(&self) {
-        let pending = i64::try_from(self.put_backs.len()).unwrap_or(i64::MAX);
+        let pending = i64::try_from(self.mem.put_backs.len()).unwrap_or(i64::MAX);
         self.ctx.metrics.ip_mode_put_backs_pending.set(pending);
     }
 
     /// When the next refused put-back is due.
     pub(super) fn next_put_back(&self) -> Option<Instant> {
-        self.put_backs.values().map(|(_, next)| *next).min()
+        self.mem.put_backs.values().map(|(_, next)| *next).min()
     }
 }

@@ -51,9 +51,13 @@ pub(super) fn put_back_done(record: &mut NativeRecord, key: &str) {
     }
 }
 
+/// How the fight guard's targets for a Service's `ipMode` start (not `Service `: those are
+/// hairpin's own Services).
+pub(super) const FIGHT_PREFIX: &str = "ipMode ";
+
 /// The target of the fight guard for a Service's `ipMode`.
 pub(super) fn fight_target(service: &ObjectRef) -> String {
-    format!("Service {service} ipMode")
+    format!("{FIGHT_PREFIX}Service {service}")
 }
 
 /// A new record entry: `probing`, since `now`.

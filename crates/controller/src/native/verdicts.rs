@@ -17,7 +17,7 @@ use crate::Error;
 use crate::metrics::ProbeLabels;
 use crate::report::reason;
 
-impl NativeCurer {
+impl NativeCurer<'_> {
     /// The probe targets of `service`'s `ips`, and an observer counting `phase` attempts.
     pub(super) fn probe_setup(
         &self,
@@ -51,22 +51,7 @@ impl NativeCurer {
         service: &ObjectRef,
         work: impl Future<Output = Finished> + Send + 'static,
     ) {
-        let key = service.to_string();
-        if self.running.contains_key(&key) {
-            return;
-        }
-        let verdicts = self.verdicts.clone();
-        let changed = self.ctx.changed.clone();
-        let task_key = key.clone();
-        let task = tokio::spawn(async move {
-            let finished = work.await;
-            verdicts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(task_key, finished);
-            changed.notify_one();
-        });
-        self.running.insert(key, task.abort_handle());
+        self.probes.spawn(service.to_string(), work);
     }
 
     /// Proves the cure of `service`'s `ips` in a task ([`prove`]).
@@ -79,7 +64,7 @@ impl NativeCurer {
         proof: Proof,
         receiver_in_record: Fingerprints,
     ) {
-        if self.running.contains_key(&service.to_string()) {
+        if self.probes.running.contains_key(&service.to_string()) {
             return;
         }
         let Some((targets, observer)) = self.probe_setup(plan, service, ips, "proof") else {
@@ -90,6 +75,7 @@ impl NativeCurer {
         // What answered through the receiver's own path before this write.
         let receiver = match proof {
             Proof::AfterWrite => self
+                .mem
                 .receivers
                 .get(&service.to_string())
                 .cloned()
@@ -110,7 +96,7 @@ impl NativeCurer {
         uid: &str,
         ips: &[IpModeWas],
     ) {
-        if self.running.contains_key(&service.to_string()) {
+        if self.probes.running.contains_key(&service.to_string()) {
             return;
         }
         let Some((targets, observer)) = self.probe_setup(plan, service, ips, "baseline") else {
@@ -133,14 +119,9 @@ impl NativeCurer {
         plan: &Plan,
         snapshot: &ClusterSnapshot,
     ) -> Result<(), Error> {
-        let verdicts = std::mem::take(
-            &mut *self
-                .verdicts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let verdicts = std::mem::take(&mut self.mem.verdicts);
         for (key, finished) in verdicts {
-            self.running.remove(&key);
+            self.probes.running.remove(&key);
             let Some((namespace, name)) = key.split_once('/') else {
                 continue;
             };
@@ -180,21 +161,23 @@ impl NativeCurer {
                 if receiver.is_empty() {
                     tracing::info!(service = %key, "the receiver did not answer through its header path: the proof cannot tell it from another answerer");
                 }
-                self.receivers.insert(key.clone(), receiver);
+                self.mem.receivers.insert(key.clone(), receiver);
                 let left_out: Vec<String> =
                     unreachable.iter().map(|(ip, _)| ip.to_string()).collect();
                 for (ip, why) in &unreachable {
                     tracing::info!(service = %key, ip = %ip, why = %why, "an IP the controller cannot reach is left out of the native cure: it stays VIP, its names on the DNS cure");
                 }
                 tracing::info!(service = %key, "a request without a header went unanswered: the problem is shown; setting ipMode: Proxy");
-                self.shown
+                self.mem
+                    .shown
                     .insert(key, (uid.to_owned(), Instant::now(), left_out));
                 return;
             }
             // Forced native: only an answer stops it (the cure would change nothing).
             Baseline::Unclear(why) if forced_native(plan, service) => {
                 tracing::warn!(service = %key, why = %why, "the problem is not shown; ipMode: Proxy set anyway (--cure native)");
-                self.shown
+                self.mem
+                    .shown
                     .insert(key, (uid.to_owned(), Instant::now(), Vec::new()));
                 return;
             }
@@ -211,7 +194,7 @@ impl NativeCurer {
                 "unprovable",
             ),
         };
-        let data_plane = &self.data_plane.0;
+        let data_plane = &self.mem.data_plane.0;
         let failures = state::baseline_verdict(
             record,
             &key,
@@ -233,7 +216,7 @@ impl NativeCurer {
             tracing::warn!(service = %key, why = %why, "native cure cannot be proven; nothing written");
             format!(
                 "native cure not tried: {why}; hairpin wrote no ipMode (the DNS cure stays); tried again after {:?}",
-                backoff(&self.params, failures)
+                backoff(self.params, failures)
             )
         };
         let warning = probe_state == ProbeState::Failed;
@@ -252,7 +235,7 @@ impl NativeCurer {
         verdict: ProbeVerdict,
     ) -> Result<(), Error> {
         let key = service.to_string();
-        let data_plane = &self.data_plane.0;
+        let data_plane = &self.mem.data_plane.0;
         let now = Now::read();
         let Some((failures, original)) =
             state::proof_verdict(record, &key, uid, &verdict, data_plane, &now)
@@ -294,7 +277,7 @@ impl NativeCurer {
         let why = format!(
             "ipMode: Proxy was not honoured {within} (kube-proxy older than 1.30, a CNI that ignores ipMode, or a load balancer that does not answer its own backends): {}; ipMode put back, the DNS cure stays; tried again after {:?}",
             verdict.detail,
-            backoff(&self.params, failures)
+            backoff(self.params, failures)
         );
         if snapshot
             .service(&service.namespace, &service.name)

@@ -28,7 +28,7 @@ use crate::report::reason;
 /// after a rebuild of the status that kube-proxy applied.
 const KUBE_PROXY_MIN_SYNC: Duration = Duration::from_secs(1);
 
-impl NativeCurer {
+impl NativeCurer<'_> {
     /// Sets `ipMode: Proxy`. A new attempt proves the problem first (the baseline, in a
     /// task: nothing is written until it showed); then the record (so that uninstall knows
     /// what to put back), the status, read back, and the probe (unless proven).
@@ -192,7 +192,8 @@ impl NativeCurer {
     /// Whether the baseline showed the problem of `key` (uid `uid`) recently: taken once.
     /// Returns the IPs it left out (unreachable from here).
     pub(super) fn take_shown(&mut self, key: &str, uid: &str) -> Option<Vec<String>> {
-        self.shown
+        self.mem
+            .shown
             .remove(key)
             .filter(|(shown_uid, at, _)| shown_uid == uid && at.elapsed() < SHOWN_FOR)
             .map(|(_, _, left_out)| left_out)
@@ -240,14 +241,12 @@ impl NativeCurer {
         self.count_revert(&writer);
         let why = format!(
             "{writer} removed the ipMode: Proxy hairpin set {count} times within {:?} (a status fight: MetalLB or a cloud controller rebuilds the status without it); hairpin stopped, the load balancer is on the DNS cure, and native is tried again after the backoff",
-            self.fights.params().window
+            self.fights.params_of(&target).window
         );
         tracing::warn!(service = %service, writer = %writer, reverts = count, backoff = ?backoff, "status fight over ipMode; backing off");
         let key = service.to_string();
-        state::fight_lost(record, &key, &why, &self.data_plane.0, &Now::read());
-        if let Some(task) = self.running.remove(&service.to_string()) {
-            task.abort();
-        }
+        state::fight_lost(record, &key, &why, &self.mem.data_plane.0, &Now::read());
+        self.probes.stop(&service.to_string());
         self.ctx.metrics.native_verdict("failed");
         self.on_service(service, uid, true, reason::IP_MODE_FIGHT, why)
             .await;
@@ -322,7 +321,7 @@ impl NativeCurer {
             )
         };
         write_key(&self.ctx.client, &edit).await?;
-        self.written = Some((record.clone(), Instant::now()));
+        self.mem.written = Some((record.clone(), Instant::now()));
         Ok(())
     }
 }
