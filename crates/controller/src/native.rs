@@ -30,28 +30,28 @@
 //! The parts: `probe` (connect, HTTP, TLS ClientHello; the baseline and the proof),
 //! `status` (the status writes, read back; put back; uninstall's hand-over), `state` (the
 //! state machine, pure: record, plan, data plane, verdicts and a clock in, next states out),
-//! `writes`, `put_back` and `verdicts` (the curer acting on it: status writes and the record;
-//! put-backs kept at until applied; probe tasks and their verdicts), `memory` (what the cure
-//! keeps between reconciles, part of the loop's memory), `sensors` (the Nodes' and the node
-//! agents' watches and the probe tasks, started by the loop, read into the memory), and this
-//! module (the executor of one reconcile, over the memory, and `apply`).
+//! `decide` (every step of the cure, pure: the record's changes, the writes, put-backs and
+//! retries, the probes, every Event and its text, every metric; and what a write's answer
+//! leads to), `act` (the executor: it executes the steps, nothing else), `memory` (what the
+//! cure keeps between reconciles, part of the loop's memory), `sensors` (the Nodes' and the
+//! node agents' watches and the probe tasks, started by the loop, read into the memory), and
+//! this module (the settings).
 
+mod act;
 mod agent;
+mod decide;
 mod memory;
-mod node_reports;
 mod probe;
-mod put_back;
 mod sensors;
 mod state;
 mod status;
-mod verdicts;
-mod writes;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hairpin_planner::native::{IpModeWas, NativeAction, NativeRecord, ProbeState};
-use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
+use hairpin_planner::native::{IpModeWas, NativeRecord};
+use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig};
 
+pub(crate) use act::NativeCurer;
 pub use agent::{NodeProber, NodeProberOptions};
 pub(crate) use memory::NativeMemory;
 pub use probe::{
@@ -60,13 +60,9 @@ pub use probe::{
 };
 pub(crate) use sensors::NativeSensors;
 pub use state::backoff;
-use state::{Now, earliest};
 pub use status::{Written, restore_entry, restore_ip_modes, with_ip_modes, write_ip_modes};
 
-use crate::Error;
-use crate::context::Context;
 use crate::fight::{FightParams, Fights};
-use crate::report::{object_ref, reason};
 
 /// Settings of the native cure's probe.
 #[derive(Clone, Debug)]
@@ -162,277 +158,9 @@ const SHOWN_FOR: Duration = Duration::from_secs(60);
 /// Whether the native cure has anything to do: a record hairpin can read that holds a cure,
 /// or a plan that proposes one (the Nodes are watched from then on).
 pub(crate) fn wanted(plan: &Plan, snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> bool {
-    NativeRecord::read(snapshot, planner)
-        .is_ok_and(|record| !record.load_balancers.is_empty() || !plan.native_actions.is_empty())
-}
-
-/// The native cure's executor for one reconcile: its state is the loop's memory
-/// ([`NativeMemory`], and the write fights over `ipMode`), its probes run under the loop's
-/// sensors ([`NativeSensors`]).
-pub(crate) struct NativeCurer<'a> {
-    /// The loop's client, Events, metrics, planner settings and change signal.
-    ctx: &'a Context,
-    params: &'a NativeParams,
-    /// What the cure remembers between reconciles.
-    mem: &'a mut NativeMemory,
-    /// The loop's write fights (those over `ipMode` among them).
-    fights: &'a mut Fights,
-    /// The probes running.
-    probes: &'a mut NativeSensors,
+    NativeRecord::read(snapshot, planner).is_ok_and(|record| decide::native(&record, plan))
 }
 
 /// How long a snapshot may lag behind the record this instance wrote before it is trusted
 /// all the same (someone else changed the record meanwhile: uninstall deleted it).
 const RECORD_CACHE_LAG: Duration = Duration::from_secs(5);
-
-impl<'a> NativeCurer<'a> {
-    /// The executor of one reconcile, over the loop's memory and sensors.
-    pub(crate) fn new(
-        ctx: &'a Context,
-        params: &'a NativeParams,
-        mem: &'a mut NativeMemory,
-        fights: &'a mut Fights,
-        probes: &'a mut NativeSensors,
-    ) -> Self {
-        Self {
-            ctx,
-            params,
-            mem,
-            fights,
-            probes,
-        }
-    }
-
-    /// An Event on the load balancer Service `service` (uid `uid`).
-    async fn on_service(
-        &self,
-        service: &ObjectRef,
-        uid: &str,
-        warning: bool,
-        reason: &'static str,
-        note: String,
-    ) {
-        let regarding = object_ref(
-            "Service",
-            &service.namespace,
-            &service.name,
-            Some(uid.to_owned()),
-        );
-        self.ctx
-            .events
-            .publish(&regarding, warning, reason, note)
-            .await;
-    }
-
-    /// The API server's `gitVersion`, read again when older than `version_every` (empty when
-    /// it cannot be read).
-    async fn server_version(&mut self) -> String {
-        if let Some((version, at)) = &self.mem.server_version
-            && at.elapsed() < self.params.version_every
-        {
-            return version.clone();
-        }
-        let version = match self.ctx.client.apiserver_version().await {
-            Ok(info) => info.git_version,
-            Err(err) => {
-                tracing::debug!(error = %err, "cannot read the API server's version");
-                return self
-                    .mem
-                    .server_version
-                    .as_ref()
-                    .map(|(v, _)| v.clone())
-                    .unwrap_or_default();
-            }
-        };
-        self.mem.server_version = Some((version.clone(), Instant::now()));
-        version
-    }
-
-    /// The data plane now: the kube-proxy and CNI DaemonSets' generations
-    /// ([`hairpin_planner::native::data_plane`]), the Nodes' kubelet and kube-proxy versions
-    /// and the API server's version (`server`). The Nodes are watched by the loop's sensors
-    /// from the first native cure on; the data plane is left as it was until they are listed
-    /// (it matters only to a cure).
-    fn update_data_plane(&mut self, snapshot: &ClusterSnapshot, server: &str) {
-        let Some(nodes) = self.mem.nodes.as_deref() else {
-            return;
-        };
-        let mut parts = vec![
-            hairpin_planner::native::data_plane(snapshot),
-            hairpin_planner::nodes::kube_proxy_config(snapshot),
-        ];
-        if !nodes.is_empty() {
-            parts.push(format!("nodes {nodes}"));
-        }
-        if !server.is_empty() {
-            parts.push(format!("apiserver@{server}"));
-        }
-        parts.retain(|p| !p.is_empty());
-        let data_plane = parts.join("; ");
-        if data_plane != self.mem.data_plane.0 {
-            self.mem.data_plane = (data_plane, Instant::now());
-        }
-    }
-
-    /// Whether the Nodes were listed (or could not be): until then no new cure is tried, so
-    /// that the first plan that could try one has seen every Node through the gate.
-    fn nodes_listed(&self) -> bool {
-        self.mem.nodes.is_some()
-    }
-
-    /// The plan's status writes, the probes' verdicts and the record. Returns when to look
-    /// again (a probe running, a failed cure due for another try).
-    pub(crate) async fn apply(
-        &mut self,
-        plan: &Plan,
-        snapshot: &ClusterSnapshot,
-    ) -> Result<Option<Instant>, Error> {
-        let Ok(before) = NativeRecord::read(snapshot, &self.ctx.planner) else {
-            // The plan warned; nothing is written while the record is not hairpin's.
-            return Ok(None);
-        };
-        if let Some((written, at)) = &self.mem.written {
-            if *written != before && at.elapsed() < RECORD_CACHE_LAG {
-                // The cache has not seen this instance's own last record yet: no status write
-                // from a plan made without it; look again shortly.
-                return Ok(Some(Instant::now() + self.params.interval));
-            }
-            self.mem.written = None;
-        }
-        let mut record = before.clone();
-        let native = !before.load_balancers.is_empty() || !plan.native_actions.is_empty();
-        // The API server's version matters only to a cure recorded or planned: without one,
-        // no `/version` read.
-        let server = if native {
-            self.server_version().await
-        } else {
-            String::new()
-        };
-        self.update_data_plane(snapshot, &server);
-        // Cures proven before (by another instance): probed again below, as `Proof::Again`.
-        let mut distrusted = Vec::new();
-        if !self.mem.started {
-            self.mem.started = true;
-            distrusted = state::distrust(plan, &mut record, &Now::read());
-            for key in &distrusted {
-                tracing::info!(service = %key, "a proven native cure is probed again at the controller's start before it is trusted");
-            }
-        }
-        self.take_verdicts(&mut record, plan, snapshot).await?;
-        let reports_due = self.take_node_reports(&mut record, plan, snapshot).await;
-        let mut requeue = state::mark_due(
-            self.params,
-            &self.mem.data_plane.0,
-            plan,
-            &mut record,
-            &server,
-            &Now::read(),
-        );
-        let listed = self.nodes_listed();
-        for action in &plan.native_actions {
-            if !listed && matches!(action, NativeAction::SetProxy { proven: false, .. }) {
-                // A new cure waits for the Nodes' gate; their first list wakes the loop.
-                tracing::debug!("a native cure waits for the Nodes to be listed");
-                requeue = earliest(requeue, Some(Instant::now() + self.params.interval));
-                continue;
-            }
-            self.act(plan, snapshot, &mut record, action).await?;
-        }
-        let data_plane = (self.mem.data_plane.0.as_str(), self.mem.data_plane.1);
-        let (due, settling) =
-            state::reprobe_due(self.params, data_plane, plan, &record, &Now::read());
-        for (service, entry) in due {
-            tracing::debug!(service = %service, state = ?entry.state, "probing a native cure");
-            let again =
-                entry.state == ProbeState::Proven || distrusted.contains(&service.to_string());
-            let proof = if again {
-                Proof::Again
-            } else {
-                Proof::AfterWrite
-            };
-            let receiver = entry.probe.receiver.clone();
-            self.start_probe(plan, &service, &entry.uid, &entry.original, proof, receiver);
-        }
-        self.write_record(&record, &before).await?;
-        if !self.probes.running.is_empty() {
-            requeue = Some(Instant::now() + self.params.interval);
-        } else {
-            requeue = earliest(requeue, settling);
-        }
-        Ok(earliest(
-            earliest(requeue, reports_due),
-            self.next_put_back(),
-        ))
-    }
-
-    /// One status write of the plan.
-    async fn act(
-        &mut self,
-        plan: &Plan,
-        snapshot: &ClusterSnapshot,
-        record: &mut NativeRecord,
-        action: &NativeAction,
-    ) -> Result<(), Error> {
-        match action {
-            NativeAction::SetProxy {
-                service,
-                uid,
-                ips,
-                proven,
-            } => {
-                self.set_proxy(plan, snapshot, record, service, uid, ips, *proven)
-                    .await
-            }
-            NativeAction::Restore {
-                service,
-                uid,
-                original,
-                reason,
-            } => {
-                let key = service.to_string();
-                self.probes.stop(&key);
-                let mut applied = true;
-                if let Some(uid) = uid {
-                    applied = self.put_back(record, service, uid, original, reason).await;
-                }
-                // A restore that did not apply keeps the entry: tried again, backing off.
-                if applied {
-                    record.load_balancers.remove(&key);
-                }
-                Ok(())
-            }
-            NativeAction::PutBack {
-                service,
-                uid,
-                original,
-                reason,
-            } => {
-                self.probes.stop(&service.to_string());
-                if self.put_back_held(&service.to_string()) {
-                    return Ok(());
-                }
-                self.put_back(record, service, uid, original, reason).await;
-                Ok(())
-            }
-            NativeAction::Forget {
-                service,
-                uid,
-                writer,
-                reason,
-            } => {
-                tracing::warn!(service = %service, writer = %writer, "another writer set ipMode: Proxy itself; hairpin stepped back");
-                self.probes.stop(&service.to_string());
-                record.load_balancers.remove(&service.to_string());
-                self.on_service(
-                    service,
-                    uid,
-                    false,
-                    reason::IP_MODE_HANDED_OVER,
-                    reason.clone(),
-                )
-                .await;
-                Ok(())
-            }
-        }
-    }
-}

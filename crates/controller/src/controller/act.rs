@@ -3,8 +3,9 @@
 //! change), each write's answer handed back as [`Observed`], and the [`Effect`]s (Events,
 //! metrics). No Event, reason or state is chosen here, and nothing is remembered: what the
 //! writes found goes to [`remember`](super::memory::remember) and
-//! [`decide::after`](super::decide::after). (The native cure is the one exception for now: its
-//! executor still decides inside [`NativeCurer::apply`], over the memory's native part.)
+//! [`decide::after`](super::decide::after). (The native cure's executor, [`NativeCurer`], runs
+//! its own phases here: the steps of each are decided, purely, by `native::decide`, over the
+//! memory's native part, and a write's answer is folded in by its pure `after`.)
 
 use hairpin_planner::{ClusterSnapshot, Plan};
 

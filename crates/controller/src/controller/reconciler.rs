@@ -4,7 +4,8 @@
 //! (`decide::after`, pure: the Events about a write, a revert, a fight), which is executed.
 //! The Hairpin statuses and the native cure are written by their own executors, the
 //! [`StatusWriter`] with what the memory says of the DNS change, the [`NativeCurer`] inside
-//! `act` over the memory's native part (the remaining exception: it still decides inside).
+//! `act` over the memory's native part (its steps decided purely by `native::decide`, phase by
+//! phase, since a put-back's answer matters to the phases after it).
 //! The native cure's sensors (the Nodes' and node agents' watches, the probes) are the
 //! loop's, read into the memory before `act`.
 

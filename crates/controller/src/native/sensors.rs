@@ -92,6 +92,8 @@ impl NativeSensors {
     /// What the sensors saw, into `memory`: the probes finished, and the Nodes' versions.
     pub(crate) fn read(&mut self, memory: &mut NativeMemory) {
         while let Ok((key, finished)) = self.inbox.1.try_recv() {
+            // Its task is done.
+            self.running.remove(&key);
             memory.verdicts.insert(key, finished);
         }
         memory.nodes = self
