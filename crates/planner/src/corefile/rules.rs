@@ -8,7 +8,8 @@
 //! Layout (CoreDNS `rewrite` plugin syntax, RE2 regular expressions, matched against the
 //! lowercased fully-qualified query name with its trailing dot), in this order:
 //!
-//! * where nothing else in the server block rewrites (`placement`), the cluster-domain bypass
+//! * where nothing else in the server block rewrites (`placement`) and the rules below would
+//!   cost a cluster name more than it does ([`bypass_pays`]), the cluster-domain bypass
 //!   [`cluster_bypass`], `rewrite stop name suffix .cluster.local. .cluster.local.`, so that
 //!   cluster names and search-path NXDOMAINs skip every rule below;
 //! * pass-through names ([`DnsEntry::passthrough`]) that a wildcard covers:
@@ -70,7 +71,14 @@ use super::CorefileError;
 use crate::name::WildcardLabels;
 use crate::name::{DnsName, Host, NameError, head};
 
-/// A target with at most this many exact names gets one `exact` rule per name.
+/// A target with at most this many exact names gets one `exact` rule per name. Every rule
+/// costs every query that reaches it a lowercased copy of its name (`request.Name`: in CoreDNS
+/// 1.12.2 the rewrite plugin hands each rule a fresh copy of the request), about 1,100
+/// instructions for an `exact` rule that does not match, about 2,400 for a `regex` of a few
+/// names (small enough for Go's one-pass or backtracking matcher). Measured (callgrind, whole
+/// GC cycles, external names): 8 names as 8 `exact` rules 1.106x the Corefile without
+/// hairpin's block, as one `regex` 1.060x (docs/dns-cost.md). Not lowered yet: the tests of
+/// the controller and the CLI look for hostnames written out, not escaped in a pattern.
 pub const EXACT_RULES_MAX_PER_TARGET: usize = 8;
 /// Upper bound on the length of one regex pattern; longer lists are split over several rules.
 /// Large: every rule costs every query a pass of Go's regexp machine, whatever its size, so
@@ -597,10 +605,44 @@ pub(super) fn render_rules_of(
 /// it reads, plus the alternation's first branches), whatever the number of names, and the
 /// NFA's work queues and program, megabytes at 20,000 names, are what the cache of a busy
 /// host loses (docs/dns-cost.md). `stop` sends the query on at once; the answer comes back
-/// through the rewrite plugin's reverter unchanged (the question is restored as it was).
+/// through the rewrite plugin's reverter unchanged (the question is restored as it was), which
+/// copies it: written only where that costs less than the rules after it ([`bypass_pays`]).
 pub fn cluster_bypass(cluster_domain: &str) -> String {
     let domain = cluster_domain.trim_end_matches('.');
     format!("rewrite stop name suffix .{domain}. .{domain}.")
+}
+
+/// What a rule costs a name it does not match, in units of about 1,100 instructions (CoreDNS
+/// 1.12.2, callgrind over whole GC cycles, docs/dns-cost.md): an `exact` or `suffix` rule 1
+/// (the rule's own lowercased copy of the name and a comparison), a `regex` rule up to
+/// [`SMALL_REGEX`] bytes 2 (Go's one-pass or backtracking matcher), a larger one 9 (Go's NFA,
+/// with the collector and stack growth its program and work queues bring).
+fn rule_cost(rule: &str) -> usize {
+    let mut words = rule.split_whitespace();
+    match (words.nth(3), words.next()) {
+        (Some("regex"), Some(pattern)) if pattern.len() <= SMALL_REGEX => 2,
+        (Some("regex"), _) => 9,
+        _ => 1,
+    }
+}
+
+/// A `regex` pattern up to this length compiles to at most about 500 instructions of Go's
+/// regexp program (about one per byte), within reach of its backtracking matcher.
+const SMALL_REGEX: usize = 400;
+
+/// What [`cluster_bypass`] costs, in the units of [`rule_cost`]: a cluster name about 9 (its
+/// answer goes through the rewrite plugin's reverter, which copies it; the identity rewrite's
+/// checks and allocations), every other name 2 (one more rule to pass).
+const BYPASS_COST: usize = 9 + 2;
+
+/// Whether opening `rules` (rendered rules, one a line) with [`cluster_bypass`] costs the
+/// queries less than it saves: only when the rules would cost a name of the cluster domain
+/// more than the bypass costs it and every other query together. One `exact` rule cost a
+/// cluster name 0.98x the Corefile without hairpin's block, the bypass before it 1.08x; one
+/// large `regex` (20,000 names) 1.08x without the bypass, 1.09-1.11x with it, external names
+/// 1.08-1.10x and 1.10x (docs/dns-cost.md).
+pub fn bypass_pays(rules: &[String]) -> bool {
+    rules.iter().map(|r| rule_cost(r)).sum::<usize>() > BYPASS_COST
 }
 
 /// TTL of the records hairpin answers itself: short, so a recreated hairpin Service (a new
@@ -1071,6 +1113,27 @@ mod tests {
             assert!(!gateway.matches(name), "{name}");
             assert!(!ingress.matches(name), "{name}");
         }
+    }
+
+    #[test]
+    fn the_bypass_pays_only_before_rules_that_cost_a_cluster_name_more() {
+        let exact = |i: usize| format!("rewrite stop name exact n{i}.example.com t.ns.svc.x");
+        let regex = |len: usize| {
+            let p = format!("^(?:{})\\.$", "a".repeat(len));
+            format!("rewrite stop name regex {p} t.ns.svc.x answer auto")
+        };
+        // Nothing, one `exact` rule, eleven: cheaper than the bypass.
+        assert!(!bypass_pays(&[]));
+        assert!(!bypass_pays(&[exact(0)]));
+        assert!(!bypass_pays(&(0..11).map(exact).collect::<Vec<_>>()));
+        // Twelve are not.
+        assert!(bypass_pays(&(0..12).map(exact).collect::<Vec<_>>()));
+        // One large regex (Go's NFA) costs about what the bypass does; with a small one and
+        // an `exact` rule beside it, more; two small ones and an `exact` rule, less.
+        assert!(!bypass_pays(&[regex(1000)]));
+        assert!(!bypass_pays(&[regex(10), regex(10), exact(0)]));
+        assert!(bypass_pays(&[regex(1000), regex(10), exact(0)]));
+        assert!(bypass_pays(&[regex(1000), regex(1000)]));
     }
 
     #[test]
