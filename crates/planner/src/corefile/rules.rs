@@ -14,9 +14,11 @@
 //!   cluster names and search-path NXDOMAINs skip every rule below;
 //! * pass-through names ([`DnsEntry::passthrough`]) that a wildcard covers:
 //!   `rewrite stop name exact NAME NAME`, so that no later rule matches them;
-//! * a target with few exact names gets one `rewrite stop name exact NAME TARGET` per name;
-//!   CoreDNS rewrites the answer back to `NAME` by itself for `exact` rules, on every version;
-//! * a target with many exact names gets flat sorted alternations of whole names,
+//! * a target with one or two exact names (and no one-label wildcard whose pattern they could
+//!   join) gets one `rewrite stop name exact NAME TARGET` per name; CoreDNS rewrites the answer
+//!   back to `NAME` by itself for `exact` rules, on every version;
+//! * a target with more exact names ([`EXACT_RULES_MAX_PER_TARGET`]) gets flat sorted
+//!   alternations of whole names,
 //!   `rewrite stop name regex ^(?:a\.example\.com|b\.example\.org)\.$ TARGET answer auto`,
 //!   as few rules as [`REGEX_PATTERN_BUDGET`] allows; parent domains that share their set of
 //!   first labels become one cross product, `(?:api|www)\.(?:t1\.example\.com|t2\.example\.com)`
@@ -71,15 +73,15 @@ use super::CorefileError;
 use crate::name::WildcardLabels;
 use crate::name::{DnsName, Host, NameError, head};
 
-/// A target with at most this many exact names gets one `exact` rule per name. Every rule
-/// costs every query that reaches it a lowercased copy of its name (`request.Name`: in CoreDNS
-/// 1.12.2 the rewrite plugin hands each rule a fresh copy of the request), about 1,100
+/// A target with at most this many exact names (and no one-label wildcard to share a pattern
+/// with) gets one `exact` rule per name; from one more, one `regex` rule for them all. Every
+/// rule costs every query that reaches it a lowercased copy of its name (`request.Name`: in
+/// CoreDNS 1.12.2 the rewrite plugin hands each rule a fresh copy of the request), about 1,100
 /// instructions for an `exact` rule that does not match, about 2,400 for a `regex` of a few
 /// names (small enough for Go's one-pass or backtracking matcher). Measured (callgrind, whole
 /// GC cycles, external names): 8 names as 8 `exact` rules 1.106x the Corefile without
-/// hairpin's block, as one `regex` 1.060x (docs/dns-cost.md). Not lowered yet: the tests of
-/// the controller and the CLI look for hostnames written out, not escaped in a pattern.
-pub const EXACT_RULES_MAX_PER_TARGET: usize = 8;
+/// hairpin's block, as one `regex` 1.060x (docs/dns-cost.md).
+pub const EXACT_RULES_MAX_PER_TARGET: usize = 2;
 /// Upper bound on the length of one regex pattern; longer lists are split over several rules.
 /// Large: every rule costs every query a pass of Go's regexp machine, whatever its size, so
 /// fewer rules are cheaper (measured in CoreDNS 1.12.2 at 20,000 names and 5,000 wildcards:
@@ -501,13 +503,14 @@ enum Match<'a> {
 
 /// Every name of `entries` as matches with their target, most specific first: exact names,
 /// then one-label wildcards, then suffix wildcards with the longest suffixes first (CoreDNS
-/// applies the first rule, and the first template, that matches). `group_exact` says whether
-/// a target with that many exact names gets grouped regexes instead of one exact match each.
+/// applies the first rule, and the first template, that matches). `group_exact(n, joins)` says
+/// whether a target with `n` exact names gets grouped regexes instead of one exact match each;
+/// `joins`: its one-label wildcards would join the same pattern ([`mergeable_wildcards`]).
 /// The wildcard patterns leave out `cut`: exact names (heads by wildcard suffix, see
 /// [`cut_heads`]) that no wildcard may match.
 fn ordered_matches<'a>(
     by_target: &ByTarget<'a>,
-    group_exact: impl Fn(usize) -> bool,
+    group_exact: impl Fn(usize, bool) -> bool,
     cut: &HashMap<&str, Vec<&str>>,
 ) -> Vec<(Match<'a>, &'a str)> {
     let mut exact = Vec::new();
@@ -517,12 +520,17 @@ fn ordered_matches<'a>(
     for (target, names) in by_target {
         let (plain, own) = split_cut(&names.wildcards, cut, WildcardLabels::One);
         let mut plain = Some(plain);
-        if group_exact(names.exact.len()) {
-            let mut alts = exact_alternatives(&names.exact);
-            if let Some(wild) = plain
+        let n = names.exact.len();
+        let (mut alts, mut wild) = (Vec::new(), None);
+        let may_join = plain.as_ref().is_some_and(|p| !p.is_empty()) && group_exact(n, true);
+        if n > 0 && (group_exact(n, false) || may_join) {
+            alts = exact_alternatives(&names.exact);
+            wild = plain
                 .as_deref()
-                .and_then(|p| mergeable_wildcards(target, p, &alts, by_target))
-            {
+                .and_then(|p| mergeable_wildcards(target, p, &alts, by_target));
+        }
+        if n > 0 && group_exact(n, wild.is_some()) {
+            if let Some(wild) = wild {
                 alts.push(wild);
                 plain = None;
             }
@@ -584,7 +592,10 @@ pub(super) fn render_rules_of(
             name: format!("*.{suffix}"),
         });
     }
-    let group_exact = |n: usize| n > EXACT_RULES_MAX_PER_TARGET && style != RuleStyle::ExactOnly;
+    // A target's exact names as one pattern from 3 names on, or with its one-label wildcards.
+    let group_exact = |n: usize, joins: bool| {
+        style != RuleStyle::ExactOnly && (n > EXACT_RULES_MAX_PER_TARGET || joins)
+    };
     // Pass-throughs are identity rules among the exact ones, before every wildcard.
     Ok(ordered_matches(&by_target, group_exact, &HashMap::new())
         .into_iter()
@@ -704,7 +715,7 @@ pub(super) fn render_answers_of(
     }
     unknown.sort();
     let mut lines = Vec::new();
-    for (m, target) in ordered_matches(&by_target, |_| true, &cut) {
+    for (m, target) in ordered_matches(&by_target, |_, _| true, &cut) {
         let pattern = match m {
             Match::Exact(name) => format!("^{}\\.$", escape(name)),
             Match::Regex(p) => p,
@@ -1116,6 +1127,61 @@ mod tests {
     }
 
     #[test]
+    fn a_target_gets_one_regex_from_three_exact_names_or_with_its_wildcards() {
+        let t = "t.ns.svc.cluster.local";
+        let exact = |name: &str| format!("rewrite stop name exact {name} {t}");
+        let regex = |p: &str| format!("rewrite stop name regex {p} {t} answer auto");
+        // One or two names: an `exact` rule each (the cheapest rule for a name it misses).
+        assert_eq!(
+            render_rules(&[e("a.example.com", t), e("b.example.org", t)]).unwrap(),
+            [exact("a.example.com"), exact("b.example.org")]
+        );
+        // Three: one regex, which costs a name it misses less than three `exact` rules.
+        let three = [
+            e("a.example.com", t),
+            e("b.example.org", t),
+            e("c.example.net", t),
+        ];
+        assert_eq!(
+            render_rules(&three).unwrap(),
+            [regex(
+                "^(?:a\\.example\\.com|b\\.example\\.org|c\\.example\\.net)\\.$"
+            )]
+        );
+        // Old CoreDNS (no `answer auto`): still one `exact` rule per name.
+        assert_eq!(
+            render_rules_with(&three, RuleStyle::ExactOnly).unwrap(),
+            [
+                exact("a.example.com"),
+                exact("b.example.org"),
+                exact("c.example.net")
+            ]
+        );
+        // One name and a one-label wildcard of the same target: one rule.
+        assert_eq!(
+            render_rules(&[e("a.example.com", t), e("*.apps.example.com", t)]).unwrap(),
+            [regex(
+                "^(?:a\\.example\\.com|[^.]+\\.apps\\.example\\.com)\\.$"
+            )]
+        );
+        // ... unless another target's name lies under that wildcard: its rule must come first.
+        let u = "u.ns.svc.cluster.local";
+        assert_eq!(
+            render_rules(&[
+                e("a.example.com", t),
+                e("*.apps.example.com", t),
+                e("x.apps.example.com", u)
+            ])
+            .unwrap(),
+            [
+                exact("a.example.com"),
+                format!("rewrite stop name exact x.apps.example.com {u}"),
+                regex("^[^.]+\\.apps\\.example\\.com\\.$"),
+            ]
+        );
+    }
+
+    #[test]
     fn the_bypass_pays_only_before_rules_that_cost_a_cluster_name_more() {
         let exact = |i: usize| format!("rewrite stop name exact n{i}.example.com t.ns.svc.x");
         let regex = |len: usize| {
@@ -1152,8 +1218,7 @@ mod tests {
         assert_eq!(
             rules,
             [
-                "rewrite stop name exact a.example.com t1.ns.svc.cluster.local",
-                "rewrite stop name regex ^[^.]+\\.c\\.example\\.com\\.$ t1.ns.svc.cluster.local answer auto",
+                "rewrite stop name regex ^(?:a\\.example\\.com|[^.]+\\.c\\.example\\.com)\\.$ t1.ns.svc.cluster.local answer auto",
                 "rewrite stop name regex ^(?:[^.]+\\.)+x\\.b\\.example\\.com\\.$ t0.ns.svc.cluster.local answer auto",
                 "rewrite stop name regex ^(?:[^.]+\\.)+b\\.example\\.com\\.$ t1.ns.svc.cluster.local answer auto",
                 "rewrite stop name regex ^(?:[^.]+\\.)+(?:example\\.com|example\\.org)\\.$ t0.ns.svc.cluster.local answer auto",

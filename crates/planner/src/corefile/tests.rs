@@ -302,7 +302,7 @@ fn override_content_has_the_same_rules_without_indentation() {
     let e = entries(&["b.example.com", "*.example.org"]);
     assert_eq!(
         render_override(&e).unwrap(),
-        "# managed by hairpin; do not edit\nrewrite stop name exact b.example.com hairpin-lb.hairpin.svc.cluster.local\nrewrite stop name regex ^[^.]+\\.example\\.org\\.$ hairpin-lb.hairpin.svc.cluster.local answer auto\n"
+        "# managed by hairpin; do not edit\nrewrite stop name regex ^(?:b\\.example\\.com|[^.]+\\.example\\.org)\\.$ hairpin-lb.hairpin.svc.cluster.local answer auto\n"
     );
     assert_eq!(render_override(&[]).unwrap(), "");
 }
