@@ -25,7 +25,12 @@ cycles so that each query pays its share of the collector), the ratio of the two
 
 Usage: bench/dns_tax.py [--ns 1000,20000] [--rounds 6] [--duration 2] [--mixes cluster,external]
                         [--instructions [--gc-cycles 3]] [--corefiles DIR]
-                        [--keep DIR] [--before DIR]
+                        [--keep DIR] [--before DIR] [--no-lto]
+
+--no-lto (or HAIRPIN_BENCH_NO_LTO=1 in the environment, also through bench/run.sh) builds the
+renderer and the load generator in a release profile without fat LTO (target/bench-nolto): the
+Corefiles are the planner's text whatever the profile, so the figures do not change, and the
+build takes a few minutes instead of many on a loaded machine.
 """
 
 import argparse
@@ -57,18 +62,32 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
-def build(render):
+# --no-lto (or HAIRPIN_BENCH_NO_LTO=1): the release profile without fat LTO, in a profile of its
+# own (target/bench-nolto, so that the LTO build in target/release stays as it is). What is
+# measured does not depend on it: the Corefile text is the planner's whatever the profile, and
+# the load generator runs on the other core. Fat LTO over one codegen unit takes many minutes
+# on a loaded 2-core machine.
+NO_LTO_PROFILE = [
+    "--config", 'profile.bench-nolto.inherits="release"',
+    "--config", 'profile.bench-nolto.lto="off"',
+    "--config", "profile.bench-nolto.codegen-units=16",
+    "--profile", "bench-nolto",
+]
+
+
+def build(render, no_lto=False):
     """The release build of the load generator (and of the renderer with `render`); their
-    paths."""
+    paths. `no_lto`: the same without fat LTO (NO_LTO_PROFILE)."""
     examples = ["dns_load"] + (["dns_corefile"] if render else [])
-    print(f"building {', '.join(examples)} (cargo build --release -p hairpin-planner)...",
+    profile = NO_LTO_PROFILE if no_lto else ["--release"]
+    print(f"building {', '.join(examples)} (cargo build {' '.join(profile)} -p hairpin-planner)...",
           file=sys.stderr)
-    cmd = ["cargo", "build", "-q", "--release", "-p", "hairpin-planner"]
+    cmd = ["cargo", "build", "-q", *profile, "-p", "hairpin-planner"]
     for ex in examples:
         cmd += ["--example", ex]
     subprocess.run(cmd, cwd=ROOT, check=True)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    ex = os.path.join(target, "release", "examples")
+    ex = os.path.join(target, "bench-nolto" if no_lto else "release", "examples")
     return os.path.join(ex, "dns_corefile"), os.path.join(ex, "dns_load")
 
 
@@ -189,6 +208,10 @@ def main():
     ap.add_argument("--corefiles", help="use the Corefiles a --keep run left in this directory "
                     "(Corefile-N) instead of rendering them: to measure an older rendering")
     ap.add_argument("--keep", help="keep the rendered Corefiles in this directory")
+    ap.add_argument("--no-lto", action="store_true",
+                    default=os.environ.get("HAIRPIN_BENCH_NO_LTO", "") not in ("", "0"),
+                    help="build the renderer and the load generator without fat LTO (also "
+                    "HAIRPIN_BENCH_NO_LTO=1): much faster to build; the Corefiles are the same")
     ap.add_argument("--before", help="also measure the Corefiles a --keep run of an older commit "
                     "left in this directory, in the same rounds: before and after side by side")
     args = ap.parse_args()
@@ -199,7 +222,7 @@ def main():
     mixes = args.mixes.split(",")
     work = tempfile.mkdtemp(prefix="hairpin-dns-tax-")
     # Counting alone (--rounds 0 --corefiles) needs no build.
-    renderer, loadgen = build(not args.corefiles) if args.rounds or not args.corefiles else (None, None)
+    renderer, loadgen = build(not args.corefiles, args.no_lto) if args.rounds or not args.corefiles else (None, None)
     base = open(args.corefile).read()
     corefiles = {}
     for n in ns:

@@ -240,15 +240,17 @@ fn diff_of_the_example() {
     );
     assert!(diff.contains("\n+    # BEGIN hairpin"), "{diff}");
     assert!(
-        diff.contains("\n+    rewrite stop name exact shop.example.com hairpin-ingress-nginx-ingress-nginx-controller.hairpin.svc.cluster.local"),
+        diff.contains("\n+    # BEGIN hairpin (managed by hairpin; do not edit)\n+    rewrite stop name regex "),
         "{diff}"
     );
     assert!(
         diff.contains("\n     kubernetes cluster.local in-addr.arpa ip6.arpa {"),
         "context line kept:\n{diff}"
     );
-    // The Ingress wildcard covers one label, the Gateway listener's one or more, after it.
-    let ingress_wildcard = "\n+    rewrite stop name regex ^[^.]+\\.apps\\.example\\.com\\.$ hairpin-ingress-nginx-ingress-nginx-controller.hairpin.svc.cluster.local answer auto\n";
+    // The Ingress wildcard covers one label, the Gateway listener's one or more, after it. A
+    // load balancer's exact names share one rule with its one-label wildcards, and from three
+    // names on have one rule without them (each rule costs every query that reaches it).
+    let ingress_wildcard = "\n+    rewrite stop name regex ^(?:shop\\.example\\.com|www\\.shop\\.example\\.com|[^.]+\\.apps\\.example\\.com)\\.$ hairpin-ingress-nginx-ingress-nginx-controller.hairpin.svc.cluster.local answer auto\n";
     let gateway_wildcard = "\n+    rewrite stop name regex ^(?:[^.]+\\.)+example\\.org\\.$ hairpin-traefik-traefik.hairpin.svc.cluster.local answer auto\n";
     let at = |rule: &str| {
         diff.find(rule)
@@ -256,7 +258,9 @@ fn diff_of_the_example() {
     };
     assert!(at(ingress_wildcard) < at(gateway_wildcard), "{diff}");
     assert!(
-        at("\n+    rewrite stop name exact auth.example.org ") < at(gateway_wildcard),
+        at(
+            "\n+    rewrite stop name regex ^(?:auth\\.example\\.org|docs\\.example\\.org|metrics\\.example\\.org)\\.$ "
+        ) < at(gateway_wildcard),
         "exact names before the wildcards that cover them:\n{diff}"
     );
     assert!(

@@ -55,6 +55,8 @@ fn setup(domain: &str) -> Setup {
         e("api.apps.example.org", &lb2),
         // A Gateway API wildcard (one or more labels) and a deeper Ingress one under it.
         DnsEntry::new_with("*.example.net", &lb2, WildcardLabels::OneOrMore).unwrap(),
+        // A one-label wildcard of LB2 too: its one exact name joins the wildcard's rule.
+        e("*.pets.example.org", &lb2),
         e("*.deep.example.net", &lb1),
         // Not redirected, though LB1's wildcard covers it.
         DnsEntry::passthrough("skip.apps.example.org").unwrap(),
@@ -103,7 +105,7 @@ fn check(dns: &CoreDns, x: &Expect<'_>, failures: &mut Vec<String>) {
     let lb2_v6 = [ip(LB2_IPS[1])];
     let lb3 = [ip(LB3_IP)];
     let upstream = [IpAddr::V4(UPSTREAM_V4)];
-    let a_cases: [(&str, &[IpAddr]); 19] = [
+    let a_cases: [(&str, &[IpAddr]); 21] = [
         ("www.example.com.", &lb1),
         ("www.example.com", &lb1),
         ("WWW.Example.COM.", &lb1),
@@ -114,6 +116,8 @@ fn check(dns: &CoreDns, x: &Expect<'_>, failures: &mut Vec<String>) {
         ("a.example.net.", &lb2_v4),
         ("a.b.c.example.net.", &lb2_v4),
         ("x.deep.example.net.", &lb1),
+        ("x.pets.example.org.", &lb2_v4),
+        ("a.b.pets.example.org.", &upstream),
         ("skip.apps.example.org.", &upstream),
         ("www.example.io.", &upstream),
         ("api.t2.example.com.", &lb3),

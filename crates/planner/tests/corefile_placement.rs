@@ -153,7 +153,17 @@ fn placeholder_domain_uses_the_flag_and_rewrites_in_the_kubernetes_block() {
             format!("rewrite stop name exact app.example.com {LB1}")
         )]
     );
-    // The bypass names the cluster domain the flag gave.
+    // Three rules cost a cluster name less than the bypass would: none.
+    assert!(!edit.text.contains("name suffix"), "{}", edit.text);
+    // Where it pays (an exact name on each of 12 load balancers), the bypass names the cluster
+    // domain the flag gave.
+    let many: Vec<DnsEntry> = (0..12)
+        .map(|i| {
+            let target = format!("lb-{i}.hairpin.svc.cluster.local");
+            DnsEntry::new(&format!("n{i}.example.com"), &target).unwrap()
+        })
+        .collect();
+    let edit = corefile::apply_placed(&original, &many, &opts).unwrap();
     assert!(
         edit.text
             .contains("# BEGIN hairpin (managed by hairpin; do not edit)\n    rewrite stop name suffix .corp.internal. .corp.internal.\n"),

@@ -34,7 +34,7 @@ pub use nodelocal::{NodeLocalDnsInfo, NodeLocalServer, analyze_node_local_dns, b
 pub use placement::{BlockInsert, DEFAULT_DNS_PORT, Form, PlaceOptions, Placement, ServerRef};
 pub use rules::{
     ANSWER_TTL, DnsEntry, EXACT_RULES_MAX_PER_TARGET, HostPattern, REGEX_PATTERN_BUDGET, RuleStyle,
-    cluster_bypass, render_answers, render_rules, render_rules_with, service_fqdn,
+    bypass_pays, cluster_bypass, render_answers, render_rules, render_rules_with, service_fqdn,
 };
 pub use upstream::upstreams;
 

@@ -21,7 +21,9 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use super::parse::{Corefile, Directive, ServerBlock};
-use super::rules::{EntryRef, RuleStyle, cluster_bypass, render_answers_of, render_rules_of};
+use super::rules::{
+    EntryRef, RuleStyle, bypass_pays, cluster_bypass, render_answers_of, render_rules_of,
+};
 use super::{CorefileError, Warning};
 use crate::forward::in_zone;
 use crate::name::WildcardLabels;
@@ -420,7 +422,7 @@ pub(super) fn place(
         }
         let (form, lines) = if s.resolves_cluster && !opts.without_kubernetes {
             let mut lines = render_rules_of(&entries, opts.style)?;
-            if !lines.is_empty() && may_bypass(src, s.block, cluster_domain, &entries) {
+            if bypass_pays(&lines) && may_bypass(src, s.block, cluster_domain, &entries) {
                 lines.insert(0, cluster_bypass(cluster_domain));
             }
             (Form::Rewrite, lines)

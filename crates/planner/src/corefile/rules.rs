@@ -8,14 +8,17 @@
 //! Layout (CoreDNS `rewrite` plugin syntax, RE2 regular expressions, matched against the
 //! lowercased fully-qualified query name with its trailing dot), in this order:
 //!
-//! * where nothing else in the server block rewrites (`placement`), the cluster-domain bypass
+//! * where nothing else in the server block rewrites (`placement`) and the rules below would
+//!   cost a cluster name more than it does ([`bypass_pays`]), the cluster-domain bypass
 //!   [`cluster_bypass`], `rewrite stop name suffix .cluster.local. .cluster.local.`, so that
 //!   cluster names and search-path NXDOMAINs skip every rule below;
 //! * pass-through names ([`DnsEntry::passthrough`]) that a wildcard covers:
 //!   `rewrite stop name exact NAME NAME`, so that no later rule matches them;
-//! * a target with few exact names gets one `rewrite stop name exact NAME TARGET` per name;
-//!   CoreDNS rewrites the answer back to `NAME` by itself for `exact` rules, on every version;
-//! * a target with many exact names gets flat sorted alternations of whole names,
+//! * a target with one or two exact names (and no one-label wildcard whose pattern they could
+//!   join) gets one `rewrite stop name exact NAME TARGET` per name; CoreDNS rewrites the answer
+//!   back to `NAME` by itself for `exact` rules, on every version;
+//! * a target with more exact names ([`EXACT_RULES_MAX_PER_TARGET`]) gets flat sorted
+//!   alternations of whole names,
 //!   `rewrite stop name regex ^(?:a\.example\.com|b\.example\.org)\.$ TARGET answer auto`,
 //!   as few rules as [`REGEX_PATTERN_BUDGET`] allows; parent domains that share their set of
 //!   first labels become one cross product, `(?:api|www)\.(?:t1\.example\.com|t2\.example\.com)`
@@ -70,8 +73,15 @@ use super::CorefileError;
 use crate::name::WildcardLabels;
 use crate::name::{DnsName, Host, NameError, head};
 
-/// A target with at most this many exact names gets one `exact` rule per name.
-pub const EXACT_RULES_MAX_PER_TARGET: usize = 8;
+/// A target with at most this many exact names (and no one-label wildcard to share a pattern
+/// with) gets one `exact` rule per name; from one more, one `regex` rule for them all. Every
+/// rule costs every query that reaches it a lowercased copy of its name (`request.Name`: in
+/// CoreDNS 1.12.2 the rewrite plugin hands each rule a fresh copy of the request), about 1,100
+/// instructions for an `exact` rule that does not match, about 2,400 for a `regex` of a few
+/// names (small enough for Go's one-pass or backtracking matcher). Measured (callgrind, whole
+/// GC cycles, external names): 8 names as 8 `exact` rules 1.106x the Corefile without
+/// hairpin's block, as one `regex` 1.060x (docs/dns-cost.md).
+pub const EXACT_RULES_MAX_PER_TARGET: usize = 2;
 /// Upper bound on the length of one regex pattern; longer lists are split over several rules.
 /// Large: every rule costs every query a pass of Go's regexp machine, whatever its size, so
 /// fewer rules are cheaper (measured in CoreDNS 1.12.2 at 20,000 names and 5,000 wildcards:
@@ -493,13 +503,14 @@ enum Match<'a> {
 
 /// Every name of `entries` as matches with their target, most specific first: exact names,
 /// then one-label wildcards, then suffix wildcards with the longest suffixes first (CoreDNS
-/// applies the first rule, and the first template, that matches). `group_exact` says whether
-/// a target with that many exact names gets grouped regexes instead of one exact match each.
+/// applies the first rule, and the first template, that matches). `group_exact(n, joins)` says
+/// whether a target with `n` exact names gets grouped regexes instead of one exact match each;
+/// `joins`: its one-label wildcards would join the same pattern ([`mergeable_wildcards`]).
 /// The wildcard patterns leave out `cut`: exact names (heads by wildcard suffix, see
 /// [`cut_heads`]) that no wildcard may match.
 fn ordered_matches<'a>(
     by_target: &ByTarget<'a>,
-    group_exact: impl Fn(usize) -> bool,
+    group_exact: impl Fn(usize, bool) -> bool,
     cut: &HashMap<&str, Vec<&str>>,
 ) -> Vec<(Match<'a>, &'a str)> {
     let mut exact = Vec::new();
@@ -509,12 +520,17 @@ fn ordered_matches<'a>(
     for (target, names) in by_target {
         let (plain, own) = split_cut(&names.wildcards, cut, WildcardLabels::One);
         let mut plain = Some(plain);
-        if group_exact(names.exact.len()) {
-            let mut alts = exact_alternatives(&names.exact);
-            if let Some(wild) = plain
+        let n = names.exact.len();
+        let (mut alts, mut wild) = (Vec::new(), None);
+        let may_join = plain.as_ref().is_some_and(|p| !p.is_empty()) && group_exact(n, true);
+        if n > 0 && (group_exact(n, false) || may_join) {
+            alts = exact_alternatives(&names.exact);
+            wild = plain
                 .as_deref()
-                .and_then(|p| mergeable_wildcards(target, p, &alts, by_target))
-            {
+                .and_then(|p| mergeable_wildcards(target, p, &alts, by_target));
+        }
+        if n > 0 && group_exact(n, wild.is_some()) {
+            if let Some(wild) = wild {
                 alts.push(wild);
                 plain = None;
             }
@@ -576,7 +592,10 @@ pub(super) fn render_rules_of(
             name: format!("*.{suffix}"),
         });
     }
-    let group_exact = |n: usize| n > EXACT_RULES_MAX_PER_TARGET && style != RuleStyle::ExactOnly;
+    // A target's exact names as one pattern from 3 names on, or with its one-label wildcards.
+    let group_exact = |n: usize, joins: bool| {
+        style != RuleStyle::ExactOnly && (n > EXACT_RULES_MAX_PER_TARGET || joins)
+    };
     // Pass-throughs are identity rules among the exact ones, before every wildcard.
     Ok(ordered_matches(&by_target, group_exact, &HashMap::new())
         .into_iter()
@@ -597,10 +616,44 @@ pub(super) fn render_rules_of(
 /// it reads, plus the alternation's first branches), whatever the number of names, and the
 /// NFA's work queues and program, megabytes at 20,000 names, are what the cache of a busy
 /// host loses (docs/dns-cost.md). `stop` sends the query on at once; the answer comes back
-/// through the rewrite plugin's reverter unchanged (the question is restored as it was).
+/// through the rewrite plugin's reverter unchanged (the question is restored as it was), which
+/// copies it: written only where that costs less than the rules after it ([`bypass_pays`]).
 pub fn cluster_bypass(cluster_domain: &str) -> String {
     let domain = cluster_domain.trim_end_matches('.');
     format!("rewrite stop name suffix .{domain}. .{domain}.")
+}
+
+/// What a rule costs a name it does not match, in units of about 1,100 instructions (CoreDNS
+/// 1.12.2, callgrind over whole GC cycles, docs/dns-cost.md): an `exact` or `suffix` rule 1
+/// (the rule's own lowercased copy of the name and a comparison), a `regex` rule up to
+/// [`SMALL_REGEX`] bytes 2 (Go's one-pass or backtracking matcher), a larger one 9 (Go's NFA,
+/// with the collector and stack growth its program and work queues bring).
+fn rule_cost(rule: &str) -> usize {
+    let mut words = rule.split_whitespace();
+    match (words.nth(3), words.next()) {
+        (Some("regex"), Some(pattern)) if pattern.len() <= SMALL_REGEX => 2,
+        (Some("regex"), _) => 9,
+        _ => 1,
+    }
+}
+
+/// A `regex` pattern up to this length compiles to at most about 500 instructions of Go's
+/// regexp program (about one per byte), within reach of its backtracking matcher.
+const SMALL_REGEX: usize = 400;
+
+/// What [`cluster_bypass`] costs, in the units of [`rule_cost`]: a cluster name about 9 (its
+/// answer goes through the rewrite plugin's reverter, which copies it; the identity rewrite's
+/// checks and allocations), every other name 2 (one more rule to pass).
+const BYPASS_COST: usize = 9 + 2;
+
+/// Whether opening `rules` (rendered rules, one a line) with [`cluster_bypass`] costs the
+/// queries less than it saves: only when the rules would cost a name of the cluster domain
+/// more than the bypass costs it and every other query together. One `exact` rule cost a
+/// cluster name 0.98x the Corefile without hairpin's block, the bypass before it 1.08x; one
+/// large `regex` (20,000 names) 1.08x without the bypass, 1.09-1.11x with it, external names
+/// 1.08-1.10x and 1.10x (docs/dns-cost.md).
+pub fn bypass_pays(rules: &[String]) -> bool {
+    rules.iter().map(|r| rule_cost(r)).sum::<usize>() > BYPASS_COST
 }
 
 /// TTL of the records hairpin answers itself: short, so a recreated hairpin Service (a new
@@ -662,7 +715,7 @@ pub(super) fn render_answers_of(
     }
     unknown.sort();
     let mut lines = Vec::new();
-    for (m, target) in ordered_matches(&by_target, |_| true, &cut) {
+    for (m, target) in ordered_matches(&by_target, |_, _| true, &cut) {
         let pattern = match m {
             Match::Exact(name) => format!("^{}\\.$", escape(name)),
             Match::Regex(p) => p,
@@ -1074,6 +1127,82 @@ mod tests {
     }
 
     #[test]
+    fn a_target_gets_one_regex_from_three_exact_names_or_with_its_wildcards() {
+        let t = "t.ns.svc.cluster.local";
+        let exact = |name: &str| format!("rewrite stop name exact {name} {t}");
+        let regex = |p: &str| format!("rewrite stop name regex {p} {t} answer auto");
+        // One or two names: an `exact` rule each (the cheapest rule for a name it misses).
+        assert_eq!(
+            render_rules(&[e("a.example.com", t), e("b.example.org", t)]).unwrap(),
+            [exact("a.example.com"), exact("b.example.org")]
+        );
+        // Three: one regex, which costs a name it misses less than three `exact` rules.
+        let three = [
+            e("a.example.com", t),
+            e("b.example.org", t),
+            e("c.example.net", t),
+        ];
+        assert_eq!(
+            render_rules(&three).unwrap(),
+            [regex(
+                "^(?:a\\.example\\.com|b\\.example\\.org|c\\.example\\.net)\\.$"
+            )]
+        );
+        // Old CoreDNS (no `answer auto`): still one `exact` rule per name.
+        assert_eq!(
+            render_rules_with(&three, RuleStyle::ExactOnly).unwrap(),
+            [
+                exact("a.example.com"),
+                exact("b.example.org"),
+                exact("c.example.net")
+            ]
+        );
+        // One name and a one-label wildcard of the same target: one rule.
+        assert_eq!(
+            render_rules(&[e("a.example.com", t), e("*.apps.example.com", t)]).unwrap(),
+            [regex(
+                "^(?:a\\.example\\.com|[^.]+\\.apps\\.example\\.com)\\.$"
+            )]
+        );
+        // ... unless another target's name lies under that wildcard: its rule must come first.
+        let u = "u.ns.svc.cluster.local";
+        assert_eq!(
+            render_rules(&[
+                e("a.example.com", t),
+                e("*.apps.example.com", t),
+                e("x.apps.example.com", u)
+            ])
+            .unwrap(),
+            [
+                exact("a.example.com"),
+                format!("rewrite stop name exact x.apps.example.com {u}"),
+                regex("^[^.]+\\.apps\\.example\\.com\\.$"),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_bypass_pays_only_before_rules_that_cost_a_cluster_name_more() {
+        let exact = |i: usize| format!("rewrite stop name exact n{i}.example.com t.ns.svc.x");
+        let regex = |len: usize| {
+            let p = format!("^(?:{})\\.$", "a".repeat(len));
+            format!("rewrite stop name regex {p} t.ns.svc.x answer auto")
+        };
+        // Nothing, one `exact` rule, eleven: cheaper than the bypass.
+        assert!(!bypass_pays(&[]));
+        assert!(!bypass_pays(&[exact(0)]));
+        assert!(!bypass_pays(&(0..11).map(exact).collect::<Vec<_>>()));
+        // Twelve are not.
+        assert!(bypass_pays(&(0..12).map(exact).collect::<Vec<_>>()));
+        // One large regex (Go's NFA) costs about what the bypass does; with a small one and
+        // an `exact` rule beside it, more; two small ones and an `exact` rule, less.
+        assert!(!bypass_pays(&[regex(1000)]));
+        assert!(!bypass_pays(&[regex(10), regex(10), exact(0)]));
+        assert!(bypass_pays(&[regex(1000), regex(10), exact(0)]));
+        assert!(bypass_pays(&[regex(1000), regex(1000)]));
+    }
+
+    #[test]
     fn gateway_wildcards_render_as_suffix_regexes_after_the_others() {
         let gw =
             |name, target| DnsEntry::new_with(name, target, WildcardLabels::OneOrMore).unwrap();
@@ -1089,8 +1218,7 @@ mod tests {
         assert_eq!(
             rules,
             [
-                "rewrite stop name exact a.example.com t1.ns.svc.cluster.local",
-                "rewrite stop name regex ^[^.]+\\.c\\.example\\.com\\.$ t1.ns.svc.cluster.local answer auto",
+                "rewrite stop name regex ^(?:a\\.example\\.com|[^.]+\\.c\\.example\\.com)\\.$ t1.ns.svc.cluster.local answer auto",
                 "rewrite stop name regex ^(?:[^.]+\\.)+x\\.b\\.example\\.com\\.$ t0.ns.svc.cluster.local answer auto",
                 "rewrite stop name regex ^(?:[^.]+\\.)+b\\.example\\.com\\.$ t1.ns.svc.cluster.local answer auto",
                 "rewrite stop name regex ^(?:[^.]+\\.)+(?:example\\.com|example\\.org)\\.$ t0.ns.svc.cluster.local answer auto",

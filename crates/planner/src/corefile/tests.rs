@@ -13,7 +13,7 @@ fn inserts_before_kubernetes_with_its_indentation() {
     let edit = apply(BASIC, &entries(&["a.example.com"])).unwrap();
     assert_eq!(
         edit.text,
-        ".:53 {\n    errors\n    # BEGIN hairpin (managed by hairpin; do not edit)\n    rewrite stop name suffix .cluster.local. .cluster.local.\n    rewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\n    # END hairpin\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    reload\n}\n"
+        ".:53 {\n    errors\n    # BEGIN hairpin (managed by hairpin; do not edit)\n    rewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\n    # END hairpin\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n       pods insecure\n    }\n    reload\n}\n"
     );
     assert!(edit.changed && edit.warnings.is_empty());
     let again = apply(&edit.text, &entries(&["a.example.com"])).unwrap();
@@ -29,7 +29,7 @@ fn tabs_crlf_and_missing_final_newline() {
     let edit = apply(original, &entries(&["a.example.com"])).unwrap();
     assert_eq!(
         edit.text,
-        "# top\r\n.:53\r\n{\r\n\terrors\r\n\t# BEGIN hairpin (managed by hairpin; do not edit)\r\n\trewrite stop name suffix .cluster.local. .cluster.local.\r\n\trewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\r\n\t# END hairpin\r\n\tkubernetes\tcluster.local\r\n}"
+        "# top\r\n.:53\r\n{\r\n\terrors\r\n\t# BEGIN hairpin (managed by hairpin; do not edit)\r\n\trewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\r\n\t# END hairpin\r\n\tkubernetes\tcluster.local\r\n}"
     );
     assert_eq!(remove(&edit.text).unwrap().text, original);
 }
@@ -40,7 +40,7 @@ fn kubernetes_on_the_brace_line_inserts_before_the_closing_brace() {
     let edit = apply(original, &entries(&["a.example.com"])).unwrap();
     assert_eq!(
         edit.text,
-        ".:53 { kubernetes cluster.local\n  reload\n  # BEGIN hairpin (managed by hairpin; do not edit)\n  rewrite stop name suffix .cluster.local. .cluster.local.\n  rewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\n  # END hairpin\n}\n"
+        ".:53 { kubernetes cluster.local\n  reload\n  # BEGIN hairpin (managed by hairpin; do not edit)\n  rewrite stop name exact a.example.com hairpin-lb.hairpin.svc.cluster.local\n  # END hairpin\n}\n"
     );
     assert_eq!(remove(&edit.text).unwrap().text, original);
 }
@@ -150,11 +150,25 @@ fn block(indent: &str, names: &[&str]) -> String {
     markers::render_block(rules.iter().map(String::as_str), indent, "\n", true)
 }
 
-/// [`block`] as hairpin writes it where nothing else rewrites: opening with the bypass.
+/// [`block`] as hairpin writes it where nothing else rewrites: opening with the bypass where
+/// it pays.
 fn placed(indent: &str, names: &[&str]) -> String {
-    let mut rules = vec![cluster_bypass("cluster.local")];
-    rules.extend(render_rules(&entries(names)).unwrap());
+    let mut rules = render_rules(&entries(names)).unwrap();
+    if bypass_pays(&rules) {
+        rules.insert(0, cluster_bypass("cluster.local"));
+    }
     markers::render_block(rules.iter().map(String::as_str), indent, "\n", true)
+}
+
+/// One exact name on each of 12 load balancers: 12 `exact` rules, which cost a cluster name
+/// more than the bypass does.
+fn costly(first: &str) -> Vec<DnsEntry> {
+    (0..12)
+        .map(|i| {
+            let target = format!("lb-{i}.hairpin.svc.cluster.local");
+            DnsEntry::new(&format!("{first}{i}.example.com"), &target).unwrap()
+        })
+        .collect()
 }
 
 #[test]
@@ -288,7 +302,7 @@ fn override_content_has_the_same_rules_without_indentation() {
     let e = entries(&["b.example.com", "*.example.org"]);
     assert_eq!(
         render_override(&e).unwrap(),
-        "# managed by hairpin; do not edit\nrewrite stop name exact b.example.com hairpin-lb.hairpin.svc.cluster.local\nrewrite stop name regex ^[^.]+\\.example\\.org\\.$ hairpin-lb.hairpin.svc.cluster.local answer auto\n"
+        "# managed by hairpin; do not edit\nrewrite stop name regex ^(?:b\\.example\\.com|[^.]+\\.example\\.org)\\.$ hairpin-lb.hairpin.svc.cluster.local answer auto\n"
     );
     assert_eq!(render_override(&[]).unwrap(), "");
 }
@@ -402,7 +416,7 @@ fn a_gone_server_block_is_named_on_one_escaped_line() {
 #[test]
 fn the_cluster_bypass_opens_the_rules_only_where_nothing_else_rewrites() {
     let bypass = "rewrite stop name suffix .cluster.local. .cluster.local.";
-    let edit = apply(BASIC, &entries(&["a.example.com"])).unwrap();
+    let edit = apply(BASIC, &costly("a")).unwrap();
     let after_begin = edit
         .text
         .split("(managed by hairpin; do not edit)\n")
@@ -415,7 +429,7 @@ fn the_cluster_bypass_opens_the_rules_only_where_nothing_else_rewrites() {
     );
     // The cluster domain as the `kubernetes` plugin names it.
     let other = BASIC.replace("kubernetes cluster.local", "kubernetes corp.internal");
-    let edit = apply(&other, &entries(&["a.example.com"])).unwrap();
+    let edit = apply(&other, &costly("a")).unwrap();
     assert!(
         edit.text
             .contains("rewrite stop name suffix .corp.internal. .corp.internal.\n")
@@ -431,19 +445,30 @@ fn the_cluster_bypass_opens_the_rules_only_where_nothing_else_rewrites() {
             BASIC.replace("    reload\n", &format!("    reload\n{extra}")),
             BASIC.replace("    errors\n", &format!("    errors\n{extra}")),
         ] {
-            let edit = apply(&original, &entries(&["a.example.com"])).unwrap();
+            let edit = apply(&original, &costly("a")).unwrap();
             assert!(!edit.text.contains("name suffix"), "{}", edit.text);
             assert_eq!(remove(&edit.text).unwrap().text, original);
         }
     }
     // hairpin's own block does not count: an update keeps the bypass.
-    let edit = apply(BASIC, &entries(&["a.example.com"])).unwrap();
-    let again = apply(&edit.text, &entries(&["b.example.com"])).unwrap();
+    let edit = apply(BASIC, &costly("a")).unwrap();
+    let again = apply(&edit.text, &costly("b")).unwrap();
     assert!(again.text.contains(bypass), "{}", again.text);
+    // Rules that cost a cluster name less than the bypass would (one `exact` rule, one large
+    // `regex`): no bypass, and none left from an earlier block.
+    let many: Vec<String> = (0..100).map(|i| format!("host{i}.example.com")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    for cheap in [entries(&["a.example.com"]), entries(&many)] {
+        let edit = apply(&again.text, &cheap).unwrap();
+        assert!(!edit.text.contains("name suffix"), "{}", edit.text);
+        assert!(edit.text.contains("rewrite stop name "), "{}", edit.text);
+    }
     // A name in the cluster domain, or a wildcard covering it: no bypass.
     let gw = DnsEntry::new_with("*.local", T, crate::name::WildcardLabels::OneOrMore).unwrap();
     for e in [DnsEntry::new("a.svc.cluster.local", T).unwrap(), gw] {
-        let edit = apply(BASIC, &[e]).unwrap();
+        let mut all = costly("a");
+        all.push(e);
+        let edit = apply(BASIC, &all).unwrap();
         assert!(!edit.text.contains("name suffix"), "{}", edit.text);
     }
     // No rules, no bypass.
