@@ -8,12 +8,14 @@
 //! truncation), with its cache off so every round sees the server's current answer.
 //!
 //! [`Checks`] runs one check per load balancer in the background after each DNS write of its
-//! names, reports its outcome as an Event (`HairpinEffective`, or `DNSNotEffective` with the
-//! likely cause), and keeps it for the `Hairpin` status ([`crate::status`]).
+//! names (a sensor of the loop's, which starts and stops them as the `Hairpin` statuses'
+//! step chooses), reports its outcome as an Event (`HairpinEffective`, or `DNSNotEffective`
+//! with the likely cause), and sends it to the loop, which keeps it in its memory
+//! ([`CheckMemory`]) for the `Hairpin` status ([`crate::status`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hairpin_planner::ObjectRef;
@@ -24,6 +26,7 @@ use hickory_resolver::{Resolver, TokioResolver};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::context::Context;
 use crate::report::{list_note, object_ref, reason};
@@ -325,43 +328,63 @@ impl Default for PropagationParams {
     }
 }
 
-/// A propagation check, running or done.
-#[derive(Debug)]
-struct Tracked {
+/// What the loop remembers of one load balancer's propagation check (in the Hairpin statuses'
+/// memory): which check runs or ran, and its outcome once it reported.
+#[derive(Clone, Debug)]
+pub(crate) struct CheckSeen {
     /// Hostnames and ClusterIPs checked: a different one supersedes this check.
     fingerprint: String,
-    task: tokio::task::AbortHandle,
+    /// Which start this is (an outcome of an earlier start of the same load balancer is
+    /// ignored).
+    id: u64,
     /// The check counts from a write this controller made (so its time is a propagation).
     measured: bool,
+    /// `None` while it runs.
     outcome: Option<CheckOutcome>,
 }
 
-type Tracking = Arc<Mutex<HashMap<ObjectRef, Tracked>>>;
+/// The propagation checks the loop remembers, by load balancer.
+pub(crate) type CheckMemory = HashMap<ObjectRef, CheckSeen>;
 
-impl Drop for Checks {
-    fn drop(&mut self) {
-        for tracked in lock(&self.tracking).values() {
-            tracked.task.abort();
-        }
-    }
+/// A check of `fingerprint` runs (or ran) for `lb`, as the memory says.
+pub(crate) fn is_running(memory: &CheckMemory, lb: &ObjectRef, fingerprint: &str) -> bool {
+    memory.get(lb).is_some_and(|t| t.fingerprint == fingerprint)
 }
 
-fn lock(checks: &Tracking) -> std::sync::MutexGuard<'_, HashMap<ObjectRef, Tracked>> {
-    checks
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The last check's outcome for `lb` (`None` while it runs), and whether it counts from a
+/// write of this controller's, as the memory says.
+pub(crate) fn outcome<'a>(
+    memory: &'a CheckMemory,
+    lb: &ObjectRef,
+) -> (Option<&'a CheckOutcome>, bool) {
+    memory
+        .get(lb)
+        .map_or((None, false), |t| (t.outcome.as_ref(), t.measured))
 }
 
-/// A check to start ([`Checks::start`]).
-pub(crate) struct Start<'a> {
-    /// The DNS servers to ask ([`Checks::dns_servers`]).
+/// What a check to stop or start.
+pub(crate) enum CheckAction {
+    /// Stop and forget this load balancer's check.
+    Stop(ObjectRef),
+    /// Start (or restart) a check.
+    Start(Box<Start>),
+}
+
+/// A check to start ([`Checks::act`]): everything it needs, read from the plan and the
+/// snapshot when it was chosen.
+pub(crate) struct Start {
+    /// The load balancer.
+    pub lb: ObjectRef,
+    /// Its Service's uid (for the Events' `regarding`).
+    pub lb_uid: Option<String>,
+    /// The DNS servers to ask ([`dns_servers`]).
     pub servers: Vec<DnsServer>,
     /// The load balancer's hostnames.
     pub hostnames: Vec<String>,
     /// Hostnames and ClusterIPs checked: a different one supersedes this check.
     pub fingerprint: String,
     /// The hairpin Service's ClusterIPs, the answer wanted.
-    pub cluster_ips: &'a [IpAddr],
+    pub cluster_ips: Vec<IpAddr>,
     /// The hairpin Service's first port, connected to once DNS answers.
     pub port: Option<u16>,
     /// In external-dns mode, why the cluster DNS would not answer yet.
@@ -369,16 +392,37 @@ pub(crate) struct Start<'a> {
     /// When this controller wrote the change (`None`: not its write; the check's time is then
     /// no propagation).
     pub written: Option<Instant>,
+    /// The Corefile hairpin edits lacks `reload`.
+    pub reload_missing: bool,
+    /// Label selector of the CoreDNS pods.
+    pub coredns_pods: String,
 }
 
-/// The propagation checks of the load balancers, each running in the background after a DNS
-/// write: its outcome is reported as an Event and kept for the `Hairpin` status.
+/// A check's report: the load balancer, which start, its outcome.
+type Report = (ObjectRef, u64, CheckOutcome);
+
+/// The propagation checks of the load balancers (a sensor of the loop's): each runs in the
+/// background after a DNS write, reports its outcome as an Event, and sends it through a
+/// channel, waking the loop; the loop reads it into its memory ([`Checks::read`]), where the
+/// `Hairpin` status finds it.
 pub(crate) struct Checks {
-    /// The loop's client, Events, metrics, planner settings, and the signal poked when a
-    /// check finishes, so its result is written.
+    /// The loop's client, Events, metrics, and the signal poked when a check finishes.
     ctx: Arc<Context>,
     params: PropagationParams,
-    tracking: Tracking,
+    /// The checks running, by load balancer: which start, and its task.
+    running: HashMap<ObjectRef, (u64, tokio::task::AbortHandle)>,
+    /// The id of the next start.
+    next: u64,
+    /// Where the checks' outcomes come in.
+    inbox: (UnboundedSender<Report>, UnboundedReceiver<Report>),
+}
+
+impl Drop for Checks {
+    fn drop(&mut self) {
+        for (_, task) in self.running.values() {
+            task.abort();
+        }
+    }
 }
 
 impl Checks {
@@ -386,136 +430,137 @@ impl Checks {
         Self {
             ctx: ctx.clone(),
             params,
-            tracking: Arc::default(),
+            running: HashMap::new(),
+            next: 0,
+            inbox: unbounded_channel(),
         }
     }
 
-    /// A check of `fingerprint` runs (or ran) for `lb`.
-    pub(crate) fn is_running(&self, lb: &ObjectRef, fingerprint: &str) -> bool {
-        lock(&self.tracking)
-            .get(lb)
-            .is_some_and(|t| t.fingerprint == fingerprint)
+    /// The checks' outcomes that came in, into `memory`.
+    pub(crate) fn read(&mut self, memory: &mut CheckMemory) {
+        while let Ok((lb, id, outcome)) = self.inbox.1.try_recv() {
+            if self.running.get(&lb).is_some_and(|(run, _)| *run == id) {
+                // Its task is done.
+                self.running.remove(&lb);
+            }
+            if let Some(seen) = memory.get_mut(&lb).filter(|seen| seen.id == id) {
+                seen.outcome = Some(outcome);
+            }
+        }
     }
 
-    /// Whether a DNS server is known to ask for `lb`: the flag, or a check that found one.
-    pub(crate) fn has_server(&self, lb: &ObjectRef) -> bool {
-        self.params.cluster_dns.is_some() || lock(&self.tracking).contains_key(lb)
-    }
-
-    /// The last check's outcome for `lb` (`None` while it runs), and whether it counts from a
-    /// write of this controller's.
-    pub(crate) fn outcome(&self, lb: &ObjectRef) -> (Option<CheckOutcome>, bool) {
-        lock(&self.tracking)
-            .get(lb)
-            .map(|t| (t.outcome.clone(), t.measured))
-            .unwrap_or_default()
+    /// Starts and stops the checks as `actions` say, remembering them in `memory`.
+    pub(crate) fn act(&mut self, memory: &mut CheckMemory, actions: Vec<CheckAction>) {
+        for action in actions {
+            match action {
+                CheckAction::Stop(lb) => self.stop(memory, &lb),
+                CheckAction::Start(start) => self.start(memory, *start),
+            }
+        }
     }
 
     /// Stops and forgets `lb`'s check.
-    pub(crate) fn stop(&self, lb: &ObjectRef) {
-        if let Some(old) = lock(&self.tracking).remove(lb) {
-            old.task.abort();
+    fn stop(&mut self, memory: &mut CheckMemory, lb: &ObjectRef) {
+        if let Some((_, task)) = self.running.remove(lb) {
+            task.abort();
         }
+        memory.remove(lb);
     }
 
     /// Stops and forgets the checks of every load balancer but `lbs`.
-    pub(crate) fn retain(&self, lbs: &[ObjectRef]) {
-        lock(&self.tracking).retain(|lb, tracked| {
+    pub(crate) fn retain(&mut self, memory: &mut CheckMemory, lbs: &[ObjectRef]) {
+        self.running.retain(|lb, (_, task)| {
             let keep = lbs.contains(lb);
             if !keep {
-                tracked.task.abort();
+                task.abort();
             }
             keep
         });
+        memory.retain(|lb, _| lbs.contains(lb));
     }
 
-    /// Starts (or restarts) `lb`'s check.
-    pub(crate) fn start(
-        &mut self,
-        plan: &Plan,
-        snapshot: &ClusterSnapshot,
-        lb: &ObjectRef,
-        start: Start<'_>,
-    ) {
+    /// Starts (or restarts) a check.
+    fn start(&mut self, memory: &mut CheckMemory, start: Start) {
         let measured = start.written.is_some();
         let spec = CheckSpec {
             servers: start.servers,
             names: probe_names(&start.hostnames, self.params.max_names),
-            expected: start.cluster_ips.to_vec(),
+            expected: start.cluster_ips.clone(),
             connect: start.port.map(|p| SocketAddr::new(start.cluster_ips[0], p)),
             written_at: start.written.unwrap_or_else(Instant::now),
             deadline: self.params.deadline,
             interval: self.params.interval,
             query_timeout: self.params.query_timeout,
         };
+        let id = self.next;
+        self.next += 1;
         let context = CheckContext {
-            lb: lb.clone(),
-            lb_uid: snapshot
-                .service(&lb.namespace, &lb.name)
-                .and_then(|s| s.metadata.uid.clone()),
-            fingerprint: start.fingerprint.clone(),
+            lb: start.lb.clone(),
+            lb_uid: start.lb_uid,
+            id,
             measured,
-            reload_missing: reload_missing(plan),
+            reload_missing: start.reload_missing,
             external_cause: start.external_cause,
-            coredns_pods: coredns_pods(snapshot, &self.ctx.planner),
+            coredns_pods: start.coredns_pods,
             ctx: self.ctx.clone(),
-            checks: self.tracking.clone(),
+            inbox: self.inbox.0.clone(),
         };
-        let mut tracking = lock(&self.tracking);
-        if let Some(old) = tracking.get(lb) {
-            old.task.abort();
+        if let Some((_, old)) = self.running.remove(&start.lb) {
+            old.abort();
         }
-        tracing::debug!(lb = %lb, names = ?spec.names, "propagation check started");
+        tracing::debug!(lb = %start.lb, names = ?spec.names, "propagation check started");
         let task = tokio::spawn(context.run(spec)).abort_handle();
-        tracking.insert(
-            lb.clone(),
-            Tracked {
+        self.running.insert(start.lb.clone(), (id, task));
+        memory.insert(
+            start.lb,
+            CheckSeen {
                 fingerprint: start.fingerprint,
-                task,
+                id,
                 measured,
                 outcome: None,
             },
         );
     }
+}
 
-    /// The cluster DNS (flag, else the cluster DNS Service the planner finds) and
-    /// node-local-dns when it runs.
-    pub(crate) fn dns_servers(
-        &self,
-        plan: &Plan,
-        snapshot: &ClusterSnapshot,
-    ) -> Option<Vec<DnsServer>> {
-        let cluster = self.params.cluster_dns.or_else(|| {
-            hairpin_planner::cluster_dns_service(snapshot, &self.ctx.planner)
-                .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())
-                .map(|ip| SocketAddr::new(ip, 53))
-        })?;
-        let mut servers = vec![DnsServer {
-            addr: cluster,
-            role: "cluster DNS".into(),
-            optional: false,
-        }];
-        let node_local = plan.coredns.node_local_dns.as_ref().map(|facts| {
-            let bind = facts
-                .binds
-                .iter()
-                .copied()
-                .find(|ip| matches!(ip, IpAddr::V4(v4) if v4.is_link_local()));
-            bind.unwrap_or(NODE_LOCAL_DNS_DEFAULT)
+/// The cluster DNS (`cluster_dns`, the flag, else the cluster DNS Service the planner finds)
+/// and node-local-dns when it runs.
+pub(crate) fn dns_servers(
+    cluster_dns: Option<SocketAddr>,
+    planner: &PlannerConfig,
+    plan: &Plan,
+    snapshot: &ClusterSnapshot,
+) -> Option<Vec<DnsServer>> {
+    let cluster = cluster_dns.or_else(|| {
+        hairpin_planner::cluster_dns_service(snapshot, planner)
+            .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())
+            .map(|ip| SocketAddr::new(ip, 53))
+    })?;
+    let mut servers = vec![DnsServer {
+        addr: cluster,
+        role: "cluster DNS".into(),
+        optional: false,
+    }];
+    let node_local = plan.coredns.node_local_dns.as_ref().map(|facts| {
+        let bind = facts
+            .binds
+            .iter()
+            .copied()
+            .find(|ip| matches!(ip, IpAddr::V4(v4) if v4.is_link_local()));
+        bind.unwrap_or(NODE_LOCAL_DNS_DEFAULT)
+    });
+    if let Some(ip) = node_local {
+        servers.push(DnsServer {
+            addr: SocketAddr::new(ip, 53),
+            role: "node-local-dns".into(),
+            optional: true,
         });
-        if let Some(ip) = node_local {
-            servers.push(DnsServer {
-                addr: SocketAddr::new(ip, 53),
-                role: "node-local-dns".into(),
-                optional: true,
-            });
-        }
-        Some(servers)
     }
+    Some(servers)
 }
 
 /// The Corefile hairpin edits lacks `reload` (so CoreDNS reads it only on restart).
-fn reload_missing(plan: &Plan) -> bool {
+pub(crate) fn reload_missing(plan: &Plan) -> bool {
     plan.dns.as_ref().and_then(|dns| dns.coredns()).is_some() && plan.coredns.reload == Some(false)
 }
 
@@ -536,7 +581,7 @@ pub(crate) fn wrong_answers(outcome: &CheckOutcome, expected: &[IpAddr]) -> Stri
 
 /// The CoreDNS pods' label selector: the cluster DNS Service's own selector, else the
 /// `k8s-app=kube-dns` most installers use.
-fn coredns_pods(snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> String {
+pub(crate) fn coredns_pods(snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> String {
     hairpin_planner::cluster_dns_service(snapshot, planner)
         .and_then(|s| s.spec.as_ref()?.selector.as_ref())
         .filter(|selector| !selector.is_empty())
@@ -556,7 +601,8 @@ fn coredns_pods(snapshot: &ClusterSnapshot, planner: &PlannerConfig) -> String {
 struct CheckContext {
     lb: ObjectRef,
     lb_uid: Option<String>,
-    fingerprint: String,
+    /// Which start of `lb`'s check this is.
+    id: u64,
     measured: bool,
     reload_missing: bool,
     /// In external-dns mode, why the cluster DNS would not answer yet, from what
@@ -567,7 +613,8 @@ struct CheckContext {
     /// The loop's client, Events, metrics, planner settings (CoreDNS's namespace) and the
     /// signal poked when the check finishes.
     ctx: Arc<Context>,
-    checks: Tracking,
+    /// Where the outcome is sent, for the loop's memory.
+    inbox: UnboundedSender<Report>,
 }
 
 impl CheckContext {
@@ -624,13 +671,8 @@ impl CheckContext {
                 .publish(&regarding, true, reason::DNS_NOT_EFFECTIVE, note)
                 .await;
         }
-        let mut checks = lock(&self.checks);
-        if let Some(tracked) = checks.get_mut(&self.lb)
-            && tracked.fingerprint == self.fingerprint
-        {
-            tracked.outcome = Some(outcome);
-        }
-        drop(checks);
+        // The receiver lives as long as the checks, which abort this task when dropped.
+        let _ = self.inbox.send((self.lb.clone(), self.id, outcome));
         self.ctx.changed.notify_one();
     }
 

@@ -3,14 +3,15 @@
 //!
 //! [`desired_hairpins`] is the plan's part (hostnames, refusals, PROXY version, DNS mode), which
 //! `hairpin plan` prints too. The controller's [`StatusWriter`] adds what only a running
-//! cluster shows: ready endpoints, the last write, and the propagation check it runs in the
-//! background after each DNS write ([`crate::propagation::Checks`]), then writes the status through the
-//! status subresource, skipping writes that would change nothing. Load balancers that need no
-//! hairpin get no object; stale ones are deleted (and the ownerReference on the load balancer
-//! Service lets Kubernetes garbage-collect them with it).
+//! cluster shows: ready endpoints, the last write, and the propagation check the loop runs in
+//! the background after each DNS write ([`crate::propagation::Checks`], started and stopped as
+//! [`StatusWriter::prepare`] chooses, its outcome read from the loop's memory), then writes the
+//! status through the status subresource, skipping writes that would change nothing. Load
+//! balancers that need no hairpin get no object; stale ones are deleted (and the
+//! ownerReference on the load balancer Service lets Kubernetes garbage-collect them with it).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use hairpin_planner::ObjectRef;
@@ -258,25 +259,61 @@ fn unverified_of(plan: &Plan, svc: &ObjectRef) -> Vec<UnverifiedHostname> {
         .collect()
 }
 
-/// Writes the Hairpin objects and runs the propagation checks (a sensor: each check reports
-/// through the change signal). What it must remember between reconciles is kept in the loop's
-/// memory ([`StatusMemory`]), not here.
+/// Writes the Hairpin objects. Each status step is two: [`StatusWriter::prepare`] (no I/O)
+/// chooses the objects and which propagation checks to start or stop, which the loop does
+/// (the checks are its sensor, reporting through the change signal into its memory); then
+/// [`StatusWriter::write_all`] writes the objects with what the memory says of the checks.
+/// What it must remember between reconciles is kept in the loop's memory ([`StatusMemory`]),
+/// not here.
 pub(crate) struct StatusWriter {
     /// The loop's client, metrics and planner settings.
     ctx: Arc<Context>,
-    /// The propagation checks, one per load balancer.
-    checks: propagation::Checks,
+    /// The propagation checks' DNS server (`--cluster-dns`), when one is given.
+    cluster_dns: Option<SocketAddr>,
 }
 
 /// What the loop remembers of the Hairpin statuses between reconciles: each load balancer's
 /// DNS write history (when its hostnames were last written, the last propagation measured),
-/// and whether the missing CRD was logged.
+/// its propagation check, and whether the missing CRD was logged.
 #[derive(Debug, Default)]
 pub(crate) struct StatusMemory {
     /// Per load balancer.
     written: HashMap<ObjectRef, Written>,
+    /// The propagation checks started, and their outcomes as they reported.
+    pub(crate) checks: propagation::CheckMemory,
     /// The missing CRD was logged (once until it appears).
     crd_missing_logged: bool,
+}
+
+/// One status step's objects, prepared ([`StatusWriter::prepare`]), and the propagation
+/// checks it chose to start or stop.
+pub(crate) struct Prepared {
+    /// The Hairpin objects as cached, by namespace and name.
+    current: HashMap<(String, String), Hairpin>,
+    /// The objects to write, in the plan's order.
+    items: Vec<Item>,
+    source_annotation: String,
+    /// The propagation checks to start or stop (the loop does).
+    pub(crate) checks: Vec<propagation::CheckAction>,
+}
+
+/// One load balancer's Hairpin object, before what only a running cluster shows.
+struct Item {
+    hairpin: Hairpin,
+    status: HairpinStatus,
+    key: (String, String),
+    lb_ref: ObjectRef,
+    cluster_ips: Vec<IpAddr>,
+    external: Option<ExternalDnsProgress>,
+    service_name: String,
+}
+
+/// The load balancers planned (whose write history and checks are kept).
+pub(crate) fn load_balancers(plan: &Plan) -> Vec<ObjectRef> {
+    plan.load_balancers
+        .iter()
+        .map(|lb| lb.load_balancer.service.clone())
+        .collect()
 }
 
 /// Now, to the second: the API serializes times to the second, so a finer one would never
@@ -289,30 +326,28 @@ fn now() -> Time {
 // === impl StatusWriter ===
 
 impl StatusWriter {
-    /// A writer running `checks`, writing through `ctx`.
-    pub(crate) fn new(ctx: &Arc<Context>, checks: propagation::Checks) -> Self {
+    /// A writer writing through `ctx`; `cluster_dns` is the propagation checks' DNS server
+    /// when one is given.
+    pub(crate) fn new(ctx: &Arc<Context>, cluster_dns: Option<SocketAddr>) -> Self {
         Self {
             ctx: ctx.clone(),
-            checks,
+            cluster_dns,
         }
     }
 
-    /// Brings every Hairpin object in line with the plan and what is known at runtime.
-    /// `hairpins` is `None` when the CRD is not installed; `ready` counts the ready endpoints
-    /// of a hairpin Service by name; `memory` is what the loop remembers of the statuses.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn sync(
-        &mut self,
+    /// The Hairpin objects the plan wants, their DNS write history remembered, and the
+    /// propagation checks to start or stop; `None` when nothing is written (the DNS change not
+    /// reached, or the CRD not installed: `hairpins` is `None`). No I/O.
+    pub(crate) fn prepare(
+        &self,
         memory: &mut StatusMemory,
         plan: &Plan,
         snapshot: &ClusterSnapshot,
         hairpins: Option<Vec<Hairpin>>,
-        ready: impl Fn(&str) -> i32,
         dns: &DnsState,
-        services_backed_off: &BTreeSet<String>,
-    ) -> Result<(), Error> {
+    ) -> Option<Prepared> {
         if *dns == DnsState::NotReached {
-            return Ok(());
+            return None;
         }
         let Some(hairpins) = hairpins else {
             if !memory.crd_missing_logged {
@@ -321,17 +356,16 @@ impl StatusWriter {
                 );
                 memory.crd_missing_logged = true;
             }
-            return Ok(());
+            return None;
         };
         memory.crd_missing_logged = false;
-        let written = &mut memory.written;
         let current: HashMap<(String, String), Hairpin> = hairpins
             .into_iter()
             .map(|h| ((h.namespace().unwrap_or_default(), h.name_any()), h))
             .collect();
         let source_annotation = self.ctx.planner.annotation("source");
         let desired = desired_hairpins(plan, snapshot, &source_annotation);
-        let mut keep = Vec::new();
+        let (mut items, mut checks) = (Vec::new(), Vec::new());
         for (lb, mut hairpin) in plan.load_balancers.iter().zip(desired) {
             let lb_ref = lb.load_balancer.service.clone();
             let key = (lb_ref.namespace.clone(), lb_ref.name.clone());
@@ -341,47 +375,94 @@ impl StatusWriter {
                 tracing::warn!(hairpin = %format!("{}/{}", key.0, key.1), "a Hairpin object of this name exists and is not hairpin's (it lacks the managed-by label or the source annotation); left alone");
                 continue;
             }
-            let mut status = hairpin.status.take().unwrap_or_default();
+            let status = hairpin.status.take().unwrap_or_default();
             let cluster_ips = cluster_ips(lb);
-            track_write(written, &lb_ref, &status, existing, dns);
+            track_write(&mut memory.written, &lb_ref, &status, existing, dns);
             let external = external_dns_progress(plan, &lb_ref);
             if on_native(&status) {
                 // No DNS rule to check: a check started before the switch says nothing now.
-                self.checks.stop(&lb_ref);
+                checks.push(propagation::CheckAction::Stop(lb_ref.clone()));
             } else if matches!(dns, DnsState::InPlace { .. }) {
-                self.start_check(
-                    written,
-                    plan,
-                    snapshot,
-                    &lb_ref,
-                    &status,
+                let check = self.check(
+                    memory,
+                    (plan, snapshot),
+                    (&lb_ref, &status),
                     &cluster_ips,
                     first_port(lb),
                     external.as_ref(),
                 );
+                checks.extend(check);
             }
-            let service_name = lb.service.metadata.name.as_deref().unwrap_or_default();
-            let (check, measured) = self.checks.outcome(&lb_ref);
+            let service_name = lb.service.metadata.name.clone().unwrap_or_default();
+            items.push(Item {
+                hairpin,
+                status,
+                key,
+                lb_ref,
+                cluster_ips,
+                external,
+                service_name,
+            });
+        }
+        Some(Prepared {
+            current,
+            items,
+            source_annotation,
+            checks,
+        })
+    }
+
+    /// Brings every Hairpin object in line with the plan and what is known at runtime (what
+    /// the memory says of the propagation checks among it). `ready` counts the ready
+    /// endpoints of a hairpin Service by name; `memory` is what the loop remembers of the
+    /// statuses.
+    pub(crate) async fn write_all(
+        &self,
+        memory: &mut StatusMemory,
+        prepared: Prepared,
+        plan: &Plan,
+        ready: impl Fn(&str) -> i32,
+        dns: &DnsState,
+        services_backed_off: &BTreeSet<String>,
+    ) -> Result<(), Error> {
+        let Prepared {
+            current,
+            items,
+            source_annotation,
+            checks: _,
+        } = prepared;
+        let mut keep = Vec::new();
+        for mut item in items {
+            let existing = current.get(&item.key);
+            let (check, measured) = propagation::outcome(&memory.checks, &item.lb_ref);
             let probe = Probe {
                 dns,
-                service_fight: services_backed_off.contains(service_name),
-                ready: ready(service_name),
-                cluster_ips: &cluster_ips,
-                external: external.as_ref(),
-                check: (check.as_ref(), measured),
-                has_server: self.checks.has_server(&lb_ref),
+                service_fight: services_backed_off.contains(&item.service_name),
+                ready: ready(&item.service_name),
+                cluster_ips: &item.cluster_ips,
+                external: item.external.as_ref(),
+                check: (check, measured),
+                has_server: self.cluster_dns.is_some() || memory.checks.contains_key(&item.lb_ref),
                 coredns_namespace: &self.ctx.planner.coredns_namespace,
             };
-            render::overlay(written, &lb_ref, &mut status, existing, &probe);
-            keep.push(key.clone());
-            self.write(hairpin, status, existing).await?;
+            render::overlay(
+                &mut memory.written,
+                &item.lb_ref,
+                &mut item.status,
+                existing,
+                &probe,
+            );
+            keep.push(item.key);
+            self.write(item.hairpin, item.status, existing).await?;
         }
         self.delete_stale(&current, &keep, &source_annotation)
             .await?;
-        self.forget_gone(written, plan);
+        // The write history of load balancers no longer planned is forgotten (their checks
+        // are stopped by the loop).
+        let lbs = load_balancers(plan);
+        memory.written.retain(|lb, _| lbs.contains(lb));
         Ok(())
     }
-
     /// Deletes hairpin's Hairpin objects whose load balancer no longer needs a hairpin.
     async fn delete_stale(
         &self,
@@ -414,17 +495,6 @@ impl StatusWriter {
             }
         }
         Ok(())
-    }
-
-    /// Forgets the write history and stops the DNS checks of load balancers no longer planned.
-    fn forget_gone(&mut self, written: &mut HashMap<ObjectRef, Written>, plan: &Plan) {
-        let lbs: Vec<ObjectRef> = plan
-            .load_balancers
-            .iter()
-            .map(|lb| lb.load_balancer.service.clone())
-            .collect();
-        written.retain(|lb, _| lbs.contains(lb));
-        self.checks.retain(&lbs);
     }
 
     /// Creates the object when missing, then patches its status unless nothing changed.

@@ -6,8 +6,11 @@
 //! [`StatusWriter`] with what the memory says of the DNS change, the [`NativeCurer`] inside
 //! `act` over the memory's native part (its steps decided purely by `native::decide`, phase by
 //! phase, since a put-back's answer matters to the phases after it).
-//! The native cure's sensors (the Nodes' and node agents' watches, the probes) are the
-//! loop's, read into the memory before `act`.
+//! The loop's sensors, each waking it through the change signal: the native cure's (the
+//! Nodes' and node agents' watches, the probes), read into the memory before `act`; the
+//! propagation checks, started and stopped as the statuses' step chooses and read into the
+//! memory before the statuses are written; the ownership resolver, whose answers are part of
+//! the snapshot the plan is made from.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,8 +36,11 @@ pub(super) struct Reconciler {
     config: ControllerConfig,
     /// Everything the loop keeps between reconciles.
     memory: Memory,
-    /// The Hairpin statuses, and the propagation checks (a sensor: each check wakes the loop).
+    /// The Hairpin statuses.
     status: StatusWriter,
+    /// The propagation checks (a sensor: each check wakes the loop as it ends, and its outcome
+    /// is read into the memory), started and stopped by the statuses' step.
+    checks: Checks,
     /// The `DNSEndpoint`s of `--dns-mode external-dns` (and their clean-up after a switch).
     dns_endpoints: DnsEndpointWriter,
     /// The native cure's sensors: the Nodes' and the node agents' watches, and its probes (a
@@ -65,7 +71,8 @@ impl Reconciler {
         Reconciler {
             dns_endpoints: DnsEndpointWriter::new(ctx),
             sensors: NativeSensors::new(ctx, &config.native),
-            status: StatusWriter::new(ctx, Checks::new(ctx, config.propagation.clone())),
+            status: StatusWriter::new(ctx, config.propagation.cluster_dns),
+            checks: Checks::new(ctx, config.propagation.clone()),
             ownership,
             ctx: ctx.clone(),
             config: config.clone(),
@@ -192,16 +199,26 @@ impl Reconciler {
         for warning in &plan.warnings {
             tracing::warn!(subject = %warning.subject, "{}", warning.message);
         }
-        self.status
-            .sync(
-                &mut self.memory.statuses,
-                plan,
-                snapshot,
-                caches.hairpins(),
-                |name| caches.ready_endpoints(name),
-                &self.memory.dns_state,
-                &self.memory.services_backed_off,
-            )
-            .await
+        let memory = &mut self.memory;
+        let hairpins = caches.hairpins();
+        let dns = &memory.dns_state;
+        let Some(mut prepared) =
+            (self.status).prepare(&mut memory.statuses, plan, snapshot, hairpins, dns)
+        else {
+            return Ok(());
+        };
+        // The propagation checks (a sensor): what they found read into the memory, then
+        // started and stopped as the statuses' step chose.
+        let checks = std::mem::take(&mut prepared.checks);
+        self.checks.read(&mut memory.statuses.checks);
+        self.checks.act(&mut memory.statuses.checks, checks);
+        let ready = |name: &str| caches.ready_endpoints(name);
+        let backed_off = &memory.services_backed_off;
+        (self.status)
+            .write_all(&mut memory.statuses, prepared, plan, ready, dns, backed_off)
+            .await?;
+        let lbs = crate::status::load_balancers(plan);
+        self.checks.retain(&mut memory.statuses.checks, &lbs);
+        Ok(())
     }
 }

@@ -56,3 +56,59 @@ fn only_the_hairpin_addresses_count_as_effective() {
     assert!(!is_expected(&Answer::Addresses(vec![lb]), &[hairpin]));
     assert!(!is_expected(&Answer::NoRecords, &[hairpin]));
 }
+
+fn outcome_after(secs: u64) -> CheckOutcome {
+    CheckOutcome {
+        effective: true,
+        elapsed: Duration::from_secs(secs),
+        wrong: BTreeMap::new(),
+        unreachable: Vec::new(),
+        connect: None,
+    }
+}
+
+/// The propagation checks are a sensor of the loop's: an outcome comes into the memory only
+/// for the check that runs now; one of a check stopped or restarted since (an earlier start
+/// of the same load balancer) is ignored, and one of a load balancer forgotten adds nothing.
+#[tokio::test]
+async fn the_sensor_reads_only_the_current_checks_outcome_into_the_memory() {
+    let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let metrics = crate::Metrics::register(&mut prometheus_client::registry::Registry::default());
+    let planner = PlannerConfig::default();
+    let ctx = Context::read_only(client, planner, metrics);
+    let mut checks = Checks::new(&ctx, PropagationParams::default());
+    let lb = ObjectRef::new("shop", "ingress-nginx");
+    let gone = ObjectRef::new("shop", "gone");
+    let mut memory = CheckMemory::new();
+    memory.insert(
+        lb.clone(),
+        CheckSeen {
+            fingerprint: "shop.example.com@10.0.0.1".into(),
+            id: 7,
+            measured: true,
+            outcome: None,
+        },
+    );
+    let inbox = checks.inbox.0.clone();
+    inbox.send((lb.clone(), 6, outcome_after(1))).unwrap();
+    checks.read(&mut memory);
+    assert_eq!(
+        outcome(&memory, &lb),
+        (None, true),
+        "an earlier start's outcome"
+    );
+    inbox.send((gone.clone(), 0, outcome_after(2))).unwrap();
+    inbox.send((lb.clone(), 7, outcome_after(3))).unwrap();
+    inbox.send((lb.clone(), 5, outcome_after(4))).unwrap();
+    checks.read(&mut memory);
+    assert_eq!(outcome(&memory, &lb), (Some(&outcome_after(3)), true));
+    assert!(!memory.contains_key(&gone));
+    assert!(is_running(&memory, &lb, "shop.example.com@10.0.0.1"));
+    assert!(!is_running(&memory, &lb, "shop.example.com@10.0.0.2"));
+    checks.retain(&mut memory, std::slice::from_ref(&gone));
+    assert!(
+        memory.is_empty(),
+        "a load balancer no longer planned is forgotten"
+    );
+}

@@ -1,4 +1,5 @@
-//! The DNS write history of each load balancer and the propagation check it starts.
+//! The DNS write history of each load balancer and the propagation check it asks the loop to
+//! start.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -7,9 +8,9 @@ use std::time::Instant;
 use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{DnsState, ExternalDnsProgress, StatusWriter, now};
+use super::{DnsState, ExternalDnsProgress, StatusMemory, StatusWriter, now};
 use crate::crd::{Hairpin, HairpinStatus, HostnameStatus};
-use crate::propagation;
+use crate::propagation::{self, CheckAction};
 
 /// One load balancer's DNS history, as far as this controller knows it.
 #[derive(Clone, Debug, Default)]
@@ -64,25 +65,23 @@ pub(super) fn track_write(
 // === impl StatusWriter ===
 
 impl StatusWriter {
-    /// Starts (or restarts) the propagation check when the hostnames or the ClusterIP changed.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn start_check(
-        &mut self,
-        written: &mut HashMap<ObjectRef, Written>,
-        plan: &Plan,
-        snapshot: &ClusterSnapshot,
-        lb: &ObjectRef,
-        status: &HairpinStatus,
+    /// The propagation check to start (or restart) when the hostnames or the ClusterIP
+    /// changed, as far as the memory knows the checks; the write's moment is taken from the
+    /// history by the check it starts.
+    pub(super) fn check(
+        &self,
+        memory: &mut StatusMemory,
+        (plan, snapshot): (&Plan, &ClusterSnapshot),
+        (lb, status): (&ObjectRef, &HairpinStatus),
         cluster_ips: &[IpAddr],
         port: Option<u16>,
         external: Option<&ExternalDnsProgress>,
-    ) {
+    ) -> Option<CheckAction> {
         if cluster_ips.is_empty() || status.hostnames.is_empty() {
-            return;
+            return None;
         }
-        let Some(servers) = self.checks.dns_servers(plan, snapshot) else {
-            return;
-        };
+        let planner = &self.ctx.planner;
+        let servers = propagation::dns_servers(self.cluster_dns, planner, plan, snapshot)?;
         let ips: Vec<String> = cluster_ips.iter().map(ToString::to_string).collect();
         // In external-dns mode, external-dns processing the DNSEndpoints starts a new check:
         // one that gave up before it did says nothing about the records it published.
@@ -98,23 +97,24 @@ impl StatusWriter {
             hosts_key(&status.hostnames),
             ips.join(",")
         );
-        if self.checks.is_running(lb, &fingerprint) {
-            return;
+        if propagation::is_running(&memory.checks, lb, &fingerprint) {
+            return None;
         }
-        let written = written.get_mut(lb).and_then(|w| w.instant.take());
-        self.checks.start(
-            plan,
-            snapshot,
-            lb,
-            propagation::Start {
-                servers,
-                hostnames: status.hostnames.iter().map(|h| h.name.clone()).collect(),
-                fingerprint,
-                cluster_ips,
-                port,
-                external_cause: external.map(ExternalDnsProgress::cause),
-                written,
-            },
-        );
+        let written = memory.written.get_mut(lb).and_then(|w| w.instant.take());
+        Some(CheckAction::Start(Box::new(propagation::Start {
+            lb: lb.clone(),
+            lb_uid: snapshot
+                .service(&lb.namespace, &lb.name)
+                .and_then(|s| s.metadata.uid.clone()),
+            servers,
+            hostnames: status.hostnames.iter().map(|h| h.name.clone()).collect(),
+            fingerprint,
+            cluster_ips: cluster_ips.to_vec(),
+            port,
+            external_cause: external.map(ExternalDnsProgress::cause),
+            written,
+            reload_missing: propagation::reload_missing(plan),
+            coredns_pods: propagation::coredns_pods(snapshot, planner),
+        })))
     }
 }
