@@ -33,6 +33,10 @@ pub(crate) fn encode_tcp(
 ) -> Result<usize, EncodeError> {
     debug_assert_eq!(src.is_ipv4(), dst.is_ipv4());
     let mut line = [0u8; V1_MAX_LEN];
+    if let (SocketAddr::V4(src), SocketAddr::V4(dst)) = (src, dst) {
+        let len = write_tcp4(src, dst, &mut line);
+        return put(&line[..len], buf);
+    }
     let mut cursor = &mut line[..];
     let proto = if src.is_ipv4() { "TCP4" } else { "TCP6" };
     // The longest TCP line (two full IPv6 addresses) is 104 bytes, so this cannot fail.
@@ -47,6 +51,54 @@ pub(crate) fn encode_tcp(
     .expect("a v1 header fits in V1_MAX_LEN bytes");
     let len = V1_MAX_LEN - cursor.len();
     put(&line[..len], buf)
+}
+
+/// The TCP4 line of two IPv4 addresses, digit by digit: `write!` through `core::fmt` cost about
+/// 3,000 instructions per header, a sixth of the proxy's user-space instructions per new
+/// connection (issue 48; callgrind). The same bytes as `Display` (`tcp4_line_is_display`).
+/// Returns the length; the longest line, 56 bytes, fits `line`.
+fn write_tcp4(src: SocketAddrV4, dst: SocketAddrV4, line: &mut [u8; V1_MAX_LEN]) -> usize {
+    fn digits(value: u16, line: &mut [u8], at: &mut usize) {
+        let mut text = [0u8; 5];
+        let mut start = text.len();
+        let mut rest = value;
+        loop {
+            start -= 1;
+            // (A remainder of 10 is below 256.)
+            text[start] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        let len = text.len() - start;
+        line[*at..*at + len].copy_from_slice(&text[start..]);
+        *at += len;
+    }
+    fn ip(addr: Ipv4Addr, line: &mut [u8], at: &mut usize) {
+        for (i, octet) in addr.octets().into_iter().enumerate() {
+            if i > 0 {
+                line[*at] = b'.';
+                *at += 1;
+            }
+            digits(u16::from(octet), line, at);
+        }
+    }
+    const START: &[u8] = b"PROXY TCP4 ";
+    line[..START.len()].copy_from_slice(START);
+    let mut at = START.len();
+    ip(*src.ip(), line, &mut at);
+    line[at] = b' ';
+    at += 1;
+    ip(*dst.ip(), line, &mut at);
+    line[at] = b' ';
+    at += 1;
+    digits(src.port(), line, &mut at);
+    line[at] = b' ';
+    at += 1;
+    digits(dst.port(), line, &mut at);
+    line[at..at + 2].copy_from_slice(b"\r\n");
+    at + 2
 }
 
 /// Encodes any header v1 can express.
@@ -379,6 +431,35 @@ mod tests {
         assert_eq!(
             encode("192.168.0.1:56324", "192.168.0.11:443"),
             "PROXY TCP4 192.168.0.1 192.168.0.11 56324 443\r\n"
+        );
+    }
+
+    /// The digit-by-digit TCP4 line is the `Display` one, for every octet and every port
+    /// length (and the longest line).
+    #[test]
+    fn tcp4_line_is_display() {
+        let mut ports: Vec<u16> = vec![0, 1, 9, 10, 99, 100, 999, 1000, 9999, 10000, 65535];
+        ports.extend((0..=65535u16).step_by(257));
+        for octet in 0..=255u8 {
+            for &port in &ports {
+                let src = SocketAddrV4::new(Ipv4Addr::new(octet, 255 - octet, 0, octet / 3), port);
+                let dst = SocketAddrV4::new(Ipv4Addr::new(255, octet, octet / 7, 9), 65535 - port);
+                let mut line = [0u8; V1_MAX_LEN];
+                let len = write_tcp4(src, dst, &mut line);
+                let display = format!(
+                    "PROXY TCP4 {} {} {} {}\r\n",
+                    src.ip(),
+                    dst.ip(),
+                    src.port(),
+                    dst.port()
+                );
+                assert_eq!(std::str::from_utf8(&line[..len]).unwrap(), display);
+            }
+        }
+        let longest = encode("255.255.255.255:65535", "255.255.255.255:65535");
+        assert_eq!(
+            longest,
+            "PROXY TCP4 255.255.255.255 255.255.255.255 65535 65535\r\n"
         );
     }
 

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Counts per request that the machine's load does not move (issue 48), for HAProxy and hairpin
+(and a --baseline hairpin), PROXY v1 and v2, on keep-alive and new connections, with the same
+nginx, HAProxy and hairpin setup as bench/bench.py:
+
+  default     `perf stat` of each proxy over one wrk run per target: syscalls by name, context
+              switches, CPU-migrations, task-clock (µs; this one does move with the load), each
+              thread's share of the CPU (which thread runs what), hairpin's connections per
+              worker read mid-run, nginx's own syscalls and context switches per request (what
+              the proxy costs its upstream), and the machine's idle share; then `epoll_wait`
+              returns per request and events per return (wake-ups, `perf record` of
+              syscalls:sys_exit_epoll_wait).
+  --callgrind both proxies under valgrind's callgrind: user-space instructions per request
+              (counted from zero after the warm-up, over one wrk run).
+
+Usage: bench/counts.py --hairpin PATH [--baseline PATH] [--duration S] [--rounds N]
+                       [--workloads keepalive,newconn] [--callgrind]
+Needs perf (and root, or kernel.perf_event_paranoid <= 1), wrk, nginx, haproxy; valgrind for
+--callgrind. Not part of scripts/test.sh: it measures, it does not test."""
+import argparse, os, re, subprocess, sys, tempfile, time, shutil, signal, statistics
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench as B
+
+SYS = ("sendto", "write", "writev", "sendmsg", "recvfrom", "read", "readv", "recvmsg",
+       "epoll_wait", "epoll_pwait", "epoll_ctl", "accept4", "connect", "socket", "setsockopt",
+       "getsockopt", "getsockname", "getpeername", "shutdown", "close", "futex", "splice", "fcntl", "ioctl")
+
+def perf_stat(pids, duration, per_thread=False):
+    ev = ["task-clock", "context-switches", "cpu-migrations", "raw_syscalls:sys_enter",
+          *(f"syscalls:sys_enter_{n}" for n in SYS)]
+    cmd = ["perf", "stat", "-x", ",", "-e", ",".join(ev), "-p", ",".join(map(str, pids))]
+    if per_thread:
+        cmd.append("--per-thread")
+    return subprocess.Popen(cmd + ["--", "sleep", str(duration)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+def parse(err, per_thread=False):
+    out = {}
+    for line in err.splitlines():
+        f = line.split(",")
+        if per_thread:
+            if len(f) < 4: continue
+            thread, f = f[0], f[1:]
+        else:
+            thread = "all"
+        try:
+            v = float(f[0])
+        except ValueError:
+            continue
+        name = f[2].removeprefix("syscalls:sys_enter_").removeprefix("raw_syscalls:sys_enter") or "all syscalls"
+        out.setdefault(thread, {})[name] = out.setdefault(thread, {}).get(name, 0) + v
+    return out
+
+def epoll_events(pid, port, workload, duration, work):
+    data = os.path.join(work, f"ep-{pid}.data")
+    rec = subprocess.Popen(["perf", "record", "-q", "-e", "syscalls:sys_exit_epoll_wait", "-p", str(pid), "-o", data,
+                            "--", "sleep", str(duration)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    _, _, _, req = B.run_wrk(port, workload, duration - 1)
+    rec.wait()
+    s = subprocess.run(["perf", "script", "-i", data, "-F", "tid,trace"], capture_output=True, text=True).stdout
+    rets = [int(m.group(1), 16) for m in re.finditer(r"0x([0-9a-f]+)", s)]
+    return req, rets
+
+def cg_total(pid, work):
+    subprocess.run(["callgrind_control", "-d", str(pid)], capture_output=True)
+    time.sleep(1)
+    files = sorted((f for f in os.listdir(work) if f.startswith(f"cg.{pid}")), key=lambda f: os.path.getmtime(os.path.join(work, f)))
+    text = open(os.path.join(work, files[-1])).read()
+    m = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+    return int(m.group(1))
+
+def callgrind(args, procs, targets, work):
+    print(f"callgrind: user-space instructions per request; load {os.getloadavg()}")
+    for workload in args.workloads.split(","):
+        for r in range(args.rounds):
+            for name, (proc, port) in targets.items():
+                pid = procs[proc].pid
+                subprocess.run(["callgrind_control", "-z", str(pid)], capture_output=True)
+                _, _, _, req = B.run_wrk(port, workload, args.duration)
+                ir = cg_total(pid, work)
+                print(f"  {workload:10} {name:12} requests {req:8.0f}  Ir/request {ir/req:10.0f}", flush=True)
+    return
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hairpin", required=True)
+    ap.add_argument("--baseline")
+    ap.add_argument("--duration", type=int, default=3)
+    ap.add_argument("--workloads", default="keepalive,newconn")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--targets", default="")
+    ap.add_argument("--callgrind", action="store_true")
+    args = ap.parse_args()
+    B.raise_own_fd_limit()
+    work = tempfile.mkdtemp(prefix="dp3-measure-")
+    procs = {}
+    ports = {n: B.free_port() for n in ("nginx_pp", "hap_v1", "hap_v2", "hp_v1", "hp_v2", "hp_admin", "base_v1", "base_v2", "base_admin")}
+    try:
+        with open(os.path.join(work, "big.bin"), "wb") as f:
+            f.write(os.urandom(B.BIG_BYTES))
+        open(os.path.join(work, "nginx.conf"), "w").write(f"""
+daemon off; master_process on; worker_processes 2; {"user root;" if os.geteuid() == 0 else ""}
+pid {work}/nginx.pid; error_log {work}/nginx-error.log warn;
+worker_rlimit_nofile 20000; events {{ worker_connections 9000; }}
+http {{ access_log off; client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;
+  uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi; default_type application/octet-stream;
+  sendfile on; tcp_nopush on; tcp_nodelay on; keepalive_timeout 60s; keepalive_requests 1000000;
+  server {{ listen 127.0.0.1:{ports["nginx_pp"]} proxy_protocol backlog=4096;
+    location = /small {{ return 200 "hello from nginx\\n"; }}
+    location = /big {{ alias {work}/big.bin; }} }} }}
+""")
+        open(os.path.join(work, "haproxy.cfg"), "w").write(f"""
+global
+  nbthread 2
+  maxconn 8000
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+listen hap_v1
+  bind 127.0.0.1:{ports["hap_v1"]}
+  server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy
+listen hap_v2
+  bind 127.0.0.1:{ports["hap_v2"]}
+  server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy-v2
+""")
+        def start(name, cmd, port):
+            log = open(os.path.join(work, f"{name}.log"), "w")
+            procs[name] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+            B.wait_port(port, procs[name], name)
+        start("nginx", ["nginx", "-p", work, "-c", os.path.join(work, "nginx.conf"), "-e", os.path.join(work, "nginx-error.log")], ports["nginx_pp"])
+        vg = ["valgrind", "--tool=callgrind", "--dump-instr=no", f"--callgrind-out-file={work}/cg.%p"] if args.callgrind else []
+        start("haproxy", vg + ["haproxy", "-db", "-f", os.path.join(work, "haproxy.cfg")], ports["hap_v1"])
+        hp = {"hairpin": (args.hairpin, "hp")}
+        if args.baseline:
+            hp["baseline"] = (args.baseline, "base")
+        for proxy, (path, prefix) in hp.items():
+            open(os.path.join(work, f"routes-{prefix}.json"), "w").write(f"""[
+  {{"name": "v1", "listen": "127.0.0.1:{ports[prefix + "_v1"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v1"}},
+  {{"name": "v2", "listen": "127.0.0.1:{ports[prefix + "_v2"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v2"}}]""")
+            start(proxy, vg + [path, "proxy", "--routes-file", os.path.join(work, f"routes-{prefix}.json"), "--workers", "2",
+                          "--connect-timeout", "5s", "--idle-timeout", "600s", "--max-connections", "8000", "--shutdown-delay", "0s",
+                          "--admin-addr", f"127.0.0.1:{ports[prefix + '_admin']}", "--log-level", "warn"], ports[prefix + "_v1"])
+        targets = {"haproxy-v1": ("haproxy", ports["hap_v1"]), "haproxy-v2": ("haproxy", ports["hap_v2"]),
+                   "hairpin-v1": ("hairpin", ports["hp_v1"]), "hairpin-v2": ("hairpin", ports["hp_v2"])}
+        if args.baseline:
+            targets.update({"baseline-v1": ("baseline", ports["base_v1"]), "baseline-v2": ("baseline", ports["base_v2"])})
+        if args.targets:
+            targets = {k: v for k, v in targets.items() if k in args.targets.split(",")}
+        for name, (_, port) in targets.items():
+            B.run_wrk(port, "keepalive", 1)
+        nginx_pids = B.process_tree(procs["nginx"].pid)
+        if args.callgrind:
+            return callgrind(args, procs, targets, work)
+        print(f"host: {B.cpu_model()}, kernel {os.uname().release}, load {os.getloadavg()}")
+        for workload in args.workloads.split(","):
+            unit = "MiB" if B.WORKLOADS[workload][3] == "MiB/s" else "req"
+            for r in range(args.rounds):
+                rows = {}
+                for name, (proc, port) in targets.items():
+                    pid = procs[proc].pid
+                    ps = perf_stat([pid], args.duration + 1, per_thread=True)
+                    ns = perf_stat(nginx_pids, args.duration + 1)
+                    time.sleep(0.3)
+                    i0 = B.machine_idle()
+                    c0 = B.cpu_times(pid)
+                    import threading, urllib.request
+                    split = []
+                    def scrape():
+                        time.sleep(args.duration / 2)
+                        try:
+                            admin = ports["hp_admin" if proc == "hairpin" else "base_admin"]
+                            text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=2).read().decode()
+                            split.extend(re.findall(r"worker_connections\{[^}]*\} (\d+)", text))
+                        except Exception as e:
+                            split.append(str(e))
+                    th = threading.Thread(target=scrape)
+                    if proc != "haproxy":
+                        th.start()
+                    _, _, _, req = B.run_wrk(port, workload, args.duration)
+                    if proc != "haproxy":
+                        th.join()
+                        print(f"  {name} worker connections mid-run: {split}")
+                    c1 = B.cpu_times(pid)
+                    i1 = B.machine_idle()
+                    _, perr = ps.communicate(); _, nerr = ns.communicate()
+                    threads = parse(perr, per_thread=True)
+                    tot = {}
+                    for t, d in threads.items():
+                        for k, v in d.items():
+                            tot[k] = tot.get(k, 0) + v
+                    ng = parse(nerr)["all"]
+                    idle = 100 * (i1[0] - i0[0]) / max(i1[1] - i0[1], 1)
+                    rows[name] = (req, tot, threads, ng, idle, (sum(c1) - sum(c0)) * 1e6 / req)
+                print(f"\n== {workload} round {r+1}: per {unit} (proxy process; nginx beside)")
+                names = list(rows)
+                print(f"{'':22}" + "".join(f"{n:>13}" for n in names))
+                print(f"{'work units':22}" + "".join(f"{rows[n][0]:13.0f}" for n in names))
+                print(f"{'machine idle %':22}" + "".join(f"{rows[n][4]:13.1f}" for n in names))
+                print(f"{'proc cpu us (/proc)':22}" + "".join(f"{rows[n][5]:13.2f}" for n in names))
+                keys = ["task-clock", "context-switches", "cpu-migrations", "all syscalls", *SYS]
+                for k in keys:
+                    vals = [rows[n][1].get(k, 0) / rows[n][0] * (1e3 if k == "task-clock" else 1) for n in names]
+                    if any(vals):
+                        print(f"{k + (' µs' if k == 'task-clock' else ''):22}" + "".join(f"{v:13.3f}" for v in vals))
+                for k in ("task-clock", "context-switches", "all syscalls", "epoll_wait", "recvfrom", "sendto", "writev", "read", "write", "accept4"):
+                    vals = [rows[n][3].get(k, 0) / rows[n][0] * (1e3 if k == "task-clock" else 1) for n in names]
+                    if any(vals):
+                        print(f"{'nginx ' + k:22}" + "".join(f"{v:13.3f}" for v in vals))
+                print("threads (task-clock share %, syscalls/unit):")
+                for n in names:
+                    th = rows[n][2]
+                    total = sum(d.get("task-clock", 0) for d in th.values()) or 1
+                    parts = [f"{t}: {100*d.get('task-clock',0)/total:.0f}% {d.get('all syscalls',0)/rows[n][0]:.2f}" for t, d in sorted(th.items()) if d.get("task-clock", 0) > 0.005 * total]
+                    print(f"  {n:12} " + "  ".join(parts))
+        print("\nepoll_wait returns: events per return (mean), returns per request, share of 0-event returns")
+        for workload in args.workloads.split(","):
+            for name, (proc, port) in targets.items():
+                req, rets = epoll_events(procs[proc].pid, port, workload, args.duration + 1, work)
+                if rets:
+                    print(f"  {workload:10} {name:12} returns/req {len(rets)/req:.3f}  events/return {statistics.mean(rets):.2f}  zero {100*sum(1 for x in rets if x==0)/len(rets):.1f}%")
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try: p.wait(timeout=5)
+            except subprocess.TimeoutExpired: p.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+main()
