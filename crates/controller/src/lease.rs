@@ -41,28 +41,32 @@
 //! (`--lease-name`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::{Notify, watch};
 
 use crate::Error;
+use crate::apply::CREATED_BY_ANNOTATION;
+use crate::error::{is_conflict, is_not_found};
 use crate::gate::WriteGate;
 use crate::report::Events;
+use hairpin_planner::MANAGED_BY_LABEL;
 
 mod election;
 mod fence;
+mod reports;
+mod store;
+mod watch_lease;
 
-use fence::is_fenced;
+use election::{Act, Election, Now, Vacate};
 pub use fence::{
     FENCE_ACKNOWLEDGED_ANNOTATION, FENCE_ANNOTATION, FENCE_BY_REMOVAL, FENCE_BY_UNINSTALL,
     FENCE_HOLDER, FENCE_PREVIOUS_HOLDER_ANNOTATION, Fence, fence_of, lift_removal_fence,
 };
+use reports::LeaseReports;
+use store::LeaseStore;
 
 /// Who holds `lease` (an empty holder is none).
 fn holder_of(lease: &Lease) -> Option<&str> {
@@ -77,6 +81,16 @@ fn holder_of(lease: &Lease) -> Option<&str> {
 /// The resourceVersion of `lease` as a number (`None`: absent, or not a number).
 fn resource_version(lease: &Lease) -> Option<u64> {
     lease.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+/// The error for a Lease at our name that is not hairpin's.
+fn not_owned(params: &LeaseParams) -> Error {
+    Error::NotOwned {
+        kind: "Lease",
+        object: format!("{}/{}", params.namespace, params.name),
+        label: MANAGED_BY_LABEL,
+        annotation: format!("{CREATED_BY_ANNOTATION}=hairpin"),
+    }
 }
 
 /// Lease settings.
@@ -138,32 +152,17 @@ impl Leadership {
     }
 }
 
-/// Claims, renews and vacates the Lease.
+/// Runs the election: each attempt reads the Lease, asks the [`Election`] what to do, writes
+/// what it decided through the [`LeaseStore`], opens or closes the [`WriteGate`] and publishes
+/// the leadership; [`LeaseReports`] says what it found.
 #[derive(Debug)]
 pub struct LeaseManager {
-    api: Api<Lease>,
     params: LeaseParams,
-    /// Where a Lease that is not hairpin's, and the fence, are reported.
-    events: Option<Events>,
+    store: LeaseStore,
+    election: Election,
+    reports: LeaseReports,
     /// Opened while this instance leads.
     gate: WriteGate,
-    /// (holder, renewTime) as last seen, and when this instance saw it change.
-    observed: Option<(Option<String>, Option<MicroTime>, Instant)>,
-    /// The refusal last reported for a Lease that is not hairpin's.
-    foreign_reported: Option<String>,
-    /// The resourceVersion of this instance's last write of the Lease (0: none, or not a
-    /// number): watch events at or before it are older than our claim.
-    written_rv: Arc<AtomicU64>,
-    /// When this instance found the Lease deleted (leading, or after having seen it).
-    lost_at: Option<Instant>,
-    /// This instance has seen the Lease exist (since it last created it).
-    seen: bool,
-    /// The fence was seen (for good).
-    fenced: bool,
-    /// This instance acknowledged the fence (or did not have to).
-    acknowledged: bool,
-    /// Every fence seen was the removal guard's: lifted again when the Deployment lives on.
-    liftable: bool,
 }
 
 /// Outcome of one claim attempt.
@@ -180,25 +179,18 @@ impl LeaseManager {
     /// plain client, not one behind the gate it opens.
     pub fn new(client: kube::Client, params: LeaseParams) -> Self {
         Self {
-            api: Api::namespaced(client, &params.namespace),
+            store: LeaseStore::new(Api::namespaced(client, &params.namespace), &params.name),
+            election: Election::new(params.clone()),
+            reports: LeaseReports::new(params.clone()),
             params,
-            events: None,
             gate: WriteGate::closed(),
-            observed: None,
-            foreign_reported: None,
-            written_rv: Arc::default(),
-            lost_at: None,
-            seen: false,
-            fenced: false,
-            acknowledged: false,
-            liftable: false,
         }
     }
 
     /// Reports a Lease at our name that is not hairpin's, and the fence, as Warning Events on it.
     #[must_use]
     pub fn with_events(mut self, events: Events) -> Self {
-        self.events = Some(events);
+        self.reports.set_events(events);
         self
     }
 
@@ -220,28 +212,24 @@ impl LeaseManager {
     ) {
         tokio::pin!(stop);
         let poke = Arc::new(Notify::new());
-        let watch_task = tokio::spawn(watch_lease(
-            self.api.clone(),
+        let watch_task = tokio::spawn(watch_lease::watch_lease(
+            self.store.api().clone(),
             self.params.clone(),
             self.gate.clone(),
-            self.written_rv.clone(),
+            self.store.written_rv(),
             poke.clone(),
         ));
         let mut failing = false;
         let mut open_until: Option<Instant> = None;
         loop {
-            if self.fenced && self.acknowledged && !self.liftable {
+            if self.election.idle() {
                 // Idle for good: nothing to claim, renew or vacate.
                 stop.as_mut().await;
                 break;
             }
             let leading = tx.borrow().is_leader();
             let sent_at = Instant::now();
-            let result = if self.params.observe_only {
-                self.observe().await
-            } else {
-                self.step(leading).await
-            };
+            let result = self.attempt(leading).await;
             let failed = result.is_err();
             if failing && !failed {
                 tracing::info!(lease = %self.params.name, "leader election: the Lease can be read and written again");
@@ -264,12 +252,12 @@ impl LeaseManager {
                 }
                 Err(err @ Error::NotOwned { .. }) => {
                     // Not ours to take or to keep: stop leading at once.
-                    self.report_foreign(&err).await;
+                    self.reports.not_owned(&err).await;
                     on_error(&err);
                     Leadership::Follower(None)
                 }
                 Err(err) => {
-                    self.log_failure(&err, failing);
+                    self.reports.failure(&err, failing);
                     on_error(&err);
                     self.leadership_despite_failure(leading)
                 }
@@ -290,25 +278,88 @@ impl LeaseManager {
         self.stop_leading(&tx).await;
     }
 
-    /// A failed claim or renewal, logged once per streak of failures (an API outage fails
-    /// every attempt).
-    fn log_failure(&self, err: &Error, failing: bool) {
-        let (lease, retry_in) = (&self.params.name, self.params.retry_interval);
-        if failing {
-            tracing::debug!(error = %err, lease = %lease, "leader election: lease update failed again");
-        } else if err.metric_label() == "api_transport" {
-            // The API server cannot be reached: the watches already say so in one
-            // warning with the server's URL; one condition, one warning.
-            tracing::info!(error = %err, lease = %lease, retry_in = ?retry_in, "leader election: lease update failed (API server unreachable); retrying (logged again when it works)");
+    /// One attempt: read the Lease, decide, and write what was decided. Without an election
+    /// the Lease is only read, for the fence.
+    async fn attempt(&mut self, leading: bool) -> Result<Step, Error> {
+        let read = self.store.get().await?;
+        let present = read.is_some();
+        let decision = if self.params.observe_only {
+            self.election.observe(read)
         } else {
-            tracing::warn!(error = %err, lease = %lease, retry_in = ?retry_in, "leader election: lease update failed; retrying (logged again when it works)");
+            self.election.step(read, leading, &Now::read())
+        };
+        if decision.close_gate {
+            self.gate.close_now();
+        }
+        if let Some(note) = decision.note {
+            self.reports.note(note);
+        }
+        if present && !self.params.observe_only && decision.act != Act::NotOwned {
+            self.reports.owned();
+        }
+        match decision.act {
+            Act::Renew(lease) => self.claim(&lease).await,
+            Act::Claim { lease, previous } => {
+                let step = self.claim(&lease).await?;
+                if matches!(step, Step::Held) {
+                    tracing::info!(previous = ?previous, "leader election: took over the lease");
+                }
+                Ok(step)
+            }
+            Act::Create(lease) => Ok(if self.store.create(&lease).await? {
+                Step::Held
+            } else {
+                Step::NotHeld(None)
+            }),
+            Act::Hold => Ok(Step::Held),
+            Act::Follow(holder) => Ok(Step::NotHeld(holder)),
+            Act::Fenced(lease) => Ok(Step::Fenced(lease)),
+            Act::NotOwned => Err(not_owned(&self.params)),
+        }
+    }
+
+    /// Writes a renewal or a claim: a concurrent change (409) means another instance got
+    /// there first, and this one stops writing until the next attempt.
+    async fn claim(&self, lease: &Lease) -> Result<Step, Error> {
+        if self.store.claim(lease).await? {
+            Ok(Step::Held)
+        } else {
+            self.gate.close_now();
+            Ok(Step::NotHeld(None))
+        }
+    }
+
+    /// The fence: stop writing (waiting for writes under way), say so once, and acknowledge
+    /// it when this instance is the holder it displaced.
+    async fn on_fence(&mut self, lease: &Lease, tx: &watch::Sender<Leadership>) {
+        self.gate.close().await;
+        tx.send_replace(Leadership::Fenced);
+        let step = self.election.saw_fence(lease);
+        if step.first {
+            self.reports.fenced(lease, &step.fence).await;
+        }
+        let Some(acked) = step.acknowledge else {
+            return;
+        };
+        match self.store.acknowledge(&acked).await {
+            Ok(()) => {
+                tracing::info!(
+                    "acknowledged the uninstall fence: this instance writes nothing any more"
+                );
+                self.election.acknowledged();
+            }
+            // Changed meanwhile (or gone): read again at the next step.
+            Err(err) if is_conflict(&err) || is_not_found(&err) => {}
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot acknowledge the uninstall fence yet; retrying");
+            }
         }
     }
 
     /// After a failed claim or renewal: keep leading only while the gate is open. It closes by
     /// itself where the Lease we last renewed could expire, so two leaders never overlap.
     fn leadership_despite_failure(&self, leading: bool) -> Leadership {
-        if self.fenced {
+        if self.election.fenced() {
             Leadership::Fenced
         } else if leading && self.gate.is_open() {
             Leadership::Leader
@@ -373,49 +424,15 @@ impl LeaseManager {
             }
         }
     }
-}
 
-/// Watches the Lease: the moment it is deleted, fenced or shows another holder (in a change
-/// newer than our own last write of it), the gate closes, and the manager is poked to look
-/// again at once (also when the Lease is vacated, so a standby claims it without waiting).
-async fn watch_lease(
-    api: Api<Lease>,
-    params: LeaseParams,
-    gate: WriteGate,
-    written_rv: Arc<AtomicU64>,
-    poke: Arc<Notify>,
-) {
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", params.name));
-    let newer_than_ours = |lease: &Lease| {
-        let ours = written_rv.load(Ordering::SeqCst);
-        resource_version(lease).is_none_or(|rv| ours == 0 || rv > ours)
-    };
-    watcher(api, config)
-        .backoff(crate::watch::WatchBackoff::default())
-        .for_each(|event| {
-            match event {
-                Ok(watcher::Event::Delete(_)) if !params.observe_only => {
-                    gate.close_now();
-                    poke.notify_one();
-                }
-                Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
-                    let holder = holder_of(&lease);
-                    let fenced = is_fenced(&lease);
-                    // Without an election only the fence matters.
-                    let other = !params.observe_only && holder != Some(params.identity.as_str());
-                    if (fenced || other) && newer_than_ours(&lease) {
-                        gate.close_now();
-                    }
-                    if fenced || holder.is_none() || (other && gate.is_open()) {
-                        poke.notify_one();
-                    }
-                }
-                Ok(_) => {}
-                Err(err) => {
-                    tracing::debug!(error = %err, "watch of the leader Lease failed; retrying")
-                }
-            }
-            futures::future::ready(())
-        })
-        .await;
+    /// Clears the holder so a standby can claim the Lease at once. `Ok(false)`: it was no
+    /// longer ours (deleted, taken, fenced).
+    async fn vacate(&self) -> Result<bool, Error> {
+        let read = self.store.get().await?;
+        match self.election.vacate(read, &Now::read()) {
+            Vacate::Write(lease) => self.store.vacate(&lease).await,
+            Vacate::NotOurs => Ok(false),
+            Vacate::NotOwned => Err(not_owned(&self.params)),
+        }
+    }
 }

@@ -156,14 +156,6 @@ pub struct Metrics {
 impl Metrics {
     /// Creates the metrics and registers them under `hairpin_controller_`.
     pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::new();
-        metrics.register_unprefixed(registry);
-        let sub = registry.sub_registry_with_prefix("hairpin_controller");
-        metrics.register_reconciles(sub);
-        metrics.register_fights(sub);
-        metrics.register_writers(sub);
-        metrics.register_outcomes(sub);
-        metrics.register_native(sub);
-        metrics
+        registration::register(registry)
     }
 }

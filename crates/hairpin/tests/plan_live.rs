@@ -4,7 +4,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use hairpin_fake_apiserver::{FakeApiServer, Recorded, object};
@@ -477,4 +477,58 @@ async fn a_kube_dns_cluster_read_with_the_defaults_gets_the_stub_domains_part() 
         reads.iter().any(|uri| uri.contains("kube-dns")),
         "{reads:?}"
     );
+}
+
+/// Ctrl-C ends a plan at once, even while it waits on an API server that does not answer: a
+/// one-shot command has nothing to drain (the start-up builder's `OnSignal::Abort`).
+#[test]
+fn ctrl_c_ends_a_plan_waiting_on_the_cluster_at_once() {
+    use std::os::unix::process::ExitStatusExt as _;
+
+    // Accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: silent\n  cluster:\n    server: http://{}\n\
+             contexts:\n- name: silent\n  context:\n    cluster: silent\n    user: silent\n\
+             current-context: silent\nusers:\n- name: silent\n  user:\n    token: t\n",
+            silent.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut child = hairpin(&[
+        "plan",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--timeout",
+        "5m",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // The plan is reading the cluster once it has connected.
+    let (_held, _) = silent.accept().unwrap();
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SIGINT did not end the plan"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.signal(), Some(2), "{status:?}; stderr: {stderr}");
 }

@@ -1,5 +1,6 @@
-//! The one start-up path of every long-running command: logging, the file descriptor limit, the
-//! tokio runtime, shutdown signals, the admin server and the API client, in that order.
+//! The one start-up path of every command that needs an async runtime: logging, the file
+//! descriptor limit, the tokio runtime, shutdown signals, the admin server and the API client,
+//! in that order.
 //!
 //! ```text
 //! Builder::new().with_log(&log).with_admin(&admin).with_client(connect).build()?
@@ -12,6 +13,9 @@
 //! then runs the command's own work with what was started ([`Started`]). The admin server is
 //! bound but not served until the command has registered its metrics and readiness conditions
 //! ([`Admin::serve`]), so `/readyz` never answers ready before the conditions exist.
+//!
+//! The one-shot commands (`plan`, `doctor`, `uninstall`) start the same way, with
+//! [`OnSignal::Abort`]: Ctrl-C ends them at once instead of starting a drain.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -62,6 +66,19 @@ pub enum Threads {
     },
 }
 
+/// What the first SIGTERM or SIGINT (Ctrl-C) does to the command.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnSignal {
+    /// It starts the drain of [`Started::shutdown`] (the command finishes what is under way
+    /// and exits); a second one forces it.
+    #[default]
+    Drain,
+    /// It ends the process at once: no handler is installed, so the signal's default action
+    /// applies, for a one-shot command that has nothing to finish (its
+    /// [`Started::shutdown`] never drains).
+    Abort,
+}
+
 /// The descriptors a command needs per connection, for [`crate::fdlimit::raise_and_report`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FdBudget {
@@ -85,6 +102,7 @@ pub struct Builder<C = (), A: AdminSlot = ()> {
     log: Option<LogArgs>,
     fds: Option<FdBudget>,
     threads: Threads,
+    signals: OnSignal,
     admin: A::Addr,
     connect: Connect<C>,
     shutdown_timeout: Option<Duration>,
@@ -142,6 +160,7 @@ impl Builder {
             log: None,
             fds: None,
             threads: Threads::Current { max_blocking: None },
+            signals: OnSignal::Drain,
             admin: (),
             connect: Box::new(|| Box::pin(async { Ok(()) })),
             shutdown_timeout: None,
@@ -193,6 +212,7 @@ impl<A: AdminSlot> Builder<(), A> {
             log: self.log,
             fds: self.fds,
             threads: self.threads,
+            signals: self.signals,
             admin: self.admin,
             connect,
             shutdown_timeout: self.shutdown_timeout,
@@ -208,6 +228,7 @@ impl<C> Builder<C, ()> {
             log: self.log,
             fds: self.fds,
             threads: self.threads,
+            signals: self.signals,
             admin: args.admin_addr,
             connect: self.connect,
             shutdown_timeout: self.shutdown_timeout,
@@ -235,6 +256,13 @@ impl<C, A: AdminSlot> Builder<C, A> {
     #[must_use]
     pub fn with_threads(mut self, threads: Threads) -> Self {
         self.threads = threads;
+        self
+    }
+
+    /// What the first SIGTERM or SIGINT does (default: [`OnSignal::Drain`]).
+    #[must_use]
+    pub fn with_signals(mut self, signals: OnSignal) -> Self {
+        self.signals = signals;
         self
     }
 
@@ -271,6 +299,7 @@ impl<C, A: AdminSlot> std::fmt::Debug for Builder<C, A> {
             .field("log", &self.log)
             .field("fds", &self.fds)
             .field("threads", &self.threads)
+            .field("signals", &self.signals)
             .field("admin", &self.admin)
             .field("shutdown_timeout", &self.shutdown_timeout)
             .finish_non_exhaustive()
@@ -288,8 +317,8 @@ impl<C, A: AdminSlot> Runtime<C, A> {
         self
     }
 
-    /// Starts the tokio runtime, the signal handlers, the admin server (bound) and the client,
-    /// then runs `main` with them to completion.
+    /// Starts the tokio runtime, the signal handlers (unless [`OnSignal::Abort`]), the admin
+    /// server (bound) and the client, then runs `main` with them to completion.
     ///
     /// # Errors
     /// A [`BuildError`] (converted into `E`) when something could not start, before `main`
@@ -302,6 +331,7 @@ impl<C, A: AdminSlot> Runtime<C, A> {
     {
         let Builder {
             threads,
+            signals,
             admin,
             connect,
             shutdown_timeout,
@@ -323,7 +353,10 @@ impl<C, A: AdminSlot> Runtime<C, A> {
         }
         .map_err(BuildError::Runtime)?;
         let result = runtime.block_on(async move {
-            let shutdown = Shutdown::from_signals().map_err(BuildError::Signals)?;
+            let shutdown = match signals {
+                OnSignal::Drain => Shutdown::from_signals().map_err(BuildError::Signals)?,
+                OnSignal::Abort => Shutdown::new(),
+            };
             let admin = A::bind(admin, &shutdown).await?;
             let client = connect().await?;
             let started = Started {

@@ -2,7 +2,7 @@
 //! `/metrics`), shutdown signals (the first drains, the second forces), logging, the file
 //! descriptor limit, rate-limited logging, the kubeconfig, following one ConfigMap key by
 //! name, and the clap argument groups that configure them. [`Builder`] starts a command with
-//! them: the one start-up path of every long-running command.
+//! them: the one start-up path of every command that needs an async runtime.
 #![forbid(unsafe_code)]
 
 // One path per type: a private module's public items are re-exported here; a public module's
@@ -22,7 +22,7 @@ mod shutdown;
 
 pub use admin::{AdminArgs, AdminError, AdminLimits, AdminServer, Readiness, ReadyCondition};
 pub use builder::{
-    Admin, AdminSlot, AdminTask, BuildError, Builder, FdBudget, Runtime, Started, Threads,
+    Admin, AdminSlot, AdminTask, BuildError, Builder, FdBudget, OnSignal, Runtime, Started, Threads,
 };
 pub use duration::{parse_duration, parse_positive_duration};
 pub use ratelimit::LogLimiter;

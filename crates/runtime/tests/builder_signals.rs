@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hairpin_runtime::{AdminArgs, BuildError, Builder, Threads};
+use hairpin_runtime::{AdminArgs, BuildError, Builder, OnSignal, Threads};
 use hairpin_testkit::http_get;
 use rustix::process::{Signal, getpid, kill_process};
 
@@ -57,4 +57,74 @@ fn sigterm_drains_the_task_and_a_second_one_forces() {
             Ok((forced_after_one, shutdown.is_forced()))
         });
     assert_eq!(result.expect("run"), (false, true));
+}
+
+/// Set in the child process of [`with_abort_the_first_sigint_ends_the_process`].
+const ABORT_CHILD: &str = "HAIRPIN_BUILDER_ABORT_CHILD";
+
+/// A one-shot command ([`OnSignal::Abort`]): the first SIGINT ends the process at once, as
+/// Ctrl-C does a program without handlers; its work never sees a drain. In a child process
+/// (this test binary again), since the signal ends the whole process.
+#[test]
+fn with_abort_the_first_sigint_ends_the_process() {
+    use std::io::{BufRead as _, BufReader};
+    use std::os::unix::process::ExitStatusExt as _;
+    use std::process::{Command, Stdio};
+
+    if std::env::var_os(ABORT_CHILD).is_some() {
+        let result: Result<(), BuildError> = Builder::new()
+            .with_signals(OnSignal::Abort)
+            .build()
+            .expect("build")
+            .run(|started| async move {
+                println!("work started");
+                tokio::time::timeout(HANG, started.shutdown.draining())
+                    .await
+                    .expect_err("an aborting command never drains");
+                Ok(())
+            });
+        result.expect("run");
+        println!("work returned");
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "with_abort_the_first_sigint_ends_the_process",
+            "--nocapture",
+        ])
+        .env(ABORT_CHILD, "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the child");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let started = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.contains("work started"));
+    assert!(started, "the child's work did not start");
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).expect("pid fits"))
+        .expect("a child's pid is not 0");
+    kill_process(pid, Signal::INT).expect("SIGINT to the child");
+    let deadline = std::time::Instant::now() + HANG;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SIGINT did not end the child"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert_eq!(
+        status.signal(),
+        Some(Signal::INT.as_raw()),
+        "{status:?}, then printed {rest:?}"
+    );
+    assert!(
+        !rest.iter().any(|l| l.contains("work returned")),
+        "{rest:?}"
+    );
 }

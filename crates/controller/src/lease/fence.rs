@@ -1,11 +1,8 @@
-//! The uninstall fence on the Lease: how it is marked, and what an instance does on seeing it.
+//! The uninstall fence on the Lease: how it is marked, read and lifted.
 
 use k8s_openapi::api::coordination::v1::Lease;
-use tokio::sync::watch;
 
-use super::{Leadership, LeaseManager, holder_of};
-use crate::error::{is_conflict, is_not_found};
-use crate::report::{object_ref, reason};
+use super::holder_of;
 
 /// The holder identity `hairpin uninstall` writes into the Lease it fences. No controller may
 /// use it as its own identity.
@@ -80,93 +77,4 @@ pub struct Fence {
     /// Written by the removal guard ([`FENCE_BY_REMOVAL`]): lifted again when the controller
     /// Deployment lives on.
     pub by_removal: bool,
-}
-
-// === impl LeaseManager ===
-
-impl LeaseManager {
-    /// The fence: stop writing (waiting for writes under way), say so once, and acknowledge
-    /// it when this instance is the holder it displaced.
-    pub(super) async fn on_fence(&mut self, lease: &Lease, tx: &watch::Sender<Leadership>) {
-        self.gate.close().await;
-        tx.send_replace(Leadership::Fenced);
-        let fence = fence_of(lease).unwrap_or(Fence {
-            previous_holder: None,
-            acknowledged_by: None,
-            by_removal: false,
-        });
-        // Liftable only while every fence seen was the removal guard's.
-        self.liftable = fence.by_removal && (self.liftable || !self.fenced);
-        if !self.fenced {
-            self.fenced = true;
-            tracing::warn!(
-                lease = %format!("{}/{}", self.params.namespace, self.params.name),
-                displaced = ?fence.previous_holder,
-                by_removal = fence.by_removal,
-                "hairpin uninstall (or the removal guard) fenced the controller: it writes nothing from now on and stays idle until it exits (delete the controller Deployment to finish the uninstall; a new install starts new pods); the removal guard's fence is lifted again if the Deployment lives on"
-            );
-            if let Some(events) = &self.events {
-                let regarding = object_ref(
-                    "Lease",
-                    &self.params.namespace,
-                    &self.params.name,
-                    lease.metadata.uid.clone(),
-                );
-                let note = format!(
-                    "hairpin uninstall is removing hairpin: controller {} stopped writing and stays idle until it exits",
-                    hairpin_planner::escape::text(&self.params.identity)
-                );
-                events.publish(&regarding, true, reason::FENCED, note).await;
-            }
-        }
-        let ours = fence.previous_holder.as_deref() == Some(self.params.identity.as_str());
-        if !ours || fence.acknowledged_by.as_deref() == Some(self.params.identity.as_str()) {
-            self.acknowledged = true;
-            return;
-        }
-        let mut acked = lease.clone();
-        acked
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(
-                FENCE_ACKNOWLEDGED_ANNOTATION.into(),
-                self.params.identity.clone(),
-            );
-        match self
-            .api
-            .replace(&self.params.name, &crate::apply::post_params(), &acked)
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(
-                    "acknowledged the uninstall fence: this instance writes nothing any more"
-                );
-                self.acknowledged = true;
-            }
-            // Changed meanwhile (or gone): read again at the next step.
-            Err(err) if is_conflict(&err) || is_not_found(&err) => {}
-            Err(err) => {
-                tracing::debug!(error = %err, "cannot acknowledge the uninstall fence yet; retrying");
-            }
-        }
-    }
-}
-
-impl LeaseManager {
-    /// The removal guard lifted its fence (the Lease is there without it, or gone): this
-    /// instance takes part in the election again. False (nothing changes) for any other fence.
-    pub(super) fn lift(&mut self) -> bool {
-        if !(self.fenced && self.liftable) {
-            return false;
-        }
-        self.fenced = false;
-        self.acknowledged = false;
-        self.liftable = false;
-        tracing::warn!(
-            lease = %format!("{}/{}", self.params.namespace, self.params.name),
-            "the removal guard lifted its fence (the controller Deployment lives on): this instance takes part in the election again, and its next reconcile writes again"
-        );
-        true
-    }
 }

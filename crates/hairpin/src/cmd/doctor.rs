@@ -9,7 +9,7 @@ use hairpin_doctor::cluster::ClusterOptions;
 use hairpin_doctor::probe::Timeouts;
 use hairpin_doctor::verdict::Vantage;
 
-use hairpin_runtime::parse_positive_duration;
+use hairpin_runtime::{Builder, OnSignal, parse_positive_duration};
 
 use crate::cmd::plan::PlannerArgs;
 
@@ -117,9 +117,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             Vantage::Machine
         },
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = Builder::new().with_signals(OnSignal::Abort).build()?;
     let cluster_options = ClusterOptions {
         kubeconfig: args.kubeconfig.clone(),
         context: args.context.clone(),
@@ -128,7 +126,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         admission_policy: args.admission_policy.clone(),
     };
     let cluster = (!args.no_cluster).then_some(&cluster_options);
-    let report = runtime.block_on(hairpin_doctor::run(&args.hosts, &options, cluster));
+    let report = runtime
+        .run(|_| async { anyhow::Ok(hairpin_doctor::run(&args.hosts, &options, cluster).await) })?;
     let report = match report {
         Ok(report) => report,
         Err(err) => return usage_error(err),

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hairpin_controller::client::ClientArgs;
+use hairpin_runtime::{Builder, OnSignal};
 
 use crate::cmd::args::{ConfigMapRef, HostsConfigMapArgs, parse_configmap_ref};
 use hairpin_controller::preview::{self, Observed};
@@ -319,35 +320,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..args.planner.config()?
     };
     let (observed, source) = if args.files.is_empty() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let client = match runtime.block_on(args.client.client()) {
-            Ok(client) => client,
-            Err(err) => {
-                // Without any kubeconfig, the user may have meant to plan from files.
-                let hint = if args.client.kubeconfig.is_none() {
-                    "; or plan from YAML files with -f/--filename"
-                } else {
-                    ""
-                };
-                eprintln!("error: {err}{hint}");
-                return Ok(ExitCode::from(USAGE_ERROR));
-            }
-        };
-        let mut observed = runtime.block_on(preview::observe(&client, &config, args.timeout))?;
-        if config.verify_hostnames == VerifyMode::Resolve {
-            // As the controller does, from this machine: the Corefile's forward targets, and
-            // this machine's resolv.conf where the Corefile names one.
-            runtime.block_on(hairpin_controller::ownership::resolve_once(
-                &mut observed.snapshot,
-                &config,
-                hairpin_controller::ownership::OwnershipParams::default(),
-                hairpin_controller::Metrics::register(&mut Default::default()),
-                args.timeout,
-            ));
+        match observe_cluster(&args, &config)? {
+            Ok(observed) => (observed, "cluster"),
+            Err(code) => return Ok(code),
         }
-        (observed, "cluster")
     } else {
         (
             Observed {
@@ -389,6 +365,44 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(PARTIAL_PLAN));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the controller would read from the cluster now (`Err`: the exit code of a client that
+/// cannot be built, said on stderr). One shot: Ctrl-C ends it at once.
+fn observe_cluster(
+    args: &Args,
+    config: &PlannerConfig,
+) -> anyhow::Result<Result<Observed, ExitCode>> {
+    let runtime = Builder::new().with_signals(OnSignal::Abort).build()?;
+    runtime.run(|_| async {
+        let client = match args.client.client().await {
+            Ok(client) => client,
+            Err(err) => {
+                // Without any kubeconfig, the user may have meant to plan from files.
+                let hint = if args.client.kubeconfig.is_none() {
+                    "; or plan from YAML files with -f/--filename"
+                } else {
+                    ""
+                };
+                eprintln!("error: {err}{hint}");
+                return Ok(Err(ExitCode::from(USAGE_ERROR)));
+            }
+        };
+        let mut observed = preview::observe(&client, config, args.timeout).await?;
+        if config.verify_hostnames == VerifyMode::Resolve {
+            // As the controller does, from this machine: the Corefile's forward targets, and
+            // this machine's resolv.conf where the Corefile names one.
+            hairpin_controller::ownership::resolve_once(
+                &mut observed.snapshot,
+                config,
+                hairpin_controller::ownership::OwnershipParams::default(),
+                hairpin_controller::Metrics::register(&mut Default::default()),
+                args.timeout,
+            )
+            .await;
+        }
+        Ok(Ok(observed))
+    })
 }
 
 /// The snapshot of `-f` files (`-` is stdin).

@@ -8,6 +8,7 @@ use hairpin_controller::client::ClientArgs;
 use hairpin_controller::uninstall::FenceReport;
 use hairpin_planner::PlannerConfig;
 use hairpin_runtime::logging::LogArgs;
+use hairpin_runtime::{Builder, OnSignal};
 
 use crate::cmd::plan::PlannerArgs;
 
@@ -33,14 +34,17 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    hairpin_runtime::logging::init(&args.log).map_err(anyhow::Error::msg)?;
-    let planner = args.planner.config()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
+    // One shot: Ctrl-C (or SIGTERM) ends it at once, as it always did; there is no drain.
+    let client = args.client.clone();
+    let runtime = Builder::new()
+        .with_log(&args.log)
+        .with_signals(OnSignal::Abort)
+        .with_client(async move { client.client().await })
         .build()?;
-    runtime.block_on(async move {
+    let planner = args.planner.config()?;
+    runtime.run(|started| async move {
         // The error says what it is about, in the words every command uses.
-        let client = args.client.client().await?;
+        let client = started.client;
         let params = hairpin_controller::UninstallParams {
             controller_deployment: args.own.controller_deployment.clone(),
             ..hairpin_controller::UninstallParams::new(&args.lease_name)
