@@ -12,7 +12,8 @@
 //! `HAIRPIN_BIN` to choose another). The fake's own copy of the objects stays in this process,
 //! so the figures, read from the controller's `/proc/<pid>/status`, are the controller's alone:
 //! VmRSS once the first plan is written, VmRSS in the steady state after a few more changes,
-//! and VmHWM, the peak.
+//! and VmHWM, the peak. The controller runs with `--verify-hostnames=off --cure=dns`, so that no
+//! query or probe leaves the machine.
 //!
 //! `bench/run.sh` reads the `controller VmRSS steady state` and `controller VmHWM` lines.
 
@@ -218,6 +219,9 @@ async fn main() {
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(["--leader-election=false", "--identity=memory-probe"])
+        // Nothing leaves the machine: no hostname is looked up in the machine's resolver and no
+        // load balancer address (203.0.113.10) is probed; every hostname is planned.
+        .args(["--verify-hostnames=off", "--cure=dns"])
         .arg(format!("--admin-addr=127.0.0.1:{admin}"))
         .env(
             "HAIRPIN_LOG",
