@@ -3,6 +3,7 @@
 
 mod support;
 
+use hairpin_testkit::coredns::names;
 use std::time::{Duration, Instant};
 
 use hairpin_controller::fight::FightParams;
@@ -52,12 +53,6 @@ async fn uninstall(fake: &FakeApiServer) -> hairpin_controller::UninstallReport 
     .await;
     assert!(report.failures.is_empty(), "{report:?}");
     report
-}
-
-/// Whether the Corefile `text` holds `host`: written out (an `exact` rule) or escaped in a
-/// `regex` pattern (a load balancer's names from three on, or beside its one-label wildcards).
-fn names(text: &str, host: &str) -> bool {
-    text.contains(host) || text.contains(&host.replace('.', "\\."))
 }
 
 async fn converged(fake: &FakeApiServer, hosts: &[&str]) -> Option<Instant> {

@@ -15,6 +15,7 @@
 
 mod support;
 
+use hairpin_testkit::coredns::names;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -372,12 +373,6 @@ async fn first_write_and_a_new_host() {
         "restored byte for byte: {report:?}"
     );
     assert!(cluster.hairpin_services().is_empty() && cluster.hairpins().is_empty());
-}
-
-/// Whether the Corefile `text` holds `host`: written out (an `exact` rule) or escaped in a
-/// `regex` pattern (a load balancer's names from three on, or beside its one-label wildcards).
-fn names(text: &str, host: &str) -> bool {
-    text.contains(host) || text.contains(&host.replace('.', "\\."))
 }
 
 fn importing_corefile() -> String {

@@ -34,6 +34,12 @@ pub const UPSTREAM_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 53);
 /// The address the local upstream answers for every AAAA query.
 pub const UPSTREAM_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x53);
 
+/// Whether the Corefile `text` holds `host`: written out (an `exact` rule) or escaped in a
+/// `regex` pattern (a load balancer's names from three on, or beside its one-label wildcards).
+pub fn names(text: &str, host: &str) -> bool {
+    text.contains(host) || text.contains(&host.replace('.', "\\."))
+}
+
 /// Where the CoreDNS test peer is: `$HAIRPIN_TEST_COREDNS`, else `shared/peers/coredns/coredns`
 /// in the nearest ancestor of the workspace that has it (`../shared` from the project root,
 /// `../../shared` from a worktree below it).
