@@ -433,6 +433,60 @@ def stat_counts(pid, port, workload, duration):
     return counts, requests
 
 
+def write_configs(work, ports, threads, max_conns):
+    """nginx (PROXY protocol and direct listeners), HAProxy (send-proxy, send-proxy-v2) and the
+    two hairpin route files (prefixes hp and base), all on loopback, into `work`."""
+    with open(os.path.join(work, "nginx.conf"), "w") as f:
+        f.write(f"""
+daemon off;
+master_process on;
+worker_processes 2;
+{"user root;" if os.geteuid() == 0 else ""}
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log warn;
+worker_rlimit_nofile {2 * max_conns + 100};
+events {{ worker_connections {max_conns + 100}; }}
+http {{
+  access_log off;
+  client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;
+  uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi;
+  default_type application/octet-stream;
+  sendfile on; tcp_nopush on; tcp_nodelay on;
+  keepalive_timeout 60s; keepalive_requests 1000000;
+  server {{
+listen 127.0.0.1:{ports["nginx_pp"]} proxy_protocol backlog=4096;
+listen 127.0.0.1:{ports["nginx_direct"]} backlog=4096;
+location = /small {{ return 200 "{SMALL_BODY.strip()}\\n"; }}
+location = /check {{ return 200 "$proxy_protocol_addr"; }}
+location = /big {{ alias {work}/big.bin; }}
+  }}
+}}
+""")
+    with open(os.path.join(work, "haproxy.cfg"), "w") as f:
+        f.write(f"""
+global
+  nbthread {threads}
+  maxconn {max_conns}
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+listen hap_v1
+  bind 127.0.0.1:{ports["hap_v1"]}
+  server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy
+listen hap_v2
+  bind 127.0.0.1:{ports["hap_v2"]}
+  server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy-v2
+""")
+    for prefix in ("hp", "base"):
+        with open(os.path.join(work, f"routes-{prefix}.json"), "w") as f:
+            f.write(f"""[
+  {{"name": "v1", "listen": "127.0.0.1:{ports[prefix + "_v1"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v1"}},
+  {{"name": "v2", "listen": "127.0.0.1:{ports[prefix + "_v2"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v2"}}
+]""")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="one short round: checks the harness, measures nothing")
@@ -514,55 +568,7 @@ def main():
                                                 "base_v1", "base_v2", "base_admin")}
         with open(os.path.join(work, "big.bin"), "wb") as f:
             f.write(os.urandom(BIG_BYTES))
-        with open(os.path.join(work, "nginx.conf"), "w") as f:
-            f.write(f"""
-daemon off;
-master_process on;
-worker_processes 2;
-{"user root;" if os.geteuid() == 0 else ""}
-pid {work}/nginx.pid;
-error_log {work}/nginx-error.log warn;
-worker_rlimit_nofile {2 * max_conns + 100};
-events {{ worker_connections {max_conns + 100}; }}
-http {{
-  access_log off;
-  client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;
-  uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi;
-  default_type application/octet-stream;
-  sendfile on; tcp_nopush on; tcp_nodelay on;
-  keepalive_timeout 60s; keepalive_requests 1000000;
-  server {{
-    listen 127.0.0.1:{ports["nginx_pp"]} proxy_protocol backlog=4096;
-    listen 127.0.0.1:{ports["nginx_direct"]} backlog=4096;
-    location = /small {{ return 200 "{SMALL_BODY.strip()}\\n"; }}
-    location = /check {{ return 200 "$proxy_protocol_addr"; }}
-    location = /big {{ alias {work}/big.bin; }}
-  }}
-}}
-""")
-        with open(os.path.join(work, "haproxy.cfg"), "w") as f:
-            f.write(f"""
-global
-  nbthread {args.threads}
-  maxconn {max_conns}
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 600s
-  timeout server 600s
-listen hap_v1
-  bind 127.0.0.1:{ports["hap_v1"]}
-  server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy
-listen hap_v2
-  bind 127.0.0.1:{ports["hap_v2"]}
-  server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy-v2
-""")
-        for prefix in ("hp", "base"):
-            with open(os.path.join(work, f"routes-{prefix}.json"), "w") as f:
-                f.write(f"""[
-  {{"name": "v1", "listen": "127.0.0.1:{ports[prefix + "_v1"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v1"}},
-  {{"name": "v2", "listen": "127.0.0.1:{ports[prefix + "_v2"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v2"}}
-]""")
+        write_configs(work, ports, args.threads, max_conns)
 
         def start(name, cmd, port):
             log = open(os.path.join(work, f"{name}.log"), "w")

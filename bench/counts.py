@@ -93,39 +93,13 @@ def main():
     ap.add_argument("--callgrind", action="store_true")
     args = ap.parse_args()
     B.raise_own_fd_limit()
-    work = tempfile.mkdtemp(prefix="dp3-measure-")
+    work = tempfile.mkdtemp(prefix="hairpin-counts-")
     procs = {}
-    ports = {n: B.free_port() for n in ("nginx_pp", "hap_v1", "hap_v2", "hp_v1", "hp_v2", "hp_admin", "base_v1", "base_v2", "base_admin")}
+    ports = {n: B.free_port() for n in ("nginx_pp", "nginx_direct", "hap_v1", "hap_v2", "hp_v1", "hp_v2", "hp_admin", "base_v1", "base_v2", "base_admin")}
     try:
         with open(os.path.join(work, "big.bin"), "wb") as f:
             f.write(os.urandom(B.BIG_BYTES))
-        open(os.path.join(work, "nginx.conf"), "w").write(f"""
-daemon off; master_process on; worker_processes 2; {"user root;" if os.geteuid() == 0 else ""}
-pid {work}/nginx.pid; error_log {work}/nginx-error.log warn;
-worker_rlimit_nofile 20000; events {{ worker_connections 9000; }}
-http {{ access_log off; client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;
-  uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi; default_type application/octet-stream;
-  sendfile on; tcp_nopush on; tcp_nodelay on; keepalive_timeout 60s; keepalive_requests 1000000;
-  server {{ listen 127.0.0.1:{ports["nginx_pp"]} proxy_protocol backlog=4096;
-    location = /small {{ return 200 "hello from nginx\\n"; }}
-    location = /big {{ alias {work}/big.bin; }} }} }}
-""")
-        open(os.path.join(work, "haproxy.cfg"), "w").write(f"""
-global
-  nbthread 2
-  maxconn 8000
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 600s
-  timeout server 600s
-listen hap_v1
-  bind 127.0.0.1:{ports["hap_v1"]}
-  server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy
-listen hap_v2
-  bind 127.0.0.1:{ports["hap_v2"]}
-  server nginx 127.0.0.1:{ports["nginx_pp"]} send-proxy-v2
-""")
+        B.write_configs(work, ports, 2, 8000)
         def start(name, cmd, port):
             log = open(os.path.join(work, f"{name}.log"), "w")
             procs[name] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -137,9 +111,6 @@ listen hap_v2
         if args.baseline:
             hp["baseline"] = (args.baseline, "base")
         for proxy, (path, prefix) in hp.items():
-            open(os.path.join(work, f"routes-{prefix}.json"), "w").write(f"""[
-  {{"name": "v1", "listen": "127.0.0.1:{ports[prefix + "_v1"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v1"}},
-  {{"name": "v2", "listen": "127.0.0.1:{ports[prefix + "_v2"]}", "upstream": "127.0.0.1:{ports["nginx_pp"]}", "proxy_protocol": "v2"}}]""")
             start(proxy, vg + [path, "proxy", "--routes-file", os.path.join(work, f"routes-{prefix}.json"), "--workers", "2",
                           "--connect-timeout", "5s", "--idle-timeout", "600s", "--max-connections", "8000", "--shutdown-delay", "0s",
                           "--admin-addr", f"127.0.0.1:{ports[prefix + '_admin']}", "--log-level", "warn"], ports[prefix + "_v1"])
