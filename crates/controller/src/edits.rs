@@ -318,18 +318,9 @@ mod tests {
 
     #[test]
     fn the_dns_edit_of_each_write_makes_the_planners_text_from_the_one_read() {
-        let mut snapshot = ClusterSnapshot::default();
-        hairpin_planner::load::load_yaml(
-            &mut snapshot,
-            "cluster.yaml",
-            include_str!("../../../examples/cluster.yaml"),
-        )
-        .expect("the example cluster loads");
+        let snapshot = crate::test_support::example_cluster();
         for mode in [DnsMode::Corefile, DnsMode::Custom] {
-            let planner = PlannerConfig {
-                dns_mode: mode,
-                ..PlannerConfig::default()
-            };
+            let planner = crate::test_support::planner(mode);
             let plan = hairpin_planner::desired(&snapshot, &planner);
             let dns = plan.dns.as_ref().expect("a DNS change");
             let changed: Vec<&DnsWrite> = dns.writes.iter().filter(|w| w.changed).collect();

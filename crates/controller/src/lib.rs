@@ -46,6 +46,8 @@ pub mod propagation;
 pub mod removal;
 pub mod report;
 pub mod status;
+#[cfg(test)]
+mod test_support;
 pub mod uninstall;
 pub mod watch;
 

@@ -60,13 +60,7 @@ status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}
 
 /// The example cluster, `MORE_INGRESSES` and `OTHER_PREFIX`, whole and slimmed.
 fn whole_and_slimmed(config: &PlannerConfig) -> (ClusterSnapshot, ClusterSnapshot) {
-    let mut whole = ClusterSnapshot::default();
-    load::load_yaml(
-        &mut whole,
-        "cluster.yaml",
-        include_str!("../../../../examples/cluster.yaml"),
-    )
-    .expect("the example cluster loads");
+    let mut whole = crate::test_support::example_cluster();
     load::load_yaml(&mut whole, "more.yaml", MORE_INGRESSES).expect("the Ingresses load");
     load::load_yaml(&mut whole, "other.yaml", OTHER_PREFIX).expect("the Ingress loads");
     assert!(whole.ingresses.len() >= 5, "{}", whole.ingresses.len());

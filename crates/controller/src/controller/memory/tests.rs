@@ -20,24 +20,7 @@ use crate::fight::Decision;
 const COREFILE: &str = "kube-system/coredns/Corefile";
 const CUSTOM: &str = "kube-system/coredns-custom/hairpin.override";
 
-/// The example cluster (a CoreDNS Corefile, load balancers with PROXY signals).
-fn example() -> ClusterSnapshot {
-    let mut snapshot = ClusterSnapshot::default();
-    hairpin_planner::load::load_yaml(
-        &mut snapshot,
-        "cluster.yaml",
-        include_str!("../../../../../examples/cluster.yaml"),
-    )
-    .expect("the example cluster loads");
-    snapshot
-}
-
-fn planner(dns_mode: DnsMode) -> PlannerConfig {
-    PlannerConfig {
-        dns_mode,
-        ..PlannerConfig::default()
-    }
-}
+use crate::test_support::{example_cluster as example, planner};
 
 /// Sets key `key` of ConfigMap `namespace/name` in `snapshot` (creating the ConfigMap).
 fn put(snapshot: &mut ClusterSnapshot, namespace: &str, name: &str, key: &str, value: &str) {

@@ -2,30 +2,13 @@
 //! which order, for each DNS mode and after a mode switch.
 
 use hairpin_planner::dns::KeyChange;
-use hairpin_planner::{ClusterSnapshot, DnsMode, PlannerConfig, WriteEdit};
+use hairpin_planner::{ClusterSnapshot, DnsMode, WriteEdit};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::*;
 use crate::edits::{dns_edit, remove_block_edit};
 
-/// The example cluster (a CoreDNS Corefile, load balancers with PROXY signals).
-fn example() -> ClusterSnapshot {
-    let mut snapshot = ClusterSnapshot::default();
-    hairpin_planner::load::load_yaml(
-        &mut snapshot,
-        "cluster.yaml",
-        include_str!("../../../../../../examples/cluster.yaml"),
-    )
-    .expect("the example cluster loads");
-    snapshot
-}
-
-fn planner(dns_mode: DnsMode) -> PlannerConfig {
-    PlannerConfig {
-        dns_mode,
-        ..PlannerConfig::default()
-    }
-}
+use crate::test_support::{example_cluster as example, planner};
 
 /// Each key edit as (namespace/name, key, what it makes of the key).
 fn summary(keys: &[&KeyEdit]) -> Vec<(String, String, String)> {
