@@ -252,7 +252,6 @@ impl LeaseManager {
                 }
                 Err(err @ Error::NotOwned { .. }) => {
                     // Not ours to take or to keep: stop leading at once.
-                    self.reports.not_owned(&err).await;
                     on_error(&err);
                     Leadership::Follower(None)
                 }
@@ -282,7 +281,6 @@ impl LeaseManager {
     /// the Lease is only read, for the fence.
     async fn attempt(&mut self, leading: bool) -> Result<Step, Error> {
         let read = self.store.get().await?;
-        let present = read.is_some();
         let decision = if self.params.observe_only {
             self.election.observe(read)
         } else {
@@ -293,9 +291,6 @@ impl LeaseManager {
         }
         if let Some(note) = decision.note {
             self.reports.note(note);
-        }
-        if present && !self.params.observe_only && decision.act != Act::NotOwned {
-            self.reports.owned();
         }
         match decision.act {
             Act::Renew(lease) => self.claim(&lease).await,
@@ -314,7 +309,13 @@ impl LeaseManager {
             Act::Hold => Ok(Step::Held),
             Act::Follow(holder) => Ok(Step::NotHeld(holder)),
             Act::Fenced(lease) => Ok(Step::Fenced(lease)),
-            Act::NotOwned => Err(not_owned(&self.params)),
+            Act::NotOwned => {
+                let err = not_owned(&self.params);
+                if let Some(event) = decision.event {
+                    self.reports.not_owned(&err, event).await;
+                }
+                Err(err)
+            }
         }
     }
 
@@ -336,7 +337,7 @@ impl LeaseManager {
         tx.send_replace(Leadership::Fenced);
         let step = self.election.saw_fence(lease);
         if step.first {
-            self.reports.fenced(lease, &step.fence).await;
+            self.reports.fenced(&step.fence, step.event).await;
         }
         let Some(acked) = step.acknowledge else {
             return;

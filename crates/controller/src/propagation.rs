@@ -9,9 +9,11 @@
 //!
 //! [`Checks`] runs one check per load balancer in the background after each DNS write of its
 //! names (a sensor of the loop's, which starts and stops them as the `Hairpin` statuses'
-//! step chooses), reports its outcome as an Event (`HairpinEffective`, or `DNSNotEffective`
-//! with the likely cause), and sends it to the loop, which keeps it in its memory
-//! ([`CheckMemory`]) for the `Hairpin` status ([`crate::status`]).
+//! step chooses), and sends what it found (its outcome, and the CoreDNS pods when they may
+//! explain a failure) to the loop, which keeps it in its memory ([`CheckMemory`]) for the
+//! `Hairpin` status ([`crate::status`]) and whose `decide` reports it: an Event
+//! (`HairpinEffective`, or `DNSNotEffective` with the likely cause) and the propagation
+//! measured.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -29,7 +31,6 @@ use kube::api::ListParams;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::context::Context;
-use crate::report::{list_note, object_ref, reason};
 
 /// The label put under a wildcard to probe it: `*.apps.example.com` is asked as
 /// `hairpin-probe.apps.example.com`.
@@ -329,18 +330,61 @@ impl Default for PropagationParams {
 }
 
 /// What the loop remembers of one load balancer's propagation check (in the Hairpin statuses'
-/// memory): which check runs or ran, and its outcome once it reported.
-#[derive(Clone, Debug)]
+/// memory): which check runs or ran, what its report needs, and its outcome once it reported.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct CheckSeen {
     /// Hostnames and ClusterIPs checked: a different one supersedes this check.
-    fingerprint: String,
+    pub(crate) fingerprint: String,
     /// Which start this is (an outcome of an earlier start of the same load balancer is
     /// ignored).
-    id: u64,
+    pub(crate) id: u64,
     /// The check counts from a write this controller made (so its time is a propagation).
-    measured: bool,
+    pub(crate) measured: bool,
     /// `None` while it runs.
-    outcome: Option<CheckOutcome>,
+    pub(crate) outcome: Option<CheckOutcome>,
+    /// The load balancer Service's uid (for the Events' `regarding`).
+    pub(crate) lb_uid: Option<String>,
+    /// The names asked.
+    pub(crate) names: Vec<String>,
+    /// The hairpin Service's ClusterIPs, the answer wanted.
+    pub(crate) expected: Vec<IpAddr>,
+    /// In external-dns mode, why the cluster DNS would not answer yet, from what
+    /// external-dns had done when the check started.
+    pub(crate) external_cause: Option<String>,
+    /// The Corefile hairpin edits lacks `reload`.
+    pub(crate) reload_missing: bool,
+    /// Label selector of the CoreDNS pods (the cluster DNS Service's selector).
+    pub(crate) coredns_pods: String,
+    /// The CoreDNS pods as the check saw them when it gave up with the cluster DNS answering
+    /// wrong (`None`: not read, or not readable).
+    pub(crate) pods: Option<PodsSeen>,
+    /// Its outcome was reported (the Event published, the propagation measured).
+    pub(crate) reported: bool,
+}
+
+/// The CoreDNS pods a check that gave up saw: how many, how many not ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PodsSeen {
+    /// All of them.
+    pub(crate) total: usize,
+    /// Those without a `Ready=True` condition.
+    pub(crate) unready: usize,
+}
+
+/// What a check that ended found: its outcome, and the CoreDNS pods when it read them.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Finding {
+    pub(crate) outcome: CheckOutcome,
+    pub(crate) pods: Option<PodsSeen>,
+}
+
+impl From<CheckOutcome> for Finding {
+    fn from(outcome: CheckOutcome) -> Self {
+        Self {
+            outcome,
+            pods: None,
+        }
+    }
 }
 
 /// The propagation checks the loop remembers, by load balancer.
@@ -398,15 +442,15 @@ pub(crate) struct Start {
     pub coredns_pods: String,
 }
 
-/// A check's report: the load balancer, which start, its outcome.
-type Report = (ObjectRef, u64, CheckOutcome);
+/// A check's report: the load balancer, which start, what it found.
+type Report = (ObjectRef, u64, Finding);
 
 /// The propagation checks of the load balancers (a sensor of the loop's): each runs in the
-/// background after a DNS write, reports its outcome as an Event, and sends it through a
-/// channel, waking the loop; the loop reads it into its memory ([`Checks::read`]), where the
+/// background after a DNS write and sends what it found through a channel, waking the loop;
+/// the loop reads it into its memory ([`Checks::read`]), where `decide` reports it and the
 /// `Hairpin` status finds it.
 pub(crate) struct Checks {
-    /// The loop's client, Events, metrics, and the signal poked when a check finishes.
+    /// The loop's client, and the signal poked when a check finishes.
     ctx: Arc<Context>,
     params: PropagationParams,
     /// The checks running, by load balancer: which start, and its task.
@@ -438,13 +482,14 @@ impl Checks {
 
     /// The checks' outcomes that came in, into `memory`.
     pub(crate) fn read(&mut self, memory: &mut CheckMemory) {
-        while let Ok((lb, id, outcome)) = self.inbox.1.try_recv() {
+        while let Ok((lb, id, finding)) = self.inbox.1.try_recv() {
             if self.running.get(&lb).is_some_and(|(run, _)| *run == id) {
                 // Its task is done.
                 self.running.remove(&lb);
             }
             if let Some(seen) = memory.get_mut(&lb).filter(|seen| seen.id == id) {
-                seen.outcome = Some(outcome);
+                seen.outcome = Some(finding.outcome);
+                seen.pods = finding.pods;
             }
         }
     }
@@ -494,14 +539,13 @@ impl Checks {
         };
         let id = self.next;
         self.next += 1;
+        // The CoreDNS pods are a clue only when no likelier cause is known at the start.
+        let read_pods = (start.external_cause.is_none() && !start.reload_missing)
+            .then(|| start.coredns_pods.clone());
         let context = CheckContext {
             lb: start.lb.clone(),
-            lb_uid: start.lb_uid,
             id,
-            measured,
-            reload_missing: start.reload_missing,
-            external_cause: start.external_cause,
-            coredns_pods: start.coredns_pods,
+            read_pods,
             ctx: self.ctx.clone(),
             inbox: self.inbox.0.clone(),
         };
@@ -509,17 +553,23 @@ impl Checks {
             old.abort();
         }
         tracing::debug!(lb = %start.lb, names = ?spec.names, "propagation check started");
+        let seen = CheckSeen {
+            fingerprint: start.fingerprint,
+            id,
+            measured,
+            outcome: None,
+            lb_uid: start.lb_uid,
+            names: spec.names.clone(),
+            expected: spec.expected.clone(),
+            external_cause: start.external_cause,
+            reload_missing: start.reload_missing,
+            coredns_pods: start.coredns_pods,
+            pods: None,
+            reported: false,
+        };
         let task = tokio::spawn(context.run(spec)).abort_handle();
         self.running.insert(start.lb.clone(), (id, task));
-        memory.insert(
-            start.lb,
-            CheckSeen {
-                fingerprint: start.fingerprint,
-                id,
-                measured,
-                outcome: None,
-            },
-        );
+        memory.insert(start.lb, seen);
     }
 }
 
@@ -597,126 +647,64 @@ pub(crate) fn coredns_pods(snapshot: &ClusterSnapshot, planner: &PlannerConfig) 
         )
 }
 
-/// What a finished check needs to report.
+/// What a check needs besides its spec: whose it is, where to send what it found.
 struct CheckContext {
     lb: ObjectRef,
-    lb_uid: Option<String>,
     /// Which start of `lb`'s check this is.
     id: u64,
-    measured: bool,
-    reload_missing: bool,
-    /// In external-dns mode, why the cluster DNS would not answer yet, from what
-    /// external-dns had done when the check started.
-    external_cause: Option<String>,
-    /// Label selector of the CoreDNS pods (the cluster DNS Service's selector).
-    coredns_pods: String,
-    /// The loop's client, Events, metrics, planner settings (CoreDNS's namespace) and the
-    /// signal poked when the check finishes.
+    /// The CoreDNS pods' label selector, when they are to be read after a check that gave up
+    /// with the cluster DNS answering wrong.
+    read_pods: Option<String>,
+    /// The loop's client, planner settings (CoreDNS's namespace) and the signal poked when the
+    /// check finishes.
     ctx: Arc<Context>,
-    /// Where the outcome is sent, for the loop's memory.
+    /// Where the finding is sent, for the loop's memory.
     inbox: UnboundedSender<Report>,
 }
 
 impl CheckContext {
+    /// Runs the check, reads the CoreDNS pods when it gave up with the cluster DNS answering
+    /// wrong, and sends what it found to the loop (which reports it: `decide`'s).
     async fn run(self, spec: CheckSpec) {
         let outcome = check(&spec).await;
-        let regarding = object_ref(
-            "Service",
-            &self.lb.namespace,
-            &self.lb.name,
-            self.lb_uid.clone(),
-        );
-        if outcome.effective {
-            if self.measured {
-                self.ctx
-                    .metrics
-                    .dns_propagation
-                    .observe(outcome.elapsed.as_secs_f64());
+        tracing::debug!(lb = %self.lb, effective = outcome.effective, elapsed = ?outcome.elapsed, "propagation check ended");
+        let cluster_wrong = outcome.wrong.keys().any(|(role, _)| role == "cluster DNS");
+        let pods = match &self.read_pods {
+            Some(selector) if !outcome.effective && cluster_wrong => {
+                self.coredns_pods(selector).await
             }
-            let took = if self.measured {
-                format!(" {:.1}s after the write", outcome.elapsed.as_secs_f64())
-            } else {
-                String::new()
-            };
-            let connect = match &outcome.connect {
-                Some(Ok(())) => "; a TCP connect to the hairpin Service succeeded".to_owned(),
-                Some(Err(err)) => {
-                    format!("; but the hairpin Service does not accept connections: {err}")
-                }
-                None => String::new(),
-            };
-            let note = list_note(
-                "the cluster DNS answers ",
-                &spec.names,
-                ", ",
-                &format!(
-                    " with the hairpin Service ({}){took}{connect}",
-                    join(&spec.expected)
-                ),
-            );
-            tracing::info!(lb = %self.lb, elapsed = ?outcome.elapsed, "DNS change effective");
-            self.ctx
-                .events
-                .publish(&regarding, false, reason::HAIRPIN_EFFECTIVE, note)
-                .await;
-        } else {
-            let cause = self.likely_cause(&outcome).await;
-            let note = format!(
-                "{}. Likely cause: {cause}",
-                wrong_answers(&outcome, &spec.expected)
-            );
-            tracing::warn!(lb = %self.lb, "{note}");
-            self.ctx
-                .events
-                .publish(&regarding, true, reason::DNS_NOT_EFFECTIVE, note)
-                .await;
-        }
+            _ => None,
+        };
         // The receiver lives as long as the checks, which abort this task when dropped.
-        let _ = self.inbox.send((self.lb.clone(), self.id, outcome));
+        let _ = self
+            .inbox
+            .send((self.lb.clone(), self.id, Finding { outcome, pods }));
         self.ctx.changed.notify_one();
     }
 
-    async fn likely_cause(&self, outcome: &CheckOutcome) -> String {
-        if let Some(cause) = &self.external_cause {
-            return cause.clone();
-        }
-        let cluster_ok = !outcome.wrong.keys().any(|(role, _)| role == "cluster DNS");
-        if cluster_ok {
-            return "node-local-dns answers these names itself (it forwards only the cluster domain to CoreDNS): add the stanza `hairpin plan` suggests to its Corefile, or run the node agent".into();
-        }
-        if self.reload_missing {
-            return "the Corefile has no `reload` plugin, so CoreDNS reads it only when it restarts: add `reload` or restart CoreDNS".into();
-        }
-        // Unready CoreDNS pods after a change point at a Corefile CoreDNS refused. Reading
-        // them needs `list pods` in CoreDNS's namespace; without it this clue is skipped.
+    /// The CoreDNS pods, and how many are not ready. Reading them needs `list pods` in
+    /// CoreDNS's namespace; without it (`None`) this clue is skipped.
+    async fn coredns_pods(&self, selector: &str) -> Option<PodsSeen> {
         let pods: Api<Pod> =
             Api::namespaced(self.ctx.client.clone(), &self.ctx.planner.coredns_namespace);
-        if let Ok(list) = pods
-            .list(&ListParams::default().labels(&self.coredns_pods))
+        let list = pods
+            .list(&ListParams::default().labels(selector))
             .await
-        {
-            let total = list.items.len();
-            let unready = list
-                .items
-                .iter()
-                .filter(|pod| {
-                    !pod.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                })
-                .count();
-            if unready > 0 {
-                return format!(
-                    "{unready} of {total} CoreDNS pods are not ready: CoreDNS probably rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l {}`",
-                    self.ctx.planner.coredns_namespace, self.coredns_pods
-                );
-            }
-        }
-        format!(
-            "the kubelet has not synced the ConfigMap into CoreDNS's pods yet (it can take a minute or more), or CoreDNS rejected the new Corefile and kept the old one; see `kubectl -n {} logs -l {}`",
-            self.ctx.planner.coredns_namespace, self.coredns_pods
-        )
+            .ok()?;
+        let unready = list
+            .items
+            .iter()
+            .filter(|pod| {
+                !pod.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        Some(PodsSeen {
+            total: list.items.len(),
+            unready,
+        })
     }
 }
 

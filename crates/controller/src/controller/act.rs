@@ -9,7 +9,7 @@
 
 use hairpin_planner::{ClusterSnapshot, Plan};
 
-use super::decide::{Actions, Counter, Effect, Gauge};
+use super::decide::{Actions, Counter, Effect, Gauge, Histogram};
 use super::observed::{KeyObserved, ObjectsObserved, Observed};
 use crate::Error;
 use crate::apply::{KeyOutcome, ObjectChanges, apply_services_into, write_key};
@@ -179,6 +179,9 @@ pub(super) async fn execute(ctx: &Context, effects: Vec<Effect>) {
                     Gauge::ManagedHostnames => &metrics.managed_hostnames,
                 };
                 gauge.set(value);
+            }
+            Effect::Observe(Histogram::DnsPropagation, seconds) => {
+                metrics.dns_propagation.observe(seconds);
             }
             Effect::Refused(label) => metrics.refused(label),
             Effect::CountError(label) => metrics.count_error(label),

@@ -22,11 +22,13 @@ use crate::status::DnsState;
 
 mod actions;
 mod after;
+mod checks;
 mod intent;
 mod reports;
 
 pub(crate) use actions::{Actions, Recall, actions};
 pub(crate) use after::{Scene, after};
+pub(crate) use checks::check_reports;
 pub(crate) use intent::{DnsIntent, DnsKey, DnsTarget, Intent, intent};
 pub(crate) use reports::reports;
 
@@ -55,6 +57,8 @@ pub(crate) enum Effect {
     Count(Counter, u64),
     /// A gauge is set.
     Set(Gauge, i64),
+    /// A histogram observes a value.
+    Observe(Histogram, f64),
     /// One more refused hostname claim, by reason label.
     Refused(&'static str),
     /// One more error, by kind label.
@@ -89,6 +93,13 @@ pub(crate) enum Gauge {
     ManagedLoadBalancers,
     /// Hostnames redirected.
     ManagedHostnames,
+}
+
+/// The histograms [`decide`](self) feeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Histogram {
+    /// Seconds from a DNS write of this controller's until the cluster DNS answered it.
+    DnsPropagation,
 }
 
 /// What follows a write (or a decision not to write): the effects, and when to look again.

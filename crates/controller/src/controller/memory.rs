@@ -67,6 +67,7 @@ impl Memory {
             fights: &self.fights,
             reported: &self.reported,
             endpoints: &self.dns_endpoints,
+            checks: &self.statuses.checks,
         }
     }
 }
@@ -92,6 +93,12 @@ pub(crate) fn remember(
     let mut learnt = Learnt::default();
     let namespace = actions.namespace.as_str();
     memory.reported = reported;
+    for (lb, id) in &actions.checks_reported {
+        let seen = memory.statuses.checks.get_mut(lb);
+        if let Some(seen) = seen.filter(|seen| seen.id == *id) {
+            seen.reported = true;
+        }
+    }
     if observed.cleaned.is_some() {
         memory.dns_endpoints.cleaned = true;
     }

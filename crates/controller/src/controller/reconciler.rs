@@ -153,8 +153,10 @@ impl Reconciler {
     /// The plan, from the caches; or when to look again, when the receivers' ConfigMaps or
     /// the names' first answers are awaited.
     fn desired(&mut self, caches: &Caches) -> Result<(ClusterSnapshot, Plan), Instant> {
-        // What the caches say of external-dns's CRD (a sensor), for the memory.
+        // What the caches say of external-dns's CRD (a sensor), for the memory; and what the
+        // propagation checks found (decide reports it).
         self.memory.dns_endpoints.crd = caches.dns_endpoints_served();
+        self.checks.read(&mut self.memory.statuses.checks);
         let mut snapshot = caches.snapshot();
         // The Nodes (watched from the first native cure on), for the native cure's gate.
         snapshot.nodes = self.sensors.nodes();
@@ -207,10 +209,8 @@ impl Reconciler {
         else {
             return Ok(());
         };
-        // The propagation checks (a sensor): what they found read into the memory, then
-        // started and stopped as the statuses' step chose.
+        // The propagation checks (a sensor), started and stopped as the statuses' step chose.
         let checks = std::mem::take(&mut prepared.checks);
-        self.checks.read(&mut memory.statuses.checks);
         self.checks.act(&mut memory.statuses.checks, checks);
         let ready = |name: &str| caches.ready_endpoints(name);
         let backed_off = &memory.services_backed_off;

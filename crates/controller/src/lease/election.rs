@@ -1,17 +1,20 @@
 //! The election's state machine: given the Lease as read and the clock passed in, what this
-//! instance does next (renew, claim, create, follow, stand down for the fence) and what it
-//! remembers. No client, no clock of its own, no logging: [`super::LeaseManager`] reads and
-//! writes the Lease, reports and logs what [`Decision::note`] says.
+//! instance does next (renew, claim, create, follow, stand down for the fence), what it
+//! remembers, and the Warning Events on the Lease (a Lease that is not hairpin's, the fence)
+//! with their texts. No client, no clock of its own, no logging: [`super::LeaseManager`] reads
+//! and writes the Lease, and logs and publishes what [`Decision::note`] and the events say.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 
 use super::fence::{FENCE_ACKNOWLEDGED_ANNOTATION, Fence, fence_of, is_fenced};
-use super::{LeaseParams, holder_of};
+use super::{LeaseParams, holder_of, not_owned};
 use crate::apply::{created_by_hairpin, created_by_hairpin_meta};
+use crate::report::{object_ref, reason};
 
 /// The clock of one attempt: the monotonic instant (expiry, hold-off) and the wall time
 /// written into the Lease.
@@ -64,6 +67,15 @@ pub(super) enum Note {
     Lifted,
 }
 
+/// A Warning Event on the Lease.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct LeaseEvent {
+    /// The Lease.
+    pub(super) regarding: ObjectReference,
+    pub(super) reason: &'static str,
+    pub(super) note: String,
+}
+
 /// One attempt's decision.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Decision {
@@ -72,6 +84,9 @@ pub(super) struct Decision {
     pub(super) close_gate: bool,
     pub(super) act: Act,
     pub(super) note: Option<Note>,
+    /// Publish this (a Lease that is not hairpin's, reported once until it is hairpin's
+    /// again).
+    pub(super) event: Option<LeaseEvent>,
 }
 
 impl From<Act> for Decision {
@@ -80,6 +95,7 @@ impl From<Act> for Decision {
             close_gate: false,
             act,
             note: None,
+            event: None,
         }
     }
 }
@@ -91,6 +107,8 @@ pub(super) struct FenceStep {
     pub(super) fence: Fence,
     /// The first fence this instance sees: say so.
     pub(super) first: bool,
+    /// The Event saying so, on the first fence.
+    pub(super) event: Option<LeaseEvent>,
     /// Write this Lease to acknowledge the fence (this instance is the holder it displaced).
     pub(super) acknowledge: Option<Box<Lease>>,
 }
@@ -122,6 +140,8 @@ pub(super) struct Election {
     acknowledged: bool,
     /// Every fence seen was the removal guard's: lifted again when the Deployment lives on.
     liftable: bool,
+    /// A Lease at our name that is not hairpin's was reported (until one is hairpin's again).
+    foreign_reported: bool,
 }
 
 // === impl Election ===
@@ -136,6 +156,7 @@ impl Election {
             fenced: false,
             acknowledged: false,
             liftable: false,
+            foreign_reported: false,
         }
     }
 
@@ -164,6 +185,7 @@ impl Election {
             close_gate: false,
             act,
             note,
+            event: None,
         }
     }
 
@@ -180,8 +202,13 @@ impl Election {
         self.lost_at = None;
         self.seen = true;
         if !created_by_hairpin(&lease.metadata) {
-            return Act::NotOwned.into();
+            return Decision {
+                event: self.foreign(),
+                ..Act::NotOwned.into()
+            };
         }
+        // Hairpin's (again): a later Lease that is not is reported anew.
+        self.foreign_reported = false;
         let holder = holder_of(&lease).map(str::to_owned);
         if is_fenced(&lease) {
             return Act::Fenced(Box::new(lease)).into();
@@ -238,7 +265,27 @@ impl Election {
             close_gate,
             act,
             note,
+            event: None,
         }
+    }
+
+    /// The Event on a Lease at our name that is not hairpin's, once until one is hairpin's
+    /// again. A build of hairpin from before the marks left its Lease unmarked: an upgrade
+    /// meets it once, and only its deletion lets the new build lead.
+    fn foreign(&mut self) -> Option<LeaseEvent> {
+        if std::mem::replace(&mut self.foreign_reported, true) {
+            return None;
+        }
+        let (namespace, name) = (&self.params.namespace, &self.params.name);
+        let note = format!(
+            "{}. This instance does not lead (nothing is reconciled) until the Lease is removed by its owner or hairpin is given another name (--lease-name). If an earlier build of hairpin left it (those did not mark their Lease), delete it once: `kubectl -n {namespace} delete lease {name}`.",
+            not_owned(&self.params),
+        );
+        Some(LeaseEvent {
+            regarding: object_ref("Lease", namespace, name, None),
+            reason: reason::LEASE_NOT_OWNED,
+            note,
+        })
     }
 
     /// The Lease does not exist. After a deletion this instance saw (as leader: it stops
@@ -288,6 +335,19 @@ impl Election {
         self.liftable = fence.by_removal && (self.liftable || !self.fenced);
         let first = !self.fenced;
         self.fenced = true;
+        let event = first.then(|| LeaseEvent {
+            regarding: object_ref(
+                "Lease",
+                &self.params.namespace,
+                &self.params.name,
+                lease.metadata.uid.clone(),
+            ),
+            reason: reason::FENCED,
+            note: format!(
+                "hairpin uninstall is removing hairpin: controller {} stopped writing and stays idle until it exits",
+                hairpin_planner::escape::text(&self.params.identity)
+            ),
+        });
         let identity = self.params.identity.as_str();
         let ours = fence.previous_holder.as_deref() == Some(identity);
         if !ours || fence.acknowledged_by.as_deref() == Some(identity) {
@@ -295,6 +355,7 @@ impl Election {
             return FenceStep {
                 fence,
                 first,
+                event,
                 acknowledge: None,
             };
         }
@@ -307,6 +368,7 @@ impl Election {
         FenceStep {
             fence,
             first,
+            event,
             acknowledge: Some(Box::new(acked)),
         }
     }
@@ -486,6 +548,7 @@ mod tests {
                 close_gate: true,
                 act: Act::Follow(None),
                 note: Some(Note::LostUnderLeader),
+                event: None,
             }
         );
         let waiting = election.step(None, false, &at(start, 15));
@@ -556,6 +619,51 @@ mod tests {
         assert_eq!(lifted.note, Some(Note::Lifted));
         assert!(matches!(lifted.act, Act::Claim { .. }), "{lifted:?}");
         assert!(!election.fenced());
+    }
+
+    #[test]
+    fn a_foreign_lease_is_reported_once_until_the_lease_is_hairpins_again() {
+        let start = Instant::now();
+        let mut election = Election::new(params());
+        let mut foreign = lease(Some("other"), 0);
+        foreign.metadata = kube::api::ObjectMeta {
+            name: Some("hairpin-controller".into()),
+            ..Default::default()
+        };
+        let first = election.step(Some(foreign.clone()), false, &at(start, 0));
+        let event = first.event.expect("the first refusal is reported");
+        assert_eq!(event.reason, reason::LEASE_NOT_OWNED);
+        assert_eq!(event.regarding.kind.as_deref(), Some("Lease"));
+        assert_eq!(event.regarding.name.as_deref(), Some("hairpin-controller"));
+        assert!(
+            event
+                .note
+                .contains("kubectl -n hairpin delete lease hairpin-controller"),
+            "{}",
+            event.note
+        );
+        let again = election.step(Some(foreign.clone()), false, &at(start, 2));
+        assert_eq!((again.act, again.event), (Act::NotOwned, None));
+        // Hairpin's again, then someone else's: reported anew.
+        election.step(Some(lease(Some("pod-b"), 0)), false, &at(start, 4));
+        let anew = election.step(Some(foreign), false, &at(start, 6));
+        assert!(anew.event.is_some(), "{anew:?}");
+    }
+
+    #[test]
+    fn only_the_first_fence_is_reported_with_the_instance_named() {
+        let mut election = Election::new(params());
+        let mut fence = lease(Some(super::super::FENCE_HOLDER), 1);
+        fence.metadata.uid = Some("uid-1".into());
+        fenced(&mut fence, "uninstall", "pod-b");
+        let first = election.saw_fence(&fence).event.expect("the first fence");
+        assert_eq!(first.reason, reason::FENCED);
+        assert_eq!(first.regarding.uid.as_deref(), Some("uid-1"));
+        assert_eq!(
+            first.note,
+            "hairpin uninstall is removing hairpin: controller pod-a stopped writing and stays idle until it exits"
+        );
+        assert_eq!(election.saw_fence(&fence).event, None);
     }
 
     #[test]

@@ -1,13 +1,11 @@
 //! What the election finds, said to people: the log lines of its changes, and the Warning
-//! Events on the Lease for a Lease that is not hairpin's and for the fence.
-
-use k8s_openapi::api::coordination::v1::Lease;
+//! Events on the Lease the election chose (a Lease that is not hairpin's, the fence).
 
 use super::LeaseParams;
-use super::election::Note;
+use super::election::{LeaseEvent, Note};
 use super::fence::Fence;
 use crate::Error;
-use crate::report::{Events, object_ref, reason};
+use crate::report::Events;
 
 /// Logs and publishes what the election finds about the Lease.
 #[derive(Debug)]
@@ -15,8 +13,6 @@ pub(super) struct LeaseReports {
     params: LeaseParams,
     /// Where a Lease that is not hairpin's, and the fence, are reported.
     events: Option<Events>,
-    /// The refusal last reported for a Lease that is not hairpin's.
-    foreign_reported: Option<String>,
 }
 
 // === impl LeaseReports ===
@@ -26,7 +22,6 @@ impl LeaseReports {
         Self {
             params,
             events: None,
-            foreign_reported: None,
         }
     }
 
@@ -51,54 +46,35 @@ impl LeaseReports {
         }
     }
 
-    /// The Lease at our name is hairpin's (again): a later refusal is reported anew.
-    pub(super) fn owned(&mut self) {
-        self.foreign_reported = None;
-    }
-
-    /// Logs (once per change of the Lease) and reports a Lease that is not hairpin's.
-    pub(super) async fn not_owned(&mut self, err: &Error) {
-        let message = err.to_string();
-        if self.foreign_reported.as_deref() == Some(message.as_str()) {
-            return;
-        }
+    /// Logs a Lease that is not hairpin's, and publishes the election's `event` about it.
+    pub(super) async fn not_owned(&self, err: &Error, event: LeaseEvent) {
         tracing::error!(error = %err, lease = %self.params.name, "leader election: the Lease is not hairpin's; not leading");
-        if let Some(events) = &self.events {
-            let regarding = object_ref("Lease", &self.params.namespace, &self.params.name, None);
-            // A build of hairpin from before the marks left its Lease unmarked: an upgrade
-            // meets it once, and only its deletion lets the new build lead.
-            let note = format!(
-                "{message}. This instance does not lead (nothing is reconciled) until the Lease is removed by its owner or hairpin is given another name (--lease-name). If an earlier build of hairpin left it (those did not mark their Lease), delete it once: `kubectl -n {namespace} delete lease {name}`.",
-                namespace = self.params.namespace,
-                name = self.params.name,
-            );
-            events
-                .publish(&regarding, true, reason::LEASE_NOT_OWNED, note)
-                .await;
-        }
-        self.foreign_reported = Some(message);
+        self.publish(event).await;
     }
 
-    /// The first fence this instance sees, on `lease`: it writes nothing from now on.
-    pub(super) async fn fenced(&self, lease: &Lease, fence: &Fence) {
+    /// The first fence this instance sees (the election's `event` about it): it writes
+    /// nothing from now on.
+    pub(super) async fn fenced(&self, fence: &Fence, event: Option<LeaseEvent>) {
         tracing::warn!(
             lease = %format!("{}/{}", self.params.namespace, self.params.name),
             displaced = ?fence.previous_holder,
             by_removal = fence.by_removal,
             "hairpin uninstall (or the removal guard) fenced the controller: it writes nothing from now on and stays idle until it exits (delete the controller Deployment to finish the uninstall; a new install starts new pods); the removal guard's fence is lifted again if the Deployment lives on"
         );
+        if let Some(event) = event {
+            self.publish(event).await;
+        }
+    }
+
+    /// Publishes an Event the election chose (a Warning), when Events are reported.
+    async fn publish(&self, event: LeaseEvent) {
         if let Some(events) = &self.events {
-            let regarding = object_ref(
-                "Lease",
-                &self.params.namespace,
-                &self.params.name,
-                lease.metadata.uid.clone(),
-            );
-            let note = format!(
-                "hairpin uninstall is removing hairpin: controller {} stopped writing and stays idle until it exits",
-                hairpin_planner::escape::text(&self.params.identity)
-            );
-            events.publish(&regarding, true, reason::FENCED, note).await;
+            let LeaseEvent {
+                regarding,
+                reason,
+                note,
+            } = event;
+            events.publish(&regarding, true, reason, note).await;
         }
     }
 

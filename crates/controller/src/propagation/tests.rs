@@ -88,19 +88,28 @@ async fn the_sensor_reads_only_the_current_checks_outcome_into_the_memory() {
             id: 7,
             measured: true,
             outcome: None,
+            ..CheckSeen::default()
         },
     );
     let inbox = checks.inbox.0.clone();
-    inbox.send((lb.clone(), 6, outcome_after(1))).unwrap();
+    inbox
+        .send((lb.clone(), 6, outcome_after(1).into()))
+        .unwrap();
     checks.read(&mut memory);
     assert_eq!(
         outcome(&memory, &lb),
         (None, true),
         "an earlier start's outcome"
     );
-    inbox.send((gone.clone(), 0, outcome_after(2))).unwrap();
-    inbox.send((lb.clone(), 7, outcome_after(3))).unwrap();
-    inbox.send((lb.clone(), 5, outcome_after(4))).unwrap();
+    inbox
+        .send((gone.clone(), 0, outcome_after(2).into()))
+        .unwrap();
+    inbox
+        .send((lb.clone(), 7, outcome_after(3).into()))
+        .unwrap();
+    inbox
+        .send((lb.clone(), 5, outcome_after(4).into()))
+        .unwrap();
     checks.read(&mut memory);
     assert_eq!(outcome(&memory, &lb), (Some(&outcome_after(3)), true));
     assert!(!memory.contains_key(&gone));

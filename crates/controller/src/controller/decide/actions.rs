@@ -4,12 +4,13 @@
 
 use std::time::Instant;
 
-use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig};
+use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
 
-use super::{DnsIntent, DnsTarget, Intent, Reported, intent};
+use super::{DnsIntent, DnsTarget, Intent, Reported, check_reports, intent};
 use crate::apply::BackedOff;
 use crate::dns_endpoints::DnsEndpointMemory;
 use crate::fight::{Decision, Fights};
+use crate::propagation::CheckMemory;
 
 /// What `decide` reads of the loop's memory.
 #[derive(Clone, Copy, Debug)]
@@ -20,6 +21,8 @@ pub(crate) struct Recall<'m> {
     pub reported: &'m Reported,
     /// The `DNSEndpoint`s' CRD and clean-up.
     pub endpoints: &'m DnsEndpointMemory,
+    /// The propagation checks, and what they found.
+    pub checks: &'m CheckMemory,
 }
 
 /// Everything one reconcile does, in the order [`act`](super::super::act) executes it.
@@ -34,6 +37,9 @@ pub(crate) struct Actions<'p> {
     pub intent: Intent<'p>,
     /// The write-fight guard of each write.
     pub guards: Guards,
+    /// The propagation checks (load balancer, start) whose outcome the intent's reports
+    /// report.
+    pub checks_reported: Vec<(ObjectRef, u64)>,
 }
 
 /// The write-fight guard of each write of a reconcile, decided from the loop's memory.
@@ -60,7 +66,9 @@ pub(crate) fn actions<'p>(
     recall: Recall<'_>,
     now: Instant,
 ) -> Actions<'p> {
-    let intent = intent(plan, snapshot, planner, recall.reported);
+    let mut intent = intent(plan, snapshot, planner, recall.reported);
+    let (checked, checks_reported) = check_reports(recall.checks, &planner.coredns_namespace);
+    intent.reports.effects.extend(checked);
     let fights = recall.fights;
     let namespace = &planner.namespace;
     let backed_off = |kind: &str, names: &mut dyn Iterator<Item = &str>| -> BackedOff {
@@ -123,5 +131,6 @@ pub(crate) fn actions<'p>(
             endpoints_crd_missing: recall.endpoints.crd == Some(false),
         },
         intent,
+        checks_reported,
     }
 }

@@ -88,6 +88,7 @@ fn line(effect: &Effect) -> String {
     match effect {
         Effect::Set(gauge, n) => format!("set {gauge:?} {n}"),
         Effect::Count(counter, n) => format!("count {counter:?} {n}"),
+        Effect::Observe(histogram, v) => format!("observe {histogram:?} {v}"),
         Effect::Publish {
             regarding,
             warning,
