@@ -406,7 +406,7 @@ pub(crate) fn outcome<'a>(
         .map_or((None, false), |t| (t.outcome.as_ref(), t.measured))
 }
 
-/// What a check to stop or start.
+/// A propagation check to stop or start, as `decide` chose.
 pub(crate) enum CheckAction {
     /// Stop and forget this load balancer's check.
     Stop(ObjectRef),
@@ -416,15 +416,18 @@ pub(crate) enum CheckAction {
 
 /// A check to start ([`Checks::act`]): everything it needs, read from the plan and the
 /// snapshot when it was chosen.
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Start {
     /// The load balancer.
     pub lb: ObjectRef,
+    /// Which start this is: its number, from the loop's memory.
+    pub id: u64,
     /// Its Service's uid (for the Events' `regarding`).
     pub lb_uid: Option<String>,
     /// The DNS servers to ask ([`dns_servers`]).
     pub servers: Vec<DnsServer>,
-    /// The load balancer's hostnames.
-    pub hostnames: Vec<String>,
+    /// The names to ask ([`probe_names`] of the load balancer's hostnames).
+    pub names: Vec<String>,
     /// Hostnames and ClusterIPs checked: a different one supersedes this check.
     pub fingerprint: String,
     /// The hairpin Service's ClusterIPs, the answer wanted.
@@ -440,6 +443,29 @@ pub(crate) struct Start {
     pub reload_missing: bool,
     /// Label selector of the CoreDNS pods.
     pub coredns_pods: String,
+    /// Read the CoreDNS pods (this selector) when the check gives up with the cluster DNS
+    /// answering wrong: no likelier cause is known at the start.
+    pub read_pods: Option<String>,
+}
+
+impl CheckSeen {
+    /// What the loop remembers of a check it starts.
+    pub(crate) fn of(start: &Start) -> Self {
+        Self {
+            fingerprint: start.fingerprint.clone(),
+            id: start.id,
+            measured: start.written.is_some(),
+            outcome: None,
+            lb_uid: start.lb_uid.clone(),
+            names: start.names.clone(),
+            expected: start.cluster_ips.clone(),
+            external_cause: start.external_cause.clone(),
+            reload_missing: start.reload_missing,
+            coredns_pods: start.coredns_pods.clone(),
+            pods: None,
+            reported: false,
+        }
+    }
 }
 
 /// A check's report: the load balancer, which start, what it found.
@@ -455,8 +481,6 @@ pub(crate) struct Checks {
     params: PropagationParams,
     /// The checks running, by load balancer: which start, and its task.
     running: HashMap<ObjectRef, (u64, tokio::task::AbortHandle)>,
-    /// The id of the next start.
-    next: u64,
     /// Where the checks' outcomes come in.
     inbox: (UnboundedSender<Report>, UnboundedReceiver<Report>),
 }
@@ -475,7 +499,6 @@ impl Checks {
             ctx: ctx.clone(),
             params,
             running: HashMap::new(),
-            next: 0,
             inbox: unbounded_channel(),
         }
     }
@@ -494,22 +517,18 @@ impl Checks {
         }
     }
 
-    /// Starts and stops the checks as `actions` say, remembering them in `memory`.
-    pub(crate) fn act(&mut self, memory: &mut CheckMemory, actions: Vec<CheckAction>) {
+    /// Starts and stops the checks as `actions` say (the loop remembers them).
+    pub(crate) fn act(&mut self, actions: Vec<CheckAction>) {
         for action in actions {
             match action {
-                CheckAction::Stop(lb) => self.stop(memory, &lb),
-                CheckAction::Start(start) => self.start(memory, *start),
+                CheckAction::Stop(lb) => {
+                    if let Some((_, task)) = self.running.remove(&lb) {
+                        task.abort();
+                    }
+                }
+                CheckAction::Start(start) => self.start(*start),
             }
         }
-    }
-
-    /// Stops and forgets `lb`'s check.
-    fn stop(&mut self, memory: &mut CheckMemory, lb: &ObjectRef) {
-        if let Some((_, task)) = self.running.remove(lb) {
-            task.abort();
-        }
-        memory.remove(lb);
     }
 
     /// Stops and forgets the checks of every load balancer but `lbs`.
@@ -525,11 +544,10 @@ impl Checks {
     }
 
     /// Starts (or restarts) a check.
-    fn start(&mut self, memory: &mut CheckMemory, start: Start) {
-        let measured = start.written.is_some();
+    fn start(&mut self, start: Start) {
         let spec = CheckSpec {
             servers: start.servers,
-            names: probe_names(&start.hostnames, self.params.max_names),
+            names: start.names,
             expected: start.cluster_ips.clone(),
             connect: start.port.map(|p| SocketAddr::new(start.cluster_ips[0], p)),
             written_at: start.written.unwrap_or_else(Instant::now),
@@ -537,15 +555,10 @@ impl Checks {
             interval: self.params.interval,
             query_timeout: self.params.query_timeout,
         };
-        let id = self.next;
-        self.next += 1;
-        // The CoreDNS pods are a clue only when no likelier cause is known at the start.
-        let read_pods = (start.external_cause.is_none() && !start.reload_missing)
-            .then(|| start.coredns_pods.clone());
         let context = CheckContext {
             lb: start.lb.clone(),
-            id,
-            read_pods,
+            id: start.id,
+            read_pods: start.read_pods,
             ctx: self.ctx.clone(),
             inbox: self.inbox.0.clone(),
         };
@@ -553,23 +566,8 @@ impl Checks {
             old.abort();
         }
         tracing::debug!(lb = %start.lb, names = ?spec.names, "propagation check started");
-        let seen = CheckSeen {
-            fingerprint: start.fingerprint,
-            id,
-            measured,
-            outcome: None,
-            lb_uid: start.lb_uid,
-            names: spec.names.clone(),
-            expected: spec.expected.clone(),
-            external_cause: start.external_cause,
-            reload_missing: start.reload_missing,
-            coredns_pods: start.coredns_pods,
-            pods: None,
-            reported: false,
-        };
         let task = tokio::spawn(context.run(spec)).abort_handle();
-        self.running.insert(start.lb.clone(), (id, task));
-        memory.insert(start.lb, seen);
+        self.running.insert(start.lb, (start.id, task));
     }
 }
 

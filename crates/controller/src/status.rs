@@ -5,7 +5,7 @@
 //! `hairpin plan` prints too. The controller's [`StatusWriter`] adds what only a running
 //! cluster shows: ready endpoints, the last write, and the propagation check the loop runs in
 //! the background after each DNS write ([`crate::propagation::Checks`], started and stopped as
-//! [`StatusWriter::prepare`] chooses, its outcome read from the loop's memory), then writes the
+//! the controller's `decide` chooses, its outcome read from the loop's memory), then writes the
 //! status through the status subresource, skipping writes that would change nothing. Load
 //! balancers that need no hairpin get no object; stale ones are deleted (and the
 //! ownerReference on the load balancer Service lets Kubernetes garbage-collect them with it).
@@ -38,6 +38,7 @@ mod render;
 mod tracking;
 
 use render::Probe;
+pub(crate) use tracking::hosts_key;
 use tracking::{Written, track_write};
 
 /// Where the DNS change stands after one reconcile.
@@ -225,7 +226,7 @@ fn native_word(progress: NativeProgress) -> &'static str {
 }
 
 /// Whether a planned status is on the native cure (no DNS rule, no propagation check).
-fn on_native(status: &HairpinStatus) -> bool {
+pub(crate) fn on_native(status: &HairpinStatus) -> bool {
     status.cure == Cure::Native.as_str()
 }
 
@@ -260,9 +261,10 @@ fn unverified_of(plan: &Plan, svc: &ObjectRef) -> Vec<UnverifiedHostname> {
 }
 
 /// Writes the Hairpin objects. Each status step is two: [`StatusWriter::prepare`] (no I/O)
-/// chooses the objects and which propagation checks to start or stop, which the loop does
-/// (the checks are its sensor, reporting through the change signal into its memory); then
-/// [`StatusWriter::write_all`] writes the objects with what the memory says of the checks.
+/// chooses the objects, from which the loop's `decide` chooses the propagation checks to
+/// start or stop (the checks are its sensor, reporting through the change signal into its
+/// memory); then [`StatusWriter::write_all`] writes the objects with what the memory says of
+/// the checks.
 /// What it must remember between reconciles is kept in the loop's memory ([`StatusMemory`]),
 /// not here.
 pub(crate) struct StatusWriter {
@@ -283,28 +285,48 @@ pub(crate) struct StatusMemory {
     pub(crate) checks: propagation::CheckMemory,
     /// The missing CRD was logged (once until it appears).
     crd_missing_logged: bool,
+    /// The number of the next propagation check started.
+    pub(crate) next_check: u64,
 }
 
-/// One status step's objects, prepared ([`StatusWriter::prepare`]), and the propagation
-/// checks it chose to start or stop.
+impl StatusMemory {
+    /// When this controller last wrote `lb`'s hostnames, for a check to measure from (until a
+    /// check takes it).
+    pub(crate) fn write_instant(&self, lb: &ObjectRef) -> Option<std::time::Instant> {
+        self.written.get(lb).and_then(|w| w.instant)
+    }
+
+    /// A check started now measures `lb`'s last write: a later check does not.
+    pub(crate) fn write_measured(&mut self, lb: &ObjectRef) {
+        if let Some(written) = self.written.get_mut(lb) {
+            written.instant = None;
+        }
+    }
+}
+
+/// One status step's objects, prepared ([`StatusWriter::prepare`]).
 pub(crate) struct Prepared {
     /// The Hairpin objects as cached, by namespace and name.
     current: HashMap<(String, String), Hairpin>,
     /// The objects to write, in the plan's order.
-    items: Vec<Item>,
+    pub(crate) items: Vec<Item>,
     source_annotation: String,
-    /// The propagation checks to start or stop (the loop does).
-    pub(crate) checks: Vec<propagation::CheckAction>,
 }
 
 /// One load balancer's Hairpin object, before what only a running cluster shows.
-struct Item {
+pub(crate) struct Item {
     hairpin: Hairpin,
-    status: HairpinStatus,
+    /// Its planned status.
+    pub(crate) status: HairpinStatus,
     key: (String, String),
-    lb_ref: ObjectRef,
-    cluster_ips: Vec<IpAddr>,
-    external: Option<ExternalDnsProgress>,
+    /// The load balancer.
+    pub(crate) lb_ref: ObjectRef,
+    /// The hairpin Service's ClusterIPs (both families), once allocated.
+    pub(crate) cluster_ips: Vec<IpAddr>,
+    /// The hairpin Service's first port, where the propagation check connects.
+    pub(crate) port: Option<u16>,
+    /// In external-dns mode, how far external-dns has got with its `DNSEndpoint`s.
+    pub(crate) external: Option<ExternalDnsProgress>,
     service_name: String,
 }
 
@@ -335,9 +357,10 @@ impl StatusWriter {
         }
     }
 
-    /// The Hairpin objects the plan wants, their DNS write history remembered, and the
-    /// propagation checks to start or stop; `None` when nothing is written (the DNS change not
-    /// reached, or the CRD not installed: `hairpins` is `None`). No I/O.
+    /// The Hairpin objects the plan wants, their DNS write history remembered; `None` when
+    /// nothing is written (the DNS change not reached, or the CRD not installed: `hairpins` is
+    /// `None`). No I/O. Which propagation checks to start or stop is `decide`'s
+    /// ([`crate::controller`]), from these objects.
     pub(crate) fn prepare(
         &self,
         memory: &mut StatusMemory,
@@ -365,7 +388,7 @@ impl StatusWriter {
             .collect();
         let source_annotation = self.ctx.planner.annotation("source");
         let desired = desired_hairpins(plan, snapshot, &source_annotation);
-        let (mut items, mut checks) = (Vec::new(), Vec::new());
+        let mut items = Vec::new();
         for (lb, mut hairpin) in plan.load_balancers.iter().zip(desired) {
             let lb_ref = lb.load_balancer.service.clone();
             let key = (lb_ref.namespace.clone(), lb_ref.name.clone());
@@ -376,39 +399,22 @@ impl StatusWriter {
                 continue;
             }
             let status = hairpin.status.take().unwrap_or_default();
-            let cluster_ips = cluster_ips(lb);
             track_write(&mut memory.written, &lb_ref, &status, existing, dns);
-            let external = external_dns_progress(plan, &lb_ref);
-            if on_native(&status) {
-                // No DNS rule to check: a check started before the switch says nothing now.
-                checks.push(propagation::CheckAction::Stop(lb_ref.clone()));
-            } else if matches!(dns, DnsState::InPlace { .. }) {
-                let check = self.check(
-                    memory,
-                    (plan, snapshot),
-                    (&lb_ref, &status),
-                    &cluster_ips,
-                    first_port(lb),
-                    external.as_ref(),
-                );
-                checks.extend(check);
-            }
-            let service_name = lb.service.metadata.name.clone().unwrap_or_default();
             items.push(Item {
                 hairpin,
+                cluster_ips: cluster_ips(lb),
+                port: first_port(lb),
+                external: external_dns_progress(plan, &lb_ref),
+                service_name: lb.service.metadata.name.clone().unwrap_or_default(),
                 status,
                 key,
                 lb_ref,
-                cluster_ips,
-                external,
-                service_name,
             });
         }
         Some(Prepared {
             current,
             items,
             source_annotation,
-            checks,
         })
     }
 
@@ -429,7 +435,6 @@ impl StatusWriter {
             current,
             items,
             source_annotation,
-            checks: _,
         } = prepared;
         let mut keep = Vec::new();
         for mut item in items {
@@ -565,8 +570,13 @@ impl ExternalDnsProgress {
         )
     }
 
+    /// external-dns has processed every `DNSEndpoint` of the load balancer.
+    pub(crate) fn processed(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
     /// Why the cluster DNS does not answer yet, from what external-dns has done.
-    fn cause(&self) -> String {
+    pub(crate) fn cause(&self) -> String {
         if self.waiting.is_empty() {
             format!(
                 "external-dns has processed DNSEndpoint {} (status.observedGeneration), so the records are published, but the cluster DNS does not answer them from the private zone: the zone must be visible to the cluster (a Cloud DNS private zone bound to its VPC, a Route 53 private hosted zone associated with it, or a kube-dns stubDomains entry for the zone's nameserver), or the provider has not propagated them yet",

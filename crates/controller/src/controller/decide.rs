@@ -28,7 +28,7 @@ mod reports;
 
 pub(crate) use actions::{Actions, Recall, actions};
 pub(crate) use after::{Scene, after};
-pub(crate) use checks::check_reports;
+pub(crate) use checks::{CheckScene, check_reports, checks};
 pub(crate) use intent::{DnsIntent, DnsKey, DnsTarget, Intent, intent};
 pub(crate) use reports::reports;
 

@@ -15,6 +15,7 @@ use crate::apply::{ObjectChanges, Reverted};
 use crate::dns_endpoints::{DnsEndpointMemory, crd_missing_message};
 use crate::fight::{FightParams, Fights, Observation};
 use crate::native::{NativeMemory, with_ip_mode_fights};
+use crate::propagation::{CheckAction, CheckSeen};
 use crate::report::list_note;
 use crate::status::{DnsState, StatusMemory};
 
@@ -164,6 +165,24 @@ pub(crate) fn remember(
         .fights
         .in_fight(&format!("{} ", hairpin_planner::external_dns::KIND));
     (memory, learnt)
+}
+
+/// The statuses' memory once the propagation checks `decide` chose are started and stopped:
+/// each start remembered (taking the write it measures, and its number), each stop
+/// forgotten. Pure.
+pub(crate) fn remember_checks(memory: &mut StatusMemory, actions: &[CheckAction]) {
+    for action in actions {
+        match action {
+            CheckAction::Stop(lb) => {
+                memory.checks.remove(lb);
+            }
+            CheckAction::Start(start) => {
+                memory.write_measured(&start.lb);
+                memory.next_check = start.id + 1;
+                memory.checks.insert(start.lb.clone(), CheckSeen::of(start));
+            }
+        }
+    }
 }
 
 /// One ConfigMap key's observation: a write recorded (a revert or a fight, when it wrote

@@ -8,9 +8,10 @@
 //! phase, since a put-back's answer matters to the phases after it).
 //! The loop's sensors, each waking it through the change signal: the native cure's (the
 //! Nodes' and node agents' watches, the probes), read into the memory before `act`; the
-//! propagation checks, started and stopped as the statuses' step chooses and read into the
-//! memory before the statuses are written; the ownership resolver, whose answers are part of
-//! the snapshot the plan is made from.
+//! propagation checks, read into the memory before the plan is made (`decide` reports what
+//! they found: the Events, the propagation measured), and started and stopped as
+//! `decide::checks` chooses from the statuses' objects (`remember_checks` keeps them); the
+//! ownership resolver, whose answers are part of the snapshot the plan is made from.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,8 +19,8 @@ use std::time::{Duration, Instant};
 use hairpin_planner::{ClusterSnapshot, Plan};
 
 use super::act::{self, Writers};
-use super::decide::{self, Reports, Scene};
-use super::memory::{Memory, remember};
+use super::decide::{self, CheckScene, Reports, Scene};
+use super::memory::{Memory, remember, remember_checks};
 use super::{ControllerConfig, StopFuture};
 use crate::Error;
 use crate::context::Context;
@@ -204,14 +205,21 @@ impl Reconciler {
         let memory = &mut self.memory;
         let hairpins = caches.hairpins();
         let dns = &memory.dns_state;
-        let Some(mut prepared) =
+        let Some(prepared) =
             (self.status).prepare(&mut memory.statuses, plan, snapshot, hairpins, dns)
         else {
             return Ok(());
         };
-        // The propagation checks (a sensor), started and stopped as the statuses' step chose.
-        let checks = std::mem::take(&mut prepared.checks);
-        self.checks.act(&mut memory.statuses.checks, checks);
+        // The propagation checks (a sensor), started and stopped as decide chose.
+        let scene = CheckScene {
+            plan,
+            snapshot,
+            planner: &self.config.planner,
+            params: &self.config.propagation,
+        };
+        let checks = decide::checks(scene, &prepared, dns, &memory.statuses);
+        remember_checks(&mut memory.statuses, &checks);
+        self.checks.act(checks);
         let ready = |name: &str| caches.ready_endpoints(name);
         let backed_off = &memory.services_backed_off;
         (self.status)

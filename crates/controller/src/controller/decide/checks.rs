@@ -1,13 +1,112 @@
-//! What the propagation checks found, reported: for each check whose outcome came in and was
-//! not reported yet, the propagation measured (when it counts from this controller's write)
-//! and an Event on the load balancer Service, `HairpinEffective` or `DNSNotEffective` with the
-//! likely cause, chosen from what the check saw (the answers, the CoreDNS pods).
+//! The propagation checks, decided: which to start (numbered) or stop after the statuses'
+//! objects are prepared ([`checks`]), and what those that ended found, reported
+//! ([`check_reports`]): for each check whose outcome came in and was not reported yet, the
+//! propagation measured (when it counts from this controller's write) and an Event on the
+//! load balancer Service, `HairpinEffective` or `DNSNotEffective` with the likely cause,
+//! chosen from what the check saw (the answers, the CoreDNS pods).
 
-use hairpin_planner::ObjectRef;
+use hairpin_planner::{ClusterSnapshot, ObjectRef, Plan, PlannerConfig};
 
 use super::{Effect, Histogram};
-use crate::propagation::{CheckMemory, CheckOutcome, CheckSeen, join, wrong_answers};
+use crate::propagation::{
+    self, CheckAction, CheckMemory, CheckOutcome, CheckSeen, PropagationParams, Start, join,
+    wrong_answers,
+};
 use crate::report::{list_note, object_ref, reason};
+use crate::status::{DnsState, Item, Prepared, StatusMemory, hosts_key, on_native};
+
+/// What [`checks`] reads besides the statuses' objects and memory: the plan, the snapshot it
+/// was made from, and the settings.
+#[derive(Clone, Copy)]
+pub(crate) struct CheckScene<'a> {
+    pub plan: &'a Plan,
+    pub snapshot: &'a ClusterSnapshot,
+    pub planner: &'a PlannerConfig,
+    pub params: &'a PropagationParams,
+}
+
+/// The propagation checks to start or stop, for the statuses' objects `prepared`, where the
+/// DNS change stands (`dns`) and what the loop remembers of the statuses: a load balancer on
+/// the native cure has none (a check started before the switch says nothing now); one whose
+/// rules are in place gets one when its hostnames or ClusterIPs changed since its check
+/// started. Each start is numbered from the memory's next.
+pub(crate) fn checks(
+    scene: CheckScene<'_>,
+    prepared: &Prepared,
+    dns: &DnsState,
+    memory: &StatusMemory,
+) -> Vec<CheckAction> {
+    let mut actions = Vec::new();
+    let mut next = memory.next_check;
+    for item in &prepared.items {
+        if on_native(&item.status) {
+            actions.push(CheckAction::Stop(item.lb_ref.clone()));
+        } else if matches!(dns, DnsState::InPlace { .. })
+            && let Some(start) = start(scene, item, memory, next)
+        {
+            next += 1;
+            actions.push(CheckAction::Start(Box::new(start)));
+        }
+    }
+    actions
+}
+
+/// The check to start (or restart) for `item` when its hostnames or ClusterIPs changed, as
+/// far as the memory knows the checks; it measures from the write the history remembers.
+fn start(scene: CheckScene<'_>, item: &Item, memory: &StatusMemory, id: u64) -> Option<Start> {
+    let (lb, status) = (&item.lb_ref, &item.status);
+    if item.cluster_ips.is_empty() || status.hostnames.is_empty() {
+        return None;
+    }
+    let CheckScene {
+        plan,
+        snapshot,
+        planner,
+        params,
+    } = scene;
+    let servers = propagation::dns_servers(params.cluster_dns, planner, plan, snapshot)?;
+    let ips: Vec<String> = item.cluster_ips.iter().map(ToString::to_string).collect();
+    // In external-dns mode, external-dns processing the DNSEndpoints starts a new check: one
+    // that gave up before it did says nothing about the records it published.
+    let processed = item.external.as_ref().map_or("", |e| {
+        if e.processed() {
+            "#processed"
+        } else {
+            "#waiting"
+        }
+    });
+    let fingerprint = format!(
+        "{}@{}{processed}",
+        hosts_key(&status.hostnames),
+        ips.join(",")
+    );
+    if propagation::is_running(&memory.checks, lb, &fingerprint) {
+        return None;
+    }
+    let hostnames: Vec<String> = status.hostnames.iter().map(|h| h.name.clone()).collect();
+    let external_cause = item.external.as_ref().map(|e| e.cause());
+    let reload_missing = propagation::reload_missing(plan);
+    let coredns_pods = propagation::coredns_pods(snapshot, planner);
+    // The CoreDNS pods are a clue only when no likelier cause is known at the start.
+    let read_pods = (external_cause.is_none() && !reload_missing).then(|| coredns_pods.clone());
+    Some(Start {
+        lb: lb.clone(),
+        id,
+        lb_uid: snapshot
+            .service(&lb.namespace, &lb.name)
+            .and_then(|s| s.metadata.uid.clone()),
+        servers,
+        names: propagation::probe_names(&hostnames, params.max_names),
+        fingerprint,
+        cluster_ips: item.cluster_ips.clone(),
+        port: item.port,
+        external_cause,
+        written: memory.write_instant(lb),
+        reload_missing,
+        coredns_pods,
+        read_pods,
+    })
+}
 
 /// The effects of the checks' outcomes not reported yet (by load balancer, in order), and
 /// which checks (load balancer, start) they report.

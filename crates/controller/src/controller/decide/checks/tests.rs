@@ -1,4 +1,5 @@
-//! The propagation checks' reports without a client, one row per state.
+//! The propagation checks' decisions without a client: which start, numbered, and what their
+//! outcomes report, one row per state.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -119,4 +120,100 @@ fn the_likeliest_cause_comes_first() {
     assert!(
         likely_cause(&ready, &gave_up, "kube-system").starts_with("the kubelet has not synced")
     );
+}
+
+/// Which checks start, with their numbers: one per load balancer whose rules are in
+/// place, none again while its hostnames and ClusterIPs stay, a new one (the next number)
+/// when they change; none while the rules are not in place; a stop on the native cure.
+#[tokio::test]
+async fn checks_start_numbered_once_per_change_and_stop_on_the_native_cure() {
+    use crate::controller::memory::remember_checks;
+    use crate::status::StatusWriter;
+    use std::net::SocketAddr;
+
+    let snapshot = crate::test_support::example_cluster();
+    let planner = crate::test_support::planner(hairpin_planner::DnsMode::Corefile);
+    let mut plan = hairpin_planner::desired(&snapshot, &planner);
+    assert!(!plan.load_balancers.is_empty());
+    for lb in &mut plan.load_balancers {
+        let spec = lb.service.spec.get_or_insert_with(Default::default);
+        spec.cluster_ip = Some("10.96.0.20".into());
+    }
+    let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let metrics = crate::Metrics::register(&mut prometheus_client::registry::Registry::default());
+    let ctx = crate::context::Context::read_only(client, planner.clone(), metrics);
+    let params = PropagationParams {
+        cluster_dns: Some(SocketAddr::from(([10, 96, 0, 10], 53))),
+        ..PropagationParams::default()
+    };
+    let writer = StatusWriter::new(&ctx, params.cluster_dns);
+    let mut memory = StatusMemory::default();
+    let wrote = DnsState::InPlace { wrote: true };
+    let decide = |memory: &mut StatusMemory, plan: &Plan, dns: &DnsState| {
+        let prepared = writer
+            .prepare(memory, plan, &snapshot, Some(Vec::new()), dns)
+            .expect("objects to write");
+        let scene = CheckScene {
+            plan,
+            snapshot: &snapshot,
+            planner: &planner,
+            params: &params,
+        };
+        checks(scene, &prepared, dns, memory)
+    };
+    let started = |actions: &[CheckAction]| -> Vec<(String, u64, bool)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                CheckAction::Start(s) => Some((s.lb.to_string(), s.id, s.written.is_some())),
+                CheckAction::Stop(_) => None,
+            })
+            .collect()
+    };
+    let refused = DnsState::Refused {
+        reason: "WriteFailed",
+        message: "no".into(),
+    };
+
+    let first = decide(&mut memory, &plan, &wrote);
+    let lbs: Vec<String> = plan
+        .load_balancers
+        .iter()
+        .map(|lb| lb.load_balancer.service.to_string())
+        .collect();
+    let numbered: Vec<(String, u64, bool)> = (0..)
+        .zip(&lbs)
+        .map(|(id, lb)| (lb.clone(), id, true))
+        .collect();
+    assert_eq!(started(&first), numbered, "each measures the write");
+    remember_checks(&mut memory, &first);
+    assert_eq!(memory.next_check, lbs.len() as u64);
+    assert!(decide(&mut memory, &plan, &wrote).is_empty(), "running");
+
+    let lb = &mut plan.load_balancers[0];
+    lb.service.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.21".into());
+    assert!(
+        decide(&mut memory, &plan, &refused).is_empty(),
+        "no check while the rules are not in place"
+    );
+    let changed = decide(&mut memory, &plan, &wrote);
+    assert_eq!(
+        started(&changed),
+        vec![(lbs[0].clone(), lbs.len() as u64, false)],
+        "a new ClusterIP restarts the check; the write was measured already"
+    );
+    remember_checks(&mut memory, &changed);
+
+    let first_lb = plan.load_balancers[0].load_balancer.service.clone();
+    let choice = plan.cures.iter_mut().find(|c| c.service == first_lb);
+    choice.expect("a cure choice per load balancer").cure = hairpin_planner::native::Cure::Native;
+    let native = decide(&mut memory, &plan, &wrote);
+    assert!(
+        matches!(native.as_slice(), [CheckAction::Stop(lb)] if lb.to_string() == lbs[0]),
+        "{:?}",
+        started(&native)
+    );
+    remember_checks(&mut memory, &native);
+    assert!(!memory.checks.contains_key(&first_lb));
 }
