@@ -190,12 +190,18 @@ def main():
                             split.extend(re.findall(r"worker_connections\{[^}]*\} (\d+)", text))
                         except Exception as e:
                             split.append(str(e))
+                    def handoffs():
+                        admin = ports["hp_admin" if proc == "hairpin" else "base_admin"]
+                        text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=2).read().decode()
+                        return sum(int(n) for n in re.findall(r"worker_handoffs_total (\d+)", text))
                     th = threading.Thread(target=scrape)
                     if proc != "haproxy":
+                        h0 = handoffs()
                         th.start()
                     _, _, _, req = B.run_wrk(port, workload, args.duration)
                     if proc != "haproxy":
                         th.join()
+                        print(f"  {name} hand-overs to the other worker per request: {(handoffs() - h0) / req:.4f}")
                         print(f"  {name} worker connections mid-run: {split}")
                     c1 = B.cpu_times(pid)
                     t1 = tcp_counters()
