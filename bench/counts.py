@@ -25,6 +25,40 @@ SYS = ("sendto", "write", "writev", "sendmsg", "recvfrom", "read", "readv", "rec
        "epoll_wait", "epoll_pwait", "epoll_ctl", "accept4", "connect", "socket", "setsockopt",
        "getsockopt", "getsockname", "getpeername", "shutdown", "close", "futex", "splice", "fcntl", "ioctl")
 
+# TCP counters of the network namespace (/proc/net/snmp, /proc/net/netstat) counted per request:
+# segments sent (4 per keep-alive request through a proxy: request and response on each side;
+# more are pure ACKs or split writes), delayed and quick ACKs, autocorking. Meaningful only
+# when nothing else talks in the namespace: run with --netns (a namespace of its own).
+TCP_COUNTERS = ("Tcp:OutSegs", "Tcp:InSegs", "TcpExt:DelayedACKs", "TcpExt:TCPPureAcks", "TcpExt:TCPHPAcks",
+                "TcpExt:TCPAutoCorking", "TcpExt:TCPHPHits", "TcpExt:TCPBacklogCoalesce", "TcpExt:TCPDelivered" )
+
+def tcp_counters():
+    out = {}
+    for path in ("/proc/net/snmp", "/proc/net/netstat"):
+        with open(path) as f:
+            lines = f.read().splitlines()
+        for names, values in zip(lines[::2], lines[1::2]):
+            prefix, names = names.split(":", 1)
+            for name, value in zip(names.split(), values.split(":", 1)[1].split()):
+                out[f"{prefix}:{name}"] = int(value)
+    return out
+
+def switches(pid):
+    """Voluntary (the thread slept: epoll_wait with nothing ready) and involuntary (preempted)
+    context switches, summed over the process's threads."""
+    vol = invol = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches"):
+                        vol += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches"):
+                        invol += int(line.split()[1])
+        except OSError:
+            pass
+    return vol, invol
+
 def perf_stat(pids, duration, per_thread=False):
     ev = ["task-clock", "context-switches", "cpu-migrations", "raw_syscalls:sys_enter",
           *(f"syscalls:sys_enter_{n}" for n in SYS)]
@@ -91,7 +125,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--targets", default="")
     ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--netns", action="store_true",
+                    help="run in a network namespace of its own (root), so that the TCP counters are this run's alone")
     args = ap.parse_args()
+    if args.netns:
+        argv = [a for a in sys.argv[1:] if a != "--netns"]
+        script = os.path.abspath(__file__)
+        os.execvp("unshare", ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
+                              sys.executable, script, *argv])
     B.raise_own_fd_limit()
     work = tempfile.mkdtemp(prefix="hairpin-counts-")
     procs = {}
@@ -137,6 +178,8 @@ def main():
                     time.sleep(0.3)
                     i0 = B.machine_idle()
                     c0 = B.cpu_times(pid)
+                    t0 = tcp_counters()
+                    s0 = switches(pid)
                     import threading, urllib.request
                     split = []
                     def scrape():
@@ -147,14 +190,25 @@ def main():
                             split.extend(re.findall(r"worker_connections\{[^}]*\} (\d+)", text))
                         except Exception as e:
                             split.append(str(e))
+                    def handoffs():
+                        admin = ports["hp_admin" if proc == "hairpin" else "base_admin"]
+                        text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=2).read().decode()
+                        return sum(int(n) for n in re.findall(r"worker_handoffs_total (\d+)", text))
                     th = threading.Thread(target=scrape)
                     if proc != "haproxy":
+                        h0 = handoffs()
                         th.start()
                     _, _, _, req = B.run_wrk(port, workload, args.duration)
                     if proc != "haproxy":
                         th.join()
+                        print(f"  {name} hand-overs to the other worker per request: {(handoffs() - h0) / req:.4f}")
                         print(f"  {name} worker connections mid-run: {split}")
                     c1 = B.cpu_times(pid)
+                    t1 = tcp_counters()
+                    tcp = {k: t1.get(k, 0) - t0.get(k, 0) for k in TCP_COUNTERS}
+                    s1 = switches(pid)
+                    tcp["voluntary switches"] = s1[0] - s0[0]
+                    tcp["involuntary switches"] = s1[1] - s0[1]
                     i1 = B.machine_idle()
                     _, perr = ps.communicate(); _, nerr = ns.communicate()
                     threads = parse(perr, per_thread=True)
@@ -164,7 +218,7 @@ def main():
                             tot[k] = tot.get(k, 0) + v
                     ng = parse(nerr)["all"]
                     idle = 100 * (i1[0] - i0[0]) / max(i1[1] - i0[1], 1)
-                    rows[name] = (req, tot, threads, ng, idle, (sum(c1) - sum(c0)) * 1e6 / req)
+                    rows[name] = (req, tot, threads, ng, idle, (sum(c1) - sum(c0)) * 1e6 / req, tcp)
                 print(f"\n== {workload} round {r+1}: per {unit} (proxy process; nginx beside)")
                 names = list(rows)
                 print(f"{'':22}" + "".join(f"{n:>13}" for n in names))
@@ -180,6 +234,10 @@ def main():
                     vals = [rows[n][3].get(k, 0) / rows[n][0] * (1e3 if k == "task-clock" else 1) for n in names]
                     if any(vals):
                         print(f"{'nginx ' + k:22}" + "".join(f"{v:13.3f}" for v in vals))
+                for k in (*TCP_COUNTERS, "voluntary switches", "involuntary switches"):
+                    vals = [rows[n][6][k] / rows[n][0] for n in names]
+                    if any(vals):
+                        print(f"{k.split(':')[-1]:22}" + "".join(f"{v:13.3f}" for v in vals))
                 print("threads (task-clock share %, syscalls/unit):")
                 for n in names:
                     th = rows[n][2]

@@ -379,7 +379,7 @@ async fn accept_loop(
 }
 
 /// Serves an accepted connection: here, or on the least loaded worker when this one has more
-/// than twice its load.
+/// than [`crate::shared::handoff_limit`] of its load.
 fn dispatch(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
@@ -401,7 +401,7 @@ fn dispatch(
     };
     // The kernel spreads connections over the workers' listeners by a hash, which can
     // leave one worker with most of a handful of long connections; hand a connection to
-    // the least loaded worker when this one has more than twice its load.
+    // the least loaded worker when this one has clearly more (`handoff_limit`).
     let target = shared.least_loaded(own);
     let stream = if target == own {
         Incoming::Here(stream)

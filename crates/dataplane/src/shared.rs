@@ -124,7 +124,7 @@ impl Shared {
     }
 
     /// The worker to serve a connection accepted by worker `own`: the least loaded one when
-    /// `own` has more than twice its load, else `own`.
+    /// `own` carries more than [`handoff_limit`] of the least's, else `own`.
     pub(crate) fn least_loaded(&self, own: usize) -> usize {
         let mine = self.shards[own].load.get();
         let (index, least) = self
@@ -134,9 +134,11 @@ impl Shared {
             .map(|(i, shard)| (i, shard.load.get()))
             .min_by_key(|&(_, load)| load)
             .unwrap_or((own, mine));
-        // Proportional, so that busy workers with similar loads do not trade connections
-        // (each move costs a re-registration and a cross-thread wake-up).
-        if mine > 2 * least + 1 { index } else { own }
+        if mine > handoff_limit(least) {
+            index
+        } else {
+            own
+        }
     }
 
     /// Counts and logs (rate-limited) that the connection limit stopped accepting.
@@ -149,5 +151,32 @@ impl Shared {
                 "connection limit reached: not accepting until a connection ends"
             );
         }
+    }
+}
+
+/// The most open connections a worker keeps for itself while another serves `least`: beyond
+/// it, a connection it accepts is handed to the least loaded worker. HAProxy gives each
+/// accepted connection to its least loaded thread; the kernel's `SO_REUSEPORT` hash alone left
+/// 64 keep-alive connections split up to 42/22 over two workers, the busier one then doing two
+/// thirds of the work (issue 48), and the previous limit (twice the least's) did not move one of
+/// them. The margin (two, plus an eighth of the least's load) keeps workers with about the same load from
+/// trading connections on every accept: each move costs a re-registration and a wake-up of the
+/// other thread.
+pub(crate) fn handoff_limit(least: i64) -> i64 {
+    least + 2 + least / 8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::handoff_limit;
+
+    #[test]
+    fn handoff_limit_keeps_long_connections_even_and_near_equal_loads_in_place() {
+        // 64 connections end at most 34/30 (35 > 34 moves one), not 42/22 as the hash left them.
+        assert_eq!(handoff_limit(29), 34);
+        assert_eq!(handoff_limit(30), 35);
+        // Near-equal loads stay where they were accepted.
+        assert_eq!(handoff_limit(0), 2);
+        assert_eq!(handoff_limit(16), 20);
     }
 }

@@ -804,9 +804,9 @@ fn an_unresolvable_upstream_is_a_clear_startup_error() {
 
 #[test]
 fn connections_spread_over_workers_all_work() {
-    // 16 connections over 2 workers (`start` passes `--workers 2`): the kernel's hash all but surely leaves one worker two
-    // ahead at some point, so some are handed to the other worker; every one must work, and
-    // the per-worker gauges show the spread.
+    // 16 connections over 2 workers (`start` passes `--workers 2`): where the kernel's hash
+    // leaves one worker clearly ahead, connections are handed to the other worker; every one
+    // must work, and the per-worker gauges show the spread.
     let (upstream, up_addr) = echo_upstream();
     let listen = free_addr();
     let proxy = ProxyProcess::start(&[
@@ -831,9 +831,10 @@ fn connections_spread_over_workers_all_work() {
     };
     let (a, b) = (worker(0), worker(1));
     assert_eq!(a + b, 16, "{metrics}");
+    // A worker two (and an eighth) ahead of the other hands connections over.
     assert!(
-        a.max(b) <= 2 * a.min(b) + 2,
-        "a worker with more than twice the other's load hands connections over: {a} and {b}"
+        a.max(b) <= a.min(b) + 3 + a.min(b) / 8,
+        "a worker clearly ahead of the other hands connections over: {a} and {b}"
     );
     drop(pairs);
     proxy.wait_metric("hairpin_proxy_worker_connections{worker=\"0\"} 0");
