@@ -420,12 +420,15 @@ pub(crate) fn replace_block<'a>(
     let indent = indent_of(lines[block.first].text(text));
     let terminated = lines[block.last].has_terminator();
     let rendered = render_block(body, indent, eol, terminated);
-    let mut out = String::with_capacity(text.len() + rendered.len());
+    // The range took the previous line's terminator when it starts before the block's first
+    // line; it is given back.
+    let given_back = &text[r.start..lines[block.first].start.max(r.start)];
+    // Exactly the length: the text is kept (the plan, the value written, the write-fight
+    // memory), and at 20,000 names the old block is as long as the new one.
+    let len = text.len() - (r.end - r.start) + given_back.len() + rendered.len();
+    let mut out = String::with_capacity(len);
     out.push_str(&text[..r.start]);
-    if r.start < lines[block.first].start {
-        // The range took the previous line's terminator; give it back.
-        out.push_str(&text[r.start..lines[block.first].start]);
-    }
+    out.push_str(given_back);
     out.push_str(&rendered);
     out.push_str(&text[r.end..]);
     out

@@ -33,10 +33,13 @@ pub(super) struct Writers<'a> {
 }
 
 /// Executes `actions` (decided from `plan` and `snapshot`), in order, until the first error;
-/// returns what each write found, and the error it stopped at.
+/// returns what each write found, and the error it stopped at. Each of hairpin's own key edits
+/// is dropped once written (its value, the hosts table, is most of a MiB at 20,000 names, and
+/// nothing after `act` reads it), so that it is not held through the DNS write, the
+/// reconcile's heap peak.
 pub(super) async fn act(
     writers: Writers<'_>,
-    actions: &Actions<'_>,
+    actions: &mut Actions<'_>,
     plan: &Plan,
     snapshot: &ClusterSnapshot,
 ) -> Observed {
@@ -49,7 +52,7 @@ pub(super) async fn act(
 
 async fn writes(
     writers: Writers<'_>,
-    actions: &Actions<'_>,
+    actions: &mut Actions<'_>,
     plan: &Plan,
     snapshot: &ClusterSnapshot,
     observed: &mut Observed,
@@ -68,8 +71,10 @@ async fn writes(
         observed.cleaned = Some(deleted);
     }
     services(ctx, actions, observed).await?;
-    let guards = actions.intent.own_keys.iter().zip(&actions.guards.own_keys);
+    let guards = (actions.intent.own_keys.iter_mut()).zip(&actions.guards.own_keys);
     for ((own, edit), decision) in guards {
+        // Taken, so that it is dropped once written.
+        let edit = edit.take();
         let found = key(ctx, edit.as_ref(), *decision).await?;
         if matches!(found, KeyObserved::Written { .. }) {
             tracing::info!(configmap = %own.config_map(), "{} published", own.read_by);

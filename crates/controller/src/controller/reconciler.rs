@@ -94,7 +94,7 @@ impl Reconciler {
         let mut actions = decide::actions(&plan, &snapshot, planner, recall, Instant::now());
         let Reports { effects, reported } = std::mem::take(&mut actions.intent.reports);
         self.sense(&plan, &snapshot);
-        let mut observed = act::act(self.writers(), &actions, &plan, &snapshot).await;
+        let mut observed = act::act(self.writers(), &mut actions, &plan, &snapshot).await;
         let memory = std::mem::take(&mut self.memory);
         let (memory, learnt) = remember(memory, reported, &actions, &mut observed, Instant::now());
         self.memory = memory;

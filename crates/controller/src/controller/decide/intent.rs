@@ -23,7 +23,8 @@ pub(crate) struct Intent<'p> {
     /// The hairpin Services (hairpin's others in its namespace are deleted).
     pub services: Vec<Service>,
     /// hairpin's own ConfigMap keys (the routes, the hosts), each with its edit when the cached
-    /// copy differs from the plan (`None`: as planned, its write fight may be over).
+    /// copy differs from the plan (`None`: as planned, its write fight may be over). `act`
+    /// takes each edit as it writes it: afterwards what the write found is in `Observed`.
     pub own_keys: Vec<(OwnKey, Option<KeyEdit>)>,
     /// The DNS change (after the native cure: make before break).
     pub dns: DnsIntent<'p>,
