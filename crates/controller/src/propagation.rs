@@ -132,6 +132,17 @@ pub struct CheckOutcome {
     pub connect: Option<Result<(), String>>,
 }
 
+/// The role of the cluster's own DNS Service among the servers asked ([`dns_servers`]).
+pub(crate) const CLUSTER_DNS: &str = "cluster DNS";
+
+impl CheckOutcome {
+    /// Some name was still answered wrong by the cluster's DNS Service itself (not only by an
+    /// optional server such as node-local-dns).
+    pub(crate) fn cluster_dns_wrong(&self) -> bool {
+        self.wrong.keys().any(|(role, _)| role == CLUSTER_DNS)
+    }
+}
+
 /// The names to ask for a set of hostnames: a probe name under each wildcard (all of them,
 /// always), then up to `max_exact` exact names spread evenly over the sorted list, so a large
 /// load balancer costs a bounded number of queries per round.
@@ -443,9 +454,9 @@ pub(crate) struct Start {
     pub reload_missing: bool,
     /// Label selector of the CoreDNS pods.
     pub coredns_pods: String,
-    /// Read the CoreDNS pods (this selector) when the check gives up with the cluster DNS
-    /// answering wrong: no likelier cause is known at the start.
-    pub read_pods: Option<String>,
+    /// Read the CoreDNS pods ([`Start::coredns_pods`]) when the check gives up with the cluster
+    /// DNS answering wrong: no likelier cause is known at the start.
+    pub read_pods: bool,
 }
 
 impl CheckSeen {
@@ -558,7 +569,7 @@ impl Checks {
         let context = CheckContext {
             lb: start.lb.clone(),
             id: start.id,
-            read_pods: start.read_pods,
+            read_pods: start.read_pods.then(|| start.coredns_pods.clone()),
             ctx: self.ctx.clone(),
             inbox: self.inbox.0.clone(),
         };
@@ -586,7 +597,7 @@ pub(crate) fn dns_servers(
     })?;
     let mut servers = vec![DnsServer {
         addr: cluster,
-        role: "cluster DNS".into(),
+        role: CLUSTER_DNS.into(),
         optional: false,
     }];
     let node_local = plan.coredns.node_local_dns.as_ref().map(|facts| {
@@ -666,9 +677,8 @@ impl CheckContext {
     async fn run(self, spec: CheckSpec) {
         let outcome = check(&spec).await;
         tracing::debug!(lb = %self.lb, effective = outcome.effective, elapsed = ?outcome.elapsed, "propagation check ended");
-        let cluster_wrong = outcome.wrong.keys().any(|(role, _)| role == "cluster DNS");
         let pods = match &self.read_pods {
-            Some(selector) if !outcome.effective && cluster_wrong => {
+            Some(selector) if !outcome.effective && outcome.cluster_dns_wrong() => {
                 self.coredns_pods(selector).await
             }
             _ => None,

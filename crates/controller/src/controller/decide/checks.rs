@@ -88,7 +88,7 @@ fn start(scene: CheckScene<'_>, item: &Item, memory: &StatusMemory, id: u64) -> 
     let reload_missing = propagation::reload_missing(plan);
     let coredns_pods = propagation::coredns_pods(snapshot, planner);
     // The CoreDNS pods are a clue only when no likelier cause is known at the start.
-    let read_pods = (external_cause.is_none() && !reload_missing).then(|| coredns_pods.clone());
+    let read_pods = external_cause.is_none() && !reload_missing;
     Some(Start {
         lb: lb.clone(),
         id,
@@ -190,8 +190,7 @@ fn likely_cause(seen: &CheckSeen, outcome: &CheckOutcome, coredns_namespace: &st
     if let Some(cause) = &seen.external_cause {
         return cause.clone();
     }
-    let cluster_ok = !outcome.wrong.keys().any(|(role, _)| role == "cluster DNS");
-    if cluster_ok {
+    if !outcome.cluster_dns_wrong() {
         return "node-local-dns answers these names itself (it forwards only the cluster domain to CoreDNS): add the stanza `hairpin plan` suggests to its Corefile, or run the node agent".into();
     }
     if seen.reload_missing {
