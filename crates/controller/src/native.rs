@@ -31,17 +31,19 @@
 //! `status` (the status writes, read back; put back; uninstall's hand-over), `state` (the
 //! state machine, pure: record, plan, data plane, verdicts and a clock in, next states out),
 //! `decide` (every step of the cure, pure: the record's changes, the writes, put-backs and
-//! retries, the probes, every Event and its text, every metric; and what a write's answer
-//! leads to), `act` (the executor: it executes the steps, nothing else), `memory` (what the
-//! cure keeps between reconciles, part of the loop's memory), `sensors` (the Nodes' and the
-//! node agents' watches and the probe tasks, started by the loop, read into the memory), and
-//! this module (the settings).
+//! retries, the probes, every Event and its text, every metric; what a write's answer leads
+//! to; and their order in a reconcile, its driver `Drive`), `act` (the executor: it executes
+//! one step and answers, nothing else), `run` (the loop that alternates the two), `memory`
+//! (what the cure keeps between reconciles, part of the loop's memory), `sensors` (the Nodes'
+//! and the node agents' watches and the probe tasks, started by the loop, read into the
+//! memory), and this module (the settings).
 
 mod act;
 mod agent;
 mod decide;
 mod memory;
 mod probe;
+mod run;
 mod sensors;
 mod state;
 mod status;
@@ -51,13 +53,14 @@ use std::time::Duration;
 use hairpin_planner::native::{IpModeWas, NativeRecord};
 use hairpin_planner::{ClusterSnapshot, Plan, PlannerConfig};
 
-pub(crate) use act::NativeCurer;
+pub(crate) use act::NativeExecutor;
 pub use agent::{NodeProber, NodeProberOptions};
 pub(crate) use memory::NativeMemory;
 pub use probe::{
     Attempt, Baseline, Fingerprints, Observer, ProbeTarget, ProbeVerdict, Proof, baseline,
     from_receiver, probe_once, prove, prove_from, targets,
 };
+pub(crate) use run::NativeRun;
 pub(crate) use sensors::NativeSensors;
 pub use state::backoff;
 pub use status::{Written, restore_entry, restore_ip_modes, with_ip_modes, write_ip_modes};

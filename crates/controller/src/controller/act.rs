@@ -3,9 +3,9 @@
 //! change), each write's answer handed back as [`Observed`], and the [`Effect`]s (Events,
 //! metrics). No Event, reason or state is chosen here, and nothing is remembered: what the
 //! writes found goes to [`remember`](super::memory::remember) and
-//! [`decide::after`](super::decide::after). (The native cure's executor, [`NativeCurer`], runs
-//! its own phases here: the steps of each are decided, purely, by `native::decide`, over the
-//! memory's native part, and a write's answer is folded in by its pure `after`.)
+//! [`decide::after`](super::decide::after). (The native cure runs here, between hairpin's own
+//! keys and the DNS change, as [`NativeRun`]: its pure driver, over the memory's native part,
+//! hands out one step at a time, its executor executes each and answers.)
 
 use hairpin_planner::{ClusterSnapshot, Plan};
 
@@ -17,7 +17,7 @@ use crate::context::Context;
 use crate::dns_endpoints::DnsEndpointWriter;
 use crate::edits::KeyEdit;
 use crate::fight::Decision;
-use crate::native::NativeCurer;
+use crate::native::NativeRun;
 
 mod dns;
 
@@ -27,7 +27,7 @@ pub(super) struct Writers<'a> {
     /// The loop's client, Events and metrics.
     pub ctx: &'a Context,
     /// The native cure.
-    pub native: NativeCurer<'a>,
+    pub native: NativeRun<'a>,
     /// hairpin's `DNSEndpoint`s.
     pub endpoints: &'a DnsEndpointWriter,
 }
@@ -59,7 +59,7 @@ async fn writes(
 ) -> Result<(), Error> {
     let Writers {
         ctx,
-        mut native,
+        native,
         endpoints,
     } = writers;
     ctx.metrics.set_unverified(&plan.verification);
@@ -84,7 +84,7 @@ async fn writes(
     observed.own_keys_done = true;
     // The native cure before the DNS: the plan already keeps the DNS rules of every load
     // balancer not proven (make before break).
-    observed.native = Some(native.apply(plan, snapshot).await?);
+    observed.native = Some(native.run(plan, snapshot).await?);
     dns::dns(ctx, endpoints, actions, observed).await
 }
 

@@ -1,8 +1,8 @@
 //! What the loop keeps between reconciles, in one value: [`Memory`], and [`remember`], the
 //! pure fold of what a reconcile's writes found into it. Every writer borrows what it needs
-//! for one reconcile and keeps nothing of its own: the native cure's executor
-//! ([`crate::native::NativeCurer`]) borrows [`Memory::native`] and the write fights (those
-//! over `ipMode` among them) for its step.
+//! for one reconcile and keeps nothing of its own: the native cure's driver
+//! ([`crate::native::NativeRun`]) borrows [`Memory::native`] and the write fights (those over
+//! `ipMode` among them) for its step.
 
 use std::collections::BTreeSet;
 use std::time::Instant;

@@ -2,10 +2,10 @@
 //! decide(plan, memory, now)`, pure; `observed = act(actions)`, I/O only; `memory =
 //! remember(memory, observed, now)`, pure; then what the writes found decides what follows
 //! (`decide::after`, pure: the Events about a write, a revert, a fight), which is executed.
-//! The Hairpin statuses and the native cure are written by their own executors, the
-//! [`StatusWriter`] with what the memory says of the DNS change, the [`NativeCurer`] inside
-//! `act` over the memory's native part (its steps decided purely by `native::decide`, phase by
-//! phase, since a put-back's answer matters to the phases after it).
+//! The Hairpin statuses are written by their own executor, the [`StatusWriter`], with what
+//! the memory says of the DNS change; the native cure runs inside `act` ([`NativeRun`]): its
+//! pure driver, over the memory's native part, hands out its steps one at a time (a
+//! put-back's answer matters to the steps after it), and its executor executes each.
 //! The loop's sensors, each waking it through the change signal: the native cure's (the
 //! Nodes' and node agents' watches, the probes), read into the memory before `act`; the
 //! propagation checks, read into the memory before the plan is made (`decide` reports what
@@ -25,7 +25,7 @@ use super::{ControllerConfig, StopFuture};
 use crate::Error;
 use crate::context::Context;
 use crate::dns_endpoints::DnsEndpointWriter;
-use crate::native::{NativeCurer, NativeSensors};
+use crate::native::{NativeExecutor, NativeRun, NativeSensors};
 use crate::ownership::OwnershipResolver;
 use crate::propagation::Checks;
 use crate::status::StatusWriter;
@@ -124,13 +124,13 @@ impl Reconciler {
     fn writers(&mut self) -> Writers<'_> {
         Writers {
             ctx: &self.ctx,
-            native: NativeCurer::new(
-                &self.ctx,
-                &self.config.native,
-                &mut self.memory.native,
-                &mut self.memory.fights,
-                &mut self.sensors,
-            ),
+            native: NativeRun {
+                executor: NativeExecutor::new(&self.ctx, &self.config.native, &mut self.sensors),
+                params: &self.config.native,
+                planner: &self.config.planner,
+                mem: &mut self.memory.native,
+                fights: &mut self.memory.fights,
+            },
             endpoints: &self.dns_endpoints,
         }
     }

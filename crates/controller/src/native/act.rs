@@ -1,23 +1,19 @@
-//! The native cure's executor for one reconcile ([`NativeCurer`]): it reads the record, asks
-//! [`decide`](super::decide) for each phase's steps and executes them, feeding each write's
-//! answer back to the pure `after` of its kind. It chooses nothing: no state, no Event, no
-//! text, no metric. Its executors are small: the record write, the `ipMode` status write and
-//! put-back (read back), the probe start, an Event, a metric.
+//! The native cure's executor ([`NativeExecutor`]): it executes one step and answers what
+//! it found, nothing else. It chooses nothing: no phase, no state, no Event, no text, no
+//! metric, and it keeps nothing; the steps and their order come from the pure driver, which
+//! the loop ([`super::NativeRun`]) alternates with it. Its parts are small: the record write,
+//! the `ipMode` status write and put-back (read back), the API server's version, the probe
+//! start and stop, an Event, a metric.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hairpin_planner::native::{IP_MODE_PROXY, NATIVE_KEY, NativeRecord};
-use hairpin_planner::{ClusterSnapshot, Plan};
 
-use super::decide::{
-    self, Cx, Metric, PutBack, Restored, SetOutcome, SetProxy, Step, probe_targets,
-};
-use super::memory::NativeMemory;
+use super::decide::{Answer, Metric, PutBack, Restored, SetAnswer, SetProxy, Step};
 use super::probe::{Attempt, Observer, baseline, prove_from};
 use super::sensors::NativeSensors;
-use super::state::{self, Now, earliest};
 use super::status::{Written, restore_ip_modes, write_ip_modes};
 use super::{Finished, NativeParams};
 use crate::Error;
@@ -25,148 +21,56 @@ use crate::apply::write_key;
 use crate::context::Context;
 use crate::edits::KeyEdit;
 use crate::error::{is_conflict, is_not_found};
-use crate::fight::Fights;
 use crate::metrics::{Metrics, ProbeLabels, WriterLabels};
 use crate::report::object_ref;
 
-/// What the steps of one reconcile are decided from: the plan, the snapshot it was made
-/// from, and the API server's version.
-type Scene<'s> = (&'s Plan, &'s ClusterSnapshot, &'s str);
-
-/// The native cure's executor for one reconcile: its state is the loop's memory
-/// ([`NativeMemory`], and the write fights over `ipMode`), its probes run under the loop's
-/// sensors ([`NativeSensors`]).
-pub(crate) struct NativeCurer<'a> {
-    /// The loop's client, Events, metrics, planner settings and change signal.
+/// The native cure's executor for one reconcile; its probes run under the loop's sensors
+/// ([`NativeSensors`]).
+pub(crate) struct NativeExecutor<'a> {
+    /// The loop's client, Events, metrics and planner settings.
     ctx: &'a Context,
+    /// The probes' settings.
     params: &'a NativeParams,
-    /// What the cure remembers between reconciles.
-    mem: &'a mut NativeMemory,
-    /// The loop's write fights (those over `ipMode` among them).
-    fights: &'a mut Fights,
     /// The probes running.
     probes: &'a mut NativeSensors,
 }
 
-impl<'a> NativeCurer<'a> {
-    /// The executor of one reconcile, over the loop's memory and sensors.
+impl<'a> NativeExecutor<'a> {
+    /// The executor of one reconcile, over the loop's sensors.
     pub(crate) fn new(
         ctx: &'a Context,
         params: &'a NativeParams,
-        mem: &'a mut NativeMemory,
-        fights: &'a mut Fights,
         probes: &'a mut NativeSensors,
     ) -> Self {
         Self {
             ctx,
             params,
-            mem,
-            fights,
             probes,
         }
     }
 
-    /// What the decisions read and change.
-    fn cx<'b>(&'b mut self, (plan, snapshot, server): Scene<'b>) -> Cx<'b> {
-        Cx {
-            params: self.params,
-            mem: self.mem,
-            fights: self.fights,
-            plan,
-            snapshot,
-            server,
-        }
-    }
-
-    /// The plan's status writes, the probes' verdicts and the record, phase by phase
-    /// ([`decide`](super::decide)). Returns when to look again (a probe running, a failed
-    /// cure due for another try).
-    pub(crate) async fn apply(
-        &mut self,
-        plan: &Plan,
-        snapshot: &ClusterSnapshot,
-    ) -> Result<Option<Instant>, Error> {
-        let Ok(before) = NativeRecord::read(snapshot, &self.ctx.planner) else {
-            // The plan warned; nothing is written while the record is not hairpin's.
-            return Ok(None);
-        };
-        if let Some(wait) = decide::lagging(self.mem, self.params, &before, Instant::now()) {
-            return Ok(Some(wait));
-        }
-        let mut record = before.clone();
-        // The API server's version matters only to a cure recorded or planned: without one,
-        // no `/version` read.
-        let server = if decide::native(&before, plan) {
-            self.server_version().await
-        } else {
-            String::new()
-        };
-        let scene = (plan, snapshot, server.as_str());
-        let (distrusted, steps) = decide::begin(&mut self.cx(scene), &mut record, &Now::read());
-        self.run(steps, &mut record, scene).await?;
-        let (steps, reports_due) =
-            decide::node_reports(&mut self.cx(scene), &mut record, &Now::read());
-        self.run(steps, &mut record, scene).await?;
-        let data_plane = &self.mem.data_plane.0;
-        let now = Now::read();
-        let mut requeue =
-            state::mark_due(self.params, data_plane, plan, &mut record, &server, &now);
-        for action in &plan.native_actions {
-            let now = Now::read();
-            let (steps, wait) = decide::action(&mut self.cx(scene), &mut record, action, &now);
-            requeue = earliest(requeue, wait);
-            self.run(steps, &mut record, scene).await?;
-        }
-        let (steps, settling) =
-            decide::reprobes(&self.cx(scene), &record, &distrusted, &Now::read());
-        self.run(steps, &mut record, scene).await?;
-        self.write_record(&record, &before).await?;
-        let probing = !self.probes.running.is_empty();
-        let due = (settling, reports_due);
-        Ok(decide::requeue(
-            &self.cx(scene),
-            probing,
-            requeue,
-            due,
-            Instant::now(),
-        ))
-    }
-
-    /// Executes `steps` in order; a write's answer is folded into `record` and the memory by
-    /// its `after`, whose steps come next.
-    async fn run(
-        &mut self,
-        steps: Vec<Step>,
-        record: &mut NativeRecord,
-        scene: Scene<'_>,
-    ) -> Result<(), Error> {
-        let mut queue = VecDeque::from(steps);
-        while let Some(step) = queue.pop_front() {
-            let then = match step {
-                Step::SetProxy(set) => {
-                    let outcome = self.set_proxy(&set).await?;
-                    let now = Now::read();
-                    decide::set::after(&mut self.cx(scene), record, &set, outcome, &now)
-                }
-                Step::PutBack(put_back) => {
-                    let outcome = self.restore(&put_back).await;
-                    let now = Now::read();
-                    decide::put_back::after(&mut self.cx(scene), record, &put_back, outcome, &now)
-                }
-                step => {
-                    self.execute(step, scene.0).await;
-                    Vec::new()
-                }
-            };
-            for step in then.into_iter().rev() {
-                queue.push_front(step);
+    /// Executes `step`; returns what it found, for a step that asks for an answer. An error
+    /// it cannot answer with (a record write failed, a status write refused other than by a
+    /// conflict or a Service gone) ends the reconcile.
+    pub(crate) async fn execute(&mut self, step: Step) -> Result<Option<Answer>, Error> {
+        Ok(Some(match step {
+            Step::ReadVersion => Answer::Version(self.server_version().await),
+            Step::WriteRecord(record) => {
+                self.write_record(&record).await?;
+                Answer::RecordWritten
             }
-        }
-        Ok(())
+            Step::SetProxy(set) => Answer::Set(self.set_proxy(&set).await?),
+            Step::PutBack(put_back) => Answer::PutBack(self.restore(&put_back).await),
+            Step::ProbesRunning => Answer::ProbesRunning(!self.probes.running.is_empty()),
+            step => {
+                self.fire(step).await;
+                return Ok(None);
+            }
+        }))
     }
 
     /// One step that needs no answer: an Event, a metric, a probe started or stopped.
-    async fn execute(&mut self, step: Step, plan: &Plan) {
+    async fn fire(&mut self, step: Step) {
         match step {
             Step::Publish {
                 service,
@@ -183,8 +87,13 @@ impl<'a> NativeCurer<'a> {
             }
             Step::Metric(metric) => count(&self.ctx.metrics, metric),
             Step::StopProbe(key) => self.probes.stop(&key),
-            Step::Baseline { service, uid, ips } => {
-                let Some(targets) = probe_targets(plan, &service, &ips) else {
+            Step::Baseline {
+                service,
+                uid,
+                ips,
+                targets,
+            } => {
+                let Some(targets) = targets else {
                     return;
                 };
                 let (params, observer) = (self.params.clone(), self.observer("baseline"));
@@ -196,11 +105,12 @@ impl<'a> NativeCurer<'a> {
             Step::Prove {
                 service,
                 uid,
-                ips,
                 proof,
                 receiver,
+                targets,
+                ..
             } => {
-                let Some(targets) = probe_targets(plan, &service, &ips) else {
+                let Some(targets) = targets else {
                     return;
                 };
                 let (params, observer) = (self.params.clone(), self.observer("proof"));
@@ -210,7 +120,12 @@ impl<'a> NativeCurer<'a> {
                     Finished::Proof { uid, verdict }
                 });
             }
-            Step::SetProxy(_) | Step::PutBack(_) => {}
+            // Answered by `execute`.
+            Step::SetProxy(_)
+            | Step::PutBack(_)
+            | Step::ReadVersion
+            | Step::WriteRecord(_)
+            | Step::ProbesRunning => {}
         }
     }
 
@@ -229,10 +144,8 @@ impl<'a> NativeCurer<'a> {
         })
     }
 
-    /// The record, then `ipMode: Proxy` on the status, read back.
-    async fn set_proxy(&mut self, set: &SetProxy) -> Result<SetOutcome, Error> {
-        self.write_record(&set.record, &NativeRecord::default())
-            .await?;
+    /// `ipMode: Proxy` on the status, read back.
+    async fn set_proxy(&self, set: &SetProxy) -> Result<SetAnswer, Error> {
         let modes: BTreeMap<String, Option<String>> = set
             .ips
             .iter()
@@ -240,14 +153,11 @@ impl<'a> NativeCurer<'a> {
             .collect();
         Ok(
             match write_ip_modes(&self.ctx.client, &set.service, &set.uid, &modes).await {
-                Ok(Written::Applied(_)) => SetOutcome::Applied,
-                Ok(Written::Nothing) => SetOutcome::Nothing,
-                Ok(Written::NotApplied(stored)) => SetOutcome::Dropped {
-                    stored,
-                    version: self.server_version().await,
-                },
-                // Another writer changed the status between the read and the write.
-                Err(err) if is_conflict(&err) || is_not_found(&err) => SetOutcome::Nothing,
+                Ok(Written::Applied(_)) => SetAnswer::Applied,
+                Ok(Written::Nothing) => SetAnswer::Unchanged,
+                Ok(Written::NotApplied(stored)) => SetAnswer::Dropped(stored),
+                Err(err) if is_conflict(&err) => SetAnswer::Conflict,
+                Err(err) if is_not_found(&err) => SetAnswer::Gone,
                 Err(err) => {
                     let what = format!("set ipMode on Service {}", set.service);
                     return Err(Error::kube(what, err));
@@ -274,15 +184,8 @@ impl<'a> NativeCurer<'a> {
         }
     }
 
-    /// Writes the record when it differs from `before` (the snapshot's).
-    async fn write_record(
-        &mut self,
-        record: &NativeRecord,
-        before: &NativeRecord,
-    ) -> Result<(), Error> {
-        if record == before {
-            return Ok(());
-        }
+    /// The record written (an empty one deletes its key).
+    async fn write_record(&self, record: &NativeRecord) -> Result<(), Error> {
         let value = (!record.load_balancers.is_empty()).then(|| record.to_json());
         let edit = KeyEdit {
             ours_only: true,
@@ -294,32 +197,18 @@ impl<'a> NativeCurer<'a> {
             )
         };
         write_key(&self.ctx.client, &edit).await?;
-        decide::written(self.mem, record, Instant::now());
         Ok(())
     }
 
-    /// The API server's `gitVersion`, read again when older than `version_every` (empty when
-    /// it cannot be read).
-    async fn server_version(&mut self) -> String {
-        if let Some((version, at)) = &self.mem.server_version
-            && at.elapsed() < self.params.version_every
-        {
-            return version.clone();
-        }
-        let version = match self.ctx.client.apiserver_version().await {
-            Ok(info) => info.git_version,
+    /// The API server's `gitVersion` (`None`: it cannot be read).
+    async fn server_version(&self) -> Option<String> {
+        match self.ctx.client.apiserver_version().await {
+            Ok(info) => Some(info.git_version),
             Err(err) => {
                 tracing::debug!(error = %err, "cannot read the API server's version");
-                return self
-                    .mem
-                    .server_version
-                    .as_ref()
-                    .map(|(v, _)| v.clone())
-                    .unwrap_or_default();
+                None
             }
-        };
-        self.mem.server_version = Some((version.clone(), Instant::now()));
-        version
+        }
     }
 }
 

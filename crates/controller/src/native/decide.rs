@@ -3,13 +3,15 @@
 //! a clock passed in ([`Now`]), every step of the cure ([`Step`]): each record change, each
 //! `ipMode` write and put-back, each probe started or stopped, each Event and its text, each
 //! metric. What a write found ([`set::SetOutcome`], [`put_back::Restored`]) is folded in by
-//! [`set::after`] and [`put_back::after`], pure too, which choose what follows from it. The
-//! executor ([`super::NativeCurer`]) only executes the steps.
+//! [`set::after`] and [`put_back::after`], pure too, which choose what follows from it.
 //!
 //! One reconcile goes through [`begin`] (data plane, distrust at the start, the probes'
 //! verdicts), [`node_reports`], [`state::mark_due`], [`action`] for each of the plan's native
 //! actions, and [`reprobes`]; each phase's steps are executed before the next is decided, so
-//! that a put-back's answer is known to the phases after it.
+//! that a put-back's answer is known to the phases after it. That order, and what each
+//! write's answer leads to, is kept by [`Drive`], pure as well: it hands out one step at a
+//! time and takes each answer back as data ([`Answer`]); the executor
+//! ([`super::NativeExecutor`]) only executes the steps.
 
 use std::time::Instant;
 
@@ -23,15 +25,19 @@ use super::{NativeParams, RECORD_CACHE_LAG};
 use crate::fight::Fights;
 use crate::report::reason;
 
+mod drive;
 pub(crate) mod put_back;
 pub(crate) mod set;
 mod verdicts;
 
+pub(crate) use drive::{Answer, Drive, Next, SetAnswer};
 pub(crate) use put_back::{PutBack, Restored};
 pub(crate) use set::{SetOutcome, SetProxy};
 pub(crate) use verdicts::{node_reports, take_verdicts};
 
-/// One step of the native cure, executed in order.
+/// One step of the native cure, executed in order. Those that ask for an answer
+/// ([`Answer`]): [`Step::ReadVersion`], [`Step::WriteRecord`], [`Step::SetProxy`],
+/// [`Step::PutBack`] and [`Step::ProbesRunning`].
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Step {
     /// An Event on the load balancer Service `service` (uid `uid`).
@@ -46,11 +52,13 @@ pub(crate) enum Step {
     Metric(Metric),
     /// The probe running for this `namespace/name` stops.
     StopProbe(String),
-    /// The probe without a header before any write ([`super::baseline`]), in a task.
+    /// The probe without a header before any write ([`super::baseline`]), in a task, of
+    /// `targets` (`None`: the plan does not name the load balancer, nothing to probe).
     Baseline {
         service: ObjectRef,
         uid: String,
         ips: Vec<IpModeWas>,
+        targets: Option<Vec<ProbeTarget>>,
     },
     /// The proof ([`super::prove_from`]), in a task, against what answered through the
     /// receiver's own path before (`receiver`).
@@ -60,12 +68,22 @@ pub(crate) enum Step {
         ips: Vec<IpModeWas>,
         proof: Proof,
         receiver: Fingerprints,
+        /// As [`Step::Baseline`]'s.
+        targets: Option<Vec<ProbeTarget>>,
     },
-    /// The record written, then `ipMode: Proxy` on the status: its answer goes to
-    /// [`set::after`].
+    /// `ipMode: Proxy` on the status, read back ([`Answer::Set`]); [`Drive`] has the record
+    /// (`SetProxy::record`) written first, and folds the answer in by [`set::after`].
     SetProxy(SetProxy),
-    /// `ipMode` put back as it was: its answer goes to [`put_back::after`].
+    /// `ipMode` put back as it was, read back ([`Answer::PutBack`]); folded in by
+    /// [`put_back::after`].
     PutBack(PutBack),
+    /// The API server's `gitVersion` read ([`Answer::Version`]).
+    ReadVersion,
+    /// The record written to hairpin's ConfigMap ([`Answer::RecordWritten`]; an empty record
+    /// deletes its key).
+    WriteRecord(NativeRecord),
+    /// Whether any probe still runs ([`Answer::ProbesRunning`]), for when to look again.
+    ProbesRunning,
 }
 
 /// The native cure's metrics.
@@ -92,8 +110,8 @@ pub(crate) struct Cx<'a> {
     pub plan: &'a Plan,
     pub snapshot: &'a ClusterSnapshot,
     /// The API server's `gitVersion` (empty: unknown, or not read: no cure recorded or
-    /// planned).
-    pub server: &'a str,
+    /// planned), set by [`Drive`] from [`Answer::Version`].
+    pub server: String,
 }
 
 /// The `namespace/name` key as a Service reference.
@@ -301,12 +319,14 @@ pub(crate) fn reprobes(
             } else {
                 (Proof::AfterWrite, receiver(cx.mem, &key))
             };
+            let targets = probe_targets(cx.plan, &service, &entry.original);
             Step::Prove {
                 service,
                 uid: entry.uid,
                 ips: entry.original,
                 proof,
                 receiver,
+                targets,
             }
         })
         .collect();

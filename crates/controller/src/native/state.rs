@@ -1,7 +1,7 @@
 //! The native cure's state machine, pure: from the record, the plan, the data plane, the
 //! probes' verdicts and the clock ([`Now`]) to the record's next states and what to do next
 //! (probe, write, wait). No client, no I/O: `decide` chooses the steps from it, and the
-//! executor ([`super::NativeCurer`]) executes them.
+//! executor ([`super::NativeExecutor`]) executes them.
 
 use std::time::{Duration, Instant};
 

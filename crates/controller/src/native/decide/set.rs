@@ -16,7 +16,7 @@ use super::super::probe::Proof;
 use super::super::state::{self, Now, SetStep, fight_target};
 use super::super::status::status_ingress;
 use super::verdicts::probe_spec;
-use super::{Cx, Metric, Step, publish, put_back, receiver};
+use super::{Cx, Metric, Step, probe_targets, publish, put_back, receiver};
 use crate::fight::{Decision, Observation};
 use crate::report::reason;
 
@@ -83,6 +83,7 @@ pub(crate) fn set_proxy(
                 service: service.clone(),
                 uid: uid.to_owned(),
                 ips: ips.to_vec(),
+                targets: probe_targets(cx.plan, service, ips),
             }];
         };
         skipped = left_out;
@@ -246,6 +247,7 @@ pub(crate) fn after(
                     ips: set.ips.clone(),
                     proof: Proof::AfterWrite,
                     receiver: receiver(cx.mem, &service.to_string()),
+                    targets: probe_targets(cx.plan, service, &set.ips),
                 });
             }
             return steps;

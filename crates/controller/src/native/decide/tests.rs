@@ -2,8 +2,9 @@
 //! cure remembers, the write fights, the record), the plan's native action, what the writes
 //! found, then the exact steps decided and the record's state after (probing, proven, failed
 //! with `Proxy` still set, restore pending, skipped, unsupported, fight, not on every node).
-//! [`reconcile`] goes through the phases in the executor's order
-//! ([`super::super::act::NativeCurer::apply`]).
+//! [`reconcile`] runs the driver ([`Drive`]) as the loop does, answering its steps with what
+//! the writes found, and lists the steps of the cure (the driver's own I/O, the version read,
+//! the record written, left out: [`super::drive`]'s tests list those too).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -20,19 +21,19 @@ use k8s_openapi::api::core::v1::{
 use super::super::Finished;
 use super::super::memory::NativeMemory;
 use super::super::probe::{Baseline, Fingerprints, ProbeVerdict};
-use super::super::state::{self, Now, fight_target};
+use super::super::state::{Now, fight_target};
 use super::super::{NativeParams, with_ip_mode_fights};
 use super::*;
 use crate::fight::{FightParams, Fights};
 
-const KEY: &str = "web/lb";
-const IP: &str = "192.0.2.10";
+pub(super) const KEY: &str = "web/lb";
+pub(super) const IP: &str = "192.0.2.10";
 
-fn service() -> ObjectRef {
+pub(super) fn service() -> ObjectRef {
     ObjectRef::new("web", "lb")
 }
 
-fn was(ip: &str) -> IpModeWas {
+pub(super) fn was(ip: &str) -> IpModeWas {
     IpModeWas {
         ip: ip.into(),
         ip_mode: None,
@@ -40,7 +41,7 @@ fn was(ip: &str) -> IpModeWas {
 }
 
 /// The load balancer Service `web/lb` (uid `u1`), its status saying `ip_mode` on `ips`.
-fn lb(ips: &[&str], ip_mode: Option<&str>) -> Service {
+pub(super) fn lb(ips: &[&str], ip_mode: Option<&str>) -> Service {
     let mut svc = Service::default();
     svc.metadata.namespace = Some("web".into());
     svc.metadata.name = Some("lb".into());
@@ -62,7 +63,7 @@ fn lb(ips: &[&str], ip_mode: Option<&str>) -> Service {
     svc
 }
 
-fn snapshot() -> ClusterSnapshot {
+pub(super) fn snapshot() -> ClusterSnapshot {
     ClusterSnapshot {
         services: vec![lb(&[IP], None)],
         ..ClusterSnapshot::default()
@@ -70,13 +71,13 @@ fn snapshot() -> ClusterSnapshot {
 }
 
 /// A plan of these native actions.
-fn plan(actions: Vec<NativeAction>) -> Plan {
+pub(super) fn plan(actions: Vec<NativeAction>) -> Plan {
     let mut plan = hairpin_planner::desired(&ClusterSnapshot::default(), &PlannerConfig::default());
     plan.native_actions = actions;
     plan
 }
 
-fn set_proxy(ips: &[&str], proven: bool) -> NativeAction {
+pub(super) fn set_proxy(ips: &[&str], proven: bool) -> NativeAction {
     NativeAction::SetProxy {
         service: service(),
         uid: "u1".into(),
@@ -85,7 +86,7 @@ fn set_proxy(ips: &[&str], proven: bool) -> NativeAction {
     }
 }
 
-fn put_back_action() -> NativeAction {
+pub(super) fn put_back_action() -> NativeAction {
     NativeAction::PutBack {
         service: service(),
         uid: "u1".into(),
@@ -94,7 +95,7 @@ fn put_back_action() -> NativeAction {
     }
 }
 
-fn now() -> Now {
+pub(super) fn now() -> Now {
     Now {
         at: Instant::now(),
         wall: "2026-12-06T17:00:00Z".parse().unwrap(),
@@ -102,7 +103,7 @@ fn now() -> Now {
 }
 
 /// The record of one entry `state`, since `now`.
-fn record(state: ProbeState, now: &Now) -> NativeRecord {
+pub(super) fn record(state: ProbeState, now: &Now) -> NativeRecord {
     let mut record = NativeRecord::default();
     record.load_balancers.insert(
         KEY.into(),
@@ -125,7 +126,7 @@ fn record(state: ProbeState, now: &Now) -> NativeRecord {
 }
 
 /// The memory of an instance that has started (the Nodes listed; nothing distrusted).
-fn memory(now: &Now) -> (NativeMemory, Fights) {
+pub(super) fn memory(now: &Now) -> (NativeMemory, Fights) {
     let mut mem = NativeMemory::new(now.at);
     mem.nodes = Some(String::new());
     mem.started = true;
@@ -133,15 +134,17 @@ fn memory(now: &Now) -> (NativeMemory, Fights) {
     (mem, with_ip_mode_fights(Fights::new(fight.clone()), &fight))
 }
 
-/// What the writes find, in order.
+/// What the writes find, in order; and what each read of the API server's version finds
+/// (`None`: unreadable; `v1.31.14` once these are spent).
 #[derive(Default)]
-struct Found {
-    set: Vec<SetOutcome>,
-    put_back: Vec<Restored>,
+pub(super) struct Found {
+    pub set: Vec<SetAnswer>,
+    pub put_back: Vec<Restored>,
+    pub versions: Vec<Option<&'static str>>,
 }
 
 /// A step in a line.
-fn line(step: &Step) -> String {
+pub(super) fn line(step: &Step) -> String {
     match step {
         Step::Publish {
             service,
@@ -166,56 +169,68 @@ fn line(step: &Step) -> String {
         Step::PutBack(put_back) => {
             format!("put back {} (forget {})", put_back.service, put_back.forget)
         }
+        Step::ReadVersion => "read version".to_owned(),
+        Step::WriteRecord(record) => format!("write record {:?}", state_of(record)),
+        Step::ProbesRunning => "probes running?".to_owned(),
     }
 }
 
-/// One reconcile's native step without a client, in the executor's phases; the writes find
-/// `found`. Returns the steps, one [`line`] each (with the notes of the Events apart), and
-/// when to look again.
-fn reconcile(
+/// What one reconcile's driver handed out: every step, one [`line`] each; the notes of its
+/// Events; when to look again.
+pub(super) struct Driven {
+    pub steps: Vec<String>,
+    pub notes: Vec<String>,
+    pub requeue: Option<Instant>,
+}
+
+/// One reconcile's native step without a client: the driver over `record` (as the snapshot
+/// shows it; the record built replaces it), its steps answered with `found` (no probe
+/// running at the end), every step listed.
+pub(super) fn drive(
     (mem, fights): &mut (NativeMemory, Fights),
     record: &mut NativeRecord,
     (plan, snapshot, params): (&Plan, &ClusterSnapshot, &NativeParams),
     mut found: Found,
     now: &Now,
-) -> (Vec<String>, Vec<String>, Option<Instant>) {
+) -> Driven {
     let mut cx = Cx {
         params,
         mem,
         fights,
         plan,
         snapshot,
-        server: "v1.31.14",
+        server: String::new(),
     };
+    let mut drive = Drive::new(Ok(record.clone()));
     let mut done = Vec::new();
-    let mut run = |cx: &mut Cx<'_>, record: &mut NativeRecord, steps: Vec<Step>| {
-        let mut queue = std::collections::VecDeque::from(steps);
-        while let Some(step) = queue.pop_front() {
-            let then = match &step {
-                Step::SetProxy(set) => set::after(cx, record, set, found.set.remove(0), now),
-                Step::PutBack(p) => put_back::after(cx, record, p, found.put_back.remove(0), now),
-                _ => Vec::new(),
-            };
-            done.push(step);
-            for step in then.into_iter().rev() {
-                queue.push_front(step);
+    let mut answer = None;
+    let requeue = loop {
+        let step = match drive.next(&mut cx, answer.take(), now) {
+            Next::Step(step) => step,
+            Next::Done(requeue) => break requeue,
+        };
+        answer = match &step {
+            Step::ReadVersion => {
+                let version = if found.versions.is_empty() {
+                    Some("v1.31.14")
+                } else {
+                    found.versions.remove(0)
+                };
+                Some(Answer::Version(version.map(str::to_owned)))
             }
-        }
+            Step::WriteRecord(_) => Some(Answer::RecordWritten),
+            Step::SetProxy(_) => Some(Answer::Set(found.set.remove(0))),
+            Step::PutBack(_) => Some(Answer::PutBack(found.put_back.remove(0))),
+            Step::ProbesRunning => Some(Answer::ProbesRunning(false)),
+            _ => None,
+        };
+        done.push(step);
     };
-    let (distrusted, steps) = begin(&mut cx, record, now);
-    run(&mut cx, record, steps);
-    let (steps, reports_due) = node_reports(&mut cx, record, now);
-    run(&mut cx, record, steps);
-    let data_plane = cx.mem.data_plane.0.clone();
-    let mut requeue = state::mark_due(params, &data_plane, plan, record, cx.server, now);
-    for planned in &plan.native_actions {
-        let (steps, wait) = action(&mut cx, record, planned, now);
-        requeue = state::earliest(requeue, wait);
-        run(&mut cx, record, steps);
-    }
-    let (steps, settling) = reprobes(&cx, record, &distrusted, now);
-    run(&mut cx, record, steps);
-    let requeue = super::requeue(&cx, false, requeue, (settling, reports_due), now.at);
+    assert!(
+        found.set.is_empty() && found.put_back.is_empty(),
+        "writes not made"
+    );
+    drive.record().clone_into(record);
     let notes = done
         .iter()
         .filter_map(|s| match s {
@@ -223,10 +238,34 @@ fn reconcile(
             _ => None,
         })
         .collect();
-    (done.iter().map(line).collect(), notes, requeue)
+    Driven {
+        steps: done.iter().map(line).collect(),
+        notes,
+        requeue,
+    }
 }
 
-fn state_of(record: &NativeRecord) -> Option<ProbeState> {
+/// [`drive`], the steps of the cure only (the driver's own I/O left out). Returns the steps,
+/// the notes of the Events, and when to look again.
+fn reconcile(
+    memory: &mut (NativeMemory, Fights),
+    record: &mut NativeRecord,
+    scene: (&Plan, &ClusterSnapshot, &NativeParams),
+    found: Found,
+    now: &Now,
+) -> (Vec<String>, Vec<String>, Option<Instant>) {
+    let Driven {
+        mut steps,
+        notes,
+        requeue,
+    } = drive(memory, record, scene, found, now);
+    steps.retain(|s| {
+        !(s == "read version" || s.starts_with("write record") || s == "probes running?")
+    });
+    (steps, notes, requeue)
+}
+
+pub(super) fn state_of(record: &NativeRecord) -> Option<ProbeState> {
     record.load_balancers.get(KEY).map(|e| e.state)
 }
 
@@ -261,7 +300,7 @@ fn probing_a_new_cure_baseline_first_then_the_record_the_write_and_the_proof() {
     };
     memory.0.verdicts.insert(KEY.into(), finished);
     let found = Found {
-        set: vec![SetOutcome::Applied],
+        set: vec![SetAnswer::Applied],
         ..Found::default()
     };
     let (steps, notes, _) = reconcile(&mut memory, &mut record, scene, found, &now);
@@ -313,7 +352,7 @@ fn proven_by_the_proof_then_reasserted_over_a_rebuild() {
     // Another writer rebuilt the status without Proxy: set again, no new probe.
     let plan = plan(vec![set_proxy(&[IP], true)]);
     let found = Found {
-        set: vec![SetOutcome::Applied],
+        set: vec![SetAnswer::Applied],
         ..Found::default()
     };
     let scene = (&plan, &snapshot, &params);
@@ -420,7 +459,7 @@ fn skipped_ips_the_baseline_could_not_reach_stay_vip() {
     let mut record = NativeRecord::default();
     let plan = plan(vec![set_proxy(&[IP, "2001:db8::10"], false)]);
     let found = Found {
-        set: vec![SetOutcome::Applied],
+        set: vec![SetAnswer::Applied],
         ..Found::default()
     };
     let scene = (&plan, &snapshot, &params);
@@ -434,7 +473,9 @@ fn skipped_ips_the_baseline_could_not_reach_stay_vip() {
         notes[0].contains("2001:db8::10 cannot be reached"),
         "{notes:?}"
     );
-    // A failed cure whose backoff is not over: the plan's proposal is skipped.
+    // A failed cure whose backoff is not over: the plan's proposal is skipped. (The snapshot
+    // shows this record: no lag behind the one written last.)
+    memory.0.written = None;
     let mut failed = record.clone();
     failed.load_balancers.get_mut(KEY).unwrap().state = ProbeState::Failed;
     failed.load_balancers.get_mut(KEY).unwrap().failures = 1;
@@ -455,11 +496,9 @@ fn unsupported_when_the_api_server_drops_it_and_what_kept_proxy_goes_back() {
     let mut record = NativeRecord::default();
     let plan = plan(vec![set_proxy(&[IP], false)]);
     let found = Found {
-        set: vec![SetOutcome::Dropped {
-            stored: Box::new(lb(&[IP], Some(IP_MODE_PROXY))),
-            version: "v1.29.9".into(),
-        }],
+        set: vec![SetAnswer::Dropped(Box::new(lb(&[IP], Some(IP_MODE_PROXY))))],
         put_back: vec![Restored::Applied],
+        versions: vec![Some("v1.29.9")],
     };
     let scene = (&plan, &snapshot, &params);
     let (steps, notes, _) = reconcile(&mut memory, &mut record, scene, found, &now);
