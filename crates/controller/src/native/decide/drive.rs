@@ -367,3 +367,5 @@ fn version(cx: &mut Cx<'_>, answer: Option<Answer>, now: &Now) -> String {
         .unwrap_or_default()
 }
 
+#[cfg(test)]
+mod tests;
