@@ -29,11 +29,15 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// Three load balancers: LB1 IPv4 only, LB2 dual-stack, LB3 IPv4 only with tenants' names
-/// (a cross product of first labels and parents) and a wildcard in one pattern.
+/// Four load balancers: LB1 IPv4 only, LB2 dual-stack, LB3 IPv4 only with tenants' names
+/// (a cross product of first labels and parents) and a wildcard in one pattern, LB4 IPv4 only
+/// with a cross product of eight first characters, which keeps a rewrite rule of its own
+/// beside its wildcard's (Go's one-pass matcher takes it).
 const LB1_IP: &str = "10.96.0.20";
 const LB2_IPS: [&str; 2] = ["10.96.0.21", "fd00::21"];
 const LB3_IP: &str = "10.96.0.22";
+const LB4_IP: &str = "10.96.0.23";
+const LB4_HEADS: [&str; 8] = ["api", "blog", "cdn", "docs", "git", "mail", "shop", "www"];
 const KUBERNETES_IP: &str = "10.96.0.1";
 
 struct Setup {
@@ -46,6 +50,7 @@ fn setup(domain: &str) -> Setup {
     let lb1 = corefile::service_fqdn("hairpin-lb-1", "hairpin", domain);
     let lb2 = corefile::service_fqdn("hairpin-lb-2", "hairpin", domain);
     let lb3 = corefile::service_fqdn("hairpin-lb-3", "hairpin", domain);
+    let lb4 = corefile::service_fqdn("hairpin-lb-4", "hairpin", domain);
     let e = |name: &str, target: &str| DnsEntry::new(name, target).unwrap();
     let mut entries = vec![
         e("www.example.com", &lb1),
@@ -68,10 +73,17 @@ fn setup(domain: &str) -> Setup {
             entries.push(e(&format!("{head}.{tenant}.example.com"), &lb3));
         }
     }
+    for kid in ["k1", "k2"] {
+        for head in LB4_HEADS {
+            entries.push(e(&format!("{head}.{kid}.example.com"), &lb4));
+        }
+    }
+    entries.push(e("*.kids.example.com", &lb4));
     let addresses = BTreeMap::from([
         (lb1.clone(), vec![ip(LB1_IP)]),
         (lb2.clone(), LB2_IPS.iter().map(|s| ip(s)).collect()),
         (lb3.clone(), vec![ip(LB3_IP)]),
+        (lb4.clone(), vec![ip(LB4_IP)]),
     ]);
     let mut records = vec![
         (
@@ -80,6 +92,7 @@ fn setup(domain: &str) -> Setup {
         ),
         (lb1.clone(), ip(LB1_IP)),
         (lb3.clone(), ip(LB3_IP)),
+        (lb4.clone(), ip(LB4_IP)),
     ];
     records.extend(LB2_IPS.iter().map(|s| (lb2.clone(), ip(s))));
     Setup {
@@ -104,8 +117,9 @@ fn check(dns: &CoreDns, x: &Expect<'_>, failures: &mut Vec<String>) {
     let lb2_v4 = [ip(LB2_IPS[0])];
     let lb2_v6 = [ip(LB2_IPS[1])];
     let lb3 = [ip(LB3_IP)];
+    let lb4 = [ip(LB4_IP)];
     let upstream = [IpAddr::V4(UPSTREAM_V4)];
-    let a_cases: [(&str, &[IpAddr]); 21] = [
+    let a_cases: [(&str, &[IpAddr]); 26] = [
         ("www.example.com.", &lb1),
         ("www.example.com", &lb1),
         ("WWW.Example.COM.", &lb1),
@@ -127,6 +141,11 @@ fn check(dns: &CoreDns, x: &Expect<'_>, failures: &mut Vec<String>) {
         ("api.t4.example.com.", &upstream),
         ("web.t1.example.com.", &upstream),
         ("a.b.shop.example.com.", &upstream),
+        ("shop.k1.example.com.", &lb4),
+        ("WWW.K2.example.com.", &lb4),
+        ("x.kids.example.com.", &lb4),
+        ("app.k1.example.com.", &upstream),
+        ("a.b.kids.example.com.", &upstream),
     ];
     for (name, want) in a_cases {
         let got = dns.query(name, RecordType::A);
@@ -219,6 +238,7 @@ fn planned_corefiles_answer_right_in_real_coredns() {
     }
     let mut failures = Vec::new();
     let mut ran = Vec::new();
+    let mut apart = 0;
     let mut all = fixtures("corefiles");
     all.extend(fixtures("layouts"));
     for (name, original) in all {
@@ -255,6 +275,22 @@ fn planned_corefiles_answer_right_in_real_coredns() {
             "{name}: {}",
             edit.text
         );
+        // LB4's names: their own rewrite rule, then the wildcard's (one pattern in templates).
+        let lb4 =
+            "(?:api|blog|cdn|docs|git|mail|shop|www)\\.(?:k1\\.example\\.com|k2\\.example\\.com)";
+        assert!(edit.text.contains(lb4), "{name}: {}", edit.text);
+        if edit.text.contains("rewrite stop name regex ^(?:api|blog|") {
+            apart += 1;
+            assert!(
+                edit.text
+                    .contains(&format!("rewrite stop name regex ^{lb4}\\.$ hairpin-lb-4."))
+                    && edit.text.contains(
+                        "rewrite stop name regex ^[^.]+\\.kids\\.example\\.com\\.$ hairpin-lb-4."
+                    ),
+                "{name}: {}",
+                edit.text
+            );
+        }
         let options = Options {
             records: s.records.clone(),
             // placeholder-domain's `kubernetes {$CLUSTER_DOMAIN}`
@@ -300,6 +336,7 @@ fn planned_corefiles_answer_right_in_real_coredns() {
     println!("ran {} Corefiles in CoreDNS: {ran:?}", ran.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(ran.len() >= 20, "{ran:?}");
+    assert!(apart >= 15, "LB4's own rule in {apart} Corefiles");
 }
 
 /// The user's own `rewrite` rules keep their place: one before hairpin's block (in Corefile

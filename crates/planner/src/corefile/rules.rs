@@ -25,7 +25,9 @@
 //!   (the largest groups only, `exact_alternatives`), and the target's one-label wildcards
 //!   join the same pattern, `|[^.]+\.(?:apps\.example\.com)`, where no other target's name
 //!   lies under them (`mergeable_wildcards`): fewer rules, each of which every external
-//!   query pays, and a smaller compiled program;
+//!   query pays, and a smaller compiled program; except where the exact names' pattern alone
+//!   is small and unambiguous enough for Go's one-pass matcher and starts with many distinct
+//!   characters (`one_pass_apart`): then it keeps its own rule, cheaper than the NFA's threads;
 //! * Ingress wildcards ([`HostPattern::Wildcard`]) match exactly one label, as the Ingress API
 //!   specifies:
 //!   `rewrite stop name regex ^[^.]+\.(?:example\.com|example\.org)\.$ TARGET answer auto`;
@@ -507,11 +509,13 @@ enum Match<'a> {
 /// whether a target with `n` exact names gets grouped regexes instead of one exact match each;
 /// `joins`: its one-label wildcards would join the same pattern ([`mergeable_wildcards`]).
 /// The wildcard patterns leave out `cut`: exact names (heads by wildcard suffix, see
-/// [`cut_heads`]) that no wildcard may match.
+/// [`cut_heads`]) that no wildcard may match. `apart`: exact names that Go's one-pass matcher
+/// would take keep their own rule ([`one_pass_apart`]; rewrite rules only).
 fn ordered_matches<'a>(
     by_target: &ByTarget<'a>,
     group_exact: impl Fn(usize, bool) -> bool,
     cut: &HashMap<&str, Vec<&str>>,
+    apart: bool,
 ) -> Vec<(Match<'a>, &'a str)> {
     let mut exact = Vec::new();
     let mut wildcards = Vec::new();
@@ -527,6 +531,7 @@ fn ordered_matches<'a>(
             alts = exact_alternatives(&names.exact);
             wild = plain
                 .as_deref()
+                .filter(|_| !(apart && one_pass_apart(&names.exact, &alts)))
                 .and_then(|p| mergeable_wildcards(target, p, &alts, by_target));
         }
         if n > 0 && group_exact(n, wild.is_some()) {
@@ -597,13 +602,15 @@ pub(super) fn render_rules_of(
         style != RuleStyle::ExactOnly && (n > EXACT_RULES_MAX_PER_TARGET || joins)
     };
     // Pass-throughs are identity rules among the exact ones, before every wildcard.
-    Ok(ordered_matches(&by_target, group_exact, &HashMap::new())
-        .into_iter()
-        .map(|(m, target)| match m {
-            Match::Exact(name) => format!("rewrite stop name exact {name} {target}"),
-            Match::Regex(p) => format!("rewrite stop name regex {p} {target} answer auto"),
-        })
-        .collect())
+    Ok(
+        ordered_matches(&by_target, group_exact, &HashMap::new(), true)
+            .into_iter()
+            .map(|(m, target)| match m {
+                Match::Exact(name) => format!("rewrite stop name exact {name} {target}"),
+                Match::Regex(p) => format!("rewrite stop name regex {p} {target} answer auto"),
+            })
+            .collect(),
+    )
 }
 
 /// The rule that opens hairpin's rules where nothing else may rewrite cluster names
@@ -626,8 +633,10 @@ pub fn cluster_bypass(cluster_domain: &str) -> String {
 /// What a rule costs a name it does not match, in units of about 1,100 instructions (CoreDNS
 /// 1.12.2, callgrind over whole GC cycles, docs/dns-cost.md): an `exact` or `suffix` rule 1
 /// (the rule's own lowercased copy of the name and a comparison), a `regex` rule up to
-/// [`SMALL_REGEX`] bytes 2 (Go's one-pass or backtracking matcher), a larger one 9 (Go's NFA,
-/// with the collector and stack growth its program and work queues bring).
+/// [`SMALL_REGEX`] bytes, or of exact names only (no character class) up to [`ONE_PASS_LEN`],
+/// 2 (Go's one-pass or backtracking matcher, or a program of under 1,000 instructions), a
+/// larger one 9 (Go's NFA, with the collector and stack growth its program and work queues
+/// bring).
 fn rule_cost(rule: &str) -> usize {
     let mut words = rule.split_whitespace();
     let Some(kind) = words.nth(3).filter(|&k| k == "regex") else {
@@ -637,10 +646,14 @@ fn rule_cost(rule: &str) -> usize {
     // (at 20,000 names it is over 100 KB, and the rules are weighed on every plan).
     let after = kind.as_ptr().addr() - rule.as_ptr().addr() + kind.len();
     let pattern = rule[after..].trim_start();
+    let mut class = false;
     let len = (pattern.char_indices())
-        .find(|&(i, c)| c.is_whitespace() || i > SMALL_REGEX)
+        .find(|&(i, c)| {
+            class |= c == '[';
+            c.is_whitespace() || i > ONE_PASS_LEN
+        })
         .map_or(pattern.len(), |(i, _)| i);
-    if (1..=SMALL_REGEX).contains(&len) {
+    if (1..=SMALL_REGEX).contains(&len) || ((1..=ONE_PASS_LEN).contains(&len) && !class) {
         2
     } else {
         9
@@ -730,7 +743,7 @@ pub(super) fn render_answers_of(
     }
     unknown.sort();
     let mut lines = Vec::new();
-    for (m, target) in ordered_matches(&by_target, |_, _| true, &cut) {
+    for (m, target) in ordered_matches(&by_target, |_, _| true, &cut, false) {
         let pattern = match m {
             Match::Exact(name) => format!("^{}\\.$", escape(name)),
             Match::Regex(p) => p,
@@ -830,6 +843,65 @@ fn mergeable_wildcards<'a>(
     let wild = Alt::Group(format!("[^.]+\\.{}", join_alternatives(plain)));
     let total = alts.iter().map(|a| a.len() + 1).sum::<usize>() + wild.len() + 1;
     (!shadowed && total <= REGEX_PATTERN_BUDGET).then_some(wild)
+}
+
+/// A pattern of exact names up to this length compiles to fewer than 1,000 instructions of
+/// Go's regexp program (at most one per byte), the most its one-pass matcher takes.
+const ONE_PASS_LEN: usize = 900;
+
+/// Fewest distinct first characters of a target's exact names from which they keep a rule of
+/// their own ([`one_pass_apart`]). In the shared pattern Go's NFA starts every query with a
+/// thread per first character, about 290 instructions each (callgrind, Go's regexp on the
+/// benchmark's patterns); the one-pass matcher pays none of that, but the rule costs every
+/// query a `request.Name()` of its own (about 60 instructions per character of the name,
+/// CoreDNS 1.12.2): from about eight first characters the own rule costs less.
+const APART_FAN_OUT: usize = 8;
+
+/// Whether a target's exact names (`names`, sorted, as `alts`) keep a `regex` rule of their
+/// own instead of sharing one with the target's one-label wildcards ([`mergeable_wildcards`]):
+/// when their pattern alone is within reach of Go's one-pass matcher and they start with at
+/// least [`APART_FAN_OUT`] distinct characters. The one-pass matcher reads a name once, at a
+/// few dozen instructions per character, where the NFA of the shared pattern pays about 290
+/// per first character of the names at every query; and a name shorter than the shortest
+/// wildcard match skips the wildcards' rule without matching at all (Go checks the input's
+/// length first). Measured in CoreDNS 1.12.2 (callgrind, whole GC cycles) on the benchmark's
+/// 1,000 names (one cross product of 20 first labels, 10 first characters, beside 250
+/// wildcards): external names 1.108x -> 1.068x the Corefile without hairpin's block, cluster
+/// names 1.091x -> 1.088x (docs/dns-cost.md).
+///
+/// One-pass: at most [`ONE_PASS_LEN`] bytes; flat names only, or one cross product alone (Go
+/// factors a sorted list of literals into a trie whose branches start with distinct
+/// characters; a second group, or a name beside a group, may start like it); and no name (of a
+/// cross product: no parent) that goes on after another one's end with a dot (`a.io` and
+/// `a.io.x`: after `a.io` both the end of the pattern, `\.`, and `.x` start with a dot).
+fn one_pass_apart(names: &[&str], alts: &[Alt<'_>]) -> bool {
+    let mut len = 8; // `^(?:`, `)\.$`
+    for alt in alts {
+        len += alt.len() + 1;
+        if len > ONE_PASS_LEN {
+            return false;
+        }
+    }
+    let mut first = [false; 256];
+    for name in names {
+        if let Some(&b) = name.as_bytes().first() {
+            first[usize::from(b)] = true;
+        }
+    }
+    if first.iter().filter(|&&f| f).count() < APART_FAN_OUT {
+        return false;
+    }
+    let keys: HashSet<&str> = match alts {
+        [Alt::Group(_)] => names
+            .iter()
+            .filter_map(|n| n.split_once('.').map(|(_, parent)| parent))
+            .collect(),
+        _ if alts.iter().all(|a| matches!(a, Alt::Name(_))) => names.iter().copied().collect(),
+        _ => return false,
+    };
+    !keys
+        .iter()
+        .any(|k| k.match_indices('.').any(|(i, _)| keys.contains(&k[..i])))
 }
 /// Most cross-product groups in one target's exact names ([`exact_alternatives`]). Each group
 /// is a branch of the alternation that Go's regexp cannot merge with the others, so its matcher
@@ -1228,6 +1300,7 @@ mod tests {
             let mut words = rule.split_whitespace();
             match (words.nth(3), words.next()) {
                 (Some("regex"), Some(p)) if p.len() <= SMALL_REGEX => 2,
+                (Some("regex"), Some(p)) if p.len() <= ONE_PASS_LEN && !p.contains('[') => 2,
                 (Some("regex"), _) => 9,
                 _ => 1,
             }
@@ -1238,10 +1311,28 @@ mod tests {
             "rewrite stop name regex".to_owned(),
             "rewrite stop name regex   ".to_owned(),
         ];
-        for len in [1, 2, SMALL_REGEX - 1, SMALL_REGEX, SMALL_REGEX + 1, 100_000] {
+        let lens = [
+            SMALL_REGEX - 1,
+            SMALL_REGEX,
+            SMALL_REGEX + 1,
+            ONE_PASS_LEN - 1,
+        ];
+        for len in [1, 2, ONE_PASS_LEN, ONE_PASS_LEN + 1, 100_000]
+            .into_iter()
+            .chain(lens)
+        {
             for (pad, tail) in [("", ""), (" ", " t answer auto"), ("\t ", "\tt")] {
                 rules.push(format!(
                     "rewrite stop name regex{pad} {}{tail}",
+                    "a".repeat(len)
+                ));
+                // A character class (a wildcard's `[^.]`) early or late.
+                rules.push(format!(
+                    "rewrite stop name regex{pad} [^.]{}{tail}",
+                    "a".repeat(len)
+                ));
+                rules.push(format!(
+                    "rewrite stop name regex{pad} {}[^.]{tail}",
                     "a".repeat(len)
                 ));
                 // A multi-byte character across the limit.
@@ -1249,6 +1340,12 @@ mod tests {
                     "{}é{}",
                     "a".repeat(len.min(SMALL_REGEX)),
                     "b".repeat(len / 2)
+                );
+                rules.push(format!("rewrite stop name regex {pad}{p}{tail}"));
+                let p = format!(
+                    "{}é{}",
+                    "a".repeat(len.min(ONE_PASS_LEN - 1)),
+                    "b".repeat(len % 3)
                 );
                 rules.push(format!("rewrite stop name regex {pad}{p}{tail}"));
             }
@@ -1796,6 +1893,67 @@ mod cross_tests {
         assert_eq!(rules.len(), 1);
         assert_eq!(rules[0].matches(")\\.(?:").count(), CROSS_GROUPS_MAX);
         assert!(rules[0].contains("|a0\\.p0\\.g0\\.example\\.com|"));
+    }
+
+    /// Each of `heads` under each of `parents`, and `*.apps.example.net`, all on `target`.
+    fn products(heads: &[&str], parents: &[&str], target: &str) -> Vec<DnsEntry> {
+        let mut out: Vec<DnsEntry> = parents
+            .iter()
+            .flat_map(|p| heads.iter().map(move |h| format!("{h}.{p}")))
+            .map(|n| e(&n, target))
+            .collect();
+        out.push(e("*.apps.example.net", target));
+        out
+    }
+
+    #[test]
+    fn exact_names_for_the_one_pass_matcher_keep_a_rule_apart_from_their_wildcards() {
+        let t = "t.ns.svc.cluster.local";
+        let heads = ["api", "blog", "cdn", "docs", "git", "mail", "shop", "www"];
+        let parents = ["t1.example.com", "t2.example.com", "t3.example.com"];
+        // Eight first characters, one cross product: its own rule, then the wildcard's.
+        assert_eq!(
+            render_rules(&products(&heads, &parents, t)).unwrap(),
+            [
+                "rewrite stop name regex ^(?:api|blog|cdn|docs|git|mail|shop|www)\\.(?:t1\\.example\\.com|t2\\.example\\.com|t3\\.example\\.com)\\.$ t.ns.svc.cluster.local answer auto",
+                "rewrite stop name regex ^[^.]+\\.apps\\.example\\.net\\.$ t.ns.svc.cluster.local answer auto",
+            ]
+        );
+        // So do flat names with eight first characters.
+        let flat: Vec<String> = heads
+            .iter()
+            .map(|h| format!("{h}.{h}.example.org"))
+            .collect();
+        let mut entries: Vec<DnsEntry> = flat.iter().map(|n| e(n, t)).collect();
+        entries.push(e("*.apps.example.net", t));
+        let rules = render_rules(&entries).unwrap();
+        assert_eq!(rules.len(), 2, "{rules:?}");
+        assert!(rules[0].starts_with("rewrite stop name regex ^(?:api\\.api\\.example\\.org|"));
+        assert!(rules[1].starts_with("rewrite stop name regex ^[^.]+\\.apps\\."));
+        // One pattern as before: seven first characters; a parent that goes on after another
+        // one with a dot (not one-pass); two cross products; a pattern too long.
+        let shared = |entries: &[DnsEntry]| {
+            let rules = render_rules(entries).unwrap();
+            rules.len() == 1 && rules[0].contains("|[^.]+\\.apps\\.example\\.net)\\.$")
+        };
+        assert!(shared(&products(&heads[1..], &parents, t)));
+        let nested = ["t1.example.com", "t1.example.com.au", "t2.example.com"];
+        assert!(shared(&products(&heads, &nested, t)));
+        let mut two = products(&heads, &parents, t);
+        two.extend(products(
+            &["api", "www"],
+            &["u1.example.com", "u2.example.com"],
+            t,
+        ));
+        assert!(shared(&two));
+        let many: Vec<String> = (0..40).map(|i| format!("tenant-{i}.example.com")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(shared(&products(&heads, &many, t)));
+        // Template answers keep the one pattern.
+        let ip: IpAddr = "10.96.0.9".parse().unwrap();
+        let addresses = BTreeMap::from([(t.to_owned(), vec![ip])]);
+        let (lines, _) = render_answers(&products(&heads, &parents, t), &addresses).unwrap();
+        assert_eq!(lines.iter().filter(|l| l.contains("match ^")).count(), 3);
     }
 
     #[test]
