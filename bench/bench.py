@@ -36,6 +36,18 @@ p99 targets are judged on the median of the per-round ratios (printed with their
 the number of rounds in which hairpin was ahead), not on two medians whose runs took place at different moments: on a
 shared 2-core machine one run's throughput moves by +-20 % with the load.
 
+Keep-alive's modes (issue 48): on a 2-core machine every target's keep-alive runs, HAProxy's and
+direct nginx's as much as hairpin's, fall into a slow (~36-40k req/s) and a fast (~47-51k) mode
+from one run to the next, so five rounds' paired ratio depends on which runs drew which mode.
+Each run draws its peers' state afresh: wrk opens 64 new connections, the proxy 64 new ones to
+nginx, and nginx's workers, sharing one listening socket with EPOLLEXCLUSIVE, took them 64/0 to
+32/32 (whichever worker sat in epoll_wait got the next); hairpin's own split stays 34/30
+(`handoff_limit`) and its threads' switches and migrations per request match HAProxy's. So nginx
+listens with `reuseport` (one socket per worker, the kernel's hash spreads the connections,
+33/31 to 41/23 seen) and the keep-alive runs print nginx's split; judge keep-alive on 9 rounds or
+more (--rounds), and on the paired ratio's median, not one round. --nginx-shared-listener brings
+back the shared socket, to compare the two on a quiet machine.
+
 Fairness: both proxies get the same number of threads (HAProxy `nbthread`, hairpin `--workers`;
 2 unless --threads says otherwise), the same
 connect/idle timeouts, no CPU pinning, and HAProxy runs as Debian ships it: no `option splice-*`
@@ -83,7 +95,7 @@ symbols).
 
 Usage: bench/run.sh [--smoke | --quick] [--connections N,N] [--rounds N] [--duration S] [--threads N] [--only WORKLOAD]...
                     [--no-build] [--hairpin PATH | --release] [--baseline PATH] [--no-planner]
-                    [--profile]
+                    [--profile] [--nginx-shared-listener]
 """
 
 import argparse
@@ -325,13 +337,41 @@ def planner_figures(target_dir, build, hairpin):
     return scale, memory, times, corefile_kib, (rss_mib, hwm_mib)
 
 
-def run_wrk(port, workload, duration):
+def socket_fds(pid):
+    """How many of a process's descriptors are sockets."""
+    count = 0
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return count
+
+
+def nginx_split(workers, idle):
+    """Connections open on each nginx worker now: its socket descriptors over `idle`, its count
+    with no connection open."""
+    return [max(0, socket_fds(pid) - idle[pid]) for pid in workers]
+
+
+def run_wrk(port, workload, duration, during=None):
+    """One wrk run: (value in the workload's unit, p99 ms, problems, requests or MiB done);
+    `during`, if given, is called once halfway through the run (a sample of the peers' state)."""
     path, connections, extra, unit, threads = WORKLOADS[workload]
     cmd = [
         "wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", "--timeout", "10s",
         *extra, f"http://127.0.0.1:{port}{path}",
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    wrk = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if during:
+        time.sleep(duration / 2)
+        during()
+    out, err = wrk.communicate()
+    if wrk.returncode != 0:
+        raise subprocess.CalledProcessError(wrk.returncode, cmd, out, err)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     transfer = to_mib_per_s(re.search(r"Transfer/sec:\s+(\S+)", out).group(1))
     p99 = to_ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
@@ -469,9 +509,11 @@ def paired(ours, theirs, higher_is_better=True):
     return statistics.median(per_round), min(per_round), max(per_round), ahead, len(per_round)
 
 
-def write_configs(work, ports, threads, max_conns):
+def write_configs(work, ports, threads, max_conns, nginx_reuseport=True):
     """nginx (PROXY protocol and direct listeners), HAProxy (send-proxy, send-proxy-v2) and the
-    two hairpin route files (prefixes hp and base), all on loopback, into `work`."""
+    two hairpin route files (prefixes hp and base), all on loopback, into `work`. nginx's
+    listeners are `reuseport` (one socket per worker) unless `nginx_reuseport` is false."""
+    reuseport = " reuseport" if nginx_reuseport else ""
     with open(os.path.join(work, "nginx.conf"), "w") as f:
         f.write(f"""
 daemon off;
@@ -490,8 +532,8 @@ http {{
   sendfile on; tcp_nopush on; tcp_nodelay on;
   keepalive_timeout 60s; keepalive_requests 1000000;
   server {{
-listen 127.0.0.1:{ports["nginx_pp"]} proxy_protocol backlog=4096;
-listen 127.0.0.1:{ports["nginx_direct"]} backlog=4096;
+listen 127.0.0.1:{ports["nginx_pp"]} proxy_protocol{reuseport} backlog=4096;
+listen 127.0.0.1:{ports["nginx_direct"]}{reuseport} backlog=4096;
 location = /small {{ return 200 "{SMALL_BODY.strip()}\\n"; }}
 location = /check {{ return 200 "$proxy_protocol_addr"; }}
 location = /big {{ alias {work}/big.bin; }}
@@ -550,6 +592,9 @@ def main():
                         help="leave out the planner figures (scale and memory_10k examples)")
     parser.add_argument("--profile", action="store_true",
                         help="after the rounds, where each proxy's CPU per request goes (perf record; needs perf)")
+    parser.add_argument("--nginx-shared-listener", action="store_true",
+                        help="nginx's workers share one listening socket (as before issue 48's keep-alive "
+                             "finding) instead of one `reuseport` socket each")
     parser.add_argument("--threads", type=int, default=2,
                         help="threads for each proxy: HAProxy `nbthread`, hairpin `--workers` (default 2)")
     args = parser.parse_args()
@@ -604,7 +649,7 @@ def main():
                                                 "base_v1", "base_v2", "base_admin")}
         with open(os.path.join(work, "big.bin"), "wb") as f:
             f.write(os.urandom(BIG_BYTES))
-        write_configs(work, ports, args.threads, max_conns)
+        write_configs(work, ports, args.threads, max_conns, not args.nginx_shared_listener)
 
         def start(name, cmd, port):
             log = open(os.path.join(work, f"{name}.log"), "w")
@@ -683,6 +728,11 @@ def main():
         owner = {"direct": None, "haproxy-v1": "haproxy", "haproxy-v2": "haproxy",
                  "hairpin-v1": "hairpin", "hairpin-v2": "hairpin", "baseline-v1": "baseline", "baseline-v2": "baseline"}
         latencies = {(w, t): [] for w in WORKLOADS for t in targets}
+        # How nginx's workers share each keep-alive run's connections (sampled halfway through):
+        # one more variable a run draws at random, beside the machine's load (see the docstring).
+        nginx_workers = [pid for pid in process_tree(procs["nginx"].pid) if pid != procs["nginx"].pid]
+        nginx_idle = {pid: socket_fds(pid) for pid in nginx_workers}
+        splits = {t: [] for t in targets}
         names = list(targets)
         for round_ in range(args.rounds):
             order = round_order(names, round_)
@@ -691,7 +741,11 @@ def main():
                     duration = args.duration + (1 if WORKLOADS[workload][3] == "MiB/s" else 0)
                     proc = procs[owner[name]] if owner[name] else None
                     before = cpu_times(proc.pid) if proc else (0.0, 0.0)
-                    value, p99, issues, done = run_wrk(targets[name], workload, duration)
+                    during = None
+                    if workload == "keepalive" and len(nginx_workers) > 1:
+                        def during(name=name):
+                            splits[name].append(nginx_split(nginx_workers, nginx_idle))
+                    value, p99, issues, done = run_wrk(targets[name], workload, duration, during)
                     if proc and done > 0:
                         after = cpu_times(proc.pid)
                         user, system = after[0] - before[0], after[1] - before[1]
@@ -716,6 +770,12 @@ def main():
                 p99 = statistics.median(latencies[(workload, name)])
                 shown = " ".join(f"{r:.0f}" for r in runs)
                 print(f"{workload:<10} {name:<11} {statistics.median(runs):>12.1f} {unit:<6} {p99:>8.2f}   {shown}")
+        if any(splits.values()):
+            print()
+            print("keep-alive: nginx's workers' shares of each run's connections (halfway through; in run order)")
+            for name in names:
+                shown = " ".join("/".join(str(n) for n in split) for split in splits[name])
+                print(f"  {name:<11} {shown}")
         print()
         print("ratios of medians (throughput: higher is better; p99: lower is better)")
         for workload in WORKLOADS:
