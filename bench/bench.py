@@ -36,17 +36,19 @@ p99 targets are judged on the median of the per-round ratios (printed with their
 the number of rounds in which hairpin was ahead), not on two medians whose runs took place at different moments: on a
 shared 2-core machine one run's throughput moves by +-20 % with the load.
 
-Keep-alive's modes (issue 48): on a 2-core machine every target's keep-alive runs, HAProxy's and
-direct nginx's as much as hairpin's, fall into a slow (~36-40k req/s) and a fast (~47-51k) mode
-from one run to the next, so five rounds' paired ratio depends on which runs drew which mode.
-Each run draws its peers' state afresh: wrk opens 64 new connections, the proxy 64 new ones to
-nginx, and nginx's workers, sharing one listening socket with EPOLLEXCLUSIVE, took them 64/0 to
-32/32 (whichever worker sat in epoll_wait got the next); hairpin's own split stays 34/30
-(`handoff_limit`) and its threads' switches and migrations per request match HAProxy's. So nginx
-listens with `reuseport` (one socket per worker, the kernel's hash spreads the connections,
-33/31 to 41/23 seen) and the keep-alive runs print nginx's split; judge keep-alive on 9 rounds or
-more (--rounds), and on the paired ratio's median, not one round. --nginx-shared-listener brings
-back the shared socket, to compare the two on a quiet machine.
+Keep-alive's modes (issue 48): every target's keep-alive runs move between a slow and a fast mode
+from one run to the next, direct nginx's as much as the proxies' (two quiet runs: each target's
+slowest run 0.64-0.79 of its fastest), so five rounds' paired ratio depends on which runs drew
+which mode: judge keep-alive on 9 rounds or more (--rounds) and on the paired ratio's median.
+Hairpin's own state is not the draw: its workers hold 34/30 or 35/29 of the 64 connections
+(`handoff_limit`), its two threads' CPU 50-58/42-50, its migrations and context switches per
+request those of HAProxy (30 runs each). nginx's does differ: its workers shared one listening
+socket (EPOLLEXCLUSIVE wakes whichever sits in epoll_wait) and took each run's 64 connections
+anywhere from 64/0 to 32/32. So nginx listens with `reuseport` (one socket per worker, the kernel's
+hash: at most 41/23 seen) and the keep-alive runs print nginx's split. Under a load of 11-15 the
+throughput did not follow that split (the load's own swings are larger); --nginx-shared-listener
+brings back the shared socket to compare the two on a quiet machine, and --baseline with hairpin's
+own binary shows how far two runs of one build move apart under the load of the moment.
 
 Fairness: both proxies get the same number of threads (HAProxy `nbthread`, hairpin `--workers`;
 2 unless --threads says otherwise), the same
