@@ -39,16 +39,21 @@ shared 2-core machine one run's throughput moves by +-20 % with the load.
 Keep-alive's modes (issue 48): every target's keep-alive runs move between a slow and a fast mode
 from one run to the next, direct nginx's as much as the proxies' (two quiet runs: each target's
 slowest run 0.64-0.79 of its fastest), so five rounds' paired ratio depends on which runs drew
-which mode: judge keep-alive on 9 rounds or more (--rounds) and on the paired ratio's median.
-Hairpin's own state is not the draw: its workers hold 34/30 or 35/29 of the 64 connections
-(`handoff_limit`), its two threads' CPU 50-58/42-50, its migrations and context switches per
-request those of HAProxy (30 runs each). nginx's does differ: its workers shared one listening
-socket (EPOLLEXCLUSIVE wakes whichever sits in epoll_wait) and took each run's 64 connections
-anywhere from 64/0 to 32/32. So nginx listens with `reuseport` (one socket per worker, the kernel's
-hash: at most 41/23 seen) and the keep-alive runs print nginx's split. Under a load of 11-15 the
-throughput did not follow that split (the load's own swings are larger); --nginx-shared-listener
-brings back the shared socket to compare the two on a quiet machine, and --baseline with hairpin's
-own binary shows how far two runs of one build move apart under the load of the moment.
+which mode: judge keep-alive on 9 rounds or more (--rounds) and on the paired ratio's median. What
+tracks the mode is where the kernel put the threads: in runs whose two worker threads (the proxy's,
+or nginx's two workers for direct) sat on one CPU for half the run or more, throughput was
+0.74-0.86 of the other runs' for HAProxy, hairpin and direct alike (bench/keepalive_modes.py, 2 x
+45 runs at load 7-14; correlation -0.41 to -0.82), and hairpin's threads shared a CPU no more often
+than HAProxy's. Hairpin's own state is not the draw: its workers hold 34/30 or 35/29 of the 64
+connections (`handoff_limit`), its two threads' CPU 50-58/42-50, its migrations and context
+switches per request those of HAProxy. nginx's split was one more draw: its workers shared one
+listening socket (EPOLLEXCLUSIVE wakes whichever sits in epoll_wait) and took each run's 64
+connections anywhere from 64/0 to 32/32, so nginx listens with `reuseport` (one socket per worker,
+the kernel's hash: at most 41/23 seen); --nginx-shared-listener brings back the shared socket. The
+keep-alive runs print, per run, nginx's split and the share of samples with the target's worker
+threads on one CPU, and each target's median over the runs that shared a CPU and over the others.
+--baseline with hairpin's own binary shows how far two runs of one build move apart under the load
+of the moment.
 
 Fairness: both proxies get the same number of threads (HAProxy `nbthread`, hairpin `--workers`;
 2 unless --threads says otherwise), the same
@@ -359,17 +364,68 @@ def nginx_split(workers, idle):
     return [max(0, socket_fds(pid) - idle[pid]) for pid in workers]
 
 
+def last_cpus(tasks):
+    """The CPU each (pid, tid) last ran on (None for one that is gone)."""
+    cpus = []
+    for pid, tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                cpus.append(int(f.read().rpartition(")")[2].split()[36]))
+        except (OSError, IndexError, ValueError):
+            cpus.append(None)
+    return cpus
+
+
+def worker_tasks(pids, prefix=None):
+    """(pid, tid) of the processes' threads, those named `prefix...` only if given."""
+    tasks = []
+    for pid in pids:
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if prefix is None or f.read().startswith(prefix):
+                        tasks.append((pid, int(tid)))
+        except OSError:
+            pass
+    return tasks
+
+
+class Placement:
+    """Samples taken while a keep-alive run goes on: how often a target's worker threads (the
+    proxy's, or nginx's workers for direct) all sat on one CPU, and nginx's split halfway."""
+
+    def __init__(self, tasks, nginx_workers, nginx_idle, duration):
+        self.tasks, self.workers, self.idle = tasks, nginx_workers, nginx_idle
+        self.start, self.duration = time.time(), duration
+        self.samples = self.together = 0
+        self.split = None
+
+    def __call__(self):
+        elapsed = time.time() - self.start
+        if 0.3 < elapsed < self.duration - 0.2 and len(self.tasks) > 1:
+            cpus = last_cpus(self.tasks)
+            if None not in cpus:
+                self.samples += 1
+                self.together += len(set(cpus)) == 1
+        if self.split is None and elapsed > self.duration / 2:
+            self.split = nginx_split(self.workers, self.idle)
+
+    def one_cpu(self):
+        """The share of samples with every worker thread on one CPU (None without samples)."""
+        return self.together / self.samples if self.samples else None
+
+
 def run_wrk(port, workload, duration, during=None):
     """One wrk run: (value in the workload's unit, p99 ms, problems, requests or MiB done);
-    `during`, if given, is called once halfway through the run (a sample of the peers' state)."""
+    `during`, if given, is called every 20 ms while wrk runs (samples of the peers' state)."""
     path, connections, extra, unit, threads = WORKLOADS[workload]
     cmd = [
         "wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", "--timeout", "10s",
         *extra, f"http://127.0.0.1:{port}{path}",
     ]
     wrk = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if during:
-        time.sleep(duration / 2)
+    while during and wrk.poll() is None:
+        time.sleep(0.02)
         during()
     out, err = wrk.communicate()
     if wrk.returncode != 0:
@@ -735,6 +791,8 @@ def main():
         nginx_workers = [pid for pid in process_tree(procs["nginx"].pid) if pid != procs["nginx"].pid]
         nginx_idle = {pid: socket_fds(pid) for pid in nginx_workers}
         splits = {t: [] for t in targets}
+        one_cpu = {t: [] for t in targets}
+        tasks = {"direct": [(pid, pid) for pid in nginx_workers]}
         names = list(targets)
         for round_ in range(args.rounds):
             order = round_order(names, round_)
@@ -744,10 +802,14 @@ def main():
                     proc = procs[owner[name]] if owner[name] else None
                     before = cpu_times(proc.pid) if proc else (0.0, 0.0)
                     during = None
-                    if workload == "keepalive" and len(nginx_workers) > 1:
-                        def during(name=name):
-                            splits[name].append(nginx_split(nginx_workers, nginx_idle))
+                    if workload == "keepalive":
+                        if name not in tasks:
+                            tasks[name] = worker_tasks([proc.pid], None if owner[name] == "haproxy" else "hairpin-proxy")
+                        during = Placement(tasks[name], nginx_workers, nginx_idle, duration)
                     value, p99, issues, done = run_wrk(targets[name], workload, duration, during)
+                    if during:
+                        splits[name].append(during.split or [])
+                        one_cpu[name].append(during.one_cpu())
                     if proc and done > 0:
                         after = cpu_times(proc.pid)
                         user, system = after[0] - before[0], after[1] - before[1]
@@ -774,10 +836,21 @@ def main():
                 print(f"{workload:<10} {name:<11} {statistics.median(runs):>12.1f} {unit:<6} {p99:>8.2f}   {shown}")
         if any(splits.values()):
             print()
-            print("keep-alive: nginx's workers' shares of each run's connections (halfway through; in run order)")
+            print("keep-alive, each run in run order: nginx's workers' shares of the connections (halfway through), "
+                  "and the share of samples (every 20 ms) with the target's worker threads on one CPU")
             for name in names:
                 shown = " ".join("/".join(str(n) for n in split) for split in splits[name])
-                print(f"  {name:<11} {shown}")
+                print(f"  {name:<11} nginx {shown}")
+                shown = " ".join("-" if x is None else f"{x:.2f}" for x in one_cpu[name])
+                print(f"  {'':<11} one CPU {shown}")
+            print("keep-alive req/s, median of the runs whose worker threads shared one CPU half the time or more, and "
+                  "of the others")
+            for name in names:
+                together = [v for v, x in zip(results[("keepalive", name)], one_cpu[name]) if x is not None and x >= 0.5]
+                apart = [v for v, x in zip(results[("keepalive", name)], one_cpu[name]) if x is not None and x < 0.5]
+                cells = [f"{statistics.median(runs):8.0f} ({len(runs)} runs)" if runs else f"{'-':>8} (0 runs)"
+                         for runs in (together, apart)]
+                print(f"  {name:<11} one CPU {cells[0]}   apart {cells[1]}")
         print()
         print("ratios of medians (throughput: higher is better; p99: lower is better)")
         for workload in WORKLOADS:
