@@ -36,6 +36,25 @@ p99 targets are judged on the median of the per-round ratios (printed with their
 the number of rounds in which hairpin was ahead), not on two medians whose runs took place at different moments: on a
 shared 2-core machine one run's throughput moves by +-20 % with the load.
 
+Keep-alive's modes (issue 48): every target's keep-alive runs move between a slow and a fast mode
+from one run to the next, direct nginx's as much as the proxies' (two quiet runs: each target's
+slowest run 0.64-0.79 of its fastest), so five rounds' paired ratio depends on which runs drew
+which mode: judge keep-alive on 9 rounds or more (--rounds) and on the paired ratio's median. What
+tracks the mode is where the kernel put the threads: in runs whose two worker threads (the proxy's,
+or nginx's two workers for direct) sat on one CPU for half the run or more, throughput was
+0.74-0.86 of the other runs' for HAProxy, hairpin and direct alike (bench/keepalive_modes.py, 2 x
+45 runs at load 7-14; correlation -0.41 to -0.82), and hairpin's threads shared a CPU no more often
+than HAProxy's. Hairpin's own state is not the draw: its workers hold 34/30 or 35/29 of the 64
+connections (`handoff_limit`), its two threads' CPU 50-58/42-50, its migrations and context
+switches per request those of HAProxy. nginx's split was one more draw: its workers shared one
+listening socket (EPOLLEXCLUSIVE wakes whichever sits in epoll_wait) and took each run's 64
+connections anywhere from 64/0 to 32/32, so nginx listens with `reuseport` (one socket per worker,
+the kernel's hash: at most 41/23 seen); --nginx-shared-listener brings back the shared socket. The
+keep-alive runs print, per run, nginx's split and the share of samples with the target's worker
+threads on one CPU, and each target's median over the runs that shared a CPU and over the others.
+--baseline with hairpin's own binary shows how far two runs of one build move apart under the load
+of the moment.
+
 Fairness: both proxies get the same number of threads (HAProxy `nbthread`, hairpin `--workers`;
 2 unless --threads says otherwise), the same
 connect/idle timeouts, no CPU pinning, and HAProxy runs as Debian ships it: no `option splice-*`
@@ -83,7 +102,7 @@ symbols).
 
 Usage: bench/run.sh [--smoke | --quick] [--connections N,N] [--rounds N] [--duration S] [--threads N] [--only WORKLOAD]...
                     [--no-build] [--hairpin PATH | --release] [--baseline PATH] [--no-planner]
-                    [--profile]
+                    [--profile] [--nginx-shared-listener]
 """
 
 import argparse
@@ -325,13 +344,92 @@ def planner_figures(target_dir, build, hairpin):
     return scale, memory, times, corefile_kib, (rss_mib, hwm_mib)
 
 
-def run_wrk(port, workload, duration):
+def socket_fds(pid):
+    """How many of a process's descriptors are sockets."""
+    count = 0
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return count
+
+
+def nginx_split(workers, idle):
+    """Connections open on each nginx worker now: its socket descriptors over `idle`, its count
+    with no connection open."""
+    return [max(0, socket_fds(pid) - idle[pid]) for pid in workers]
+
+
+def last_cpus(tasks):
+    """The CPU each (pid, tid) last ran on (None for one that is gone)."""
+    cpus = []
+    for pid, tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                cpus.append(int(f.read().rpartition(")")[2].split()[36]))
+        except (OSError, IndexError, ValueError):
+            cpus.append(None)
+    return cpus
+
+
+def worker_tasks(pids, prefix=None):
+    """(pid, tid) of the processes' threads, those named `prefix...` only if given."""
+    tasks = []
+    for pid in pids:
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if prefix is None or f.read().startswith(prefix):
+                        tasks.append((pid, int(tid)))
+        except OSError:
+            pass
+    return tasks
+
+
+class Placement:
+    """Samples taken while a keep-alive run goes on: how often a target's worker threads (the
+    proxy's, or nginx's workers for direct) all sat on one CPU, and nginx's split halfway."""
+
+    def __init__(self, tasks, nginx_workers, nginx_idle, duration):
+        self.tasks, self.workers, self.idle = tasks, nginx_workers, nginx_idle
+        self.start, self.duration = time.time(), duration
+        self.samples = self.together = 0
+        self.split = None
+
+    def __call__(self):
+        elapsed = time.time() - self.start
+        if 0.3 < elapsed < self.duration - 0.2 and len(self.tasks) > 1:
+            cpus = last_cpus(self.tasks)
+            if None not in cpus:
+                self.samples += 1
+                self.together += len(set(cpus)) == 1
+        if self.split is None and elapsed > self.duration / 2:
+            self.split = nginx_split(self.workers, self.idle)
+
+    def one_cpu(self):
+        """The share of samples with every worker thread on one CPU (None without samples)."""
+        return self.together / self.samples if self.samples else None
+
+
+def run_wrk(port, workload, duration, during=None):
+    """One wrk run: (value in the workload's unit, p99 ms, problems, requests or MiB done);
+    `during`, if given, is called every 20 ms while wrk runs (samples of the peers' state)."""
     path, connections, extra, unit, threads = WORKLOADS[workload]
     cmd = [
         "wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", "--timeout", "10s",
         *extra, f"http://127.0.0.1:{port}{path}",
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    wrk = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while during and wrk.poll() is None:
+        time.sleep(0.02)
+        during()
+    out, err = wrk.communicate()
+    if wrk.returncode != 0:
+        raise subprocess.CalledProcessError(wrk.returncode, cmd, out, err)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     transfer = to_mib_per_s(re.search(r"Transfer/sec:\s+(\S+)", out).group(1))
     p99 = to_ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
@@ -469,9 +567,11 @@ def paired(ours, theirs, higher_is_better=True):
     return statistics.median(per_round), min(per_round), max(per_round), ahead, len(per_round)
 
 
-def write_configs(work, ports, threads, max_conns):
+def write_configs(work, ports, threads, max_conns, nginx_reuseport=True):
     """nginx (PROXY protocol and direct listeners), HAProxy (send-proxy, send-proxy-v2) and the
-    two hairpin route files (prefixes hp and base), all on loopback, into `work`."""
+    two hairpin route files (prefixes hp and base), all on loopback, into `work`. nginx's
+    listeners are `reuseport` (one socket per worker) unless `nginx_reuseport` is false."""
+    reuseport = " reuseport" if nginx_reuseport else ""
     with open(os.path.join(work, "nginx.conf"), "w") as f:
         f.write(f"""
 daemon off;
@@ -490,8 +590,8 @@ http {{
   sendfile on; tcp_nopush on; tcp_nodelay on;
   keepalive_timeout 60s; keepalive_requests 1000000;
   server {{
-listen 127.0.0.1:{ports["nginx_pp"]} proxy_protocol backlog=4096;
-listen 127.0.0.1:{ports["nginx_direct"]} backlog=4096;
+listen 127.0.0.1:{ports["nginx_pp"]} proxy_protocol{reuseport} backlog=4096;
+listen 127.0.0.1:{ports["nginx_direct"]}{reuseport} backlog=4096;
 location = /small {{ return 200 "{SMALL_BODY.strip()}\\n"; }}
 location = /check {{ return 200 "$proxy_protocol_addr"; }}
 location = /big {{ alias {work}/big.bin; }}
@@ -550,6 +650,9 @@ def main():
                         help="leave out the planner figures (scale and memory_10k examples)")
     parser.add_argument("--profile", action="store_true",
                         help="after the rounds, where each proxy's CPU per request goes (perf record; needs perf)")
+    parser.add_argument("--nginx-shared-listener", action="store_true",
+                        help="nginx's workers share one listening socket (as before issue 48's keep-alive "
+                             "finding) instead of one `reuseport` socket each")
     parser.add_argument("--threads", type=int, default=2,
                         help="threads for each proxy: HAProxy `nbthread`, hairpin `--workers` (default 2)")
     args = parser.parse_args()
@@ -604,7 +707,7 @@ def main():
                                                 "base_v1", "base_v2", "base_admin")}
         with open(os.path.join(work, "big.bin"), "wb") as f:
             f.write(os.urandom(BIG_BYTES))
-        write_configs(work, ports, args.threads, max_conns)
+        write_configs(work, ports, args.threads, max_conns, not args.nginx_shared_listener)
 
         def start(name, cmd, port):
             log = open(os.path.join(work, f"{name}.log"), "w")
@@ -683,6 +786,13 @@ def main():
         owner = {"direct": None, "haproxy-v1": "haproxy", "haproxy-v2": "haproxy",
                  "hairpin-v1": "hairpin", "hairpin-v2": "hairpin", "baseline-v1": "baseline", "baseline-v2": "baseline"}
         latencies = {(w, t): [] for w in WORKLOADS for t in targets}
+        # How nginx's workers share each keep-alive run's connections (sampled halfway through):
+        # one more variable a run draws at random, beside the machine's load (see the docstring).
+        nginx_workers = [pid for pid in process_tree(procs["nginx"].pid) if pid != procs["nginx"].pid]
+        nginx_idle = {pid: socket_fds(pid) for pid in nginx_workers}
+        splits = {t: [] for t in targets}
+        one_cpu = {t: [] for t in targets}
+        tasks = {"direct": [(pid, pid) for pid in nginx_workers]}
         names = list(targets)
         for round_ in range(args.rounds):
             order = round_order(names, round_)
@@ -691,7 +801,15 @@ def main():
                     duration = args.duration + (1 if WORKLOADS[workload][3] == "MiB/s" else 0)
                     proc = procs[owner[name]] if owner[name] else None
                     before = cpu_times(proc.pid) if proc else (0.0, 0.0)
-                    value, p99, issues, done = run_wrk(targets[name], workload, duration)
+                    during = None
+                    if workload == "keepalive":
+                        if name not in tasks:
+                            tasks[name] = worker_tasks([proc.pid], None if owner[name] == "haproxy" else "hairpin-proxy")
+                        during = Placement(tasks[name], nginx_workers, nginx_idle, duration)
+                    value, p99, issues, done = run_wrk(targets[name], workload, duration, during)
+                    if during:
+                        splits[name].append(during.split or [])
+                        one_cpu[name].append(during.one_cpu())
                     if proc and done > 0:
                         after = cpu_times(proc.pid)
                         user, system = after[0] - before[0], after[1] - before[1]
@@ -716,6 +834,23 @@ def main():
                 p99 = statistics.median(latencies[(workload, name)])
                 shown = " ".join(f"{r:.0f}" for r in runs)
                 print(f"{workload:<10} {name:<11} {statistics.median(runs):>12.1f} {unit:<6} {p99:>8.2f}   {shown}")
+        if any(splits.values()):
+            print()
+            print("keep-alive, each run in run order: nginx's workers' shares of the connections (halfway through), "
+                  "and the share of samples (every 20 ms) with the target's worker threads on one CPU")
+            for name in names:
+                shown = " ".join("/".join(str(n) for n in split) for split in splits[name])
+                print(f"  {name:<11} nginx {shown}")
+                shown = " ".join("-" if x is None else f"{x:.2f}" for x in one_cpu[name])
+                print(f"  {'':<11} one CPU {shown}")
+            print("keep-alive req/s, median of the runs whose worker threads shared one CPU half the time or more, and "
+                  "of the others")
+            for name in names:
+                together = [v for v, x in zip(results[("keepalive", name)], one_cpu[name]) if x is not None and x >= 0.5]
+                apart = [v for v, x in zip(results[("keepalive", name)], one_cpu[name]) if x is not None and x < 0.5]
+                cells = [f"{statistics.median(runs):8.0f} ({len(runs)} runs)" if runs else f"{'-':>8} (0 runs)"
+                         for runs in (together, apart)]
+                print(f"  {name:<11} one CPU {cells[0]}   apart {cells[1]}")
         print()
         print("ratios of medians (throughput: higher is better; p99: lower is better)")
         for workload in WORKLOADS:
