@@ -234,12 +234,45 @@ fn glance(name: &[u8]) -> Glance {
             && label[0] != b'-'
             && label[label.len() - 1] != b'-'
     };
-    if !name.split(|&b| b == b'.').all(plain_label) {
+    // The labels, found eight bytes at a time.
+    let (mut plain, mut start) = (true, 0);
+    for_each_dot(name, |dot| {
+        plain &= plain_label(&name[start..dot]);
+        start = dot + 1;
+    });
+    if !(plain && plain_label(&name[start..])) {
         Glance::Unsure
     } else if seen & UPPER != 0 {
         Glance::Capitals
     } else {
         Glance::Lowercase
+    }
+}
+
+/// Calls `f` with the index of each `.` in `bytes`, in order. Eight bytes at a time: names are
+/// read for their labels on every plan (the quick look at each hostname, and the Corefile's
+/// rules read every name twice: its escaped length, then the escaped name), and a byte at a
+/// time was most of that cost at 20,000 names.
+pub(crate) fn for_each_dot(bytes: &[u8], mut f: impl FnMut(usize)) {
+    const DOTS: u64 = u64::from_ne_bytes([b'.'; 8]);
+    const LOW7: u64 = u64::from_ne_bytes([0x7f; 8]);
+    let mut words = bytes.chunks_exact(8);
+    let mut at = 0;
+    for word in words.by_ref() {
+        // A zero byte of `v` is a dot; `zero` has the high bit of exactly those bytes set
+        // (no carry crosses a byte: each sum is at most 0x7f + 0x7f).
+        let v = u64::from_le_bytes(word.try_into().expect("eight bytes")) ^ DOTS;
+        let mut zero = !(((v & LOW7) + LOW7) | v | LOW7);
+        while zero != 0 {
+            f(at + zero.trailing_zeros() as usize / 8);
+            zero &= zero - 1;
+        }
+        at += 8;
+    }
+    for (i, &b) in words.remainder().iter().enumerate() {
+        if b == b'.' {
+            f(at + i);
+        }
     }
 }
 
