@@ -415,6 +415,20 @@ class Placement:
         return self.together / self.samples if self.samples else None
 
 
+def stop_all(procs):
+    """Stops the processes a benchmark started: SIGTERM to each, then each waited for, killed
+    if it has not exited within 5 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def run_wrk(port, workload, duration, during=None):
     """One wrk run: (value in the workload's unit, p99 ms, problems, requests or MiB done);
     `during`, if given, is called every 20 ms while wrk runs (samples of the peers' state)."""
@@ -1060,15 +1074,7 @@ def main():
         if args.smoke:
             print("smoke run: harness OK (figures from a 1-round run mean little)")
     finally:
-        for name, proc in procs.items():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for name, proc in procs.items():
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_all(procs.values())
         shutil.rmtree(work, ignore_errors=True)
 
 

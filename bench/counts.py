@@ -17,7 +17,7 @@ Usage: bench/counts.py --hairpin PATH [--baseline PATH] [--duration S] [--rounds
                        [--workloads keepalive,newconn] [--callgrind]
 Needs perf (and root, or kernel.perf_event_paranoid <= 1), wrk, nginx, haproxy; valgrind for
 --callgrind. Not part of scripts/test.sh: it measures, it does not test."""
-import argparse, os, re, subprocess, sys, tempfile, time, shutil, signal, statistics
+import argparse, os, re, subprocess, sys, tempfile, time, shutil, statistics
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench as B
 
@@ -251,12 +251,7 @@ def main():
                 if rets:
                     print(f"  {workload:10} {name:12} returns/req {len(rets)/req:.3f}  events/return {statistics.mean(rets):.2f}  zero {100*sum(1 for x in rets if x==0)/len(rets):.1f}%")
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs.values():
-            try: p.wait(timeout=5)
-            except subprocess.TimeoutExpired: p.kill()
+        B.stop_all(procs.values())
         shutil.rmtree(work, ignore_errors=True)
 
 main()

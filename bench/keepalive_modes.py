@@ -24,7 +24,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -189,15 +188,7 @@ def main():
             runs = [r["rps"] for r in records if r["target"] == name]
             print(f"  {name:<8} req/s median {medians[name]:7.0f}, slowest/fastest {min(runs) / max(runs):.2f}")
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        B.stop_all(procs.values())
         shutil.rmtree(work, ignore_errors=True)
 
 
