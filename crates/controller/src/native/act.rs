@@ -108,7 +108,6 @@ impl<'a> NativeExecutor<'a> {
                 proof,
                 receiver,
                 targets,
-                ..
             } => {
                 let Some(targets) = targets else {
                     return;

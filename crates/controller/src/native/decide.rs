@@ -65,7 +65,6 @@ pub(crate) enum Step {
     Prove {
         service: ObjectRef,
         uid: String,
-        ips: Vec<IpModeWas>,
         proof: Proof,
         receiver: Fingerprints,
         /// As [`Step::Baseline`]'s.
@@ -323,7 +322,6 @@ pub(crate) fn reprobes(
             Step::Prove {
                 service,
                 uid: entry.uid,
-                ips: entry.original,
                 proof,
                 receiver,
                 targets,

@@ -244,7 +244,6 @@ pub(crate) fn after(
                 steps.push(Step::Prove {
                     service: service.clone(),
                     uid: uid.clone(),
-                    ips: set.ips.clone(),
                     proof: Proof::AfterWrite,
                     receiver: receiver(cx.mem, &service.to_string()),
                     targets: probe_targets(cx.plan, service, &set.ips),
