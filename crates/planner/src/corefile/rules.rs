@@ -900,7 +900,7 @@ fn one_pass_apart(names: &[&str], alts: &[Alt<'_>]) -> bool {
     let keys: HashSet<&str> = match alts {
         [Alt::Group(_)] => names
             .iter()
-            .filter_map(|n| n.split_once('.').map(|(_, parent)| parent))
+            .filter_map(|n| split_head(n).map(|(_, parent)| parent))
             .collect(),
         _ if alts.iter().all(|a| matches!(a, Alt::Name(_))) => names.iter().copied().collect(),
         _ => return false,
