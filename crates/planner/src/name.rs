@@ -252,7 +252,9 @@ fn glance(name: &[u8]) -> Glance {
 /// Calls `f` with the index of each `.` in `bytes`, in order. Eight bytes at a time: names are
 /// read for their labels on every plan (the quick look at each hostname, and the Corefile's
 /// rules read every name twice: its escaped length, then the escaped name), and a byte at a
-/// time was most of that cost at 20,000 names.
+/// time was most of that cost at 20,000 names. Not `memchr::memchr_iter`: on names of a few
+/// dozen bytes its per-call set-up costs more than it saves (the planner's `scale` example,
+/// 6 plans under callgrind: 1,282 M instructions with it against 1,122 M with this loop).
 pub(crate) fn for_each_dot(bytes: &[u8], mut f: impl FnMut(usize)) {
     const DOTS: u64 = u64::from_ne_bytes([b'.'; 8]);
     const LOW7: u64 = u64::from_ne_bytes([0x7f; 8]);
